@@ -1,0 +1,40 @@
+# Two commands do all the set-up on a fresh machine with python3, pip and make:
+#   make table   -- virtual environment, install, print the seed's comparison table
+#   make test    -- virtual environment with the dev extra, run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: table test test-slow lint format bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(VENV)/.installed $@
+
+table: $(VENV)/.installed
+	$(BIN)/variance-lab table
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m ruff check variance_lab tests
+	$(BIN)/python -m pytest
+
+test-slow: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -m slow
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/python -m ruff check variance_lab tests
+	$(BIN)/python -m ruff format --check variance_lab tests
+
+format: $(VENV)/.installed-dev
+	$(BIN)/python -m ruff format variance_lab tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,83 @@
+"""Input checks shared by the public API: each raises ``ValueError`` naming the bad value."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+__all__ = ["check_finite", "check_positive", "check_T", "check_n", "check_workers"]
+
+
+def check_finite(name: str, value) -> float:
+    """Return ``value`` as a float, or raise ``ValueError`` if it is not a finite real."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def check_positive(name: str, value) -> float:
+    """Return ``value`` as a float, or raise ``ValueError`` unless it is finite and > 0."""
+    value = check_finite(name, value)
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return value
+
+
+def check_T(T, *, grid: bool = False) -> np.ndarray:
+    """Validate sequence lengths: integers >= 1 (ints or integral floats).
+
+    Parameters
+    ----------
+    T : int or array_like
+        Sequence length(s).
+    grid : bool
+        If true, ``T`` must also be one-dimensional, non-empty and free of duplicates
+        (a simulation sweep); it is returned sorted.
+
+    Returns
+    -------
+    ndarray of int64
+    """
+    arr = np.asarray(T)
+    if arr.dtype == bool or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise ValueError(f"T must be integers >= 1, got {T!r}")
+    if arr.size == 0:
+        raise ValueError("T must not be empty")
+    flat = arr.ravel()
+    for t in flat:
+        if not np.isfinite(t) or t != np.floor(t) or t < 1:
+            raise ValueError(f"T must be integers >= 1, got {t.item()!r}")
+    out = arr.astype(np.int64)
+    if grid:
+        out = out.ravel()
+        uniq, counts = np.unique(out, return_counts=True)
+        if np.any(counts > 1):
+            raise ValueError(f"T grid has duplicate entries: {uniq[counts > 1].tolist()!r}")
+        out = uniq
+    return out
+
+
+def check_n(n, *, minimum: int = 2) -> int:
+    """Validate a number of draws: an integer >= ``minimum``."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        if isinstance(n, float) and n.is_integer():
+            n = int(n)
+        else:
+            raise ValueError(f"n must be an integer >= {minimum}, got {n!r}")
+    if n < minimum:
+        raise ValueError(f"n must be an integer >= {minimum}, got {n!r}")
+    return int(n)
+
+
+def check_workers(workers) -> int:
+    """Validate a number of worker threads: an integer >= 1."""
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    return int(workers)
