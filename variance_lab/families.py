@@ -123,6 +123,15 @@ class Family(ABC):
             return s * mpmath.log(self.mu)
         return self._K_mp(s)
 
+    def cgf_sum_mp(self, T: int, s) -> mpmath.mpf:
+        r""":math:`\log E[e^{s S_T}]` of the sum :math:`S_T = \sum_{t \le T} \log r_t = \log P_T`.
+
+        :math:`T K(s)` for i.i.d. ratios; a family with dependent ratios (AR(1)) overrides
+        this, and the theory follows, since :math:`E[P_T^k] = e^{\mathrm{cgf}(T, k)}` and
+        :math:`E[G_T^k] = e^{\mathrm{cgf}(T, k/T)}`.
+        """
+        return T * self.K_mp(s)
+
     def log_moments_mp(self) -> tuple[mpmath.mpf, mpmath.mpf]:
         r""":math:`(E[\log r], \operatorname{Var}[\log r])` as mpmath numbers."""
         if self.degenerate:

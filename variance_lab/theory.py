@@ -108,12 +108,12 @@ def _dps(T: int, family: Family) -> int:
 
 
 def _normalised_moments(family: Family, T: int, s) -> tuple[mpmath.mpf, mpmath.mpf, mpmath.mpf]:
-    """(log E[X], v / E[X]^2, m4 / E[X]^4) for X = exp(s * log P_T)."""
-    K1 = family.K_mp(s)
-    f2, f3, f4 = (T * (family.K_mp(k * s) - k * K1) for k in (2, 3, 4))
+    """(log E[X], v / E[X]^2, m4 / E[X]^4) for X = exp(s * log P_T), from the family's cgf of log P_T."""
+    c1 = family.cgf_sum_mp(T, s)
+    f2, f3, f4 = (family.cgf_sum_mp(T, k * s) - k * c1 for k in (2, 3, 4))
     v = mpmath.expm1(f2)
     m4 = mpmath.exp(f4) - 4 * mpmath.exp(f3) + 6 * mpmath.exp(f2) - 3
-    return T * K1, v, m4
+    return c1, v, m4
 
 
 @lru_cache(maxsize=1 << 16)
@@ -357,3 +357,59 @@ def summary(family: Family, T, *, target: float = DEFAULT_TARGET) -> pd.DataFram
             value(_COLUMN_SOURCE.get(base, base), family, Ts, log10=log10, target=target)
         )
     return pd.DataFrame(cols)
+
+
+# (statistic, method) of each theory quantity in the tidy schema (variance_lab.schema).
+_TIDY = {
+    "mean_P": ("mean_P", "exact"),
+    "var_P": ("var_P", "exact"),
+    "mean_G": ("mean_G", "exact"),
+    "var_G": ("var_G", "exact"),
+    "bias_G": ("bias_G", "exact"),
+    "mse_G": ("mse_G", "exact"),
+    "var_G_lognormal": ("var_G", "lognormal"),
+    "var_G_delta": ("var_G", "delta"),
+    "var_G_seed": ("var_G", "seed"),
+    "var_ratio": ("var_ratio", "exact"),
+    "ess_frac_P": ("ess_frac_P", "exact"),
+    "n_needed_P": ("n_needed_P", "exact"),
+    "n_needed_G": ("n_needed_G", "exact"),
+}
+
+
+def tidy(family: Family, T, *, target: float = DEFAULT_TARGET) -> pd.DataFrame:
+    """Theory in the tidy long schema (:mod:`variance_lab.schema`): one row per
+    (T, statistic, method), exact values and the seed's approximations.
+
+    Parameters
+    ----------
+    family : Family
+    T : int or array_like of int
+    target : float
+        Target relative error for the ``n_needed_*`` statistics.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`variance_lab.schema.TIDY_COLUMNS`.
+    """
+    from variance_lab.schema import TIDY_COLUMNS
+
+    Ts = np.atleast_1d(check_T(T)).ravel()
+    parts = []
+    for name, (stat, method) in _TIDY.items():
+        lin = np.atleast_1d(value(name, family, Ts, target=target))
+        lg = np.atleast_1d(value(name, family, Ts, log10=True, target=target))
+        parts.append(
+            pd.DataFrame({"T": Ts, "statistic": stat, "method": method, "value": lin, "log10_value": lg})
+        )
+    out = pd.concat(parts, ignore_index=True)
+    out.insert(0, "family", family.name)
+    out.insert(1, "mu", family.mu)
+    out.insert(2, "sigma2", family.sigma2)
+    out["lo"] = np.nan
+    out["hi"] = np.nan
+    out["se"] = np.nan
+    out["reliable"] = True
+    out["reason"] = ""
+    return out[list(TIDY_COLUMNS)]

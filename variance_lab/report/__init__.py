@@ -1,0 +1,1 @@
+"""Tables and figures, built from tidy frames only (never from the engine)."""

@@ -1,0 +1,195 @@
+"""The variance comparison table of the seed, built from a frame and rendered as text.
+
+The frame comes from :func:`variance_lab.theory.summary` (and, with Monte Carlo, from
+:mod:`variance_lab.estimates`); this module only formats it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["SEED_PRINTED", "FORMATS", "format_number", "render", "errata"]
+
+FORMATS = ("markdown", "latex", "csv", "json")
+
+#: The numbers the seed document printed in its comparison table (mu = 1, sigma^2 = 0.1):
+#: T -> (Var(P_T), Var(G_T), Var(P_T)/Var(G_T)). Its Var(G_T) is sigma^2 / T.
+SEED_PRINTED = {
+    1: (0.1, 0.1, 1.0),
+    10: (1.59, 0.01, 159.0),
+    100: (13780.0, 0.001, 1.378e7),
+    1000: (2.5e41, 1e-4, 2.5e45),
+}
+SEED_MU, SEED_SIGMA2 = 1.0, 0.1
+
+# Markdown/LaTeX headers of the exact-theory columns, in display order.
+_DISPLAY = {
+    "T": "T",
+    "var_P": "Var(P_T)",
+    "var_G": "Var(G_T)",
+    "var_G_lognormal": "lognormal approx.",
+    "var_G_delta": "small-x approx.",
+    "var_G_seed": "seed sigma^2/T",
+    "mean_G": "E[G_T]",
+    "bias_G": "bias",
+    "mse_G": "MSE(G_T)",
+    "ratio": "Var(P)/Var(G)",
+    "ess_frac_P": "ESS frac. P_T",
+    "n_needed_P": "draws for 10% (P)",
+    "n_needed_G": "draws for 10% (G)",
+}
+# Columns whose linear value can leave float range: shown from their log10 twin.
+_LOG_TWIN = {
+    "var_P": "log10_var_P",
+    "var_G": "log10_var_G",
+    "ratio": "log10_ratio",
+    "n_needed_P": "log10_n_needed_P",
+    "n_needed_G": "log10_n_needed_G",
+}
+
+
+def format_number(value: float, log10: float | None = None, digits: int = 4) -> str:
+    """A number in ``digits`` significant digits; beyond float range, from its log10.
+
+    >>> format_number(float("inf"), 41392.685158)
+    '4.874e+41392'
+    """
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    value = float(value)
+    overflowed = math.isinf(value) or (value == 0.0 and log10 is not None and math.isfinite(log10))
+    if overflowed and log10 is not None and math.isfinite(log10):
+        exponent = math.floor(log10)
+        mantissa = 10 ** (log10 - exponent)
+        if round(mantissa, digits - 1) >= 10:
+            mantissa, exponent = mantissa / 10, exponent + 1
+        return f"{mantissa:.{digits - 1}f}e{exponent:+d}"
+    if value == 0.0:
+        return "0"
+    if 1e-3 <= abs(value) < 1e5:
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits - 1}e}"
+
+
+def _display_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    cols = {}
+    for col, header in _DISPLAY.items():
+        if col not in frame:
+            continue
+        twin = frame[_LOG_TWIN[col]] if col in _LOG_TWIN else [None] * len(frame)
+        if col == "T":
+            cols[header] = [str(int(t)) for t in frame[col]]
+        else:
+            cols[header] = [format_number(v, lg) for v, lg in zip(frame[col], twin, strict=True)]
+    extra = frame.attrs.get("display_columns", {})
+    for header, values in extra.items():
+        cols[header] = list(values)
+    return pd.DataFrame(cols)
+
+
+def _markdown(display: pd.DataFrame) -> str:
+    header = "| " + " | ".join(display.columns) + " |"
+    rule = "|" + "|".join("---:" for _ in display.columns) + "|"
+    rows = ["| " + " | ".join(map(str, row)) + " |" for row in display.itertuples(index=False)]
+    return "\n".join([header, rule, *rows])
+
+
+def _latex(display: pd.DataFrame) -> str:
+    def esc(text: str) -> str:
+        return text.replace("_", r"\_").replace("^", r"\^{}").replace("%", r"\%")
+
+    lines = [
+        r"\begin{tabular}{" + "r" * display.shape[1] + "}",
+        r"\hline",
+        " & ".join(esc(c) for c in display.columns) + r" \\",
+        r"\hline",
+    ]
+    lines += [" & ".join(esc(str(v)) for v in row) + r" \\" for row in display.itertuples(index=False)]
+    lines += [r"\hline", r"\end{tabular}"]
+    return "\n".join(lines)
+
+
+def _json_value(v):
+    if isinstance(v, np.bool_ | bool):
+        return bool(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, float | np.floating):
+        return float(v) if math.isfinite(v) else None
+    return v
+
+
+def errata(frame: pd.DataFrame, mu: float, sigma2: float) -> str:
+    """Compare the seed's printed numbers with the exact ones, for the seed's parameters.
+
+    Returns an empty string unless ``(mu, sigma2) == (1, 0.1)`` and the frame holds at
+    least one of the seed's lengths (1, 10, 100, 1000).
+    """
+    if (mu, sigma2) != (SEED_MU, SEED_SIGMA2):
+        return ""
+    rows = frame[frame["T"].isin(list(SEED_PRINTED))]
+    if rows.empty:
+        return ""
+
+    def off(printed: float, exact: float) -> str:
+        return f"{100 * (printed / exact - 1):+.1f} %"
+
+    lines = [
+        "Errata against the seed's printed table (mu = 1, sigma^2 = 0.1):",
+        "",
+        "| T | seed Var(P_T) | exact | off by | seed Var(G_T) = sigma^2/T | exact | off by "
+        "| seed ratio | exact | off by |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows.itertuples(index=False):
+        p_var, p_g, p_ratio = SEED_PRINTED[int(r.T)]
+        lines.append(
+            f"| {int(r.T)} | {format_number(p_var)} | {format_number(r.var_P, r.log10_var_P)} "
+            f"| {off(p_var, r.var_P)} | {format_number(p_g)} | {format_number(r.var_G, r.log10_var_G)} "
+            f"| {off(p_g, r.var_G)} | {format_number(p_ratio)} | {format_number(r.ratio, r.log10_ratio)} "
+            f"| {off(p_ratio, r.ratio)} |"
+        )
+    lines += [
+        "",
+        "The seed's Var(P_T) column is the exact (sigma^2 + mu^2)^T - mu^(2T), rounded. Its Var(G_T)",
+        "column is sigma^2 / T, the small-x form of the lognormal approximation with sigma_y^2 and",
+        "mu_y replaced by sigma^2 and 0; the exact Var(G_T) depends on the family, so its ratio",
+        "column inherits the error. 'off by' is printed / exact - 1.",
+    ]
+    return "\n".join(lines)
+
+
+def render(frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes: str = "") -> str:
+    """Render a comparison frame as ``markdown``, ``latex``, ``csv`` or ``json``.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Columns of :data:`variance_lab.theory.TABLE_COLUMNS` (and Monte Carlo columns).
+    fmt : str
+        One of :data:`FORMATS`.
+    title : str
+        A line printed above the markdown table.
+    notes : str
+        Text printed below the markdown table (errata, verdicts).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "csv":
+        return frame.to_csv(index=False, float_format="%.17g")
+    if fmt == "json":
+        records = [{k: _json_value(v) for k, v in row.items()} for row in frame.to_dict("records")]
+        return json.dumps(records, indent=1) + "\n"
+    display = _display_frame(frame)
+    if fmt == "latex":
+        return _latex(display) + "\n"
+    parts = [title, "", _markdown(display)] if title else [_markdown(display)]
+    if notes:
+        parts += ["", notes]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,51 @@
+"""The tidy long-format schema shared by theory and Monte Carlo.
+
+One row per (family, parameters, T, statistic, method). Tables and figures read this
+schema only, so they never care where a number came from.
+
+=============  ======================================================================
+column         meaning
+=============  ======================================================================
+family         family name (``lognormal``, ``gamma``, ``two-point``, ...)
+mu, sigma2     mean and variance of the per-token ratio
+T              sequence length
+statistic      what is measured: ``var_P``, ``var_G``, ``mean_P``, ``mean_G``, ...
+method         ``exact``, ``lognormal``, ``delta``, ``seed`` (the seed's
+               approximations) or ``monte_carlo``
+value          the value (float64; ``inf``/``0.0`` beyond float range)
+log10_value    log10 of ``|value|``, exact where ``value`` over- or underflows
+lo, hi         confidence interval (NaN for exact values)
+se             standard error (NaN for exact values)
+reliable       bool; False flags an estimate that cannot be trusted
+reason         why an estimate is flagged ('' when reliable)
+=============  ======================================================================
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+__all__ = ["TIDY_COLUMNS", "METHODS", "empty_frame"]
+
+TIDY_COLUMNS = (
+    "family",
+    "mu",
+    "sigma2",
+    "T",
+    "statistic",
+    "method",
+    "value",
+    "log10_value",
+    "lo",
+    "hi",
+    "se",
+    "reliable",
+    "reason",
+)
+
+METHODS = ("exact", "lognormal", "delta", "seed", "monte_carlo")
+
+
+def empty_frame() -> pd.DataFrame:
+    """An empty frame with the tidy columns, in order."""
+    return pd.DataFrame({c: [] for c in TIDY_COLUMNS})
