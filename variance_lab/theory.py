@@ -110,6 +110,8 @@ def _dps(T: int, family: Family) -> int:
 def _normalised_moments(family: Family, T: int, s) -> tuple[mpmath.mpf, mpmath.mpf, mpmath.mpf]:
     """(log E[X], v / E[X]^2, m4 / E[X]^4) for X = exp(s * log P_T), from the family's cgf of log P_T."""
     c1 = family.cgf_sum_mp(T, s)
+    if family.degenerate:  # X is constant: no rounding residue in place of a zero variance
+        return c1, mpmath.mpf(0), mpmath.mpf(0)
     f2, f3, f4 = (family.cgf_sum_mp(T, k * s) - k * c1 for k in (2, 3, 4))
     v = mpmath.expm1(f2)
     m4 = mpmath.exp(f4) - 4 * mpmath.exp(f3) + 6 * mpmath.exp(f2) - 3
@@ -127,6 +129,8 @@ def _point(family: Family, T: int) -> _Point:
             kurt = m4 / v**2 if v > 0 else mpmath.nan
             out.append((mpmath.exp(log_mean), mpmath.exp(2 * log_mean) * v, kurt))
         (mP, vP, kP), (mG, vG, kG) = out
+        if family.degenerate:  # r = mu: exact, free of exp(log(mu)) rounding
+            mP, mG = mpmath.mpf(family.mu) ** T, mpmath.mpf(family.mu)
         return _Point(+mP, +vP, +kP, +mG, +vG, +kG, +mean_log, +var_log, dps)
 
 

@@ -1,0 +1,135 @@
+"""Families: K(s) against scipy numerical integration, log-moments, reach, bad input."""
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from variance_lab.families import FAMILIES, Gamma, LogNormal, TwoPoint, get_family
+
+S_GRID = np.array([-0.5, 1e-6, 0.01, 0.1, 0.5, 1.0, 2.0, 3.0, 4.0])
+PARAMS = [(0.5, 0.05), (1.0, 0.1), (1.0, 0.9), (2.0, 1.0), (1.5, 1e-4)]
+
+
+def _scipy_dist(family):
+    """An independent scipy.stats distribution of r with the family's mu, sigma2."""
+    mu, s2 = family.mu, family.sigma2
+    if isinstance(family, LogNormal):
+        v = math.log(1 + s2 / mu**2)
+        return stats.lognorm(s=math.sqrt(v), scale=mu * math.exp(-v / 2))
+    if isinstance(family, Gamma):
+        return stats.gamma(a=mu**2 / s2, scale=s2 / mu)
+    raise TypeError(family)
+
+
+def _log_moment_by_quadrature(dist, s):
+    """log E[r^s] = log of the integral over y = log r of exp(s y) f_r(e^y) e^y, by scipy quad."""
+    centre = math.log(dist.median())
+    f = lambda y: math.exp(s * y + y + dist.logpdf(math.exp(y)) - s * centre)  # noqa: E731
+    kw = {"epsabs": 0, "epsrel": 1e-13, "limit": 500}
+    # +-200 in log r covers every tail that matters here (r from e^-200 to e^200); the
+    # peak, about dist.std()/dist.mean() wide in log r, gets its own pieces.
+    w = min(1.0, dist.std() / dist.mean())
+    edges = [centre - 200, centre - 40 * w, centre - w, centre, centre + w, centre + 40 * w, centre + 200]
+    pieces = [integrate.quad(f, a, b, **kw) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    val = sum(p[0] for p in pieces)
+    err = sum(p[1] for p in pieces)
+    return math.log(val) + s * centre, err / val  # log-moment and quad's own error bound on it
+
+
+@pytest.mark.parametrize("cls", [LogNormal, Gamma])
+@pytest.mark.parametrize("mu,sigma2", PARAMS)
+def test_K_matches_quadrature(cls, mu, sigma2):
+    fam = cls(mu, sigma2)
+    dist = _scipy_dist(fam)
+    # Moments of the scipy distribution itself are mu and sigma2: an independent check
+    # that the parametrisation is right.
+    assert dist.mean() == pytest.approx(mu, rel=1e-12)
+    assert dist.var() == pytest.approx(sigma2, rel=1e-10)
+    # normalised by the s = 0 integral, so that the pdf's own rounding cancels
+    ref, err = np.array([_log_moment_by_quadrature(dist, s) for s in S_GRID]).T
+    ref0, err0 = _log_moment_by_quadrature(dist, 0.0)
+    ref, err = ref - ref0, err + err0
+    got = fam.K(S_GRID)
+    # 1e-10 relative, or quadrature's own error estimate where that is larger (times 10)
+    assert np.all(np.abs(got - ref) <= np.maximum(1e-10 * np.abs(ref), 10 * err) + 1e-14)
+
+
+@pytest.mark.parametrize("mu,sigma2,q", [(1.0, 0.1, 0.5), (2.0, 3.0, 0.5), (1.0, 0.5, 0.8)])
+def test_two_point_K_matches_direct_sum(mu, sigma2, q):
+    fam = TwoPoint(mu, sigma2, q=q)
+    _, (q_, la, lb) = fam.sampler_params()
+    a, b = math.exp(la), math.exp(lb)
+    assert q_ * a + (1 - q_) * b == pytest.approx(mu, rel=1e-14)
+    assert q_ * a * a + (1 - q_) * b * b - mu**2 == pytest.approx(sigma2, rel=1e-12)
+    ref = [math.log(q * a**s + (1 - q) * b**s) for s in S_GRID]
+    np.testing.assert_allclose(fam.K(S_GRID), ref, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("mu,sigma2", [(1.0, 0.1), (0.7, 0.2), (2.0, 1e-4)])
+def test_K_and_K_mp_agree_and_log_moments(name, mu, sigma2):
+    fam = get_family(name, mu, sigma2)
+    assert fam.K(0.0) == pytest.approx(0.0, abs=1e-15)
+    assert fam.K(1.0) == pytest.approx(math.log(mu), rel=1e-12, abs=1e-14)
+    assert fam.K(2.0) == pytest.approx(math.log(sigma2 + mu**2), rel=1e-12, abs=1e-14)
+    with mpmath.workdps(40):
+        for s in (0.3, 1.7):
+            assert float(fam.K_mp(s)) == pytest.approx(fam.K(s), rel=1e-12, abs=1e-15)
+        # mean_log = K'(0), var_log = K''(0), by numerical differentiation of K_mp
+        d1 = mpmath.diff(fam.K_mp, 0, 1)
+        d2 = mpmath.diff(fam.K_mp, 0, 2)
+    assert fam.mean_log == pytest.approx(float(d1), rel=1e-12, abs=1e-15)
+    assert fam.var_log == pytest.approx(float(d2), rel=1e-10)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_degenerate_sigma2_zero(name):
+    fam = get_family(name, 1.3, 0.0)
+    assert fam.degenerate
+    np.testing.assert_allclose(fam.K([0.5, 2.0]), [0.5 * math.log(1.3), 2 * math.log(1.3)], rtol=1e-15)
+    assert fam.var_log == 0.0
+    code, params = fam.sampler_params()
+    assert code == 0 and params[0] == pytest.approx(math.log(1.3))
+
+
+def test_sampler_params_codes():
+    assert LogNormal(1, 0.1).sampler_params()[0] == 1
+    code, (k, log_scale) = Gamma(2.0, 0.5).sampler_params()
+    assert code == 2 and k == pytest.approx(8.0) and log_scale == pytest.approx(math.log(0.25))
+    assert TwoPoint(1, 0.1).sampler_params()[0] == 3
+
+
+def test_two_point_reach():
+    with pytest.raises(ValueError, match=r"cannot reach sigma2=1\.0"):
+        TwoPoint(1.0, 1.0)
+    with pytest.raises(ValueError, match="sigma2=4.01"):
+        TwoPoint(1.0, 4.01, q=0.8)  # limit is mu**2 q / (1 - q) = 4
+    TwoPoint(1.0, 3.99, q=0.8)
+    with pytest.raises(ValueError, match="q must lie in"):
+        TwoPoint(1.0, 0.1, q=1.0)
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (("lognormal", 0.0, 0.1), "mu must be > 0, got 0.0"),
+        (("gamma", -1.0, 0.1), r"mu must be > 0, got -1\.0"),
+        (("lognormal", 1.0, -0.1), r"sigma2 must be >= 0, got -0\.1"),
+        (("lognormal", float("nan"), 0.1), "mu must be finite, got nan"),
+        (("gamma", 1.0, float("inf")), "sigma2 must be finite, got inf"),
+        (("cauchy", 1.0, 0.1), "unknown family 'cauchy'"),
+        (("lognormal", "1", 0.1), "mu must be a real number, got '1'"),
+    ],
+)
+def test_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        get_family(*args)
+
+
+def test_families_are_hashable_values():
+    assert LogNormal(1, 0.1) == LogNormal(1.0, 0.1)
+    assert hash(Gamma(1, 0.1)) == hash(Gamma(1.0, 0.1))
+    assert LogNormal(1, 0.1) != Gamma(1, 0.1)
