@@ -56,7 +56,7 @@ def format_number(value: float, log10: float | None = None, digits: int = 4) -> 
     """A number in ``digits`` significant digits; beyond float range, from its log10.
 
     >>> format_number(float("inf"), 41392.685158)
-    '4.874e+41392'
+    '4.843e+41392'
     """
     if isinstance(value, bool | np.bool_):
         return "yes" if value else "no"
@@ -69,7 +69,7 @@ def format_number(value: float, log10: float | None = None, digits: int = 4) -> 
         mantissa = 10 ** (log10 - exponent)
         if round(mantissa, digits - 1) >= 10:
             mantissa, exponent = mantissa / 10, exponent + 1
-        return f"{mantissa:.{digits - 1}f}e{exponent:+d}"
+        return f"{mantissa:.{digits - 1}f}e{exponent:+03d}"
     if value == 0.0:
         return "0"
     if 1e-3 <= abs(value) < 1e5:
