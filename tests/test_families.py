@@ -129,6 +129,19 @@ def test_bad_input(args, match):
         get_family(*args)
 
 
+def test_ar1_parameters():
+    fam = get_family("ar1", 1.0, 0.1, rho=0.5)
+    code, (m, sd, rho) = fam.sampler_params()
+    assert code == 4 and rho == 0.5 and sd == pytest.approx(math.sqrt(math.log(1.1)))
+    assert fam.K(2.0) == pytest.approx(math.log(1.1), rel=1e-13)  # marginal moments
+    with pytest.raises(ValueError, match=r"rho must lie in \(-1, 1\), got 1\.0"):
+        get_family("ar1", 1.0, 0.1, rho=1.0)
+    with pytest.raises(ValueError, match="family 'lognormal' has no parameter 'rho'; it takes no extra"):
+        get_family("lognormal", 1.0, 0.1, rho=0.5)
+    with pytest.raises(ValueError, match="family 'two-point' has no parameter 'rho'; it takes only q"):
+        get_family("two-point", 1.0, 0.1, rho=0.5)
+
+
 def test_families_are_hashable_values():
     assert LogNormal(1, 0.1) == LogNormal(1.0, 0.1)
     assert hash(Gamma(1, 0.1)) == hash(Gamma(1.0, 0.1))

@@ -126,6 +126,8 @@ def test_render_rejects_unknown_format():
         (["table", "--family", "cauchy"], "unknown family 'cauchy'"),
         (["table", "--family", "two-point", "--sigma2", "1"], "two-point family cannot reach sigma2=1.0"),
         (["table", "--format", "html"], "invalid choice: 'html'"),
+        (["table", "--family", "gamma", "--rho", "0.5"], "family 'gamma' has no parameter 'rho'"),
+        (["table", "--family", "ar1", "--rho", "1"], "ar1 rho must lie in (-1, 1), got 1.0"),
         (["table", "--bogus"], "unrecognized arguments: --bogus"),
         ([], "the following arguments are required: COMMAND"),
     ],

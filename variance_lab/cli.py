@@ -82,10 +82,20 @@ def _add_family_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sigma2", type=_float, default=0.1, help="variance of the ratio r (default: %(default)s)"
     )
+    p.add_argument("--q", type=_float, default=None, help="two-point only: P(r = lower value); 0.5 if unset")
+    p.add_argument(
+        "--rho", type=_float, default=None, help="ar1 only: lag-one correlation of log r; 0 if unset"
+    )
+
+
+def family_from_args(args: argparse.Namespace):
+    """The family named by ``--family --mu --sigma2`` and, where given, ``--q`` / ``--rho``."""
+    extra = {k: getattr(args, k) for k in ("q", "rho") if getattr(args, k, None) is not None}
+    return get_family(args.family, args.mu, args.sigma2, **extra)
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
-    family = get_family(args.family, args.mu, args.sigma2)
+    family = family_from_args(args)
     T = parse_int_list(args.T)
     if args.n != 0:
         raise CLIError("--n: Monte Carlo columns are not available in this version; use --n 0")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import ClassVar
 
@@ -36,6 +36,7 @@ __all__ = [
     "LogNormal",
     "Gamma",
     "TwoPoint",
+    "AR1",
     "FAMILIES",
     "get_family",
 ]
@@ -46,6 +47,7 @@ CODE_DEGENERATE = 0
 CODE_LOGNORMAL = 1
 CODE_GAMMA = 2
 CODE_TWO_POINT = 3
+CODE_AR1 = 4
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,8 @@ class Family(ABC):
         1 lognormal   ``[mean_log, sd_log]``: ``log r = m + s Z``
         2 gamma       ``[shape k, log scale]``: ``r = scale * Gamma(k, 1)``
         3 two-point   ``[q, log a, log b]``: ``log r = log a`` with probability q
+        4 ar1         ``[m, s, rho]``: ``Y_1 = m + s Z_1``,
+                      ``Y_t = m + rho (Y_{t-1} - m) + s sqrt(1 - rho^2) Z_t``
         ============  =======================================================
         """
         if self.degenerate:
@@ -334,7 +338,58 @@ class TwoPoint(Family):
         return {**super().describe(), "q": self.q}
 
 
-FAMILIES: dict[str, type[Family]] = {cls.name: cls for cls in (LogNormal, Gamma, TwoPoint)}
+@dataclass(frozen=True)
+class AR1(LogNormal):
+    r"""Correlated lognormal ratios: :math:`\log r_t` is a stationary Gaussian AR(1) process.
+
+    :math:`Y_t - m = \rho (Y_{t-1} - m) + \varepsilon_t`, with the lognormal family's
+    marginal :math:`Y_t \sim N(m, v)` (so each :math:`r_t` has mean :math:`\mu` and
+    variance :math:`\sigma^2`) and lag-one correlation :math:`\rho \in (-1, 1)`. The ratios
+    are not independent, so :math:`\log P_T = \sum_t Y_t \sim N(T m, V_T)` with
+
+    .. math::
+
+        V_T = v \Bigl[T + 2\sum_{k=1}^{T-1} (T - k)\rho^k\Bigr]
+            = v \Bigl[T \frac{1+\rho}{1-\rho} - \frac{2\rho(1-\rho^T)}{(1-\rho)^2}\Bigr],
+
+    and :math:`\log E[P_T^s] = s T m + s^2 V_T / 2` replaces :math:`T K(s)` in the theory.
+    :math:`K(s)` is the marginal (lognormal) one. :math:`\rho = 0` is the lognormal family.
+
+    Parameters
+    ----------
+    rho : float, default 0
+        Lag-one correlation of the log-ratios, ``-1 < rho < 1``.
+    """
+
+    rho: float = 0.0
+    name: ClassVar[str] = "ar1"
+
+    def _check_reachable(self) -> None:
+        rho = check_finite("rho", self.rho)
+        if not -1.0 < rho < 1.0:
+            raise ValueError(f"ar1 rho must lie in (-1, 1), got {rho!r}")
+        object.__setattr__(self, "rho", rho)
+
+    def var_sum_mp(self, T: int) -> mpmath.mpf:
+        r""":math:`V_T = \operatorname{Var}(\log P_T)` at the current mpmath precision."""
+        _, v = self.log_moments_mp()
+        rho = mpmath.mpf(self.rho)
+        return v * (T * (1 + rho) / (1 - rho) - 2 * rho * (1 - rho**T) / (1 - rho) ** 2)
+
+    def cgf_sum_mp(self, T: int, s) -> mpmath.mpf:
+        m, _ = self.log_moments_mp()
+        s = mpmath.mpf(s)
+        return s * T * m + s * s * self.var_sum_mp(T) / 2
+
+    def _sampler_params(self):
+        m, v = self._mv()
+        return CODE_AR1, np.array([m, math.sqrt(v), self.rho])
+
+    def describe(self) -> dict:
+        return {**super().describe(), "rho": self.rho}
+
+
+FAMILIES: dict[str, type[Family]] = {cls.name: cls for cls in (LogNormal, Gamma, TwoPoint, AR1)}
 
 
 def get_family(name: str, mu: float, sigma2: float, **params) -> Family:
@@ -343,11 +398,11 @@ def get_family(name: str, mu: float, sigma2: float, **params) -> Family:
     Parameters
     ----------
     name : str
-        One of :data:`FAMILIES` (``"lognormal"``, ``"gamma"``, ``"two-point"``).
+        One of :data:`FAMILIES` (``"lognormal"``, ``"gamma"``, ``"two-point"``, ``"ar1"``).
     mu, sigma2 : float
         Mean and variance of the ratio.
     **params
-        Extra family parameters (``q`` for ``two-point``).
+        Extra family parameters (``q`` for ``two-point``, ``rho`` for ``ar1``).
 
     Raises
     ------
@@ -358,7 +413,9 @@ def get_family(name: str, mu: float, sigma2: float, **params) -> Family:
         cls = FAMILIES[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown family {name!r}; choose one of {', '.join(FAMILIES)}") from None
-    try:
-        return cls(mu, sigma2, **params)
-    except TypeError as exc:
-        raise ValueError(f"bad parameters for family {name!r}: {exc}") from None
+    allowed = {f.name for f in fields(cls)} - {"mu", "sigma2"}
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        takes = f"takes only {', '.join(sorted(allowed))}" if allowed else "takes no extra parameters"
+        raise ValueError(f"family {name!r} has no parameter {unknown[0]!r}; it {takes}")
+    return cls(mu, sigma2, **params)
