@@ -1,0 +1,506 @@
+r"""Empirical statistics of real token log-ratios: length buckets, variances, fit, autocorrelation.
+
+The pieces of the empirical analysis that need no Monte Carlo engine:
+
+- :func:`length_buckets` and :func:`bucket_variances`: per bucket of sequence lengths, the
+  sample variances of :math:`P_T` (in log space, with :math:`\log_{10}`) and of
+  :math:`G_T`, with percentile bootstrap intervals, Kong's effective sample size of the
+  weights :math:`P_T`, and the clip fractions observed.
+- :func:`fit_log_ratios`: the pooled per-token log-ratio mean :math:`\mu_y` and variance
+  :math:`\sigma_y^2` with standard errors that allow for autocorrelation.
+- :func:`autocorrelation`: the pooled autocorrelation of the log-ratios within sequences,
+  the lag-one correlation :math:`\rho`, and the integrated autocorrelation time
+  :math:`\tau_{int} = 1 + 2\sum_{k \ge 1}\rho_k` with Sokal's automatic window.
+
+Autocorrelation across sequences. Sequences are taken as independent stretches of one
+stationary process: deviations are taken from the pooled mean, and the autocovariance at
+lag :math:`k` is the mean of :math:`(x_t - \bar x)(x_{t+k} - \bar x)` over all pairs of
+counted tokens :math:`k` positions apart *in their original sequence*, so a masked hole
+(e.g. tool output) is a gap, never a join. Pairs never cross sequences. Computed with FFTs
+over groups of sequences of similar length: :math:`O(N \log L)` for :math:`N` tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import fft
+
+from variance_lab.gspo import GSPO_RANGE, PPO_RANGE, TokenBatch, _offsets, segment_sums, sequence_weights
+
+__all__ = [
+    "length_buckets",
+    "log_sample_var",
+    "bucket_variances",
+    "LogRatioFit",
+    "fit_log_ratios",
+    "Autocorrelation",
+    "autocorrelation",
+    "BUCKET_COLUMNS",
+]
+
+_LN10 = math.log(10.0)
+_FFT_BUDGET = 1 << 21  # doubles per FFT group (16 MiB)
+
+
+# --------------------------------------------------------------------------------------
+# buckets and variances
+# --------------------------------------------------------------------------------------
+def length_buckets(lengths, edges=None) -> tuple[np.ndarray, np.ndarray]:
+    """Assign sequence lengths to buckets ``[edges[j], edges[j+1])``.
+
+    Parameters
+    ----------
+    lengths : array_like of int
+        Sequence lengths, >= 1.
+    edges : None, "exact" or array_like of int
+        ``None``: powers of two, ``[1, 2), [2, 4), [4, 8), ...`` up to the longest sequence.
+        ``"exact"``: one bucket per distinct length. Otherwise increasing integer edges;
+        lengths outside ``[edges[0], edges[-1])`` get bucket ``-1``.
+
+    Returns
+    -------
+    bucket : ndarray of int64
+        Bucket of each sequence (``-1``: outside every bucket).
+    edges : ndarray of int64
+        The edges used; bucket ``j`` is ``[edges[j], edges[j+1])``.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size == 0 or np.any(lengths < 1):
+        raise ValueError("lengths must be a non-empty array of integers >= 1")
+    top = int(lengths.max())
+    if edges is None:
+        edges = 2 ** np.arange(0, top.bit_length() + 1, dtype=np.int64)
+    elif isinstance(edges, str):
+        if edges != "exact":
+            raise ValueError(f"edges must be None, 'exact' or increasing integers, got {edges!r}")
+        uniq = np.unique(lengths)
+        edges = np.append(uniq, uniq[-1] + 1)
+    else:
+        edges = np.asarray(edges)
+        if (edges.ndim != 1 or edges.size < 2 or not np.issubdtype(edges.dtype, np.integer)
+                or np.any(np.diff(edges) <= 0) or edges[0] < 1):
+            raise ValueError(f"edges must be increasing integers >= 1, at least two, got {edges!r}")
+        edges = edges.astype(np.int64)
+    bucket = np.searchsorted(edges, lengths, side="right") - 1
+    bucket[(lengths < edges[0]) | (lengths >= edges[-1])] = -1
+    return bucket, edges
+
+
+def _log_var_scaled(a: np.ndarray) -> tuple[float, np.ndarray]:
+    """(c, w) with w = exp(a - c), c = max(a): the sample variance of exp(a) is exp(2c) var(w)."""
+    c = float(np.max(a))
+    return c, np.exp(a - c)
+
+
+def _log(x):
+    with np.errstate(divide="ignore"):
+        return np.log(x)
+
+
+def log_sample_var(log_x) -> float:
+    r"""Natural log of the unbiased sample variance of :math:`x = e^{a}`, from the :math:`a = \log x`.
+
+    With :math:`c = \max a` and :math:`w = e^{a - c} \le 1`,
+    :math:`\widehat{\operatorname{Var}}(x) = e^{2c}\,\widehat{\operatorname{Var}}(w)`, so
+    nothing overflows for any :math:`a` (e.g. :math:`\log P = 5\cdot 10^6`).
+
+    Parameters
+    ----------
+    log_x : array_like of float
+        At least two finite values.
+
+    Returns
+    -------
+    float
+        ``-inf`` when the sample variance is 0.
+    """
+    a = np.asarray(log_x, dtype=np.float64)
+    if a.ndim != 1 or a.size < 2 or not np.all(np.isfinite(a)):
+        raise ValueError("log_sample_var needs at least two finite values")
+    c, w = _log_var_scaled(a)
+    return float(2 * c + _log(np.var(w, ddof=1)))
+
+
+def _bootstrap_var(w: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Sample variances (ddof=1) of ``n_boot`` resamples of ``w``, drawn in memory-bounded blocks."""
+    n = w.size
+    block = max(1, _FFT_BUDGET // n)
+    out = np.empty(n_boot)
+    for start in range(0, n_boot, block):
+        stop = min(n_boot, start + block)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        out[start:stop] = np.var(w[idx], axis=1, ddof=1)
+    return out
+
+
+def _log_var_interval(a: np.ndarray, n_boot: int, level: float, rng) -> tuple[float, float, float]:
+    """(log var, log lo, log hi) of exp(a): point estimate and percentile bootstrap interval."""
+    c, w = _log_var_scaled(a)
+    point = 2 * c + _log(np.var(w, ddof=1))
+    if n_boot == 0:
+        return float(point), math.nan, math.nan
+    reps = _bootstrap_var(w, n_boot, rng)
+    q = np.quantile(reps, [(1 - level) / 2, (1 + level) / 2])
+    lo, hi = 2 * c + _log(q)
+    return float(point), float(lo), float(hi)
+
+
+def _kong_ess(log_w: np.ndarray) -> float:
+    r"""Kong's effective sample size :math:`(\sum w)^2 / \sum w^2` of weights given in log space."""
+    w = np.exp(log_w - np.max(log_w))
+    return float(w.sum() ** 2 / np.sum(w * w))
+
+
+#: Columns of :func:`bucket_variances`, in order.
+BUCKET_COLUMNS = (
+    "bucket", "T_lo", "T_hi", "n_seq", "T_mean", "n_tokens",
+    "mean_log_P", "var_log_P",
+    "log_var_P", "log10_var_P", "log10_var_P_lo", "log10_var_P_hi", "var_P", "ess_P",
+    "mean_G", "var_G", "var_G_lo", "var_G_hi", "log10_var_G",
+    "gspo_clip_frac", "ppo_clip_frac",
+)
+
+
+def _exp(x):
+    with np.errstate(over="ignore", under="ignore"):
+        return float(np.exp(x))
+
+
+def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng) -> dict:
+    """One row of :func:`bucket_variances` for the sequences ``sel`` of bucket ``k``."""
+    log_P, log_G, T = w.log_P[sel], w.log_G[sel], w.length[sel]
+    row = {"bucket": k, "T_lo": int(lo), "T_hi": int(hi) - 1, "n_seq": int(sel.size),
+           "T_mean": float(T.mean()), "n_tokens": int(T.sum()), "mean_log_P": float(log_P.mean()),
+           "gspo_clip_frac": float(w.clipped_gspo[sel].mean()),
+           "ppo_clip_frac": float(w.n_token_clipped[sel].sum() / T.sum()),
+           "mean_G": float(np.exp(log_G).mean()), "ess_P": _kong_ess(log_P)}
+    if sel.size < 2:
+        nan = math.nan
+        return row | dict.fromkeys(("var_log_P", "log_var_P", "log10_var_P", "log10_var_P_lo",
+                                    "log10_var_P_hi", "var_P", "var_G", "var_G_lo", "var_G_hi",
+                                    "log10_var_G"), nan)
+    vP, vP_lo, vP_hi = _log_var_interval(log_P, n_boot, level, rng)
+    vG, vG_lo, vG_hi = _log_var_interval(log_G, n_boot, level, rng)
+    return row | {
+        "var_log_P": float(np.var(log_P, ddof=1)),
+        "log_var_P": vP, "log10_var_P": vP / _LN10, "log10_var_P_lo": vP_lo / _LN10,
+        "log10_var_P_hi": vP_hi / _LN10, "var_P": _exp(vP),
+        "var_G": _exp(vG), "var_G_lo": _exp(vG_lo), "var_G_hi": _exp(vG_hi), "log10_var_G": vG / _LN10,
+    }
+
+
+def bucket_variances(batch: TokenBatch, edges=None, *, n_boot: int = 1000, level: float = 0.95,
+                     seed=0, gspo_range=GSPO_RANGE, ppo_range=PPO_RANGE) -> pd.DataFrame:
+    r"""Per length bucket, the sample variances of :math:`P_T` and :math:`G_T` with bootstrap intervals.
+
+    :math:`\widehat{\operatorname{Var}}(P_T)` is computed in log space
+    (:func:`log_sample_var`) and reported as ``log_var_P`` (natural log), ``log10_var_P``
+    and ``var_P`` (``inf`` beyond float64). Intervals are percentile bootstraps
+    (``n_boot`` resamples of the bucket's sequences) at ``level``. A heavy-tailed
+    :math:`P_T` makes both the estimate and its bootstrap interval unreliable, since a few
+    sequences carry the sum: ``ess_P`` (Kong's :math:`(\sum P)^2/\sum P^2`, between 1 and
+    ``n_seq``) says how many. Buckets with a single sequence get NaN variances.
+
+    Parameters
+    ----------
+    batch : TokenBatch
+    edges : None, "exact" or array_like of int
+        Bucket edges, see :func:`length_buckets` (default: powers of two).
+    n_boot : int
+        Bootstrap resamples per bucket; 0 skips the intervals (NaN).
+    level : float
+        Confidence level of the intervals, in (0, 1).
+    seed : int or numpy.random.SeedSequence
+        Bucket ``j`` (in order) draws from ``SeedSequence(seed).spawn(n_buckets)[j]``.
+    gspo_range, ppo_range : tuple of float
+        Clipping ranges for the observed clip fractions (see :func:`~variance_lab.gspo.sequence_weights`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per non-empty bucket, columns :data:`BUCKET_COLUMNS`:
+
+        ==========================  ==========================================================
+        bucket, T_lo, T_hi          bucket number and its length range (both inclusive)
+        n_seq, T_mean, n_tokens     sequences, their mean length, their tokens
+        mean_log_P, var_log_P       sample mean and variance of :math:`\log P_T`
+        log_var_P, log10_var_P      :math:`\ln` and :math:`\log_{10}` of the sample Var(P_T)
+        log10_var_P_lo, _hi         its bootstrap interval, :math:`\log_{10}`
+        var_P                       the sample Var(P_T) (``inf`` beyond float64)
+        ess_P                       Kong's effective sample size of the weights P_T
+        mean_G, var_G               sample mean and variance of :math:`G_T = s`
+        var_G_lo, var_G_hi          bootstrap interval of Var(G_T); log10_var_G its log10
+        gspo_clip_frac              fraction of sequences with s outside ``gspo_range``
+        ppo_clip_frac               fraction of tokens outside ``ppo_range``
+        ==========================  ==========================================================
+    """
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int | np.integer) or n_boot < 0:
+        raise ValueError(f"n_boot must be an integer >= 0, got {n_boot!r}")
+    if not 0.0 < float(level) < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    w = sequence_weights(batch, gspo_range=gspo_range, ppo_range=ppo_range)
+    bucket, edges = length_buckets(w.length, edges)
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    children = ss.spawn(edges.size - 1)
+    rows = []
+    for k in range(edges.size - 1):
+        sel = np.flatnonzero(bucket == k)
+        if sel.size:
+            rng = np.random.default_rng(children[k])
+            rows.append(_bucket_row(k, edges[k], edges[k + 1], sel, w, int(n_boot), float(level), rng))
+    return pd.DataFrame(rows, columns=list(BUCKET_COLUMNS))
+
+
+# --------------------------------------------------------------------------------------
+# autocorrelation
+# --------------------------------------------------------------------------------------
+def _group_tokens(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(token indices, row number of each) of the sequences ``rows``, in that order."""
+    lengths = offsets[rows + 1] - offsets[rows]
+    starts = offsets[rows]
+    row_of = np.repeat(np.arange(rows.size), lengths)
+    tok = np.arange(lengths.sum()) - np.repeat(_offsets(lengths)[:-1] - starts, lengths)
+    return tok, row_of
+
+
+def _lag_sums(x: np.ndarray, positions: np.ndarray, offsets: np.ndarray, max_lag: int):
+    r"""Pooled :math:`\sum x_t x_{t+k}` and pair counts for k = 0..max_lag, within sequences.
+
+    Sequences, sorted by span, go in groups into zero-padded 2-D arrays of width at least
+    span + max_lag (so circular correlation is linear there); the power spectra of the rows
+    are summed and transformed back. The pair counts come the same way from the indicator
+    of counted tokens, which makes holes gaps.
+    """
+    spans = positions[offsets[1:] - 1] + 1
+    order = np.argsort(spans, kind="stable")
+    sums, counts = np.zeros(max_lag + 1), np.zeros(max_lag + 1)
+    start, n = 0, spans.size
+    while start < n:
+        width = fft.next_fast_len(int(spans[order[start]]) + max_lag, real=True)
+        stop = min(n, start + max(1, _FFT_BUDGET // width))
+        width = fft.next_fast_len(int(spans[order[stop - 1]]) + max_lag, real=True)
+        while stop - start > 1 and (stop - start) * width > _FFT_BUDGET:
+            stop = start + max(1, (stop - start) // 2)
+            width = fft.next_fast_len(int(spans[order[stop - 1]]) + max_lag, real=True)
+        tok, row_of = _group_tokens(offsets, order[start:stop])
+        for values, acc in ((x[tok], sums), (np.ones(tok.size), counts)):
+            grid = np.zeros((stop - start, width))
+            grid[row_of, positions[tok]] = values
+            spec = fft.rfft(grid, axis=1)
+            power = (spec.real**2 + spec.imag**2).sum(axis=0)
+            acc += fft.irfft(power, n=width)[: max_lag + 1]
+        start = stop
+    return sums, np.rint(counts).astype(np.int64)
+
+
+def _sokal_window(rho: np.ndarray, c: float) -> tuple[int, float, bool]:
+    r"""Smallest M >= 1 with M >= c tau(M), tau(M) = 1 + 2 sum_{k<=M} rho_k: (M, tau(M), found)."""
+    tau = 1.0 + 2.0 * np.cumsum(rho[1:])
+    m = np.arange(1, rho.size)
+    ok = np.flatnonzero(m >= c * tau)
+    if ok.size:
+        return int(m[ok[0]]), float(tau[ok[0]]), True
+    return int(m[-1]), float(tau[-1]), False
+
+
+@dataclass(frozen=True, eq=False)
+class Autocorrelation:
+    r"""Pooled autocorrelation of a token series within sequences.
+
+    Attributes
+    ----------
+    acf : ndarray
+        :math:`\hat\rho_k` for :math:`k = 0, \dots, K` (``acf[0] == 1``).
+    n_pairs : ndarray of int
+        Pairs of tokens :math:`k` apart behind each :math:`\hat\rho_k`.
+    gamma0 : float
+        Pooled variance (lag-0 autocovariance, normalised by the number of tokens).
+    n_tokens : int
+    rho, se_rho : float
+        Lag-one correlation :math:`\hat\rho_1` and its AR(1) standard error
+        :math:`\sqrt{(1-\hat\rho_1^2)/n_1}` (:math:`n_1` = lag-one pairs; Bartlett's formula
+        for an AR(1) process, :math:`1/\sqrt{n_1}` for i.i.d. tokens).
+    window : int
+        Sokal's window :math:`M`: the smallest :math:`M` with :math:`M \ge c\,\hat\tau(M)`.
+    tau_int, se_tau_int : float
+        :math:`\hat\tau = 1 + 2\sum_{k=1}^{M}\hat\rho_k` (1 for i.i.d. tokens,
+        :math:`(1+\rho)/(1-\rho)` for AR(1)) and Sokal's standard error
+        :math:`\hat\tau\sqrt{2(2M+1)/N}`.
+    window_found : bool
+        False when no lag up to ``K`` met the window rule: ``tau_int`` is then a lower bound.
+    c : float
+        The window constant used.
+    """
+
+    acf: np.ndarray
+    n_pairs: np.ndarray
+    gamma0: float
+    n_tokens: int
+    rho: float
+    se_rho: float
+    window: int
+    tau_int: float
+    se_tau_int: float
+    window_found: bool
+    c: float
+
+    def var_sum(self, T) -> np.ndarray:
+        r"""Predicted :math:`\operatorname{Var}(\sum_{t \le T} x_t)` of a stretch of :math:`T` tokens.
+
+        :math:`\gamma_0 \bigl[T + 2\sum_{k=1}^{\min(M, T-1)} (T-k)\hat\rho_k\bigr]`, the
+        autocorrelation-corrected variance of :math:`\log P_T` when ``x`` are log-ratios
+        (about :math:`T\gamma_0\hat\tau` for :math:`T \gg M`; :math:`T\gamma_0` for i.i.d.).
+
+        Parameters
+        ----------
+        T : int or array_like of int
+
+        Returns
+        -------
+        ndarray of float
+        """
+        T = np.asarray(T, dtype=np.float64)
+        k = np.arange(1, self.window + 1, dtype=np.float64)
+        terms = np.clip(T[..., None] - k, 0.0, None) * self.acf[1 : self.window + 1]
+        return self.gamma0 * (T + 2.0 * terms.sum(axis=-1))
+
+
+def _autocorrelation(x: np.ndarray, batch: TokenBatch, c: float, max_lag: int | None) -> Autocorrelation:
+    """Autocorrelation of the flat series ``x`` laid out like ``batch``; raises if no pair exists."""
+    x = x - x.mean()
+    n = x.size
+    spans = batch.positions[batch.offsets[1:] - 1] + 1
+    top = int(spans.max()) - 1 if max_lag is None else min(int(max_lag), int(spans.max()) - 1)
+    if top < 1:
+        raise ValueError("autocorrelation needs a sequence with at least two tokens")
+    gamma0 = float(np.dot(x, x) / n)
+    if gamma0 == 0.0:
+        raise ValueError("the series is constant: its autocorrelation is undefined")
+    K = min(top, 64)
+    while True:
+        sums, pairs = _lag_sums(x, batch.positions, batch.offsets, K)
+        has = pairs > 0
+        last = K if has.all() else int(np.argmin(has)) - 1
+        acf = np.where(has, sums / np.maximum(pairs, 1), np.nan)[: last + 1] / gamma0
+        acf[0] = 1.0
+        if last < 1:
+            raise ValueError("autocorrelation needs two counted tokens one position apart")
+        window, tau, found = _sokal_window(acf, c)
+        if found or K >= top or last < K:
+            break
+        K = min(top, 4 * K)
+    rho = float(acf[1])
+    return Autocorrelation(
+        acf=acf, n_pairs=pairs[: last + 1], gamma0=gamma0, n_tokens=n, rho=rho,
+        se_rho=math.sqrt(max(1.0 - rho * rho, 0.0) / pairs[1]), window=window, tau_int=tau,
+        se_tau_int=tau * math.sqrt(2.0 * (2 * window + 1) / n), window_found=found, c=float(c),
+    )
+
+
+def autocorrelation(batch: TokenBatch, *, c: float = 5.0, max_lag: int | None = None) -> Autocorrelation:
+    r"""Pooled within-sequence autocorrelation of the token log-ratios, :math:`\rho` and :math:`\tau_{int}`.
+
+    Deviations are taken from the pooled mean; the autocovariance at lag :math:`k` averages
+    :math:`(d_t - \bar d)(d_{t+k} - \bar d)` over all pairs of counted tokens :math:`k`
+    positions apart in the same original sequence, divided by the pooled variance. The
+    integrated autocorrelation time uses Sokal's automatic window with constant ``c``
+    (lags are computed up to 64, then 256, ... until the rule is met).
+
+    Parameters
+    ----------
+    batch : TokenBatch
+    c : float
+        Sokal's window constant (4 to 10 is usual; 5 as in emcee).
+    max_lag : int, optional
+        Largest lag considered; default the longest sequence's span minus one.
+
+    Returns
+    -------
+    Autocorrelation
+
+    Raises
+    ------
+    ValueError
+        No pair of tokens one position apart, or constant log-ratios.
+    """
+    if not (isinstance(c, int | float) and c > 0):
+        raise ValueError(f"c must be > 0, got {c!r}")
+    if max_lag is not None and (isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 1):
+        raise ValueError(f"max_lag must be an integer >= 1, got {max_lag!r}")
+    return _autocorrelation(batch.log_ratio, batch, float(c), max_lag)
+
+
+@dataclass(frozen=True)
+class LogRatioFit:
+    r"""Pooled moments of the token log-ratios :math:`y_t = \log r_t` and their standard errors.
+
+    Attributes
+    ----------
+    n_tokens : int
+    mu_y, sigma2_y : float
+        Pooled mean and unbiased variance of the log-ratios.
+    se_mu_y : float
+        :math:`\sqrt{\hat\sigma_y^2\,\hat\tau_y / N}`.
+    se_sigma2_y : float
+        :math:`\sqrt{\widehat{\operatorname{Var}}(z)\,\hat\tau_z / N}` with
+        :math:`z_t = (y_t - \bar y)^2`: for i.i.d. tokens :math:`\sqrt{(m_4 - \sigma_y^4)/N}`
+        (:math:`\sqrt{2/N}\,\sigma_y^2` when Gaussian); for a Gaussian AR(1),
+        :math:`\sigma_y^2\sqrt{2(1+\rho^2)/((1-\rho^2)N)}`.
+    tau_y, tau_sq : float
+        Integrated autocorrelation times of :math:`y` and of :math:`z` (1 when no sequence
+        has two tokens, since sequences are independent).
+    """
+
+    n_tokens: int
+    mu_y: float
+    sigma2_y: float
+    se_mu_y: float
+    se_sigma2_y: float
+    tau_y: float
+    tau_sq: float
+
+
+def _tau_or_one(x: np.ndarray, batch: TokenBatch, c: float) -> float:
+    spans = batch.positions[batch.offsets[1:] - 1] + 1
+    if spans.max() < 2 or np.all(x == x[0]):
+        return 1.0
+    return max(_autocorrelation(x, batch, c, None).tau_int, 0.0)
+
+
+def fit_log_ratios(batch: TokenBatch, *, c: float = 5.0) -> LogRatioFit:
+    r"""Fit :math:`\mu_y = E[\log r]`, :math:`\sigma_y^2 = \operatorname{Var}[\log r]` to the pooled tokens.
+
+    The standard errors allow for autocorrelation within sequences through the integrated
+    autocorrelation times of :math:`y` and of :math:`(y - \bar y)^2` (Sokal window,
+    constant ``c``); see :class:`LogRatioFit`.
+
+    Parameters
+    ----------
+    batch : TokenBatch
+        At least two tokens in all.
+    c : float
+        Sokal's window constant.
+
+    Returns
+    -------
+    LogRatioFit
+    """
+    y = batch.log_ratio
+    n = y.size
+    if n < 2:
+        raise ValueError("fit_log_ratios needs at least two tokens")
+    mu = float(segment_sums(y, np.array([0, n]))[0] / n)
+    dev2 = (y - mu) ** 2
+    sigma2 = float(dev2.sum() / (n - 1))
+    tau_y = _tau_or_one(y, batch, c)
+    tau_sq = _tau_or_one(dev2, batch, c)
+    return LogRatioFit(
+        n_tokens=n, mu_y=mu, sigma2_y=sigma2,
+        se_mu_y=math.sqrt(sigma2 * tau_y / n),
+        se_sigma2_y=math.sqrt(float(np.var(dev2)) * tau_sq / n),
+        tau_y=tau_y, tau_sq=tau_sq,
+    )

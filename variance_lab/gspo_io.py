@@ -1,0 +1,486 @@
+"""Read and write batches of token log-probs: JSONL, Parquet and NPZ.
+
+One record per sequence, with the fields
+
+==========  ========================================================================
+field       meaning
+==========  ========================================================================
+logp        token log-probs under the new (current) policy, a list of floats <= 0
+old_logp    token log-probs under the old (sampling) policy, same length
+mask        optional, same length; 1 = response token that counts, 0 = ignore it
+            (prompt, padding, tool output). Values under a 0 are never checked.
+id          optional string or integer; default the record's index (0-based)
+==========  ========================================================================
+
+Formats, chosen from the file name (``.jsonl``, ``.ndjson``, ``.jsonl.gz``, ``.ndjson.gz``,
+``.parquet``, ``.pq``, ``.npz``) or by ``format=``:
+
+- **JSONL**: one JSON object per line, blank lines skipped; gzip-compressed when the name
+  ends in ``.gz``. Python's ``NaN``/``Infinity`` tokens and ``null`` entries are read (and
+  then reported as bad data).
+- **Parquet**: columns ``logp``, ``old_logp`` (and ``mask``) of type list of numbers, ``id``
+  string or integer; a null ``logp``/``old_logp`` list or a null entry is bad data, a null
+  ``mask`` means every token counts (as in JSONL). Needs ``pyarrow``.
+- **NPZ**, padded layout (what :func:`save_batch` writes by default): 2-D ``logp``,
+  ``old_logp`` of shape ``(n, L)``, 2-D ``mask`` of the same shape (without it every entry
+  counts), optional 1-D ``id``. Flat layout: 1-D ``logp``, ``old_logp`` (and ``mask``), all
+  sequences concatenated, with 1-D integer ``lengths`` (and optionally ``old_lengths``,
+  ``mask_lengths`` where they differ). Read with ``allow_pickle=False``.
+
+Field names can be mapped (``fields={"logp": "log_probs", "old_logp": "old_log_probs"}``)
+for trainers that export under other names.
+
+Bad data, checked per sequence: NaN, +inf, -inf (a token of probability 0 under a policy:
+an error, since its log-ratio is undefined), a log-prob > 0 (no tolerance: rounding in a
+trainer's log-softmax gives at most 0.0), a length mismatch between the arrays, no counted
+token, a mask value other than 0/1, and (files only) a missing, null or non-numeric field.
+``on_bad="raise"`` raises ``ValueError`` naming the first bad sequence (id and index) and
+its problem; ``on_bad="drop"`` leaves bad sequences out and lists them in
+:attr:`~variance_lab.gspo.TokenBatch.dropped` (``n_dropped`` counts them). Nothing warns.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from variance_lab.gspo import TokenBatch, _build_batch, _check_on_bad, _offsets
+
+__all__ = ["FORMATS", "FIELDS", "detect_format", "load_batch", "save_batch", "write_records"]
+
+FORMATS = ("jsonl", "parquet", "npz")
+#: Canonical field names; ``fields=`` maps them to a file's own names.
+FIELDS = ("logp", "old_logp", "mask", "id")
+_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
+
+
+def detect_format(path, format: str | None = None) -> str:
+    """The file format: ``format`` if given, else from the file name's extension.
+
+    Parameters
+    ----------
+    path : str or Path
+    format : {"jsonl", "parquet", "npz"}, optional
+
+    Returns
+    -------
+    str
+    """
+    if format is not None:
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        return format
+    p = Path(path)
+    suffixes = [s.lower() for s in p.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+        if suffixes and _SUFFIXES.get(suffixes[-1]) == "jsonl":
+            return "jsonl"
+        raise ValueError(f"{p.name}: only JSONL may be gzip-compressed (.jsonl.gz)")
+    if suffixes and suffixes[-1] in _SUFFIXES:
+        return _SUFFIXES[suffixes[-1]]
+    raise ValueError(f"{p.name}: cannot tell the format from the extension; pass format= one of {FORMATS}")
+
+
+def _field_names(fields: Mapping[str, str] | None) -> dict[str, str]:
+    names = {f: f for f in FIELDS}
+    for key, value in (fields or {}).items():
+        if key not in names:
+            raise ValueError(f"fields: unknown field {key!r}; the fields are {FIELDS}")
+        names[key] = str(value)
+    return names
+
+
+def _id_array(ids: list) -> np.ndarray:
+    """Ids as int64, str or (mixed) object array."""
+    if all(isinstance(i, int | np.integer) and not isinstance(i, bool) for i in ids):
+        return np.array(ids, dtype=np.int64)
+    if all(isinstance(i, str) for i in ids):
+        return np.array(ids, dtype=str)
+    out = np.empty(len(ids), dtype=object)
+    out[:] = ids
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# records -> batch, with record-level problems (missing, null or non-numeric fields)
+# --------------------------------------------------------------------------------------
+_EMPTY = np.zeros(0)
+
+
+def _record_array(rec: Mapping, key: str, *, required: bool) -> tuple[np.ndarray | None, str | None]:
+    """(1-D float array or None, problem or None) for one field of one record."""
+    if rec.get(key) is None:
+        if not required:
+            return None, None
+        return None, (f"missing field {key!r}" if key not in rec else f"field {key!r} is null")
+    try:
+        arr = np.asarray(rec[key], dtype=np.float64)
+    except (TypeError, ValueError):
+        return None, f"field {key!r} is not a list of numbers"
+    if arr.ndim != 1:
+        return None, f"field {key!r} must be a flat list, got shape {arr.shape}"
+    return arr, None
+
+
+def _record_fields(rec, names: dict[str, str]) -> tuple[dict, str | None]:
+    """The three arrays of one record (mask may be None), or the record's first problem."""
+    if not isinstance(rec, Mapping):
+        return {}, "record is not a JSON object"
+    arrays = {}
+    for f in ("logp", "old_logp", "mask"):
+        arrays[f], problem = _record_array(rec, names[f], required=f != "mask")
+        if problem:
+            return {}, problem
+    return arrays, None
+
+
+def _batch_from_records(records: Iterable, names: dict[str, str], on_bad: str) -> TokenBatch:
+    """A batch from parsed records; a record with a bad field enters with length 0 and its problem."""
+    cols: dict[str, list] = {"logp": [], "old_logp": [], "mask": []}
+    ids, known, has_mask = [], {}, False
+    for i, rec in enumerate(records):
+        rid = rec.get(names["id"]) if isinstance(rec, Mapping) else None
+        ids.append(i if rid is None else rid)
+        arrays, problem = _record_fields(rec, names)
+        if problem:
+            known[i] = problem
+            arrays = {"logp": _EMPTY, "old_logp": _EMPTY, "mask": None}
+        has_mask |= arrays["mask"] is not None
+        for f in cols:
+            cols[f].append(arrays[f] if arrays[f] is not None else np.ones(arrays["logp"].size))
+    if not ids:
+        raise ValueError("no records")
+    lens = {f: np.array([a.size for a in arrs], dtype=np.int64) for f, arrs in cols.items()}
+    return _build_batch(
+        np.concatenate(cols["logp"]), np.concatenate(cols["old_logp"]), lens["logp"],
+        old_lengths=lens["old_logp"], mask=np.concatenate(cols["mask"]) if has_mask else None,
+        mask_lengths=lens["mask"] if has_mask else None, ids=_id_array(ids), on_bad=on_bad, known=known,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# readers
+# --------------------------------------------------------------------------------------
+def _open_text(path: Path, mode: str):
+    if path.name.lower().endswith(".gz"):
+        return gzip.open(path, mode + "t", encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
+def _jsonl_records(path: Path):
+    with _open_text(path, "r") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path.name}: line {lineno}: invalid JSON ({exc.msg})") from None
+
+
+def _read_jsonl(path: Path, names, on_bad) -> TokenBatch:
+    return _batch_from_records(_jsonl_records(path), names, on_bad)
+
+
+def _import_pyarrow():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:  # pragma: no cover - pyarrow is in the dev extra
+        raise ImportError("reading or writing Parquet needs pyarrow: pip install pyarrow") from exc
+    return pa, pq
+
+
+def _parquet_list_column(table, name: str):
+    """(flat float64 values, lengths, row is null) of a list column."""
+    pa, _ = _import_pyarrow()
+    col = table.column(name).combine_chunks()
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+        raise ValueError(f"column {name!r} must be a list of numbers, got {col.type}")
+    vtype = col.type.value_type
+    if not (pa.types.is_floating(vtype) or pa.types.is_integer(vtype) or pa.types.is_boolean(vtype)):
+        raise ValueError(f"column {name!r} must be a list of numbers, got {col.type}")
+    is_null = col.is_null().to_numpy(zero_copy_only=False)
+    lengths = col.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = col.flatten().cast(pa.float64()).to_numpy(zero_copy_only=False)  # null entries -> NaN
+    return np.asarray(values, dtype=np.float64), lengths, is_null
+
+
+def _null_mask_counts_all(values, lengths, is_null, logp_lengths):
+    """A null mask (row) means every token counts, as an absent one: fill it with ones."""
+    if not is_null.any():
+        return values, lengths, is_null
+    lengths = np.where(is_null, logp_lengths, lengths)
+    out = np.ones(lengths.sum())
+    out[np.repeat(~is_null, lengths)] = values
+    return out, lengths, np.zeros_like(is_null)
+
+
+def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
+    _, pq = _import_pyarrow()
+    table = pq.read_table(path)
+    present = set(table.column_names)
+    for f in ("logp", "old_logp"):
+        if names[f] not in present:
+            raise ValueError(f"{path.name}: no column {names[f]!r} (columns: {sorted(present)})")
+    n = table.num_rows
+    ids = table.column(names["id"]).to_pylist() if names["id"] in present else [None] * n
+    ids = [i if v is None else v for i, v in enumerate(ids)]
+    fields = [f for f in ("logp", "old_logp", "mask") if names[f] in present]
+    cols = {f: _parquet_list_column(table, names[f]) for f in fields}
+    if "mask" in cols:
+        cols["mask"] = _null_mask_counts_all(*cols["mask"], cols["logp"][1])
+    known = {}
+    for f in ("old_logp", "logp"):  # the first field's problem wins
+        if f in cols:
+            known.update({i: f"field {names[f]!r} is null" for i in np.flatnonzero(cols[f][2]).tolist()})
+    if known:  # a row with a null field enters with length 0 in every field: no mismatch reported
+        bad_row = np.zeros(n, dtype=bool)
+        bad_row[list(known)] = True
+        cols = {f: (v[~np.repeat(bad_row, lens)], np.where(bad_row, 0, lens), null)
+                for f, (v, lens, null) in cols.items()}
+    mask, mask_lens = cols.get("mask", (None, None, None))[:2]
+    return _build_batch(
+        cols["logp"][0], cols["old_logp"][0], cols["logp"][1], old_lengths=cols["old_logp"][1],
+        mask=mask, mask_lengths=mask_lens, ids=_id_array(ids), on_bad=on_bad, known=known,
+    )
+
+
+def _read_npz(path: Path, names, on_bad) -> TokenBatch:
+    with np.load(path, allow_pickle=False) as z:
+        data = {k: z[k] for k in z.files}
+    for f in ("logp", "old_logp"):
+        if names[f] not in data:
+            raise ValueError(f"{path.name}: no array {names[f]!r} (arrays: {sorted(data)})")
+    logp, old = data[names["logp"]], data[names["old_logp"]]
+    mask = data.get(names["mask"])
+    ids = data.get(names["id"])
+    if logp.ndim == 2:
+        return TokenBatch.from_padded(logp, old, mask, ids, on_bad=on_bad)
+    if logp.ndim == 1 and "lengths" in data:
+        return TokenBatch.from_flat(
+            logp, old, data["lengths"], old_lengths=data.get("old_lengths"), mask=mask,
+            mask_lengths=data.get("mask_lengths"), ids=ids, on_bad=on_bad,
+        )
+    raise ValueError(f"{path.name}: NPZ needs 2-D padded arrays, or 1-D flat arrays with 'lengths'")
+
+
+_READERS = {"jsonl": _read_jsonl, "parquet": _read_parquet, "npz": _read_npz}
+
+
+def load_batch(path, *, format: str | None = None, on_bad: str = "raise",
+               fields: Mapping[str, str] | None = None) -> TokenBatch:
+    """Load a batch of token log-probs from JSONL, Parquet or NPZ.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file; its extension picks the format unless ``format`` is given.
+    format : {"jsonl", "parquet", "npz"}, optional
+        Override the format.
+    on_bad : {"raise", "drop"}
+        ``"raise"``: a bad sequence raises ``ValueError`` naming it (id and index) and its
+        problem. ``"drop"``: bad sequences are left out and listed, with the reason, in the
+        batch's ``dropped`` (``n_dropped`` counts them).
+    fields : mapping, optional
+        File names of the fields ``logp``, ``old_logp``, ``mask``, ``id``, where they differ.
+
+    Returns
+    -------
+    TokenBatch
+
+    Raises
+    ------
+    ValueError
+        Bad data (with ``on_bad="raise"``), a malformed file, a missing required field or
+        array, or no valid sequence.
+    """
+    on_bad = _check_on_bad(on_bad)
+    path = Path(path)
+    fmt = detect_format(path, format)
+    return _READERS[fmt](path, _field_names(fields), on_bad)
+
+
+# --------------------------------------------------------------------------------------
+# writers
+# --------------------------------------------------------------------------------------
+def _batch_flat(batch: TokenBatch) -> tuple[dict, dict, np.ndarray]:
+    """Flat fields of a batch in its original token positions: holes hold 0.0 under mask 0.
+
+    Returns (arrays by field, lengths by field, ids); no ``mask`` when there are no holes.
+    """
+    spans = batch.positions[batch.offsets[1:] - 1] + 1
+    where = np.repeat(_offsets(spans)[:-1], batch.lengths) + batch.positions
+    flat = {"logp": np.zeros(spans.sum()), "old_logp": np.zeros(spans.sum())}
+    flat["logp"][where], flat["old_logp"][where] = batch.logp, batch.old_logp
+    if np.any(spans != batch.lengths):
+        flat["mask"] = np.zeros(spans.sum())
+        flat["mask"][where] = 1.0
+    return flat, dict.fromkeys(flat, spans), batch.ids
+
+
+def _file_ids(ids: np.ndarray) -> np.ndarray:
+    """Ids as a file can hold them: integers or strings (mixed ids become strings)."""
+    return ids.astype(str) if ids.dtype == object else ids
+
+
+def _mask_list(values: list) -> list:
+    return [int(v) if v in (0, 1) else v for v in values]
+
+
+def _write_jsonl_flat(path: Path, flat, lens, ids) -> None:
+    parts = {f: np.split(flat[f], _offsets(lens[f])[1:-1]) for f in flat}
+    with _open_text(path, "w") as fh:
+        for i, rid in enumerate(ids.tolist()):
+            rec = {"id": rid, "logp": parts["logp"][i].tolist(), "old_logp": parts["old_logp"][i].tolist()}
+            if "mask" in parts:
+                rec["mask"] = _mask_list(parts["mask"][i].tolist())
+            fh.write(json.dumps(rec) + "\n")
+
+
+def _write_parquet_flat(path: Path, flat, lens, ids) -> None:
+    pa, pq = _import_pyarrow()
+    columns = {"id": pa.array(_file_ids(ids).tolist())}
+    for f, values in flat.items():
+        offsets = _offsets(lens[f])
+        large = offsets[-1] >= 2**31
+        cls = pa.LargeListArray if large else pa.ListArray
+        off = pa.array(offsets, type=pa.int64() if large else pa.int32())
+        columns[f] = cls.from_arrays(off, pa.array(values, type=pa.float64()))
+    pq.write_table(pa.table(columns), path)
+
+
+def _write_npz_flat(path: Path, flat, lens, ids, layout: str) -> None:
+    out = {"id": _file_ids(ids)}
+    if layout == "flat":
+        out.update(flat)
+        out["lengths"] = lens["logp"]
+        for f, key in (("old_logp", "old_lengths"), ("mask", "mask_lengths")):
+            if f in lens and not np.array_equal(lens[f], lens["logp"]):
+                out[key] = lens[f]
+        np.savez_compressed(path, **out)
+        return
+    if any(not np.array_equal(lens[f], lens["logp"]) for f in lens):
+        raise ValueError("the padded NPZ layout cannot hold a length mismatch; use npz_layout='flat'")
+    inside = np.arange(int(lens["logp"].max(initial=0))) < lens["logp"][:, None]
+    for f in ("logp", "old_logp", "mask"):
+        arr = np.zeros(inside.shape)
+        arr[inside] = flat[f] if f in flat else 1.0  # the mask marks the padding
+        out[f] = arr.astype(np.int8) if f == "mask" and np.all((arr == 0) | (arr == 1)) else arr
+    np.savez_compressed(path, **out)
+
+
+def _check_layout(npz_layout: str) -> None:
+    if npz_layout not in ("padded", "flat"):
+        raise ValueError(f"npz_layout must be 'padded' or 'flat', got {npz_layout!r}")
+
+
+def save_batch(batch: TokenBatch, path, *, format: str | None = None, npz_layout: str = "padded") -> Path:
+    """Write a batch so that :func:`load_batch` gives it back (same tokens, positions and ids).
+
+    Tokens masked out at load time (holes) are written back as 0.0 under ``mask = 0``; a batch
+    without holes is written without a mask (the padded NPZ layout always has one, for the
+    padding). Mixed string and integer ids are written as strings to Parquet and NPZ.
+
+    Parameters
+    ----------
+    batch : TokenBatch
+    path : str or Path
+    format : {"jsonl", "parquet", "npz"}, optional
+        Default from the extension.
+    npz_layout : {"padded", "flat"}
+        NPZ only: padded 2-D arrays with a mask, or flat arrays with ``lengths``.
+
+    Returns
+    -------
+    Path
+    """
+    _check_layout(npz_layout)
+    path = Path(path)
+    fmt = detect_format(path, format)
+    flat, lens, ids = _batch_flat(batch)
+    if fmt == "jsonl":
+        _write_jsonl_flat(path, flat, lens, ids)
+    elif fmt == "parquet":
+        _write_parquet_flat(path, flat, lens, ids)
+    else:
+        _write_npz_flat(path, flat, lens, ids, npz_layout)
+    return path
+
+
+def _plain(value):
+    """A record's field as JSON/Arrow can take it: arrays to lists, everything else as is."""
+    return value.tolist() if isinstance(value, np.ndarray | np.generic) else value
+
+
+def _write_jsonl_records(path: Path, records: list[dict]) -> None:
+    with _open_text(path, "w") as fh:
+        for rec in records:
+            fh.write(json.dumps({k: _plain(v) for k, v in rec.items()}) + "\n")
+
+
+def _write_parquet_records(path: Path, records: list[dict]) -> None:
+    pa, pq = _import_pyarrow()
+    ids = _file_ids(_id_array([rec.get("id", i) for i, rec in enumerate(records)]))
+    columns = {"id": pa.array(ids.tolist())}
+    for f in ("logp", "old_logp", "mask"):
+        if f == "mask" and all(rec.get("mask") is None for rec in records):
+            continue
+        columns[f] = pa.array([_plain(rec.get(f)) for rec in records], type=pa.list_(pa.float64()))
+    pq.write_table(pa.table(columns), path)
+
+
+def _write_npz_records(path: Path, records: list[dict], layout: str) -> None:
+    fields = ["logp", "old_logp"] + (["mask"] if any(rec.get("mask") is not None for rec in records) else [])
+    cols: dict[str, list] = {f: [] for f in fields}
+    for i, rec in enumerate(records):
+        for f in fields:
+            value = rec.get(f)
+            if value is None and f == "mask":
+                value = np.ones(len(rec["logp"]))
+            if value is None:
+                raise ValueError(f"record {i}: NPZ cannot hold a missing or null {f!r}")
+            cols[f].append(np.asarray(value, dtype=np.float64).ravel())
+    flat = {f: np.concatenate(arrs) for f, arrs in cols.items()}
+    lens = {f: np.array([a.size for a in arrs], dtype=np.int64) for f, arrs in cols.items()}
+    ids = _id_array([rec.get("id", i) for i, rec in enumerate(records)])
+    _write_npz_flat(path, flat, lens, ids, layout)
+
+
+def write_records(records: Iterable[Mapping], path, *, format: str | None = None,
+                  npz_layout: str = "padded") -> Path:
+    """Write raw records (dicts with ``logp``, ``old_logp``, optional ``mask``, ``id``) unchecked.
+
+    Unlike :func:`save_batch`, nothing is validated, which is what tests of the loaders'
+    error handling need: NaN, infinities, positive log-probs, length mismatches, null and
+    (JSONL) missing or non-numeric fields are written as given (NaN and infinities as JSON
+    ``NaN``/``Infinity``). NPZ cannot hold a null field; its padded layout cannot hold a
+    length mismatch.
+
+    Parameters
+    ----------
+    records : iterable of mapping
+    path : str or Path
+    format : {"jsonl", "parquet", "npz"}, optional
+    npz_layout : {"padded", "flat"}
+
+    Returns
+    -------
+    Path
+    """
+    _check_layout(npz_layout)
+    path = Path(path)
+    fmt = detect_format(path, format)
+    records = [dict(rec) for rec in records]
+    if fmt == "jsonl":
+        _write_jsonl_records(path, records)
+    elif fmt == "parquet":
+        _write_parquet_records(path, records)
+    else:
+        _write_npz_records(path, records, npz_layout)
+    return path
