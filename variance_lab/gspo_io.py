@@ -192,7 +192,7 @@ def _import_pyarrow():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:  # pragma: no cover - pyarrow is in the dev extra
-        raise ImportError("reading or writing Parquet needs pyarrow: pip install pyarrow") from exc
+        raise ImportError("reading or writing Parquet needs pyarrow: pip install 'variance_lab[parquet]'") from exc
     return pa, pq
 
 
