@@ -155,3 +155,92 @@ def test_version(capsys):
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith("variance-lab ")
+
+
+# --------------------------------------------------------------------------- Monte Carlo columns
+MC_COLUMNS = [
+    "mc_var_P",
+    "mc_var_P_lo",
+    "mc_var_P_hi",
+    "mc_var_G",
+    "mc_var_G_lo",
+    "mc_var_G_hi",
+    "mc_mean_G",
+    "mc_ess_P",
+    "mc_khat_P",
+    "mc_reliable_P",
+    "mc_reliable_G",
+]
+
+
+def test_monte_carlo_columns_csv(capsys):
+    rc, out, _ = run_cli(capsys, "table", "--n", "20000", "--seed", "3", "--workers", "2", "--format", "csv")
+    assert rc == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert list(rows[0])[-len(MC_COLUMNS) :] == MC_COLUMNS
+    assert [r["T"] for r in rows] == ["1", "10", "100", "1000"]
+    assert [r["mc_reliable_P"] for r in rows] == ["True", "True", "False", "False"]
+    assert all(r["mc_reliable_G"] == "True" for r in rows)
+    for r in rows:
+        for x in ("P", "G"):
+            lo, v, hi = (float(r[f"mc_var_{x}{s}"]) for s in ("_lo", "", "_hi"))
+            assert 0 < lo < v < hi
+    for r in rows[:2]:  # reliable: within the interval's reach of the closed form
+        assert float(r["mc_var_G"]) == pytest.approx(float(r["var_G"]), rel=0.1)
+        assert float(r["mc_var_P"]) == pytest.approx(float(r["var_P"]), rel=0.3)
+    assert float(rows[3]["mc_var_P"]) < float(rows[3]["var_P"])  # far too small at T = 1000
+    assert float(rows[3]["mc_khat_P"]) > 0.7
+    assert float(rows[1]["mc_ess_P"]) == pytest.approx(float(rows[1]["ess_frac_P"]), rel=0.2)
+
+
+def test_monte_carlo_columns_json_and_workers_do_not_matter(capsys):
+    args = ["table", "--n", "5000", "--seed", "9", "--T", "1,50", "--format", "json"]
+    rc, one, _ = run_cli(capsys, *args, "--workers", "1")
+    rc2, two, _ = run_cli(capsys, *args, "--workers", "2")
+    assert rc == rc2 == 0 and one == two
+    rows = json.loads(one)
+    assert list(rows[0])[-len(MC_COLUMNS) :] == MC_COLUMNS
+    assert rows[0]["mc_reliable_P"] is True and isinstance(rows[0]["mc_var_G"], float)
+    rc, other, _ = run_cli(capsys, *args[:4], "10", *args[5:])
+    assert rc == 0 and other != one  # another seed, other numbers
+
+
+def test_monte_carlo_markdown_says_plainly(capsys):
+    rc, out, _ = run_cli(capsys, "table", "--n", "20000", "--seed", "1")
+    assert rc == 0
+    assert "MC verdict Var(P_T)" in out and "MC Var(G_T) [95% CI]" in out
+    table = [ln for ln in out.splitlines() if ln.startswith("| ") and "reliable" in ln]
+    rows = {ln.split("|")[1].strip(): ln for ln in table}
+    assert "UNRELIABLE" not in rows["1"] and "UNRELIABLE" not in rows["10"]
+    assert "UNRELIABLE" in rows["100"] and "UNRELIABLE" in rows["1000"]
+    for T in (100, 1000):
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"- T = {T}: Monte Carlo Var(P_T)"))
+        assert "cannot confirm the closed form with that many draws" in line and "n = 20000" in line
+    assert "Errata against the seed's printed table" in out
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["table", "--n", "1"], "n must be an integer >= 2, got 1"),
+        (["table", "--n", "-5"], "n must be an integer >= 2, got -5"),
+        (["table", "--n", "100", "--workers", "0"], "expected an integer >= 1, got '0'"),
+        (["table", "--n", "100", "--seed", "-1"], "seed must be an integer >= 0, got -1"),
+        (["table", "--n", "100", "--T", "5,5"], "duplicate entries: [5]"),
+    ],
+)
+def test_monte_carlo_bad_input_one_line_exit_2(capsys, argv, needle):
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and needle in err
+
+
+@pytest.mark.slow
+def test_monte_carlo_defaults_finish_well_under_a_minute(capsys):
+    import time
+
+    t0 = time.perf_counter()
+    rc, out, _ = run_cli(capsys, "table", "--n", "1000000", "--format", "csv")
+    assert rc == 0 and time.perf_counter() - t0 < 60
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["mc_reliable_P"] for r in rows] == ["True", "True", "False", "False"]

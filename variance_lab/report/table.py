@@ -1,7 +1,7 @@
 """The variance comparison table of the seed, built from a frame and rendered as text.
 
 The frame comes from :func:`variance_lab.theory.summary` (and, with Monte Carlo, from
-:mod:`variance_lab.estimates`); this module only formats it.
+:mod:`variance_lab.estimates` through :func:`with_monte_carlo`); this module only formats it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,16 @@ import math
 import numpy as np
 import pandas as pd
 
-__all__ = ["SEED_PRINTED", "FORMATS", "format_number", "render", "errata"]
+__all__ = [
+    "SEED_PRINTED",
+    "FORMATS",
+    "MC_COLUMNS",
+    "format_number",
+    "render",
+    "errata",
+    "with_monte_carlo",
+    "monte_carlo_notes",
+]
 
 FORMATS = ("markdown", "latex", "csv", "json")
 
@@ -193,3 +202,102 @@ def render(frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes
     if notes:
         parts += ["", notes]
     return "\n".join(parts) + "\n"
+
+
+# --------------------------------------------------------------------------- Monte Carlo columns
+#: Monte Carlo columns of the table (csv/json names): column -> (tidy statistic, tidy field).
+#: ``mc_ess_P`` is Kong's ESS of the weights P_T as a fraction of n (compare ``ess_frac_P``);
+#: ``mc_reliable_P`` / ``_G`` are the verdicts on the variance estimates.
+MC_COLUMNS = {
+    "mc_var_P": ("var_P", "value"),
+    "mc_var_P_lo": ("var_P", "lo"),
+    "mc_var_P_hi": ("var_P", "hi"),
+    "mc_var_G": ("var_G", "value"),
+    "mc_var_G_lo": ("var_G", "lo"),
+    "mc_var_G_hi": ("var_G", "hi"),
+    "mc_mean_G": ("mean_G", "value"),
+    "mc_ess_P": ("ess_frac_P", "value"),
+    "mc_khat_P": ("khat_P", "value"),
+    "mc_reliable_P": ("var_P", "reliable"),
+    "mc_reliable_G": ("var_G", "reliable"),
+}
+
+
+def _mc_field(mc: pd.DataFrame, T, stat: str, field: str):
+    """One field of the Monte Carlo tidy rows, aligned with ``T``."""
+    rows = mc[(mc["statistic"] == stat) & (mc["method"] == "monte_carlo")].set_index("T")
+    return [rows.at[int(t), field] for t in T]
+
+
+def _with_interval(values, lo, hi, log10) -> list[str]:
+    return [
+        f"{format_number(v, lg)} [{format_number(a)}, {format_number(b)}]"
+        for v, a, b, lg in zip(values, lo, hi, log10, strict=True)
+    ]
+
+
+def _verdict(flags) -> list[str]:
+    return ["reliable" if ok else "UNRELIABLE" for ok in flags]
+
+
+def with_monte_carlo(frame: pd.DataFrame, mc: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFrame:
+    """The comparison frame with the Monte Carlo columns :data:`MC_COLUMNS` appended.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        From :func:`variance_lab.theory.summary`, one row per T.
+    mc : pandas.DataFrame
+        Tidy Monte Carlo rows of the same T (:func:`variance_lab.simulate.simulate`).
+    ci : float
+        Confidence level of ``mc``'s intervals, for the markdown headers.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy of ``frame`` with the ``mc_*`` columns; its ``attrs["display_columns"]``
+        give the markdown/LaTeX table the estimates with their intervals and the
+        verdicts in words.
+    """
+    out = frame.copy()
+    T = out["T"].tolist()
+    for col, (stat, field) in MC_COLUMNS.items():
+        values = _mc_field(mc, T, stat, field)
+        out[col] = np.array(values, dtype=bool if field == "reliable" else float)
+    pct = f"{100 * ci:g}%"
+
+    def log10(stat):
+        return _mc_field(mc, T, stat, "log10_value")
+
+    out.attrs["display_columns"] = {
+        f"MC Var(P_T) [{pct} CI]": _with_interval(
+            out["mc_var_P"], out["mc_var_P_lo"], out["mc_var_P_hi"], log10("var_P")
+        ),
+        "MC verdict Var(P_T)": _verdict(out["mc_reliable_P"]),
+        f"MC Var(G_T) [{pct} CI]": _with_interval(
+            out["mc_var_G"], out["mc_var_G_lo"], out["mc_var_G_hi"], log10("var_G")
+        ),
+        "MC verdict Var(G_T)": _verdict(out["mc_reliable_G"]),
+        "MC E[G_T]": [format_number(v) for v in out["mc_mean_G"]],
+        "MC ESS frac. P_T": [
+            format_number(v, lg) for v, lg in zip(out["mc_ess_P"], log10("ess_frac_P"), strict=True)
+        ],
+        "MC k-hat P_T": [format_number(v) for v in out["mc_khat_P"]],
+    }
+    return out
+
+
+def monte_carlo_notes(mc: pd.DataFrame, n: int, seed: int, *, target: float = 0.1) -> str:
+    """Plain-words verdicts below the markdown table: one line per flagged variance estimate."""
+    lines = [
+        f"Monte Carlo: n = {n:,} draws, seed {seed}; intervals from the sample kurtosis (log scale); "
+        f"an estimate is unreliable when theory needs more draws than n for a {100 * target:g} % "
+        "relative error, or the Pareto k-hat of the weights exceeds 0.7."
+    ]
+    flagged = mc[(mc["statistic"].isin(["var_P", "var_G"])) & ~mc["reliable"].astype(bool)]
+    for r in flagged.itertuples(index=False):
+        x = r.statistic[-1]
+        lines.append(f"- T = {int(r.T)}: Monte Carlo Var({x}_T) is UNRELIABLE: {r.reason}.")
+    if flagged.empty:
+        lines.append("- Every Monte Carlo variance estimate is reliable at these lengths.")
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""The chunk plan depends on n alone; one stream per chunk from SeedSequence(seed).spawn."""
+
+import numpy as np
+import pytest
+
+from variance_lab.simulate.plan import (
+    MAX_CHUNK,
+    MIN_CHUNK,
+    TAIL_MAX,
+    check_seed,
+    chunk_generator,
+    make_plan,
+    tail_size,
+)
+
+
+@pytest.mark.parametrize("n", [2, 3, 2047, 2048, 2049, 10**5, 10**6, 10**9 + 7])
+def test_plan_covers_n(n):
+    plan = make_plan(n)
+    sizes = plan.sizes()
+    assert sizes.sum() == n and sizes.size == plan.n_chunks
+    assert np.all(sizes >= 1) and np.all(sizes[:-1] == plan.chunk_size)
+    assert plan.chunk_size <= MAX_CHUNK
+    assert plan.chunk_size >= min(MIN_CHUNK, n)
+    assert [plan.size(i) for i in range(plan.n_chunks)] == sizes.tolist()
+
+
+def test_plan_depends_on_n_alone():
+    assert make_plan(123_456) == make_plan(123_456)
+    assert make_plan(10**6).n_chunks == 128
+
+
+def test_explicit_chunk_size():
+    plan = make_plan(1000, chunk_size=300)
+    assert plan.sizes().tolist() == [300, 300, 300, 100]
+    assert make_plan(10, chunk_size=100).sizes().tolist() == [10]
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, True, "7"])
+def test_bad_chunk_size(bad):
+    with pytest.raises(ValueError, match="chunk_size"):
+        make_plan(1000, chunk_size=bad)
+
+
+@pytest.mark.parametrize("bad", [1, 0, -3, 2.5, "10"])
+def test_bad_n(bad):
+    with pytest.raises(ValueError, match="n must be"):
+        make_plan(bad)
+
+
+def test_size_index_checked():
+    with pytest.raises(ValueError, match="chunk index"):
+        make_plan(100).size(1)
+
+
+def test_tail_size():
+    assert tail_size(100) == 20 + 1  # n/5 below 3 sqrt(n) = 30
+    assert tail_size(10**6) == 3000 + 1
+    assert tail_size(10**10) == TAIL_MAX + 1
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, None, "3"])
+def test_bad_seed(bad):
+    with pytest.raises(ValueError, match="seed"):
+        check_seed(bad)
+
+
+def test_chunk_generator_is_the_spawned_stream():
+    children = make_plan(10**5).seed_sequences(42)
+    assert len(children) == make_plan(10**5).n_chunks
+    for i in (0, 1, len(children) - 1):
+        ref = np.random.Generator(np.random.PCG64(children[i])).standard_normal(5)
+        np.testing.assert_array_equal(chunk_generator(42, i).standard_normal(5), ref)
+    assert not np.array_equal(chunk_generator(42, 0).random(3), chunk_generator(42, 1).random(3))
+    assert not np.array_equal(chunk_generator(42, 0).random(3), chunk_generator(43, 0).random(3))

@@ -1,0 +1,104 @@
+"""Pure statistics: moments from power sums, intervals, ESS, Pareto k-hat."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from variance_lab import stats
+
+
+def test_central_moments_from_power_sums():
+    rng = np.random.default_rng(0)
+    x = 3.0 + rng.gamma(2.0, size=10_000)
+    c = 4.7  # any fixed reference near the mean
+    sums = np.array([np.sum((x - c) ** k) for k in range(1, 5)])
+    d, m2, m3, m4 = stats.central_moments(sums, x.size)
+    xc = x - x.mean()
+    assert c + d == pytest.approx(x.mean(), rel=1e-13)
+    assert m2 == pytest.approx(np.mean(xc**2), rel=1e-11)
+    assert m3 == pytest.approx(np.mean(xc**3), rel=1e-9)
+    assert m4 == pytest.approx(np.mean(xc**4), rel=1e-9)
+
+
+def test_central_moments_vectorised_and_clipped():
+    sums = np.zeros((2, 3, 4))
+    d, m2, m3, m4 = stats.central_moments(sums, 5)
+    assert d.shape == m2.shape == (2, 3) and np.all(m2 == 0) and np.all(m4 == 0)
+
+
+def test_z_value():
+    assert stats.z_value(0.95) == pytest.approx(1.959963984540054)
+    for bad in (0, 1, 1.5, -0.1, True, "0.95"):
+        with pytest.raises(ValueError, match="ci"):
+            stats.z_value(bad)
+
+
+def test_var_interval():
+    v, kurt, n = 2.0, 3.0, 1000
+    lo, hi, se = stats.var_interval(v, kurt, n)
+    rho = math.sqrt((kurt - (n - 3) / (n - 1)) / n)
+    assert se == pytest.approx(v * rho)
+    assert lo == pytest.approx(v * math.exp(-1.959963984540054 * rho))
+    assert hi == pytest.approx(v * math.exp(1.959963984540054 * rho))
+    assert 0 < lo < v < hi
+    lo, hi, se = stats.var_interval(0.0, np.nan, n)  # zero variance: zero-width interval
+    assert lo == hi == se == 0.0
+
+
+def test_var_se_normal_data():
+    assert stats.var_se(3.0, 10**6) == pytest.approx(math.sqrt(2 / 10**6), rel=1e-5)
+    assert stats.var_se(0.5, 100) == 0.0  # clipped, never NaN
+
+
+def test_mean_interval():
+    lo, hi, se = stats.mean_interval(1.0, 4.0, 100, 0.9)
+    assert se == pytest.approx(0.2)
+    assert hi - 1.0 == pytest.approx(1.0 - lo) == pytest.approx(0.2 * 1.6448536269514722)
+
+
+def test_ess_fraction():
+    w = np.ones(10)
+    assert stats.ess_fraction(w.mean(), np.mean(w**2)) == pytest.approx(1.0)
+    w = np.array([1e6] + [1.0] * 99)
+    assert stats.ess_fraction(w.mean(), np.mean(w**2)) == pytest.approx(1 / 100, rel=1e-3)
+
+
+@pytest.mark.parametrize("k", [-0.2, 0.0, 0.5, 0.9])
+def test_gpd_fit_agrees_with_scipy(k):
+    x = sps.genpareto.rvs(k, scale=2.0, size=3000, random_state=np.random.default_rng(1))
+    k_hat, sigma = stats.gpd_fit(x, prior=False)
+    k_mle, _, s_mle = sps.genpareto.fit(x, floc=0)
+    assert k_hat == pytest.approx(k, abs=0.1)
+    assert k_hat == pytest.approx(k_mle, abs=0.03)
+    assert sigma == pytest.approx(s_mle, rel=0.1)
+
+
+def test_gpd_fit_needs_data():
+    with pytest.raises(ValueError, match="exceedances"):
+        stats.gpd_fit([1.0, 2.0])
+    with pytest.raises(ValueError, match="exceedances"):
+        stats.gpd_fit([0.0, 1, 2, 3, 4, 5])
+
+
+def _psis_tail(logw):
+    n = logw.size
+    m = math.ceil(min(0.2 * n, 3 * math.sqrt(n)))
+    return np.sort(logw)[-(m + 1) :]
+
+
+def test_pareto_khat_orders_tails():
+    rng = np.random.default_rng(4)
+    light = stats.pareto_khat(_psis_tail(0.3 * rng.standard_normal(10**5)))
+    heavy = stats.pareto_khat(_psis_tail(3.0 * rng.standard_normal(10**5)))
+    pareto = stats.pareto_khat(_psis_tail(np.log(sps.pareto.rvs(1 / 0.8, size=10**5, random_state=rng))))
+    assert light < 0.3 and heavy > stats.KHAT_THRESHOLD
+    assert pareto == pytest.approx(0.8, abs=0.1)  # Pareto with tail index 1/0.8: k = 0.8
+
+
+def test_pareto_khat_undefined_cases():
+    assert math.isnan(stats.pareto_khat([1.0, 2.0, 3.0]))
+    assert math.isnan(stats.pareto_khat(np.zeros(50)))  # all tied: no exceedances
+    assert math.isnan(stats.pareto_khat([0.0] * 40 + [1.0] * 10))  # one distinct exceedance
+    assert math.isnan(stats.pareto_khat([0.0, 1, 2, 3, np.inf, 5, 6]))

@@ -1,0 +1,233 @@
+r"""Mergeable accumulators of :math:`P_T`, :math:`G_T` and :math:`\log P_T`, one set per T.
+
+For every T of the grid an accumulator holds
+
+* the number of paths :math:`n`;
+* for :math:`X \in \{P_T, G_T\}`, with :math:`y = \log X` (:math:`y = \log P_T` or
+  :math:`\log P_T / T`): a **shift** :math:`h = \max(\text{largest } y \text{ seen}, \rho)`
+  and the power sums :math:`S_k = \sum_i d_i^k`, :math:`k = 1..4`, of the deviations
+
+  .. math::
+
+      d_i = e^{y_i - h} - e^{\rho - h} = e^{\rho - h}\,\operatorname{expm1}(y_i - \rho),
+
+  :math:`X_i - e^{\rho}` in units of :math:`e^h`, about a fixed reference
+  :math:`\rho` close to :math:`\log E[X]`. Every :math:`|d_i|` is at most about 1, so
+  nothing overflows however far :math:`P_T` spans (hundreds of orders of magnitude at
+  large T), and the largest terms never underflow. Centring at :math:`e^\rho` keeps the
+  digits of the central moments where the spread is small (:math:`\operatorname{Var}(G_T)`
+  is about :math:`10^{-7}` around a mean of 0.95 at large T: raw power sums would
+  cancel them away). Where :math:`\log X` is widely spread (its variance
+  :math:`s^2 \operatorname{Var}(\log P_T) > 1`) a fixed centre would sit far from most values and cost
+  the small ones their digits, so there :math:`\rho = -\infty` (no centring,
+  :math:`d_i = e^{y_i - h}`): the sums are then the raw shifted power sums, which is
+  harmless because the relative variance is large;
+* plain power sums of :math:`\log P_T - T\mu_y` (:math:`\mu_y = E[\log r]`);
+* the tail sample: the largest :math:`\min(M, n)` values of :math:`\log P_T`, sorted in
+  descending order (:func:`variance_lab.simulate.plan.tail_size`).
+
+**Merging** two accumulators with shifts :math:`h_a, h_b` moves both to
+:math:`h = \max(h_a, h_b)`: the deviations are homogeneous in :math:`e^{-h}`, so
+:math:`S_k \mapsto e^{k(h_a - h)} S_k`, then the sums add. The tails merge into the
+largest :math:`M` of their union. Merging is exact up to rounding, and merging the same
+accumulators in the same order always gives the same bits.
+
+The layout of the arrays (index 0 is :math:`P_T`, 1 is :math:`G_T`, 2 is
+:math:`\log P_T`): ``shift``, ``log_ref``: shape ``(2, nT)``; ``sums``: ``(3, nT, 4)``;
+``ref_logP``: ``(nT,)``; ``tail``: ``(nT, m)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+import mpmath
+import numpy as np
+
+from variance_lab._validate import check_T
+from variance_lab.families import Family
+from variance_lab.simulate._jit import kernel
+
+__all__ = ["AccumulatorSpec", "Accumulator", "merge", "merge_all", "P", "G", "LOG_P"]
+
+#: Index of each accumulated quantity in ``sums`` (and in ``shift``, ``log_ref``).
+P, G, LOG_P = 0, 1, 2
+
+_POWERS = np.arange(1, 5)
+
+
+@dataclass(frozen=True, eq=False)
+class AccumulatorSpec:
+    r"""What every accumulator of one run shares: the T grid, the references, the tail size.
+
+    Attributes
+    ----------
+    T : ndarray of int64
+        Sorted T grid.
+    log_ref : ndarray, shape (2, nT)
+        :math:`\rho` of :math:`P_T` (row 0) and of :math:`G_T` (row 1); ``-inf`` means
+        no centring.
+    ref_logP : ndarray, shape (nT,)
+        Centre of :math:`\log P_T`, :math:`T\mu_y`.
+    tail : int
+        Largest values of :math:`\log P_T` kept per T.
+    """
+
+    T: np.ndarray
+    log_ref: np.ndarray
+    ref_logP: np.ndarray
+    tail: int
+
+    @classmethod
+    def from_family(cls, family: Family, T, tail: int) -> AccumulatorSpec:
+        r"""References from the family's cumulant generating function of :math:`\log P_T`.
+
+        :math:`\rho_P = \log E[P_T]` and :math:`\rho_G = \log E[G_T]`
+        (``family.cgf_sum_mp`` at :math:`s = 1` and :math:`1/T`), each used only where the
+        variance of :math:`\log X` (:math:`V_T = \operatorname{Var}(\log P_T)`, resp.
+        :math:`V_T/T^2`) is at most 1; :math:`T\mu_y = E[\log P_T]` for :math:`\log P_T`.
+        """
+        grid = check_T(T, grid=True)
+        log_ref = np.empty((2, grid.size))
+        if family.degenerate:  # the very floats the kernel computes: zero variance stays exactly 0
+            lp = grid * family.sampler_params()[1][0]
+            log_ref[P], log_ref[G] = lp, lp / grid
+            return cls(T=grid, log_ref=log_ref, ref_logP=lp, tail=int(tail))
+        with mpmath.workdps(30):
+            for j, t in enumerate(grid.tolist()):
+                v = _var_log_p(family, t)
+                log_ref[P, j] = float(family.cgf_sum_mp(t, 1)) if v <= 1.0 else -np.inf
+                log_ref[G, j] = float(family.cgf_sum_mp(t, mpmath.mpf(1) / t)) if v <= t * t else -np.inf
+        return cls(T=grid, log_ref=log_ref, ref_logP=grid.astype(float) * family.mean_log, tail=int(tail))
+
+    def empty(self) -> Accumulator:
+        """An accumulator of zero paths."""
+        nT = self.T.size
+        return Accumulator(
+            spec=self,
+            count=0,
+            shift=self.log_ref.copy(),
+            sums=np.zeros((3, nT, 4)),
+            tail=np.empty((nT, 0)),
+        )
+
+    def compatible(self, other: AccumulatorSpec) -> bool:
+        """True when accumulators of the two specs can be merged."""
+        return self is other or (
+            self.tail == other.tail
+            and np.array_equal(self.T, other.T)
+            and np.array_equal(self.log_ref, other.log_ref)
+            and np.array_equal(self.ref_logP, other.ref_logP)
+        )
+
+
+@dataclass(eq=False)
+class Accumulator:
+    """Moments and tail of ``count`` paths at every T of ``spec.T`` (see the module docstring).
+
+    Attributes
+    ----------
+    spec : AccumulatorSpec
+    count : int
+        Paths accumulated.
+    shift : ndarray, shape (2, nT)
+        :math:`h` of :math:`P_T` and :math:`G_T`.
+    sums : ndarray, shape (3, nT, 4)
+        Power sums :math:`S_1..S_4` of the deviations of :math:`P_T`, :math:`G_T`,
+        :math:`\\log P_T`.
+    tail : ndarray, shape (nT, m)
+        The largest ``m = min(spec.tail, count)`` values of :math:`\\log P_T`, descending.
+    """
+
+    spec: AccumulatorSpec
+    count: int
+    shift: np.ndarray
+    sums: np.ndarray
+    tail: np.ndarray
+
+    @property
+    def T(self) -> np.ndarray:
+        return self.spec.T
+
+    def centre(self) -> np.ndarray:
+        r""":math:`e^{\rho - h}`, shape (2, nT): the reference in units of :math:`e^h` (0: none)."""
+        with np.errstate(invalid="ignore"):
+            c = np.exp(self.spec.log_ref - self.shift)
+        return np.where(np.isneginf(self.spec.log_ref), 0.0, c)
+
+    def merge(self, other: Accumulator) -> Accumulator:
+        """This accumulator merged with ``other`` (a new object; see :func:`merge`)."""
+        return merge(self, other)
+
+
+def _var_log_p(family: Family, T: int) -> float:
+    r""":math:`\operatorname{Var}(\log P_T)`: :math:`T\sigma_y^2` for i.i.d. ratios, the family's
+    ``var_sum_mp(T)`` where it has one (correlated ratios, AR(1))."""
+    var_sum = getattr(family, "var_sum_mp", None)
+    return float(var_sum(T)) if var_sum is not None else T * family.var_log
+
+
+def _rescaled(acc: Accumulator, shift: np.ndarray) -> np.ndarray:
+    """``acc.sums`` with the P and G parts moved to the common ``shift`` (>= acc.shift)."""
+    f = np.exp(acc.shift - shift)  # <= 1; both finite once count > 0
+    out = acc.sums.copy()
+    out[:2] *= f[:, :, None] ** _POWERS
+    return out
+
+
+def merge(a: Accumulator, b: Accumulator) -> Accumulator:
+    r"""Merge two accumulators of the same spec: ``a`` first, then ``b``.
+
+    Shifts move to their maximum (power sums rescaled by :math:`e^{k(h_a-h)}`), sums
+    add, tails merge into the largest ``spec.tail`` values of their union. Exact up to
+    rounding; the same inputs in the same order give the same bits.
+
+    Raises
+    ------
+    ValueError
+        If the accumulators have different specs (T grid, references or tail size).
+    """
+    if not a.spec.compatible(b.spec):
+        raise ValueError("cannot merge accumulators of different T grids, references or tail sizes")
+    if b.count == 0:
+        return _copy(a)
+    if a.count == 0:
+        return _copy(b)
+    shift = np.maximum(a.shift, b.shift)
+    sums = _rescaled(a, shift) + _rescaled(b, shift)
+    m = min(a.spec.tail, a.tail.shape[1] + b.tail.shape[1])
+    tail = np.empty((a.T.size, m))
+    _merge_tails(a.tail, b.tail, tail)
+    return Accumulator(spec=a.spec, count=a.count + b.count, shift=shift, sums=sums, tail=tail)
+
+
+def merge_all(accs) -> Accumulator:
+    """Merge accumulators left to right, in the order given (chunk order)."""
+    accs = list(accs)
+    if not accs:
+        raise ValueError("merge_all needs at least one accumulator")
+    return reduce(merge, accs[1:], _copy(accs[0]))
+
+
+def _copy(acc: Accumulator) -> Accumulator:
+    return Accumulator(
+        spec=acc.spec, count=acc.count, shift=acc.shift.copy(), sums=acc.sums.copy(), tail=acc.tail.copy()
+    )
+
+
+@kernel
+def _merge_tails(a, b, out):  # pragma: no cover - compiled
+    """Row-wise: the largest ``out.shape[1]`` values of two descending rows, descending."""
+    m = out.shape[1]
+    na, nb = a.shape[1], b.shape[1]
+    for j in range(out.shape[0]):
+        ia = 0
+        ib = 0
+        for k in range(m):
+            if ib >= nb or (ia < na and a[j, ia] >= b[j, ib]):
+                out[j, k] = a[j, ia]
+                ia += 1
+            else:
+                out[j, k] = b[j, ib]
+                ib += 1
