@@ -381,7 +381,7 @@ _TIDY = {
 }
 
 
-def tidy(family: Family, T, *, target: float = DEFAULT_TARGET) -> pd.DataFrame:
+def tidy(family: Family, T, *, target: float = DEFAULT_TARGET, quantities=None) -> pd.DataFrame:
     """Theory in the tidy long schema (:mod:`variance_lab.schema`): one row per
     (T, statistic, method), exact values and the seed's approximations.
 
@@ -391,6 +391,9 @@ def tidy(family: Family, T, *, target: float = DEFAULT_TARGET) -> pd.DataFrame:
     T : int or array_like of int
     target : float
         Target relative error for the ``n_needed_*`` statistics.
+    quantities : sequence of str, optional
+        Only these quantities (names of :data:`QUANTITIES` that have a tidy
+        (statistic, method), e.g. ``["var_P", "var_G_seed"]``), in this order; all by default.
 
     Returns
     -------
@@ -400,8 +403,13 @@ def tidy(family: Family, T, *, target: float = DEFAULT_TARGET) -> pd.DataFrame:
     from variance_lab.schema import TIDY_COLUMNS
 
     Ts = np.atleast_1d(check_T(T)).ravel()
+    names = list(_TIDY) if quantities is None else list(quantities)
+    unknown = [q for q in names if q not in _TIDY]
+    if unknown:
+        raise ValueError(f"no tidy statistic for quantity {unknown[0]!r}; choose from {', '.join(_TIDY)}")
     parts = []
-    for name, (stat, method) in _TIDY.items():
+    for name in names:
+        stat, method = _TIDY[name]
         lin = np.atleast_1d(value(name, family, Ts, target=target))
         lg = np.atleast_1d(value(name, family, Ts, log10=True, target=target))
         parts.append(

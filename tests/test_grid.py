@@ -1,0 +1,98 @@
+"""The command-line grid syntax (variance_lab.grid)."""
+
+import numpy as np
+import pytest
+
+from variance_lab.grid import parse_grid, parse_int_grid, parse_name_list
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1", [1.0]),
+        ("0.1,1,10", [0.1, 1.0, 10.0]),
+        ("10, 1 ,0.1", [0.1, 1.0, 10.0]),  # sorted, spaces allowed
+        ("1,1,1.0", [1.0]),  # deduplicated
+        ("0.9:1.1:5", [0.9, 0.95, 1.0, 1.05, 1.1]),  # rounded to 12 digits: no 0.9500000000000001
+        ("0.01:1:log3", [0.01, 0.1, 1.0]),
+        ("2:1:2", [1.0, 2.0]),  # descending ranges are fine
+        ("3:3:1", [3.0]),
+        ("0.5,0.9:1.1:3", [0.5, 0.9, 1.0, 1.1]),
+        ("-1:1:3", [-1.0, 0.0, 1.0]),
+        ("1e-3:1e-1:log3", [0.001, 0.01, 0.1]),
+    ],
+)
+def test_real_grids(text, expected):
+    out = parse_grid(text)
+    assert out.dtype == np.float64
+    assert out.tolist() == expected
+
+
+def test_log_range_is_geometric():
+    out = parse_grid("1:1000:log4")
+    np.testing.assert_allclose(out, [1, 10, 100, 1000], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1,10,100,1000", [1, 10, 100, 1000]),
+        ("1:1000:log4", [1, 10, 100, 1000]),
+        ("1:10:log20", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]),  # rounded, then deduplicated
+        ("1:5:5,3", [1, 2, 3, 4, 5]),
+        ("2.6", [3]),
+    ],
+)
+def test_integer_grids(text, expected):
+    out = parse_grid(text, integer=True)
+    assert out.dtype == np.int64
+    assert out.tolist() == expected
+
+
+def test_int_grid_minimum():
+    assert parse_int_grid("0,5", name="--n", minimum=0).tolist() == [0, 5]
+    with pytest.raises(ValueError, match=r"--T: values must be integers >= 1, got 0"):
+        parse_int_grid("0,1", name="--T", minimum=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty grid"),
+        ("   ", "empty grid"),
+        ("1,,2", "empty item"),
+        ("x", "not a number: 'x'"),
+        ("1:2", "a range is a:b:N or a:b:logN"),
+        ("1:2:3:4", "a range is a:b:N or a:b:logN"),
+        ("1:2:0", "point count N >= 1"),
+        ("1:2:x", "point count N >= 1"),
+        ("1:2:log", "point count N >= 1"),
+        ("1:2:-3", "point count N >= 1"),
+        ("1:2:1", "one point but two different ends"),
+        ("0:1:log3", "needs ends > 0"),
+        ("-1:1:log3", "needs ends > 0"),
+        ("inf", "must be finite"),
+        ("nan", "must be finite"),
+        ("1:nan:3", "must be finite"),
+    ],
+)
+def test_bad_grids(text, message):
+    with pytest.raises(ValueError, match=r"^--mu: ") as info:
+        parse_grid(text, name="--mu")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_non_string_is_an_error():
+    with pytest.raises(ValueError, match="empty grid"):
+        parse_grid(None)  # type: ignore[arg-type]
+
+
+def test_name_list():
+    choices = ["lognormal", "gamma", "two-point"]
+    assert parse_name_list("gamma, lognormal,gamma", name="--family", choices=choices) == [
+        "gamma",
+        "lognormal",
+    ]
+    with pytest.raises(ValueError, match=r"--family: unknown value 'normal'; choose from lognormal"):
+        parse_name_list("normal", name="--family", choices=choices)

@@ -1,0 +1,323 @@
+"""Sweeps, the SQLite store, cell identity, resumption and export (variance_lab.sweep)."""
+
+import json
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from variance_lab import __version__, theory
+from variance_lab.families import get_family
+from variance_lab.schema import TIDY_COLUMNS
+from variance_lab.sweep import (
+    STORE_COLUMNS,
+    Cell,
+    Store,
+    compute,
+    export,
+    extra_parameters,
+    load_store,
+    load_table,
+    plan,
+    sweep,
+)
+
+T_GRID = [1, 10, 100]
+
+
+def _has_engine() -> bool:
+    try:
+        from variance_lab.simulate import simulate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_engine = pytest.mark.skipif(not _has_engine(), reason="Monte Carlo engine not available")
+
+
+# ----------------------------------------------------------------------------- cells and plans
+def test_cell_identity_is_sha256_of_canonical_key():
+    family = get_family("lognormal", 1.0, 0.1)
+    cell = Cell("theory", family, (1, 10), options=(("target", 0.1),))
+    key = cell.key()
+    assert key["version"] == __version__
+    assert key["family"] == {"family": "lognormal", "mu": 1.0, "sigma2": 0.1}
+    assert key["T"] == [1, 10]
+    assert len(key["code"]) == 64  # fingerprint of the code that computes it
+    import hashlib
+
+    canonical = json.dumps(key, sort_keys=True, separators=(",", ":"))
+    assert cell.id == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_cell_identity_changes_with_everything_that_matters():
+    fam = get_family("lognormal", 1.0, 0.1)
+    mc = (("ci", 0.95), ("independent", False))
+    base = Cell("monte_carlo", fam, (1, 10), 1000, 0, mc)
+    variants = [
+        Cell("monte_carlo", fam, (1, 10), 1001, 0, mc),  # n
+        Cell("monte_carlo", fam, (1, 10), 1000, 1, mc),  # seed
+        Cell("monte_carlo", fam, (1, 10, 100), 1000, 0, mc),  # the T grid
+        Cell("monte_carlo", get_family("lognormal", 1.0, 0.2), (1, 10), 1000, 0, mc),  # a parameter
+        Cell("monte_carlo", get_family("gamma", 1.0, 0.1), (1, 10), 1000, 0, mc),  # the family
+        Cell("monte_carlo", fam, (1, 10), 1000, 0, (("ci", 0.9), ("independent", False))),
+        Cell("monte_carlo", fam, (1, 10), 1000, 0, (("ci", 0.95), ("independent", True))),
+        Cell("theory", fam, (1, 10), options=(("target", 0.1),)),  # the method
+    ]
+    ids = {base.id, *(v.id for v in variants)}
+    assert len(ids) == len(variants) + 1
+    assert Cell("monte_carlo", fam, (1, 10), 1000, 0, mc).id == base.id  # deterministic
+    two_point = [get_family("two-point", 1.0, 0.1, q=q) for q in (0.5, 0.4)]
+    assert len({Cell("theory", f, (1,)).id for f in two_point}) == 2  # extra parameters too
+
+
+def test_other_code_is_another_cell(monkeypatch):
+    import variance_lab.sweep as sweep_mod
+
+    cell = Cell("theory", get_family("lognormal", 1.0, 0.1), (1, 10))
+    before = cell.id
+    assert sweep_mod.code_fingerprint("theory") != sweep_mod.code_fingerprint("monte_carlo")
+    monkeypatch.setattr(sweep_mod, "code_fingerprint", lambda kind: "edited")
+    assert cell.id != before
+
+
+def test_plan_cells_and_unreachable_points():
+    p = plan(["lognormal", "two-point"], [1.0, 0.5], [0.1, 0.5], T_GRID, [0, 1000], seed=3)
+    # two-point (q = 1/2) needs sigma2 < mu^2: mu = 0.5, sigma2 = 0.5 is out of reach.
+    assert [(u["family"], u["mu"], u["sigma2"]) for u in p.unreachable] == [("two-point", 0.5, 0.5)]
+    assert "cannot reach" in p.unreachable[0]["reason"]
+    kinds = [c.kind for c in p.cells]
+    assert kinds.count("theory") == 7 and kinds.count("monte_carlo") == 7
+    assert {c.n for c in p.cells if c.kind == "monte_carlo"} == {1000}
+    assert {c.seed for c in p.cells if c.kind == "theory"} == {None}
+    assert all(c.T == (1, 10, 100) for c in p.cells)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"families": "normal"}, "unknown family 'normal'"),
+        ({"mu": [1.0, -1.0]}, "mu must be > 0"),
+        ({"sigma2": -0.1}, "sigma2 must be >= 0"),
+        ({"sigma2": float("nan")}, "sigma2 must be finite"),
+        ({"T": [0, 1]}, "T must be integers >= 1"),
+        ({"T": [1, 1]}, "duplicate"),
+        ({"n": 1}, "n must be 0 .theory only. or an integer >= 2"),
+        ({"n": [0, 2.5]}, "n must be 0"),
+        ({"seed": -1}, "seed must be an integer >= 0"),
+        ({"ci": 1.5}, "ci must lie in"),
+        ({"target": 0}, "target must be"),
+        ({"families": "two-point", "mu": 1.0, "sigma2": [1.0, 2.0]}, "no reachable point"),
+        ({"params": {"rho": [0.5]}}, "'rho' applies to none of the families lognormal"),
+        ({"families": "ar1", "params": {"rho": [2.0]}}, "rho must lie in"),
+    ],
+)
+def test_plan_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plan(**{"T": T_GRID, **kwargs})
+
+
+def test_extra_parameters_are_swept_per_family():
+    assert extra_parameters("two-point") == ("q",)
+    assert extra_parameters("lognormal") == ()
+    p = plan(["lognormal", "two-point"], 1.0, 0.1, T_GRID, params={"q": [0.3, 0.5]})
+    labels = sorted(c.label() for c in p.cells)
+    assert labels == [
+        "theory lognormal mu=1 sigma2=0.1",
+        "theory two-point mu=1 sigma2=0.1 q=0.3",
+        "theory two-point mu=1 sigma2=0.1 q=0.5",
+    ]
+
+
+# ----------------------------------------------------------------------------- store
+def _rows_per_cell(path) -> dict[str, int]:
+    with sqlite3.connect(path) as conn:
+        return dict(conn.execute("SELECT cell, COUNT(*) FROM results GROUP BY cell").fetchall())
+
+
+def test_theory_sweep_stores_tidy_rows_with_provenance(tmp_path):
+    store = tmp_path / "s.sqlite"
+    result = sweep(["lognormal", "two-point"], [0.9, 1.0], [0.1, 1.0], T_GRID, store=store, progress=False)
+    assert len(result.cells) == 6 and len(result.computed) == 6 and not result.reused
+    assert len(result.unreachable) == 2 and not result.failed
+    frame = result.frame
+    assert tuple(frame.columns) == STORE_COLUMNS
+    assert set(frame["method"]) == {"exact", "lognormal", "delta", "seed"}
+    assert (frame["n"] == 0).all() and frame["seed"].isna().all()
+    assert (frame["version"] == __version__).all()
+    assert frame["created"].str.match(r"\d{4}-\d\d-\d\dT").all()
+    # one row per (family, mu, sigma2, T, statistic, method)
+    assert not frame.duplicated(["family", "mu", "sigma2", "params", "T", "statistic", "method"]).any()
+    # the rows are theory.tidy's, unchanged
+    fam = get_family("lognormal", 0.9, 1.0)
+    mine = frame[(frame["family"] == "lognormal") & (frame["mu"] == 0.9) & (frame["sigma2"] == 1.0)]
+    ref = theory.tidy(fam, T_GRID).sort_values(["T", "statistic", "method"]).reset_index(drop=True)
+    mine = mine[list(TIDY_COLUMNS)].sort_values(["T", "statistic", "method"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(mine, ref, check_dtype=False)
+    assert set(_rows_per_cell(store).values()) == {len(ref)}
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_rerun_reuses_finished_cells(tmp_path):
+    store = tmp_path / "s.sqlite"
+    first = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=store, progress=False)
+    again = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=store, progress=False)
+    assert not again.computed and sorted(again.reused) == sorted(first.cells)
+    pd.testing.assert_frame_equal(first.frame, again.frame)
+    bigger = sweep("lognormal", [0.9, 1.0, 1.1], 0.1, T_GRID, store=store, progress=False)
+    assert len(bigger.computed) == 1 and len(bigger.reused) == 2
+    assert sorted(bigger.frame["mu"].unique()) == [0.9, 1.0, 1.1]
+    new_T = sweep("lognormal", [0.9, 1.0], 0.1, [1, 10], store=store, progress=False)
+    assert len(new_T.computed) == 2  # a new T grid is a new cell
+    assert len(load_store(store)["cell"].unique()) == 5
+
+
+def test_put_is_one_transaction_and_never_duplicates(tmp_path):
+    cell = plan("lognormal", 1.0, 0.1, T_GRID).cells[0]
+    frame, prov = compute(cell)
+    with Store(tmp_path / "s.sqlite") as db:
+        assert db.put(cell, frame, prov, 0.1) is True
+        assert db.put(cell, frame, prov, 0.1) is False  # e.g. a concurrent run finished it first
+        assert db.finished() == {cell.id}
+        broken = frame.copy()
+        broken.loc[broken.index[1], ["T", "statistic", "method"]] = broken.loc[
+            broken.index[0], ["T", "statistic", "method"]
+        ].to_numpy()
+        other = plan("lognormal", 1.0, 0.2, T_GRID).cells[0]
+        with pytest.raises(sqlite3.IntegrityError):
+            db.put(other, broken, prov, 0.1)  # a duplicate row aborts the whole cell
+        assert db.finished() == {cell.id}
+        cells = db.cells()
+    assert len(cells) == 1 and json.loads(cells["key"][0])["T"] == T_GRID
+    assert json.loads(cells["provenance"][0]) == {"engine": "theory"}
+
+
+def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
+    import variance_lab.sweep as sweep_mod
+
+    real = sweep_mod.compute
+
+    def flaky(cell, workers=None):
+        if cell.family.mu == 0.9:
+            raise ValueError("boom")
+        return real(cell, workers=workers)
+
+    monkeypatch.setattr(sweep_mod, "compute", flaky)
+    result = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "s.sqlite", progress=False)
+    assert len(result.failed) == 1 and result.failed[0]["error"] == "boom"
+    assert "mu=0.9" in result.failed[0]["label"] and "1 failed" in result.summary()
+    assert set(result.frame["mu"]) == {1.0}
+    monkeypatch.setattr(sweep_mod, "compute", real)
+    retry = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "s.sqlite", progress=False)
+    assert len(retry.computed) == 1 and not retry.failed
+
+
+def test_interrupt_keeps_finished_cells(tmp_path, monkeypatch):
+    import variance_lab.sweep as sweep_mod
+
+    real, calls = sweep_mod.compute, []
+
+    def interrupted(cell, workers=None):
+        calls.append(cell)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(cell, workers=workers)
+
+    monkeypatch.setattr(sweep_mod, "compute", interrupted)
+    store = tmp_path / "s.sqlite"
+    with pytest.raises(
+        sweep_mod.SweepInterrupted, match=r"2 of 4 cells finished .* run the same command again"
+    ):
+        sweep("lognormal", [0.8, 0.9, 1.0, 1.1], 0.1, T_GRID, store=store, progress=False)
+    assert len(load_store(store)["cell"].unique()) == 2
+
+
+def test_store_errors(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_store(tmp_path / "missing.sqlite")
+    (tmp_path / "junk.sqlite").write_text("not a database, not at all" * 100)
+    with pytest.raises(ValueError, match="not a variance_lab store"):
+        load_store(tmp_path / "junk.sqlite")
+    with pytest.raises(ValueError, match="is a directory"):
+        sweep(store=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="folder .* does not exist"):
+        sweep(store=tmp_path / "no" / "s.sqlite", progress=False)
+
+
+def test_other_schema_version_is_refused(tmp_path):
+    store = tmp_path / "s.sqlite"
+    sweep("lognormal", 1.0, 0.1, [1], store=store, progress=False)
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    with pytest.raises(ValueError, match="schema version 99"):
+        load_store(store)
+
+
+# ----------------------------------------------------------------------------- export
+def _check_round_trip(store, tmp_path):
+    frame = load_store(store)
+    for suffix in ("csv", "parquet"):
+        out = tmp_path / f"out.{suffix}"
+        written = export(store, out)
+        pd.testing.assert_frame_equal(written, frame)
+        pd.testing.assert_frame_equal(load_table(out), frame, check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out.parquet"), frame, check_exact=True)
+    return frame
+
+
+def test_export_round_trips_theory(tmp_path):
+    store = tmp_path / "s.sqlite"
+    sweep(["lognormal", "gamma"], [0.9, 1.1], [0.1], [1, 10, 1000, 100000], store=store, progress=False)
+    frame = _check_round_trip(store, tmp_path)
+    assert np.isinf(frame["log10_value"]).any()  # bias_G = 0 at T = 1: log10 is -inf
+    assert frame["lo"].isna().all()
+    assert np.isinf(frame["value"]).any()  # Var(P_T) at T = 1e5 leaves float range; log10 stays finite
+    assert np.isfinite(frame.loc[np.isinf(frame["value"]), "log10_value"]).all()
+
+
+def test_export_errors(tmp_path):
+    store = tmp_path / "s.sqlite"
+    sweep("lognormal", 1.0, 0.1, [1], store=store, progress=False)
+    with pytest.raises(ValueError, match="use a .csv or .parquet name"):
+        export(store, tmp_path / "x.txt")
+    with pytest.raises(ValueError, match="folder .* does not exist"):
+        export(store, tmp_path / "no" / "x.csv")
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+# ----------------------------------------------------------------------------- Monte Carlo cells
+@needs_engine
+def test_changes_recompute_only_affected_cells(tmp_path):
+    store = tmp_path / "s.sqlite"
+    kw = {"T": [1, 10, 50], "store": store, "progress": False, "workers": 1}
+    base = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=1, **kw)
+    kinds = {c.id: c.kind for c in plan("lognormal", [0.9, 1.0], 0.1, [1, 10, 50], [0, 500], seed=1).cells}
+    assert len(base.computed) == 4 and {kinds[c] for c in base.computed} == {"theory", "monte_carlo"}
+    mc = base.frame[base.frame["method"] == "monte_carlo"]
+    assert set(mc["n"]) == {500} and set(mc["seed"]) == {1} and mc["lo"].notna().any()
+
+    same = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=1, **kw)
+    assert not same.computed and len(same.reused) == 4
+
+    new_seed = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=2, **kw)
+    assert len(new_seed.computed) == 2 and len(new_seed.reused) == 2  # Monte Carlo only
+    new_n = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 600], seed=1, **kw)
+    assert len(new_n.computed) == 2 and len(new_n.reused) == 2
+    new_mu = sweep("lognormal", [0.9, 1.05], 0.1, n=[0, 500], seed=1, **kw)
+    assert len(new_mu.computed) == 2 and len(new_mu.reused) == 2  # the cells at mu = 1.05 only
+    assert set(load_store(store)["mu"]) == {0.9, 1.0, 1.05}
+
+    # Same seed and n in another store: bit-identical numbers (workers do not matter).
+    other = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=1, **{**kw, "store": tmp_path / "o.sqlite"})
+    cols = [c for c in STORE_COLUMNS if c != "created"]
+    pd.testing.assert_frame_equal(other.frame[cols], base.frame[cols], check_exact=True)
+    _check_round_trip(store, tmp_path)
+
+
+def test_progress_bar_goes_to_stderr(tmp_path, capsys):
+    sweep("lognormal", [0.9, 1.0], 0.1, [1, 2], store=tmp_path / "s.sqlite", progress=True)
+    captured = capsys.readouterr()
+    assert "sweep" in captured.err and "2/2" in captured.err and captured.out == ""
