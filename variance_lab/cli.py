@@ -59,11 +59,18 @@ def write_output(text: str, out: str | None) -> None:
     path = Path(out)
     if path.is_dir():
         raise CLIError(f"--out {out!r} is a directory")
+    if path.exists() and not path.is_file():  # a device or pipe (/dev/null): write into it, never replace it
+        with open(path, "w") as fh:
+            fh.write(text)
+        return
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise CLIError(f"--out {out!r}: folder {str(folder)!r} does not exist")
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it; mkstemp makes 0600
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
@@ -97,18 +104,260 @@ def family_from_args(args: argparse.Namespace):
 def _cmd_table(args: argparse.Namespace) -> int:
     family = family_from_args(args)
     T = parse_int_list(args.T)
-    if args.n != 0:
-        raise CLIError("--n: Monte Carlo columns are not available in this version; use --n 0")
     frame = theory.summary(family, T, target=args.target)
+    notes = table_report.errata(frame, family.mu, family.sigma2)
+    source = "exact theory"
+    if args.n != 0:  # Monte Carlo columns beside the theory
+        from variance_lab.simulate import simulate
+
+        mc = simulate(family, T, args.n, seed=args.seed, workers=args.workers, target=args.target)
+        frame = table_report.with_monte_carlo(frame, mc)
+        mc_notes = table_report.monte_carlo_notes(mc, args.n, args.seed, target=args.target)
+        notes = f"{mc_notes}\n\n{notes}" if notes else mc_notes
+        source = f"exact theory and Monte Carlo (n = {args.n:,}, seed {args.seed})"
     title = (
         f"Variance of P_T and G_T: {family.name}, mu = {family.mu:g}, sigma^2 = {family.sigma2:g}; "
-        f"exact theory (variance_lab {__version__})"
+        f"{source} (variance_lab {__version__})"
     )
-    text = table_report.render(
-        frame, args.format, title=title, notes=table_report.errata(frame, family.mu, family.sigma2)
-    )
+    text = table_report.render(frame, args.format, title=title, notes=notes)
     write_output(text, args.out)
     return 0
+
+
+# --------------------------------------------------------------------------- sweep, export, figures
+_GRID_EPILOG = (
+    "Grid syntax (--mu, --sigma2, --T, --n): a comma list of numbers and ranges; a:b:N is N points "
+    "spaced linearly from a to b, a:b:logN is N points spaced evenly in log from a to b (ends "
+    "included). Values are sorted and deduplicated; --T and --n are rounded to integers. "
+    "Examples: --mu 0.9:1.1:5, --sigma2 0.01:1:log7, --T 1:1000:log20, --T 1,10,100,1000."
+)
+
+
+def _grid_arg(name: str, *, integer: bool = False, minimum: int | None = None):
+    """An argparse type parsing a grid (see variance_lab.grid); errors become one-line usage errors."""
+    from variance_lab import grid
+
+    def parse(text: str):
+        try:
+            if integer:
+                return grid.parse_int_grid(text, name=name, minimum=minimum)
+            return grid.parse_grid(text, name=name)
+        except ValueError as exc:  # argparse names the option itself
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{name}: ")) from None
+
+    parse.__name__ = f"{name.lstrip('-')} grid"
+    return parse
+
+
+def _family_list(text: str) -> list[str]:
+    from variance_lab import grid
+
+    try:
+        return grid.parse_name_list(text, name="--family", choices=list(FAMILIES))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--family: ")) from None
+
+
+def _param_grid(text: str) -> tuple[str, object]:
+    """``NAME=GRID`` for an extra family parameter (``rho=0:0.9:4``)."""
+    from variance_lab import grid
+
+    name, sep, values = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=GRID, got {text!r}")
+    try:
+        return name.strip(), grid.parse_grid(values, name=f"--param {name.strip()}")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _report_list(title: str, items: list[str], limit: int = 10) -> None:
+    print(f"{PROG}: {title}: {len(items)}", file=sys.stderr)
+    for item in items[:limit]:
+        print(f"  {item}", file=sys.stderr)
+    if len(items) > limit:
+        print(f"  ... and {len(items) - limit} more", file=sys.stderr)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from variance_lab import sweep as sweep_mod
+
+    try:
+        result = sweep_mod.sweep(
+            args.family,
+            args.mu,
+            args.sigma2,
+            args.T,
+            args.n,
+            seed=args.seed,
+            store=args.store,
+            workers=args.workers,
+            independent=args.independent,
+            ci=args.ci,
+            target=args.target,
+            params=dict(args.param or []),
+            progress=not args.no_progress,
+        )
+    except sweep_mod.SweepInterrupted as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 130
+    if result.unreachable:
+        _report_list(
+            "unreachable (family, mu, sigma2) points skipped",
+            [
+                f"{u['family']} mu={u['mu']:g} sigma2={u['sigma2']:g}: {u['reason']}"
+                for u in result.unreachable
+            ],
+        )
+    if args.out is not None:
+        sweep_mod.write_table(result.frame, args.out)
+    print(result.summary())
+    if result.failed:
+        _report_list(
+            "cells failed (not stored; rerun to retry)",
+            [f"{f['label']}: {f['error']}" for f in result.failed],
+        )
+        return 1
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from variance_lab import sweep as sweep_mod
+
+    frame = sweep_mod.export(args.store, args.out, args.format)
+    print(f"wrote {len(frame)} rows to {args.out}")
+    return 0
+
+
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from variance_lab import figures as figures_mod
+
+    if args.from_sidecar is not None:
+        paths = figures_mod.from_sidecar(args.from_sidecar, args.out, workers=args.workers)
+    else:
+        only = None
+        if args.only is not None:
+            from variance_lab import grid
+
+            only = grid.parse_name_list(args.only, name="--only", choices=list(figures_mod.FIGURES))
+        paths = figures_mod.make_all(
+            args.out or "figures",
+            quick=args.quick,
+            only=only,
+            workers=args.workers,
+            progress=not args.no_progress,
+        )
+    folders = sorted({str(p.parent) for p in paths})
+    print(f"wrote {len(paths)} files to {', '.join(folders)}")
+    return 0
+
+
+def _add_sweep_commands(sub) -> None:
+    """The ``sweep``, ``export`` and ``figures`` subcommands."""
+    from variance_lab import figures as figures_mod
+    from variance_lab import sweep as sweep_mod
+
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = sub.add_parser(
+        "sweep",
+        help="run a parameter grid into a resumable SQLite store",
+        description="Theory and, where n > 0, Monte Carlo over family x mu x sigma2 x T (x n). Each cell "
+        "(one family, mu, sigma2 and, for Monte Carlo, n and seed, over the whole T grid) is committed to "
+        "the store in its own transaction; the same command run again skips finished cells. Points a "
+        "family cannot reach (two-point with sigma2 >= mu^2) are listed and skipped. Ctrl-C stops "
+        "cleanly, keeping finished cells.",
+        epilog=_GRID_EPILOG,
+        formatter_class=fmt,
+    )
+    p.add_argument(
+        "--family", type=_family_list, default="lognormal", help=f"comma list of: {', '.join(FAMILIES)}"
+    )
+    p.add_argument("--mu", type=_grid_arg("--mu"), default="1", help="grid of ratio means mu > 0")
+    p.add_argument("--sigma2", type=_grid_arg("--sigma2"), default="0.1", help="grid of ratio variances >= 0")
+    p.add_argument(
+        "--T",
+        type=_grid_arg("--T", integer=True, minimum=1),
+        default="1,10,100,1000",
+        help="grid of sequence lengths (integers >= 1)",
+    )
+    p.add_argument(
+        "--n",
+        type=_grid_arg("--n", integer=True, minimum=0),
+        default="0",
+        help="grid of Monte Carlo draws per cell; 0 = theory only",
+    )
+    extras = sorted({f"{k} ({name})" for name in FAMILIES for k in sweep_mod.extra_parameters(name)})
+    p.add_argument(
+        "--param",
+        type=_param_grid,
+        action="append",
+        metavar="NAME=GRID",
+        help=f"grid of an extra family parameter, repeatable: {', '.join(extras)}",
+    )
+    p.add_argument("--seed", type=int, default=0, help="root seed of the Monte Carlo cells")
+    p.add_argument("--ci", type=_float, default=0.95, help="confidence level of Monte Carlo intervals")
+    p.add_argument(
+        "--independent",
+        action="store_true",
+        help="fresh Monte Carlo draws at every T instead of one path read at every T",
+    )
+    p.add_argument("--target", type=_float, default=0.1, help="target relative error of the n_needed rows")
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="Monte Carlo threads, None: all cores (results do not depend on it)",
+    )
+    p.add_argument("--store", default=sweep_mod.DEFAULT_STORE, help="SQLite store, created when missing")
+    p.add_argument("--out", default=None, help="also write this sweep's rows to a .csv or .parquet file")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser(
+        "export",
+        help="write a sweep store to CSV or Parquet",
+        description="Every row of a sweep store (tidy columns plus n, seed, cell, version, created) "
+        "to one CSV or Parquet file, written atomically.",
+        formatter_class=fmt,
+    )
+    p.add_argument("store", help="the SQLite store")
+    p.add_argument("--out", required=True, help="output file, .csv or .parquet")
+    p.add_argument(
+        "--format",
+        default=None,
+        choices=sweep_mod.EXPORT_FORMATS,
+        help="output format, None: from the --out suffix",
+    )
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser(
+        "figures",
+        help="regenerate every figure (PDF, PNG, data CSV and JSON sidecar)",
+        description="Regenerates figures from scratch: each as NAME.pdf, NAME.png, NAME.csv (the data "
+        "drawn) and NAME.json (parameters, seed, n, versions). Figures: "
+        + ", ".join(figures_mod.FIGURES)
+        + ". --from-sidecar rebuilds one figure from its JSON sidecar.",
+        formatter_class=fmt,
+    )
+    p.add_argument(
+        "--out", default=None, help="output folder, None: figures/ (--from-sidecar: the sidecar's folder)"
+    )
+    p.add_argument("--quick", action="store_true", help="small grids and few draws (seconds; for tests)")
+    p.add_argument("--only", default=None, help="comma list of figure names, None: all")
+    p.add_argument("--from-sidecar", default=None, metavar="JSON", help="rebuild the figure of this sidecar")
+    p.add_argument("--workers", type=_positive_int, default=None, help="Monte Carlo threads, None: all cores")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_figures)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,7 +382,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_family_args(p)
     p.add_argument("--T", default="1,10,100,1000", help="sequence lengths, a comma list of integers >= 1")
     p.add_argument(
-        "--n", type=int, default=0, help="Monte Carlo draws; 0 = theory only (the only value in this version)"
+        "--n",
+        type=int,
+        default=0,
+        help="Monte Carlo draws (sequences); 0 = theory only. n >= 2 adds the mc_* columns: Monte Carlo "
+        "Var(P_T), Var(G_T) with intervals, E[G_T], ESS fraction and Pareto k-hat of the weights P_T, "
+        "and the verdicts",
+    )
+    p.add_argument("--seed", type=int, default=0, help="root seed of the Monte Carlo draws")
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="Monte Carlo threads, None: all cores (results do not depend on it)",
     )
     p.add_argument(
         "--target", type=_float, default=0.1, help="target relative error for the draws-needed columns"
@@ -141,6 +402,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="markdown", choices=table_report.FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
     p.set_defaults(func=_cmd_table)
+    _add_sweep_commands(sub)
+    from variance_lab.analyze_cli import add_analyze_command  # imports this module: register it late
+
+    add_analyze_command(sub)
     return parser
 
 

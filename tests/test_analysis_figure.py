@@ -1,0 +1,97 @@
+"""The analysis figure (variance_lab.report.analysis_figure), drawn under the Agg backend."""
+
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from variance_lab.analysis import analyze  # noqa: E402
+from variance_lab.gspo import TokenBatch  # noqa: E402
+from variance_lab.report import style  # noqa: E402
+from variance_lab.report.analysis_figure import MODEL_STYLE, analysis_figure  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def result():
+    """A small AR(1) data set (rho = 0.5), lengths 8..255, analysed."""
+    rng = np.random.default_rng(40)
+    n, width, rho, sd = 300, 255, 0.5, 0.1
+    lengths = rng.integers(8, width + 1, n)
+    x = np.empty((n, width))
+    x[:, 0] = rng.standard_normal(n) * sd
+    innov = rng.standard_normal((n, width)) * sd * math.sqrt(1 - rho**2)
+    for t in range(1, width):
+        x[:, t] = rho * x[:, t - 1] + innov[:, t]
+    base = rng.exponential(2.0, x.shape)
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    batch = TokenBatch.from_padded(-base + np.minimum(x, 0), -base - np.maximum(x, 0), mask)
+    return analyze(batch, n_boot=100, seed=0)
+
+
+def test_two_panels_one_column_with_labels_and_log_axes(result):
+    fig = analysis_figure(result.table, result.curves())
+    assert isinstance(fig, Figure)
+    top, bottom = fig.axes
+    assert fig.get_size_inches()[0] == pytest.approx(style.COLUMN_WIDTH)
+    assert "P_T" in top.get_ylabel() and "G_T" in bottom.get_ylabel()
+    assert "T" in bottom.get_xlabel()
+    assert top.get_xscale() == bottom.get_xscale() == "log"
+    # three prediction lines per panel, in Okabe-Ito colours
+    colours = {
+        to_hex(line.get_color()).upper()
+        for line in bottom.get_lines()
+        if line.get_label() in {kw["label"] for kw in MODEL_STYLE.values()}
+    }
+    assert colours == {to_hex(kw["color"]).upper() for kw in MODEL_STYLE.values()}
+    assert colours <= {c.upper() for c in style.OKABE_ITO}
+    assert top.get_legend() is None
+    labels = [t.get_text() for t in bottom.get_legend().get_texts()]
+    assert "autocorrelation-corrected" in labels and any("95% bootstrap" in lab for lab in labels)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    assert buf.getvalue()[:4] == b"\x89PNG"
+
+
+def test_points_sit_at_the_observed_values(result):
+    fig = analysis_figure(result.table, result.curves(), panels=("G",), legend=False)
+    (ax,) = fig.axes
+    t = result.table.dropna(subset=["log10_var_G"])
+    ys = np.concatenate([line.get_ydata() for line in ax.get_lines() if line.get_marker() == "o"])
+    np.testing.assert_allclose(np.sort(ys), np.sort(t["log10_var_G"].to_numpy()))
+    assert ax.get_legend() is None
+
+
+def test_unreliable_var_P_points_are_hollow(result):
+    table = result.table.copy()
+    table["ess_P"] = np.where(np.arange(len(table)) % 2 == 0, 1.0, table["n_seq"])
+    fig = analysis_figure(table, result.curves(), panels=("P",), legend=False)
+    faces = [line.get_markerfacecolor() for line in fig.axes[0].get_lines() if line.get_marker() == "o"]
+    assert "white" in faces and len(set(map(str, faces))) == 2
+    legend = analysis_figure(table, result.curves(), panels=("P",)).axes[0].get_legend()
+    assert any("ESS" in t.get_text() for t in legend.get_texts())
+
+
+def test_draws_into_given_axes_or_figure(result):
+    fig = Figure()
+    ax1, ax2 = fig.subplots(1, 2)
+    assert analysis_figure(result.table, result.curves(), ax=[ax1, ax2]) is fig
+    assert ax1.get_lines() and ax2.get_lines()
+    fig2 = Figure()
+    assert analysis_figure(result.table, result.curves(), fig=fig2, panels=("G",)) is fig2
+    assert len(fig2.axes) == 1
+    single = Figure().add_subplot()
+    assert analysis_figure(result.table, result.curves(), ax=single, panels=("P",)) is single.figure
+
+
+def test_bad_arguments(result):
+    with pytest.raises(ValueError, match="panels"):
+        analysis_figure(result.table, result.curves(), panels=("Q",))
+    with pytest.raises(ValueError, match="ax must hold 2 axes"):
+        analysis_figure(result.table, result.curves(), ax=Figure().add_subplot())

@@ -1,0 +1,180 @@
+r"""Figure of the empirical analysis: observed Var(P_T), Var(G_T) per length bucket against the predictions.
+
+Drawn from tidy frames only: the per-bucket table
+(:data:`variance_lab.analysis.ANALYSIS_COLUMNS`) and the prediction curves
+(:meth:`variance_lab.analysis.AnalysisResult.curves`, :data:`variance_lab.analysis.CURVE_COLUMNS`).
+
+Each bucket is a point at its mean length with its bootstrap interval as a vertical bar and
+its range of lengths as a horizontal bar; the three predictions are lines over :math:`T`
+(single-length predictions; a bucket's own prediction in the table averages over its
+lengths). Variances are drawn from their :math:`\log_{10}` on an axis labelled in powers of
+ten, so :math:`\operatorname{Var}(P_T)` beyond float range stays drawable; :math:`T` is on a
+log axis. A :math:`\operatorname{Var}(P_T)` point is hollow when Kong's effective sample
+size of the bucket's :math:`P_T` is under :data:`ESS_RELIABLE` of its sequences: its sample
+variance then rests on a few sequences and typically lies far below the truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib import ticker
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from variance_lab.report import style
+
+__all__ = ["analysis_figure", "ESS_RELIABLE", "MODEL_STYLE"]
+
+#: A Var(P_T) point is drawn hollow when ess_P < ESS_RELIABLE * n_seq.
+ESS_RELIABLE = 0.1
+
+#: Line style and legend label of each prediction (Okabe–Ito colours).
+MODEL_STYLE = {
+    "iid": {"color": style.color(1), "ls": "--", "label": "i.i.d. lognormal fit"},
+    "emp": {"color": style.color(2), "ls": ":", "lw": 1.5, "label": "i.i.d. empirical (exact)"},
+    "corr": {"color": style.color(3), "ls": "-", "label": "autocorrelation-corrected"},
+}
+_DATA_COLOR = style.color(0)
+_PANEL = {
+    "P": ("log10_var_P", "log10_var_P_lo", "log10_var_P_hi", r"$\mathrm{Var}(P_T)$"),
+    "G": ("log10_var_G", "log10_var_G_lo", "log10_var_G_hi", r"$\mathrm{Var}(G_T)$"),
+}
+T_LABEL = "sequence length $T$ (tokens)"
+
+
+def _panel_axes(fig, ax, panels: Sequence[str]):
+    """(figure, list of axes, one per panel), new one-column figure when neither is given."""
+    if ax is not None:
+        axes = [ax] if not isinstance(ax, Sequence | np.ndarray) else list(np.ravel(ax))
+        if len(axes) != len(panels):
+            raise ValueError(f"ax must hold {len(panels)} axes for panels {tuple(panels)}, got {len(axes)}")
+        return axes[0].figure, axes
+    if fig is None:
+        fig = Figure(figsize=(style.COLUMN_WIDTH, 0.4 + 1.9 * len(panels)), layout="constrained")
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    return fig, list(axes)
+
+
+def _data_points(ax, table: pd.DataFrame, panel: str) -> None:
+    y_col, lo_col, hi_col, _ = _PANEL[panel]
+    rows = table[np.isfinite(table[y_col].to_numpy(float))]
+    if rows.empty:
+        return
+    x, y = rows["T_mean"].to_numpy(float), rows[y_col].to_numpy(float)
+    lo, hi = rows[lo_col].to_numpy(float), rows[hi_col].to_numpy(float)
+    lo, hi = np.where(np.isfinite(lo), np.minimum(lo, y), y), np.where(np.isfinite(hi), np.maximum(hi, y), y)
+    xerr = np.vstack([x - rows["T_min"].to_numpy(float), rows["T_max"].to_numpy(float) - x])
+    ok = np.ones(x.size, dtype=bool)
+    if panel == "P":
+        ok = rows["ess_P"].to_numpy(float) >= ESS_RELIABLE * rows["n_seq"].to_numpy(float)
+    for sel, face in ((ok, _DATA_COLOR), (~ok, "white")):
+        if sel.any():
+            ax.errorbar(
+                x[sel],
+                y[sel],
+                yerr=[y[sel] - lo[sel], hi[sel] - y[sel]],
+                xerr=xerr[:, sel],
+                fmt="o",
+                color=_DATA_COLOR,
+                mfc=face,
+                mec=_DATA_COLOR,
+                ms=3.2,
+                elinewidth=0.7,
+                capsize=1.5,
+                zorder=3,
+            )
+
+
+def _prediction_lines(ax, curves: pd.DataFrame, panel: str) -> None:
+    y_col = _PANEL[panel][0]
+    for model, kw in MODEL_STYLE.items():
+        rows = curves[curves["model"] == model].sort_values("T")
+        if not rows.empty:
+            ax.plot(rows["T"], rows[y_col], **kw)
+
+
+def _has_hollow(table: pd.DataFrame) -> bool:
+    rows = table[np.isfinite(table["log10_var_P"].to_numpy(float))]
+    return bool(np.any(rows["ess_P"].to_numpy(float) < ESS_RELIABLE * rows["n_seq"].to_numpy(float)))
+
+
+def _legend(ax, level: float | None, hollow: bool, loc: str) -> None:
+    handles = [Line2D([], [], **kw) for kw in MODEL_STYLE.values()]
+    ci = f"{100 * level:g}% bootstrap" if level is not None else "bootstrap"
+    handles.append(Line2D([], [], marker="o", ls="", color=_DATA_COLOR, label=f"observed per bucket ({ci})"))
+    if hollow:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                ls="",
+                color=_DATA_COLOR,
+                mfc="white",
+                label=f"observed, ESS of $P_T$ < {ESS_RELIABLE:g} n",
+            )
+        )
+    ax.legend(handles=handles, loc=loc)
+
+
+def analysis_figure(
+    table: pd.DataFrame,
+    curves: pd.DataFrame,
+    *,
+    fig=None,
+    ax=None,
+    panels: Sequence[str] = ("P", "G"),
+    level: float | None = 0.95,
+    legend: bool = True,
+) -> Figure:
+    r"""Observed Var(P_T) and Var(G_T) per length bucket with intervals, against the three predictions.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Per-bucket frame (:data:`variance_lab.analysis.ANALYSIS_COLUMNS`; uses ``T_min``,
+        ``T_mean``, ``T_max``, ``n_seq``, ``ess_P`` and the ``log10_var_*`` columns).
+    curves : pandas.DataFrame
+        Prediction curves (:data:`variance_lab.analysis.CURVE_COLUMNS`).
+    fig : matplotlib.figure.Figure, optional
+        Draw the panels into this figure (stacked, shared :math:`T` axis).
+    ax : matplotlib.axes.Axes or sequence of Axes, optional
+        Draw into these axes instead, one per panel.
+    panels : sequence of {"P", "G"}
+        Which variances to draw, top to bottom.
+    level : float or None
+        Confidence level of the intervals, for the legend.
+    legend : bool
+        Draw a legend (in the Var(G_T) panel, lower left, where there is one).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    panels = list(panels)
+    if not panels or any(p not in _PANEL for p in panels):
+        raise ValueError(f"panels must be a non-empty sequence of 'P' and 'G', got {panels!r}")
+    with style.paper():
+        fig, axes = _panel_axes(fig, ax, panels)
+        for axis, panel in zip(axes, panels, strict=True):
+            axis.set_xscale("log")
+            axis.xaxis.set_major_locator(ticker.LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+            axis.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
+            axis.xaxis.set_minor_formatter(ticker.NullFormatter())
+            _prediction_lines(axis, curves, panel)
+            _data_points(axis, table, panel)
+            style.log10_axis(axis, "y")
+            axis.set_ylabel(f"{_PANEL[panel][3]} (dimensionless)")
+        axes[-1].set_xlabel(T_LABEL)
+        if legend:  # Var(G_T) falls with T: its lower left is free
+            at = panels.index("G") if "G" in panels else 0
+            _legend(
+                axes[at],
+                level,
+                "P" in panels and _has_hollow(table),
+                "lower left" if panels[at] == "G" else "upper left",
+            )
+    return fig

@@ -1,0 +1,217 @@
+"""Text output of the empirical analysis (``variance-lab analyze``): markdown, CSV or JSON.
+
+Built from the analysis's tidy per-bucket frame and its summary dictionary only
+(:attr:`variance_lab.analysis.AnalysisResult.table` and
+:meth:`~variance_lab.analysis.AnalysisResult.summary`); this module computes nothing.
+
+- ``markdown``: the fit, the dropped sequences, the clip fractions and the overall verdict,
+  then two tables per bucket (variances with the three predictions and the verdict; clip
+  fractions observed and predicted), then a note on how to read the verdict.
+- ``csv``: the per-bucket frame, every column under its stable name (the summary is not
+  part of it: :func:`summary_lines` gives it as text).
+- ``json``: one object ``{"summary": {...}, "buckets": [{...}, ...]}``, NaN and infinities
+  as ``null``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from variance_lab.report.table import format_number
+
+__all__ = ["FORMATS", "render_analysis", "summary_lines", "VERDICT_NOTE"]
+
+FORMATS = ("markdown", "csv", "json")
+
+VERDICT_NOTE = (
+    "How to read the verdict: score = distance of a prediction of Var(G_T) from the observed one, in units "
+    "of the bootstrap interval's half-width on that side (|score| <= 1: inside the interval). The verdict "
+    "is the first of iid-lognormal, iid-empirical, corrected that lies inside and is at least twice as "
+    "close as each one before it; none: no prediction qualifies; n/a: no interval. The overall verdict is "
+    "the buckets' vote (ties go to i.i.d.). Var(P_T) is shown but not judged: its sample variance falls "
+    "far below the truth once T sigma_y^2 exceeds a few (see ESS(P))."
+)
+
+
+def _fmt(value, digits: int = 4) -> str:
+    return format_number(float(value), digits=digits) if value is not None else "n/a"
+
+
+def _se(value, se) -> str:
+    return f"{_fmt(value)} (SE {_fmt(se, 2)})"
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The fit, autocorrelation, dropped sequences, clip fractions and verdict as text lines."""
+    f, a, c = summary["fit"], summary["autocorrelation"], summary["clip"]
+    lines = [
+        f"Sequences: {summary['n_sequences']:,} ({summary['n_tokens']:,} tokens, lengths "
+        f"{summary['length_min']}..{summary['length_max']}); dropped: {summary['n_dropped']}",
+    ]
+    for d in summary["dropped"][:5]:
+        lines.append(f"  dropped id={d['id']!r} (index {d['index']}): {d['problem']}")
+    if summary["n_dropped"] > 5:
+        lines.append(f"  ... and {summary['n_dropped'] - 5} more")
+    lines.append(
+        f"Fit of the pooled token log-ratios y = log r: mu_y = {_se(f['mu_y'], f['se_mu_y'])}, "
+        f"sigma_y^2 = {_se(f['sigma2_y'], f['se_sigma2_y'])}"
+    )
+    if a is None:
+        lines.append("Autocorrelation: undefined (no two counted tokens one position apart, or constant y)")
+    else:
+        bound = "" if a["window_found"] else ", window rule not met: a lower bound"
+        lines.append(
+            f"Autocorrelation within sequences: rho = {_se(a['rho'], a['se_rho'])}, "
+            f"tau_int = {_se(a['tau_int'], a['se_tau_int'])} (Sokal window {a['window']}{bound})"
+        )
+    g_lo, g_hi = c["gspo_range"]
+    p_lo, p_hi = c["ppo_range"]
+    lines += [
+        f"GSPO clip fraction (s outside ({g_lo:g}, {g_hi:g})): observed {_fmt(c['gspo_obs'])}, predicted "
+        f"{_fmt(c['gspo_pred'])} (corrected), {_fmt(c['gspo_pred_iid'])} (i.i.d.)",
+        f"PPO clip fraction (token r outside ({p_lo:g}, {p_hi:g})): observed {_fmt(c['ppo_obs'])}, "
+        f"predicted {_fmt(c['ppo_pred'])} (fitted normal)",
+        "Verdict over all buckets (their vote): "
+        + summary["verdict"]
+        + " (RMS scores: "
+        + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in summary["rms_scores"].items())
+        + ")",
+    ]
+    return lines
+
+
+def _fixed(value) -> str:
+    """A log10 value with 3 decimals."""
+    return f"{value:.3f}" if math.isfinite(value) else "n/a"
+
+
+def _sci(value) -> str:
+    """A variance in scientific notation, 4 significant digits."""
+    return f"{value:.3e}" if math.isfinite(value) else "n/a"
+
+
+def _score(value) -> str:
+    return f"{value:+.2f}" if math.isfinite(value) else ("n/a" if math.isnan(value) else f"{value:+}")
+
+
+def _interval(point, lo, hi, fmt) -> str:
+    if not math.isfinite(point):
+        return "n/a"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return fmt(point)
+    return f"{fmt(point)} [{fmt(lo)}, {fmt(hi)}]"
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _variance_rows(table: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for r in table.itertuples(index=False):
+        rows.append(
+            [
+                f"{r.T_lo}-{r.T_hi}",
+                str(r.n_seq),
+                _interval(r.log10_var_P, r.log10_var_P_lo, r.log10_var_P_hi, _fixed),
+                *(_fixed(v) for v in (r.log10_var_P_iid, r.log10_var_P_emp, r.log10_var_P_corr)),
+                _fmt(r.ess_P, 3),
+                _interval(r.var_G, r.var_G_lo, r.var_G_hi, _sci),
+                *(_sci(v) for v in (r.var_G_iid, r.var_G_emp, r.var_G_corr)),
+                " / ".join(_score(v) for v in (r.score_iid, r.score_emp, r.score_corr)),
+                r.verdict,
+            ]
+        )
+    return rows
+
+
+def _clip_rows(table: pd.DataFrame) -> list[list[str]]:
+    return [
+        [
+            f"{r.T_lo}-{r.T_hi}",
+            str(r.n_seq),
+            _fmt(r.gspo_clip_frac),
+            _fmt(r.gspo_clip_pred),
+            _fmt(r.gspo_clip_pred_iid),
+            _fmt(r.ppo_clip_frac),
+            _fmt(r.ppo_clip_pred),
+        ]
+        for r in table.itertuples(index=False)
+    ]
+
+
+def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
+    pct = f"{100 * summary['level']:g}%"
+    var_header = [
+        "T",
+        "n",
+        f"log10 Var(P_T) [{pct}]",
+        "iid",
+        "emp",
+        "corr",
+        "ESS(P)",
+        f"Var(G_T) [{pct}]",
+        "iid",
+        "emp",
+        "corr",
+        "scores iid / emp / corr",
+        "verdict",
+    ]
+    clip_header = ["T", "n", "GSPO clip", "pred. corr", "pred. iid", "PPO clip", "pred."]
+    parts = [title, ""] if title else []
+    parts += [
+        *summary_lines(summary),
+        "",
+        _markdown_table(var_header, _variance_rows(table)),
+        "",
+        _markdown_table(clip_header, _clip_rows(table)),
+        "",
+        VERDICT_NOTE,
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _plain(value):
+    """A JSON-ready value: NumPy scalars as Python ones, NaN and infinities as None."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def render_analysis(table: pd.DataFrame, summary: dict, fmt: str = "markdown", *, title: str = "") -> str:
+    """Render an analysis as ``markdown``, ``csv`` or ``json`` (see the module docstring).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Per-bucket frame, columns :data:`variance_lab.analysis.ANALYSIS_COLUMNS`.
+    summary : dict
+        :meth:`variance_lab.analysis.AnalysisResult.summary`.
+    fmt : {"markdown", "csv", "json"}
+    title : str
+        First line of the markdown output.
+
+    Returns
+    -------
+    str
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "csv":
+        return table.to_csv(index=False, float_format="%.17g")
+    if fmt == "json":
+        doc = {"summary": _plain(summary), "buckets": _plain(table.to_dict("records"))}
+        return json.dumps(doc, indent=1) + "\n"
+    return _markdown(table, summary, title)
