@@ -384,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--n",
         type=int,
-        default=0,
+        default=1_000_000,
         help="Monte Carlo draws (sequences); 0 = theory only. n >= 2 adds the mc_* columns: Monte Carlo "
         "Var(P_T), Var(G_T) with intervals, E[G_T], ESS fraction and Pareto k-hat of the weights P_T, "
         "and the verdicts",

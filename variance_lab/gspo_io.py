@@ -157,9 +157,15 @@ def _batch_from_records(records: Iterable, names: dict[str, str], on_bad: str) -
         raise ValueError("no records")
     lens = {f: np.array([a.size for a in arrs], dtype=np.int64) for f, arrs in cols.items()}
     return _build_batch(
-        np.concatenate(cols["logp"]), np.concatenate(cols["old_logp"]), lens["logp"],
-        old_lengths=lens["old_logp"], mask=np.concatenate(cols["mask"]) if has_mask else None,
-        mask_lengths=lens["mask"] if has_mask else None, ids=_id_array(ids), on_bad=on_bad, known=known,
+        np.concatenate(cols["logp"]),
+        np.concatenate(cols["old_logp"]),
+        lens["logp"],
+        old_lengths=lens["old_logp"],
+        mask=np.concatenate(cols["mask"]) if has_mask else None,
+        mask_lengths=lens["mask"] if has_mask else None,
+        ids=_id_array(ids),
+        on_bad=on_bad,
+        known=known,
     )
 
 
@@ -192,7 +198,9 @@ def _import_pyarrow():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:  # pragma: no cover - pyarrow is in the dev extra
-        raise ImportError("reading or writing Parquet needs pyarrow: pip install 'variance_lab[parquet]'") from exc
+        raise ImportError(
+            "reading or writing Parquet needs pyarrow: pip install 'variance_lab[parquet]'"
+        ) from exc
     return pa, pq
 
 
@@ -242,12 +250,21 @@ def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
     if known:  # a row with a null field enters with length 0 in every field: no mismatch reported
         bad_row = np.zeros(n, dtype=bool)
         bad_row[list(known)] = True
-        cols = {f: (v[~np.repeat(bad_row, lens)], np.where(bad_row, 0, lens), null)
-                for f, (v, lens, null) in cols.items()}
+        cols = {
+            f: (v[~np.repeat(bad_row, lens)], np.where(bad_row, 0, lens), null)
+            for f, (v, lens, null) in cols.items()
+        }
     mask, mask_lens = cols.get("mask", (None, None, None))[:2]
     return _build_batch(
-        cols["logp"][0], cols["old_logp"][0], cols["logp"][1], old_lengths=cols["old_logp"][1],
-        mask=mask, mask_lengths=mask_lens, ids=_id_array(ids), on_bad=on_bad, known=known,
+        cols["logp"][0],
+        cols["old_logp"][0],
+        cols["logp"][1],
+        old_lengths=cols["old_logp"][1],
+        mask=mask,
+        mask_lengths=mask_lens,
+        ids=_id_array(ids),
+        on_bad=on_bad,
+        known=known,
     )
 
 
@@ -264,8 +281,14 @@ def _read_npz(path: Path, names, on_bad) -> TokenBatch:
         return TokenBatch.from_padded(logp, old, mask, ids, on_bad=on_bad)
     if logp.ndim == 1 and "lengths" in data:
         return TokenBatch.from_flat(
-            logp, old, data["lengths"], old_lengths=data.get("old_lengths"), mask=mask,
-            mask_lengths=data.get("mask_lengths"), ids=ids, on_bad=on_bad,
+            logp,
+            old,
+            data["lengths"],
+            old_lengths=data.get("old_lengths"),
+            mask=mask,
+            mask_lengths=data.get("mask_lengths"),
+            ids=ids,
+            on_bad=on_bad,
         )
     raise ValueError(f"{path.name}: NPZ needs 2-D padded arrays, or 1-D flat arrays with 'lengths'")
 
@@ -273,8 +296,9 @@ def _read_npz(path: Path, names, on_bad) -> TokenBatch:
 _READERS = {"jsonl": _read_jsonl, "parquet": _read_parquet, "npz": _read_npz}
 
 
-def load_batch(path, *, format: str | None = None, on_bad: str = "raise",
-               fields: Mapping[str, str] | None = None) -> TokenBatch:
+def load_batch(
+    path, *, format: str | None = None, on_bad: str = "raise", fields: Mapping[str, str] | None = None
+) -> TokenBatch:
     """Load a batch of token log-probs from JSONL, Parquet or NPZ.
 
     Parameters
@@ -452,8 +476,9 @@ def _write_npz_records(path: Path, records: list[dict], layout: str) -> None:
     _write_npz_flat(path, flat, lens, ids, layout)
 
 
-def write_records(records: Iterable[Mapping], path, *, format: str | None = None,
-                  npz_layout: str = "padded") -> Path:
+def write_records(
+    records: Iterable[Mapping], path, *, format: str | None = None, npz_layout: str = "padded"
+) -> Path:
     """Write raw records (dicts with ``logp``, ``old_logp``, optional ``mask``, ``id``) unchecked.
 
     Unlike :func:`save_batch`, nothing is validated, which is what tests of the loaders'
