@@ -40,8 +40,11 @@ def test_quick_writes_every_figure(quick):
             assert key in sidecar, (name, key)
         data = (quick / f"{name}.csv").read_bytes()
         assert hashlib.sha256(data).hexdigest() == sidecar["data_sha256"]
-    expected = {f"{n}.{ext}" for n in figs.FIGURES for ext in ("pdf", "png", "csv", "json")}
+    expected = {f"{n}.{ext}" for n in figs.ALL_FIGURES for ext in ("pdf", "png", "csv", "json")}
+    expected.add(f"{figs.EXPERIMENT_FIGURE}_curves.csv")  # the experiment figure's prediction curves
     assert {p.name for p in quick.iterdir()} == expected  # and no temporary files left
+    exp = json.loads((quick / f"{figs.EXPERIMENT_FIGURE}.json").read_text())
+    assert exp["version"] == __version__
 
 
 def test_sidecar_params_reproduce_the_data(quick):

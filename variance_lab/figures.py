@@ -431,6 +431,13 @@ def save_figure(
     return paths
 
 
+#: The analysis of the shipped experiment data (variance_lab.experiment.figure), which has
+#: its own data set and sidecar format.
+EXPERIMENT_FIGURE = "experiment_variance"
+#: Every figure ``variance-lab figures`` writes.
+ALL_FIGURES = (*FIGURES, EXPERIMENT_FIGURE)
+
+
 def make_all(
     out: str | os.PathLike,
     *,
@@ -448,7 +455,7 @@ def make_all(
     quick : bool
         Small grids and few draws (seconds; for tests and previews).
     only : sequence of str, optional
-        A subset of :data:`FIGURES`.
+        A subset of :data:`ALL_FIGURES`.
     workers : int, optional
         Engine worker threads.
     progress : bool
@@ -456,14 +463,20 @@ def make_all(
     """
     from tqdm.auto import tqdm
 
-    names = list(FIGURES if only is None else only)
+    names = list(ALL_FIGURES if only is None else only)
     for name in names:
-        default_params(name)  # validates the name
+        if name != EXPERIMENT_FIGURE:
+            default_params(name)  # validates the name
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {str(out)!r} is not a folder")
     written: list[Path] = []
     for name in tqdm(names, disable=not progress, unit="figure", desc="figures"):
+        if name == EXPERIMENT_FIGURE:  # drawn from the shipped data set (variance_lab.experiment)
+            from variance_lab.experiment.figure import save_experiment_figure
+
+            written += save_experiment_figure(out, n_boot=200 if quick else 1000)
+            continue
         fig, data, params = make_figure(name, quick=quick, workers=workers)
         written += save_figure(name, fig, data, params, out, quick=quick)
     return written

@@ -1,0 +1,359 @@
+"""The arithmetic experiment: task, model, GSPO objective against the toolkit, runs, shipped data."""
+
+import gzip
+import importlib.util
+import json
+import math
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from variance_lab.cli import main
+from variance_lab.experiment import task
+from variance_lab.experiment.figure import (
+    DEFAULT_DATA,
+    FIGURE_NAME,
+    analyze_data,
+    resampled_clip,
+    save_experiment_figure,
+    token_findings,
+)
+from variance_lab.experiment.files import compare_files, numbers_sha256, read_sidecar, sidecar_path
+from variance_lab.gspo import TokenBatch, sequence_weights
+from variance_lab.gspo_io import load_batch
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="pip install 'variance_lab[experiment]'")
+SHIPPED_SIDECAR = sidecar_path(DEFAULT_DATA)
+FIGURES = DEFAULT_DATA.parents[1] / "figures"
+
+
+# --------------------------------------------------------------------------------------
+# the task (no PyTorch)
+# --------------------------------------------------------------------------------------
+def test_problem_texts_and_reward():
+    p = task.Problem((3, 5, 2, 7))
+    assert p.prompt == "a3b5c2d7:"
+    assert p.response == "a3+b5=8,8+c2=10,10+d7=17."
+    assert p.total == 17
+    assert task.reward(p, p.response) == 1.0
+    assert task.reward(p, p.response + "junk") == 1.0  # after the end token: ignored
+    assert task.reward(p, "a3+b5=8,8+c2=10,10+d7=18.") == 0.0  # wrong final answer
+    assert task.reward(p, "a3+b5=8,8+c2=10,10+d7=17") == 0.0  # truncated: no end token
+    assert task.reward(p, "17.") == 0.0 and task.reward(p, "=.") == 0.0 and task.reward(p, "=1+7.") == 0.0
+    assert task.reward(p, "x=9,=17.") == 1.0  # only the final answer counts
+    np.testing.assert_array_equal(task.rewards([p, p], [p.response, "."]), [1.0, 0.0])
+
+
+def test_problem_validation_and_vocabulary():
+    for bad in [(3,), (1, 10), tuple(range(1, 10)) * 6]:
+        with pytest.raises(ValueError, match="digits"):
+            task.Problem(bad)
+    p = task.Problem(tuple(range(10)) * 5)
+    ids = task.encode(p.prompt + p.response)
+    assert task.PAD not in ids and task.decode(ids) == p.prompt + p.response
+    assert task.decode([task.PAD, *ids, task.PAD]) == p.prompt + p.response
+    with pytest.raises(ValueError, match="not in the task's vocabulary"):
+        task.encode("a3 b5")
+
+
+def test_problems_are_deterministic_and_lengths_range_widely():
+    a = task.make_problems(np.random.default_rng(5), 400, 2, 32)
+    b = task.make_problems(np.random.default_rng(5), 400, 2, 32)
+    assert a == b
+    n = np.array([p.n for p in a])
+    assert n.min() == 2 and n.max() == 32
+    assert 0.2 < np.mean(n < 6) < 0.5  # log-uniform: as many in 2..5 as in 6..17 or 18..32, roughly
+    lengths = [len(p.response) for p in a]
+    assert min(lengths) == 8 and 250 < max(lengths) <= task.max_response_length(32)
+    assert all(len(p.response) <= task.max_response_length(p.n) for p in a)
+    with pytest.raises(ValueError, match="n_min"):
+        task.make_problems(np.random.default_rng(0), 3, 1, 5)
+
+
+# --------------------------------------------------------------------------------------
+# model and objective (PyTorch)
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def torch_mod():
+    if not HAS_TORCH:
+        pytest.skip("needs PyTorch")
+    import torch
+
+    return torch
+
+
+def _tiny_model(torch_mod, seed=0):
+    from variance_lab.experiment.model import ModelConfig, TinyGPT
+
+    return TinyGPT(
+        ModelConfig(d_model=16, n_layer=2, n_head=2, d_ff=32, max_len=128),
+        torch_mod.Generator().manual_seed(seed),
+    ).double()
+
+
+@needs_torch
+def test_cached_forward_matches_full_forward(torch_mod):
+    model = _tiny_model(torch_mod)
+    idx = torch_mod.randint(1, len(task.VOCAB), (3, 20), generator=torch_mod.Generator().manual_seed(1))
+    with torch_mod.no_grad():
+        full = model(idx)
+        cache = model.new_cache(3, 20)
+        parts = [model(idx[:, :7], cache), model(idx[:, 7:8], cache), model(idx[:, 8:20], cache)]
+    torch_mod.testing.assert_close(torch_mod.cat(parts, dim=1), full, rtol=1e-12, atol=1e-12)
+    assert torch_mod.all(full[..., task.PAD] == -math.inf)
+
+
+@needs_torch
+def test_generate_is_deterministic_and_respects_budgets(torch_mod):
+    from variance_lab.experiment.model import generate, token_log_probs
+
+    model = _tiny_model(torch_mod)
+    prompts = [task.encode(task.Problem(t).prompt) for t in [(1, 2), (3, 4, 5, 6), (7, 8, 9)]]
+    budgets = [5, 9, 3]
+    out = [generate(model, prompts, budgets, torch_mod.Generator().manual_seed(4)) for _ in range(2)]
+    assert out[0] == out[1]
+    eos = task.encode(task.EOS)[0]
+    for resp, budget in zip(out[0], budgets, strict=True):
+        assert 1 <= len(resp) <= budget and task.PAD not in resp
+        assert eos not in resp[:-1]  # stops at the first end token
+    lp = token_log_probs(model, prompts, out[0])
+    assert lp.shape == (3, max(map(len, out[0]))) and torch_mod.all(lp <= 0)
+    with pytest.raises(ValueError, match="max_len"):
+        generate(model, prompts, [200, 1, 1], torch_mod.Generator())
+
+
+@needs_torch
+def test_gspo_objective_matches_the_toolkit(torch_mod):
+    from variance_lab.experiment.train import gspo_loss
+
+    rng = np.random.default_rng(3)
+    lengths = np.array([1, 5, 40, 200, 17, 3])
+    width = lengths.max()
+    mask = (np.arange(width) < lengths[:, None]).astype(np.float64)
+    old = -rng.exponential(1.0, (lengths.size, width))
+    new = old + rng.normal(0.0, [[1e-4], [3e-4], [1e-3], [2e-3], [5e-5], [1e-2]], (lengths.size, width))
+    new = np.minimum(new, 0.0)
+    adv = torch_mod.tensor(rng.normal(size=lengths.size))
+    loss, info = gspo_loss(torch_mod.tensor(new), torch_mod.tensor(old), torch_mod.tensor(mask), adv)
+    w = sequence_weights(TokenBatch.from_padded(new, old, mask))
+    np.testing.assert_allclose(info["log_s"].numpy(), w.log_G, rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(info["clipped"].numpy(), w.clipped_gspo)
+    assert 0 < w.clipped_gspo.sum() < lengths.size
+    s, a = w.s, adv.numpy()
+    want = -np.mean(np.minimum(s * a, np.clip(s, 1 - 3e-4, 1 + 4e-4) * a))
+    assert float(loss) == pytest.approx(want, rel=1e-12)
+
+
+@needs_torch
+def test_gspo_clipping_stops_the_gradient(torch_mod):
+    from variance_lab.experiment.train import gspo_loss
+
+    old = torch_mod.full((2, 4), -1.0, dtype=torch_mod.float64)
+    new = (old + torch_mod.tensor([[1e-3], [1e-5]], dtype=torch_mod.float64)).requires_grad_()
+    mask = torch_mod.ones(2, 4, dtype=torch_mod.float64)
+    loss, info = gspo_loss(new, old, mask, torch_mod.tensor([1.0, 1.0], dtype=torch_mod.float64))
+    loss.backward()
+    assert info["clipped"].tolist() == [True, False]
+    assert torch_mod.all(new.grad[0] == 0) and torch_mod.all(new.grad[1] < 0)  # ascent raises logp
+
+
+def test_group_advantages():
+    pytest.importorskip("torch")
+    from variance_lab.experiment.train import group_advantages
+
+    adv = group_advantages(np.array([1.0, 0, 0, 1, 1, 1, 1, 1]), 4)
+    np.testing.assert_allclose(adv[:4], [1, -1, -1, 1], rtol=1e-3)
+    np.testing.assert_array_equal(adv[4:], 0.0)
+
+
+def test_settings_validation():
+    pytest.importorskip("torch")
+    from variance_lab.experiment.train import FULL, QUICK, Settings
+
+    assert Settings.from_dict(QUICK.to_dict()) == QUICK
+    for bad in [
+        {"n_max": 60},
+        {"n_min": 1},
+        {"threads": 0},
+        {"sft_steps": 1.5},
+        {"d_model": 30, "n_head": 4},
+        {"pg_minibatches": 20},
+        {"clip_low": 1.0},
+        {"pg_lr": 0.0},
+    ]:
+        with pytest.raises(ValueError):
+            replace(FULL, **bad)
+    with pytest.raises(ValueError, match="unknown settings: bogus"):
+        Settings.from_dict({**FULL.to_dict(), "bogus": 1})
+
+
+# --------------------------------------------------------------------------------------
+# runs (PyTorch): the quick command end to end, determinism, --settings
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory, torch_mod):
+    out = tmp_path_factory.mktemp("quick") / "rollouts.jsonl.gz"
+    assert main(["experiment", "run", "--quick", "--quiet", "--seed", "3", "--out", str(out)]) == 0
+    return out
+
+
+@needs_torch
+def test_quick_run_writes_a_valid_data_set(quick_run):
+    batch = load_batch(quick_run)  # raises on any bad sequence
+    assert batch.n_dropped == 0 and len(batch) == 48
+    side = read_sidecar(sidecar_path(quick_run))
+    assert side["seed"] == 3 and side["quick"] is True and side["settings"]["seed"] == 3
+    assert side["summary"]["n_tokens"] == batch.n_tokens and side["summary"]["var_log_ratio"] > 0
+    with gzip.open(quick_run, "rt") as fh:
+        records = [json.loads(line) for line in fh]
+    assert numbers_sha256(records) == side["numbers_sha256"]
+    rec = records[0]
+    assert {"prompt", "response", "reward", "n_terms", "prompt_id", "sample"} <= set(rec)
+    assert len(rec["logp"]) == len(rec["response"])
+    assert 0.0 < sequence_weights(batch).gspo_clip_frac <= 1.0
+    assert analyze_data(quick_run, n_boot=50).n_sequences == 48
+
+
+@needs_torch
+def test_rerun_from_the_sidecar_reproduces_the_numbers(quick_run, tmp_path, capsys):
+    again = tmp_path / "again.jsonl.gz"
+    args = ["experiment", "run", "--quiet", "--settings", str(sidecar_path(quick_run)), "--out", str(again)]
+    assert main(args) == 0
+    assert "wrote 48 sequences" in capsys.readouterr().out
+    cmp = compare_files(quick_run, again)
+    assert cmp["same_ids"] and cmp["same_lengths"] and cmp["max_abs_diff"] == 0.0
+    assert (
+        read_sidecar(sidecar_path(again))["numbers_sha256"]
+        == read_sidecar(sidecar_path(quick_run))["numbers_sha256"]
+    )
+
+
+@needs_torch
+def test_another_seed_gives_other_numbers(quick_run, tmp_path):
+    from variance_lab.experiment.collect import run
+    from variance_lab.experiment.train import QUICK
+
+    side = run(replace(QUICK, seed=4), tmp_path / "other.npz")
+    assert side["numbers_sha256"] != read_sidecar(sidecar_path(quick_run))["numbers_sha256"]
+    assert load_batch(tmp_path / "other.npz").n_tokens == side["summary"]["n_tokens"]
+
+
+@needs_torch
+def test_run_restores_torch_settings(torch_mod, tmp_path):
+    from variance_lab.experiment.train import deterministic_torch
+
+    before = torch_mod.get_num_threads(), torch_mod.are_deterministic_algorithms_enabled()
+    with deterministic_torch(1):
+        assert torch_mod.get_num_threads() == 1 and torch_mod.are_deterministic_algorithms_enabled()
+    assert (torch_mod.get_num_threads(), torch_mod.are_deterministic_algorithms_enabled()) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "bogus=1"], "unknown setting"),
+        (["--set", "sft_steps=x"], "expected an integer"),
+        (["--set", "sft_steps"], "expected KEY=VALUE"),
+        (["--set", "threads=0"], "out of range"),
+        (["--out", "x.csv"], "must end in"),
+        (["--out", "no/such/folder/x.jsonl"], "does not exist"),
+        (["--settings", "missing.json"], "cannot read settings"),
+        (["--settings", "s.json"], "exclude each other"),
+    ],
+)
+def test_run_errors_are_one_line(args, message, capsys, monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.json").write_text("{}")
+    both = args == ["--settings", "s.json"]
+    argv = ["experiment", "run", *args] + (["--quick"] if both else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_without_torch_the_run_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    assert main(["experiment", "run", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'variance_lab[experiment]'" in err and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------
+# the shipped data set and its figure (no PyTorch)
+# --------------------------------------------------------------------------------------
+def test_shipped_data_set_is_valid_and_matches_its_sidecar():
+    side = read_sidecar(SHIPPED_SIDECAR)
+    assert side["quick"] is False and side["seed"] == side["settings"]["seed"]
+    assert DEFAULT_DATA.stat().st_size < 4e6
+    with gzip.open(DEFAULT_DATA, "rt") as fh:
+        records = [json.loads(line) for line in fh]
+    assert numbers_sha256(records) == side["numbers_sha256"]
+    batch = load_batch(DEFAULT_DATA)
+    assert batch.n_dropped == 0 and len(batch) == side["summary"]["n_sequences"]
+    assert batch.lengths.min() < 16 and batch.lengths.max() > 256  # a handful to a few hundred tokens
+    for rec in records[:50]:
+        assert (
+            task.reward(task.Problem(tuple(int(c) for c in rec["prompt"][1:-1:2])), rec["response"])
+            == rec["reward"]
+        )
+
+
+def test_analysis_of_the_shipped_data_and_its_figure(tmp_path):
+    paths = save_experiment_figure(tmp_path, n_boot=200)
+    assert [p.name for p in paths] == [
+        f"{FIGURE_NAME}.pdf",
+        f"{FIGURE_NAME}.png",
+        f"{FIGURE_NAME}.csv",
+        f"{FIGURE_NAME}_curves.csv",
+        f"{FIGURE_NAME}.json",
+    ]
+    side = json.loads(paths[-1].read_text())
+    assert side["findings"]["by_class"]["end"]["fraction"] > 0
+    assert set(side["findings"]["by_reward"]) == {"0", "1"}
+    assert side["data_set"]["numbers_sha256"] == read_sidecar(SHIPPED_SIDECAR)["numbers_sha256"]
+    assert side["analysis"]["n_sequences"] == read_sidecar(SHIPPED_SIDECAR)["summary"]["n_sequences"]
+    table = __import__("pandas").read_csv(paths[2])
+    assert len(table) >= 5 and (table["n_seq"] > 20).all()
+    assert (table["var_G"] > 0).all() and np.isfinite(table["log10_var_P"]).all()
+
+
+def test_resampled_clip_matches_iid_data_and_findings_count_tails():
+    rng = np.random.default_rng(8)
+    lengths = np.repeat([4, 40, 400], 300)
+    d = [rng.normal(0.0, 1e-3, t) for t in lengths]
+    batch = TokenBatch.from_ragged([np.minimum(x - 0.5, 0.0) for x in d], [np.full(x.size, -0.5) for x in d])
+    observed = [sequence_weights(batch).clipped_gspo[lengths == t].mean() for t in (4, 40, 400)]
+    np.testing.assert_allclose(resampled_clip(batch, n_rep=50, edges=[1, 10, 100, 1000]), observed, atol=0.06)
+    found = token_findings(batch)
+    assert abs(found["kurtosis"] - 3.0) < 0.2 and found["tail_tokens"]["fraction"] < 1e-3
+    assert 0.01 < found["top_sequences"]["1%"] < found["top_sequences"]["10%"] < 1.0
+
+
+def test_committed_figure_belongs_to_the_shipped_data():
+    side = json.loads((FIGURES / f"{FIGURE_NAME}.json").read_text())
+    assert side["data_set"]["numbers_sha256"] == read_sidecar(SHIPPED_SIDECAR)["numbers_sha256"]
+    for name in side["files"].values():
+        assert (FIGURES / name).is_file()
+
+
+def test_figure_command(tmp_path, capsys):
+    assert main(["experiment", "figure", "--out", str(tmp_path), "--n-boot", "20"]) == 0
+    assert "wrote 5 files" in capsys.readouterr().out
+    assert main(["experiment", "figure", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)]) == 2
+
+
+# --------------------------------------------------------------------------------------
+# slow: the shipped data set regenerated from its recorded seed and settings
+# --------------------------------------------------------------------------------------
+@pytest.mark.slow
+@needs_torch
+def test_shipped_data_set_reproduces_from_its_sidecar(tmp_path):
+    out = tmp_path / DEFAULT_DATA.name
+    assert main(["experiment", "run", "--quiet", "--settings", str(SHIPPED_SIDECAR), "--out", str(out)]) == 0
+    cmp = compare_files(DEFAULT_DATA, out)
+    assert cmp["same_ids"] and cmp["same_lengths"]
+    assert cmp["max_abs_diff"] <= 1e-9 or cmp["max_rel_diff"] <= 1e-9, cmp

@@ -1,0 +1,192 @@
+"""The ``variance-lab experiment`` subcommands: ``run`` (train and collect) and ``figure``.
+
+Registered by :mod:`variance_lab.cli`. Nothing here imports PyTorch at import time: ``run``
+imports it when called and, without it, stops with a one-line error naming the extra to
+install (exit status 2); ``figure`` needs no PyTorch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from variance_lab.cli import PROG, CLIError
+from variance_lab.gspo_io import detect_format
+
+__all__ = ["add_experiment_command", "parse_assignment", "settings_from_args", "TORCH_HINT"]
+
+#: What to install for ``experiment run``.
+TORCH_HINT = "pip install 'variance_lab[experiment]'"
+
+
+def parse_assignment(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of ``--set``.
+
+    Parameters
+    ----------
+    text : str
+
+    Returns
+    -------
+    (str, str)
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def _coerce(name: str, value: str, default):
+    """``value`` as the type of the setting's default (int or float)."""
+    kind = type(default)
+    try:
+        return kind(value) if kind is float else int(value)
+    except ValueError:
+        expected = "a number" if kind is float else "an integer"
+        raise CLIError(f"--set {name}={value}: expected {expected}") from None
+
+
+def settings_from_args(args: argparse.Namespace):
+    """The run's settings: a sidecar's (``--settings``) or the preset, then ``--seed`` and ``--set``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+
+    Returns
+    -------
+    variance_lab.experiment.train.Settings
+    """
+    from variance_lab.experiment.files import read_sidecar
+    from variance_lab.experiment.train import FULL, QUICK, Settings
+
+    if args.settings is not None and args.quick:
+        raise CLIError("--settings and --quick exclude each other")
+    base = QUICK if args.quick else FULL
+    values = base.to_dict()
+    if args.settings is not None:
+        values = dict(read_sidecar(args.settings)["settings"])
+    if args.seed is not None:
+        values["seed"] = args.seed
+    defaults = FULL.to_dict()
+    for key, value in args.set or []:
+        if key not in defaults:
+            raise CLIError(f"--set {key}: unknown setting; the settings are {', '.join(defaults)}")
+        values[key] = _coerce(key, value, defaults[key])
+    return Settings.from_dict(values)
+
+
+def _require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise CLIError(f"the experiment needs PyTorch: {TORCH_HINT}") from None
+
+
+def _say(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    _require_torch()
+    settings = settings_from_args(args)
+    out = Path(args.out or ("arith_rollouts_quick.jsonl.gz" if args.quick else "arith_rollouts.jsonl.gz"))
+    if not out.parent.is_dir():
+        raise CLIError(f"--out {str(out)!r}: folder {str(out.parent)!r} does not exist")
+    try:
+        detect_format(out)
+    except ValueError:
+        raise CLIError(f"--out {str(out)!r}: the name must end in .jsonl(.gz), .parquet or .npz") from None
+    from variance_lab.experiment.collect import run
+
+    side = run(settings, out, progress=None if args.quiet else _say)
+    s, t, log = side["summary"], side["training"]["timing_s"], side["training"]
+    acc = [log.get(k, {}).get("accuracy") for k in ("eval_after_sft", "eval_after_pg")]
+    print(
+        f"wrote {s['n_sequences']} sequences ({s['n_tokens']:,} tokens, lengths {s['length_min']}.."
+        f"{s['length_max']}) to {side['paths'][0]}, seed and settings to {side['paths'][1]}"
+    )
+    if None not in acc:
+        print(
+            f"accuracy after SFT {acc[0]:.3f}, after GSPO {acc[1]:.3f}; mean reward of the data "
+            f"{s['mean_reward']:.3f}"
+        )
+    print(
+        f"took {t['total']:.1f} s (SFT {t['sft']:.1f} s, GSPO {t['pg']:.1f} s, "
+        f"collection {t['collect']:.1f} s)"
+    )
+    return 0
+
+
+def _cmd_figure(args: argparse.Namespace) -> int:
+    from variance_lab.experiment.figure import save_experiment_figure
+
+    paths = save_experiment_figure(args.out, data=args.data, n_boot=args.n_boot, seed=args.seed)
+    print(f"wrote {len(paths)} files to {args.out}")
+    return 0
+
+
+def _add_run(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="train the policy and collect token log-probs (needs PyTorch)",
+        description="Supervised warm-up of a tiny transformer on the arithmetic task, a few GSPO "
+        "iterations (GRPO-style groups, sequence-level clipping), then fresh responses sampled from the "
+        "last iteration's old policy and scored under the old and the new policy, saved in the toolkit's "
+        "format (one record per sequence with logp, old_logp, id) beside a JSON sidecar holding the seed "
+        "and every setting. Deterministic for given settings and thread count (single-threaded by default).",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny model, short problems, few steps (seconds)")
+    p.add_argument("--seed", type=int, default=None, help="root seed (default: the preset's or sidecar's, 0)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="data file, .jsonl.gz/.jsonl/.parquet/.npz (default arith_rollouts[_quick].jsonl.gz)",
+    )
+    p.add_argument(
+        "--settings",
+        default=None,
+        metavar="JSON",
+        help="start from the settings of this sidecar (reproduces its data set)",
+    )
+    p.add_argument(
+        "--set",
+        type=parse_assignment,
+        action="append",
+        metavar="KEY=VALUE",
+        help="override one setting, repeatable (e.g. --set sft_steps=300 --set threads=2)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines on standard error")
+    p.set_defaults(func=_cmd_run)
+
+
+def _add_figure(sub) -> None:
+    from variance_lab.experiment.figure import DEFAULT_DATA, FIGURE_NAME
+
+    p = sub.add_parser(
+        "figure",
+        help="analyse the experiment's data and draw its figure",
+        description=f"{FIGURE_NAME}.pdf/.png/.csv/.json: Var(P_T), Var(G_T) and GSPO clip fractions per "
+        "length bucket of the data set against the i.i.d. and autocorrelation-corrected predictions.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="the data file to analyse")
+    p.add_argument("--out", default="figures", help="output folder")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples per bucket")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    p.set_defaults(func=_cmd_figure)
+
+
+def add_experiment_command(sub) -> None:
+    """Register ``experiment`` (with ``run`` and ``figure``) on the subparsers ``sub`` of ``variance-lab``."""
+    p = sub.add_parser(
+        "experiment",
+        help="a controlled experiment: real token ratios from a small policy trained on arithmetic",
+        description="Train a tiny policy on an arithmetic task with SFT and GSPO, collect its token "
+        "log-probs (run), and analyse them (figure).",
+    )
+    inner = p.add_subparsers(dest="experiment_command", metavar="SUBCOMMAND", parser_class=type(p))
+    inner.required = True
+    _add_run(inner)
+    _add_figure(inner)

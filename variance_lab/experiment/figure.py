@@ -1,0 +1,392 @@
+r"""The experiment's figure: its data through :func:`variance_lab.analysis.analyze`, drawn for the paper.
+
+Three panels over the sequence length :math:`T`: observed :math:`\operatorname{Var}(P_T)` and
+:math:`\operatorname{Var}(G_T)` per length bucket against the i.i.d. and
+autocorrelation-corrected predictions (:func:`variance_lab.report.analysis_figure.analysis_figure`),
+and GSPO's clip fraction per bucket against the fraction those predictions imply
+(:func:`clip_panel`). :func:`save_experiment_figure` writes ``experiment_variance.pdf``,
+``.png``, ``.csv`` (the per-bucket table), ``_curves.csv`` (the prediction curves) and a
+JSON sidecar with every parameter, the analysis summary and the data set's fingerprint; it
+is the function the ``figures`` command calls for this figure. No PyTorch needed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from variance_lab import __version__
+from variance_lab.empirical import length_buckets
+from variance_lab.experiment.task import TAGS
+from variance_lab.gspo import GSPO_RANGE, TokenBatch, _log_range, sequence_weights
+from variance_lab.report import style
+
+__all__ = [
+    "FIGURE_NAME",
+    "DEFAULT_DATA",
+    "TOKEN_CLASSES",
+    "clip_panel",
+    "experiment_figure",
+    "load_data",
+    "analyze_data",
+    "resampled_clip",
+    "token_findings",
+    "save_experiment_figure",
+]
+
+#: Base name of the figure's files.
+FIGURE_NAME = "experiment_variance"
+#: The shipped data set (in the source tree, beside the package).
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "data" / "arith_rollouts.jsonl.gz"
+PNG_DPI = 200
+
+_CLIP_STYLE = {
+    "gspo_clip_pred_iid": {
+        "color": style.color(1),
+        "ls": "--",
+        "marker": "s",
+        "label": "i.i.d. lognormal fit",
+    },
+    "gspo_clip_pred": {
+        "color": style.color(3),
+        "ls": "-",
+        "marker": "^",
+        "label": "autocorrelation-corrected",
+    },
+    "gspo_clip_resampled": {
+        "color": style.color(2),
+        "ls": ":",
+        "marker": "v",
+        "lw": 1.5,
+        "label": "i.i.d. empirical (resampled)",
+    },
+}
+#: Token classes of a response, by character (see :func:`token_findings`).
+TOKEN_CLASSES = {"digit": "0123456789", "tag": TAGS, "plus": "+", "equals": "=", "comma": ",", "end": "."}
+
+
+def clip_panel(ax, table: pd.DataFrame):
+    """GSPO's clip fraction per length bucket: observed (points) against predicted (lines).
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    table : pandas.DataFrame
+        Per-bucket frame of :func:`variance_lab.analysis.analyze` (``T_mean``, ``T_min``,
+        ``T_max``, ``gspo_clip_frac``, ``gspo_clip_pred``, ``gspo_clip_pred_iid``), with
+        ``gspo_clip_resampled`` (:func:`resampled_clip`) drawn where present.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    with style.paper():
+        x = table["T_mean"].to_numpy(float)
+        for col, kw in _CLIP_STYLE.items():
+            if col in table:
+                ax.plot(x, table[col].to_numpy(float), ms=2.5, **kw)
+        xerr = np.vstack([x - table["T_min"].to_numpy(float), table["T_max"].to_numpy(float) - x])
+        ax.errorbar(
+            x,
+            table["gspo_clip_frac"].to_numpy(float),
+            xerr=xerr,
+            fmt="o",
+            color=style.color(0),
+            ms=3.2,
+            elinewidth=0.7,
+            capsize=1.5,
+            zorder=3,
+            label="observed",
+        )
+        if ax.get_xscale() != "log":  # a shared axis keeps its ticks
+            ax.set_xscale("log")
+        ax.set_ylim(0.0, 1.0)
+        ax.set_ylabel("GSPO clip fraction")
+        ax.legend(loc="lower right")
+    return ax.figure
+
+
+def experiment_figure(table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, level: float = 0.95) -> Figure:
+    """The three panels: Var(P_T), Var(G_T) and GSPO's clip fraction against T.
+
+    Parameters
+    ----------
+    table, curves : pandas.DataFrame
+        :attr:`variance_lab.analysis.AnalysisResult.table` and its ``curves()``.
+    fig : matplotlib.figure.Figure, optional
+        Draw into this figure (a new one-column figure by default).
+    level : float
+        Confidence level of the intervals, for the legend.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from variance_lab.report.analysis_figure import T_LABEL, analysis_figure
+
+    if fig is None:
+        fig = Figure(figsize=(style.COLUMN_WIDTH, 6.2), layout="constrained")
+    with style.paper():
+        axes = fig.subplots(3, 1, sharex=True)
+    analysis_figure(table, curves, ax=list(axes[:2]), level=level)
+    clip_panel(axes[2], table)
+    axes[1].set_xlabel("")
+    axes[2].set_xlabel(T_LABEL)
+    return fig
+
+
+def load_data(data=None) -> tuple[TokenBatch, list[dict] | None]:
+    """The batch of a data set (default the shipped one) and, for JSONL, its raw records.
+
+    Parameters
+    ----------
+    data : str or Path, optional
+        Default :data:`DEFAULT_DATA`.
+
+    Returns
+    -------
+    (TokenBatch, list of dict or None)
+    """
+    from variance_lab.gspo_io import detect_format, load_batch
+
+    path = Path(DEFAULT_DATA if data is None else data)
+    if not path.is_file():
+        raise ValueError(
+            f"{str(path)!r}: no such data file (the shipped data set lives in data/ of the "
+            "source tree; 'variance-lab experiment run' makes a new one)"
+        )
+    records = None
+    if detect_format(path) == "jsonl":
+        opener = gzip.open if path.name.lower().endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as fh:
+            records = [json.loads(line) for line in fh if line.strip()]
+    return load_batch(path), records
+
+
+def analyze_data(data=None, *, n_boot: int = 1000, seed: int = 0):
+    """Load a data set (default the shipped one) and run :func:`variance_lab.analysis.analyze` on it.
+
+    Parameters
+    ----------
+    data : str or Path, optional
+        Default :data:`DEFAULT_DATA`.
+    n_boot, seed : int
+        Bootstrap resamples per bucket and their seed.
+
+    Returns
+    -------
+    variance_lab.analysis.AnalysisResult
+    """
+    from variance_lab.analysis import analyze
+
+    return analyze(load_data(data)[0], n_boot=n_boot, seed=seed)
+
+
+def resampled_clip(
+    batch: TokenBatch, *, n_rep: int = 100, seed: int = 0, gspo_range=GSPO_RANGE, edges=None
+) -> np.ndarray:
+    r"""GSPO's clip fraction per length bucket if tokens were i.i.d. from their pooled empirical law.
+
+    For each sequence of length :math:`T`, ``n_rep`` sequences of :math:`T` tokens are drawn
+    with replacement from the pooled log-ratios and the fraction whose mean lies outside
+    ``log(gspo_range)`` is recorded; a bucket's value averages its sequences. This keeps the
+    tails of the real token distribution (which the Gaussian predictions of
+    :func:`~variance_lab.analysis.analyze` drop) but not how tokens group into sequences,
+    so the gap to the observed fraction measures that grouping.
+
+    Parameters
+    ----------
+    batch : TokenBatch
+    n_rep : int
+        Resampled sequences per observed sequence.
+    seed : int
+        Seed of a :class:`numpy.random.Generator` (the only randomness).
+    gspo_range : tuple of float
+    edges : None, "exact" or array_like of int
+        Buckets, as for :func:`~variance_lab.empirical.length_buckets`.
+
+    Returns
+    -------
+    ndarray
+        One value per non-empty bucket, in bucket order.
+    """
+    lo, hi = _log_range(gspo_range, "gspo_range")
+    rng = np.random.default_rng(seed)
+    d, lengths = batch.log_ratio, batch.lengths
+    bucket, _ = length_buckets(lengths, edges)
+    out = []
+    for k in np.unique(bucket[bucket >= 0]):
+        fractions = []
+        for T in lengths[bucket == k]:
+            mean = d[rng.integers(0, d.size, size=(n_rep, int(T)))].mean(axis=1)
+            fractions.append(np.mean((mean < lo) | (mean > hi)))
+        out.append(float(np.mean(fractions)))
+    return np.array(out)
+
+
+def _share(x2: np.ndarray, sel: np.ndarray) -> float:
+    return float(x2[sel].sum() / x2.sum())
+
+
+def token_findings(batch: TokenBatch, records: list[dict] | None = None) -> dict:
+    r"""Where the variance of the token log-ratios sits: tails, sequences, token classes, rewards.
+
+    Parameters
+    ----------
+    batch : TokenBatch
+        The data set (no masks: tokens in response order).
+    records : list of dict, optional
+        Its JSONL records; with ``response`` texts and ``reward`` the breakdown by token class
+        (:data:`TOKEN_CLASSES`) and by reward is added.
+
+    Returns
+    -------
+    dict
+        ``kurtosis`` of :math:`y = \log r` (3 for a Gaussian); ``tail_tokens``: fraction of
+        tokens with :math:`|y| > 0.01` and their share of :math:`\sum (y - \bar y)^2`;
+        ``top_sequences``: share of that sum held by the top 1 %, 5 %, 10 % of sequences;
+        ``by_class`` and ``by_reward`` where the records allow.
+    """
+    d = batch.log_ratio
+    z2 = (d - d.mean()) ** 2
+    per_seq = np.sort(np.bincount(batch.segment, weights=z2))[::-1]
+    n = per_seq.size
+    out = {
+        "kurtosis": float(np.mean(z2 * z2) / np.mean(z2) ** 2),
+        "median_abs_log_ratio": float(np.median(np.abs(d))),
+        "tail_tokens": {
+            "threshold": 0.01,
+            "fraction": float(np.mean(np.abs(d) > 0.01)),
+            "share_of_sum_sq": _share(z2, np.abs(d) > 0.01),
+        },
+        "top_sequences": {
+            f"{p}%": float(per_seq[: max(1, n * p // 100)].sum() / per_seq.sum()) for p in (1, 5, 10)
+        },
+    }
+    if records and all("response" in r for r in records):
+        chars = np.array(list("".join(r["response"] for r in records)))
+        if chars.size == d.size:
+            out["by_class"] = {
+                name: {
+                    "fraction": float(np.mean(sel)),
+                    "share_of_sum_sq": _share(z2, sel),
+                    "median_abs": float(np.median(np.abs(d[sel]))) if sel.any() else None,
+                }
+                for name, members in TOKEN_CLASSES.items()
+                for sel in [np.isin(chars, list(members))]
+            }
+    if records and all("reward" in r for r in records):
+        out["by_reward"] = _by_reward(batch, np.array([r["reward"] for r in records]))
+    return out
+
+
+def _by_reward(batch: TokenBatch, reward: np.ndarray) -> dict:
+    """Sequences, mean length, token log-ratio variance and GSPO clip fraction per reward value."""
+    clipped = sequence_weights(batch).clipped_gspo
+    out = {}
+    for v in np.unique(reward):
+        sel = reward == v
+        out[f"{v:g}"] = {
+            "n_sequences": int(sel.sum()),
+            "mean_length": float(batch.lengths[sel].mean()),
+            "var_log_ratio": float(batch.log_ratio[np.repeat(sel, batch.lengths)].var()),
+            "gspo_clip_frac": float(clipped[sel].mean()),
+        }
+    return out
+
+
+def _json_value(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_value(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_value(x) for x in v]
+    return v
+
+
+def _data_fingerprint(path: Path) -> dict:
+    """The data set's own sidecar fields that identify it (seed, settings, numbers' SHA-256)."""
+    from variance_lab.experiment.files import sidecar_path
+
+    side = sidecar_path(path)
+    if not side.is_file():
+        return {}
+    meta = json.loads(side.read_text())
+    return {k: meta.get(k) for k in ("seed", "settings", "numbers_sha256", "quick")}
+
+
+def _write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed: int = 0) -> list[Path]:
+    """Analyse the data set and write the figure, its data and its sidecar into ``out``.
+
+    Files: ``experiment_variance.pdf``, ``.png``, ``.csv`` (the per-bucket table of
+    :func:`~variance_lab.analysis.analyze` plus ``gspo_clip_resampled``, :func:`resampled_clip`),
+    ``experiment_variance_curves.csv`` (prediction curves) and ``experiment_variance.json``
+    (parameters, analysis summary, :func:`token_findings`, the data set's seed, settings and
+    fingerprint, versions, SHA-256 of the two CSV files). Each is written atomically; the PDF carries no date.
+
+    Parameters
+    ----------
+    out : str or Path
+        Output folder (created when missing).
+    data : str or Path, optional
+        The data set; default the shipped :data:`DEFAULT_DATA`.
+    n_boot, seed : int
+        Bootstrap resamples per bucket and their seed.
+
+    Returns
+    -------
+    list of Path
+    """
+    from variance_lab.analysis import analyze
+
+    path = Path(DEFAULT_DATA if data is None else data)
+    batch, records = load_data(path)
+    result = analyze(batch, n_boot=n_boot, seed=seed)
+    table = result.table.assign(gspo_clip_resampled=resampled_clip(batch, seed=seed))
+    curves = result.curves()
+    fig = experiment_figure(table, curves, level=result.level)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = {ext: out / f"{FIGURE_NAME}.{ext}" for ext in ("csv", "pdf", "png", "json")}
+    names["curves"] = out / f"{FIGURE_NAME}_curves.csv"
+    texts = {"csv": table.to_csv(index=False), "curves": curves.to_csv(index=False)}
+    for key, text in texts.items():
+        _write(names[key], lambda tmp, text=text: tmp.write_text(text))
+    _write(names["pdf"], lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None}))
+    _write(names["png"], lambda tmp: fig.savefig(tmp, format="png", dpi=PNG_DPI))
+    sidecar = {
+        "figure": FIGURE_NAME,
+        "description": "Arithmetic-task experiment: Var(P_T), Var(G_T) and GSPO clip fraction per length "
+        "bucket of real token log-ratios (old vs new policy of a tiny transformer after a GSPO step), "
+        "against the i.i.d. lognormal, i.i.d. empirical and autocorrelation-corrected predictions.",
+        "params": {"data": path.name, "n_boot": n_boot, "seed": seed, "level": result.level, "edges": "auto"},
+        "data_set": _data_fingerprint(path),
+        "analysis": _json_value(result.summary()),
+        "findings": _json_value(token_findings(batch, records)),
+        "version": __version__,
+        "files": {k: p.name for k, p in names.items() if k != "json"},
+        "png_dpi": PNG_DPI,
+        "data_sha256": {k: hashlib.sha256(t.encode()).hexdigest() for k, t in texts.items()},
+        "reproduce": f"variance-lab experiment figure --data {path.name} --out DIR",
+    }
+    _write(names["json"], lambda tmp: tmp.write_text(json.dumps(sidecar, indent=1) + "\n"))
+    return [names[k] for k in ("pdf", "png", "csv", "curves", "json")]
