@@ -1,0 +1,74 @@
+"""Every notebook is stored without outputs and runs top to bottom in quick mode.
+
+Quick mode (``VARIANCE_LAB_QUICK=1``, :mod:`variance_lab.sizes`) keeps the four runs to
+seconds each; a notebook writes its files to ``VARIANCE_LAB_NOTEBOOK_OUT`` (a temporary
+folder here). Each notebook must show its figures as images, print no warnings, and end
+with a conclusion rendered from its own numbers.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert [p.name[:3] for p in NOTEBOOKS] == ["01_", "02_", "03_", "04_"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_without_outputs(path):
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs", []) == [], f"{path.name} cell {i} has outputs"
+            assert cell.get("execution_count") is None, f"{path.name} cell {i} has an execution count"
+        assert "execution" not in cell.get("metadata", {}), f"{path.name} cell {i} stores execution times"
+    assert "widgets" not in nb.get("metadata", {}), f"{path.name} stores widget state"
+    first = nb["cells"][0]
+    assert first["cell_type"] == "markdown" and "question" in "".join(first["source"]).lower()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_reads_its_sizes_from_one_place(path):
+    source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    assert "from variance_lab.sizes import" in source and "sizes()" in source
+    assert "np.random.seed" not in source and "default_rng" not in source, "randomness only through the API"
+
+
+def test_notebooks_are_ruff_clean():
+    folder = NOTEBOOKS[0].parent
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", str(folder)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_executes_in_quick_mode(path, monkeypatch, tmp_path):
+    monkeypatch.setenv("VARIANCE_LAB_QUICK", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("VARIANCE_LAB_NOTEBOOK_OUT", str(tmp_path))
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
+    client.execute(env=dict(os.environ))
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    outputs = [o for c in code for o in c.outputs]
+    errors = [o for o in outputs if o.output_type == "error"]
+    assert not errors
+    stderr = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr"]
+    assert not [t for t in stderr if "Warning" in t], stderr
+    assert any("image/png" in o.get("data", {}) for o in outputs), "no figure shown as an image"
+    markdown = [c for c in nb.cells if c.cell_type == "markdown"]
+    assert markdown[-1].source.startswith("## Conclusion")
+    assert any("text/markdown" in o.get("data", {}) for o in code[-1].outputs), "no computed conclusion"
+    assert any(tmp_path.iterdir()), "wrote nothing to VARIANCE_LAB_NOTEBOOK_OUT"
