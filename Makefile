@@ -23,18 +23,22 @@ table: $(VENV)/.installed
 	$(BIN)/variance-lab table
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m ruff check variance_lab tests
+	$(BIN)/python -m ruff check variance_lab tests benchmarks notebooks
 	$(BIN)/python -m pytest
 
 test-slow: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -m slow
 
+# The benchmark suite (minutes; `make bench ARGS=--quick` for a smoke run): ratios against the machine's limits
+bench: $(VENV)/.installed-dev
+	$(BIN)/python -m benchmarks $(ARGS)
+
 lint: $(VENV)/.installed-dev
-	$(BIN)/python -m ruff check variance_lab tests
-	$(BIN)/python -m ruff format --check variance_lab tests
+	$(BIN)/python -m ruff check variance_lab tests benchmarks notebooks
+	$(BIN)/python -m ruff format --check variance_lab tests benchmarks
 
 format: $(VENV)/.installed-dev
-	$(BIN)/python -m ruff format variance_lab tests
+	$(BIN)/python -m ruff format variance_lab tests benchmarks
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -9,6 +9,7 @@ from variance_lab.simulate.plan import (
     TAIL_MAX,
     check_seed,
     chunk_generator,
+    chunk_tail_keep,
     make_plan,
     tail_size,
 )
@@ -73,3 +74,23 @@ def test_chunk_generator_is_the_spawned_stream():
         np.testing.assert_array_equal(chunk_generator(42, i).standard_normal(5), ref)
     assert not np.array_equal(chunk_generator(42, 0).random(3), chunk_generator(42, 1).random(3))
     assert not np.array_equal(chunk_generator(42, 0).random(3), chunk_generator(43, 0).random(3))
+
+
+def test_tasks_carry_sampler_and_tail_share():
+    from variance_lab import LogNormal
+    from variance_lab.simulate import AccumulatorSpec
+    from variance_lab.simulate.plan import make_tasks
+
+    plan = make_plan(10**6)
+    spec = AccumulatorSpec.from_family(LogNormal(1.0, 0.1), [1, 10], plan.tail)
+    tasks = make_tasks(plan, 1, [0.0, 0.3], spec, seed=1, independent=False, sampler="aggregate")
+    assert {t.sampler for t in tasks} == {"aggregate"}
+    assert [t.tail_keep for t in tasks] == [chunk_tail_keep(plan.n, s, plan.tail) for s in plan.sizes()]
+    assert tasks[0].tail_keep < plan.tail  # a chunk keeps its share, not the whole tail
+    with pytest.raises(ValueError, match="sampler"):
+        make_tasks(plan, 1, [0.0, 0.3], spec, seed=1, independent=False, sampler="auto")
+
+
+def test_chunk_tail_keep_small_runs_keep_everything():
+    assert chunk_tail_keep(100, 100, tail_size(100)) == tail_size(100)  # one chunk: the whole tail
+    assert chunk_tail_keep(10, 3, 5) == 3  # never more than the chunk's paths

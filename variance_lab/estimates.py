@@ -227,10 +227,23 @@ def estimate(
     pandas.DataFrame
         Columns :data:`variance_lab.schema.TIDY_COLUMNS`, one row per (T, statistic),
         ordered by T then :data:`STATISTICS`.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 paths, a bad ``ci``, or a tail sample that is not the exact largest
+        values of all paths (:meth:`~variance_lab.simulate.accumulators.Accumulator.tail_complete`).
     """
     if acc.count < 2:
         raise ValueError(f"estimates need at least 2 paths, got {acc.count!r}")
     stats.z_value(ci)
+    incomplete = ~acc.tail_complete()
+    if incomplete.any():  # a < 1e-30 event per chunk and T for i.i.d. paths: never papered over
+        raise ValueError(
+            f"the tail sample of log P_T is incomplete at T = {acc.T[incomplete].tolist()}: a chunk kept "
+            "fewer of its largest values than the merged tail needs (plan.chunk_tail_keep); "
+            "rerun with another chunk_size"
+        )
     rows = _exp_part(acc, P, "P", ci) + _exp_part(acc, G, "G", ci) + _log_part(acc, ci)
     rows += _weights_part(acc) + _theory_part(acc, family)
     khat = next(r["value"] for r in rows if r["statistic"] == "khat_P")

@@ -13,8 +13,16 @@ merged accumulators, and :func:`~variance_lab.simulate.kernels.run_chunk` on the
 (merge their results with :func:`~variance_lab.simulate.accumulators.merge_all`, in chunk
 order).
 
-Reproducibility: ``(seed, n)`` (and ``chunk_size``, ``independent``) fix every bit of the
-result, for any number of workers and any machine with the same NumPy bit generators.
+Sampling: token by token (``sampler="token"``, the default and the reference), or
+:math:`\log P_T` drawn at the grid points from its exact law given the previous grid
+point (``"aggregate"``, :mod:`~variance_lab.simulate.aggregate`: lognormal, two-point,
+AR(1)); ``"auto"`` takes the aggregate where it is exact. Paths are reduced into the
+accumulators a block at a time (:mod:`~variance_lab.simulate.block`), so that a dense
+T grid costs little more than its draws.
+
+Reproducibility: ``(seed, n)`` (and ``chunk_size``, ``independent``, ``sampler``) fix every
+bit of the result, for any number of workers and any machine with the same NumPy bit
+generators.
 """
 
 from __future__ import annotations
@@ -24,10 +32,12 @@ import time
 import numpy as np
 import pandas as pd
 
-from variance_lab._validate import check_n, check_T, check_workers
+from variance_lab._validate import check_n, check_T
 from variance_lab.families import Family
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec, merge, merge_all
-from variance_lab.simulate.executor import default_workers, run_tasks
+from variance_lab.simulate.aggregate import SAMPLER_CHOICES, resolve_sampler
+from variance_lab.simulate.dask_executor import EXECUTORS, DaskMissingError, Engine
+from variance_lab.simulate.executor import default_workers
 from variance_lab.simulate.kernels import accumulate_log_p, draw_log_r, run_chunk
 from variance_lab.simulate.plan import ChunkPlan, ChunkTask, check_seed, make_plan, make_tasks
 
@@ -47,6 +57,11 @@ __all__ = [
     "merge_all",
     "run_chunk",
     "default_workers",
+    "SAMPLER_CHOICES",
+    "resolve_sampler",
+    "EXECUTORS",
+    "DaskMissingError",
+    "Engine",
 ]
 
 
@@ -56,7 +71,9 @@ def _check_family(family) -> Family:
     return family
 
 
-def prepare(family: Family, T, n, *, seed=0, independent: bool = False, chunk_size=None):
+def prepare(
+    family: Family, T, n, *, seed=0, independent: bool = False, chunk_size=None, sampler: str = "token"
+):
     """Validate a run and build its plan and chunk tasks (nothing is simulated).
 
     Parameters
@@ -72,6 +89,8 @@ def prepare(family: Family, T, n, *, seed=0, independent: bool = False, chunk_si
         Draw independent paths for each T instead of reading one path at every T.
     chunk_size : int, optional
         Paths per chunk (default: a function of n alone, :func:`make_plan`).
+    sampler : {"token", "aggregate", "auto"}
+        See :func:`simulate`; the tasks carry the resolved ``"token"`` or ``"aggregate"``.
 
     Returns
     -------
@@ -81,13 +100,26 @@ def prepare(family: Family, T, n, *, seed=0, independent: bool = False, chunk_si
     grid = check_T(T, grid=True)
     plan = make_plan(check_n(n), chunk_size)
     seed = check_seed(seed)
-    spec = AccumulatorSpec.from_family(family, grid, plan.tail)
     code, params = family.sampler_params()
-    return plan, make_tasks(plan, code, params, spec, seed=seed, independent=independent)
+    sampler = resolve_sampler(sampler, code, family.name)
+    spec = AccumulatorSpec.from_family(family, grid, plan.tail)
+    return plan, make_tasks(plan, code, params, spec, seed=seed, independent=independent, sampler=sampler)
 
 
 def run_accumulators(
-    family: Family, T, n, *, seed=0, workers=None, independent: bool = False, progress=None, chunk_size=None
+    family: Family,
+    T,
+    n,
+    *,
+    seed=0,
+    workers=None,
+    independent: bool = False,
+    progress=None,
+    chunk_size=None,
+    executor=None,
+    scheduler=None,
+    client=None,
+    sampler: str = "token",
 ) -> Accumulator:
     """Simulate and return the merged accumulators (no estimates).
 
@@ -98,9 +130,11 @@ def run_accumulators(
     Accumulator
         All ``n`` paths, every T of the sorted grid.
     """
-    workers = default_workers() if workers is None else check_workers(workers)
-    _, tasks = prepare(family, T, n, seed=seed, independent=independent, chunk_size=chunk_size)
-    return run_tasks(tasks, workers=workers, progress=progress)
+    with Engine(executor, scheduler=scheduler, client=client, workers=workers) as engine:
+        _, tasks = prepare(
+            family, T, n, seed=seed, independent=independent, chunk_size=chunk_size, sampler=sampler
+        )
+        return engine.run(tasks, progress=progress)[0]
 
 
 def simulate(
@@ -115,6 +149,10 @@ def simulate(
     progress=None,
     chunk_size=None,
     target: float = 0.1,
+    executor=None,
+    scheduler=None,
+    client=None,
+    sampler: str = "token",
 ) -> pd.DataFrame:
     r"""Monte Carlo estimates of :math:`P_T` and :math:`G_T` with intervals and verdicts.
 
@@ -137,11 +175,19 @@ def simulate(
     seed : int, default 0
         Root seed; with ``n`` (and ``chunk_size``) it fixes every bit of the result.
     workers : int, optional
-        Threads; default all cores this process may use. Does not change the result.
+        Threads (``executor="threads"``) or worker processes (``"dask-local"``); default
+        all cores this process may use. Does not change the result.
     independent : bool, default False
         By default one path of length ``max(T)`` is read at every T (prefix sums), so
         estimates at different T are correlated; ``True`` draws fresh paths for each T
         (costs ``sum(T)`` instead of ``max(T)`` draws per path).
+    sampler : {"token", "aggregate", "auto"}, default "token"
+        ``"token"`` draws every token's ratio: the reference, for every family.
+        ``"aggregate"`` draws :math:`\log P_T` at the grid points directly from its exact
+        law given the previous grid point (lognormal, two-point, AR(1), degenerate;
+        :mod:`variance_lab.simulate.aggregate`): one or two draws per grid point instead
+        of ``max(T)`` per path, the same law, other bits; ``ValueError`` for gamma, which
+        has none. ``"auto"``: aggregate where it is exact, token elsewhere.
     ci : float, default 0.95
         Confidence level of the intervals.
     progress : None or bool
@@ -151,6 +197,16 @@ def simulate(
         Paths per chunk; default a function of ``n`` alone.
     target : float, default 0.1
         Relative error the verdicts ask for (theory's ``n_needed_*`` at this target).
+    executor : {"threads", "dask", "dask-local"} or distributed.Client, optional
+        Where the chunks run (:mod:`variance_lab.simulate.dask_executor`): local threads
+        (default), an existing Dask cluster (``scheduler=`` or ``client=``), or a
+        ``LocalCluster`` of ``workers`` processes started for this call. Does not change
+        the result. Dask needs the ``distributed`` extra.
+    scheduler : str, optional
+        ``executor="dask"``: ``tcp://HOST:PORT`` or a scheduler JSON file.
+    client : distributed.Client, optional
+        A connected Dask client to run on (implies ``executor="dask"``; left open). Pass
+        one to many calls rather than starting a cluster per call.
 
     Returns
     -------
@@ -163,7 +219,8 @@ def simulate(
     ------
     ValueError
         For a bad family, T grid (zero, negative, duplicate or non-integer entries),
-        ``n < 2``, ``workers < 1``, a negative seed or a bad ``ci``.
+        ``n < 2``, ``workers < 1``, a negative seed, a bad ``ci`` or a bad executor
+        choice (:class:`DaskMissingError`, also an ``ImportError``, without the extra).
 
     Examples
     --------
@@ -175,11 +232,13 @@ def simulate(
     from variance_lab.stats import z_value
 
     z_value(ci)
-    workers = default_workers() if workers is None else check_workers(workers)
-    plan, tasks = prepare(family, T, n, seed=seed, independent=independent, chunk_size=chunk_size)
-    t0 = time.perf_counter()
-    acc = run_tasks(tasks, workers=workers, progress=progress)
-    wall = time.perf_counter() - t0
+    with Engine(executor, scheduler=scheduler, client=client, workers=workers) as engine:
+        plan, tasks = prepare(
+            family, T, n, seed=seed, independent=independent, chunk_size=chunk_size, sampler=sampler
+        )
+        t0 = time.perf_counter()
+        acc, ran_on = engine.run(tasks, progress=progress)
+        wall = time.perf_counter() - t0
     df = estimates.estimate(acc, family, ci=ci, target=target)
     draws_per_path = int(acc.T.sum()) if independent else int(acc.T.max())
     df.attrs["provenance"] = {
@@ -194,7 +253,9 @@ def simulate(
         "chunk_size": plan.chunk_size,
         "tail_size": plan.tail,
         "independent": bool(independent),
-        "workers": workers,
+        "sampler": tasks[0].sampler,
+        "executor": ran_on["executor"],
+        "workers": ran_on["workers"],
         "ci": ci,
         "target": target,
         "draws": plan.n * draws_per_path,

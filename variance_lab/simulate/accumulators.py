@@ -24,13 +24,20 @@ For every T of the grid an accumulator holds
   harmless because the relative variance is large;
 * plain power sums of :math:`\log P_T - T\mu_y` (:math:`\mu_y = E[\log r]`);
 * the tail sample: the largest :math:`\min(M, n)` values of :math:`\log P_T`, sorted in
-  descending order (:func:`variance_lab.simulate.plan.tail_size`).
+  descending order (:func:`variance_lab.simulate.plan.tail_size`), and its **floor**: a
+  chunk of a large run keeps only its share of the tail
+  (:func:`variance_lab.simulate.plan.chunk_tail_keep`), and records the smallest value it
+  kept; the values it dropped lie at or below that floor.
 
 **Merging** two accumulators with shifts :math:`h_a, h_b` moves both to
 :math:`h = \max(h_a, h_b)`: the deviations are homogeneous in :math:`e^{-h}`, so
 :math:`S_k \mapsto e^{k(h_a - h)} S_k`, then the sums add. The tails merge into the
-largest :math:`M` of their union. Merging is exact up to rounding, and merging the same
-accumulators in the same order always gives the same bits.
+largest :math:`M` of their union, and the floors to their maximum. The merged tail is
+exactly the largest :math:`M` values of all paths when its smallest value is at or above
+the floor (:meth:`Accumulator.tail_complete`): every dropped value then lies at or below
+the :math:`M`-th largest, and copies of equal values are interchangeable. Merging is
+exact up to rounding, and merging the same accumulators in the same order always gives
+the same bits.
 
 The layout of the arrays (index 0 is :math:`P_T`, 1 is :math:`G_T`, 2 is
 :math:`\log P_T`): ``shift``, ``log_ref``: shape ``(2, nT)``; ``sums``: ``(3, nT, 4)``;
@@ -49,7 +56,7 @@ from variance_lab._validate import check_T
 from variance_lab.families import Family
 from variance_lab.simulate._jit import kernel
 
-__all__ = ["AccumulatorSpec", "Accumulator", "merge", "merge_all", "P", "G", "LOG_P"]
+__all__ = ["AccumulatorSpec", "Accumulator", "merge", "merge_into", "merge_all", "P", "G", "LOG_P"]
 
 #: Index of each accumulated quantity in ``sums`` (and in ``shift``, ``log_ref``).
 P, G, LOG_P = 0, 1, 2
@@ -92,7 +99,7 @@ class AccumulatorSpec:
         log_ref = np.empty((2, grid.size))
         if family.degenerate:  # the very floats the kernel computes: zero variance stays exactly 0
             lp = grid * family.sampler_params()[1][0]
-            log_ref[P], log_ref[G] = lp, lp / grid
+            log_ref[P], log_ref[G] = lp, lp * (1.0 / grid)
             return cls(T=grid, log_ref=log_ref, ref_logP=lp, tail=int(tail))
         with mpmath.workdps(30):
             for j, t in enumerate(grid.tolist()):
@@ -137,7 +144,11 @@ class Accumulator:
         Power sums :math:`S_1..S_4` of the deviations of :math:`P_T`, :math:`G_T`,
         :math:`\\log P_T`.
     tail : ndarray, shape (nT, m)
-        The largest ``m = min(spec.tail, count)`` values of :math:`\\log P_T`, descending.
+        The largest ``m = min(spec.tail, count)`` values of :math:`\\log P_T`, descending
+        (when :meth:`tail_complete`; a chunk's own tail may be shorter, see ``tail_floor``).
+    tail_floor : ndarray, shape (nT,), or None
+        Per T, the largest value a chunk may have dropped from its tail (its smallest kept
+        value); ``None`` when nothing was dropped.
     """
 
     spec: AccumulatorSpec
@@ -145,6 +156,7 @@ class Accumulator:
     shift: np.ndarray
     sums: np.ndarray
     tail: np.ndarray
+    tail_floor: np.ndarray | None = None
 
     @property
     def T(self) -> np.ndarray:
@@ -159,6 +171,23 @@ class Accumulator:
     def merge(self, other: Accumulator) -> Accumulator:
         """This accumulator merged with ``other`` (a new object; see :func:`merge`)."""
         return merge(self, other)
+
+    def tail_complete(self) -> np.ndarray:
+        r"""Per T: is ``tail`` exactly the largest ``min(spec.tail, count)`` values of all paths?
+
+        True when nothing was dropped, or when the tail is full and its smallest value is
+        at or above ``tail_floor`` (every dropped value is then at or below the kept
+        ones). For i.i.d. paths a chunk's share of the tail
+        (:func:`variance_lab.simulate.plan.chunk_tail_keep`) makes False a
+        :math:`< 10^{-30}` event per chunk and T; it is checked, never assumed
+        (:func:`variance_lab.estimates.estimate` raises on it).
+        """
+        nT = self.T.size
+        if self.tail_floor is None:
+            return np.ones(nT, dtype=bool)
+        if self.tail.shape[1] != min(self.spec.tail, self.count):
+            return np.zeros(nT, dtype=bool)
+        return self.tail[:, -1] >= self.tail_floor
 
 
 def _var_log_p(family: Family, T: int) -> float:
@@ -199,7 +228,34 @@ def merge(a: Accumulator, b: Accumulator) -> Accumulator:
     m = min(a.spec.tail, a.tail.shape[1] + b.tail.shape[1])
     tail = np.empty((a.T.size, m))
     _merge_tails(a.tail, b.tail, tail)
-    return Accumulator(spec=a.spec, count=a.count + b.count, shift=shift, sums=sums, tail=tail)
+    floors = [f for f in (a.tail_floor, b.tail_floor) if f is not None]
+    floor = np.maximum(*floors) if len(floors) == 2 else (floors[0].copy() if floors else None)
+    return Accumulator(
+        spec=a.spec, count=a.count + b.count, shift=shift, sums=sums, tail=tail, tail_floor=floor
+    )
+
+
+def merge_into(a: Accumulator, b: Accumulator) -> Accumulator:
+    """Merge ``b`` into ``a`` in place, and return ``a``: the same bits as :func:`merge`.
+
+    For a running accumulator that the caller owns (executors, :func:`merge_all`): once
+    its tail is full, a chunk's few tail values are merged into it in place, instead of
+    a new ``nT x M`` tail per chunk (on a dense grid that copy cost a tenth of the
+    chunk itself). Falls back to :func:`merge` (a new object) while the tail grows.
+    """
+    if not a.spec.compatible(b.spec):
+        raise ValueError("cannot merge accumulators of different T grids, references or tail sizes")
+    m = min(a.spec.tail, a.tail.shape[1] + b.tail.shape[1])
+    if b.count == 0 or a.count == 0 or m != a.tail.shape[1]:
+        return merge(a, b)
+    shift = np.maximum(a.shift, b.shift)
+    a.sums = _rescaled(a, shift) + _rescaled(b, shift)
+    a.shift = shift
+    _merge_tails_inplace(a.tail, b.tail)
+    floors = [f for f in (a.tail_floor, b.tail_floor) if f is not None]
+    a.tail_floor = np.maximum(*floors) if len(floors) == 2 else (floors[0].copy() if floors else None)
+    a.count += b.count
+    return a
 
 
 def merge_all(accs) -> Accumulator:
@@ -207,27 +263,69 @@ def merge_all(accs) -> Accumulator:
     accs = list(accs)
     if not accs:
         raise ValueError("merge_all needs at least one accumulator")
-    return reduce(merge, accs[1:], _copy(accs[0]))
+    return reduce(merge_into, accs[1:], _copy(accs[0]))
 
 
 def _copy(acc: Accumulator) -> Accumulator:
     return Accumulator(
-        spec=acc.spec, count=acc.count, shift=acc.shift.copy(), sums=acc.sums.copy(), tail=acc.tail.copy()
+        spec=acc.spec,
+        count=acc.count,
+        shift=acc.shift.copy(),
+        sums=acc.sums.copy(),
+        tail=acc.tail.copy(),
+        tail_floor=None if acc.tail_floor is None else acc.tail_floor.copy(),
     )
 
 
 @kernel
 def _merge_tails(a, b, out):  # pragma: no cover - compiled
-    """Row-wise: the largest ``out.shape[1]`` values of two descending rows, descending."""
+    """Row-wise: the largest ``out.shape[1]`` values of two descending rows, descending.
+
+    Merges until one row runs out (or ``out`` is full), then copies the rest of the
+    other in one slice: merging a chunk's short tail into a long running one costs
+    little more than a copy.
+    """
     m = out.shape[1]
     na, nb = a.shape[1], b.shape[1]
     for j in range(out.shape[0]):
         ia = 0
         ib = 0
-        for k in range(m):
-            if ib >= nb or (ia < na and a[j, ia] >= b[j, ib]):
+        k = 0
+        while k < m and ia < na and ib < nb:
+            if a[j, ia] >= b[j, ib]:
                 out[j, k] = a[j, ia]
                 ia += 1
             else:
                 out[j, k] = b[j, ib]
                 ib += 1
+            k += 1
+        if k < m and ia < na:
+            out[j, k:m] = a[j, ia : ia + m - k]
+        elif k < m:
+            out[j, k:m] = b[j, ib : ib + m - k]
+
+
+@kernel
+def _merge_tails_inplace(a, b):  # pragma: no cover - compiled
+    """Row-wise: the largest ``a.shape[1]`` values of ``a`` and ``b`` (both descending), into ``a``.
+
+    ``r`` values of ``b`` enter (``b[r-1] > a[M-r]``, found from the top), then a merge from
+    the back shifts only the values of ``a`` below the highest one that entered.
+    """
+    M = a.shape[1]
+    nb = b.shape[1]
+    for j in range(a.shape[0]):
+        r = 0
+        while r < nb and r < M and b[j, r] > a[j, M - 1 - r]:
+            r += 1
+        i = M - 1 - r  # last value of a that stays
+        k = r - 1  # last value of b that enters
+        w = M - 1
+        while k >= 0:
+            if i >= 0 and a[j, i] < b[j, k]:
+                a[j, w] = a[j, i]
+                i -= 1
+            else:
+                a[j, w] = b[j, k]
+                k -= 1
+            w -= 1

@@ -2,7 +2,8 @@
 
 The kernels release the GIL (``nogil=True``), so plain threads run them in parallel
 with no pickling and no process start-up. Results are merged strictly in chunk order,
-whatever order they finish in, so the merged accumulator is bit-identical for any
+whatever order they finish in (in place, :func:`~variance_lab.simulate.accumulators.merge_into`:
+the same bits as ``merge``), so the merged accumulator is bit-identical for any
 number of workers; at most ``2 * workers`` chunks are in flight, which bounds memory.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from variance_lab._validate import check_workers
-from variance_lab.simulate.accumulators import Accumulator, merge
+from variance_lab.simulate.accumulators import Accumulator, merge_into
 from variance_lab.simulate.kernels import run_chunk
 from variance_lab.simulate.plan import ChunkTask
 
@@ -98,7 +99,7 @@ def _serial(tasks, fn, bar) -> Accumulator:
     acc = None
     for task in tasks:
         res = fn(task)
-        acc = res if acc is None else merge(acc, res)
+        acc = res if acc is None else merge_into(acc, res)
         if bar is not None:
             bar.update(task.n_paths)
     return acc
@@ -123,6 +124,6 @@ def _threaded(tasks, fn, workers: int, bar) -> Accumulator:
                     bar.update(tasks[i].n_paths)
             while nxt_merge in done:  # merge strictly in chunk order
                 res = done.pop(nxt_merge)
-                acc = res if acc is None else merge(acc, res)
+                acc = res if acc is None else merge_into(acc, res)
                 nxt_merge += 1
     return acc

@@ -1,16 +1,23 @@
 r"""Numba kernels: draw :math:`\log r` by family code, follow :math:`\log P_T`, update accumulators.
 
 Each path draws tokens one at a time from the chunk's ``np.random.Generator`` and
-keeps a running sum in a register; at every T of the sorted grid it hands
-:math:`\log P_T` to that T's accumulator (one path serves the whole grid through its
-prefix sums), or, with ``independent=True``, draws a fresh path for every T. No chunk
-ever holds an ``n x T`` matrix: memory is constant in ``n``.
+keeps a running sum in a register; at every T of the sorted grid it writes
+:math:`\log P_T` into its row of the block buffer (one path serves the whole grid through
+its prefix sums), or, with ``independent=True``, draws a fresh path for every T. A full
+block of paths is reduced into the accumulators at once
+(:mod:`variance_lab.simulate.block`). No chunk ever holds an ``n x T`` matrix: memory is
+constant in ``n``.
 
 Paths are processed in batches of four whose running sums live in registers, drawn
 token-major (paths 0, 1, 2, 3, 0, 1, ... in stream order): four independent additions
 per generator round keep the CPU busy while the generator works, which brings the
 kernel to the speed of a bare draw-and-sum loop. The last ``n % 4`` paths of a chunk
-go one by one. Which draw feeds which path is fixed by the chunk alone.
+go one by one. Which draw feeds which path is fixed by the chunk alone (not by the T
+grid or the block size). The lognormal draws are written out in the kernel itself: a
+call per grid point would cost half a draw on a dense grid.
+
+This module is the token sampler; :mod:`variance_lab.simulate.aggregate` draws
+:math:`\log P_T` at the grid points directly where its law is exact.
 
 The running sum is kept in each family's cheapest exact form, and turned into
 :math:`\log P_t` only at the grid points:
@@ -36,9 +43,9 @@ log to :math:`-\infty`) with non-negligible probability, so the kernel draws its
 :math:`\log\Gamma_{k+1} + \log(U)/k` with :math:`U \in (0, 1]` (Marsaglia and Tsang's
 boost), which is always finite.
 
-The public drivers (:func:`run_chunk`, :func:`accumulate_log_p`) allocate the state,
-call a private kernel that fills it in place, and wrap it into an
-:class:`~variance_lab.simulate.accumulators.Accumulator`.
+The public drivers (:func:`run_chunk`, :func:`accumulate_log_p`) allocate the state
+(:func:`variance_lab.simulate.block.new_state`), call a private kernel that fills it in
+place, and wrap it into an :class:`~variance_lab.simulate.accumulators.Accumulator`.
 """
 
 from __future__ import annotations
@@ -47,9 +54,10 @@ import numpy as np
 
 from variance_lab.simulate._jit import kernel
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
+from variance_lab.simulate.block import new_state, reduce_block, to_accumulator
 from variance_lab.simulate.plan import ChunkTask, chunk_generator
 
-__all__ = ["run_chunk", "accumulate_log_p", "draw_log_r", "KNOWN_CODES"]
+__all__ = ["run_chunk", "accumulate_log_p", "draw_log_r", "draw_log_p", "task_keep", "KNOWN_CODES"]
 
 #: Sampler codes the kernels draw from (:meth:`variance_lab.families.Family.sampler_params`).
 KNOWN_CODES = frozenset({0, 1, 2, 3, 4})
@@ -193,71 +201,36 @@ def _check_code(code) -> int:
 # accumulating
 # --------------------------------------------------------------------------------------
 @kernel
-def _add_powers(sums, q, j, d):  # pragma: no cover - compiled
-    d2 = d * d
-    sums[q, j, 0] += d
-    sums[q, j, 1] += d2
-    sums[q, j, 2] += d2 * d
-    sums[q, j, 3] += d2 * d2
-
-
-@kernel
-def _add_exp(q, j, y, log_ref, shift, cref, sums):  # pragma: no cover - compiled
-    """Add :math:`X = e^y` to the shifted, centred power sums of quantity ``q`` at T index ``j``."""
-    if y > shift[q, j]:  # new maximum: move the shift up, rescale the sums by f**k
-        f = np.exp(shift[q, j] - y)
-        f2 = f * f
-        sums[q, j, 0] *= f
-        sums[q, j, 1] *= f2
-        sums[q, j, 2] *= f2 * f
-        sums[q, j, 3] *= f2 * f2
-        shift[q, j] = y
-        cref[q, j] = np.exp(log_ref[q, j] - y)
-    r = log_ref[q, j]
-    if r == -np.inf:
-        d = np.exp(y - shift[q, j])
-    else:
-        d = cref[q, j] * np.expm1(y - r)
-    _add_powers(sums, q, j, d)
-
-
-@kernel
-def _add_tail(j, x, tail, tail_len, thr):  # pragma: no cover - compiled
-    """Keep the largest values of ``x`` in a buffer of twice the tail size, compacting when full."""
-    if x > thr[j]:
-        n = tail_len[j]
-        tail[j, n] = x
-        n += 1
-        size = tail.shape[1]
-        if n == size:
-            keep = size // 2
-            srt = np.sort(tail[j, :n])
-            tail[j, :keep] = srt[n - keep :]
-            thr[j] = srt[n - keep]  # every later value <= thr cannot enter the top `keep`
-            n = keep
-        tail_len[j] = n
-
-
-@kernel
-def _update(j, x, t, log_ref, ref_logp, shift, cref, sums, tail, tail_len, thr):  # pragma: no cover
-    """Hand :math:`x = \\log P_t` to the accumulators of T index ``j``."""
-    _add_exp(0, j, x, log_ref, shift, cref, sums)
-    _add_exp(1, j, x / t, log_ref, shift, cref, sums)
-    _add_powers(sums, 2, j, x - ref_logp[j])
-    _add_tail(j, x, tail, tail_len, thr)
-
-
-@kernel
-def _chunk_kernel(
-    code, par, grid, independent, n_paths, rng, log_ref, ref_logp, shift, cref, sums, tail, tail_len, thr
+def _token_kernel(
+    code,
+    par,
+    grid,
+    independent,
+    n_paths,
+    rng,
+    log_ref,
+    ref_logp,
+    P,
+    keep,
+    shift,
+    cref,
+    sums,
+    tbuf,
+    tlen,
+    thr,
+    X,
+    lanes,
 ):  # pragma: no cover - compiled
-    """Simulate ``n_paths`` paths and fill the state arrays (``shift`` .. ``thr``) in place.
+    """Simulate ``n_paths`` paths token by token and reduce them into the state arrays.
 
     Paths go in batches of 4 (:func:`_draw_raw4`), the last ``n_paths % 4`` one by one
-    (AR(1): all one by one); at each T the batch's values are handed to the accumulators
-    in path order.
+    (AR(1): all one by one); each path writes its :math:`\\log P_T` at every T into its
+    column of the block buffer ``X``, and a full block is reduced at once
+    (:func:`variance_lab.simulate.block.reduce_block`).
     """
     nT = grid.size
+    B = P.shape[0]
+    fill = 0
     n_batches = n_paths // 4 if code != 4 else 0
     for _ in range(n_batches):
         r0 = r1 = r2 = r3 = 0.0
@@ -265,17 +238,29 @@ def _chunk_kernel(
         for j in range(nT):
             t = grid[j]
             if independent:
-                r0, r1, r2, r3 = _draw_raw4(code, par, rng, t)
+                r0 = r1 = r2 = r3 = 0.0
+                prev = 0
+            if code == 1:  # inline: a call per grid point would cost half a draw on dense grids
+                for _ in range(t - prev):
+                    r0 += rng.standard_normal()
+                    r1 += rng.standard_normal()
+                    r2 += rng.standard_normal()
+                    r3 += rng.standard_normal()
             else:
                 d0, d1, d2, d3 = _draw_raw4(code, par, rng, t - prev)
                 r0 += d0
                 r1 += d1
                 r2 += d2
                 r3 += d3
-                prev = t
-            for raw in (r0, r1, r2, r3):
-                x = _log_p(code, par, t, raw)
-                _update(j, x, t, log_ref, ref_logp, shift, cref, sums, tail, tail_len, thr)
+            prev = t
+            P[fill, j] = _log_p(code, par, t, r0)
+            P[fill + 1, j] = _log_p(code, par, t, r1)
+            P[fill + 2, j] = _log_p(code, par, t, r2)
+            P[fill + 3, j] = _log_p(code, par, t, r3)
+        fill += 4
+        if fill == B:
+            reduce_block(P, B, grid, log_ref, ref_logp, keep, shift, cref, sums, tbuf, tlen, thr, X, lanes)
+            fill = 0
     for _ in range(n_paths - 4 * n_batches):
         raw = 0.0
         prev = 0
@@ -288,43 +273,45 @@ def _chunk_kernel(
                 d, e = _draw_raw(code, par, rng, t - prev, e)
                 raw += d
                 prev = t
-            x = _log_p(code, par, t, raw)
-            _update(j, x, t, log_ref, ref_logp, shift, cref, sums, tail, tail_len, thr)
+            P[fill, j] = _log_p(code, par, t, raw)
+        fill += 1
+        if fill == B:
+            reduce_block(P, B, grid, log_ref, ref_logp, keep, shift, cref, sums, tbuf, tlen, thr, X, lanes)
+            fill = 0
+    reduce_block(P, fill, grid, log_ref, ref_logp, keep, shift, cref, sums, tbuf, tlen, thr, X, lanes)
 
 
 @kernel
 def _values_kernel(
-    log_p, grid, log_ref, ref_logp, shift, cref, sums, tail, tail_len, thr
-):  # pragma: no cover - compiled
-    """Accumulate given values ``log_p[i, j]`` of :math:`\\log P_{T_j}` in row order."""
-    for i in range(log_p.shape[0]):
-        for j in range(grid.size):
-            _update(j, log_p[i, j], grid[j], log_ref, ref_logp, shift, cref, sums, tail, tail_len, thr)
+    log_p, grid, log_ref, ref_logp, keep, shift, cref, sums, tbuf, tlen, thr, X, lanes
+):  # pragma: no cover
+    """Accumulate given values ``log_p[i, j]`` of :math:`\\log P_{T_j}`, a block of rows at a time."""
+    B = X.shape[1]
+    n = log_p.shape[0]
+    for start in range(0, n, B):
+        b = min(B, n - start)
+        reduce_block(
+            log_p[start : start + b],
+            b,
+            grid,
+            log_ref,
+            ref_logp,
+            keep,
+            shift,
+            cref,
+            sums,
+            tbuf,
+            tlen,
+            thr,
+            X,
+            lanes,
+        )
 
 
-def _state(spec: AccumulatorSpec, n_paths: int):
-    """Fresh kernel state: (shift, cref, sums, tail buffer, tail_len, thr)."""
-    nT = spec.T.size
-    shift = spec.log_ref.copy()
-    cref = np.where(np.isneginf(spec.log_ref), 0.0, 1.0)
-    keep = max(1, min(spec.tail, n_paths))
-    return (
-        shift,
-        cref,
-        np.zeros((3, nT, 4)),
-        np.empty((nT, 2 * keep)),
-        np.zeros(nT, dtype=np.int64),
-        np.full(nT, -np.inf),
-    )
-
-
-def _accumulator(spec: AccumulatorSpec, n_paths: int, state) -> Accumulator:
-    shift, _, sums, buf, tail_len, _ = state
-    keep = min(spec.tail, n_paths)
-    tail = np.empty((spec.T.size, keep))
-    for j in range(spec.T.size):
-        tail[j] = np.sort(buf[j, : tail_len[j]])[::-1][:keep]
-    return Accumulator(spec=spec, count=n_paths, shift=shift, sums=sums, tail=tail)
+def task_keep(task: ChunkTask) -> int:
+    """Tail values the chunk keeps per T: ``task.tail_keep``, at most ``min(spec.tail, n_paths)``."""
+    full = max(1, min(task.spec.tail, task.n_paths))
+    return full if task.tail_keep is None else max(1, min(full, int(task.tail_keep)))
 
 
 def run_chunk(task: ChunkTask) -> Accumulator:
@@ -332,7 +319,8 @@ def run_chunk(task: ChunkTask) -> Accumulator:
 
     The chunk draws from ``chunk_generator(task.seed, task.index)`` only, so the same
     task gives the same bits on any worker, thread or machine; this is the unit of work
-    of every executor (threads here, Dask later).
+    of every executor (threads, Dask). ``task.sampler`` picks token-level draws or the
+    exact aggregate draws of :mod:`variance_lab.simulate.aggregate`.
 
     Parameters
     ----------
@@ -341,27 +329,106 @@ def run_chunk(task: ChunkTask) -> Accumulator:
     Returns
     -------
     Accumulator
+        Its tail holds ``task_keep(task)`` values per T; when that is fewer than
+        ``min(spec.tail, n_paths)``, ``tail_floor`` records the smallest kept.
     """
     spec = task.spec
-    state = _state(spec, task.n_paths)
-    _chunk_kernel(
-        _check_code(task.code),
-        task.params,
-        spec.T,
-        bool(task.independent),
-        int(task.n_paths),
-        chunk_generator(task.seed, task.index),
-        spec.log_ref,
-        spec.ref_logP,
-        *state,
+    keep = task_keep(task)
+    st = new_state(spec, keep)
+    code = _check_code(task.code)
+    rng = chunk_generator(task.seed, task.index)
+    if task.sampler == "aggregate":
+        from variance_lab.simulate import aggregate
+
+        aggregate.run_aggregate(task, rng, st)
+    elif task.sampler == "token":
+        _token_kernel(
+            code,
+            task.params,
+            spec.T,
+            bool(task.independent),
+            int(task.n_paths),
+            rng,
+            spec.log_ref,
+            spec.ref_logP,
+            st.P,
+            *st.args(),
+        )
+    else:
+        raise ValueError(f"unknown sampler {task.sampler!r}; a task's sampler is 'token' or 'aggregate'")
+    complete = keep >= min(spec.tail, task.n_paths)
+    return to_accumulator(spec, task.n_paths, st, complete=complete)
+
+
+def draw_log_p(code: int, params, T, rng: np.random.Generator, n: int, *, sampler="token", independent=False):
+    r"""The values of :math:`\log P_T` the chunk kernels draw, as an ``(n, nT)`` matrix.
+
+    ``n`` paths from the stream ``rng`` exactly as a chunk of ``n`` paths draws them with
+    ``sampler`` (``"token"`` or ``"aggregate"``), in path order: what
+    :func:`run_chunk` reduces into its accumulator. For tests and small ``n`` (it holds the
+    matrix the engine never holds).
+
+    Parameters
+    ----------
+    code : int
+        Sampler code, :meth:`variance_lab.families.Family.sampler_params`.
+    params : array_like
+        Sampler parameters.
+    T : array_like of int
+        Sorted T grid.
+    rng : numpy.random.Generator
+        The stream; advanced in place.
+    n : int
+        Paths.
+    sampler : {"token", "aggregate"}
+    independent : bool
+
+    Returns
+    -------
+    ndarray, shape (n, nT)
+    """
+    from variance_lab.simulate import aggregate
+
+    code = _check_code(code)
+    grid = np.ascontiguousarray(T, dtype=np.int64)
+    par = np.ascontiguousarray(params, dtype=np.float64)
+    spec = AccumulatorSpec(
+        T=grid, log_ref=np.full((2, grid.size), -np.inf), ref_logP=np.zeros(grid.size), tail=1
     )
-    return _accumulator(spec, task.n_paths, state)
+    st = new_state(spec, 1)
+    B = st.P.shape[0]  # a multiple of 4: a run of B paths continues the stream as one long run would
+    out = np.empty((int(n), grid.size))
+    table = aggregate.aggregate_table(code, par, grid, independent) if sampler == "aggregate" else None
+    for start in range(0, int(n), B):
+        b = min(B, int(n) - start)
+        if sampler == "aggregate":
+            aggregate._aggregate_kernel(
+                code,
+                par,
+                grid,
+                table,
+                bool(independent),
+                b,
+                rng,
+                spec.log_ref,
+                spec.ref_logP,
+                st.P,
+                *st.args(),
+            )
+        elif sampler == "token":
+            _token_kernel(
+                code, par, grid, bool(independent), b, rng, spec.log_ref, spec.ref_logP, st.P, *st.args()
+            )
+        else:
+            raise ValueError(f"sampler must be 'token' or 'aggregate', got {sampler!r}")
+        out[start : start + b] = st.P[:b]
+    return out
 
 
 def accumulate_log_p(log_p, spec: AccumulatorSpec) -> Accumulator:
     r"""Accumulate given values of :math:`\log P_T` (rows: paths, columns: ``spec.T``).
 
-    The same update the simulation kernels use, for values from elsewhere (token
+    The same reduction the simulation kernels use, for values from elsewhere (token
     log-probs of a training run, or a test's reference draws).
 
     Parameters
@@ -378,6 +445,6 @@ def accumulate_log_p(log_p, spec: AccumulatorSpec) -> Accumulator:
         raise ValueError(f"log_p must have shape (n, {spec.T.size}), got {arr.shape!r}")
     if arr.shape[0] == 0:
         return spec.empty()
-    state = _state(spec, arr.shape[0])
-    _values_kernel(arr, spec.T, spec.log_ref, spec.ref_logP, *state)
-    return _accumulator(spec, arr.shape[0], state)
+    st = new_state(spec, max(1, min(spec.tail, arr.shape[0])))
+    _values_kernel(arr, spec.T, spec.log_ref, spec.ref_logP, *st.args())
+    return to_accumulator(spec, arr.shape[0], st, complete=True)

@@ -7,8 +7,9 @@ result is a function of ``(seed, i)`` only; merging chunk results in chunk order
 gives bit-identical answers for any number of workers and any executor.
 
 A chunk is the unit of work: :class:`ChunkTask` holds everything a worker needs (the
-sampler, the T grid and references of the accumulators, the seed and the chunk index)
-and :func:`variance_lab.simulate.kernels.run_chunk` turns it into an accumulator.
+family's sampler and the sampling method, the T grid and references of the
+accumulators, the seed, the chunk index and the chunk's share of the tail sample) and
+:func:`variance_lab.simulate.kernels.run_chunk` turns it into an accumulator.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ __all__ = [
     "make_plan",
     "make_tasks",
     "tail_size",
+    "chunk_tail_keep",
+    "TAIL_LOG_RISK",
+    "SAMPLERS",
     "check_seed",
     "chunk_generator",
 ]
@@ -43,6 +47,12 @@ TARGET_CHUNKS = 128
 
 #: Upper bound on the tail sample kept per T for the Pareto k-hat.
 TAIL_MAX = 4096
+
+#: :math:`L = \ln 10^{30}`: a chunk's tail share fails with probability below :math:`e^{-L}`.
+TAIL_LOG_RISK = 30 * math.log(10.0)
+
+#: Sampling methods a task can name (``"auto"`` is resolved before tasks are made).
+SAMPLERS = ("token", "aggregate")
 
 
 def check_seed(seed) -> int:
@@ -63,6 +73,33 @@ def tail_size(n: int) -> int:
     n = check_n(n)
     m = math.ceil(min(0.2 * n, 3.0 * math.sqrt(n)))
     return min(m, TAIL_MAX) + 1
+
+
+def chunk_tail_keep(n: int, chunk: int, tail: int) -> int:
+    r"""Tail values a chunk of ``chunk`` paths keeps per T, out of ``tail`` for all ``n`` paths.
+
+    The paths are i.i.d., so how many of the ``tail`` largest values of all ``n`` fall
+    in one chunk is hypergeometric, :math:`X \sim \mathrm{Hyp}(n, M, c)` with mean
+    :math:`\mu = Mc/n`; its moment generating function is at most that of the binomial
+    (Hoeffding 1963), so Bernstein's inequality gives
+    :math:`P(X \ge \mu + t) \le \exp(-t^2 / (2(\mu + t/3)))`. The chunk keeps
+
+    .. math::
+
+        k = \min\Bigl(M, c, \bigl\lceil \mu + L/3 + \sqrt{L^2/9 + 2L\mu} \bigr\rceil\Bigr),
+        \qquad L = \ln 10^{30},
+
+    for which :math:`P(X > k) < 10^{-30}`: instead of :math:`\min(M, c)` values (38 % of a
+    chunk at :math:`n = 10^6`) about a hundred, so that the tail costs one comparison per
+    value and a chunk's accumulator stays small on dense T grids. Whether the merged
+    tail is exact is not assumed but checked
+    (:meth:`~variance_lab.simulate.accumulators.Accumulator.tail_complete`). A function
+    of ``(n, chunk, tail)`` alone, like the rest of the plan.
+    """
+    mu = tail * chunk / n
+    lr = TAIL_LOG_RISK
+    k = math.ceil(mu + lr / 3 + math.sqrt(lr * lr / 9 + 2 * lr * mu))
+    return int(min(tail, chunk, k))
 
 
 @dataclass(frozen=True)
@@ -97,6 +134,10 @@ class ChunkPlan:
         out = np.full(self.n_chunks, self.chunk_size, dtype=np.int64)
         out[-1] = self.n - (self.n_chunks - 1) * self.chunk_size
         return out
+
+    def tail_keep(self, i: int) -> int:
+        """Tail values chunk ``i`` keeps per T (:func:`chunk_tail_keep`)."""
+        return chunk_tail_keep(self.n, self.size(i), self.tail)
 
     def seed_sequences(self, seed: int) -> list[np.random.SeedSequence]:
         """``SeedSequence(seed).spawn(n_chunks)``: one independent stream per chunk."""
@@ -158,6 +199,12 @@ class ChunkTask:
         Chunk index (its stream is :func:`chunk_generator` ``(seed, index)``).
     n_paths : int
         Paths in this chunk.
+    sampler : {"token", "aggregate"}
+        Token by token, or log P_T drawn directly at the grid points
+        (:mod:`variance_lab.simulate.aggregate`; families with an exact aggregate only).
+    tail_keep : int or None
+        Tail values kept per T (:func:`chunk_tail_keep`); ``None``: all of
+        ``min(spec.tail, n_paths)``.
     """
 
     code: int
@@ -167,13 +214,26 @@ class ChunkTask:
     seed: int
     index: int
     n_paths: int
+    sampler: str = "token"
+    tail_keep: int | None = None
 
 
-def make_tasks(plan: ChunkPlan, code: int, params, spec: AccumulatorSpec, *, seed: int, independent: bool):
-    """The plan's chunk tasks, in chunk order."""
+def make_tasks(
+    plan: ChunkPlan,
+    code: int,
+    params,
+    spec: AccumulatorSpec,
+    *,
+    seed: int,
+    independent: bool,
+    sampler: str = "token",
+):
+    """The plan's chunk tasks, in chunk order (``sampler``: ``"token"`` or ``"aggregate"``)."""
     seed = check_seed(seed)
+    if sampler not in SAMPLERS:
+        raise ValueError(f"a task's sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
     params = np.ascontiguousarray(params, dtype=np.float64)
     return [
-        ChunkTask(int(code), params, spec, bool(independent), seed, i, int(size))
+        ChunkTask(int(code), params, spec, bool(independent), seed, i, int(size), sampler, plan.tail_keep(i))
         for i, size in enumerate(plan.sizes())
     ]

@@ -1,0 +1,258 @@
+r"""Exact aggregate sampling: :math:`\log P_T` drawn at the grid points, not token by token.
+
+Where the sum of :math:`\Delta` log-ratios has a law that can be drawn exactly, a path
+needs one draw (two for AR(1)) per grid point instead of one per token: the cost per
+path is proportional to the number of grid points, not to the largest T. With the sorted
+grid :math:`T_1 < \dots < T_k`, :math:`T_0 = 0` and :math:`\Delta_j = T_j - T_{j-1}`, each
+path draws the increment of :math:`\log P` over block :math:`j` given what it has drawn
+so far (``independent=True``: :math:`\log P_{T_j}` itself, afresh for every :math:`j`):
+
+============  ========================================================================
+family        increment of :math:`\log P` over :math:`\Delta` tokens
+============  ========================================================================
+degenerate    :math:`\Delta \log\mu` (nothing drawn)
+lognormal     :math:`\Delta m + s\sqrt{\Delta}\,Z`, i.e. :math:`N(\Delta m, \Delta s^2)`
+two-point     :math:`K \log a + (\Delta - K) \log b`, :math:`K \sim \mathrm{Binomial}(\Delta, q)`
+AR(1)         :math:`\Delta m + S`, with :math:`(S, L)` bivariate normal given the state (below)
+gamma         none: the sum of logs of gamma variates has no law to draw from; token only
+============  ========================================================================
+
+**AR(1).** The deviations :math:`e_t = \log r_t - m` follow
+:math:`e_t = \rho e_{t-1} + c Z_t`, :math:`c = s\sqrt{1 - \rho^2}`, stationary
+:math:`N(0, s^2)`. Given the deviation :math:`e` of the last token before a block of
+:math:`\Delta` tokens, the block's sum :math:`S = \sum_{i=1}^{\Delta} e_i` and its last
+deviation :math:`L = e_\Delta` are jointly Gaussian:
+:math:`e_i = \rho^i e + c\sum_{k \le i} \rho^{i-k} Z_k`, so
+
+.. math::
+
+    E[S \mid e] = \alpha e, \quad \alpha = \frac{\rho(1-\rho^\Delta)}{1-\rho}, \qquad
+    E[L \mid e] = \beta e, \quad \beta = \rho^\Delta,
+
+    \operatorname{Var}(S \mid e) = \frac{c^2}{(1-\rho)^2}\sum_{k=1}^{\Delta}(1-\rho^k)^2
+      = \frac{c^2}{(1-\rho)^2}\Bigl[\Delta - \frac{2\rho(1-\rho^\Delta)}{1-\rho}
+        + \frac{\rho^2(1-\rho^{2\Delta})}{1-\rho^2}\Bigr],
+
+    \operatorname{Cov}(S, L \mid e) = \frac{c^2}{1-\rho}\sum_{k=1}^{\Delta}(1-\rho^k)\rho^{k-1}
+      = \frac{c^2}{1-\rho}\Bigl[\frac{1-\rho^\Delta}{1-\rho} - \frac{\rho(1-\rho^{2\Delta})}{1-\rho^2}\Bigr],
+    \qquad
+    \operatorname{Var}(L \mid e) = s^2 (1 - \rho^{2\Delta}).
+
+The first block starts from the stationary law, :math:`e \sim N(0, s^2)` unobserved:
+:math:`\alpha = \beta = 0` and the unconditional covariance, the conditional one plus
+:math:`s^2 (\alpha, \beta)^\top(\alpha, \beta)`
+(:math:`\operatorname{Var} S = V_\Delta`, the family's ``var_sum_mp``). A path draws
+:math:`S = \alpha e + \ell_{11} Z_1` and :math:`e \leftarrow \beta e + \ell_{21} Z_1 + \ell_{22} Z_2`
+with the Cholesky factor :math:`\ell` of the 2 x 2 covariance (no :math:`Z_2` at the last
+grid point, whose :math:`L` is never needed). The coefficients are computed per grid step
+in 50-digit arithmetic (:func:`aggregate_table`: the closed forms cancel badly in float64
+when :math:`\rho \to 1`).
+
+**Two-point.** :math:`K` comes from the Generator's ``binomial`` (NumPy's inversion /
+BTPE algorithms), exact in law.
+
+Draws and the paths they feed are fixed by the chunk alone (one path at a time, grid
+points in order), so the sampler keeps the engine's determinism: bit-identical results
+for any number of workers. The two samplers give different bits but the same law; the
+token sampler stays the reference (``tests/test_aggregate.py`` compares them).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import mpmath
+import numpy as np
+
+from variance_lab.families import CODE_AR1, CODE_DEGENERATE, CODE_LOGNORMAL, CODE_TWO_POINT
+from variance_lab.simulate._jit import kernel
+from variance_lab.simulate.block import BlockState, reduce_block
+from variance_lab.simulate.kernels import _log_p
+from variance_lab.simulate.plan import ChunkTask
+
+__all__ = [
+    "EXACT_CODES",
+    "has_exact_aggregate",
+    "resolve_sampler",
+    "aggregate_table",
+    "run_aggregate",
+    "SAMPLER_CHOICES",
+]
+
+#: Family codes whose sum of log-ratios the aggregate sampler draws exactly.
+EXACT_CODES = frozenset({CODE_DEGENERATE, CODE_LOGNORMAL, CODE_TWO_POINT, CODE_AR1})
+
+#: What ``sampler=`` accepts.
+SAMPLER_CHOICES = ("token", "aggregate", "auto")
+
+
+def has_exact_aggregate(code: int) -> bool:
+    """True when the family of sampler ``code`` has an exact aggregate sampler."""
+    return int(code) in EXACT_CODES
+
+
+def resolve_sampler(sampler, code: int, family_name: str = "") -> str:
+    """The sampler a run uses: ``"token"`` or ``"aggregate"``.
+
+    ``"auto"`` is aggregate where it is exact (every family but gamma), token elsewhere;
+    ``"aggregate"`` for a family without an exact aggregate raises ``ValueError``.
+    """
+    if sampler not in SAMPLER_CHOICES:
+        raise ValueError(f"sampler must be one of {', '.join(SAMPLER_CHOICES)}, got {sampler!r}")
+    if sampler == "token":
+        return "token"
+    if has_exact_aggregate(code):
+        return "aggregate"
+    if sampler == "auto":
+        return "token"
+    name = f"the {family_name} family" if family_name else f"sampler code {code}"
+    raise ValueError(
+        f"{name} has no exact aggregate sampler (the sum of log-ratios has no law to draw from); "
+        "use sampler='token' or 'auto'"
+    )
+
+
+def _ar1_rows(s: float, rho: float, steps, independent: bool) -> np.ndarray:
+    """Rows ``[alpha, beta, l11, l21, l22]`` per grid step of the AR(1) aggregate (50 digits).
+
+    In a private mpmath context: mpmath's global precision is shared by every thread, and
+    worker threads (or Dask's) may build tables while others compute.
+    """
+    ctx = mpmath.MPContext()
+    ctx.dps = 50
+    out = np.zeros((len(steps), 5))
+    s2, r = ctx.mpf(s) ** 2, ctx.mpf(rho)
+    c2 = s2 * (1 - r * r)
+
+    def var_sum(d):  # V_d: the variance of the sum of d stationary deviations
+        return s2 * (d * (1 + r) / (1 - r) - 2 * r * (1 - r**d) / (1 - r) ** 2)
+
+    for j, d in enumerate(steps):
+        if independent:
+            out[j, 2] = float(ctx.sqrt(var_sum(d)))
+            continue
+        rd, r2d = r**d, r ** (2 * d)
+        alpha, beta = r * (1 - rd) / (1 - r), rd
+        vs = c2 / (1 - r) ** 2 * (d - 2 * r * (1 - rd) / (1 - r) + r * r * (1 - r2d) / (1 - r * r))
+        csl = c2 / (1 - r) * ((1 - rd) / (1 - r) - r * (1 - r2d) / (1 - r * r))
+        vl = s2 * (1 - r2d)
+        if j == 0:  # from the stationary law: add s^2 (alpha, beta)(alpha, beta)^T, then forget e
+            vs, csl, vl = vs + s2 * alpha**2, csl + s2 * alpha * beta, vl + s2 * beta**2
+            alpha, beta = ctx.mpf(0), ctx.mpf(0)
+        l11 = ctx.sqrt(vs)
+        l21 = csl / l11
+        l22 = ctx.sqrt(max(vl - l21 * l21, ctx.mpf(0)))
+        out[j] = [float(alpha), float(beta), float(l11), float(l21), float(l22)]
+    return out
+
+
+@lru_cache(maxsize=64)
+def _table_cached(code: int, params: bytes, grid: bytes, independent: bool) -> np.ndarray:
+    par = np.frombuffer(params, dtype=np.float64)
+    T = np.frombuffer(grid, dtype=np.int64)
+    steps = T if independent else np.diff(T, prepend=0)
+    out = np.zeros((T.size, 5))
+    if code == CODE_LOGNORMAL:
+        out[:, 0] = np.sqrt(steps.astype(np.float64))
+    elif code == CODE_TWO_POINT:
+        out[:, 0] = steps
+    elif code == CODE_AR1:
+        out = _ar1_rows(float(par[1]), float(par[2]), [int(d) for d in steps], independent)
+    out.setflags(write=False)
+    return out
+
+
+def aggregate_table(code: int, params, grid, independent: bool) -> np.ndarray:
+    r"""Per grid step, what the aggregate kernel needs: an array of shape ``(nT, 5)``.
+
+    Steps are :math:`\Delta_j = T_j - T_{j-1}` (``independent``: :math:`T_j`).
+    Lognormal: column 0 is :math:`\sqrt{\Delta_j}`; two-point: column 0 is :math:`\Delta_j`;
+    AR(1): :math:`[\alpha, \beta, \ell_{11}, \ell_{21}, \ell_{22}]` (module docstring;
+    ``independent``: column 2 is :math:`\sqrt{V_{T_j}}`); degenerate: zeros. Cached per
+    process (read-only arrays).
+    """
+    par = np.ascontiguousarray(params, dtype=np.float64)
+    T = np.ascontiguousarray(grid, dtype=np.int64)
+    return _table_cached(int(code), par.tobytes(), T.tobytes(), bool(independent))
+
+
+@kernel
+def _aggregate_kernel(
+    code,
+    par,
+    grid,
+    table,
+    independent,
+    n_paths,
+    rng,
+    log_ref,
+    ref_logp,
+    P,
+    keep,
+    shift,
+    cref,
+    sums,
+    tbuf,
+    tlen,
+    thr,
+    X,
+    lanes,
+):  # pragma: no cover - compiled
+    """Simulate ``n_paths`` paths by aggregate draws at the grid points; reduce them in blocks."""
+    nT = grid.size
+    B = P.shape[0]
+    fill = 0
+    for _ in range(n_paths):
+        raw = 0.0
+        if code == 1:  # lognormal: log P_t = t m + s * raw
+            m, s = par[0], par[1]
+            for j in range(nT):
+                z = table[j, 0] * rng.standard_normal()
+                raw = z if independent else raw + z
+                P[fill, j] = grid[j] * m + s * raw
+        elif code == 3:  # two-point: raw = number of low values
+            for j in range(nT):
+                k = float(rng.binomial(np.int64(table[j, 0]), par[0]))
+                raw = k if independent else raw + k
+                P[fill, j] = _log_p(code, par, grid[j], raw)
+        elif code == 4:  # AR(1): raw = sum of deviations, e = the last one
+            e = 0.0
+            for j in range(nT):
+                z1 = rng.standard_normal()
+                if independent:
+                    raw = table[j, 2] * z1
+                else:
+                    raw += table[j, 0] * e + table[j, 2] * z1
+                    if j + 1 < nT:
+                        e = table[j, 1] * e + table[j, 3] * z1 + table[j, 4] * rng.standard_normal()
+                P[fill, j] = _log_p(code, par, grid[j], raw)
+        else:  # degenerate
+            for j in range(nT):
+                P[fill, j] = _log_p(code, par, grid[j], raw)
+        fill += 1
+        if fill == B:
+            reduce_block(P, B, grid, log_ref, ref_logp, keep, shift, cref, sums, tbuf, tlen, thr, X, lanes)
+            fill = 0
+    reduce_block(P, fill, grid, log_ref, ref_logp, keep, shift, cref, sums, tbuf, tlen, thr, X, lanes)
+
+
+def run_aggregate(task: ChunkTask, rng: np.random.Generator, st: BlockState) -> None:
+    """Fill the chunk state ``st`` with the task's paths drawn by the aggregate sampler."""
+    code = int(task.code)
+    if not has_exact_aggregate(code):
+        raise ValueError(f"sampler code {code} has no exact aggregate sampler; use the token sampler")
+    spec = task.spec
+    table = aggregate_table(code, task.params, spec.T, task.independent)
+    _aggregate_kernel(
+        code,
+        task.params,
+        spec.T,
+        table,
+        bool(task.independent),
+        int(task.n_paths),
+        rng,
+        spec.log_ref,
+        spec.ref_logP,
+        st.P,
+        *st.args(),
+    )

@@ -1,0 +1,446 @@
+"""Where chunk tasks run: local threads (default) or a Dask cluster.
+
+Three executors run the same chunk tasks (:func:`variance_lab.simulate.prepare`) with
+the same pure function (:func:`~variance_lab.simulate.kernels.run_chunk`) and merge their
+accumulators in chunk order on the calling process, so the result is bit-identical
+whatever runs the chunks, in whatever order they finish:
+
+``"threads"``
+    A pool of threads in this process (:mod:`variance_lab.simulate.executor`); ``workers``
+    threads.
+``"dask"``
+    An existing Dask cluster: ``scheduler="tcp://HOST:PORT"`` (or the path of a scheduler
+    JSON file written by ``dask scheduler --scheduler-file``), or a ``distributed.Client``
+    passed as ``client=`` (or as ``executor=`` itself).
+``"dask-local"``
+    A ``distributed.LocalCluster`` of ``workers`` processes of one thread each, started
+    for the run and closed after it: a way to try the cluster path on one machine.
+
+Dask is an optional extra (``pip install 'variance_lab[distributed]'``); asking for it
+without the extra raises :class:`DaskMissingError`, which is both an ``ImportError``
+and a ``ValueError``, with what to install in its message.
+
+On a cluster each chunk is one Dask task with its own key. At most a window of
+:data:`WINDOW_PER_THREAD` tasks per worker thread (at least :data:`MIN_WINDOW`) is
+submitted and not yet merged, which bounds the memory of results that finish out of
+order. A worker that dies loses its tasks; the scheduler computes them again on other
+workers (up to ``distributed.scheduler.allowed-failures`` deaths per task) and, the
+tasks being pure, the result does not change. A task that raises is retried
+:data:`DEFAULT_RETRIES` times. Progress comes from the futures as they complete, in the
+same progress bar as a local run.
+
+The numba kernels are compiled with ``cache=True``: a worker process loads the machine
+code from the ``__pycache__`` folder of the installed package (or numba's user-wide
+cache when that folder is read-only) instead of compiling it; the first worker to miss
+the cache compiles and writes it, atomically, and others keep running.
+:func:`kernel_cache_stats` reports a process's cache hits and misses (run it on the
+workers with ``client.run``). Bits are identical across machines that share the
+software stack (NumPy, numba, the C math library); a cluster built from one
+environment does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from variance_lab._validate import check_workers
+from variance_lab.simulate.accumulators import Accumulator, merge
+from variance_lab.simulate.executor import default_workers, make_progress, run_tasks
+
+__all__ = [
+    "EXECUTORS",
+    "DaskMissingError",
+    "Engine",
+    "check_scheduler",
+    "execute",
+    "import_distributed",
+    "kernel_cache_stats",
+    "local_cluster",
+    "run_tasks_dask",
+]
+
+#: Executor names.
+EXECUTORS = ("threads", "dask", "dask-local")
+#: What to install for the Dask executors.
+INSTALL_HINT = "pip install 'variance_lab[distributed]' (or: pip install 'dask[distributed]>=2024.1')"
+#: Seconds to wait for an existing scheduler to answer.
+CONNECT_TIMEOUT_S = 30
+#: Times a task that raises is retried (worker deaths are handled by the scheduler).
+DEFAULT_RETRIES = 2
+#: Tasks submitted and not yet merged: per worker thread, and at least.
+WINDOW_PER_THREAD = 4
+MIN_WINDOW = 32
+#: Seconds between two looks at the cluster's size (it may grow or shrink during a run).
+WINDOW_REFRESH_S = 5.0
+#: Address schemes of a Dask scheduler.
+SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+
+
+class DaskMissingError(ImportError, ValueError):
+    """A Dask executor was asked for, but ``dask[distributed]`` is not installed."""
+
+
+def import_distributed():
+    """Import and return ``distributed``, or raise :class:`DaskMissingError` saying what to install."""
+    try:
+        import dask  # noqa: F401
+        import distributed
+    except ImportError as exc:
+        raise DaskMissingError(f"the Dask executor needs dask[distributed] ({exc}): {INSTALL_HINT}") from None
+    return distributed
+
+
+# --------------------------------------------------------------------------- validation
+def check_scheduler(scheduler) -> str:
+    """Validate a scheduler: ``SCHEME://HOST:PORT`` or an existing scheduler JSON file.
+
+    Parameters
+    ----------
+    scheduler : str or PathLike
+
+    Returns
+    -------
+    str
+        The address or the file's path.
+
+    Raises
+    ------
+    ValueError
+        With what a valid scheduler looks like.
+    """
+    text = str(scheduler).strip() if isinstance(scheduler, str | Path) else None
+    if not text:
+        raise ValueError(f"scheduler must be an address such as tcp://HOST:8786, got {scheduler!r}")
+    if text.endswith(".json"):
+        if not Path(text).is_file():
+            raise ValueError(f"scheduler file {text!r} does not exist")
+        return text
+    parts = urlsplit(text)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in SCHEMES or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise ValueError(
+            f"scheduler must be SCHEME://HOST:PORT with SCHEME one of {', '.join(SCHEMES)} "
+            f"(such as tcp://10.0.0.5:8786) or a scheduler .json file, got {text!r}"
+        )
+    return text
+
+
+def _is_client(obj) -> bool:
+    """Whether ``obj`` is a ``distributed.Client`` (without importing distributed)."""
+    client_class = getattr(sys.modules.get("distributed"), "Client", None)
+    return client_class is not None and isinstance(obj, client_class)
+
+
+def _bad_executor(executor) -> ValueError:
+    return ValueError(f"executor must be one of {', '.join(EXECUTORS)} or a Dask client, got {executor!r}")
+
+
+def _resolve(executor, scheduler, client, workers) -> tuple[str, object, object, int | None]:
+    """Validate an executor choice: ``(name, scheduler, client, workers)``."""
+    if executor is not None and not isinstance(executor, str):  # a Client passed as the executor
+        if not _is_client(executor):
+            raise _bad_executor(executor)
+        if client is not None:
+            raise ValueError("give the Dask client as executor= or as client=, not both")
+        executor, client = "dask", executor
+    if executor is None:
+        executor = "threads" if client is None else "dask"
+    if executor not in EXECUTORS:
+        raise _bad_executor(executor)
+    if executor == "threads":
+        if scheduler is not None or client is not None:
+            raise ValueError("a scheduler or a client needs executor='dask'")
+        return executor, None, None, default_workers() if workers is None else check_workers(workers)
+    import_distributed()
+    if executor == "dask-local":
+        if scheduler is not None or client is not None:
+            raise ValueError("executor='dask-local' starts its own cluster; a scheduler needs 'dask'")
+        return executor, None, None, default_workers() if workers is None else check_workers(workers)
+    if workers is not None:
+        raise ValueError("workers sets threads or dask-local processes; a Dask cluster has its own workers")
+    if (scheduler is None) == (client is None):
+        raise ValueError("executor='dask' needs one of: a scheduler address (tcp://HOST:PORT), a client")
+    if client is not None and not _is_client(client):
+        raise ValueError(f"client must be a distributed.Client, got {type(client).__name__}")
+    return executor, None if scheduler is None else check_scheduler(scheduler), client, None
+
+
+# --------------------------------------------------------------------------- clusters
+@contextlib.contextmanager
+def local_cluster(workers: int, **options):
+    """A ``LocalCluster`` of ``workers`` one-thread processes and its client; closed on exit.
+
+    Parameters
+    ----------
+    workers : int
+        Worker processes.
+    **options
+        Passed to ``distributed.LocalCluster`` (``memory_limit``, ``dashboard_address``...;
+        the dashboard, if bokeh is installed, gets a free port by default).
+
+    Yields
+    ------
+    distributed.Client
+    """
+    distributed = import_distributed()
+    kwargs = {"n_workers": check_workers(workers), "threads_per_worker": 1, "processes": True}
+    # a free port: the scheduler's HTTP server starts even without a dashboard, on 8787 by
+    # default, which a second cluster on the machine finds taken (a warning and a leaked socket)
+    kwargs["dashboard_address"] = ":0"
+    kwargs.update(options)
+    with (
+        distributed.LocalCluster(**kwargs) as cluster,
+        distributed.Client(cluster, set_as_default=False) as client,  # leave the user's default alone
+    ):
+        yield client
+
+
+@contextlib.contextmanager
+def _connect(scheduler: str):
+    """A client of the scheduler at an address or in a scheduler file; closed on exit."""
+    distributed = import_distributed()
+    where = {"scheduler_file": scheduler} if scheduler.endswith(".json") else {"address": scheduler}
+    try:
+        client = distributed.Client(timeout=CONNECT_TIMEOUT_S, set_as_default=False, **where)
+    except (OSError, TimeoutError) as exc:
+        raise ValueError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
+    with client:
+        yield client
+
+
+class Engine:
+    """One executor choice for many runs: validated at once, connected on first use.
+
+    A sweep uses one engine for all its cells, so a cluster is started (``dask-local``)
+    or reached (``dask``) once, and only if some cell needs the engine.
+
+    Parameters
+    ----------
+    executor : {"threads", "dask", "dask-local"}, distributed.Client or None
+        ``None``: ``"dask"`` if ``client`` is given, else ``"threads"``.
+    scheduler : str, optional
+        ``executor="dask"``: ``tcp://HOST:PORT`` or a scheduler JSON file.
+    client : distributed.Client, optional
+        ``executor="dask"``: a connected client (left open on exit).
+    workers : int, optional
+        Threads (``"threads"``) or worker processes (``"dask-local"``); default all cores.
+
+    Raises
+    ------
+    ValueError
+        A bad or contradictory choice; :class:`DaskMissingError` without the extra.
+    """
+
+    def __init__(self, executor=None, *, scheduler=None, client=None, workers=None) -> None:
+        self.name, self.scheduler, self._client, self.workers = _resolve(executor, scheduler, client, workers)
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close a cluster or connection this engine opened (a client given to it stays open)."""
+        self._stack.close()
+
+    def start(self) -> Engine:
+        """Start or reach the cluster now (a no-op for threads); returns the engine."""
+        self.client  # noqa: B018 - connects
+        return self
+
+    @property
+    def client(self):
+        """The Dask client (``None`` for threads), connecting on first use."""
+        if self.name == "threads" or self._client is not None:
+            return self._client
+        if self.name == "dask-local":
+            self._client = self._stack.enter_context(local_cluster(self.workers))
+        else:
+            self._client = self._stack.enter_context(_connect(self.scheduler))
+        return self._client
+
+    def options(self) -> dict:
+        """Keyword arguments of :func:`variance_lab.simulate.simulate` that run on this engine."""
+        return {"workers": self.workers} if self.name == "threads" else {"client": self.client}
+
+    def run(self, tasks: Sequence, *, progress=None, fn: Callable | None = None) -> tuple[Accumulator, dict]:
+        """Run chunk tasks and merge them in chunk order.
+
+        Returns
+        -------
+        (Accumulator, dict)
+            The merged accumulator and ``{"executor", "workers"}`` (threads or the
+            cluster's worker threads) for the provenance.
+        """
+        extra = {} if fn is None else {"fn": fn}
+        if self.name == "threads":
+            acc = run_tasks(tasks, workers=self.workers, progress=progress, **extra)
+            return acc, {"executor": "threads", "workers": self.workers}
+        client = self.client
+        threads = _threads(client)
+        acc = run_tasks_dask(tasks, client, progress=progress, **extra)
+        return acc, {"executor": self.name, "workers": threads}
+
+
+def execute(tasks: Sequence, *, executor=None, scheduler=None, client=None, workers=None, progress=None):
+    """Run chunk tasks on the chosen executor (see :class:`Engine`); merge them in chunk order.
+
+    Returns
+    -------
+    (Accumulator, dict)
+        See :meth:`Engine.run`.
+    """
+    with Engine(executor, scheduler=scheduler, client=client, workers=workers) as engine:
+        return engine.run(tasks, progress=progress)
+
+
+# --------------------------------------------------------------------------- running on Dask
+def _threads(client) -> int:
+    return int(sum(client.nthreads().values()))
+
+
+class _Window:
+    """Tasks allowed in flight: a multiple of the cluster's threads, looked up now and then."""
+
+    def __init__(self, client) -> None:
+        self._client, self._at, self._size = client, -float("inf"), MIN_WINDOW
+
+    def size(self) -> int:
+        now = time.monotonic()
+        if now - self._at > WINDOW_REFRESH_S:
+            self._size = max(MIN_WINDOW, WINDOW_PER_THREAD * _threads(self._client))
+            self._at = now
+        return self._size
+
+
+def run_tasks_dask(
+    tasks: Sequence,
+    client,
+    *,
+    progress=None,
+    fn: Callable | None = None,
+    retries: int = DEFAULT_RETRIES,
+) -> Accumulator:
+    """Run ``fn`` on every task on a Dask cluster; merge the results in task order.
+
+    Parameters
+    ----------
+    tasks : sequence
+        Chunk tasks in chunk order (opaque here: whatever ``fn`` takes); not empty.
+    client : distributed.Client
+        A connected, synchronous client.
+    progress : None or bool
+        See :func:`variance_lab.simulate.executor.make_progress`.
+    fn : callable, optional
+        Task -> accumulator, importable on the workers (default
+        :func:`~variance_lab.simulate.kernels.run_chunk`).
+    retries : int
+        Retries of a task that raises.
+
+    Returns
+    -------
+    Accumulator
+        The results merged in task order: the same bits as a local run.
+    """
+    if not tasks:
+        raise ValueError("run_tasks_dask needs at least one task")
+    if fn is None:
+        from variance_lab.simulate.kernels import run_chunk as fn
+    bar = make_progress(progress, sum(t.n_paths for t in tasks), "simulating")
+    run = _DaskRun(tasks, client, fn, retries, bar)
+    try:
+        return run.loop()
+    finally:
+        run.cancel()
+        if bar is not None:
+            bar.close()
+
+
+class _DaskRun:
+    """One run's futures: submitted in a window, gathered as they complete, merged in order."""
+
+    def __init__(self, tasks, client, fn, retries: int, bar) -> None:
+        from distributed import as_completed
+
+        self.tasks, self.client, self.fn, self.retries, self.bar = tasks, client, fn, retries, bar
+        self.prefix = f"variance_lab-chunk-{uuid.uuid4().hex[:12]}"
+        self.pending: dict = {}  # future key -> (chunk index, future), until its result is in
+        self.stream = as_completed(loop=client.loop, with_results=True)  # results fetched on the loop
+        self.window = _Window(client)
+        self.next_submit = self.next_merge = 0
+
+    def _submit(self) -> None:
+        stop = min(len(self.tasks), self.next_merge + self.window.size())
+        if stop <= self.next_submit:
+            return
+        chunk = range(self.next_submit, stop)
+        keys = [f"{self.prefix}-{i}" for i in chunk]
+        batch = self.tasks[chunk.start : chunk.stop]
+        futures = self.client.map(self.fn, batch, key=keys, retries=self.retries)
+        for i, fut in zip(chunk, futures, strict=True):
+            self.pending[fut.key] = (i, fut)
+        self.stream.update(futures)
+        self.next_submit = stop
+
+    def loop(self) -> Accumulator:
+        acc, done = None, {}
+        self._submit()
+        for batch in self.stream.batches():  # every result in so far
+            for fut, res in batch:
+                if fut.status != "finished":  # error or cancelled: raise it here
+                    fut.result()
+                i, _ = self.pending.pop(fut.key)
+                done[i] = res
+                fut.release()
+                if self.bar is not None:
+                    self.bar.update(self.tasks[i].n_paths)
+            while self.next_merge in done:  # merge strictly in chunk order
+                res = done.pop(self.next_merge)
+                acc = res if acc is None else merge(acc, res)
+                self.next_merge += 1
+            self._submit()
+        return acc
+
+    def cancel(self) -> None:
+        """Cancel what is still on the cluster (after an error or Ctrl-C; nothing after success)."""
+        if self.pending:
+            self.client.cancel([fut for _, fut in self.pending.values()])
+            self.pending.clear()
+        self.stream.clear()
+
+
+# --------------------------------------------------------------------------- numba on workers
+def kernel_cache_stats() -> dict[str, dict[str, int]]:
+    """numba cache hits and misses of the engine's kernels in this process.
+
+    Run it on every worker with ``client.run(kernel_cache_stats)``: a worker that loaded
+    its kernels from the on-disk cache shows hits and no misses.
+
+    Returns
+    -------
+    dict
+        ``{"module.kernel": {"hits": int, "misses": int}}`` for every kernel of the package
+        compiled or loaded in this process so far.
+    """
+    from numba.core.dispatcher import Dispatcher
+
+    out = {}
+    for module_name, module in sorted(sys.modules.items()):
+        if module is None or not module_name.startswith("variance_lab."):
+            continue
+        for name, obj in vars(module).items():
+            if isinstance(obj, Dispatcher) and obj.signatures:
+                hits, misses = obj.stats.cache_hits, obj.stats.cache_misses
+                out[f"{module_name}.{name}"] = {"hits": sum(hits.values()), "misses": sum(misses.values())}
+    return out
