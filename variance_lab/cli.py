@@ -110,7 +110,17 @@ def _cmd_table(args: argparse.Namespace) -> int:
     if args.n != 0:  # Monte Carlo columns beside the theory
         from variance_lab.simulate import simulate
 
-        mc = simulate(family, T, args.n, seed=args.seed, workers=args.workers, target=args.target)
+        mc = simulate(
+            family,
+            T,
+            args.n,
+            seed=args.seed,
+            workers=args.workers,
+            target=args.target,
+            executor=args.executor,
+            scheduler=args.scheduler,
+            sampler=args.sampler,
+        )
         frame = table_report.with_monte_carlo(frame, mc)
         mc_notes = table_report.monte_carlo_notes(mc, args.n, args.seed, target=args.target)
         notes = f"{mc_notes}\n\n{notes}" if notes else mc_notes
@@ -181,6 +191,51 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: Executors of the Monte Carlo engine (variance_lab.simulate.EXECUTORS; not imported here, it loads numba).
+EXECUTORS = ("threads", "dask", "dask-local")
+
+
+def _add_executor_args(p: argparse.ArgumentParser) -> None:
+    """``--workers``, ``--executor`` and ``--scheduler``: where Monte Carlo chunks run."""
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="Monte Carlo threads, or worker processes with --executor dask-local; None: all cores "
+        "(results do not depend on it)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="threads",
+        help="where Monte Carlo chunks run: local threads, an existing Dask cluster (--scheduler), or a "
+        "Dask LocalCluster of --workers processes; dask needs: pip install 'variance_lab[distributed]'",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="--executor dask: the scheduler, tcp://HOST:PORT or a scheduler .json file",
+    )
+
+
+#: Monte Carlo samplers (variance_lab.simulate.SAMPLER_CHOICES; not imported here, it loads numba).
+SAMPLERS = ("token", "aggregate", "auto")
+
+
+def _add_sampler_arg(p: argparse.ArgumentParser) -> None:
+    """``--sampler``: token-level draws, or exact aggregate draws of log P_T at the grid points."""
+    p.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default="token",
+        help="Monte Carlo sampling: every token (the reference, all families); log P_T drawn at the T "
+        "grid points from its exact law (aggregate: lognormal, two-point, ar1; one or two draws per "
+        "grid point instead of max(T) per path: the same law, other draws); auto: aggregate where "
+        "exact, token for gamma",
+    )
+
+
 def _report_list(title: str, items: list[str], limit: int = 10) -> None:
     print(f"{PROG}: {title}: {len(items)}", file=sys.stderr)
     for item in items[:limit]:
@@ -202,6 +257,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             seed=args.seed,
             store=args.store,
             workers=args.workers,
+            executor=args.executor,
+            scheduler=args.scheduler,
+            sampler=args.sampler,
             independent=args.independent,
             ci=args.ci,
             target=args.target,
@@ -249,7 +307,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
         if args.only is not None:
             from variance_lab import grid
 
-            only = grid.parse_name_list(args.only, name="--only", choices=list(figures_mod.FIGURES))
+            only = grid.parse_name_list(args.only, name="--only", choices=list(figures_mod.ALL_FIGURES))
         paths = figures_mod.make_all(
             args.out or "figures",
             quick=args.quick,
@@ -312,12 +370,8 @@ def _add_sweep_commands(sub) -> None:
         help="fresh Monte Carlo draws at every T instead of one path read at every T",
     )
     p.add_argument("--target", type=_float, default=0.1, help="target relative error of the n_needed rows")
-    p.add_argument(
-        "--workers",
-        type=_positive_int,
-        default=None,
-        help="Monte Carlo threads, None: all cores (results do not depend on it)",
-    )
+    _add_sampler_arg(p)
+    _add_executor_args(p)
     p.add_argument("--store", default=sweep_mod.DEFAULT_STORE, help="SQLite store, created when missing")
     p.add_argument("--out", default=None, help="also write this sweep's rows to a .csv or .parquet file")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -345,7 +399,7 @@ def _add_sweep_commands(sub) -> None:
         help="regenerate every figure (PDF, PNG, data CSV and JSON sidecar)",
         description="Regenerates figures from scratch: each as NAME.pdf, NAME.png, NAME.csv (the data "
         "drawn) and NAME.json (parameters, seed, n, versions). Figures: "
-        + ", ".join(figures_mod.FIGURES)
+        + ", ".join(figures_mod.ALL_FIGURES)
         + ". --from-sidecar rebuilds one figure from its JSON sidecar.",
         formatter_class=fmt,
     )
@@ -390,12 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
         "and the verdicts",
     )
     p.add_argument("--seed", type=int, default=0, help="root seed of the Monte Carlo draws")
-    p.add_argument(
-        "--workers",
-        type=_positive_int,
-        default=None,
-        help="Monte Carlo threads, None: all cores (results do not depend on it)",
-    )
+    _add_sampler_arg(p)
+    _add_executor_args(p)
     p.add_argument(
         "--target", type=_float, default=0.1, help="target relative error for the draws-needed columns"
     )
@@ -406,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     from variance_lab.analyze_cli import add_analyze_command  # imports this module: register it late
 
     add_analyze_command(sub)
+    from variance_lab.experiment.command import add_experiment_command  # torch only when run
+
+    add_experiment_command(sub)
     return parser
 
 

@@ -20,7 +20,7 @@ fingerprint of the source files that compute the cell (:func:`code_fingerprint`:
 development tree the version stays put while the code changes), and
 
 * theory: the target relative error of the ``n_needed_*`` rows;
-* Monte Carlo: ``n``, ``seed``, ``ci`` and ``independent``.
+* Monte Carlo: ``n``, ``seed``, ``ci``, ``independent`` and, unless ``"token"``, ``sampler``.
 
 ``workers`` is not part of it: the engine is bit-identical for any number of workers.
 Consequences: changing ``n``, ``seed`` or ``ci`` recomputes the Monte Carlo cells
@@ -329,6 +329,7 @@ def plan(
     ci: float = 0.95,
     target: float = theory.DEFAULT_TARGET,
     params: Mapping[str, object] | None = None,
+    sampler: str = "token",
 ) -> Plan:
     """Expand a grid into cells, validating every input.
 
@@ -345,7 +346,11 @@ def plan(
     ci = _check_unit_interval("ci", ci)
     if not isinstance(target, int | float) or not 0 < target < math.inf:
         raise ValueError(f"target must be a finite number > 0, got {target!r}")
+    if sampler not in ("token", "aggregate", "auto"):
+        raise ValueError(f"sampler must be one of token, aggregate, auto, got {sampler!r}")
     mc_options = (("ci", ci), ("independent", bool(independent)))
+    if sampler != "token":  # part of the identity; token cells keep their key
+        mc_options += (("sampler", sampler),)
     mus = sorted({check_positive("mu", m) for m in _as_list(mu, "mu")})
     sigma2s = sorted({_check_variance(s2) for s2 in _as_list(sigma2, "sigma2")})
     extras = _extra_grids(names, params)
@@ -379,8 +384,11 @@ def _simulate():
     return simulate
 
 
-def compute(cell: Cell, *, workers: int | None = None) -> tuple[pd.DataFrame, dict]:
-    """Compute one cell: its tidy rows and its provenance (a JSON-able dict)."""
+def compute(cell: Cell, *, workers: int | None = None, client=None) -> tuple[pd.DataFrame, dict]:
+    """Compute one cell: its tidy rows and its provenance (a JSON-able dict).
+
+    ``workers`` (threads) or ``client`` (a Dask client) say where Monte Carlo chunks run.
+    """
     if cell.kind == "theory":
         options = dict(cell.options)
         frame = theory.tidy(cell.family, list(cell.T), target=options["target"])
@@ -398,6 +406,8 @@ def compute(cell: Cell, *, workers: int | None = None) -> tuple[pd.DataFrame, di
         independent=options["independent"],
         ci=options["ci"],
         progress=False,
+        client=client,
+        sampler=options.get("sampler", "token"),
     )
     provenance = frame.attrs.get("provenance", {})
     frame = frame[frame["method"] == "monte_carlo"]
@@ -751,6 +761,10 @@ def sweep(
     target: float = theory.DEFAULT_TARGET,
     params: Mapping[str, object] | None = None,
     progress: bool = True,
+    executor=None,
+    scheduler=None,
+    client=None,
+    sampler: str = "token",
 ) -> SweepResult:
     """Run a grid of theory and Monte Carlo cells, resuming from ``store``.
 
@@ -770,7 +784,8 @@ def sweep(
     store : str or Path
         SQLite store; created when missing. Finished cells found there are reused.
     workers : int, optional
-        Worker threads of the engine (does not change results).
+        Worker threads of the engine, or worker processes with ``executor="dask-local"``
+        (does not change results).
     independent : bool
         Passed to the engine: fresh draws at every T instead of one path per draw.
     ci : float
@@ -783,6 +798,17 @@ def sweep(
         to the families that have it (an error if none has it).
     progress : bool
         Show a progress bar over cells (tqdm, on standard error).
+    sampler : {"token", "aggregate", "auto"}
+        Monte Carlo sampling, as in :func:`variance_lab.simulate.simulate`; part of a Monte
+        Carlo cell's identity (``"aggregate"`` fails the gamma cells: no exact aggregate).
+    executor, scheduler, client
+        Where Monte Carlo chunks run, as in :func:`variance_lab.simulate.simulate`: local
+        threads (default), ``"dask"`` with ``scheduler="tcp://HOST:PORT"`` or a
+        ``client``, or ``"dask-local"`` (a ``LocalCluster`` of ``workers`` processes). One
+        cluster serves every cell, started or reached when the first Monte Carlo cell
+        needs it; cells run one after another, each cut into chunks over the cluster,
+        and the store stays here: a cell is committed once all its chunks are merged.
+        Results do not depend on it.
 
     Returns
     -------
@@ -791,23 +817,39 @@ def sweep(
     Raises
     ------
     ValueError
-        Bad input, no reachable point, Monte Carlo requested without an engine.
+        Bad input, no reachable point, Monte Carlo requested without an engine, a bad
+        executor choice (also an ``ImportError`` when Dask is missing).
     SweepInterrupted
         On Ctrl-C; finished cells stay in the store.
     """
     the_plan = plan(
-        families, mu, sigma2, T, n, seed=seed, independent=independent, ci=ci, target=target, params=params
+        families,
+        mu,
+        sigma2,
+        T,
+        n,
+        seed=seed,
+        independent=independent,
+        ci=ci,
+        target=target,
+        params=params,
+        sampler=sampler,
     )
     if any(c.kind == "monte_carlo" for c in the_plan.cells) and _simulate() is None:
         raise ValueError("Monte Carlo (n > 0) needs the engine variance_lab.simulate, missing in this build")
+    from variance_lab.simulate.dask_executor import Engine
+
+    engine = Engine(executor, scheduler=scheduler, client=client, workers=workers)  # connects on first use
     result = SweepResult(
         pd.DataFrame(), Path(store), [c.id for c in the_plan.cells], unreachable=the_plan.unreachable
     )
-    with Store(store) as db:
+    with Store(store) as db, engine:
         finished = db.finished()
+        if any(c.kind == "monte_carlo" and c.id not in finished for c in the_plan.cells):
+            engine.start()  # a cluster that cannot be reached stops the sweep here, not each cell
         with _progress_bar(len(the_plan.cells), progress) as bar:
             try:
-                _run_cells(the_plan.cells, db, finished, result, bar, workers)
+                _run_cells(the_plan.cells, db, finished, result, bar, engine)
             except KeyboardInterrupt:
                 done = len(result.computed) + len(result.reused)
                 raise SweepInterrupted(done, len(the_plan.cells), Path(store)) from None
@@ -815,7 +857,7 @@ def sweep(
     return result
 
 
-def _run_cells(cells, db: Store, finished: set, result: SweepResult, bar, workers) -> None:
+def _run_cells(cells, db: Store, finished: set, result: SweepResult, bar, engine) -> None:
     for cell in cells:
         cid = cell.id
         if cid in finished:
@@ -825,7 +867,7 @@ def _run_cells(cells, db: Store, finished: set, result: SweepResult, bar, worker
         bar.set_postfix_str(cell.label(), refresh=False)
         start = time.perf_counter()
         try:
-            frame, provenance = compute(cell, workers=workers)
+            frame, provenance = compute(cell, **(engine.options() if cell.kind == "monte_carlo" else {}))
         except (ValueError, ArithmeticError) as exc:
             result.failed.append({"cell": cid, "label": cell.label(), "error": str(exc)})
             bar.update(1)
