@@ -76,8 +76,8 @@ def _lognormal_batch(rng, lengths, n_per, sigma2=0.05, mu=-0.01):
     d = np.zeros((n_per * len(lengths), width))
     mask = np.zeros(d.shape, dtype=bool)
     for k, (L, r) in enumerate(zip(lengths, rows, strict=True)):
-        d[k * n_per:(k + 1) * n_per, :L] = r
-        mask[k * n_per:(k + 1) * n_per, :L] = True
+        d[k * n_per : (k + 1) * n_per, :L] = r
+        mask[k * n_per : (k + 1) * n_per, :L] = True
     return _batch_from_log_ratios(rng, d, mask), rows
 
 
@@ -139,8 +139,10 @@ def test_fit_iid_lognormal_recovers_sigma2():
     lengths = rng.integers(1, 400, 600)
     d = [rng.normal(mu, math.sqrt(sigma2), L) for L in lengths]
     base = [rng.exponential(2.0, L) for L in lengths]
-    batch = TokenBatch.from_ragged([-b + np.minimum(x, 0) for b, x in zip(base, d, strict=True)],
-                                   [-b - np.maximum(x, 0) for b, x in zip(base, d, strict=True)])
+    batch = TokenBatch.from_ragged(
+        [-b + np.minimum(x, 0) for b, x in zip(base, d, strict=True)],
+        [-b - np.maximum(x, 0) for b, x in zip(base, d, strict=True)],
+    )
     fit = fit_log_ratios(batch)
     N = lengths.sum()
     se_sigma2 = sigma2 * math.sqrt(2.0 / N)  # Gaussian log-ratios: Var(s^2) = 2 sigma^4 / N
@@ -196,15 +198,20 @@ def test_autocovariance_matches_brute_force_pairs():
     for m in mask:
         m[0] = True
     d = [rng.normal(0.1, 1.0, m) for m in lengths]
-    batch = TokenBatch.from_ragged([x - 5.0 for x in d], [np.full(m, -5.0) for m in lengths],
-                                   [m.astype(int) for m in mask])
+    batch = TokenBatch.from_ragged(
+        [x - 5.0 for x in d], [np.full(m, -5.0) for m in lengths], [m.astype(int) for m in mask]
+    )
     ac = autocorrelation(batch, max_lag=6)
     counted = np.concatenate([x[m] for x, m in zip(d, mask, strict=True)])
     mean = counted.mean()
     gamma0 = np.mean((counted - mean) ** 2)
     for k in range(ac.acf.size):
-        prods = [(x[t] - mean) * (x[t + k] - mean) for x, m in zip(d, mask, strict=True)
-                 for t in range(len(x) - k) if m[t] and m[t + k]]
+        prods = [
+            (x[t] - mean) * (x[t + k] - mean)
+            for x, m in zip(d, mask, strict=True)
+            for t in range(len(x) - k)
+            if m[t] and m[t + k]
+        ]
         assert ac.n_pairs[k] == len(prods)
         assert ac.acf[k] == pytest.approx(np.mean(prods) / gamma0, rel=1e-9, abs=1e-12)
 
@@ -245,8 +252,9 @@ def test_synthetic_ar1_through_each_file_format(tmp_path, name):
     rho, sigma2, n, L = 0.5, 0.04, 300, 100
     mask = np.ones((n, L), dtype=bool)
     mask[:, 80:] = rng.random((n, 20)) < 0.5  # ragged ends with holes
-    batch = load_batch(save_batch(_batch_from_log_ratios(rng, _ar1(rng, n, L, rho, sigma2), mask),
-                                  tmp_path / name))
+    batch = load_batch(
+        save_batch(_batch_from_log_ratios(rng, _ar1(rng, n, L, rho, sigma2), mask), tmp_path / name)
+    )
     ac, fit = autocorrelation(batch), fit_log_ratios(batch)
     N = batch.n_tokens
     assert abs(ac.rho - rho) < 3 * math.sqrt((1 - rho**2) / ac.n_pairs[1])

@@ -13,8 +13,14 @@ from variance_lab.gspo_io import detect_format, load_batch, save_batch, write_re
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-FILES = [("x.jsonl", "padded"), ("x.jsonl.gz", "padded"), ("x.ndjson", "padded"), ("x.parquet", "padded"),
-         ("x.npz", "padded"), ("x.npz", "flat")]
+FILES = [
+    ("x.jsonl", "padded"),
+    ("x.jsonl.gz", "padded"),
+    ("x.ndjson", "padded"),
+    ("x.parquet", "padded"),
+    ("x.npz", "padded"),
+    ("x.npz", "flat"),
+]
 
 
 def _batch(rng, ids=None, holes=True):
@@ -65,13 +71,19 @@ def test_format_override_and_detection(tmp_path):
     with pytest.raises(ValueError, match="format must be one of"):
         detect_format("a.jsonl", "csv")
     assert [detect_format(p) for p in ("a.JSONL", "b.pq", "c.npz", "d.ndjson.gz")] == [
-        "jsonl", "parquet", "npz", "jsonl"]
+        "jsonl",
+        "parquet",
+        "npz",
+        "jsonl",
+    ]
 
 
 def test_jsonl_layout_is_plain_and_skips_blank_lines(tmp_path):
     path = tmp_path / "b.jsonl"
-    path.write_text('{"id": "a", "logp": [-0.5, -1.0], "old_logp": [-0.6, -0.9]}\n\n'
-                    '{"logp": [-2.0], "old_logp": [-2.0], "mask": [1]}\n')
+    path.write_text(
+        '{"id": "a", "logp": [-0.5, -1.0], "old_logp": [-0.6, -0.9]}\n\n'
+        '{"logp": [-2.0], "old_logp": [-2.0], "mask": [1]}\n'
+    )
     batch = load_batch(path)
     assert batch.ids.dtype == object and batch.ids.tolist() == ["a", 1]
     assert batch.logp.tolist() == [-0.5, -1.0, -2.0]
@@ -85,8 +97,12 @@ def test_gzip_jsonl_is_compressed(tmp_path):
 
 def test_field_names_can_be_mapped(tmp_path):
     path = tmp_path / "verl.jsonl"
-    path.write_text(json.dumps({"uid": "u1", "log_probs": [-1.0, -2.0], "old_log_probs": [-1.0, -1.0],
-                                "response_mask": [1, 0]}) + "\n")
+    path.write_text(
+        json.dumps(
+            {"uid": "u1", "log_probs": [-1.0, -2.0], "old_log_probs": [-1.0, -1.0], "response_mask": [1, 0]}
+        )
+        + "\n"
+    )
     fields = {"logp": "log_probs", "old_logp": "old_log_probs", "mask": "response_mask", "id": "uid"}
     batch = load_batch(path, fields=fields)
     assert batch.ids.tolist() == ["u1"] and batch.logp.tolist() == [-1.0]
@@ -162,8 +178,11 @@ def test_malformed_json_names_the_line(tmp_path):
 
 
 def test_parquet_null_rows_and_entries(tmp_path):
-    records = [{"id": "r0", **OK, "mask": None}, {"id": "r1", "logp": [-1.0], "old_logp": None},
-               {"id": "r2", "logp": [-1.0, None], "old_logp": [-1.0, -1.0], "mask": [1, 1]}]
+    records = [
+        {"id": "r0", **OK, "mask": None},
+        {"id": "r1", "logp": [-1.0], "old_logp": None},
+        {"id": "r2", "logp": [-1.0, None], "old_logp": [-1.0, -1.0], "mask": [1, 1]},
+    ]
     path = write_records(records, tmp_path / "n.parquet")
     with pytest.raises(ValueError, match=r"id='r1' \(index 1\): field 'old_logp' is null; 1 more"):
         load_batch(path)
@@ -182,9 +201,13 @@ def test_parquet_wrong_column_type(tmp_path):
 
 
 def test_npz_padded_layout_and_errors(tmp_path):
-    np.savez(tmp_path / "p.npz", logp=np.array([[-1.0, -2.0], [-3.0, 0.0]]),
-             old_logp=np.array([[-1.0, -1.0], [-1.0, 0.0]]), mask=np.array([[1, 1], [1, 0]]),
-             id=np.array(["a", "b"]))
+    np.savez(
+        tmp_path / "p.npz",
+        logp=np.array([[-1.0, -2.0], [-3.0, 0.0]]),
+        old_logp=np.array([[-1.0, -1.0], [-1.0, 0.0]]),
+        mask=np.array([[1, 1], [1, 0]]),
+        id=np.array(["a", "b"]),
+    )
     batch = load_batch(tmp_path / "p.npz")
     assert batch.lengths.tolist() == [2, 1] and batch.ids.tolist() == ["a", "b"]
     np.savez(tmp_path / "q.npz", logp=np.zeros(3), old_logp=np.zeros(3))

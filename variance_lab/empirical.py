@@ -81,8 +81,13 @@ def length_buckets(lengths, edges=None) -> tuple[np.ndarray, np.ndarray]:
         edges = np.append(uniq, uniq[-1] + 1)
     else:
         edges = np.asarray(edges)
-        if (edges.ndim != 1 or edges.size < 2 or not np.issubdtype(edges.dtype, np.integer)
-                or np.any(np.diff(edges) <= 0) or edges[0] < 1):
+        if (
+            edges.ndim != 1
+            or edges.size < 2
+            or not np.issubdtype(edges.dtype, np.integer)
+            or np.any(np.diff(edges) <= 0)
+            or edges[0] < 1
+        ):
             raise ValueError(f"edges must be increasing integers >= 1, at least two, got {edges!r}")
         edges = edges.astype(np.int64)
     bucket = np.searchsorted(edges, lengths, side="right") - 1
@@ -157,11 +162,27 @@ def _kong_ess(log_w: np.ndarray) -> float:
 
 #: Columns of :func:`bucket_variances`, in order.
 BUCKET_COLUMNS = (
-    "bucket", "T_lo", "T_hi", "n_seq", "T_mean", "n_tokens",
-    "mean_log_P", "var_log_P",
-    "log_var_P", "log10_var_P", "log10_var_P_lo", "log10_var_P_hi", "var_P", "ess_P",
-    "mean_G", "var_G", "var_G_lo", "var_G_hi", "log10_var_G",
-    "gspo_clip_frac", "ppo_clip_frac",
+    "bucket",
+    "T_lo",
+    "T_hi",
+    "n_seq",
+    "T_mean",
+    "n_tokens",
+    "mean_log_P",
+    "var_log_P",
+    "log_var_P",
+    "log10_var_P",
+    "log10_var_P_lo",
+    "log10_var_P_hi",
+    "var_P",
+    "ess_P",
+    "mean_G",
+    "var_G",
+    "var_G_lo",
+    "var_G_hi",
+    "log10_var_G",
+    "gspo_clip_frac",
+    "ppo_clip_frac",
 )
 
 
@@ -173,28 +194,62 @@ def _exp(x):
 def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng) -> dict:
     """One row of :func:`bucket_variances` for the sequences ``sel`` of bucket ``k``."""
     log_P, log_G, T = w.log_P[sel], w.log_G[sel], w.length[sel]
-    row = {"bucket": k, "T_lo": int(lo), "T_hi": int(hi) - 1, "n_seq": int(sel.size),
-           "T_mean": float(T.mean()), "n_tokens": int(T.sum()), "mean_log_P": float(log_P.mean()),
-           "gspo_clip_frac": float(w.clipped_gspo[sel].mean()),
-           "ppo_clip_frac": float(w.n_token_clipped[sel].sum() / T.sum()),
-           "mean_G": float(np.exp(log_G).mean()), "ess_P": _kong_ess(log_P)}
+    row = {
+        "bucket": k,
+        "T_lo": int(lo),
+        "T_hi": int(hi) - 1,
+        "n_seq": int(sel.size),
+        "T_mean": float(T.mean()),
+        "n_tokens": int(T.sum()),
+        "mean_log_P": float(log_P.mean()),
+        "gspo_clip_frac": float(w.clipped_gspo[sel].mean()),
+        "ppo_clip_frac": float(w.n_token_clipped[sel].sum() / T.sum()),
+        "mean_G": float(np.exp(log_G).mean()),
+        "ess_P": _kong_ess(log_P),
+    }
     if sel.size < 2:
         nan = math.nan
-        return row | dict.fromkeys(("var_log_P", "log_var_P", "log10_var_P", "log10_var_P_lo",
-                                    "log10_var_P_hi", "var_P", "var_G", "var_G_lo", "var_G_hi",
-                                    "log10_var_G"), nan)
+        return row | dict.fromkeys(
+            (
+                "var_log_P",
+                "log_var_P",
+                "log10_var_P",
+                "log10_var_P_lo",
+                "log10_var_P_hi",
+                "var_P",
+                "var_G",
+                "var_G_lo",
+                "var_G_hi",
+                "log10_var_G",
+            ),
+            nan,
+        )
     vP, vP_lo, vP_hi = _log_var_interval(log_P, n_boot, level, rng)
     vG, vG_lo, vG_hi = _log_var_interval(log_G, n_boot, level, rng)
     return row | {
         "var_log_P": float(np.var(log_P, ddof=1)),
-        "log_var_P": vP, "log10_var_P": vP / _LN10, "log10_var_P_lo": vP_lo / _LN10,
-        "log10_var_P_hi": vP_hi / _LN10, "var_P": _exp(vP),
-        "var_G": _exp(vG), "var_G_lo": _exp(vG_lo), "var_G_hi": _exp(vG_hi), "log10_var_G": vG / _LN10,
+        "log_var_P": vP,
+        "log10_var_P": vP / _LN10,
+        "log10_var_P_lo": vP_lo / _LN10,
+        "log10_var_P_hi": vP_hi / _LN10,
+        "var_P": _exp(vP),
+        "var_G": _exp(vG),
+        "var_G_lo": _exp(vG_lo),
+        "var_G_hi": _exp(vG_hi),
+        "log10_var_G": vG / _LN10,
     }
 
 
-def bucket_variances(batch: TokenBatch, edges=None, *, n_boot: int = 1000, level: float = 0.95,
-                     seed=0, gspo_range=GSPO_RANGE, ppo_range=PPO_RANGE) -> pd.DataFrame:
+def bucket_variances(
+    batch: TokenBatch,
+    edges=None,
+    *,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed=0,
+    gspo_range=GSPO_RANGE,
+    ppo_range=PPO_RANGE,
+) -> pd.DataFrame:
     r"""Per length bucket, the sample variances of :math:`P_T` and :math:`G_T` with bootstrap intervals.
 
     :math:`\widehat{\operatorname{Var}}(P_T)` is computed in log space
@@ -395,9 +450,17 @@ def _autocorrelation(x: np.ndarray, batch: TokenBatch, c: float, max_lag: int | 
         K = min(top, 4 * K)
     rho = float(acf[1])
     return Autocorrelation(
-        acf=acf, n_pairs=pairs[: last + 1], gamma0=gamma0, n_tokens=n, rho=rho,
-        se_rho=math.sqrt(max(1.0 - rho * rho, 0.0) / pairs[1]), window=window, tau_int=tau,
-        se_tau_int=tau * math.sqrt(2.0 * (2 * window + 1) / n), window_found=found, c=float(c),
+        acf=acf,
+        n_pairs=pairs[: last + 1],
+        gamma0=gamma0,
+        n_tokens=n,
+        rho=rho,
+        se_rho=math.sqrt(max(1.0 - rho * rho, 0.0) / pairs[1]),
+        window=window,
+        tau_int=tau,
+        se_tau_int=tau * math.sqrt(2.0 * (2 * window + 1) / n),
+        window_found=found,
+        c=float(c),
     )
 
 
@@ -499,8 +562,11 @@ def fit_log_ratios(batch: TokenBatch, *, c: float = 5.0) -> LogRatioFit:
     tau_y = _tau_or_one(y, batch, c)
     tau_sq = _tau_or_one(dev2, batch, c)
     return LogRatioFit(
-        n_tokens=n, mu_y=mu, sigma2_y=sigma2,
+        n_tokens=n,
+        mu_y=mu,
+        sigma2_y=sigma2,
         se_mu_y=math.sqrt(sigma2 * tau_y / n),
         se_sigma2_y=math.sqrt(float(np.var(dev2)) * tau_sq / n),
-        tau_y=tau_y, tau_sq=tau_sq,
+        tau_y=tau_y,
+        tau_sq=tau_sq,
     )

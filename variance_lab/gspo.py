@@ -314,8 +314,18 @@ class TokenBatch:
 
     # -- constructors ---------------------------------------------------------------------
     @classmethod
-    def from_flat(cls, logp, old_logp, lengths, *, old_lengths=None, mask=None, mask_lengths=None,
-                  ids=None, on_bad: str = "raise") -> TokenBatch:
+    def from_flat(
+        cls,
+        logp,
+        old_logp,
+        lengths,
+        *,
+        old_lengths=None,
+        mask=None,
+        mask_lengths=None,
+        ids=None,
+        on_bad: str = "raise",
+    ) -> TokenBatch:
         """Build from flat concatenated arrays and per-sequence lengths (the core constructor).
 
         Parameters
@@ -345,8 +355,16 @@ class TokenBatch:
         ValueError
             Bad data with ``on_bad="raise"``; inconsistent array sizes; no sequence left.
         """
-        return _build_batch(logp, old_logp, lengths, old_lengths=old_lengths, mask=mask,
-                            mask_lengths=mask_lengths, ids=ids, on_bad=on_bad)
+        return _build_batch(
+            logp,
+            old_logp,
+            lengths,
+            old_lengths=old_lengths,
+            mask=mask,
+            mask_lengths=mask_lengths,
+            ids=ids,
+            on_bad=on_bad,
+        )
 
     @classmethod
     def from_ragged(cls, logp, old_logp, mask=None, ids=None, *, on_bad: str = "raise") -> TokenBatch:
@@ -374,8 +392,16 @@ class TokenBatch:
         parts = [_flatten(name, seqs) for name, seqs in (("logp", logp), ("old_logp", old_logp))]
         (flat, lens), (old_flat, old_lens) = parts
         mask_flat, mask_lens = (None, None) if mask is None else _flatten("mask", mask, is_mask=True)
-        return cls.from_flat(flat, old_flat, lens, old_lengths=old_lens, mask=mask_flat,
-                             mask_lengths=mask_lens, ids=ids, on_bad=on_bad)
+        return cls.from_flat(
+            flat,
+            old_flat,
+            lens,
+            old_lengths=old_lens,
+            mask=mask_flat,
+            mask_lengths=mask_lens,
+            ids=ids,
+            on_bad=on_bad,
+        )
 
     @classmethod
     def from_padded(cls, logp, old_logp, mask=None, ids=None, *, on_bad: str = "raise") -> TokenBatch:
@@ -479,8 +505,14 @@ class TokenBatch:
         lengths = self.lengths[index]
         starts = self.offsets[index]
         tok = np.arange(lengths.sum()) - np.repeat(_offsets(lengths)[:-1] - starts, lengths)
-        batch = TokenBatch(self.logp[tok], self.old_logp[tok], _offsets(lengths), self.positions[tok],
-                           self.ids[index].copy(), self.dropped)
+        batch = TokenBatch(
+            self.logp[tok],
+            self.old_logp[tok],
+            _offsets(lengths),
+            self.positions[tok],
+            self.ids[index].copy(),
+            self.dropped,
+        )
         _readonly(batch.logp, batch.old_logp, batch.offsets, batch.positions, batch.ids)
         return batch
 
@@ -515,8 +547,11 @@ def _checked_sizes(logp, old_logp, mask, lengths, old_lengths, mask_lengths):
         mask_lengths = None
     else:
         mask_lengths = lengths if mask_lengths is None else _as_lengths("mask_lengths", mask_lengths)
-    for name, arr, lens in (("logp", logp, lengths), ("old_logp", old_logp, old_lengths),
-                            ("mask", mask, mask_lengths)):
+    for name, arr, lens in (
+        ("logp", logp, lengths),
+        ("old_logp", old_logp, old_lengths),
+        ("mask", mask, mask_lengths),
+    ):
         if arr is not None and (lens.size != lengths.size or lens.sum() != arr.size):
             raise ValueError(f"{name}: {arr.size} values do not add up to the {name} lengths")
     return logp, old_logp, mask, lengths, old_lengths, mask_lengths
@@ -529,12 +564,27 @@ def _without(problems, logp, old_logp, mask, lengths, old_lengths, mask_lengths)
     """
     keep = np.ones(lengths.size, dtype=bool)
     keep[list(problems)] = False
-    return (_keep_segments(logp, lengths, keep), _keep_segments(old_logp, old_lengths, keep),
-            _keep_segments(mask, mask_lengths, keep), lengths[keep], np.flatnonzero(keep))
+    return (
+        _keep_segments(logp, lengths, keep),
+        _keep_segments(old_logp, old_lengths, keep),
+        _keep_segments(mask, mask_lengths, keep),
+        lengths[keep],
+        np.flatnonzero(keep),
+    )
 
 
-def _build_batch(logp, old_logp, lengths, *, old_lengths=None, mask=None, mask_lengths=None, ids=None,
-                 on_bad: str = "raise", known: Mapping[int, str] | None = None) -> TokenBatch:
+def _build_batch(
+    logp,
+    old_logp,
+    lengths,
+    *,
+    old_lengths=None,
+    mask=None,
+    mask_lengths=None,
+    ids=None,
+    on_bad: str = "raise",
+    known: Mapping[int, str] | None = None,
+) -> TokenBatch:
     """:meth:`TokenBatch.from_flat`, plus ``known``: problems found upstream (a loader's missing or
     null fields), by sequence index; such sequences are passed with length 0 and take precedence."""
     on_bad = _check_on_bad(on_bad)
@@ -647,24 +697,26 @@ class SequenceWeights:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per sequence: id, length, log and linear weights, perplexities, clipping."""
-        return pd.DataFrame({
-            "id": self.ids,
-            "length": self.length,
-            "log_P": self.log_P,
-            "log10_P": self.log10_P,
-            "log_G": self.log_G,
-            "s": self.s,
-            "log_ppl_old": self.log_ppl_old,
-            "log_ppl_new": self.log_ppl_new,
-            "ppl_old": self.ppl_old,
-            "ppl_new": self.ppl_new,
-            "ppl_ratio": self.ppl_ratio,
-            "delta_H": self.delta_H,
-            "log_gmpo": self.log_gmpo,
-            "gmpo_weight": self.gmpo_weight,
-            "clipped_gspo": self.clipped_gspo,
-            "token_clip_frac": self.token_clip_frac,
-        })
+        return pd.DataFrame(
+            {
+                "id": self.ids,
+                "length": self.length,
+                "log_P": self.log_P,
+                "log10_P": self.log10_P,
+                "log_G": self.log_G,
+                "s": self.s,
+                "log_ppl_old": self.log_ppl_old,
+                "log_ppl_new": self.log_ppl_new,
+                "ppl_old": self.ppl_old,
+                "ppl_new": self.ppl_new,
+                "ppl_ratio": self.ppl_ratio,
+                "delta_H": self.delta_H,
+                "log_gmpo": self.log_gmpo,
+                "gmpo_weight": self.gmpo_weight,
+                "clipped_gspo": self.clipped_gspo,
+                "token_clip_frac": self.token_clip_frac,
+            }
+        )
 
 
 def _interleave(a: np.ndarray, b: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -675,8 +727,9 @@ def _interleave(a: np.ndarray, b: np.ndarray, offsets: np.ndarray) -> tuple[np.n
     return out, 2 * offsets
 
 
-def sequence_weights(batch: TokenBatch, *, gspo_range=GSPO_RANGE, ppo_range=PPO_RANGE,
-                     gmpo_range=GMPO_RANGE) -> SequenceWeights:
+def sequence_weights(
+    batch: TokenBatch, *, gspo_range=GSPO_RANGE, ppo_range=PPO_RANGE, gmpo_range=GMPO_RANGE
+) -> SequenceWeights:
     r"""GSPO, GMPO and product weights, perplexities and clipping of every sequence in a batch.
 
     With :math:`d_t = \ell_t - \ell^{old}_t` over the :math:`T` counted tokens:
