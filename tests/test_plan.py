@@ -1,9 +1,10 @@
-"""The chunk plan depends on n alone; one stream per chunk from SeedSequence(seed).spawn."""
+"""The chunk plan depends on n (and the sampler) alone; one stream per chunk from SeedSequence(seed).spawn."""
 
 import numpy as np
 import pytest
 
 from variance_lab.simulate.plan import (
+    AGGREGATE_CHUNK,
     MAX_CHUNK,
     MIN_CHUNK,
     TAIL_MAX,
@@ -29,6 +30,20 @@ def test_plan_covers_n(n):
 def test_plan_depends_on_n_alone():
     assert make_plan(123_456) == make_plan(123_456)
     assert make_plan(10**6).n_chunks == 128
+
+
+@pytest.mark.parametrize("n", [2, 5000, 10**6, 10**9 + 7])
+def test_aggregate_plan_uses_large_chunks(n):
+    """The aggregate sampler's paths are cheap: chunks of AGGREGATE_CHUNK paths, whatever n."""
+    plan = make_plan(n, sampler="aggregate")
+    assert plan.chunk_size == min(n, AGGREGATE_CHUNK) and plan.sizes().sum() == n
+    assert plan == make_plan(n, sampler="aggregate")
+    assert make_plan(n, chunk_size=300, sampler="aggregate") == make_plan(n, chunk_size=300)
+
+
+def test_plan_rejects_unknown_sampler():
+    with pytest.raises(ValueError, match="sampler"):
+        make_plan(1000, sampler="auto")
 
 
 def test_explicit_chunk_size():

@@ -3,7 +3,7 @@ r"""The Monte Carlo engine: deterministic, parallel simulation of :math:`P_T` an
 Data flow::
 
     family, T grid ──► AccumulatorSpec (references, tail size)
-    n, seed ─────────► ChunkPlan (depends on n alone) ──► ChunkTask per chunk
+    n, seed ─────────► ChunkPlan (n and sampler alone) ──► ChunkTask per chunk
     ChunkTask ──► run_chunk (nogil numba kernel, own Generator) ──► Accumulator
     Accumulators ──► merged in chunk order (threads) ──► estimates ──► tidy DataFrame
 
@@ -88,7 +88,8 @@ def prepare(
     independent : bool
         Draw independent paths for each T instead of reading one path at every T.
     chunk_size : int, optional
-        Paths per chunk (default: a function of n alone, :func:`make_plan`).
+        Paths per chunk (default: a function of n and the resolved sampler alone,
+        :func:`make_plan`).
     sampler : {"token", "aggregate", "auto"}
         See :func:`simulate`; the tasks carry the resolved ``"token"`` or ``"aggregate"``.
 
@@ -98,10 +99,11 @@ def prepare(
     """
     family = _check_family(family)
     grid = check_T(T, grid=True)
-    plan = make_plan(check_n(n), chunk_size)
+    n = check_n(n)
     seed = check_seed(seed)
     code, params = family.sampler_params()
     sampler = resolve_sampler(sampler, code, family.name)
+    plan = make_plan(n, chunk_size, sampler)
     spec = AccumulatorSpec.from_family(family, grid, plan.tail)
     return plan, make_tasks(plan, code, params, spec, seed=seed, independent=independent, sampler=sampler)
 
@@ -194,7 +196,8 @@ def simulate(
         ``None``: a progress bar (tqdm, notebook-aware) for runs longer than about 1 s;
         ``True``: always; ``False``: never.
     chunk_size : int, optional
-        Paths per chunk; default a function of ``n`` alone.
+        Paths per chunk; default a function of ``n`` and the resolved sampler alone
+        (aggregate runs use larger chunks, :func:`~variance_lab.simulate.plan.make_plan`).
     target : float, default 0.1
         Relative error the verdicts ask for (theory's ``n_needed_*`` at this target).
     executor : {"threads", "dask", "dask-local"} or distributed.Client, optional
