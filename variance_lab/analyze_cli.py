@@ -11,12 +11,11 @@ Bad data: one line on standard error naming the sequence and its problem, exit s
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
+from variance_lab._atomic import atomic_write
 from variance_lab.cli import CLIError, parse_int_list, write_output
 
 __all__ = ["add_analyze_command", "FIGURE_SUFFIXES"]
@@ -88,20 +87,10 @@ def _save_figure(fig, target: str) -> None:
         raise CLIError(f"--figure {target!r}: the name must end in {', '.join(FIGURE_SUFFIXES)}")
     if path.is_dir():
         raise CLIError(f"--figure {target!r} is a directory")
-    if path.exists() and not path.is_file():  # a device or pipe: write into it, never replace it
-        fig.savefig(path, format=suffix[1:])
-        return
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise CLIError(f"--figure {target!r}: folder {str(folder)!r} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=suffix)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format=suffix[1:])
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format=suffix[1:]))
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:

@@ -6,12 +6,11 @@ Bad input prints one line on stderr and exits with status 2, without a traceback
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from variance_lab import __version__, theory
+from variance_lab._atomic import atomic_write
 from variance_lab.families import FAMILIES, get_family
 from variance_lab.report import table as table_report
 
@@ -59,24 +58,10 @@ def write_output(text: str, out: str | None) -> None:
     path = Path(out)
     if path.is_dir():
         raise CLIError(f"--out {out!r} is a directory")
-    if path.exists() and not path.is_file():  # a device or pipe (/dev/null): write into it, never replace it
-        with open(path, "w") as fh:
-            fh.write(text)
-        return
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise CLIError(f"--out {out!r}: folder {str(folder)!r} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it; mkstemp makes 0600
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def _add_family_args(p: argparse.ArgumentParser) -> None:

@@ -33,7 +33,6 @@ import hashlib
 import json
 import os
 import platform
-import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -42,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from variance_lab import __version__, theory
+from variance_lab._atomic import atomic_write
 from variance_lab.families import Family, get_family
 from variance_lab.grid import parse_grid
 from variance_lab.report import figures as plots
@@ -345,21 +345,8 @@ def make_figure(name: str, params: dict | None = None, *, quick: bool = False, w
 
 
 # --------------------------------------------------------------------------- files
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    tmp = str(path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"))
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _write_text(path: Path, text: str) -> None:
-    def write(tmp: str) -> None:
-        Path(tmp).write_text(text)
-
-    _atomic_write(path, write)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def _sidecar(name: str, params: dict, data_text: str, quick: bool, dpi: int) -> dict:
@@ -423,9 +410,9 @@ def save_figure(
     data_text = data.to_csv(index=False)
     paths = [out / f"{name}.{ext}" for ext in ("csv", "pdf", "png", "json")]
     _write_text(paths[0], data_text)
-    _atomic_write(paths[1], lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None}))
+    atomic_write(paths[1], lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None}))
     dpi = QUICK_PNG_DPI if quick else PNG_DPI
-    _atomic_write(paths[2], lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
+    atomic_write(paths[2], lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
     sidecar = _sidecar(name, params, data_text, quick, dpi)
     _write_text(paths[3], json.dumps(sidecar, indent=1) + "\n")
     return paths

@@ -68,7 +68,6 @@ import itertools
 import json
 import math
 import os
-import secrets
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -80,6 +79,7 @@ import numpy as np
 import pandas as pd
 
 from variance_lab import __version__, theory
+from variance_lab._atomic import atomic_write
 from variance_lab._validate import check_finite, check_positive, check_T
 from variance_lab.families import FAMILIES, Family, get_family
 from variance_lab.schema import TIDY_COLUMNS
@@ -643,18 +643,9 @@ def write_table(frame: pd.DataFrame, path: str | os.PathLike, fmt: str | None = 
         raise ValueError(f"--out {str(path)!r}: folder {str(path.parent)!r} does not exist")
     if fmt == "parquet":
         _parquet_engine()
-    # a fresh name beside the target (mkstemp would create it 0600)
-    tmp = str(path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"))
-    try:
-        if fmt == "csv":
-            frame.to_csv(tmp, index=False, na_rep="nan")
-        else:
-            frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    if fmt == "csv":
+        return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False, na_rep="nan"))
+    return atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def export(store: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None) -> pd.DataFrame:

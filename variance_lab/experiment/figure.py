@@ -16,7 +16,6 @@ import gzip
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from variance_lab import __version__
+from variance_lab._atomic import atomic_write
 from variance_lab.empirical import length_buckets
 from variance_lab.experiment.task import TAGS
 from variance_lab.gspo import GSPO_RANGE, TokenBatch, _log_range, sequence_weights
@@ -324,16 +324,6 @@ def _data_fingerprint(path: Path) -> dict:
     return {k: meta.get(k) for k in ("seed", "settings", "numbers_sha256", "quick")}
 
 
-def _write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{path.suffix}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed: int = 0) -> list[Path]:
     """Analyse the data set and write the figure, its data and its sidecar into ``out``.
 
@@ -370,9 +360,9 @@ def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed
     names["curves"] = out / f"{FIGURE_NAME}_curves.csv"
     texts = {"csv": table.to_csv(index=False), "curves": curves.to_csv(index=False)}
     for key, text in texts.items():
-        _write(names[key], lambda tmp, text=text: tmp.write_text(text))
-    _write(names["pdf"], lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None}))
-    _write(names["png"], lambda tmp: fig.savefig(tmp, format="png", dpi=PNG_DPI))
+        atomic_write(names[key], lambda tmp, text=text: tmp.write_text(text))
+    atomic_write(names["pdf"], lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None}))
+    atomic_write(names["png"], lambda tmp: fig.savefig(tmp, format="png", dpi=PNG_DPI))
     sidecar = {
         "figure": FIGURE_NAME,
         "description": "Arithmetic-task experiment: Var(P_T), Var(G_T) and GSPO clip fraction per length "
@@ -388,5 +378,5 @@ def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed
         "data_sha256": {k: hashlib.sha256(t.encode()).hexdigest() for k, t in texts.items()},
         "reproduce": f"variance-lab experiment figure --data {path.name} --out DIR",
     }
-    _write(names["json"], lambda tmp: tmp.write_text(json.dumps(sidecar, indent=1) + "\n"))
+    atomic_write(names["json"], lambda tmp: tmp.write_text(json.dumps(sidecar, indent=1) + "\n"))
     return [names[k] for k in ("pdf", "png", "csv", "curves", "json")]

@@ -1,0 +1,44 @@
+"""Atomic file output shared by every writer: nothing already written is lost on failure."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["atomic_write"]
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """Write ``path`` through ``write(tmp)`` into a fresh name beside it, then rename.
+
+    An existing file is replaced only by a complete new one; on any error (Ctrl-C included)
+    the temporary file is removed and the old file is untouched. The temporary file is
+    created by ``write`` itself, so it gets the usual permissions (``0666 & ~umask``). A path
+    that exists but is not a regular file (``/dev/null``, a FIFO) is written in place, never
+    replaced: renaming over a device as root would destroy it.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The file to write.
+    write : callable
+        Called with the temporary path (a :class:`~pathlib.Path`); writes the whole content.
+
+    Returns
+    -------
+    Path
+    """
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        write(path)
+        return path
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
