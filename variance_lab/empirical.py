@@ -207,23 +207,8 @@ def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng) -> dict:
         "mean_G": float(np.exp(log_G).mean()),
         "ess_P": _kong_ess(log_P),
     }
-    if sel.size < 2:
-        nan = math.nan
-        return row | dict.fromkeys(
-            (
-                "var_log_P",
-                "log_var_P",
-                "log10_var_P",
-                "log10_var_P_lo",
-                "log10_var_P_hi",
-                "var_P",
-                "var_G",
-                "var_G_lo",
-                "var_G_hi",
-                "log10_var_G",
-            ),
-            nan,
-        )
+    if sel.size < 2:  # no sample variance: every variance column is NaN
+        return row | dict.fromkeys((c for c in BUCKET_COLUMNS if c not in row), math.nan)
     vP, vP_lo, vP_hi = _log_var_interval(log_P, n_boot, level, rng)
     vG, vG_lo, vG_hi = _log_var_interval(log_G, n_boot, level, rng)
     return row | {

@@ -98,13 +98,9 @@ def clip_panel(ax, table: pd.DataFrame):
             x,
             table["gspo_clip_frac"].to_numpy(float),
             xerr=xerr,
-            fmt="o",
             color=style.color(0),
-            ms=3.2,
-            elinewidth=0.7,
-            capsize=1.5,
-            zorder=3,
             label="observed",
+            **style.ERRORBAR,
         )
         if ax.get_xscale() != "log":  # a shared axis keeps its ticks
             ax.set_xscale("log")

@@ -77,14 +77,10 @@ def _data_points(ax, table: pd.DataFrame, panel: str) -> None:
                 y[sel],
                 yerr=[y[sel] - lo[sel], hi[sel] - y[sel]],
                 xerr=xerr[:, sel],
-                fmt="o",
                 color=_DATA_COLOR,
                 mfc=face,
                 mec=_DATA_COLOR,
-                ms=3.2,
-                elinewidth=0.7,
-                capsize=1.5,
-                zorder=3,
+                **style.ERRORBAR,
             )
 
 

@@ -136,14 +136,10 @@ def _mc_points(ax, rows: pd.DataFrame, color: str, x: str = "T") -> None:
             xs[mask],
             y[mask],
             yerr=[y[mask] - lo[mask], hi[mask] - y[mask]],
-            fmt="o",
             color=color,
             mfc=face,
             mec=color,
-            ms=3.2,
-            elinewidth=0.7,
-            capsize=1.5,
-            zorder=3,
+            **style.ERRORBAR,
         )
 
 

@@ -62,6 +62,10 @@ RC = {
 }
 
 
+#: Marker style of every data point with error bars (figures, analysis and experiment panels).
+ERRORBAR = {"fmt": "o", "ms": 3.2, "elinewidth": 0.7, "capsize": 1.5, "zorder": 3}
+
+
 def paper():
     """Context manager applying :data:`RC` (``with style.paper(): ...``)."""
     return mpl.rc_context(RC)
