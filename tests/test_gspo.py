@@ -9,14 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from variance_lab.gspo import (
-    GMPO_RANGE,
-    GSPO_RANGE,
-    TokenBatch,
-    gspo_token_weights,
-    segment_sums,
-    sequence_weights,
-)
+from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.weights import GMPO_RANGE, GSPO_RANGE, gspo_token_weights, segment_sums, sequence_weights
 
 REL = 1e-12
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from variance_lab.gspo import TokenBatch
-from variance_lab.gspo_io import detect_format, load_batch, save_batch, write_records
+from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.io import detect_format, load_batch, save_batch, write_records
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

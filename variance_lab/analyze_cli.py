@@ -57,7 +57,7 @@ def _level(text: str) -> float:
 
 def _load(args: argparse.Namespace):
     """The batch of ``args.file``; a missing or unreadable file is a one-line error."""
-    from variance_lab.gspo_io import load_batch
+    from variance_lab.rollouts.io import load_batch
 
     path = Path(args.file)
     if not path.is_file():
@@ -94,7 +94,7 @@ def _save_figure(fig, target: str) -> None:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from variance_lab.analysis import analyze
+    from variance_lab.rollouts.analysis import analyze
     from variance_lab.report.analysis_table import render_analysis, summary_lines
 
     if args.figure is not None and Path(args.figure).suffix.lower() not in FIGURE_SUFFIXES:
@@ -117,8 +117,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 def add_analyze_command(sub) -> None:
     """Register ``analyze`` on the subparsers ``sub`` of ``variance-lab``."""
-    from variance_lab.gspo import ON_BAD
-    from variance_lab.gspo_io import FORMATS
+    from variance_lab.rollouts.batch import ON_BAD
+    from variance_lab.rollouts.io import FORMATS
     from variance_lab.report.analysis_table import FORMATS as TABLE_FORMATS
 
     p = sub.add_parser(

@@ -28,6 +28,12 @@ __all__ = [
 KHAT_THRESHOLD = 0.7
 
 
+def exp_quiet(x):
+    """``exp(x)`` that returns ``inf`` or ``0`` beyond the float64 range instead of warning."""
+    with np.errstate(over="ignore", under="ignore"):
+        return np.exp(x)
+
+
 def central_moments(sums, n):
     r"""Mean deviation and biased central moments from power sums about a reference.
 

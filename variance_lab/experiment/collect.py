@@ -4,8 +4,8 @@ After :func:`~variance_lab.experiment.train.train`, fresh problems are drawn, ea
 answered ``data_samples`` times by the last GSPO iteration's old (sampling) policy, and
 every response token is scored, teacher-forced in float64, under the old policy and under
 the policy after that iteration's update. The result is written in the toolkit's own
-format (:func:`variance_lab.gspo_io.write_records`; one record per response with ``logp``
-= new policy, ``old_logp`` = old policy, ``id``), so :func:`variance_lab.gspo_io.load_batch`
+format (:func:`variance_lab.rollouts.io.write_records`; one record per response with ``logp``
+= new policy, ``old_logp`` = old policy, ``id``), so :func:`variance_lab.rollouts.io.load_batch`
 and ``variance-lab analyze`` read it directly. JSONL records also carry ``prompt_id``,
 ``sample``, ``n_terms``, ``reward``, ``prompt`` and ``response`` (loaders ignore extra fields).
 
@@ -45,7 +45,7 @@ from variance_lab.experiment.train import (
     torch_generator,
     train,
 )
-from variance_lab.gspo_io import detect_format, write_records
+from variance_lab.rollouts.io import detect_format, write_records
 
 __all__ = ["collect", "summarize", "write_dataset", "run"]
 

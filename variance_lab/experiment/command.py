@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from variance_lab.cli import PROG, CLIError
-from variance_lab.gspo_io import detect_format
+from variance_lab.rollouts.io import detect_format
 
 __all__ = ["add_experiment_command", "parse_assignment", "settings_from_args", "TORCH_HINT"]
 

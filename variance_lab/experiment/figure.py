@@ -1,4 +1,4 @@
-r"""The experiment's figure: its data through :func:`variance_lab.analysis.analyze`, drawn for the paper.
+r"""The experiment's figure: its data through :func:`variance_lab.rollouts.analysis.analyze`, drawn for the paper.
 
 Three panels over the sequence length :math:`T`: observed :math:`\operatorname{Var}(P_T)` and
 :math:`\operatorname{Var}(G_T)` per length bucket against the i.i.d. and
@@ -24,9 +24,10 @@ from matplotlib.figure import Figure
 
 from variance_lab import __version__
 from variance_lab._atomic import atomic_write
-from variance_lab.empirical import length_buckets
+from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.experiment.task import TAGS
-from variance_lab.gspo import GSPO_RANGE, TokenBatch, _log_range, sequence_weights
+from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.weights import GSPO_RANGE, log_clip_range, sequence_weights
 from variance_lab.report import style
 
 __all__ = [
@@ -80,7 +81,7 @@ def clip_panel(ax, table: pd.DataFrame):
     ----------
     ax : matplotlib.axes.Axes
     table : pandas.DataFrame
-        Per-bucket frame of :func:`variance_lab.analysis.analyze` (``T_mean``, ``T_min``,
+        Per-bucket frame of :func:`variance_lab.rollouts.analysis.analyze` (``T_mean``, ``T_min``,
         ``T_max``, ``gspo_clip_frac``, ``gspo_clip_pred``, ``gspo_clip_pred_iid``), with
         ``gspo_clip_resampled`` (:func:`resampled_clip`) drawn where present.
 
@@ -116,7 +117,7 @@ def experiment_figure(table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, le
     Parameters
     ----------
     table, curves : pandas.DataFrame
-        :attr:`variance_lab.analysis.AnalysisResult.table` and its ``curves()``.
+        :attr:`variance_lab.rollouts.analysis.AnalysisResult.table` and its ``curves()``.
     fig : matplotlib.figure.Figure, optional
         Draw into this figure (a new one-column figure by default).
     level : float
@@ -151,7 +152,7 @@ def load_data(data=None) -> tuple[TokenBatch, list[dict] | None]:
     -------
     (TokenBatch, list of dict or None)
     """
-    from variance_lab.gspo_io import detect_format, load_batch
+    from variance_lab.rollouts.io import detect_format, load_batch
 
     path = Path(DEFAULT_DATA if data is None else data)
     if not path.is_file():
@@ -168,7 +169,7 @@ def load_data(data=None) -> tuple[TokenBatch, list[dict] | None]:
 
 
 def analyze_data(data=None, *, n_boot: int = 1000, seed: int = 0):
-    """Load a data set (default the shipped one) and run :func:`variance_lab.analysis.analyze` on it.
+    """Load a data set (default the shipped one) and run :func:`variance_lab.rollouts.analysis.analyze` on it.
 
     Parameters
     ----------
@@ -179,9 +180,9 @@ def analyze_data(data=None, *, n_boot: int = 1000, seed: int = 0):
 
     Returns
     -------
-    variance_lab.analysis.AnalysisResult
+    variance_lab.rollouts.analysis.AnalysisResult
     """
-    from variance_lab.analysis import analyze
+    from variance_lab.rollouts.analysis import analyze
 
     return analyze(load_data(data)[0], n_boot=n_boot, seed=seed)
 
@@ -195,7 +196,7 @@ def resampled_clip(
     with replacement from the pooled log-ratios and the fraction whose mean lies outside
     ``log(gspo_range)`` is recorded; a bucket's value averages its sequences. This keeps the
     tails of the real token distribution (which the Gaussian predictions of
-    :func:`~variance_lab.analysis.analyze` drop) but not how tokens group into sequences,
+    :func:`~variance_lab.rollouts.analysis.analyze` drop) but not how tokens group into sequences,
     so the gap to the observed fraction measures that grouping.
 
     Parameters
@@ -207,14 +208,14 @@ def resampled_clip(
         Seed of a :class:`numpy.random.Generator` (the only randomness).
     gspo_range : tuple of float
     edges : None, "exact" or array_like of int
-        Buckets, as for :func:`~variance_lab.empirical.length_buckets`.
+        Buckets, as for :func:`~variance_lab.rollouts.statistics.length_buckets`.
 
     Returns
     -------
     ndarray
         One value per non-empty bucket, in bucket order.
     """
-    lo, hi = _log_range(gspo_range, "gspo_range")
+    lo, hi = log_clip_range(gspo_range, "gspo_range")
     rng = np.random.default_rng(seed)
     d, lengths = batch.log_ratio, batch.lengths
     bucket, _ = length_buckets(lengths, edges)
@@ -324,7 +325,7 @@ def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed
     """Analyse the data set and write the figure, its data and its sidecar into ``out``.
 
     Files: ``experiment_variance.pdf``, ``.png``, ``.csv`` (the per-bucket table of
-    :func:`~variance_lab.analysis.analyze` plus ``gspo_clip_resampled``, :func:`resampled_clip`),
+    :func:`~variance_lab.rollouts.analysis.analyze` plus ``gspo_clip_resampled``, :func:`resampled_clip`),
     ``experiment_variance_curves.csv`` (prediction curves) and ``experiment_variance.json``
     (parameters, analysis summary, :func:`token_findings`, the data set's seed, settings and
     fingerprint, versions, SHA-256 of the two CSV files). Each is written atomically; the PDF carries no date.
@@ -342,7 +343,7 @@ def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed
     -------
     list of Path
     """
-    from variance_lab.analysis import analyze
+    from variance_lab.rollouts.analysis import analyze
 
     path = Path(DEFAULT_DATA if data is None else data)
     batch, records = load_data(path)

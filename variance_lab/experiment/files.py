@@ -1,6 +1,6 @@
 """Files of the experiment, without PyTorch: sidecar names, settings, fingerprints, comparison.
 
-A data set is a data file in the toolkit's format (:mod:`variance_lab.gspo_io`) plus a JSON
+A data set is a data file in the toolkit's format (:mod:`variance_lab.rollouts.io`) plus a JSON
 sidecar beside it (:func:`sidecar_path`) recording the seed, every setting and a
 fingerprint of the numbers (:func:`numbers_sha256`). :func:`compare_files` checks that a
 rerun reproduces a data set.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from variance_lab.gspo_io import load_batch
+from variance_lab.rollouts.io import load_batch
 
 __all__ = ["SIDECAR_KIND", "sidecar_path", "numbers_sha256", "read_sidecar", "compare_files"]
 
@@ -91,7 +91,7 @@ def compare_files(a, b) -> dict:
     Parameters
     ----------
     a, b : str or Path
-        Data files (any format :func:`~variance_lab.gspo_io.load_batch` reads).
+        Data files (any format :func:`~variance_lab.rollouts.io.load_batch` reads).
 
     Returns
     -------

@@ -17,8 +17,8 @@ r"""Train the policy: supervised warm-up to partial competence, then a few GSPO 
        \qquad s_i = \exp\Bigl(\frac{1}{|y_i|}\sum_t \log\frac{\pi_\theta(y_{i,t})}{\pi_{old}(y_{i,t})}\Bigr),
 
    GSPO's weight :math:`s = G`, the same quantity as
-   :attr:`variance_lab.gspo.SequenceWeights.s` (a test checks the two on the same numbers;
-   the iteration's logged clip fractions come from :func:`variance_lab.gspo.sequence_weights`).
+   :attr:`variance_lab.rollouts.weights.SequenceWeights.s` (a test checks the two on the same numbers;
+   the iteration's logged clip fractions come from :func:`variance_lab.rollouts.weights.sequence_weights`).
 
 :func:`train` runs both and returns the last iteration's old and new policies, which
 :mod:`variance_lab.experiment.collect` compares on fresh samples. All randomness comes from
@@ -56,7 +56,8 @@ from variance_lab.experiment.task import (
     max_response_length,
     rewards,
 )
-from variance_lab.gspo import PPO_RANGE, TokenBatch, sequence_weights
+from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.weights import PPO_RANGE, sequence_weights
 
 __all__ = [
     "Settings",
@@ -317,7 +318,7 @@ def gspo_loss(
         :math:`-J`, a scalar, differentiable in ``logp``.
     info : dict
         ``log_s`` (detached, shape ``(B,)``) and ``clipped`` (bool: :math:`s` outside the range,
-        the batch's GSPO clip indicator as :func:`variance_lab.gspo.sequence_weights` defines it).
+        the batch's GSPO clip indicator as :func:`variance_lab.rollouts.weights.sequence_weights` defines it).
     """
     d = (logp - old_logp.detach()) * mask
     log_s = d.sum(dim=1) / mask.sum(dim=1)
@@ -563,7 +564,7 @@ def pg_iteration(
         A frozen copy of the policy before the update (the sampling policy).
     stats : dict
         Mean reward, the minibatch losses and clip fractions seen by the optimiser, and,
-        from :func:`variance_lab.gspo.sequence_weights` on the iteration's samples under the
+        from :func:`variance_lab.rollouts.weights.sequence_weights` on the iteration's samples under the
         updated policy, the GSPO and PPO clip fractions and the spread of log s.
     """
     old = copy.deepcopy(model).eval()

@@ -1,8 +1,8 @@
 r"""Figure of the empirical analysis: observed Var(P_T), Var(G_T) per length bucket against the predictions.
 
 Drawn from tidy frames only: the per-bucket table
-(:data:`variance_lab.analysis.ANALYSIS_COLUMNS`) and the prediction curves
-(:meth:`variance_lab.analysis.AnalysisResult.curves`, :data:`variance_lab.analysis.CURVE_COLUMNS`).
+(:data:`variance_lab.rollouts.analysis.ANALYSIS_COLUMNS`) and the prediction curves
+(:meth:`variance_lab.rollouts.analysis.AnalysisResult.curves`, :data:`variance_lab.rollouts.analysis.CURVE_COLUMNS`).
 
 Each bucket is a point at its mean length with its bootstrap interval as a vertical bar and
 its range of lengths as a horizontal bar; the three predictions are lines over :math:`T`
@@ -131,10 +131,10 @@ def analysis_figure(
     Parameters
     ----------
     table : pandas.DataFrame
-        Per-bucket frame (:data:`variance_lab.analysis.ANALYSIS_COLUMNS`; uses ``T_min``,
+        Per-bucket frame (:data:`variance_lab.rollouts.analysis.ANALYSIS_COLUMNS`; uses ``T_min``,
         ``T_mean``, ``T_max``, ``n_seq``, ``ess_P`` and the ``log10_var_*`` columns).
     curves : pandas.DataFrame
-        Prediction curves (:data:`variance_lab.analysis.CURVE_COLUMNS`).
+        Prediction curves (:data:`variance_lab.rollouts.analysis.CURVE_COLUMNS`).
     fig : matplotlib.figure.Figure, optional
         Draw the panels into this figure (stacked, shared :math:`T` axis).
     ax : matplotlib.axes.Axes or sequence of Axes, optional

@@ -1,8 +1,8 @@
 """Text output of the empirical analysis (``variance-lab analyze``): markdown, CSV or JSON.
 
 Built from the analysis's tidy per-bucket frame and its summary dictionary only
-(:attr:`variance_lab.analysis.AnalysisResult.table` and
-:meth:`~variance_lab.analysis.AnalysisResult.summary`); this module computes nothing.
+(:attr:`variance_lab.rollouts.analysis.AnalysisResult.table` and
+:meth:`~variance_lab.rollouts.analysis.AnalysisResult.summary`); this module computes nothing.
 
 - ``markdown``: the fit, the dropped sequences, the clip fractions and the overall verdict,
   then two tables per bucket (variances with the three predictions and the verdict; clip
@@ -196,9 +196,9 @@ def render_analysis(table: pd.DataFrame, summary: dict, fmt: str = "markdown", *
     Parameters
     ----------
     table : pandas.DataFrame
-        Per-bucket frame, columns :data:`variance_lab.analysis.ANALYSIS_COLUMNS`.
+        Per-bucket frame, columns :data:`variance_lab.rollouts.analysis.ANALYSIS_COLUMNS`.
     summary : dict
-        :meth:`variance_lab.analysis.AnalysisResult.summary`.
+        :meth:`variance_lab.rollouts.analysis.AnalysisResult.summary`.
     fmt : {"markdown", "csv", "json"}
     title : str
         First line of the markdown output.

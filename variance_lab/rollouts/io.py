@@ -36,7 +36,7 @@ trainer's log-softmax gives at most 0.0), a length mismatch between the arrays, 
 token, a mask value other than 0/1, and (files only) a missing, null or non-numeric field.
 ``on_bad="raise"`` raises ``ValueError`` naming the first bad sequence (id and index) and
 its problem; ``on_bad="drop"`` leaves bad sequences out and lists them in
-:attr:`~variance_lab.gspo.TokenBatch.dropped` (``n_dropped`` counts them). Nothing warns.
+:attr:`~variance_lab.rollouts.batch.TokenBatch.dropped` (``n_dropped`` counts them). Nothing warns.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from variance_lab.gspo import TokenBatch, _build_batch, _check_on_bad, _offsets
+from variance_lab.rollouts.batch import TokenBatch, build_batch, check_on_bad, segment_offsets
 
 __all__ = ["FORMATS", "FIELDS", "detect_format", "load_batch", "save_batch", "write_records"]
 
@@ -156,7 +156,7 @@ def _batch_from_records(records: Iterable, names: dict[str, str], on_bad: str) -
     if not ids:
         raise ValueError("no records")
     lens = {f: np.array([a.size for a in arrs], dtype=np.int64) for f, arrs in cols.items()}
-    return _build_batch(
+    return build_batch(
         np.concatenate(cols["logp"]),
         np.concatenate(cols["old_logp"]),
         lens["logp"],
@@ -255,7 +255,7 @@ def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
             for f, (v, lens, null) in cols.items()
         }
     mask, mask_lens = cols.get("mask", (None, None, None))[:2]
-    return _build_batch(
+    return build_batch(
         cols["logp"][0],
         cols["old_logp"][0],
         cols["logp"][1],
@@ -324,7 +324,7 @@ def load_batch(
         Bad data (with ``on_bad="raise"``), a malformed file, a missing required field or
         array, or no valid sequence.
     """
-    on_bad = _check_on_bad(on_bad)
+    on_bad = check_on_bad(on_bad)
     path = Path(path)
     fmt = detect_format(path, format)
     return _READERS[fmt](path, _field_names(fields), on_bad)
@@ -339,7 +339,7 @@ def _batch_flat(batch: TokenBatch) -> tuple[dict, dict, np.ndarray]:
     Returns (arrays by field, lengths by field, ids); no ``mask`` when there are no holes.
     """
     spans = batch.positions[batch.offsets[1:] - 1] + 1
-    where = np.repeat(_offsets(spans)[:-1], batch.lengths) + batch.positions
+    where = np.repeat(segment_offsets(spans)[:-1], batch.lengths) + batch.positions
     flat = {"logp": np.zeros(spans.sum()), "old_logp": np.zeros(spans.sum())}
     flat["logp"][where], flat["old_logp"][where] = batch.logp, batch.old_logp
     if np.any(spans != batch.lengths):
@@ -358,7 +358,7 @@ def _mask_list(values: list) -> list:
 
 
 def _write_jsonl_flat(path: Path, flat, lens, ids) -> None:
-    parts = {f: np.split(flat[f], _offsets(lens[f])[1:-1]) for f in flat}
+    parts = {f: np.split(flat[f], segment_offsets(lens[f])[1:-1]) for f in flat}
     with _open_text(path, "w") as fh:
         for i, rid in enumerate(ids.tolist()):
             rec = {"id": rid, "logp": parts["logp"][i].tolist(), "old_logp": parts["old_logp"][i].tolist()}
@@ -371,7 +371,7 @@ def _write_parquet_flat(path: Path, flat, lens, ids) -> None:
     pa, pq = _import_pyarrow()
     columns = {"id": pa.array(_file_ids(ids).tolist())}
     for f, values in flat.items():
-        offsets = _offsets(lens[f])
+        offsets = segment_offsets(lens[f])
         large = offsets[-1] >= 2**31
         cls = pa.LargeListArray if large else pa.ListArray
         off = pa.array(offsets, type=pa.int64() if large else pa.int32())

@@ -29,7 +29,9 @@ import numpy as np
 import pandas as pd
 from scipy import fft
 
-from variance_lab.gspo import GSPO_RANGE, PPO_RANGE, TokenBatch, _offsets, segment_sums, sequence_weights
+from variance_lab.rollouts.batch import TokenBatch, segment_offsets
+from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE, segment_sums, sequence_weights
+from variance_lab.stats import exp_quiet
 
 __all__ = [
     "length_buckets",
@@ -186,11 +188,6 @@ BUCKET_COLUMNS = (
 )
 
 
-def _exp(x):
-    with np.errstate(over="ignore", under="ignore"):
-        return float(np.exp(x))
-
-
 def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng) -> dict:
     """One row of :func:`bucket_variances` for the sequences ``sel`` of bucket ``k``."""
     log_P, log_G, T = w.log_P[sel], w.log_G[sel], w.length[sel]
@@ -217,10 +214,10 @@ def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng) -> dict:
         "log10_var_P": vP / _LN10,
         "log10_var_P_lo": vP_lo / _LN10,
         "log10_var_P_hi": vP_hi / _LN10,
-        "var_P": _exp(vP),
-        "var_G": _exp(vG),
-        "var_G_lo": _exp(vG_lo),
-        "var_G_hi": _exp(vG_hi),
+        "var_P": float(exp_quiet(vP)),
+        "var_G": float(exp_quiet(vG)),
+        "var_G_lo": float(exp_quiet(vG_lo)),
+        "var_G_hi": float(exp_quiet(vG_hi)),
         "log10_var_G": vG / _LN10,
     }
 
@@ -257,7 +254,7 @@ def bucket_variances(
     seed : int or numpy.random.SeedSequence
         Bucket ``j`` (in order) draws from ``SeedSequence(seed).spawn(n_buckets)[j]``.
     gspo_range, ppo_range : tuple of float
-        Clipping ranges for the observed clip fractions (see :func:`~variance_lab.gspo.sequence_weights`).
+        Clipping ranges for the observed clip fractions (see :func:`~variance_lab.rollouts.weights.sequence_weights`).
 
     Returns
     -------
@@ -303,7 +300,7 @@ def _group_tokens(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np
     lengths = offsets[rows + 1] - offsets[rows]
     starts = offsets[rows]
     row_of = np.repeat(np.arange(rows.size), lengths)
-    tok = np.arange(lengths.sum()) - np.repeat(_offsets(lengths)[:-1] - starts, lengths)
+    tok = np.arange(lengths.sum()) - np.repeat(segment_offsets(lengths)[:-1] - starts, lengths)
     return tok, row_of
 
 

@@ -1,9 +1,9 @@
 r"""Empirical analysis of real token log-ratios: observed variances per length bucket against predictions.
 
-:func:`analyze` takes a :class:`~variance_lab.gspo.TokenBatch` (token log-probs of real
+:func:`analyze` takes a :class:`~variance_lab.rollouts.batch.TokenBatch` (token log-probs of real
 rollouts) and returns, per bucket of sequence lengths, the sample variances of
 :math:`P_T = \prod_t r_t` and of GSPO's :math:`G_T = P_T^{1/T}` with bootstrap intervals
-(:func:`~variance_lab.empirical.bucket_variances`) beside three predictions built from the
+(:func:`~variance_lab.rollouts.statistics.bucket_variances`) beside three predictions built from the
 pooled token log-ratios :math:`y_t = \log r_t`:
 
 ``iid`` (i.i.d. lognormal)
@@ -24,7 +24,7 @@ pooled token log-ratios :math:`y_t = \log r_t`:
 ``corr`` (autocorrelation-corrected)
     :math:`\log P_T \sim N(T\hat\mu_y, V_T)` with the variance of a sum of :math:`T`
     correlated tokens, :math:`V_T = \hat\sigma_y^2\bigl[T + 2\sum_{k=1}^{\min(M,T-1)}(T-k)\hat\rho_k\bigr]`
-    (:meth:`~variance_lab.empirical.Autocorrelation.var_sum`, rescaled from the pooled
+    (:meth:`~variance_lab.rollouts.statistics.Autocorrelation.var_sum`, rescaled from the pooled
     :math:`\hat\gamma_0` to the unbiased :math:`\hat\sigma_y^2` so that ``corr`` equals
     ``iid`` exactly when every :math:`\hat\rho_k` is 0). For a Gaussian AR(1) this is the
     exact law of :math:`\log P_T` (the ``ar1`` family), about
@@ -100,7 +100,9 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from variance_lab.empirical import (
+from variance_lab.rollouts.batch import DroppedSequence, TokenBatch
+from variance_lab.rollouts.cgf import EmpiricalCGF, gauss_log_moments, logsumexp
+from variance_lab.rollouts.statistics import (
     Autocorrelation,
     LogRatioFit,
     autocorrelation,
@@ -108,13 +110,10 @@ from variance_lab.empirical import (
     fit_log_ratios,
     length_buckets,
 )
-from variance_lab.gspo import (
+from variance_lab.rollouts.weights import (
     GSPO_RANGE,
     PPO_RANGE,
-    DroppedSequence,
-    TokenBatch,
-    _log_range,
-    segment_sums,
+    log_clip_range,
     sequence_weights,
 )
 
@@ -124,21 +123,27 @@ __all__ = [
     "VERDICTS",
     "ANALYSIS_COLUMNS",
     "CURVE_COLUMNS",
-    "EmpiricalCGF",
-    "AnalysisResult",
-    "analyze",
     "verdict",
     "overall_verdict",
+    "AnalysisResult",
+    "analyze",
 ]
+
 
 _LN10 = math.log(10.0)
 
+
 #: The three predictions, in table order.
 MODELS = ("iid", "emp", "corr")
+
+
 #: Verdict label of each prediction.
 MODEL_LABELS = {"iid": "iid-lognormal", "emp": "iid-empirical", "corr": "corrected"}
+
+
 #: Every verdict a bucket can get.
 VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "n/a")
+
 
 #: Columns of :attr:`AnalysisResult.table`, in order.
 ANALYSIS_COLUMNS = (
@@ -183,149 +188,10 @@ ANALYSIS_COLUMNS = (
     "ppo_clip_frac",
     "ppo_clip_pred",
 )
+
+
 #: Columns of :meth:`AnalysisResult.curves` (one row per T and model).
 CURVE_COLUMNS = ("T", "model", "log10_var_P", "var_G", "log10_var_G")
-
-
-# --------------------------------------------------------------------------------------
-# numerics
-# --------------------------------------------------------------------------------------
-def _log_expm1(x):
-    r""":math:`\log(e^x - 1)` for :math:`x \ge 0`, without overflow (``-inf`` at 0)."""
-    x = np.asarray(x, dtype=np.float64)
-    big = x > 30.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        small = np.log(np.expm1(np.where(big, 0.0, x)))
-        large = x + np.log1p(-np.exp(-np.where(big, x, 30.0)))
-    return np.where(big, large, small)
-
-
-def _logsumexp(a, log_w=None) -> float:
-    """log sum_j exp(a_j + log_w_j), ``-inf`` entries allowed (all ``-inf`` gives ``-inf``)."""
-    a = np.asarray(a, dtype=np.float64) + (0.0 if log_w is None else log_w)
-    top = float(np.max(a))
-    if not math.isfinite(top):
-        return top
-    return top + math.log(float(np.sum(np.exp(a - top))))
-
-
-def _gauss_log_moments(m, V, a):
-    r"""(:math:`\log E[X]`, :math:`\log\operatorname{Var}X`) of :math:`X = e^{aZ}`, :math:`Z \sim N(m, V)`."""
-    a2V = a * a * np.asarray(V, dtype=np.float64)
-    log_mean = a * np.asarray(m, dtype=np.float64) + 0.5 * a2V
-    return log_mean, 2.0 * log_mean + _log_expm1(a2V)
-
-
-_SERIES_X = 2.0  # the moment series is used where |s| max|y_i - ybar| <= this
-_SERIES_TERMS = 40  # truncation error (2^41 / 41!) ~ 1e-37 of max|y - ybar|^2 s^2
-
-
-class EmpiricalCGF:
-    r"""Cumulant generating function of the empirical distribution of a sample :math:`y_1..y_N`.
-
-    .. math::
-
-        K(s) = \log \frac1N \sum_i e^{s y_i} = s\bar y + L(s), \qquad
-        L(s) = \log \frac1N \sum_i e^{s z_i}, \quad z_i = y_i - \bar y,
-
-    with :math:`\bar y` the exactly rounded mean. :math:`L` is what carries the variance, and
-    at small :math:`s` it is tiny (:math:`L(s) \approx s^2 \sigma_y^2/2`), so it is computed
-    to full relative precision:
-
-    - where :math:`|s|\,z_{max} \le 2` (:math:`z_{max} = \max_i |z_i|`) from the power
-      series :math:`L(s) = \operatorname{log1p}\bigl(\sum_{k=1}^{40} \tfrac{(s z_{max})^k}{k!}
-      \tfrac1N\sum_i u_i^k\bigr)`, :math:`u_i = z_i / z_{max} \in [-1, 1]` (moments
-      computed once; truncation below :math:`10^{-37}` relative to the leading term);
-    - elsewhere directly, as :math:`\operatorname{log1p}(\tfrac1N\sum_i \operatorname{expm1}(s z_i))`,
-      or with a max-shifted log-sum-exp where :math:`s z_i` exceeds 700.
-
-    The variance exponents :math:`T(K(2/T) - 2K(1/T)) = T(L(2/T) - 2L(1/T))` then lose at
-    most a factor of about 2 to cancellation, for any :math:`T` (tested against mpmath to
-    :math:`10^{-9}` relative at :math:`T` up to :math:`10^5`).
-
-    Parameters
-    ----------
-    y : array_like of float
-        The sample (e.g. all pooled token log-ratios), finite, at least one value.
-    """
-
-    def __init__(self, y):
-        y = np.asarray(y, dtype=np.float64).ravel()
-        if y.size == 0 or not np.all(np.isfinite(y)):
-            raise ValueError("EmpiricalCGF needs at least one value, all finite")
-        self.n = int(y.size)
-        self.mean = float(segment_sums(y, np.array([0, y.size]))[0] / y.size)
-        self._z = y - self.mean
-        self.zmax = float(np.max(np.abs(self._z)))
-        self._coef = self._series_coefficients()
-
-    def _series_coefficients(self) -> np.ndarray:
-        """c_k = mean(u^k) / k! for k = 0..40 (c_0 = 0), u = z / zmax."""
-        coef = np.zeros(_SERIES_TERMS + 1)
-        if self.zmax == 0.0:
-            return coef
-        u = self._z / self.zmax
-        power = u.copy()
-        fact = 1.0
-        for k in range(1, _SERIES_TERMS + 1):
-            fact *= k
-            coef[k] = float(np.mean(power)) / fact
-            power *= u
-        return coef
-
-    def _direct(self, s: float) -> float:
-        a = s * self._z
-        top = float(np.max(a))
-        if top <= 700.0:
-            return math.log1p(float(np.mean(np.expm1(a))))
-        return top + math.log(float(np.mean(np.exp(a - top))))
-
-    def L(self, s) -> np.ndarray:
-        r""":math:`L(s) = K(s) - s\bar y`, the centred cumulant generating function.
-
-        Parameters
-        ----------
-        s : float or array_like of float
-
-        Returns
-        -------
-        ndarray of float, the shape of ``s``
-        """
-        s = np.asarray(s, dtype=np.float64)
-        flat = s.ravel()
-        x = flat * self.zmax
-        series = np.abs(x) <= _SERIES_X
-        poly = np.polynomial.polynomial.polyval(np.where(series, x, 0.0), self._coef)
-        out = np.log1p(poly)
-        if not series.all():  # O(N) each: once per distinct s
-            direct, where = np.unique(flat[~series], return_inverse=True)
-            out[~series] = np.array([self._direct(float(v)) for v in direct])[where]
-        return out.reshape(s.shape)
-
-    def K(self, s) -> np.ndarray:
-        r""":math:`K(s) = \log\frac1N\sum_i e^{s y_i}`."""
-        s = np.asarray(s, dtype=np.float64)
-        return s * self.mean + self.L(s)
-
-    def log_moments(self, T, a) -> tuple[np.ndarray, np.ndarray]:
-        r"""(:math:`\log E[P_T^a]`, :math:`\log\operatorname{Var}(P_T^a)`) for i.i.d. tokens from the sample.
-
-        :math:`\log E[P_T^a] = TK(a)` and
-        :math:`\log\operatorname{Var}(P_T^a) = 2TK(a) + \log\operatorname{expm1}\bigl(T(L(2a) - 2L(a))\bigr)`.
-
-        Parameters
-        ----------
-        T : array_like of int
-            Lengths, >= 1.
-        a : float or array_like of float
-            The power: 1 for :math:`P_T`, ``1 / T`` for :math:`G_T`.
-        """
-        T = np.asarray(T, dtype=np.float64)
-        a = np.broadcast_to(np.asarray(a, dtype=np.float64), T.shape)
-        La, L2a = self.L(a), self.L(2.0 * a)
-        log_mean = T * (a * self.mean + La)
-        gap = np.maximum(T * (L2a - 2.0 * La), 0.0)  # >= 0 by Jensen; guard a rounding -0
-        return log_mean, 2.0 * log_mean + _log_expm1(gap)
 
 
 # --------------------------------------------------------------------------------------
@@ -356,8 +222,8 @@ class _Models:
             mG, vG = self.cgf.log_moments(T, 1.0 / T)
         else:
             V, m = self.var_log_P(model, T), T * self.fit.mu_y
-            mP, vP = _gauss_log_moments(m, V, 1.0)
-            mG, vG = _gauss_log_moments(m, V, 1.0 / T)
+            mP, vP = gauss_log_moments(m, V, 1.0)
+            mG, vG = gauss_log_moments(m, V, 1.0 / T)
         return {"mean_P": mP, "var_P": vP, "mean_G": mG, "var_G": vG}
 
     def gspo_clip(self, model: str, T, log_range: tuple[float, float]) -> np.ndarray:
@@ -387,7 +253,7 @@ def _expected_sample_var(log_mean, log_var, counts) -> float:
     if n < 2 or np.any(np.isnan(log_var)) or np.any(np.isnan(log_mean)):
         return math.nan
     log_c = np.log(counts)
-    within = _logsumexp(log_var, log_c) - math.log(n)
+    within = logsumexp(log_var, log_c) - math.log(n)
     top = float(np.max(log_mean))
     e = np.exp(log_mean - top)
     spread = float(np.sum(counts * (e - np.sum(counts * e) / n) ** 2)) / (n - 1)
@@ -681,9 +547,9 @@ def analyze(
     Parameters
     ----------
     batch : TokenBatch
-        Validated token log-probs (e.g. from :func:`~variance_lab.gspo_io.load_batch`).
+        Validated token log-probs (e.g. from :func:`~variance_lab.rollouts.io.load_batch`).
     edges : None, "exact" or array_like of int
-        Length buckets (:func:`~variance_lab.empirical.length_buckets`; default powers of two).
+        Length buckets (:func:`~variance_lab.rollouts.statistics.length_buckets`; default powers of two).
     n_boot : int
         Bootstrap resamples per bucket for the intervals; 0 gives no interval and verdict ``"n/a"``.
     level : float
@@ -717,8 +583,8 @@ def analyze(
         ppo_clip_frac, ppo_clip_pred         PPO: observed fraction of tokens clipped; predicted
         ===================================  ======================================================
     """
-    g_range = _log_range(gspo_range, "gspo_range")
-    p_range = _log_range(ppo_range, "ppo_range")
+    g_range = log_clip_range(gspo_range, "gspo_range")
+    p_range = log_clip_range(ppo_range, "ppo_range")
     obs = _observed_rows(batch, edges, n_boot, level, seed, gspo_range, ppo_range)
     fit = fit_log_ratios(batch, c=c)
     models = _Models(fit, _try_autocorrelation(batch, c), EmpiricalCGF(batch.log_ratio))

@@ -1,33 +1,4 @@
-r"""Sequence weights from token log-probs: the product P, GSPO's geometric mean and its identities.
-
-For one response :math:`y` of :math:`|y| = T` counted tokens with log-probabilities
-:math:`\ell_t = \log\pi_\theta(y_t)` (new policy) and :math:`\ell^{old}_t` (old policy), the
-token log-ratios are :math:`d_t = \ell_t - \ell^{old}_t` and
-
-.. math::
-
-    \log P = \sum_t d_t, \qquad
-    s = G = P^{1/T} = \exp\Bigl(\tfrac{1}{T}\sum_t d_t\Bigr), \qquad
-    \log\mathrm{PPL} = H = -\tfrac{1}{T}\sum_t \ell_t ,
-
-so that (seed ``004``) GSPO's weight is the inverse perplexity ratio and the exponential
-change in per-token cross-entropy:
-
-.. math::
-
-    s = \frac{\mathrm{PPL}_{old}}{\mathrm{PPL}_{new}} = e^{\Delta H}, \qquad
-    \Delta H = H_{old} - H_{new} = \tfrac{1}{T}\sum_t (\ell_t - \ell^{old}_t) = \log G .
-
-Numerics. Every quantity is formed in log space from per-sequence sums computed by an
-error-free split (:func:`segment_sums`): each value is cut into a high part on a grid coarse
-enough that its sums are exact in float64 and an exact low remainder, so a sum is within about
-one unit in the last place of the exact one for any length (tested against ``math.fsum`` at
-:math:`T = 10^5` with :math:`|d_t| = 50`, i.e. :math:`|\log P| = 5\cdot 10^6`). The numerator
-:math:`\sum_t (\ell_t - \ell^{old}_t)` is summed over the interleaved values
-:math:`(\ell_1, -\ell^{old}_1, \ell_2, \dots)`, so the difference of the two cross-entropies
-carries no cancellation error. :math:`P` itself is never exponentiated; linear perplexities
-beyond the float64 range come back as ``inf`` (their ``log_`` twins stay finite), never NaN and
-never with a warning.
+r"""Batches of token log-probs: :class:`TokenBatch` and its validation.
 
 Batches of sequences of different lengths are held as a :class:`TokenBatch`: the counted
 tokens of all sequences concatenated into flat float64 arrays plus ``offsets``, built from
@@ -36,6 +7,9 @@ padded 2-D arrays with a mask (:meth:`TokenBatch.from_padded`), from lists of ra
 Bad data (NaN, :math:`\pm\infty`, a log-probability :math:`> 0`, length mismatch, a sequence with
 no counted token, a mask value other than 0/1) raises ``ValueError`` naming the sequence, or is
 dropped with ``on_bad="drop"`` and reported in :attr:`TokenBatch.dropped`.
+
+The loaders of :mod:`variance_lab.rollouts.io` build batches through :func:`build_batch`, the
+one validating constructor.
 """
 
 from __future__ import annotations
@@ -46,27 +20,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
-import pandas as pd
 
-__all__ = [
-    "GSPO_RANGE",
-    "PPO_RANGE",
-    "GMPO_RANGE",
-    "ON_BAD",
-    "DroppedSequence",
-    "TokenBatch",
-    "SequenceWeights",
-    "segment_sums",
-    "sequence_weights",
-    "gspo_token_weights",
-]
+from variance_lab.stats import exp_quiet
 
-#: GSPO's sequence-level clipping range of s (Zheng et al. 2025): 1 - 3e-4, 1 + 4e-4.
-GSPO_RANGE = (1.0 - 3e-4, 1.0 + 4e-4)
-#: PPO/GRPO token-level clipping range of the ratio, epsilon = 0.2.
-PPO_RANGE = (0.8, 1.2)
-#: GMPO's token-level clipping range of the ratio, (e^-0.4, e^0.4) (Zhao et al. 2025, sec. 4).
-GMPO_RANGE = (math.exp(-0.4), math.exp(0.4))
+__all__ = ["ON_BAD", "DroppedSequence", "check_on_bad", "segment_offsets", "TokenBatch", "build_batch"]
+
+
 #: Allowed values of the ``on_bad`` option.
 ON_BAD = ("raise", "drop")
 
@@ -80,81 +39,15 @@ class DroppedSequence(NamedTuple):
 
 
 # --------------------------------------------------------------------------------------
-# summation
-# --------------------------------------------------------------------------------------
-def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    r"""Sums of ``x`` over the segments ``[offsets[i], offsets[i+1])``, accurate to about 1 ulp.
-
-    Each value is split exactly as :math:`x = h + l`, with :math:`h` a multiple of
-    :math:`2^g` and :math:`|l| \le 2^{g-1}`, where :math:`2^g` is chosen from
-    :math:`\max|x|` and the longest segment so that every partial sum of the :math:`h` is an
-    integer multiple of :math:`2^g` below :math:`2^{53+g}`: those sums are exact in any order.
-    The small remainders are summed by NumPy (pairwise), their error is below
-    :math:`\varepsilon^2`-order of :math:`\max|x|`, and the result :math:`\sum h + \sum l`
-    is rounded once. Vectorised: two ``np.add.reduceat`` calls, no loop over tokens.
-
-    Parameters
-    ----------
-    x : ndarray of float64
-        Finite values, all segments concatenated.
-    offsets : ndarray of int
-        ``n + 1`` non-decreasing offsets into ``x``, ``offsets[0] == 0``,
-        ``offsets[-1] == len(x)``; every segment must be non-empty.
-
-    Returns
-    -------
-    ndarray of float64, shape ``(n,)``
-    """
-    x = np.asarray(x, dtype=np.float64)
-    offsets = np.asarray(offsets, dtype=np.int64)
-    n = offsets.size - 1
-    if n <= 0:
-        return np.zeros(0)
-    lengths = np.diff(offsets)
-    if np.any(lengths < 1) or offsets[0] != 0 or offsets[-1] != x.size:
-        raise ValueError("segment_sums needs non-empty segments that cover x")
-    m = float(np.max(np.abs(x)))
-    if m == 0.0:
-        return np.zeros(n)
-    if not math.isfinite(m):
-        raise ValueError("segment_sums needs finite values")
-    _, e_m = math.frexp(m)  # m < 2**e_m
-    e = e_m + int(lengths.max()).bit_length()  # every partial sum of |x| is < 2**e
-    g = max(e - 52, -1000)
-    scale = math.ldexp(1.0, -g)
-    hi = np.rint(x * scale) / scale  # exact: scaling by a power of two, rounding to an integer
-    lo = x - hi  # exact: |lo| <= 2**(g-1) and lo is a multiple of ulp(x)
-    starts = offsets[:-1]
-    return np.add.reduceat(hi, starts) + np.add.reduceat(lo, starts)
-
-
-def _exp(x):
-    """exp that returns inf/0 beyond the float64 range instead of warning."""
-    with np.errstate(over="ignore", under="ignore"):
-        return np.exp(x)
-
-
-def _log_range(rng, name: str) -> tuple[float, float]:
-    """Validate a ratio clipping range (lo, hi), 0 < lo <= 1 <= hi < inf, and return its logs."""
-    try:
-        lo, hi = (float(v) for v in rng)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair (lo, hi) of ratios, got {rng!r}") from None
-    if not (0.0 < lo <= 1.0 <= hi < math.inf):
-        raise ValueError(f"{name} must satisfy 0 < lo <= 1 <= hi < inf, got {rng!r}")
-    return math.log(lo), math.log(hi)
-
-
-# --------------------------------------------------------------------------------------
 # validation of raw input: vectorised per-token flags, reported per sequence
 # --------------------------------------------------------------------------------------
-def _check_on_bad(on_bad: str) -> str:
+def check_on_bad(on_bad: str) -> str:
     if on_bad not in ON_BAD:
         raise ValueError(f"on_bad must be one of {ON_BAD}, got {on_bad!r}")
     return on_bad
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
+def segment_offsets(lengths: np.ndarray) -> np.ndarray:
     out = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=out[1:])
     return out
@@ -199,7 +92,7 @@ def _bad_tokens(x: np.ndarray, counted: np.ndarray) -> np.ndarray:
 def _problems(logp, old_logp, mask, lengths) -> dict[int, str]:
     """Per-sequence problems of same-length flat arrays: {sequence index: first problem}."""
     seg = _segment_of_tokens(lengths)
-    starts = _offsets(lengths)[:-1]
+    starts = segment_offsets(lengths)[:-1]
     found: dict[int, str] = {}
     # lowest priority first: a later, more basic problem overwrites an earlier one
     counted = np.ones(logp.size, dtype=bool) if mask is None else mask == 1
@@ -287,7 +180,7 @@ class TokenBatch:
     """Counted response tokens of a batch of sequences, flat, with offsets.
 
     Build one with :meth:`from_padded`, :meth:`from_ragged` or :meth:`from_flat` (or the
-    loaders of :mod:`variance_lab.gspo_io`); they validate the data. Arrays are read-only.
+    loaders of :mod:`variance_lab.rollouts.io`); they validate the data. Arrays are read-only.
 
     Attributes
     ----------
@@ -355,7 +248,7 @@ class TokenBatch:
         ValueError
             Bad data with ``on_bad="raise"``; inconsistent array sizes; no sequence left.
         """
-        return _build_batch(
+        return build_batch(
             logp,
             old_logp,
             lengths,
@@ -444,13 +337,13 @@ class TokenBatch:
             raise ValueError(f"no valid sequence left ({len(dropped)} dropped)")
         counted = np.ones(logp.size, dtype=bool) if mask is None else mask == 1
         counted &= np.repeat(good, lengths)
-        starts = _offsets(lengths)[:-1]
+        starts = segment_offsets(lengths)[:-1]
         positions = (np.arange(logp.size, dtype=np.int64) - np.repeat(starts, lengths))[counted]
         new_lengths = np.bincount(_segment_of_tokens(lengths)[counted], minlength=lengths.size)[good]
         batch = cls(
             logp=np.ascontiguousarray(logp[counted]),
             old_logp=np.ascontiguousarray(old_logp[counted]),
-            offsets=_offsets(new_lengths),
+            offsets=segment_offsets(new_lengths),
             positions=positions,
             ids=ids[good].copy(),
             dropped=dropped,
@@ -490,7 +383,7 @@ class TokenBatch:
     @property
     def ratio(self) -> np.ndarray:
         r"""Token ratios :math:`r_t = e^{d_t}`, flat (``inf`` beyond the float64 range)."""
-        return _exp(self.log_ratio)
+        return exp_quiet(self.log_ratio)
 
     def sequence(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """``(logp, old_logp)`` of the counted tokens of sequence ``i``."""
@@ -504,11 +397,11 @@ class TokenBatch:
             raise ValueError("select needs at least one sequence")
         lengths = self.lengths[index]
         starts = self.offsets[index]
-        tok = np.arange(lengths.sum()) - np.repeat(_offsets(lengths)[:-1] - starts, lengths)
+        tok = np.arange(lengths.sum()) - np.repeat(segment_offsets(lengths)[:-1] - starts, lengths)
         batch = TokenBatch(
             self.logp[tok],
             self.old_logp[tok],
-            _offsets(lengths),
+            segment_offsets(lengths),
             self.positions[tok],
             self.ids[index].copy(),
             self.dropped,
@@ -573,7 +466,7 @@ def _without(problems, logp, old_logp, mask, lengths, old_lengths, mask_lengths)
     )
 
 
-def _build_batch(
+def build_batch(
     logp,
     old_logp,
     lengths,
@@ -587,7 +480,7 @@ def _build_batch(
 ) -> TokenBatch:
     """:meth:`TokenBatch.from_flat`, plus ``known``: problems found upstream (a loader's missing or
     null fields), by sequence index; such sequences are passed with length 0 and take precedence."""
-    on_bad = _check_on_bad(on_bad)
+    on_bad = check_on_bad(on_bad)
     arrays = _checked_sizes(logp, old_logp, mask, lengths, old_lengths, mask_lengths)
     ids = _as_ids(ids, arrays[3].size)
     problems = _mismatches(*arrays[3:])
@@ -597,213 +490,3 @@ def _build_batch(
     problems.update(known or {})
     dropped = _report(problems, ids, on_bad)
     return TokenBatch._assemble(logp, old_logp, mask, lengths, ids[index], index, problems, dropped)
-
-
-# --------------------------------------------------------------------------------------
-# weights
-# --------------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class SequenceWeights:
-    r"""Per-sequence weights and perplexities of a :class:`TokenBatch`, all in log space.
-
-    Linear values are properties (``inf`` or ``0.0`` beyond float64, never a warning).
-    :meth:`to_frame` gives one row per sequence.
-
-    Attributes
-    ----------
-    ids, length : ndarray
-        Sequence id and number of counted tokens :math:`T = |y|`.
-    log_P : ndarray
-        :math:`\log P = \sum_t d_t`, exact to about 1 ulp for any length.
-    log_G : ndarray
-        :math:`\log s = \log G = \tfrac1T \sum_t d_t = \Delta H` (the mean token log-ratio).
-    log_ppl_old, log_ppl_new : ndarray
-        :math:`\log\mathrm{PPL} = H = -\tfrac1T\sum_t \ell_t`, the per-token cross-entropy.
-    log_gmpo : ndarray
-        :math:`\tfrac1T \sum_t \operatorname{clip}(d_t, \log a, \log b)` for GMPO's range
-        :math:`(a, b)`: the log of GMPO's weight.
-    clipped_gspo : ndarray of bool
-        :math:`s` outside GSPO's range (sequence-level clipping would act, for one sign of
-        the advantage or the other).
-    n_token_clipped : ndarray of int
-        Tokens whose ratio lies outside the PPO range.
-    gspo_range, ppo_range, gmpo_range : tuple of float
-        The clipping ranges used, as ratios ``(lo, hi)``.
-    """
-
-    ids: np.ndarray
-    length: np.ndarray
-    log_P: np.ndarray
-    log_G: np.ndarray
-    log_ppl_old: np.ndarray
-    log_ppl_new: np.ndarray
-    log_gmpo: np.ndarray
-    clipped_gspo: np.ndarray
-    n_token_clipped: np.ndarray
-    gspo_range: tuple[float, float]
-    ppo_range: tuple[float, float]
-    gmpo_range: tuple[float, float]
-
-    @property
-    def s(self) -> np.ndarray:
-        r"""GSPO's weight :math:`s = G = P^{1/|y|}`."""
-        return _exp(self.log_G)
-
-    @property
-    def delta_H(self) -> np.ndarray:
-        r""":math:`\Delta H = H_{old} - H_{new}`, so that :math:`s = e^{\Delta H}`."""
-        return self.log_G
-
-    @property
-    def log10_P(self) -> np.ndarray:
-        """:math:`\\log_{10} P`."""
-        return self.log_P / math.log(10.0)
-
-    @property
-    def ppl_old(self) -> np.ndarray:
-        r""":math:`\mathrm{PPL}_{old} = e^{H_{old}}`."""
-        return _exp(self.log_ppl_old)
-
-    @property
-    def ppl_new(self) -> np.ndarray:
-        r""":math:`\mathrm{PPL}_{new} = e^{H_{new}}`."""
-        return _exp(self.log_ppl_new)
-
-    @property
-    def ppl_ratio(self) -> np.ndarray:
-        r""":math:`\mathrm{PPL}_{old}/\mathrm{PPL}_{new}`, as :math:`e^{\Delta H}` with
-        :math:`\Delta H` from the interleaved sum: finite even where both perplexities overflow."""
-        return _exp(self.log_G)
-
-    @property
-    def gmpo_weight(self) -> np.ndarray:
-        """GMPO's weight: the geometric mean of the log-space-clipped token ratios."""
-        return _exp(self.log_gmpo)
-
-    @property
-    def token_clip_frac(self) -> np.ndarray:
-        """Per sequence, the fraction of tokens outside the PPO range."""
-        return self.n_token_clipped / self.length
-
-    @property
-    def gspo_clip_frac(self) -> float:
-        """Batch fraction of sequences whose s is outside GSPO's range."""
-        return float(np.mean(self.clipped_gspo))
-
-    @property
-    def ppo_clip_frac(self) -> float:
-        """Batch fraction of tokens outside the PPO range (token mean, as trainers log it)."""
-        return float(self.n_token_clipped.sum() / self.length.sum())
-
-    def to_frame(self) -> pd.DataFrame:
-        """One row per sequence: id, length, log and linear weights, perplexities, clipping."""
-        return pd.DataFrame(
-            {
-                "id": self.ids,
-                "length": self.length,
-                "log_P": self.log_P,
-                "log10_P": self.log10_P,
-                "log_G": self.log_G,
-                "s": self.s,
-                "log_ppl_old": self.log_ppl_old,
-                "log_ppl_new": self.log_ppl_new,
-                "ppl_old": self.ppl_old,
-                "ppl_new": self.ppl_new,
-                "ppl_ratio": self.ppl_ratio,
-                "delta_H": self.delta_H,
-                "log_gmpo": self.log_gmpo,
-                "gmpo_weight": self.gmpo_weight,
-                "clipped_gspo": self.clipped_gspo,
-                "token_clip_frac": self.token_clip_frac,
-            }
-        )
-
-
-def _interleave(a: np.ndarray, b: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(a_1, b_1, a_2, b_2, ...) with doubled offsets: sum(a - b) without a rounded difference."""
-    out = np.empty(2 * a.size)
-    out[0::2] = a
-    out[1::2] = b
-    return out, 2 * offsets
-
-
-def sequence_weights(
-    batch: TokenBatch, *, gspo_range=GSPO_RANGE, ppo_range=PPO_RANGE, gmpo_range=GMPO_RANGE
-) -> SequenceWeights:
-    r"""GSPO, GMPO and product weights, perplexities and clipping of every sequence in a batch.
-
-    With :math:`d_t = \ell_t - \ell^{old}_t` over the :math:`T` counted tokens:
-
-    .. math::
-
-        \log P = \textstyle\sum_t d_t, \quad
-        s = e^{\log P / T} = \mathrm{PPL}_{old}/\mathrm{PPL}_{new} = e^{\Delta H}, \quad
-        w_{GMPO} = \exp\Bigl(\tfrac1T\textstyle\sum_t \operatorname{clip}(d_t, \log a, \log b)\Bigr).
-
-    GMPO's clipping is shown two-sided and advantage-free (GMPO's trainer keeps only the side
-    that the advantage's sign selects). GSPO clips :math:`s` at sequence level; PPO clips each
-    token ratio. All sums use :func:`segment_sums`.
-
-    Parameters
-    ----------
-    batch : TokenBatch
-        Validated token log-probs.
-    gspo_range : tuple of float
-        GSPO's range of :math:`s`, default :data:`GSPO_RANGE` ``(1 - 3e-4, 1 + 4e-4)``.
-    ppo_range : tuple of float
-        Token-level PPO range of :math:`r_t`, default :data:`PPO_RANGE` ``(0.8, 1.2)``.
-    gmpo_range : tuple of float
-        GMPO's token range of :math:`r_t`, default :data:`GMPO_RANGE` ``(e^-0.4, e^0.4)``.
-
-    Returns
-    -------
-    SequenceWeights
-    """
-    g_lo, g_hi = _log_range(gspo_range, "gspo_range")
-    p_lo, p_hi = _log_range(ppo_range, "ppo_range")
-    m_lo, m_hi = _log_range(gmpo_range, "gmpo_range")
-    off, T = batch.offsets, batch.lengths
-    log_P = segment_sums(*_interleave(batch.logp, -batch.old_logp, off))
-    log_G = log_P / T
-    d = batch.log_ratio
-    log_gmpo = segment_sums(np.clip(d, m_lo, m_hi), off) / T
-    token_out = (d < p_lo) | (d > p_hi)
-    return SequenceWeights(
-        ids=batch.ids,
-        length=T,
-        log_P=log_P,
-        log_G=log_G,
-        log_ppl_old=-segment_sums(batch.old_logp, off) / T,
-        log_ppl_new=-segment_sums(batch.logp, off) / T,
-        log_gmpo=log_gmpo,
-        clipped_gspo=(log_G < g_lo) | (log_G > g_hi),
-        n_token_clipped=np.add.reduceat(token_out.astype(np.int64), off[:-1]),
-        gspo_range=tuple(float(v) for v in gspo_range),
-        ppo_range=tuple(float(v) for v in ppo_range),
-        gmpo_range=tuple(float(v) for v in gmpo_range),
-    )
-
-
-def gspo_token_weights(batch: TokenBatch) -> np.ndarray:
-    r"""GSPO-token weights, one per counted token, flat.
-
-    GSPO-token uses, for token :math:`t` of sequence :math:`y`,
-
-    .. math::
-
-        s_t = \operatorname{sg}[s]\,\frac{\pi_\theta(y_t)}{\operatorname{sg}[\pi_\theta(y_t)]},
-
-    with :math:`\operatorname{sg}` the stop-gradient. Its *value* is exactly :math:`s` for
-    every token of the sequence (the fraction is 1); only its gradient differs,
-    :math:`\nabla s_t = s\,\nabla\log\pi_\theta(y_t)`, which lets a per-token advantage enter.
-    So the weights here are :math:`s` repeated over each sequence's tokens.
-
-    Parameters
-    ----------
-    batch : TokenBatch
-
-    Returns
-    -------
-    ndarray of float64, shape ``(batch.n_tokens,)``
-    """
-    return np.repeat(sequence_weights(batch).s, batch.lengths)
