@@ -12,10 +12,10 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from variance_lab.rollouts.analysis import analyze
-from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.report import style  # noqa: E402
 from variance_lab.report.analysis_figure import MODEL_STYLE, analysis_figure  # noqa: E402
+from variance_lab.rollouts.analysis import analyze
+from variance_lab.rollouts.batch import TokenBatch
 
 
 @pytest.fixture(scope="module")

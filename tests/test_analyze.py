@@ -1,4 +1,4 @@
-"""Empirical analysis (variance_lab.rollouts.analysis, `variance-lab analyze`) on synthetic data with a known answer.
+"""Empirical analysis (rollouts.analysis, `variance-lab analyze`) on synthetic data with a known answer.
 
 Sequences of log-ratios are drawn (fixed seeds) from the lognormal family (i.i.d., rho = 0) and
 from the Gaussian AR(1) family with rho = 0.5, both with mu = 1, sigma^2 = 0.01 and lengths
@@ -18,11 +18,19 @@ import pandas as pd
 import pytest
 
 from variance_lab import theory
-from variance_lab.rollouts.analysis import ANALYSIS_COLUMNS, CURVE_COLUMNS, _expected_sample_var, _score, analyze, overall_verdict, verdict
-from variance_lab.rollouts.cgf import EmpiricalCGF
 from variance_lab.cli import main
 from variance_lab.families import get_family
+from variance_lab.rollouts.analysis import (
+    ANALYSIS_COLUMNS,
+    CURVE_COLUMNS,
+    _expected_sample_var,
+    _score,
+    analyze,
+    overall_verdict,
+    verdict,
+)
 from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.cgf import EmpiricalCGF
 from variance_lab.rollouts.io import load_batch, save_batch
 
 SIGMA2, N_SEQ = 0.01, 1000

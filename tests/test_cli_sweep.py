@@ -14,14 +14,6 @@ from variance_lab import cli
 from variance_lab.sweep import STORE_COLUMNS, load_store, load_table, plan, sweep
 
 
-def _has_engine() -> bool:
-    try:
-        from variance_lab.simulate import simulate  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 # ----------------------------------------------------------------------------- help
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:
@@ -123,7 +115,7 @@ def _sweep_argv(store, *, mc: bool) -> tuple[list[str], dict]:
     argv = ["sweep", "--seed", "7", "--workers", "1", "--store", str(store), "--no-progress"]
     for key, value in grid.items():
         argv += ["--family" if key == "families" else f"--{key}", value]
-    from variance_lab.grid import parse_grid
+    from variance_lab.sweep.grid import parse_grid
 
     kwargs = {
         "families": grid["families"].split(","),
@@ -168,7 +160,7 @@ def _wait_for_cells(proc, store, count: int, timeout: float = 120.0) -> int:
 
 
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
-    mc = _has_engine()
+    mc = True
     store = tmp_path / "killed.sqlite"
     argv, kwargs = _sweep_argv(store, mc=mc)
     total = len(plan(**kwargs).cells)

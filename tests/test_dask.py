@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from variance_lab import LogNormal, TwoPoint, cli
+from variance_lab.cli import _common as cli_common
 from variance_lab.simulate import DaskMissingError, prepare, run_accumulators, simulate
 from variance_lab.simulate import dask_executor as dx
 from variance_lab.simulate.executor import make_progress
@@ -260,7 +261,7 @@ def test_unreachable_scheduler(monkeypatch):
 
 
 def test_cli_executors_match_the_engine():
-    assert cli.EXECUTORS == dx.EXECUTORS
+    assert cli_common.EXECUTORS == dx.EXECUTORS
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ import pytest
 from scipy import stats
 
 from variance_lab import Gamma, LogNormal, TwoPoint
-from variance_lab.estimates import estimate
 from variance_lab.families import AR1
 from variance_lab.simulate import (
     AccumulatorSpec,
@@ -20,6 +19,7 @@ from variance_lab.simulate import (
 from variance_lab.simulate._vexp import W_MAX, W_MIN, exp_minus, exp_minus_clamped
 from variance_lab.simulate.accumulators import LOG_P, Accumulator, G, P
 from variance_lab.simulate.block import LANES, _compact, block_size
+from variance_lab.simulate.estimates import estimate
 from variance_lab.simulate.kernels import draw_log_p
 from variance_lab.simulate.plan import TAIL_LOG_RISK, chunk_generator, chunk_tail_keep, make_plan, tail_size
 

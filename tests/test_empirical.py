@@ -5,9 +5,16 @@ import math
 import numpy as np
 import pytest
 
-from variance_lab.rollouts.statistics import BUCKET_COLUMNS, autocorrelation, bucket_variances, fit_log_ratios, length_buckets, log_sample_var
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.io import load_batch, save_batch
+from variance_lab.rollouts.statistics import (
+    BUCKET_COLUMNS,
+    autocorrelation,
+    bucket_variances,
+    fit_log_ratios,
+    length_buckets,
+    log_sample_var,
+)
 
 
 def _ar1(rng, n, L, rho, sigma2, mu=0.0):

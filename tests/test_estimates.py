@@ -8,10 +8,10 @@ import pytest
 from scipy.stats import binomtest
 
 from variance_lab import Gamma, LogNormal, TwoPoint, theory
-from variance_lab.estimates import STATISTICS, estimate
 from variance_lab.families import AR1
 from variance_lab.schema import TIDY_COLUMNS
 from variance_lab.simulate import run_accumulators, simulate
+from variance_lab.simulate.estimates import STATISTICS, estimate
 
 FAMILIES = [
     LogNormal(1.0, 0.1),

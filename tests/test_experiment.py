@@ -22,8 +22,8 @@ from variance_lab.experiment.figure import (
 )
 from variance_lab.experiment.files import compare_files, numbers_sha256, read_sidecar, sidecar_path
 from variance_lab.rollouts.batch import TokenBatch
-from variance_lab.rollouts.weights import sequence_weights
 from variance_lab.rollouts.io import load_batch
+from variance_lab.rollouts.weights import sequence_weights
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="pip install 'variance_lab[experiment]'")

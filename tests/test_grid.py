@@ -1,9 +1,9 @@
-"""The command-line grid syntax (variance_lab.grid)."""
+"""The command-line grid syntax (variance_lab.sweep.grid)."""
 
 import numpy as np
 import pytest
 
-from variance_lab.grid import parse_grid, parse_int_grid, parse_name_list
+from variance_lab.sweep.grid import parse_grid, parse_int_grid, parse_name_list
 
 
 @pytest.mark.parametrize(

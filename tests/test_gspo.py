@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from variance_lab.rollouts.batch import TokenBatch
-from variance_lab.rollouts.weights import GMPO_RANGE, GSPO_RANGE, gspo_token_weights, segment_sums, sequence_weights
+from variance_lab.rollouts.weights import (
+    GMPO_RANGE,
+    GSPO_RANGE,
+    gspo_token_weights,
+    segment_sums,
+    sequence_weights,
+)
 
 REL = 1e-12
 

@@ -1,6 +1,6 @@
 """Every notebook is stored without outputs and runs top to bottom in quick mode.
 
-Quick mode (``VARIANCE_LAB_QUICK=1``, :mod:`variance_lab.sizes`) keeps the four runs to
+Quick mode (``VARIANCE_LAB_QUICK=1``, :mod:`variance_lab.paper.sizes`) keeps the four runs to
 seconds each; a notebook writes its files to ``VARIANCE_LAB_NOTEBOOK_OUT`` (a temporary
 folder here). Each notebook must show its figures as images, print no warnings, and end
 with a conclusion rendered from its own numbers.
@@ -39,7 +39,7 @@ def test_stored_without_outputs(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_reads_its_sizes_from_one_place(path):
     source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
-    assert "from variance_lab.sizes import" in source and "sizes()" in source
+    assert "from variance_lab.paper.sizes import" in source and "sizes()" in source
     assert "np.random.seed" not in source and "default_rng" not in source, "randomness only through the API"
 
 

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from variance_lab import sizes as sizes_mod
-from variance_lab.sizes import FULL, QUICK, Sizes, is_quick, output_dir, sizes
+from variance_lab.paper import sizes as sizes_mod
+from variance_lab.paper.sizes import FULL, QUICK, Sizes, is_quick, output_dir, sizes
 
 
 @pytest.mark.parametrize("value", ["1", "true", "YES", " on "])

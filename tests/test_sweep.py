@@ -26,17 +26,6 @@ from variance_lab.sweep import (
 T_GRID = [1, 10, 100]
 
 
-def _has_engine() -> bool:
-    try:
-        from variance_lab.simulate import simulate  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-needs_engine = pytest.mark.skipif(not _has_engine(), reason="Monte Carlo engine not available")
-
-
 # ----------------------------------------------------------------------------- cells and plans
 def test_cell_identity_is_sha256_of_canonical_key():
     family = get_family("lognormal", 1.0, 0.1)
@@ -74,7 +63,7 @@ def test_cell_identity_changes_with_everything_that_matters():
 
 
 def test_other_code_is_another_cell(monkeypatch):
-    import variance_lab.sweep as sweep_mod
+    import variance_lab.sweep.cells as sweep_mod
 
     cell = Cell("theory", get_family("lognormal", 1.0, 0.1), (1, 10))
     before = cell.id
@@ -196,7 +185,7 @@ def test_put_is_one_transaction_and_never_duplicates(tmp_path):
 
 
 def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
-    import variance_lab.sweep as sweep_mod
+    import variance_lab.sweep.run as sweep_mod
 
     real = sweep_mod.compute
 
@@ -216,7 +205,7 @@ def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
 
 
 def test_interrupt_keeps_finished_cells(tmp_path, monkeypatch):
-    import variance_lab.sweep as sweep_mod
+    import variance_lab.sweep.run as sweep_mod
 
     real, calls = sweep_mod.compute, []
 
@@ -289,7 +278,6 @@ def test_export_errors(tmp_path):
 
 
 # ----------------------------------------------------------------------------- Monte Carlo cells
-@needs_engine
 def test_changes_recompute_only_affected_cells(tmp_path):
     store = tmp_path / "s.sqlite"
     kw = {"T": [1, 10, 50], "store": store, "progress": False, "workers": 1}

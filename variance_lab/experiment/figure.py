@@ -1,4 +1,4 @@
-r"""The experiment's figure: its data through :func:`variance_lab.rollouts.analysis.analyze`, drawn for the paper.
+r"""The experiment's figure: its data through :func:`~variance_lab.rollouts.analysis.analyze`, drawn.
 
 Three panels over the sequence length :math:`T`: observed :math:`\operatorname{Var}(P_T)` and
 :math:`\operatorname{Var}(G_T)` per length bucket against the i.i.d. and
@@ -24,11 +24,11 @@ from matplotlib.figure import Figure
 
 from variance_lab import __version__
 from variance_lab._atomic import atomic_write
-from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.experiment.task import TAGS
-from variance_lab.rollouts.batch import TokenBatch
-from variance_lab.rollouts.weights import GSPO_RANGE, log_clip_range, sequence_weights
 from variance_lab.report import style
+from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.statistics import length_buckets
+from variance_lab.rollouts.weights import GSPO_RANGE, log_clip_range, sequence_weights
 
 __all__ = [
     "FIGURE_NAME",

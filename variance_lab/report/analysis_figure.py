@@ -2,7 +2,8 @@ r"""Figure of the empirical analysis: observed Var(P_T), Var(G_T) per length buc
 
 Drawn from tidy frames only: the per-bucket table
 (:data:`variance_lab.rollouts.analysis.ANALYSIS_COLUMNS`) and the prediction curves
-(:meth:`variance_lab.rollouts.analysis.AnalysisResult.curves`, :data:`variance_lab.rollouts.analysis.CURVE_COLUMNS`).
+(:meth:`~variance_lab.rollouts.analysis.AnalysisResult.curves`,
+:data:`~variance_lab.rollouts.analysis.CURVE_COLUMNS`).
 
 Each bucket is a point at its mean length with its bootstrap interval as a vertical bar and
 its range of lengths as a horizontal bar; the three predictions are lines over :math:`T`

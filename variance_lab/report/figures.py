@@ -4,7 +4,7 @@ Every function takes a tidy frame (:mod:`variance_lab.schema`; the histogram tak
 frame of histogram bins) and either ``ax=`` (one panel) or ``fig=`` (several panels),
 creates a :class:`matplotlib.figure.Figure` one column wide when none is given, and
 returns the figure. Nothing here computes theory or runs Monte Carlo: see
-:mod:`variance_lab.figures` for the data behind each figure.
+:mod:`variance_lab.paper.figures` for the data behind each figure.
 
 Conventions: quantities that can leave float range are drawn from their
 ``log10_value`` on a linear axis labelled in powers of ten (:func:`style.log10_axis`);
@@ -518,7 +518,7 @@ def log_histograms(frame: pd.DataFrame, *, fig=None) -> Figure:
     ----------
     frame : pandas.DataFrame
         Histogram bins: columns ``T``, ``quantity`` (``log_P`` or ``log_G``), ``lo``,
-        ``hi`` (bin edges) and ``density`` (as :func:`variance_lab.figures.histogram_frame`
+        ``hi`` (bin edges) and ``density`` (as :func:`variance_lab.paper.figures.histogram_frame`
         makes from draws).
     fig : matplotlib.figure.Figure, optional
     """

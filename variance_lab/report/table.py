@@ -1,7 +1,7 @@
 """The variance comparison table of the seed, built from a frame and rendered as text.
 
 The frame comes from :func:`variance_lab.theory.summary` (and, with Monte Carlo, from
-:mod:`variance_lab.estimates` through :func:`with_monte_carlo`); this module only formats it.
+:mod:`variance_lab.simulate.estimates` through :func:`with_monte_carlo`); this module only formats it.
 """
 
 from __future__ import annotations

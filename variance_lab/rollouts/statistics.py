@@ -254,7 +254,8 @@ def bucket_variances(
     seed : int or numpy.random.SeedSequence
         Bucket ``j`` (in order) draws from ``SeedSequence(seed).spawn(n_buckets)[j]``.
     gspo_range, ppo_range : tuple of float
-        Clipping ranges for the observed clip fractions (see :func:`~variance_lab.rollouts.weights.sequence_weights`).
+        Clipping ranges for the observed clip fractions
+        (see :func:`~variance_lab.rollouts.weights.sequence_weights`).
 
     Returns
     -------

@@ -164,7 +164,7 @@ def simulate(
     Pareto :math:`\hat k` of the weights :math:`P_T`, and theory's predicted relative
     error; estimates theory says ``n`` draws cannot pin down (or with
     :math:`\hat k > 0.7`) are flagged unreliable, with the reason
-    (:mod:`variance_lab.estimates`).
+    (:mod:`variance_lab.simulate.estimates`).
 
     Parameters
     ----------
@@ -215,7 +215,7 @@ def simulate(
     -------
     pandas.DataFrame
         Tidy rows (:data:`variance_lab.schema.TIDY_COLUMNS`), ``method="monte_carlo"``,
-        statistics :data:`variance_lab.estimates.STATISTICS`; ``df.attrs["provenance"]``
+        statistics :data:`variance_lab.simulate.estimates.STATISTICS`; ``df.attrs["provenance"]``
         holds the package version, seed, n, chunk plan, workers, wall time and family.
 
     Raises
@@ -231,7 +231,8 @@ def simulate(
     >>> df = simulate(LogNormal(1.0, 0.1), [1, 10, 100], 10_000, seed=1, progress=False)
     >>> df.query("statistic == 'var_P'")[["T", "value", "reliable"]]  # doctest: +SKIP
     """
-    from variance_lab import __version__, estimates  # estimates sits a floor above simulate
+    from variance_lab import __version__
+    from variance_lab.simulate import estimates
     from variance_lab.stats import z_value
 
     z_value(ci)

@@ -180,7 +180,7 @@ class Accumulator:
         ones). For i.i.d. paths a chunk's share of the tail
         (:func:`variance_lab.simulate.plan.chunk_tail_keep`) makes False a
         :math:`< 10^{-30}` event per chunk and T; it is checked, never assumed
-        (:func:`variance_lab.estimates.estimate` raises on it).
+        (:func:`variance_lab.simulate.estimates.estimate` raises on it).
         """
         nT = self.T.size
         if self.tail_floor is None:

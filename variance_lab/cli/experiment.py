@@ -11,10 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from variance_lab.cli import PROG, CLIError
+from variance_lab.cli._common import PROG, CLIError
 from variance_lab.rollouts.io import detect_format
 
-__all__ = ["add_experiment_command", "parse_assignment", "settings_from_args", "TORCH_HINT"]
+__all__ = ["add_command", "parse_assignment", "settings_from_args", "TORCH_HINT"]
 
 #: What to install for ``experiment run``.
 TORCH_HINT = "pip install 'variance_lab[experiment]'"
@@ -178,7 +178,7 @@ def _add_figure(sub) -> None:
     p.set_defaults(func=_cmd_figure)
 
 
-def add_experiment_command(sub) -> None:
+def add_command(sub) -> None:
     """Register ``experiment`` (with ``run`` and ``figure``) on the subparsers ``sub`` of ``variance-lab``."""
     p = sub.add_parser(
         "experiment",

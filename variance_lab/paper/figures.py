@@ -43,9 +43,10 @@ import pandas as pd
 from variance_lab import __version__, theory
 from variance_lab._atomic import atomic_write
 from variance_lab.families import Family, get_family
-from variance_lab.grid import parse_grid
 from variance_lab.report import figures as plots
-from variance_lab.sweep import _simulate, plan
+from variance_lab.simulate import simulate
+from variance_lab.sweep import plan
+from variance_lab.sweep.grid import parse_grid
 
 __all__ = [
     "FIGURES",
@@ -145,15 +146,10 @@ FIGURES = tuple(_defaults(True))
 
 
 def default_params(name: str, *, quick: bool = False) -> dict:
-    """The parameters of figure ``name`` (``quick``: small grids and few draws).
-
-    Monte Carlo figures get ``n = 0`` (theory only) when this build has no engine.
-    """
+    """The parameters of figure ``name`` (``quick``: small grids and few draws)."""
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
     params = _defaults(quick)[name]
-    if "mc_T" in params and _simulate() is None:
-        params["n"] = 0
     return params
 
 
@@ -245,9 +241,6 @@ def _theory(family: Family, T, quantities: Sequence[str], target: float = theory
 def _monte_carlo(family: Family, params: dict, workers) -> pd.DataFrame:
     if not params.get("n"):
         return pd.DataFrame()
-    simulate = _simulate()
-    if simulate is None:
-        raise ValueError("these figure parameters need Monte Carlo (n > 0), but this build has no engine")
     frame = simulate(
         family,
         list(params["mc_T"]),

@@ -6,10 +6,10 @@ and seeds from ``S`` only, so that one switch decides how much it computes:
 * ``VARIANCE_LAB_QUICK=1`` (CI, ``make test``): :data:`QUICK`, seconds per notebook;
 * unset or ``0``: :data:`FULL`, at most a few minutes per notebook on 2 cores.
 
-Grids are written in the command line's grid syntax (:mod:`variance_lab.grid`), so
+Grids are written in the command line's grid syntax (:mod:`variance_lab.sweep.grid`), so
 ``variance-lab sweep --mu 0.8:1.2:21 ...`` reproduces a notebook's grid. Figures that
 ``variance-lab figures`` also draws take their parameters from
-:func:`variance_lab.figures.default_params` with ``quick=S.quick``, not from here, so
+:func:`variance_lab.paper.figures.default_params` with ``quick=S.quick``, not from here, so
 that a notebook's figure and the command's figure are the same figure.
 
 ``VARIANCE_LAB_NOTEBOOK_OUT`` names a folder where notebooks may write files (tables,
@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from variance_lab.grid import parse_grid
+from variance_lab.sweep.grid import parse_grid
 
 __all__ = ["QUICK_ENV", "OUT_ENV", "Sizes", "QUICK", "FULL", "is_quick", "sizes", "output_dir"]
 

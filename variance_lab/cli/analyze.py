@@ -16,9 +16,9 @@ import zipfile
 from pathlib import Path
 
 from variance_lab._atomic import atomic_write
-from variance_lab.cli import CLIError, parse_int_list, write_output
+from variance_lab.cli._common import CLIError, parse_int_list, write_output
 
-__all__ = ["add_analyze_command", "FIGURE_SUFFIXES"]
+__all__ = ["add_command", "run", "FIGURE_SUFFIXES"]
 
 FIGURE_SUFFIXES = (".pdf", ".png", ".svg")
 
@@ -93,9 +93,9 @@ def _save_figure(fig, target: str) -> None:
     atomic_write(path, lambda tmp: fig.savefig(tmp, format=suffix[1:]))
 
 
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    from variance_lab.rollouts.analysis import analyze
+def run(args: argparse.Namespace) -> int:
     from variance_lab.report.analysis_table import render_analysis, summary_lines
+    from variance_lab.rollouts.analysis import analyze
 
     if args.figure is not None and Path(args.figure).suffix.lower() not in FIGURE_SUFFIXES:
         raise CLIError(f"--figure {args.figure!r}: the name must end in {', '.join(FIGURE_SUFFIXES)}")
@@ -115,11 +115,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_analyze_command(sub) -> None:
+def add_command(sub) -> None:
     """Register ``analyze`` on the subparsers ``sub`` of ``variance-lab``."""
+    from variance_lab.report.analysis_table import FORMATS as TABLE_FORMATS
     from variance_lab.rollouts.batch import ON_BAD
     from variance_lab.rollouts.io import FORMATS
-    from variance_lab.report.analysis_table import FORMATS as TABLE_FORMATS
 
     p = sub.add_parser(
         "analyze",
@@ -159,4 +159,4 @@ def add_analyze_command(sub) -> None:
     p.add_argument("--table-format", default="markdown", choices=TABLE_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write the table to this file instead of standard output")
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf, .png, .svg)")
-    p.set_defaults(func=_cmd_analyze)
+    p.set_defaults(func=run)

@@ -1,0 +1,50 @@
+"""The ``variance-lab`` command line: one module per subcommand, each parses, calls, formats, exits.
+
+Bad input prints one line on stderr and exits with status 2, without a traceback. Nothing in the
+package imports this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from variance_lab import __version__
+from variance_lab.cli import analyze, experiment, export, figures, sweep, table
+from variance_lab.cli._common import PROG, CLIError, Parser
+
+__all__ = ["main", "build_parser"]
+
+#: Subcommand modules in the order ``--help`` lists them.
+COMMANDS = (table, sweep, export, figures, analyze, experiment)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``variance-lab`` and its subcommands."""
+    parser = Parser(
+        prog=PROG,
+        description="Variance of sequence-level importance ratios: the product P_T against "
+        "GSPO's geometric mean G_T = P_T^(1/T).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+
+    for command in COMMANDS:
+        command.add_command(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``variance-lab`` console script; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except (CLIError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,281 @@
+"""The sweep store: one SQLite file, one transaction per finished cell.
+
+See :mod:`variance_lab.sweep` for the layout and the guarantees.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from variance_lab import __version__
+from variance_lab.schema import TIDY_COLUMNS
+from variance_lab.sweep.cells import SCHEMA_VERSION, Cell
+
+__all__ = ["DEFAULT_STORE", "STORE_EXTRA_COLUMNS", "STORE_COLUMNS", "Store", "load_store"]
+
+
+#: Store path used when none is given, relative to the working directory.
+DEFAULT_STORE = "variance_lab.sqlite"
+
+
+#: Columns added to the tidy schema by the store: the family's extra parameters as
+#: canonical JSON (``{"q":0.5}`` for two-point, ``{}`` for lognormal), draws (0 for
+#: theory), seed (missing for theory), cell identity, package version and creation time
+#: (ISO 8601, UTC).
+STORE_EXTRA_COLUMNS = ("params", "n", "seed", "cell", "version", "created")
+
+
+STORE_COLUMNS = TIDY_COLUMNS + STORE_EXTRA_COLUMNS
+
+
+FLOAT_COLUMNS = ("mu", "sigma2", "value", "log10_value", "lo", "hi", "se")
+
+
+STR_COLUMNS = ("family", "statistic", "method", "reason", "params", "cell", "version", "created")
+
+
+_SORT = ["family", "mu", "sigma2", "params", "n", "seed", "cell", "T", "statistic", "method"]
+
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cells (
+    cell TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    family TEXT NOT NULL,
+    mu REAL NOT NULL,
+    sigma2 REAL NOT NULL,
+    params TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    seed INTEGER,
+    key TEXT NOT NULL,
+    version TEXT NOT NULL,
+    created TEXT NOT NULL,
+    elapsed_s REAL NOT NULL,
+    provenance TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS results (
+    cell TEXT NOT NULL REFERENCES cells(cell),
+    T INTEGER NOT NULL,
+    statistic TEXT NOT NULL,
+    method TEXT NOT NULL,
+    value REAL,
+    log10_value REAL,
+    lo REAL,
+    hi REAL,
+    se REAL,
+    reliable INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    PRIMARY KEY (cell, T, statistic, method)
+) WITHOUT ROWID;
+"""
+
+
+# --------------------------------------------------------------------------- store
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _json_default(obj):
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+def _db_float(x) -> float | None:
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+class Store:
+    """A sweep store: one SQLite file. Use as a context manager.
+
+    Parameters
+    ----------
+    path : str or Path
+        The SQLite file; created (with its tables) when missing.
+    create : bool
+        If false, a missing file is an error instead of being created.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise ValueError(f"store {str(self.path)!r} is a directory")
+        if not self.path.exists():
+            if not create:
+                raise ValueError(f"store {str(self.path)!r} does not exist")
+            if not self.path.parent.is_dir():
+                raise ValueError(f"store {str(self.path)!r}: folder {str(self.path.parent)!r} does not exist")
+        try:
+            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+        except sqlite3.Error as exc:
+            raise ValueError(f"store {str(self.path)!r} cannot be opened: {exc}") from None
+        try:
+            self._setup()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise ValueError(f"store {str(self.path)!r} is not a variance_lab store: {exc}") from None
+
+    def _setup(self) -> None:
+        c = self._conn
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("PRAGMA synchronous=FULL")
+        c.execute("PRAGMA foreign_keys=ON")
+        c.executescript(_DDL)
+        row = c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        if row is None:
+            c.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        elif row[0] != str(SCHEMA_VERSION):
+            raise sqlite3.DatabaseError(f"schema version {row[0]}, this version reads {SCHEMA_VERSION}")
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self._conn.close()
+
+    def finished(self) -> set[str]:
+        """Identities of every finished cell."""
+        return {r[0] for r in self._conn.execute("SELECT cell FROM cells")}
+
+    def put(self, cell: Cell, frame: pd.DataFrame, provenance: dict, elapsed_s: float) -> bool:
+        """Store a finished cell and its rows in one transaction.
+
+        Returns False (and writes nothing) if the cell is already stored, for example
+        by a concurrent run.
+        """
+        fam = cell.family
+        prov = json.dumps(provenance, default=_json_default, sort_keys=True)
+        cell_row = (
+            cell.id,
+            cell.kind,
+            fam.name,
+            fam.mu,
+            fam.sigma2,
+            cell.family_params(),
+            cell.n,
+            cell.seed,
+            cell.key_json(),
+            __version__,
+            _now(),
+            float(elapsed_s),
+            prov,
+        )
+        rows = [
+            (
+                cell.id,
+                int(r.T),
+                r.statistic,
+                r.method,
+                _db_float(r.value),
+                _db_float(r.log10_value),
+                _db_float(r.lo),
+                _db_float(r.hi),
+                _db_float(r.se),
+                int(bool(r.reliable)),
+                str(r.reason),
+            )
+            for r in frame.itertuples(index=False)
+        ]
+        c = self._conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            cur = c.execute("INSERT OR IGNORE INTO cells VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", cell_row)
+            if cur.rowcount == 0:
+                c.execute("ROLLBACK")
+                return False
+            c.executemany("INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            c.execute("COMMIT")
+        except BaseException:
+            if c.in_transaction:
+                c.execute("ROLLBACK")
+            raise
+        return True
+
+    def frame(self, cells: Iterable[str] | None = None) -> pd.DataFrame:
+        """Tidy rows with provenance columns (:data:`STORE_COLUMNS`), sorted by content.
+
+        Parameters
+        ----------
+        cells : iterable of str, optional
+            Only these cell identities (default: every cell).
+        """
+        sql = (
+            "SELECT c.family, c.mu, c.sigma2, r.T, r.statistic, r.method, r.value, r.log10_value, r.lo, "
+            "r.hi, r.se, r.reliable, r.reason, c.params, c.n, c.seed, c.cell, c.version, c.created "
+            "FROM results r JOIN cells c ON c.cell = r.cell"
+        )
+        records = self._conn.execute(sql).fetchall()
+        frame = pd.DataFrame.from_records(records, columns=list(STORE_COLUMNS))
+        if cells is not None:
+            frame = frame[frame["cell"].isin(set(cells))]
+        return normalise_frame(frame)
+
+    def cells(self) -> pd.DataFrame:
+        """One row per finished cell: identity, kind, parameters, key, timing, provenance."""
+        cur = self._conn.execute("SELECT * FROM cells ORDER BY created, cell")
+        return pd.DataFrame.from_records(cur.fetchall(), columns=[d[0] for d in cur.description])
+
+
+def _text(v) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def normalise_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fixed dtypes and a content order, so that equal stores give equal frames."""
+    out = pd.DataFrame(index=range(len(frame)))
+    src = frame.reset_index(drop=True)
+    for col in STORE_COLUMNS:
+        values = src[col] if col in src else pd.Series([None] * len(src))
+        if col in FLOAT_COLUMNS:
+            out[col] = pd.to_numeric(values, errors="raise").astype("float64")
+        elif col in ("T", "n"):
+            out[col] = values.astype("int64")
+        elif col == "seed":
+            out[col] = pd.array([None if pd.isna(v) else int(v) for v in values], dtype="Int64")
+        elif col == "reliable":
+            out[col] = values.map(lambda v: str(v) in ("1", "True", "true")).astype(bool)
+        else:
+            out[col] = values.map(_text).astype(str)
+    if len(out):
+        out = out.sort_values(_SORT, kind="mergesort", na_position="first").reset_index(drop=True)
+    return out
+
+
+def load_store(path: str | os.PathLike) -> pd.DataFrame:
+    """Every result in a store as one tidy DataFrame (:data:`STORE_COLUMNS`).
+
+    Parameters
+    ----------
+    path : str or Path
+        An existing store.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Tidy rows plus ``params`` (extra family parameters, JSON), ``n``, ``seed``
+        (missing for theory), ``cell``, ``version`` and ``created``, sorted by content.
+        Rows of two cells may share (family, mu, sigma2, T, statistic, method) when the
+        store holds several sweeps (other n, seed or T grid); the extra columns tell
+        them apart.
+    """
+    with Store(path, create=False) as store:
+        return store.frame()
