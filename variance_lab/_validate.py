@@ -81,3 +81,10 @@ def check_workers(workers) -> int:
     if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     return int(workers)
+
+
+def check_seed(seed) -> int:
+    """Validate a seed: an integer >= 0 (``SeedSequence`` entropy); the one seed check."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    return int(seed)

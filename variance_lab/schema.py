@@ -23,9 +23,11 @@ reason         why an estimate is flagged ('' when reliable)
 
 from __future__ import annotations
 
-import pandas as pd
+import math
 
-__all__ = ["TIDY_COLUMNS", "METHODS", "empty_frame"]
+import numpy as np
+
+__all__ = ["TIDY_COLUMNS", "METHODS", "json_safe"]
 
 TIDY_COLUMNS = (
     "family",
@@ -46,6 +48,19 @@ TIDY_COLUMNS = (
 METHODS = ("exact", "lognormal", "delta", "seed", "monte_carlo")
 
 
-def empty_frame() -> pd.DataFrame:
-    """An empty frame with the tidy columns, in order."""
-    return pd.DataFrame({c: [] for c in TIDY_COLUMNS})
+def json_safe(value):
+    """A value JSON can hold, recursively: the one converter every JSON writer uses.
+
+    NumPy scalars become Python ones (``np.bool_`` to ``bool``), arrays become lists, tuples
+    lists, dictionary keys strings, and NaN and infinities ``None`` (JSON has no such
+    numbers: csv writes ``inf``, JSON ``null``, and the ``log10_`` twin stays exact).
+    """
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

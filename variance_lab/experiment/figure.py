@@ -15,7 +15,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from variance_lab.report import style
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.rollouts.weights import GSPO_RANGE, log_clip_range, sequence_weights
+from variance_lab.schema import json_safe
 
 __all__ = [
     "FIGURE_NAME",
@@ -300,16 +300,6 @@ def _by_reward(batch: TokenBatch, reward: np.ndarray) -> dict:
     return out
 
 
-def _json_value(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _json_value(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_json_value(x) for x in v]
-    return v
-
-
 def _data_fingerprint(path: Path) -> dict:
     """The data set's own sidecar fields that identify it (seed, settings, numbers' SHA-256)."""
     from variance_lab.experiment.files import sidecar_path
@@ -367,8 +357,8 @@ def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed
         "against the i.i.d. lognormal, i.i.d. empirical and autocorrelation-corrected predictions.",
         "params": {"data": path.name, "n_boot": n_boot, "seed": seed, "level": result.level, "edges": "auto"},
         "data_set": _data_fingerprint(path),
-        "analysis": _json_value(result.summary()),
-        "findings": _json_value(token_findings(batch, records)),
+        "analysis": json_safe(result.summary()),
+        "findings": json_safe(token_findings(batch, records)),
         "version": __version__,
         "files": {k: p.name for k, p in names.items() if k != "json"},
         "png_dpi": PNG_DPI,

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pandas as pd
 
 from variance_lab.report.table import format_number
+from variance_lab.schema import json_safe
 
 __all__ = ["FORMATS", "render_analysis", "summary_lines", "VERDICT_NOTE"]
 
@@ -177,19 +177,6 @@ def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _plain(value):
-    """A JSON-ready value: NumPy scalars as Python ones, NaN and infinities as None."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def render_analysis(table: pd.DataFrame, summary: dict, fmt: str = "markdown", *, title: str = "") -> str:
     """Render an analysis as ``markdown``, ``csv`` or ``json`` (see the module docstring).
 
@@ -212,6 +199,6 @@ def render_analysis(table: pd.DataFrame, summary: dict, fmt: str = "markdown", *
     if fmt == "csv":
         return table.to_csv(index=False, float_format="%.17g")
     if fmt == "json":
-        doc = {"summary": _plain(summary), "buckets": _plain(table.to_dict("records"))}
+        doc = {"summary": json_safe(summary), "buckets": json_safe(table.to_dict("records"))}
         return json.dumps(doc, indent=1) + "\n"
     return _markdown(table, summary, title)

@@ -12,6 +12,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from variance_lab.schema import json_safe
+
 __all__ = [
     "SEED_PRINTED",
     "FORMATS",
@@ -124,16 +126,6 @@ def _latex(display: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _json_value(v):
-    if isinstance(v, np.bool_ | bool):
-        return bool(v)
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, float | np.floating):
-        return float(v) if math.isfinite(v) else None
-    return v
-
-
 def errata(frame: pd.DataFrame, mu: float, sigma2: float) -> str:
     """Compare the seed's printed numbers with the exact ones, for the seed's parameters.
 
@@ -193,7 +185,7 @@ def render(frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes
     if fmt == "csv":
         return frame.to_csv(index=False, float_format="%.17g")
     if fmt == "json":
-        records = [{k: _json_value(v) for k, v in row.items()} for row in frame.to_dict("records")]
+        records = json_safe(frame.to_dict("records"))
         return json.dumps(records, indent=1) + "\n"
     display = _display_frame(frame)
     if fmt == "latex":

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from variance_lab._validate import check_n
+from variance_lab._validate import check_n, check_seed
 from variance_lab.simulate.accumulators import AccumulatorSpec
 
 __all__ = [
@@ -62,13 +62,6 @@ TAIL_LOG_RISK = 30 * math.log(10.0)
 
 #: Sampling methods a task can name (``"auto"`` is resolved before tasks are made).
 SAMPLERS = ("token", "aggregate")
-
-
-def check_seed(seed) -> int:
-    """Validate a seed: an integer >= 0 (``SeedSequence`` entropy)."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    return int(seed)
 
 
 def tail_size(n: int) -> int:

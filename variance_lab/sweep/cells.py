@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from variance_lab import __version__, theory
-from variance_lab._validate import check_finite, check_positive, check_T
+from variance_lab._validate import check_finite, check_positive, check_seed, check_T
 from variance_lab.families import FAMILIES, Family, get_family
 
 __all__ = ["SCHEMA_VERSION", "RESULT_SOURCES", "code_fingerprint", "Cell", "Plan", "extra_parameters", "plan"]
@@ -156,12 +156,6 @@ def _check_ns(n) -> list[int]:
     return sorted(set(out))
 
 
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    return int(seed)
-
-
 def _check_variance(value) -> float:
     value = check_finite("sigma2", value)
     if value < 0:
@@ -221,7 +215,7 @@ def plan(
             raise ValueError(f"unknown family {name!r}; choose one of {', '.join(FAMILIES)}")
     Ts = tuple(int(t) for t in check_T(_as_list(T, "T"), grid=True))
     ns = _check_ns(n)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     ci = _check_unit_interval("ci", ci)
     if not isinstance(target, int | float) or not 0 < target < math.inf:
         raise ValueError(f"target must be a finite number > 0, got {target!r}")

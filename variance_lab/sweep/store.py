@@ -13,11 +13,10 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from variance_lab import __version__
-from variance_lab.schema import TIDY_COLUMNS
+from variance_lab.schema import TIDY_COLUMNS, json_safe
 from variance_lab.sweep.cells import SCHEMA_VERSION, Cell
 
 __all__ = ["DEFAULT_STORE", "STORE_EXTRA_COLUMNS", "STORE_COLUMNS", "Store", "load_store"]
@@ -83,16 +82,6 @@ CREATE TABLE IF NOT EXISTS results (
 # --------------------------------------------------------------------------- store
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _json_default(obj):
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    return str(obj)
 
 
 def _db_float(x) -> float | None:
@@ -163,7 +152,7 @@ class Store:
         by a concurrent run.
         """
         fam = cell.family
-        prov = json.dumps(provenance, default=_json_default, sort_keys=True)
+        prov = json.dumps(json_safe(provenance), default=str, sort_keys=True)
         cell_row = (
             cell.id,
             cell.kind,
