@@ -67,7 +67,7 @@ import numpy as np
 from variance_lab.families import CODE_AR1, CODE_LOGNORMAL, CODE_TWO_POINT
 from variance_lab.simulate._jit import kernel
 from variance_lab.simulate.block import BlockState, reduce_block
-from variance_lab.simulate.draws import AGGREGATE_CODES, aggregate_path
+from variance_lab.simulate.draws import AGGREGATE_CODES, aggregate_paths
 
 __all__ = [
     "EXACT_CODES",
@@ -179,20 +179,18 @@ def aggregate_table(code: int, params, grid, independent: bool) -> np.ndarray:
 def _aggregate_kernel(code, par, table, independent, n_paths, rng, st):  # pragma: no cover - compiled
     """Simulate ``n_paths`` paths by aggregate draws at the grid points; reduce them in blocks.
 
-    Each path is drawn by :func:`variance_lab.simulate.draws.aggregate_path` into its row
-    of the fill buffer ``st.P``; a full block is reduced at once
+    Each block of paths is drawn by :func:`variance_lab.simulate.draws.aggregate_paths`
+    into the fill buffer ``st.P`` and reduced at once
     (:func:`variance_lab.simulate.block.reduce_block`).
     """
     P = st.P
     B = P.shape[0]
-    fill = 0
-    for _ in range(n_paths):
-        aggregate_path(code, par, st.grid, table, independent, rng, P, fill)
-        fill += 1
-        if fill == B:
-            reduce_block(P, B, st)
-            fill = 0
-    reduce_block(P, fill, st)
+    done = 0
+    while done < n_paths:
+        b = min(B, n_paths - done)
+        aggregate_paths(code, par, st.grid, table, independent, rng, P, b)
+        reduce_block(P, b, st)
+        done += b
 
 
 def run_aggregate(

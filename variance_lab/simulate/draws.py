@@ -33,7 +33,7 @@ boost), which is always finite. The AR(1) family is the one whose tokens are not
 independent: a path carries its last deviation :math:`e` from token to token (``NaN``
 before its first token).
 
-**Aggregate draws** (:func:`aggregate_path`): :math:`\log P_T` at the grid points from its
+**Aggregate draws** (:func:`aggregate_paths`): :math:`\log P_T` at the grid points from its
 exact law given the previous grid point, one or two draws per grid point, with the
 per-step coefficients of :func:`variance_lab.simulate.aggregate.aggregate_table` (the
 laws are written out there): lognormal :math:`N(\Delta m, \Delta s^2)`, two-point
@@ -56,13 +56,13 @@ __all__ = [
     "log_p",
     "token4",
     "draw_raw4",
-    "aggregate_path",
+    "aggregate_paths",
     "draw_log_r",
 ]
 
 #: Sampler codes the kernels draw from (:meth:`variance_lab.families.Family.sampler_params`).
 KNOWN_CODES = frozenset({CODE_DEGENERATE, CODE_LOGNORMAL, CODE_GAMMA, CODE_TWO_POINT, CODE_AR1})
-#: Codes whose sum of log-ratios :func:`aggregate_path` draws exactly (every family but gamma).
+#: Codes whose sum of log-ratios :func:`aggregate_paths` draws exactly (every family but gamma).
 AGGREGATE_CODES = frozenset({CODE_DEGENERATE, CODE_LOGNORMAL, CODE_TWO_POINT, CODE_AR1})
 
 
@@ -172,41 +172,49 @@ def draw_raw4(code, par, rng, m):  # pragma: no cover - compiled
 # aggregate draws
 # --------------------------------------------------------------------------------------
 @kernel
-def aggregate_path(code, par, grid, table, independent, rng, out, row):  # pragma: no cover - compiled
-    r"""One path's :math:`\log P_T` at every grid point by aggregate draws, into ``out[row, :]``.
+def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma: no cover - compiled
+    r"""``b`` paths' :math:`\log P_T` at every grid point by aggregate draws, into ``out[:b, :]``.
 
     ``table`` holds the per-step coefficients of
     :func:`variance_lab.simulate.aggregate.aggregate_table` (lognormal: :math:`\sqrt{\Delta}`;
     two-point: :math:`\Delta`; AR(1): :math:`\alpha, \beta, \ell_{11}, \ell_{21}, \ell_{22}`).
-    Grid points in order; with ``independent`` each point is drawn afresh.
+    Paths one after another, grid points in order; with ``independent`` each point is
+    drawn afresh. A block of paths per call, not one: a call with array arguments costs
+    reference-count updates, as much as the draws of a short path.
     """
     nT = grid.size
-    raw = 0.0
     if code == CODE_LOGNORMAL:  # log P_t = t m + s * raw
         m, s = par[0], par[1]
-        for j in range(nT):
-            z = table[j, 0] * rng.standard_normal()
-            raw = z if independent else raw + z
-            out[row, j] = grid[j] * m + s * raw
+        for i in range(b):
+            raw = 0.0
+            for j in range(nT):
+                z = table[j, 0] * rng.standard_normal()
+                raw = z if independent else raw + z
+                out[i, j] = grid[j] * m + s * raw
     elif code == CODE_TWO_POINT:  # raw = number of low values
-        for j in range(nT):
-            k = float(rng.binomial(np.int64(table[j, 0]), par[0]))
-            raw = k if independent else raw + k
-            out[row, j] = log_p(code, par, grid[j], raw)
+        for i in range(b):
+            raw = 0.0
+            for j in range(nT):
+                k = float(rng.binomial(np.int64(table[j, 0]), par[0]))
+                raw = k if independent else raw + k
+                out[i, j] = log_p(code, par, grid[j], raw)
     elif code == CODE_AR1:  # raw = sum of deviations, e = the last one
-        e = 0.0
-        for j in range(nT):
-            z1 = rng.standard_normal()
-            if independent:
-                raw = table[j, 2] * z1
-            else:
-                raw += table[j, 0] * e + table[j, 2] * z1
-                if j + 1 < nT:
-                    e = table[j, 1] * e + table[j, 3] * z1 + table[j, 4] * rng.standard_normal()
-            out[row, j] = log_p(code, par, grid[j], raw)
+        for i in range(b):
+            raw = 0.0
+            e = 0.0
+            for j in range(nT):
+                z1 = rng.standard_normal()
+                if independent:
+                    raw = table[j, 2] * z1
+                else:
+                    raw += table[j, 0] * e + table[j, 2] * z1
+                    if j + 1 < nT:
+                        e = table[j, 1] * e + table[j, 3] * z1 + table[j, 4] * rng.standard_normal()
+                out[i, j] = log_p(code, par, grid[j], raw)
     else:  # CODE_DEGENERATE
-        for j in range(nT):
-            out[row, j] = log_p(code, par, grid[j], raw)
+        for i in range(b):
+            for j in range(nT):
+                out[i, j] = log_p(code, par, grid[j], 0.0)
 
 
 # --------------------------------------------------------------------------------------

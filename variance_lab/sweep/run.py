@@ -170,6 +170,7 @@ def sweep(
         to the families that have it (an error if none has it).
     progress : bool
         Show a progress bar over cells (tqdm, on standard error).
+
     Returns
     -------
     SweepResult
