@@ -38,8 +38,8 @@ if __name__ == "__main__":  # run as a script from anywhere
 import numpy as np
 
 from variance_lab import LogNormal
-from variance_lab.simulate import prepare
-from variance_lab.simulate.dask_executor import Engine, local_cluster
+from variance_lab.simulate import Engine, prepare
+from variance_lab.simulate.dask_executor import local_cluster
 
 FAMILY = LogNormal(1.0, 0.1)
 SEED_GRID = (1, 10, 100, 1000)

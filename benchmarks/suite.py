@@ -115,9 +115,10 @@ def _fmt(v: float) -> str:
 
 
 def _run_acc(family, T, n, *, workers, sampler="token"):
-    from variance_lab.simulate import run_accumulators
+    from variance_lab.simulate import Engine, run_accumulators
 
-    return lambda: run_accumulators(family, T, n, seed=1, workers=workers, sampler=sampler, progress=False)
+    engine = Engine(workers=workers, sampler=sampler)
+    return lambda: run_accumulators(family, T, n, seed=1, engine=engine, progress=False)
 
 
 def _bare_threads(draws: int, threads: int):
@@ -253,10 +254,11 @@ _MEMORY_SCRIPT = textwrap.dedent(
     """
     import json, resource, sys, time, tracemalloc
     from variance_lab import LogNormal
-    from variance_lab.simulate import run_accumulators
+    from variance_lab.simulate import Engine, run_accumulators
     n, sampler, T = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
     fam = LogNormal(1.0, 0.1)
-    run_accumulators(fam, T, 4096, sampler=sampler, progress=False)  # imports and kernels loaded
+    engine = Engine(sampler=sampler)
+    run_accumulators(fam, T, 4096, engine=engine, progress=False)  # imports and kernels loaded
     def hwm_mb():  # this program's peak RSS: VmHWM (ru_maxrss would carry the forking parent's over exec)
         try:
             with open("/proc/self/status") as fh:
@@ -269,7 +271,7 @@ _MEMORY_SCRIPT = textwrap.dedent(
     before = hwm_mb()
     tracemalloc.start()
     t0 = time.perf_counter()
-    run_accumulators(fam, T, n, sampler=sampler, progress=False)
+    run_accumulators(fam, T, n, engine=engine, progress=False)
     wall = time.perf_counter() - t0
     traced = tracemalloc.get_traced_memory()[1]
     print(json.dumps({"rss_before_mb": before, "rss_peak_mb": hwm_mb(),

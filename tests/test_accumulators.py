@@ -5,6 +5,8 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from variance_lab import LogNormal, TwoPoint
 from variance_lab.simulate import AccumulatorSpec, accumulate_log_p, merge, merge_all, run_accumulators
@@ -37,6 +39,63 @@ def test_merge_equals_all_at_once(cuts):
     whole = accumulate_log_p(x, spec)
     parts = [accumulate_log_p(p, spec) for p in np.split(x, cuts)]
     _assert_close(merge_all(parts), whole)
+
+
+def _rounding_bound(x, acc):
+    r"""What merging promises: per power sum, the rounding of two summations of the same terms.
+
+    Every term :math:`d_i^k` of a power sum (:math:`d_i = e^{y_i - h} - e^{\rho - h}` for
+    :math:`P_T` and :math:`G_T`, :math:`y_i - T\mu_y` for :math:`\log P_T`) enters both the
+    all-at-once sum and the merged one; summed in two orders (and rescaled by
+    :math:`e^{k(h_c - h)}`, a few roundings per term), each is within
+    :math:`\gamma_m \sum_i |d_i|^k` of the exact sum, :math:`\gamma_m \approx m\varepsilon`,
+    :math:`m` the operations a term goes through (at most ``n`` additions and 16 more:
+    lanes, the pairwise tree, the power, the rescaling). Shape of ``acc.sums``.
+    """
+    n = x.shape[0]
+    T = acc.T.astype(float)
+    bound = np.empty_like(acc.sums)
+    for q, y in ((P, x), (G, x * (1.0 / T))):
+        with np.errstate(over="ignore"):
+            centre = np.where(
+                np.isneginf(acc.spec.log_ref[q]), 0.0, np.exp(acc.spec.log_ref[q] - acc.shift[q])
+            )
+            d = np.abs(np.exp(y - acc.shift[q]) - centre)
+        for k in range(4):
+            bound[q, :, k] = (d ** (k + 1)).sum(axis=0)
+    dev = np.abs(x - acc.spec.ref_logP)
+    for k in range(4):
+        bound[LOG_P, :, k] = (dev ** (k + 1)).sum(axis=0)
+    return 2 * (n + 16) * np.finfo(float).eps * bound
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    sigma2=st.sampled_from([0.01, 0.1, 2.0]),  # 2.0: log P_T widely spread at T = 100, no centring
+    T=st.sampled_from([(1,), (1, 10, 100), (3, 4, 5, 6, 7)]),
+    seed=st.integers(0, 2**32 - 1),
+    data=st.data(),
+)
+def test_merge_of_chunks_cut_anywhere_equals_all_at_once(n, sigma2, T, seed, data):
+    """Any cut of the same paths into chunks (empty ones and single paths too), merged in
+    order: the same count, shifts and tail bits as all at once, and power sums within the
+    rounding of two summations of the same terms."""
+    fam = LogNormal(1.0, sigma2)
+    x, spec = (
+        _log_p(n, T, seed=seed, fam=fam),
+        _spec(T, tail=data.draw(st.integers(1, 50), label="tail"), fam=fam),
+    )
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=12), label="cuts"))
+    whole = accumulate_log_p(x, spec)
+    merged = merge_all(accumulate_log_p(p, spec) for p in np.split(x, cuts))
+    assert merged.count == whole.count == n
+    np.testing.assert_array_equal(merged.shift, whole.shift)
+    np.testing.assert_array_equal(merged.tail, whole.tail)
+    assert merged.tail_complete().all()
+    err = np.abs(merged.sums - whole.sums)
+    bound = _rounding_bound(x, whole)
+    assert (err <= bound).all(), (err - bound).max()
 
 
 def test_merge_is_deterministic_and_order_sensitive_only_in_rounding():

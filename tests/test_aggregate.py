@@ -16,12 +16,15 @@ from scipy import stats
 
 from variance_lab import Gamma, LogNormal, TwoPoint
 from variance_lab.families import AR1
-from variance_lab.simulate import merge_all, prepare, run_accumulators, run_chunk, simulate
+from variance_lab.simulate import Engine, merge_all, prepare, run_accumulators, run_chunk, simulate
 from variance_lab.simulate.accumulators import LOG_P
 from variance_lab.simulate.aggregate import aggregate_table, has_exact_aggregate, resolve_sampler
 from variance_lab.simulate.kernels import accumulate_log_p, draw_log_p
 from variance_lab.simulate.plan import chunk_generator
 from variance_lab.stats import central_moments
+
+#: The aggregate sampler on threads (all cores).
+AGG = Engine(sampler="aggregate")
 
 ALPHA = 1e-3  # two-sample tests: reject "same law" below this p-value (fixed before running them)
 K_SE = 5.0  # moments: tolerance in standard errors
@@ -158,7 +161,7 @@ def test_two_point_samplers_agree_two_sample(fam, independent):
 def test_aggregate_moments_of_log_p(fam, independent):
     """Mean and variance of log P_T within K_SE standard errors of T E[log r] and V_T."""
     n = 100_000
-    acc = run_accumulators(fam, GRID, n, seed=5, independent=independent, sampler="aggregate", progress=False)
+    acc = run_accumulators(fam, GRID, n, seed=5, independent=independent, engine=AGG, progress=False)
     d, m2, _, m4 = central_moments(acc.sums[LOG_P], n)
     mean = acc.spec.ref_logP + d
     for j, T in enumerate(GRID):
@@ -187,12 +190,12 @@ def test_independent_aggregate_values_are_uncorrelated_across_T():
 
 
 def test_estimates_agree_with_closed_form():
-    """simulate(sampler='auto') gives the exact E[G_T], Var(G_T) within K_SE predicted errors."""
+    """simulate on Engine(sampler='auto') gives the exact E[G_T], Var(G_T) within K_SE predicted errors."""
     from variance_lab import theory
 
     fam = LogNormal(1.0, 0.1)
     n = 200_000
-    df = simulate(fam, [1, 10, 100, 1000], n, seed=8, sampler="auto", progress=False)
+    df = simulate(fam, [1, 10, 100, 1000], n, seed=8, engine=Engine(sampler="auto"), progress=False)
     assert df.attrs["provenance"]["sampler"] == "aggregate"
     for T in (1, 10, 100, 1000):
         for stat in ("mean_G", "var_G"):
@@ -206,7 +209,9 @@ def test_estimates_agree_with_closed_form():
 # ----------------------------------------------------------------------------- determinism
 @pytest.fixture(scope="module")
 def reference():
-    return run_accumulators(AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=3, workers=1, sampler="aggregate")
+    return run_accumulators(
+        AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=3, engine=Engine(workers=1, sampler="aggregate")
+    )
 
 
 def _same(a, b):
@@ -217,7 +222,9 @@ def _same(a, b):
 
 @pytest.mark.parametrize("workers", [2, 3])
 def test_bit_identical_for_any_workers(reference, workers):
-    acc = run_accumulators(AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=3, workers=workers, sampler="aggregate")
+    acc = run_accumulators(
+        AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=3, engine=Engine(workers=workers, sampler="aggregate")
+    )
     _same(acc, reference)
 
 
@@ -231,7 +238,9 @@ def test_bit_identical_for_any_order_and_after_pickling(reference):
 
 
 def test_seed_changes_the_draws(reference):
-    other = run_accumulators(AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=4, workers=2, sampler="aggregate")
+    other = run_accumulators(
+        AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=4, engine=Engine(workers=2, sampler="aggregate")
+    )
     assert not np.array_equal(other.sums, reference.sums)
 
 
@@ -258,16 +267,16 @@ def test_resolution():
 
 def test_gamma_has_no_aggregate_and_bad_names_fail():
     with pytest.raises(ValueError, match="gamma family has no exact aggregate"):
-        simulate(Gamma(1.0, 0.1), [1, 2], 100, sampler="aggregate", progress=False)
+        simulate(Gamma(1.0, 0.1), [1, 2], 100, engine=AGG, progress=False)
     with pytest.raises(ValueError, match="sampler must be one of"):
-        simulate(LogNormal(1.0, 0.1), [1, 2], 100, sampler="exact", progress=False)
-    df = simulate(Gamma(1.0, 0.1), [1, 2], 100, sampler="auto", progress=False)
+        Engine(sampler="exact")
+    df = simulate(Gamma(1.0, 0.1), [1, 2], 100, engine=Engine(sampler="auto"), progress=False)
     assert df.attrs["provenance"]["sampler"] == "token"
 
 
 def test_degenerate_aggregate_is_exact():
     fam = LogNormal(1.5, 0.0)
-    df = simulate(fam, [1, 10, 1000], 5000, sampler="aggregate", progress=False)
+    df = simulate(fam, [1, 10, 1000], 5000, engine=AGG, progress=False)
     var = df[df["statistic"].isin(["var_P", "var_G", "var_logP"])]["value"]
     assert (var == 0.0).all()
     np.testing.assert_allclose(df[df["statistic"] == "mean_G"]["value"], 1.5, rtol=1e-15)

@@ -21,7 +21,7 @@ import pytest
 
 from variance_lab import LogNormal, TwoPoint, cli
 from variance_lab.cli import _common as cli_common
-from variance_lab.simulate import DaskMissingError, prepare, run_accumulators, simulate
+from variance_lab.simulate import DaskMissingError, Engine, prepare, run_accumulators, simulate
 from variance_lab.simulate import dask_executor as dx
 from variance_lab.simulate.executor import make_progress
 from variance_lab.sweep import Store, load_store, load_table, sweep
@@ -68,12 +68,12 @@ def client():
 # ----------------------------------------------------------------------------- identical results
 def test_simulation_is_bit_identical_to_threads(client):
     local = simulate(FAM, GRID, N, seed=7, workers=2, progress=False)
-    on_dask = simulate(FAM, GRID, N, seed=7, client=client, progress=False)
+    on_dask = simulate(FAM, GRID, N, seed=7, engine=Engine(client=client), progress=False)
     pd.testing.assert_frame_equal(local, on_dask, check_exact=True)
     prov = on_dask.attrs["provenance"]
     assert prov["executor"] == "dask" and prov["workers"] == 2
     assert local.attrs["provenance"]["executor"] == "threads"
-    as_executor = run_accumulators(TwoPoint(1.0, 0.2, q=0.3), [3, 9], 9000, seed=2, executor=client)
+    as_executor = run_accumulators(TwoPoint(1.0, 0.2, q=0.3), [3, 9], 9000, seed=2, engine=Engine(client))
     local = run_accumulators(TwoPoint(1.0, 0.2, q=0.3), [3, 9], 9000, seed=2, workers=1)
     _assert_identical(as_executor, local)
 
@@ -84,7 +84,9 @@ def test_windowed_submission_merges_in_chunk_order(client, monkeypatch):
     monkeypatch.setattr(dx, "WINDOW_PER_THREAD", 1)
     args = (FAM, GRID, 12_000)
     ref = run_accumulators(*args, seed=3, chunk_size=1000, workers=1, progress=False)
-    _assert_identical(run_accumulators(*args, seed=3, chunk_size=1000, client=client, progress=False), ref)
+    _assert_identical(
+        run_accumulators(*args, seed=3, chunk_size=1000, engine=Engine(client=client), progress=False), ref
+    )
     deadline = time.monotonic() + 10
     while client.who_has() and time.monotonic() < deadline:  # releases reach the scheduler soon after
         time.sleep(0.05)
@@ -107,11 +109,13 @@ def test_scheduler_address_and_scheduler_file(client, tmp_path):
 
     ref = run_accumulators(FAM, [4], 5000, seed=1, workers=1, progress=False)
     address = client.scheduler.address
-    _assert_identical(run_accumulators(FAM, [4], 5000, seed=1, executor="dask", scheduler=address), ref)
+    _assert_identical(run_accumulators(FAM, [4], 5000, seed=1, engine=Engine("dask", scheduler=address)), ref)
     # what `dask scheduler --scheduler-file` writes, reduced to what a client reads (this
     # version's Client.write_scheduler_file fails on tuple keys in the worker metrics)
     (tmp_path / "scheduler.json").write_text(json.dumps({"type": "Scheduler", "address": address}))
-    by_file = run_accumulators(FAM, [4], 5000, seed=1, executor="dask", scheduler=tmp_path / "scheduler.json")
+    by_file = run_accumulators(
+        FAM, [4], 5000, seed=1, engine=Engine("dask", scheduler=tmp_path / "scheduler.json")
+    )
     _assert_identical(by_file, ref)
     with pytest.raises(ValueError, match="No clients found"):  # ours never became the default client
         distributed.default_client()
@@ -125,14 +129,14 @@ def test_progress_bar_from_the_task_stream(client, capsys, monkeypatch):
         return bars[-1]
 
     monkeypatch.setattr(dx, "make_progress", recording)
-    simulate(FAM, [2], 6000, client=client, progress=True)
+    simulate(FAM, [2], 6000, engine=Engine(client=client), progress=True)
     assert "simulating" in capsys.readouterr().err  # the bar of local runs
     assert bars[0].n == bars[0].total == 6000  # moved by every finished chunk
 
 
 def test_workers_load_kernels_from_the_disk_cache(client):
     simulate(FAM, [2], 3000, workers=1, progress=False)  # this process compiles or loads, and caches
-    simulate(FAM, [2], 3000, client=client, progress=False)
+    simulate(FAM, [2], 3000, engine=Engine(client=client), progress=False)
     stats = client.run(dx.kernel_cache_stats)  # {worker: {kernel: {"hits", "misses"}}}
     kernels = [k for per_worker in stats.values() for k in per_worker.values()]
     assert kernels and all(k["hits"] >= 1 and k["misses"] == 0 for k in kernels), stats
@@ -141,7 +145,9 @@ def test_workers_load_kernels_from_the_disk_cache(client):
 def test_sweep_is_bit_identical_to_threads(client, tmp_path):
     grid = {"families": ["lognormal", "gamma"], "mu": [0.9, 1.0], "sigma2": 0.1, "T": [1, 10], "n": [0, 3000]}
     local = sweep(**grid, seed=4, store=tmp_path / "local.sqlite", workers=2, progress=False)
-    on_dask = sweep(**grid, seed=4, store=tmp_path / "dask.sqlite", client=client, progress=False)
+    on_dask = sweep(
+        **grid, seed=4, store=tmp_path / "dask.sqlite", engine=Engine(client=client), progress=False
+    )
     assert on_dask.cells == local.cells and len(on_dask.computed) == 8
     pd.testing.assert_frame_equal(
         local.frame.drop(columns="created"), on_dask.frame.drop(columns="created"), check_exact=True
@@ -159,10 +165,14 @@ def test_cold_kernel_cache_compiles_on_the_workers_then_loads(tmp_path):
     ref = run_accumulators(FAM, GRID, N, seed=7, workers=1, progress=False)
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     with dx.local_cluster(2, memory_limit="2GiB", env=env) as c:
-        _assert_identical(run_accumulators(FAM, GRID, N, seed=7, client=c, progress=False), ref)
+        _assert_identical(
+            run_accumulators(FAM, GRID, N, seed=7, engine=Engine(client=c), progress=False), ref
+        )
         cold = [k for w in c.run(dx.kernel_cache_stats).values() for k in w.values()]
         c.restart()
-        _assert_identical(run_accumulators(FAM, GRID, N, seed=7, client=c, progress=False), ref)
+        _assert_identical(
+            run_accumulators(FAM, GRID, N, seed=7, engine=Engine(client=c), progress=False), ref
+        )
         warm = [k for w in c.run(dx.kernel_cache_stats).values() for k in w.values()]
     assert sum(k["misses"] for k in cold) >= 1, cold  # compiled (a worker may load what the other wrote)
     assert warm and all(k["hits"] >= 1 and k["misses"] == 0 for k in warm), warm
@@ -187,7 +197,9 @@ def test_killed_worker_is_recomputed_with_the_same_result(client):
 
     def run():
         try:
-            box["acc"] = run_accumulators(*args, seed=11, chunk_size=4096, client=client, progress=False)
+            box["acc"] = run_accumulators(
+                *args, seed=11, chunk_size=4096, engine=Engine(client=client), progress=False
+            )
         except BaseException as exc:  # re-raised in the test's thread
             box["error"] = exc
 
@@ -218,9 +230,9 @@ def no_dask(monkeypatch):
 )
 def test_missing_extra_says_what_to_install(no_dask, choice):
     with pytest.raises(DaskMissingError, match=r"pip install 'variance_lab\[distributed\]'") as info:
-        simulate(FAM, [2], 100, progress=False, **choice)
+        Engine(**choice)
     assert isinstance(info.value, ImportError) and isinstance(info.value, ValueError)
-    simulate(FAM, [2], 100, progress=False, executor="threads")  # threads need nothing more
+    simulate(FAM, [2], 100, progress=False, engine=Engine("threads"))  # threads need nothing more
 
 
 def test_missing_extra_on_the_command_line(no_dask, tmp_path, capsys):
@@ -250,14 +262,14 @@ def test_missing_extra_on_the_command_line(no_dask, tmp_path, capsys):
 @needs_dask
 def test_bad_choice(choice, match):
     with pytest.raises(ValueError, match=match):
-        simulate(FAM, [2], 100, progress=False, **choice)
+        Engine(**choice)
 
 
 @needs_dask
 def test_unreachable_scheduler(monkeypatch):
     monkeypatch.setattr(dx, "CONNECT_TIMEOUT_S", 1)
     with pytest.raises(ValueError, match="cannot reach the Dask scheduler 'tcp://127.0.0.1:9'"):
-        simulate(FAM, [2], 100, progress=False, executor="dask", scheduler="tcp://127.0.0.1:9")
+        simulate(FAM, [2], 100, progress=False, engine=Engine("dask", scheduler="tcp://127.0.0.1:9"))
 
 
 def test_cli_executors_match_the_engine():

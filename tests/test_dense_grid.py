@@ -10,6 +10,7 @@ from variance_lab import Gamma, LogNormal, TwoPoint
 from variance_lab.families import AR1
 from variance_lab.simulate import (
     AccumulatorSpec,
+    Engine,
     accumulate_log_p,
     merge_all,
     prepare,
@@ -110,8 +111,12 @@ def test_dense_and_sparse_grids_read_the_same_paths():
 @pytest.mark.parametrize("sampler", ["token", "aggregate"])
 def test_dense_grid_bit_identical_for_any_workers(sampler):
     fam = AR1(1.0, 0.1, rho=0.4)
-    one = run_accumulators(fam, DENSE, 9000, seed=2, workers=1, sampler=sampler, progress=False)
-    two = run_accumulators(fam, DENSE, 9000, seed=2, workers=2, sampler=sampler, progress=False)
+    one = run_accumulators(
+        fam, DENSE, 9000, seed=2, engine=Engine(workers=1, sampler=sampler), progress=False
+    )
+    two = run_accumulators(
+        fam, DENSE, 9000, seed=2, engine=Engine(workers=2, sampler=sampler), progress=False
+    )
     for u, v in ((one.shift, two.shift), (one.sums, two.sums), (one.tail, two.tail)):
         np.testing.assert_array_equal(u, v)
 

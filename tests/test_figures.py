@@ -237,6 +237,55 @@ def test_sample_log_P_moments_and_determinism():
     assert not np.array_equal(a, figs.sample_log_P(fam, [1, 5, 20], 20000, seed=4))
 
 
+SAMPLE_FAMILIES = [
+    get_family("lognormal", 1.0, 0.1),
+    get_family("gamma", 1.0, 0.1),
+    get_family("gamma", 1.0, 4.0),  # shape 1/4 < 1: the boosted draw
+    get_family("two-point", 1.0, 0.1, q=0.3),
+    get_family("ar1", 1.0, 0.1, rho=0.5),  # correlated tokens: what the old NumPy sampler could not draw
+    get_family("ar1", 0.9, 0.2, rho=-0.3),
+    get_family("lognormal", 1.2, 0.0),  # degenerate
+]
+
+
+@pytest.mark.parametrize(
+    "fam",
+    SAMPLE_FAMILIES,
+    ids=["lognormal", "gamma", "gamma-small-shape", "two-point", "ar1", "ar1-neg", "degenerate"],
+)
+def test_sample_log_P_every_family_draws_like_the_engine(fam):
+    """Every family: the engine's own draws (the paths a chunk draws from the same stream),
+    with E[log P_T] and Var(log P_T) of theory within 5 standard errors."""
+    from variance_lab.simulate import draw_log_p
+
+    T, n = [1, 5, 20], 20_000
+    x = figs.sample_log_P(fam, T, n, seed=3)
+    code, par = fam.sampler_params()
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(3)))
+    np.testing.assert_array_equal(x, draw_log_p(code, par, T, rng, n))
+    assert np.isfinite(x).all()
+    for j, t in enumerate(T):
+        var = float(fam.var_sum_mp(t)) if hasattr(fam, "var_sum_mp") else t * fam.var_log
+        mean_err = abs(x[:, j].mean() - t * fam.mean_log)
+        if var == 0.0:  # every path: exactly the kernel's t * log(mu)
+            np.testing.assert_array_equal(x[:, j], t * par[0])
+            continue
+        d = x[:, j] - x[:, j].mean()
+        se_var = np.sqrt((np.mean(d**4) - np.mean(d**2) ** 2) / n)  # plug-in SE of the sample variance
+        assert mean_err < 5 * np.sqrt(var / n), (t, mean_err)
+        assert abs(d.var() - var) < 5 * se_var, (t, d.var(), var)
+
+
+def test_sample_log_P_aggregate_sampler():
+    fam = get_family("ar1", 1.0, 0.1, rho=0.5)
+    x = figs.sample_log_P(fam, [1, 10], 50_000, seed=1, sampler="aggregate")
+    var = float(fam.var_sum_mp(10))
+    d = x[:, 1] - x[:, 1].mean()
+    assert abs(d.var() - var) < 5 * np.sqrt((np.mean(d**4) - np.mean(d**2) ** 2) / 50_000)
+    with pytest.raises(ValueError, match="gamma family has no exact aggregate"):
+        figs.sample_log_P(get_family("gamma", 1.0, 0.1), [1], 10, sampler="aggregate")
+
+
 def test_sample_log_P_other_families():
     two = get_family("two-point", 1.0, 0.1)
     _, (q, la, lb) = two.sampler_params()

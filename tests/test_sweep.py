@@ -189,10 +189,10 @@ def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
 
     real = sweep_mod.compute
 
-    def flaky(cell, workers=None):
+    def flaky(cell, engine=None):
         if cell.family.mu == 0.9:
             raise ValueError("boom")
-        return real(cell, workers=workers)
+        return real(cell, engine=engine)
 
     monkeypatch.setattr(sweep_mod, "compute", flaky)
     result = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "s.sqlite", progress=False)
@@ -209,11 +209,11 @@ def test_interrupt_keeps_finished_cells(tmp_path, monkeypatch):
 
     real, calls = sweep_mod.compute, []
 
-    def interrupted(cell, workers=None):
+    def interrupted(cell, engine=None):
         calls.append(cell)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(cell, workers=workers)
+        return real(cell, engine=engine)
 
     monkeypatch.setattr(sweep_mod, "compute", interrupted)
     store = tmp_path / "s.sqlite"

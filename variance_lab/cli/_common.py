@@ -186,6 +186,22 @@ def add_sampler_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def engine_from_args(args: argparse.Namespace):
+    """The :class:`~variance_lab.simulate.Engine` of ``--executor/--scheduler/--workers/--sampler``.
+
+    Options a subcommand does not have take the engine's defaults. Raises ``ValueError``
+    (exit status 2) for a contradictory choice, or a Dask executor without Dask.
+    """
+    from variance_lab.simulate import Engine  # loads numba: only when Monte Carlo runs
+
+    return Engine(
+        getattr(args, "executor", None),
+        scheduler=getattr(args, "scheduler", None),
+        workers=getattr(args, "workers", None),
+        sampler=getattr(args, "sampler", "token"),
+    )
+
+
 def report_list(title: str, items: list[str], limit: int = 10) -> None:
     print(f"{PROG}: {title}: {len(items)}", file=sys.stderr)
     for item in items[:limit]:

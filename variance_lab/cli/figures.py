@@ -4,27 +4,28 @@ from __future__ import annotations
 
 import argparse
 
-from variance_lab.cli._common import positive_int
+from variance_lab.cli._common import engine_from_args, positive_int
 
 
 def run(args: argparse.Namespace) -> int:
     from variance_lab.paper import figures as figures_mod
 
-    if args.from_sidecar is not None:
-        paths = figures_mod.from_sidecar(args.from_sidecar, args.out, workers=args.workers)
-    else:
-        only = None
-        if args.only is not None:
-            from variance_lab.sweep import grid
+    only = None
+    if args.from_sidecar is None and args.only is not None:
+        from variance_lab.sweep import grid
 
-            only = grid.parse_name_list(args.only, name="--only", choices=list(figures_mod.ALL_FIGURES))
-        paths = figures_mod.make_all(
-            args.out or "figures",
-            quick=args.quick,
-            only=only,
-            workers=args.workers,
-            progress=not args.no_progress,
-        )
+        only = grid.parse_name_list(args.only, name="--only", choices=list(figures_mod.ALL_FIGURES))
+    with engine_from_args(args) as engine:
+        if args.from_sidecar is not None:
+            paths = figures_mod.from_sidecar(args.from_sidecar, args.out, engine=engine)
+        else:
+            paths = figures_mod.make_all(
+                args.out or "figures",
+                quick=args.quick,
+                only=only,
+                engine=engine,
+                progress=not args.no_progress,
+            )
     folders = sorted({str(p.parent) for p in paths})
     print(f"wrote {len(paths)} files to {', '.join(folders)}")
     return 0

@@ -10,6 +10,7 @@ from variance_lab.cli._common import (
     PROG,
     add_executor_args,
     add_sampler_arg,
+    engine_from_args,
     family_list,
     float_arg,
     grid_arg,
@@ -23,24 +24,22 @@ def run(args: argparse.Namespace) -> int:
     from variance_lab import sweep as sweep_mod
 
     try:
-        result = sweep_mod.sweep(
-            args.family,
-            args.mu,
-            args.sigma2,
-            args.T,
-            args.n,
-            seed=args.seed,
-            store=args.store,
-            workers=args.workers,
-            executor=args.executor,
-            scheduler=args.scheduler,
-            sampler=args.sampler,
-            independent=args.independent,
-            ci=args.ci,
-            target=args.target,
-            params=dict(args.param or []),
-            progress=not args.no_progress,
-        )
+        with engine_from_args(args) as engine:
+            result = sweep_mod.sweep(
+                args.family,
+                args.mu,
+                args.sigma2,
+                args.T,
+                args.n,
+                seed=args.seed,
+                store=args.store,
+                engine=engine,
+                independent=args.independent,
+                ci=args.ci,
+                target=args.target,
+                params=dict(args.param or []),
+                progress=not args.no_progress,
+            )
     except sweep_mod.SweepInterrupted as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 130

@@ -9,6 +9,7 @@ from variance_lab.cli._common import (
     add_executor_args,
     add_family_args,
     add_sampler_arg,
+    engine_from_args,
     family_from_args,
     float_arg,
     parse_int_list,
@@ -26,17 +27,8 @@ def run(args: argparse.Namespace) -> int:
     if args.n != 0:  # Monte Carlo columns beside the theory
         from variance_lab.simulate import simulate
 
-        mc = simulate(
-            family,
-            T,
-            args.n,
-            seed=args.seed,
-            workers=args.workers,
-            target=args.target,
-            executor=args.executor,
-            scheduler=args.scheduler,
-            sampler=args.sampler,
-        )
+        with engine_from_args(args) as engine:
+            mc = simulate(family, T, args.n, seed=args.seed, engine=engine, target=args.target)
         frame = table_report.with_monte_carlo(frame, mc)
         mc_notes = table_report.monte_carlo_notes(mc, args.n, args.seed, target=args.target)
         notes = f"{mc_notes}\n\n{notes}" if notes else mc_notes

@@ -23,8 +23,12 @@ Figures (:data:`FIGURES`):
 ``log_histograms``
     Histograms of log P_T and log G_T at a few T, from raw draws (:func:`sample_log_P`).
 
-The data come from :mod:`variance_lab.theory` and, where the engine is available,
-:func:`variance_lab.simulate.simulate`; the drawing from :mod:`variance_lab.report.figures`.
+The data come from :mod:`variance_lab.theory` and the Monte Carlo engine
+(:func:`variance_lab.simulate.simulate`; raw draws through the engine's own samplers,
+:func:`variance_lab.simulate.draw_log_p`); the drawing from :mod:`variance_lab.report.figures`.
+An :class:`~variance_lab.simulate.Engine` passed as ``engine=`` says where Monte Carlo
+chunks run; the sampler of a figure is part of its parameters (``"sampler"``, default
+``"token"``), so that its sidecar reproduces it whatever engine runs it.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import hashlib
 import json
 import os
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -44,7 +48,7 @@ from variance_lab import __version__, theory
 from variance_lab._atomic import atomic_write
 from variance_lab.families import Family, get_family
 from variance_lab.report import figures as plots
-from variance_lab.simulate import simulate
+from variance_lab.simulate import Engine, draw_log_p, resolve_sampler, simulate, using_engine
 from variance_lab.sweep import plan
 from variance_lab.sweep.grid import parse_grid
 
@@ -154,26 +158,37 @@ def default_params(name: str, *, quick: bool = False) -> dict:
 
 
 # --------------------------------------------------------------------------- raw draws
-def sample_log_P(family: Family, T: Sequence[int], n: int, *, seed: int = 0) -> np.ndarray:
-    """Draws of log P_T: ``n`` paths of ``max(T)`` i.i.d. log-ratios, read at each T.
+def sample_log_P(
+    family: Family, T: Sequence[int], n: int, *, seed: int = 0, sampler: str = "token"
+) -> np.ndarray:
+    """Draws of log P_T: ``n`` paths read at each T, drawn by the Monte Carlo engine's sampler.
 
-    A small NumPy sampler for histograms (modest ``n``), separate from the Monte Carlo
-    engine: one :class:`numpy.random.Generator` from ``SeedSequence(seed)``, tokens drawn
-    one step at a time for all paths, so memory is O(n).
+    The paths are those a chunk of ``n`` paths draws
+    (:func:`variance_lab.simulate.draw_log_p`, every family, AR(1) included), from one
+    :class:`numpy.random.Generator` made from ``SeedSequence(seed)``. Holds the
+    ``n x len(T)`` result (for histograms: modest ``n``).
 
     Parameters
     ----------
     family : Family
     T : sequence of int
-        Sorted-or-not lengths >= 1.
+        Lengths >= 1, in any order (repeats allowed).
     n : int
-        Paths.
+        Paths, >= 1.
     seed : int
+    sampler : {"token", "aggregate", "auto"}
+        Token by token (the reference, every family) or aggregate draws at the T points
+        (:mod:`variance_lab.simulate.aggregate`).
 
     Returns
     -------
     ndarray, shape (n, len(T))
         Column ``j`` holds log P_{T[j]} of every path.
+
+    Raises
+    ------
+    ValueError
+        For T below 1, ``n < 1`` or a sampler the family does not have.
     """
     Ts = [int(t) for t in T]
     if not Ts or min(Ts) < 1:
@@ -181,34 +196,10 @@ def sample_log_P(family: Family, T: Sequence[int], n: int, *, seed: int = 0) -> 
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n!r}")
     code, p = family.sampler_params()
+    grid = np.unique(Ts)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
-    draw = _token_sampler(code, p, rng, n)
-    where = {t: j for j, t in enumerate(Ts)}
-    out = np.empty((n, len(Ts)))
-    total = np.zeros(n)
-    for t in range(1, max(Ts) + 1):
-        total += draw()
-        if t in where:
-            out[:, where[t]] = total
-    return out
-
-
-def _token_sampler(code: int, p: np.ndarray, rng: np.random.Generator, n: int) -> Callable[[], np.ndarray]:
-    """A function drawing ``n`` i.i.d. log-ratios per call (codes of ``Family.sampler_params``)."""
-    if code == 0:
-        return lambda: np.full(n, p[0])
-    if code == 1:
-        return lambda: p[0] + p[1] * rng.standard_normal(n)
-    if code == 2:
-
-        def gamma() -> np.ndarray:
-            with np.errstate(divide="ignore"):
-                return np.log(rng.standard_gamma(p[0], n)) + p[1]
-
-        return gamma
-    if code == 3:
-        return lambda: np.where(rng.random(n) < p[0], p[1], p[2])
-    raise ValueError(f"unknown sampler code {code!r}")
+    draws = draw_log_p(code, p, grid, rng, int(n), sampler=resolve_sampler(sampler, code, family.name))
+    return draws[:, np.searchsorted(grid, Ts)]
 
 
 def histogram_frame(log_P: np.ndarray, T: Sequence[int], bins: int = 60) -> pd.DataFrame:
@@ -238,7 +229,7 @@ def _theory(family: Family, T, quantities: Sequence[str], target: float = theory
     return theory.tidy(family, T, target=target, quantities=quantities)
 
 
-def _monte_carlo(family: Family, params: dict, workers) -> pd.DataFrame:
+def _monte_carlo(family: Family, params: dict, engine: Engine) -> pd.DataFrame:
     if not params.get("n"):
         return pd.DataFrame()
     frame = simulate(
@@ -246,7 +237,7 @@ def _monte_carlo(family: Family, params: dict, workers) -> pd.DataFrame:
         list(params["mc_T"]),
         int(params["n"]),
         seed=int(params["seed"]),
-        workers=workers,
+        engine=engine.with_sampler(params.get("sampler", "token")),
         ci=float(params["ci"]),
         progress=False,
     )
@@ -262,15 +253,24 @@ def _keep(frame: pd.DataFrame, statistics) -> pd.DataFrame:
     return frame[frame["statistic"].isin(list(statistics))].reset_index(drop=True)
 
 
-def figure_data(name: str, params: dict, *, workers: int | None = None) -> pd.DataFrame:
-    """The tidy data behind figure ``name`` with ``params`` (see :func:`default_params`)."""
+def figure_data(name: str, params: dict, *, engine: Engine | None = None) -> pd.DataFrame:
+    """The tidy data behind figure ``name`` with ``params`` (see :func:`default_params`).
+
+    ``engine`` runs the Monte Carlo parts (default: threads on all cores); results do not
+    depend on it.
+    """
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
+    with using_engine(engine) as eng:
+        return _figure_data(name, params, eng)
+
+
+def _figure_data(name: str, params: dict, engine: Engine) -> pd.DataFrame:
     p = params
     var_G = ["var_G", "var_G_lognormal", "var_G_delta", "var_G_seed"]
     if name == "variance_vs_T":
         family = get_family(p["family"], p["mu"], p["sigma2"])
-        frames = [_theory(family, p["T"], ["var_P", *var_G]), _monte_carlo(family, p, workers)]
+        frames = [_theory(family, p["T"], ["var_P", *var_G]), _monte_carlo(family, p, engine)]
         return _keep(_concat(frames), ["var_P", "var_G"])
     if name == "ratio_vs_T":
         families = [get_family(p["family"], m, p["sigma2"]) for m in p["mu"]]
@@ -288,10 +288,11 @@ def figure_data(name: str, params: dict, *, workers: int | None = None) -> pd.Da
         frames = []
         for s2 in p["sigma2"]:
             family = get_family(p["family"], p["mu"], s2)
-            frames += [_theory(family, p["T"], ["ess_frac_P"]), _monte_carlo(family, p, workers)]
+            frames += [_theory(family, p["T"], ["ess_frac_P"]), _monte_carlo(family, p, engine)]
         return _keep(_concat(frames), ["ess_frac_P"])
     family = get_family(p["family"], p["mu"], p["sigma2"])
-    return histogram_frame(sample_log_P(family, p["T"], int(p["n"]), seed=int(p["seed"])), p["T"], p["bins"])
+    draws = sample_log_P(family, p["T"], int(p["n"]), seed=int(p["seed"]), sampler=p.get("sampler", "token"))
+    return histogram_frame(draws, p["T"], p["bins"])
 
 
 def draw(name: str, data: pd.DataFrame, params: dict):
@@ -313,7 +314,7 @@ def draw(name: str, data: pd.DataFrame, params: dict):
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
 
 
-def make_figure(name: str, params: dict | None = None, *, quick: bool = False, workers: int | None = None):
+def make_figure(name: str, params: dict | None = None, *, quick: bool = False, engine: Engine | None = None):
     """Compute and draw one figure.
 
     Parameters
@@ -324,8 +325,8 @@ def make_figure(name: str, params: dict | None = None, *, quick: bool = False, w
         Parameters (default: :func:`default_params`); a sidecar's ``params`` reproduce its figure.
     quick : bool
         Use the quick defaults (when ``params`` is not given).
-    workers : int, optional
-        Engine worker threads (does not change results).
+    engine : Engine, optional
+        Runs the Monte Carlo parts (default: threads on all cores; does not change results).
 
     Returns
     -------
@@ -333,7 +334,7 @@ def make_figure(name: str, params: dict | None = None, *, quick: bool = False, w
         The figure, its data and the parameters used.
     """
     params = default_params(name, quick=quick) if params is None else dict(params)
-    data = figure_data(name, params, workers=workers)
+    data = figure_data(name, params, engine=engine)
     return draw(name, data, params), data, params
 
 
@@ -423,7 +424,7 @@ def make_all(
     *,
     quick: bool = False,
     only: Sequence[str] | None = None,
-    workers: int | None = None,
+    engine: Engine | None = None,
     progress: bool = True,
 ) -> list[Path]:
     """Regenerate figures from scratch into ``out``; returns the files written.
@@ -436,8 +437,8 @@ def make_all(
         Small grids and few draws (seconds; for tests and previews).
     only : sequence of str, optional
         A subset of :data:`ALL_FIGURES`.
-    workers : int, optional
-        Engine worker threads.
+    engine : Engine, optional
+        Runs the Monte Carlo parts (default: threads on all cores; one engine for every figure).
     progress : bool
         Progress bar over figures.
     """
@@ -451,19 +452,20 @@ def make_all(
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {str(out)!r} is not a folder")
     written: list[Path] = []
-    for name in tqdm(names, disable=not progress, unit="figure", desc="figures"):
-        if name == EXPERIMENT_FIGURE:  # drawn from the shipped data set (variance_lab.experiment)
-            from variance_lab.experiment.figure import save_experiment_figure
+    with using_engine(engine) as eng:
+        for name in tqdm(names, disable=not progress, unit="figure", desc="figures"):
+            if name == EXPERIMENT_FIGURE:  # drawn from the shipped data set (variance_lab.experiment)
+                from variance_lab.experiment.figure import save_experiment_figure
 
-            written += save_experiment_figure(out, n_boot=200 if quick else 1000)
-            continue
-        fig, data, params = make_figure(name, quick=quick, workers=workers)
-        written += save_figure(name, fig, data, params, out, quick=quick)
+                written += save_experiment_figure(out, n_boot=200 if quick else 1000)
+                continue
+            fig, data, params = make_figure(name, quick=quick, engine=eng)
+            written += save_figure(name, fig, data, params, out, quick=quick)
     return written
 
 
 def from_sidecar(
-    path: str | os.PathLike, out: str | os.PathLike | None = None, *, workers: int | None = None
+    path: str | os.PathLike, out: str | os.PathLike | None = None, *, engine: Engine | None = None
 ) -> list[Path]:
     """Rebuild the figure described by a sidecar JSON into ``out`` (default: its folder)."""
     path = Path(path)
@@ -472,7 +474,7 @@ def from_sidecar(
         name, params = sidecar["figure"], sidecar["params"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{str(path)!r} is not a figure sidecar: {exc}") from None
-    fig, data, params = make_figure(name, params, workers=workers)
+    fig, data, params = make_figure(name, params, engine=engine)
     return save_figure(
         name, fig, data, params, path.parent if out is None else out, quick=bool(sidecar.get("quick", False))
     )

@@ -5,7 +5,7 @@ Data flow::
     family, T grid ──► AccumulatorSpec (references, tail size)
     n, seed ─────────► ChunkPlan (n and sampler alone) ──► ChunkTask per chunk
     ChunkTask ──► run_chunk (nogil numba kernel, own Generator) ──► Accumulator
-    Accumulators ──► merged in chunk order (threads) ──► estimates ──► tidy DataFrame
+    Accumulators ──► merged in chunk order (Engine: threads or Dask) ──► estimates ──► tidy DataFrame
 
 :func:`simulate` is the one call most users need; :func:`run_accumulators` stops at the
 merged accumulators, and :func:`~variance_lab.simulate.kernels.run_chunk` on the tasks of
@@ -13,16 +13,19 @@ merged accumulators, and :func:`~variance_lab.simulate.kernels.run_chunk` on the
 (merge their results with :func:`~variance_lab.simulate.accumulators.merge_all`, in chunk
 order).
 
-Sampling: token by token (``sampler="token"``, the default and the reference), or
-:math:`\log P_T` drawn at the grid points from its exact law given the previous grid
-point (``"aggregate"``, :mod:`~variance_lab.simulate.aggregate`: lognormal, two-point,
-AR(1)); ``"auto"`` takes the aggregate where it is exact. Paths are reduced into the
-accumulators a block at a time (:mod:`~variance_lab.simulate.block`), so that a dense
-T grid costs little more than its draws.
+Where chunks run and how paths are drawn is one :class:`Engine`
+(:mod:`~variance_lab.simulate.engine`), passed as ``engine=``: the executor (threads,
+Dask), the workers, and the sampler: token by token (``sampler="token"``, the default and
+the reference), or :math:`\log P_T` drawn at the grid points from its exact law given the
+previous grid point (``"aggregate"``, :mod:`~variance_lab.simulate.aggregate`: lognormal,
+two-point, AR(1)); ``"auto"`` takes the aggregate where it is exact. Every family's draw
+code is in :mod:`~variance_lab.simulate.draws`. Paths are reduced into the accumulators a
+block at a time (:mod:`~variance_lab.simulate.block`), so that a dense T grid costs little
+more than its draws.
 
-Reproducibility: ``(seed, n)`` (and ``chunk_size``, ``independent``, ``sampler``) fix every
-bit of the result, for any number of workers and any machine with the same NumPy bit
-generators.
+Reproducibility: ``(seed, n)`` (and ``chunk_size``, ``independent``, the engine's
+``sampler``) fix every bit of the result, for any number of workers, any executor and any
+machine with the same NumPy bit generators.
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ from variance_lab._validate import check_n, check_T
 from variance_lab.families import Family
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec, merge, merge_all
 from variance_lab.simulate.aggregate import SAMPLER_CHOICES, resolve_sampler
-from variance_lab.simulate.dask_executor import EXECUTORS, DaskMissingError, Engine
+from variance_lab.simulate.dask_executor import EXECUTORS, DaskMissingError
+from variance_lab.simulate.draws import draw_log_r
+from variance_lab.simulate.engine import Engine, using_engine
 from variance_lab.simulate.executor import default_workers
-from variance_lab.simulate.kernels import accumulate_log_p, draw_log_r, run_chunk
+from variance_lab.simulate.kernels import accumulate_log_p, draw_log_p, run_chunk
 from variance_lab.simulate.plan import ChunkPlan, ChunkTask, check_seed, make_plan, make_tasks
 
 __all__ = [
@@ -50,6 +55,7 @@ __all__ = [
     "ChunkPlan",
     "ChunkTask",
     "accumulate_log_p",
+    "draw_log_p",
     "draw_log_r",
     "make_plan",
     "make_tasks",
@@ -62,6 +68,7 @@ __all__ = [
     "EXECUTORS",
     "DaskMissingError",
     "Engine",
+    "using_engine",
 ]
 
 
@@ -114,14 +121,11 @@ def run_accumulators(
     n,
     *,
     seed=0,
+    engine: Engine | None = None,
     workers=None,
     independent: bool = False,
     progress=None,
     chunk_size=None,
-    executor=None,
-    scheduler=None,
-    client=None,
-    sampler: str = "token",
 ) -> Accumulator:
     """Simulate and return the merged accumulators (no estimates).
 
@@ -132,11 +136,11 @@ def run_accumulators(
     Accumulator
         All ``n`` paths, every T of the sorted grid.
     """
-    with Engine(executor, scheduler=scheduler, client=client, workers=workers) as engine:
+    with using_engine(engine, workers) as eng:
         _, tasks = prepare(
-            family, T, n, seed=seed, independent=independent, chunk_size=chunk_size, sampler=sampler
+            family, T, n, seed=seed, independent=independent, chunk_size=chunk_size, sampler=eng.sampler
         )
-        return engine.run(tasks, progress=progress)[0]
+        return eng.run(tasks, progress=progress)[0]
 
 
 def simulate(
@@ -145,16 +149,13 @@ def simulate(
     n,
     *,
     seed=0,
+    engine: Engine | None = None,
     workers=None,
     independent: bool = False,
     ci: float = 0.95,
     progress=None,
     chunk_size=None,
     target: float = 0.1,
-    executor=None,
-    scheduler=None,
-    client=None,
-    sampler: str = "token",
 ) -> pd.DataFrame:
     r"""Monte Carlo estimates of :math:`P_T` and :math:`G_T` with intervals and verdicts.
 
@@ -176,20 +177,20 @@ def simulate(
         Sequences (paths), >= 2.
     seed : int, default 0
         Root seed; with ``n`` (and ``chunk_size``) it fixes every bit of the result.
+    engine : Engine, optional
+        Where the chunks run and how paths are drawn (:class:`Engine`): the executor
+        (local threads, an existing Dask cluster, a ``LocalCluster``), its workers, and
+        the sampler (``"token"``, the reference; ``"aggregate"``: :math:`\log P_T` drawn
+        at the grid points from its exact law, one or two draws per grid point instead of
+        ``max(T)`` per path, the same law, other bits, ``ValueError`` for gamma; ``"auto"``).
+        Default: threads on all cores, token sampler. An engine given here is left open.
     workers : int, optional
-        Threads (``executor="threads"``) or worker processes (``"dask-local"``); default
-        all cores this process may use. Does not change the result.
+        Short for ``engine=Engine(workers=workers)``: threads; not with ``engine``. Does
+        not change the result.
     independent : bool, default False
         By default one path of length ``max(T)`` is read at every T (prefix sums), so
         estimates at different T are correlated; ``True`` draws fresh paths for each T
         (costs ``sum(T)`` instead of ``max(T)`` draws per path).
-    sampler : {"token", "aggregate", "auto"}, default "token"
-        ``"token"`` draws every token's ratio: the reference, for every family.
-        ``"aggregate"`` draws :math:`\log P_T` at the grid points directly from its exact
-        law given the previous grid point (lognormal, two-point, AR(1), degenerate;
-        :mod:`variance_lab.simulate.aggregate`): one or two draws per grid point instead
-        of ``max(T)`` per path, the same law, other bits; ``ValueError`` for gamma, which
-        has none. ``"auto"``: aggregate where it is exact, token elsewhere.
     ci : float, default 0.95
         Confidence level of the intervals.
     progress : None or bool
@@ -200,16 +201,6 @@ def simulate(
         (aggregate runs use larger chunks, :func:`~variance_lab.simulate.plan.make_plan`).
     target : float, default 0.1
         Relative error the verdicts ask for (theory's ``n_needed_*`` at this target).
-    executor : {"threads", "dask", "dask-local"} or distributed.Client, optional
-        Where the chunks run (:mod:`variance_lab.simulate.dask_executor`): local threads
-        (default), an existing Dask cluster (``scheduler=`` or ``client=``), or a
-        ``LocalCluster`` of ``workers`` processes started for this call. Does not change
-        the result. Dask needs the ``distributed`` extra.
-    scheduler : str, optional
-        ``executor="dask"``: ``tcp://HOST:PORT`` or a scheduler JSON file.
-    client : distributed.Client, optional
-        A connected Dask client to run on (implies ``executor="dask"``; left open). Pass
-        one to many calls rather than starting a cluster per call.
 
     Returns
     -------
@@ -222,8 +213,9 @@ def simulate(
     ------
     ValueError
         For a bad family, T grid (zero, negative, duplicate or non-integer entries),
-        ``n < 2``, ``workers < 1``, a negative seed, a bad ``ci`` or a bad executor
-        choice (:class:`DaskMissingError`, also an ``ImportError``, without the extra).
+        ``n < 2``, ``workers < 1``, a negative seed, a bad ``ci``, an ``engine`` that is
+        not an :class:`Engine` (or given with ``workers``), or the aggregate sampler for a
+        family without one.
 
     Examples
     --------
@@ -236,12 +228,12 @@ def simulate(
     from variance_lab.stats import z_value
 
     z_value(ci)
-    with Engine(executor, scheduler=scheduler, client=client, workers=workers) as engine:
+    with using_engine(engine, workers) as eng:
         plan, tasks = prepare(
-            family, T, n, seed=seed, independent=independent, chunk_size=chunk_size, sampler=sampler
+            family, T, n, seed=seed, independent=independent, chunk_size=chunk_size, sampler=eng.sampler
         )
         t0 = time.perf_counter()
-        acc, ran_on = engine.run(tasks, progress=progress)
+        acc, ran_on = eng.run(tasks, progress=progress)
         wall = time.perf_counter() - t0
     df = estimates.estimate(acc, family, ci=ci, target=target)
     draws_per_path = int(acc.T.sum()) if independent else int(acc.T.max())

@@ -64,11 +64,10 @@ from functools import lru_cache
 import mpmath
 import numpy as np
 
-from variance_lab.families import CODE_AR1, CODE_DEGENERATE, CODE_LOGNORMAL, CODE_TWO_POINT
+from variance_lab.families import CODE_AR1, CODE_LOGNORMAL, CODE_TWO_POINT
 from variance_lab.simulate._jit import kernel
 from variance_lab.simulate.block import BlockState, reduce_block
-from variance_lab.simulate.kernels import _log_p
-from variance_lab.simulate.plan import ChunkTask
+from variance_lab.simulate.draws import AGGREGATE_CODES, aggregate_paths
 
 __all__ = [
     "EXACT_CODES",
@@ -80,7 +79,7 @@ __all__ = [
 ]
 
 #: Family codes whose sum of log-ratios the aggregate sampler draws exactly.
-EXACT_CODES = frozenset({CODE_DEGENERATE, CODE_LOGNORMAL, CODE_TWO_POINT, CODE_AR1})
+EXACT_CODES = AGGREGATE_CODES
 
 #: What ``sampler=`` accepts.
 SAMPLER_CHOICES = ("token", "aggregate", "auto")
@@ -177,82 +176,49 @@ def aggregate_table(code: int, params, grid, independent: bool) -> np.ndarray:
 
 
 @kernel
-def _aggregate_kernel(
-    code,
-    par,
-    grid,
-    table,
-    independent,
-    n_paths,
-    rng,
-    log_ref,
-    ref_logp,
-    P,
-    keep,
-    shift,
-    cref,
-    sums,
-    tbuf,
-    tlen,
-    thr,
-    X,
-    lanes,
-):  # pragma: no cover - compiled
-    """Simulate ``n_paths`` paths by aggregate draws at the grid points; reduce them in blocks."""
-    nT = grid.size
+def _aggregate_kernel(code, par, table, independent, n_paths, rng, st):  # pragma: no cover - compiled
+    """Simulate ``n_paths`` paths by aggregate draws at the grid points; reduce them in blocks.
+
+    Each block of paths is drawn by :func:`variance_lab.simulate.draws.aggregate_paths`
+    into the fill buffer ``st.P`` and reduced at once
+    (:func:`variance_lab.simulate.block.reduce_block`).
+    """
+    P = st.P
     B = P.shape[0]
-    fill = 0
-    for _ in range(n_paths):
-        raw = 0.0
-        if code == 1:  # lognormal: log P_t = t m + s * raw
-            m, s = par[0], par[1]
-            for j in range(nT):
-                z = table[j, 0] * rng.standard_normal()
-                raw = z if independent else raw + z
-                P[fill, j] = grid[j] * m + s * raw
-        elif code == 3:  # two-point: raw = number of low values
-            for j in range(nT):
-                k = float(rng.binomial(np.int64(table[j, 0]), par[0]))
-                raw = k if independent else raw + k
-                P[fill, j] = _log_p(code, par, grid[j], raw)
-        elif code == 4:  # AR(1): raw = sum of deviations, e = the last one
-            e = 0.0
-            for j in range(nT):
-                z1 = rng.standard_normal()
-                if independent:
-                    raw = table[j, 2] * z1
-                else:
-                    raw += table[j, 0] * e + table[j, 2] * z1
-                    if j + 1 < nT:
-                        e = table[j, 1] * e + table[j, 3] * z1 + table[j, 4] * rng.standard_normal()
-                P[fill, j] = _log_p(code, par, grid[j], raw)
-        else:  # degenerate
-            for j in range(nT):
-                P[fill, j] = _log_p(code, par, grid[j], raw)
-        fill += 1
-        if fill == B:
-            reduce_block(P, B, grid, log_ref, ref_logp, keep, shift, cref, sums, tbuf, tlen, thr, X, lanes)
-            fill = 0
-    reduce_block(P, fill, grid, log_ref, ref_logp, keep, shift, cref, sums, tbuf, tlen, thr, X, lanes)
+    done = 0
+    while done < n_paths:
+        b = min(B, n_paths - done)
+        aggregate_paths(code, par, st.grid, table, independent, rng, P, b)
+        reduce_block(P, b, st)
+        done += b
 
 
-def run_aggregate(task: ChunkTask, rng: np.random.Generator, st: BlockState) -> None:
-    """Fill the chunk state ``st`` with the task's paths drawn by the aggregate sampler."""
-    code = int(task.code)
+def run_aggregate(
+    code: int, params, independent: bool, n_paths: int, rng: np.random.Generator, st: BlockState
+):
+    """Fill the chunk state ``st`` with ``n_paths`` paths drawn by the aggregate sampler.
+
+    Parameters
+    ----------
+    code : int
+        Sampler code; one of :data:`EXACT_CODES`.
+    params : ndarray
+        Sampler parameters (float64).
+    independent : bool
+        Fresh draws at every grid point.
+    n_paths : int
+    rng : numpy.random.Generator
+        The chunk's stream; advanced in place.
+    st : BlockState
+        The chunk's state (:func:`variance_lab.simulate.block.new_state`), filled in place.
+
+    Raises
+    ------
+    ValueError
+        For a family without an exact aggregate sampler.
+    """
+    code = int(code)
     if not has_exact_aggregate(code):
         raise ValueError(f"sampler code {code} has no exact aggregate sampler; use the token sampler")
-    spec = task.spec
-    table = aggregate_table(code, task.params, spec.T, task.independent)
-    _aggregate_kernel(
-        code,
-        task.params,
-        spec.T,
-        table,
-        bool(task.independent),
-        int(task.n_paths),
-        rng,
-        spec.log_ref,
-        spec.ref_logP,
-        st.P,
-        *st.args(),
-    )
+    table = aggregate_table(code, params, st.grid, independent)
+    _aggregate_kernel(code, params, table, bool(independent), int(n_paths), rng, st)

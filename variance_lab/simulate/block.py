@@ -41,13 +41,23 @@ so the threshold rises fast and the tail costs about one comparison per value.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from variance_lab.simulate._jit import kernel
 from variance_lab.simulate._vexp import W_MAX, W_MIN, exp_minus, exp_minus_clamped
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 
-__all__ = ["BLOCK_VALUES", "MAX_BLOCK", "block_size", "BlockState", "new_state", "to_accumulator"]
+__all__ = [
+    "BLOCK_VALUES",
+    "MAX_BLOCK",
+    "block_size",
+    "BlockState",
+    "new_state",
+    "reduce_block",
+    "to_accumulator",
+]
 
 #: Values of log P per block (all paths and T together): 2**17 float64 = 1 MiB per buffer.
 BLOCK_VALUES = 1 << 17
@@ -270,23 +280,23 @@ def _tail_part(j, X, b, keep, tbuf, tlen, thr):  # pragma: no cover - compiled
 
 
 @kernel
-def reduce_block(
-    P, b, grid, log_ref, ref_logp, keep, shift, cref, sums, tbuf, tlen, thr, X, lanes
-):  # pragma: no cover
-    """Reduce the first ``b`` paths of the fill buffer ``P`` (``(B, nT)``) into the state arrays.
+def reduce_block(P, b, st):  # pragma: no cover - compiled
+    """Reduce the first ``b`` rows of ``P`` (``(B, nT)``, usually ``st.P``) into the state ``st``.
 
-    ``P`` is transposed into ``X`` (``(nT, B)``) first, so that each T's values are
+    ``P`` is transposed into ``st.X`` (``(nT, B)``) first, so that each T's values are
     contiguous.
     """
     if b == 0:
         return
+    grid, X, lanes, sums = st.grid, st.X, st.lanes, st.sums
+    log_ref, shift, cref = st.log_ref, st.shift, st.cref
     nT = grid.size
     for j in range(nT):
         for i in range(b):
             X[j, i] = P[i, j]
     for j in range(nT):
         inv = 1.0 / grid[j]  # log G_T = log P_T * (1/T), as the spec's reference of a degenerate G
-        _lanes_log(X, j, b, ref_logp[j], lanes)
+        _lanes_log(X, j, b, st.ref_logp[j], lanes)
         _add_lanes(lanes, 0, sums, 2, j)
         ymax = lanes[8, 0]
         ymin = lanes[9, 0]
@@ -310,8 +320,8 @@ def reduce_block(
             _add_lanes(lanes, 4, sums, 1, j)
         else:  # pragma: no cover - foreign data only
             _exp_libm(1, j, X, b, inv, log_ref, cref, sums, lanes)
-        if ymax > thr[j]:
-            _tail_part(j, X, b, keep, tbuf, tlen, thr)
+        if ymax > st.thr[j]:
+            _tail_part(j, X, b, st.keep, st.tbuf, st.tlen, st.thr)
 
 
 @kernel
@@ -326,60 +336,75 @@ def finish_tails(tbuf, tlen, keep, out):  # pragma: no cover - compiled
             out[j, k] = srt[keep - 1 - k]
 
 
-class BlockState:
-    """The arrays a kernel fills for one chunk (see :func:`new_state`).
+class BlockState(NamedTuple):
+    """The arrays a kernel fills for one chunk, passed to the kernels as one argument.
+
+    A NamedTuple of arrays (and one int): numba passes it to a compiled function as one
+    typed value, and its fields are read like attributes. The grid and the references
+    come from the run's :class:`~variance_lab.simulate.accumulators.AccumulatorSpec`
+    (read only); the rest is the chunk's own (see :func:`new_state`).
 
     Attributes
     ----------
+    grid : ndarray of int64, shape (nT,)
+        Sorted T grid.
+    log_ref : ndarray, shape (2, nT)
+        References :math:`\\rho` of :math:`P_T`, :math:`G_T` (``-inf``: none).
+    ref_logp : ndarray, shape (nT,)
+        Centre of :math:`\\log P_T`.
     P : ndarray, shape (B, nT)
         Fill buffer: row ``i`` holds path ``i``'s :math:`\\log P_T` at every T of the grid.
+    X : ndarray, shape (nT, B)
+        Scratch: ``P`` transposed.
     shift, cref : ndarray, shape (2, nT)
         Shift :math:`h` and :math:`e^{\\rho - h}` of :math:`P_T`, :math:`G_T`.
     sums : ndarray, shape (3, nT, 4)
         Power sums.
     tbuf : ndarray, shape (nT, cap)
         Tail buffers; ``tlen`` values used per row, threshold ``thr``.
+    tlen : ndarray of int64, shape (nT,)
+    thr : ndarray, shape (nT,)
     keep : int
         Tail values kept per row.
-    X : ndarray, shape (nT, B)
-        Scratch: ``P`` transposed.
     lanes : ndarray, shape (10, LANES)
         Scratch: lane partial sums, maxima and minima of one row.
     """
 
-    __slots__ = ("P", "X", "shift", "cref", "sums", "tbuf", "tlen", "thr", "keep", "lanes")
-
-    def args(self) -> tuple:
-        """The arguments of :func:`reduce_block` after ``(P, b, grid, log_ref, ref_logp)``."""
-        return (
-            self.keep,
-            self.shift,
-            self.cref,
-            self.sums,
-            self.tbuf,
-            self.tlen,
-            self.thr,
-            self.X,
-            self.lanes,
-        )
+    grid: np.ndarray
+    log_ref: np.ndarray
+    ref_logp: np.ndarray
+    P: np.ndarray
+    X: np.ndarray
+    shift: np.ndarray
+    cref: np.ndarray
+    sums: np.ndarray
+    tbuf: np.ndarray
+    tlen: np.ndarray
+    thr: np.ndarray
+    keep: int
+    lanes: np.ndarray
 
 
 def new_state(spec: AccumulatorSpec, keep: int) -> BlockState:
     """Fresh state for one chunk whose tail keeps ``keep`` values per T (``keep >= 1``)."""
     nT = spec.T.size
-    st = BlockState()
     B = block_size(nT)
-    st.P = np.empty((B, nT))
-    st.X = np.empty((nT, B))
-    st.shift = spec.log_ref.copy()
-    st.cref = np.where(np.isneginf(spec.log_ref), 0.0, 1.0)
-    st.sums = np.zeros((3, nT, 4))
-    st.keep = int(keep)
-    st.tbuf = np.empty((nT, st.keep + max(st.keep, TAIL_SLACK)))
-    st.tlen = np.zeros(nT, dtype=np.int64)
-    st.thr = np.full(nT, -np.inf)
-    st.lanes = np.empty((10, LANES))
-    return st
+    keep = int(keep)
+    return BlockState(
+        grid=np.ascontiguousarray(spec.T, dtype=np.int64),
+        log_ref=np.ascontiguousarray(spec.log_ref, dtype=np.float64),
+        ref_logp=np.ascontiguousarray(spec.ref_logP, dtype=np.float64),
+        P=np.empty((B, nT)),
+        X=np.empty((nT, B)),
+        shift=spec.log_ref.copy(),
+        cref=np.where(np.isneginf(spec.log_ref), 0.0, 1.0),
+        sums=np.zeros((3, nT, 4)),
+        tbuf=np.empty((nT, keep + max(keep, TAIL_SLACK))),
+        tlen=np.zeros(nT, dtype=np.int64),
+        thr=np.full(nT, -np.inf),
+        keep=keep,
+        lanes=np.empty((10, LANES)),
+    )
 
 
 def to_accumulator(spec: AccumulatorSpec, n_paths: int, st: BlockState, *, complete: bool) -> Accumulator:

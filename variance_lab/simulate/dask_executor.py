@@ -1,9 +1,10 @@
-"""Where chunk tasks run: local threads (default) or a Dask cluster.
+"""Running chunk tasks on a Dask cluster (the engine's ``"dask"`` and ``"dask-local"`` executors).
 
-Three executors run the same chunk tasks (:func:`variance_lab.simulate.prepare`) with
-the same pure function (:func:`~variance_lab.simulate.kernels.run_chunk`) and merge their
-accumulators in chunk order on the calling process, so the result is bit-identical
-whatever runs the chunks, in whatever order they finish:
+Three executors (:class:`variance_lab.simulate.engine.Engine`) run the same chunk tasks
+(:func:`variance_lab.simulate.prepare`) with the same pure function
+(:func:`~variance_lab.simulate.kernels.run_chunk`) and merge their accumulators in chunk
+order on the calling process, so the result is bit-identical whatever runs the chunks, in
+whatever order they finish:
 
 ``"threads"``
     A pool of threads in this process (:mod:`variance_lab.simulate.executor`); ``workers``
@@ -42,7 +43,6 @@ environment does.
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -50,15 +50,16 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from variance_lab._validate import check_workers
-from variance_lab.simulate.accumulators import Accumulator, merge
-from variance_lab.simulate.executor import default_workers, make_progress, run_tasks
+from variance_lab.simulate.accumulators import Accumulator, merge_into
+from variance_lab.simulate.executor import make_progress
 
 __all__ = [
     "EXECUTORS",
+    "KERNEL_MODULES",
     "DaskMissingError",
-    "Engine",
     "check_scheduler",
-    "execute",
+    "cluster_threads",
+    "connect",
     "import_distributed",
     "kernel_cache_stats",
     "local_cluster",
@@ -80,6 +81,15 @@ MIN_WINDOW = 32
 WINDOW_REFRESH_S = 5.0
 #: Address schemes of a Dask scheduler.
 SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+#: Every module of the package that defines compiled kernels (:func:`kernel_cache_stats`).
+KERNEL_MODULES = (
+    "variance_lab.simulate._vexp",
+    "variance_lab.simulate.accumulators",
+    "variance_lab.simulate.draws",
+    "variance_lab.simulate.block",
+    "variance_lab.simulate.aggregate",
+    "variance_lab.simulate.kernels",
+)
 
 
 class DaskMissingError(ImportError, ValueError):
@@ -134,46 +144,6 @@ def check_scheduler(scheduler) -> str:
     return text
 
 
-def _is_client(obj) -> bool:
-    """Whether ``obj`` is a ``distributed.Client`` (without importing distributed)."""
-    client_class = getattr(sys.modules.get("distributed"), "Client", None)
-    return client_class is not None and isinstance(obj, client_class)
-
-
-def _bad_executor(executor) -> ValueError:
-    return ValueError(f"executor must be one of {', '.join(EXECUTORS)} or a Dask client, got {executor!r}")
-
-
-def _resolve(executor, scheduler, client, workers) -> tuple[str, object, object, int | None]:
-    """Validate an executor choice: ``(name, scheduler, client, workers)``."""
-    if executor is not None and not isinstance(executor, str):  # a Client passed as the executor
-        if not _is_client(executor):
-            raise _bad_executor(executor)
-        if client is not None:
-            raise ValueError("give the Dask client as executor= or as client=, not both")
-        executor, client = "dask", executor
-    if executor is None:
-        executor = "threads" if client is None else "dask"
-    if executor not in EXECUTORS:
-        raise _bad_executor(executor)
-    if executor == "threads":
-        if scheduler is not None or client is not None:
-            raise ValueError("a scheduler or a client needs executor='dask'")
-        return executor, None, None, default_workers() if workers is None else check_workers(workers)
-    import_distributed()
-    if executor == "dask-local":
-        if scheduler is not None or client is not None:
-            raise ValueError("executor='dask-local' starts its own cluster; a scheduler needs 'dask'")
-        return executor, None, None, default_workers() if workers is None else check_workers(workers)
-    if workers is not None:
-        raise ValueError("workers sets threads or dask-local processes; a Dask cluster has its own workers")
-    if (scheduler is None) == (client is None):
-        raise ValueError("executor='dask' needs one of: a scheduler address (tcp://HOST:PORT), a client")
-    if client is not None and not _is_client(client):
-        raise ValueError(f"client must be a distributed.Client, got {type(client).__name__}")
-    return executor, None if scheduler is None else check_scheduler(scheduler), client, None
-
-
 # --------------------------------------------------------------------------- clusters
 @contextlib.contextmanager
 def local_cluster(workers: int, **options):
@@ -205,8 +175,23 @@ def local_cluster(workers: int, **options):
 
 
 @contextlib.contextmanager
-def _connect(scheduler: str):
-    """A client of the scheduler at an address or in a scheduler file; closed on exit."""
+def connect(scheduler: str):
+    """A client of the scheduler at an address or in a scheduler file; closed on exit.
+
+    Parameters
+    ----------
+    scheduler : str
+        ``SCHEME://HOST:PORT`` or a scheduler JSON file (:func:`check_scheduler`).
+
+    Yields
+    ------
+    distributed.Client
+
+    Raises
+    ------
+    ValueError
+        When the scheduler cannot be reached within :data:`CONNECT_TIMEOUT_S`.
+    """
     distributed = import_distributed()
     where = {"scheduler_file": scheduler} if scheduler.endswith(".json") else {"address": scheduler}
     try:
@@ -217,96 +202,9 @@ def _connect(scheduler: str):
         yield client
 
 
-class Engine:
-    """One executor choice for many runs: validated at once, connected on first use.
-
-    A sweep uses one engine for all its cells, so a cluster is started (``dask-local``)
-    or reached (``dask``) once, and only if some cell needs the engine.
-
-    Parameters
-    ----------
-    executor : {"threads", "dask", "dask-local"}, distributed.Client or None
-        ``None``: ``"dask"`` if ``client`` is given, else ``"threads"``.
-    scheduler : str, optional
-        ``executor="dask"``: ``tcp://HOST:PORT`` or a scheduler JSON file.
-    client : distributed.Client, optional
-        ``executor="dask"``: a connected client (left open on exit).
-    workers : int, optional
-        Threads (``"threads"``) or worker processes (``"dask-local"``); default all cores.
-
-    Raises
-    ------
-    ValueError
-        A bad or contradictory choice; :class:`DaskMissingError` without the extra.
-    """
-
-    def __init__(self, executor=None, *, scheduler=None, client=None, workers=None) -> None:
-        self.name, self.scheduler, self._client, self.workers = _resolve(executor, scheduler, client, workers)
-        self._stack = contextlib.ExitStack()
-
-    def __enter__(self) -> Engine:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close a cluster or connection this engine opened (a client given to it stays open)."""
-        self._stack.close()
-
-    def start(self) -> Engine:
-        """Start or reach the cluster now (a no-op for threads); returns the engine."""
-        self.client  # noqa: B018 - connects
-        return self
-
-    @property
-    def client(self):
-        """The Dask client (``None`` for threads), connecting on first use."""
-        if self.name == "threads" or self._client is not None:
-            return self._client
-        if self.name == "dask-local":
-            self._client = self._stack.enter_context(local_cluster(self.workers))
-        else:
-            self._client = self._stack.enter_context(_connect(self.scheduler))
-        return self._client
-
-    def options(self) -> dict:
-        """Keyword arguments of :func:`variance_lab.simulate.simulate` that run on this engine."""
-        return {"workers": self.workers} if self.name == "threads" else {"client": self.client}
-
-    def run(self, tasks: Sequence, *, progress=None, fn: Callable | None = None) -> tuple[Accumulator, dict]:
-        """Run chunk tasks and merge them in chunk order.
-
-        Returns
-        -------
-        (Accumulator, dict)
-            The merged accumulator and ``{"executor", "workers"}`` (threads or the
-            cluster's worker threads) for the provenance.
-        """
-        extra = {} if fn is None else {"fn": fn}
-        if self.name == "threads":
-            acc = run_tasks(tasks, workers=self.workers, progress=progress, **extra)
-            return acc, {"executor": "threads", "workers": self.workers}
-        client = self.client
-        threads = _threads(client)
-        acc = run_tasks_dask(tasks, client, progress=progress, **extra)
-        return acc, {"executor": self.name, "workers": threads}
-
-
-def execute(tasks: Sequence, *, executor=None, scheduler=None, client=None, workers=None, progress=None):
-    """Run chunk tasks on the chosen executor (see :class:`Engine`); merge them in chunk order.
-
-    Returns
-    -------
-    (Accumulator, dict)
-        See :meth:`Engine.run`.
-    """
-    with Engine(executor, scheduler=scheduler, client=client, workers=workers) as engine:
-        return engine.run(tasks, progress=progress)
-
-
 # --------------------------------------------------------------------------- running on Dask
-def _threads(client) -> int:
+def cluster_threads(client) -> int:
+    """Worker threads of the cluster of ``client``, all workers together."""
     return int(sum(client.nthreads().values()))
 
 
@@ -319,7 +217,7 @@ class _Window:
     def size(self) -> int:
         now = time.monotonic()
         if now - self._at > WINDOW_REFRESH_S:
-            self._size = max(MIN_WINDOW, WINDOW_PER_THREAD * _threads(self._client))
+            self._size = max(MIN_WINDOW, WINDOW_PER_THREAD * cluster_threads(self._client))
             self._at = now
         return self._size
 
@@ -407,7 +305,7 @@ class _DaskRun:
                     self.bar.update(self.tasks[i].n_paths)
             while self.next_merge in done:  # merge strictly in chunk order
                 res = done.pop(self.next_merge)
-                acc = res if acc is None else merge(acc, res)
+                acc = res if acc is None else merge_into(acc, res)  # in place: the same bits as merge
                 self.next_merge += 1
             self._submit()
         return acc
@@ -425,22 +323,28 @@ def kernel_cache_stats() -> dict[str, dict[str, int]]:
     """numba cache hits and misses of the engine's kernels in this process.
 
     Run it on every worker with ``client.run(kernel_cache_stats)``: a worker that loaded
-    its kernels from the on-disk cache shows hits and no misses.
+    its kernels from the on-disk cache shows hits and no misses. Every module of
+    :data:`KERNEL_MODULES` is imported and looked at; a kernel is listed under the module
+    that defines it (not under those that import it) once it has been compiled or loaded
+    in this process. A kernel called only from other kernels is compiled into its callers
+    and loaded with them: it appears only where it was compiled on its own (a cold cache).
 
     Returns
     -------
     dict
-        ``{"module.kernel": {"hits": int, "misses": int}}`` for every kernel of the package
-        compiled or loaded in this process so far.
+        ``{"module.kernel": {"hits": int, "misses": int}}``.
     """
+    import importlib
+
     from numba.core.dispatcher import Dispatcher
 
     out = {}
-    for module_name, module in sorted(sys.modules.items()):
-        if module is None or not module_name.startswith("variance_lab."):
-            continue
-        for name, obj in vars(module).items():
-            if isinstance(obj, Dispatcher) and obj.signatures:
+    for module_name in KERNEL_MODULES:
+        module = importlib.import_module(module_name)
+        for name, obj in sorted(vars(module).items()):
+            if not isinstance(obj, Dispatcher) or obj.py_func.__module__ != module_name:
+                continue
+            if obj.signatures:
                 hits, misses = obj.stats.cache_hits, obj.stats.cache_misses
                 out[f"{module_name}.{name}"] = {"hits": sum(hits.values()), "misses": sum(misses.values())}
     return out

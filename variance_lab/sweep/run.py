@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from variance_lab import theory
-from variance_lab.simulate import Engine, simulate
+from variance_lab.simulate import Engine, simulate, using_engine
 from variance_lab.sweep.cells import Cell, plan
 from variance_lab.sweep.store import DEFAULT_STORE, Store
 
@@ -19,28 +19,29 @@ __all__ = ["compute", "SweepInterrupted", "SweepResult", "sweep"]
 
 
 # --------------------------------------------------------------------------- compute
-def compute(cell: Cell, *, workers: int | None = None, client=None) -> tuple[pd.DataFrame, dict]:
+def compute(cell: Cell, *, engine: Engine | None = None) -> tuple[pd.DataFrame, dict]:
     """Compute one cell: its tidy rows and its provenance (a JSON-able dict).
 
-    ``workers`` (threads) or ``client`` (a Dask client) say where Monte Carlo chunks run.
+    ``engine`` says where Monte Carlo chunks run (default: threads on all cores); the
+    cell's own sampler (part of its identity) is used, on the engine's executor.
     """
     if cell.kind == "theory":
         options = dict(cell.options)
         frame = theory.tidy(cell.family, list(cell.T), target=options["target"])
         return frame, {"engine": "theory"}
     options = dict(cell.options)
-    frame = simulate(
-        cell.family,
-        list(cell.T),
-        cell.n,
-        seed=cell.seed,
-        workers=workers,
-        independent=options["independent"],
-        ci=options["ci"],
-        progress=False,
-        client=client,
-        sampler=options.get("sampler", "token"),
-    )
+    sampler = options.get("sampler", "token")
+    with using_engine(engine) as eng:
+        frame = simulate(
+            cell.family,
+            list(cell.T),
+            cell.n,
+            seed=cell.seed,
+            engine=eng.with_sampler(sampler),
+            independent=options["independent"],
+            ci=options["ci"],
+            progress=False,
+        )
     provenance = frame.attrs.get("provenance", {})
     frame = frame[frame["method"] == "monte_carlo"]
     return frame, provenance
@@ -120,16 +121,13 @@ def sweep(
     *,
     seed: int = 0,
     store: str | os.PathLike = DEFAULT_STORE,
+    engine: Engine | None = None,
     workers: int | None = None,
     independent: bool = False,
     ci: float = 0.95,
     target: float = theory.DEFAULT_TARGET,
     params: Mapping[str, object] | None = None,
     progress: bool = True,
-    executor=None,
-    scheduler=None,
-    client=None,
-    sampler: str = "token",
 ) -> SweepResult:
     """Run a grid of theory and Monte Carlo cells, resuming from ``store``.
 
@@ -148,9 +146,18 @@ def sweep(
         Root seed of the Monte Carlo cells.
     store : str or Path
         SQLite store; created when missing. Finished cells found there are reused.
+    engine : Engine, optional
+        Where Monte Carlo chunks run and how they are drawn
+        (:class:`variance_lab.simulate.Engine`): local threads (default), an existing Dask
+        cluster, or a ``LocalCluster``; one cluster serves every cell, started or reached
+        when the first Monte Carlo cell needs it; cells run one after another, each cut
+        into chunks over the cluster, and the store stays here: a cell is committed once
+        all its chunks are merged. The executor and workers do not change results; the
+        engine's ``sampler`` (``"token"``, ``"aggregate"``, ``"auto"``) is part of a Monte
+        Carlo cell's identity (``"aggregate"`` fails the gamma cells: no exact aggregate).
+        An engine given here is left open.
     workers : int, optional
-        Worker threads of the engine, or worker processes with ``executor="dask-local"``
-        (does not change results).
+        Short for ``engine=Engine(workers=workers)``: threads; not with ``engine``.
     independent : bool
         Passed to the engine: fresh draws at every T instead of one path per draw.
     ci : float
@@ -163,17 +170,6 @@ def sweep(
         to the families that have it (an error if none has it).
     progress : bool
         Show a progress bar over cells (tqdm, on standard error).
-    sampler : {"token", "aggregate", "auto"}
-        Monte Carlo sampling, as in :func:`variance_lab.simulate.simulate`; part of a Monte
-        Carlo cell's identity (``"aggregate"`` fails the gamma cells: no exact aggregate).
-    executor, scheduler, client
-        Where Monte Carlo chunks run, as in :func:`variance_lab.simulate.simulate`: local
-        threads (default), ``"dask"`` with ``scheduler="tcp://HOST:PORT"`` or a
-        ``client``, or ``"dask-local"`` (a ``LocalCluster`` of ``workers`` processes). One
-        cluster serves every cell, started or reached when the first Monte Carlo cell
-        needs it; cells run one after another, each cut into chunks over the cluster,
-        and the store stays here: a cell is committed once all its chunks are merged.
-        Results do not depend on it.
 
     Returns
     -------
@@ -182,11 +178,13 @@ def sweep(
     Raises
     ------
     ValueError
-        Bad input, no reachable point, Monte Carlo requested without an engine, a bad
-        executor choice (also an ``ImportError`` when Dask is missing).
+        Bad input, no reachable point, an ``engine`` that is not an Engine (or given with
+        ``workers``).
     SweepInterrupted
         On Ctrl-C; finished cells stay in the store.
     """
+    if engine is not None and not isinstance(engine, Engine):
+        raise ValueError(f"engine must be a variance_lab.simulate.Engine, got {engine!r}")
     the_plan = plan(
         families,
         mu,
@@ -198,19 +196,18 @@ def sweep(
         ci=ci,
         target=target,
         params=params,
-        sampler=sampler,
+        sampler="token" if engine is None else engine.sampler,
     )
-    engine = Engine(executor, scheduler=scheduler, client=client, workers=workers)  # connects on first use
     result = SweepResult(
         pd.DataFrame(), Path(store), [c.id for c in the_plan.cells], unreachable=the_plan.unreachable
     )
-    with Store(store) as db, engine:
+    with using_engine(engine, workers) as eng, Store(store) as db:  # a cluster connects on first use
         finished = db.finished()
         if any(c.kind == "monte_carlo" and c.id not in finished for c in the_plan.cells):
-            engine.start()  # a cluster that cannot be reached stops the sweep here, not each cell
+            eng.start()  # a cluster that cannot be reached stops the sweep here, not each cell
         with _progress_bar(len(the_plan.cells), progress) as bar:
             try:
-                _run_cells(the_plan.cells, db, finished, result, bar, engine)
+                _run_cells(the_plan.cells, db, finished, result, bar, eng)
             except KeyboardInterrupt:
                 done = len(result.computed) + len(result.reused)
                 raise SweepInterrupted(done, len(the_plan.cells), Path(store)) from None
@@ -228,7 +225,7 @@ def _run_cells(cells, db: Store, finished: set, result: SweepResult, bar, engine
         bar.set_postfix_str(cell.label(), refresh=False)
         start = time.perf_counter()
         try:
-            frame, provenance = compute(cell, **(engine.options() if cell.kind == "monte_carlo" else {}))
+            frame, provenance = compute(cell, engine=engine)
         except (ValueError, ArithmeticError) as exc:
             result.failed.append({"cell": cid, "label": cell.label(), "error": str(exc)})
             bar.update(1)

@@ -1,0 +1,259 @@
+r"""Every family's draw code, per token and per grid step, keyed by the ``families.CODE_*`` codes.
+
+A leaf of :mod:`variance_lab.simulate`: it imports only the jit helper, NumPy and the
+sampler codes of :mod:`variance_lab.families`. The token kernels
+(:mod:`~variance_lab.simulate.kernels`) and the aggregate kernel
+(:mod:`~variance_lab.simulate.aggregate`) both draw through it, and so does everything
+else that draws log-ratios (:func:`draw_log_r`, the paper's histograms), so a family's
+sampler lives in one place.
+
+**Token draws.** The running sum of a path is kept in each family's cheapest exact form
+(its *raw* sum), and turned into :math:`\log P_t` only at the grid points
+(:func:`log_p`):
+
+=======================  ====================================  =====================================
+code                     summed per token                      :math:`\log P_t`
+=======================  ====================================  =====================================
+``CODE_DEGENERATE``      nothing                               :math:`t \log\mu`
+``CODE_LOGNORMAL``       :math:`Z \sim N(0, 1)`                :math:`t m + s \sum Z`
+``CODE_GAMMA``           :math:`\log \Gamma_k`, :math:`\Gamma_k \sim \mathrm{Gamma}(k, 1)`
+                                                               :math:`t \log\theta + \sum \log\Gamma_k`
+``CODE_TWO_POINT``       :math:`1\{U < q\}`                    :math:`c \log a + (t - c)\log b`
+``CODE_AR1``             :math:`e_t = \rho e_{t-1} + s\sqrt{1-\rho^2} Z_t`,
+                         :math:`e_1 = s Z_1` (stationary)      :math:`t m + \sum e`
+=======================  ====================================  =====================================
+
+The parameters ``par`` are those of :meth:`variance_lab.families.Family.sampler_params`:
+``[log mu]``, ``[m, s]``, ``[k, log theta]``, ``[q, log a, log b]``, ``[m, s, rho]``.
+
+For a small gamma shape :math:`k < 1`, :math:`\Gamma_k` itself underflows to 0 (its log to
+:math:`-\infty`) with non-negligible probability, so its log is drawn as
+:math:`\log\Gamma_{k+1} + \log(U)/k` with :math:`U \in (0, 1]` (Marsaglia and Tsang's
+boost), which is always finite. The AR(1) family is the one whose tokens are not
+independent: a path carries its last deviation :math:`e` from token to token (``NaN``
+before its first token).
+
+**Aggregate draws** (:func:`aggregate_paths`): :math:`\log P_T` at the grid points from its
+exact law given the previous grid point, one or two draws per grid point, with the
+per-step coefficients of :func:`variance_lab.simulate.aggregate.aggregate_table` (the
+laws are written out there): lognormal :math:`N(\Delta m, \Delta s^2)`, two-point
+:math:`K \sim \mathrm{Binomial}(\Delta, q)` low values, AR(1) a bivariate normal step of
+the block sum and the last deviation, degenerate nothing drawn. Gamma has none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from variance_lab.families import CODE_AR1, CODE_DEGENERATE, CODE_GAMMA, CODE_LOGNORMAL, CODE_TWO_POINT
+from variance_lab.simulate._jit import kernel
+
+__all__ = [
+    "KNOWN_CODES",
+    "AGGREGATE_CODES",
+    "check_code",
+    "draw_raw",
+    "log_p",
+    "token4",
+    "draw_raw4",
+    "aggregate_paths",
+    "draw_log_r",
+]
+
+#: Sampler codes the kernels draw from (:meth:`variance_lab.families.Family.sampler_params`).
+KNOWN_CODES = frozenset({CODE_DEGENERATE, CODE_LOGNORMAL, CODE_GAMMA, CODE_TWO_POINT, CODE_AR1})
+#: Codes whose sum of log-ratios :func:`aggregate_paths` draws exactly (every family but gamma).
+AGGREGATE_CODES = frozenset({CODE_DEGENERATE, CODE_LOGNORMAL, CODE_TWO_POINT, CODE_AR1})
+
+
+def check_code(code) -> int:
+    """``code`` as an int if the kernels know it, else ``ValueError`` naming it."""
+    if int(code) not in KNOWN_CODES:
+        raise ValueError(f"unknown sampler code {code!r}; the kernels know {sorted(KNOWN_CODES)}")
+    return int(code)
+
+
+# --------------------------------------------------------------------------------------
+# token draws
+# --------------------------------------------------------------------------------------
+@kernel
+def draw_raw(code, par, rng, m, e):  # pragma: no cover - compiled
+    """Sum of ``m`` per-token draws in the family's raw form (see the module table).
+
+    ``e`` is the AR(1) state, the deviation of the path's last token (NaN at the start of
+    a path; ignored by the i.i.d. families). Returns ``(sum, state after the m tokens)``.
+    """
+    acc = 0.0
+    if code == CODE_LOGNORMAL:
+        for _ in range(m):
+            acc += rng.standard_normal()
+    elif code == CODE_GAMMA:
+        k = par[0]
+        if k >= 1.0:
+            for _ in range(m):
+                acc += np.log(rng.standard_gamma(k))
+        else:
+            k1 = k + 1.0
+            inv_k = 1.0 / k
+            for _ in range(m):
+                acc += np.log(rng.standard_gamma(k1)) + np.log1p(-rng.random()) * inv_k
+    elif code == CODE_TWO_POINT:
+        q = par[0]
+        for _ in range(m):
+            if rng.random() < q:
+                acc += 1.0
+    elif code == CODE_AR1 and m > 0:
+        s, rho = par[1], par[2]
+        c = s * np.sqrt(1.0 - rho * rho)
+        first = 0
+        if np.isnan(e):  # a path's first token: the stationary marginal N(0, s^2)
+            e = s * rng.standard_normal()
+            acc += e
+            first = 1
+        for _ in range(first, m):
+            e = rho * e + c * rng.standard_normal()
+            acc += e
+    return acc, e
+
+
+@kernel
+def log_p(code, par, t, raw):  # pragma: no cover - compiled
+    r""":math:`\log P_t` from the raw running sum after ``t`` tokens (see the module table)."""
+    if code == CODE_DEGENERATE:
+        return t * par[0]
+    if code == CODE_LOGNORMAL:
+        return t * par[0] + par[1] * raw
+    if code == CODE_GAMMA:
+        return t * par[1] + raw
+    if code == CODE_TWO_POINT:
+        return raw * par[1] + (t - raw) * par[2]
+    return t * par[0] + raw  # CODE_AR1
+
+
+@kernel
+def token4(code, par, rng):  # pragma: no cover - compiled
+    """One raw token draw for each of 4 paths, in path order (i.i.d. families only)."""
+    if code == CODE_LOGNORMAL:
+        return rng.standard_normal(), rng.standard_normal(), rng.standard_normal(), rng.standard_normal()
+    return (
+        draw_raw(code, par, rng, 1, np.nan)[0],
+        draw_raw(code, par, rng, 1, np.nan)[0],
+        draw_raw(code, par, rng, 1, np.nan)[0],
+        draw_raw(code, par, rng, 1, np.nan)[0],
+    )
+
+
+@kernel
+def draw_raw4(code, par, rng, m):  # pragma: no cover - compiled
+    """Raw sums of ``m`` tokens for a batch of 4 paths, token-major (4 running sums in registers).
+
+    Interleaving four independent running sums lets the CPU overlap their additions with
+    the generator's work; the draws go to paths 0, 1, 2, 3, 0, 1, ... in stream order.
+    (i.i.d. families only: AR(1) paths go one by one, :func:`draw_raw`.)
+    """
+    a0 = a1 = a2 = a3 = 0.0
+    if code == CODE_LOGNORMAL:
+        for _ in range(m):
+            a0 += rng.standard_normal()
+            a1 += rng.standard_normal()
+            a2 += rng.standard_normal()
+            a3 += rng.standard_normal()
+    elif code != CODE_DEGENERATE:
+        for _ in range(m):
+            d0, d1, d2, d3 = token4(code, par, rng)
+            a0 += d0
+            a1 += d1
+            a2 += d2
+            a3 += d3
+    return a0, a1, a2, a3
+
+
+# --------------------------------------------------------------------------------------
+# aggregate draws
+# --------------------------------------------------------------------------------------
+@kernel
+def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma: no cover - compiled
+    r"""``b`` paths' :math:`\log P_T` at every grid point by aggregate draws, into ``out[:b, :]``.
+
+    ``table`` holds the per-step coefficients of
+    :func:`variance_lab.simulate.aggregate.aggregate_table` (lognormal: :math:`\sqrt{\Delta}`;
+    two-point: :math:`\Delta`; AR(1): :math:`\alpha, \beta, \ell_{11}, \ell_{21}, \ell_{22}`).
+    Paths one after another, grid points in order; with ``independent`` each point is
+    drawn afresh. A block of paths per call, not one: a call with array arguments costs
+    reference-count updates, as much as the draws of a short path.
+    """
+    nT = grid.size
+    if code == CODE_LOGNORMAL:  # log P_t = t m + s * raw
+        m, s = par[0], par[1]
+        for i in range(b):
+            raw = 0.0
+            for j in range(nT):
+                z = table[j, 0] * rng.standard_normal()
+                raw = z if independent else raw + z
+                out[i, j] = grid[j] * m + s * raw
+    elif code == CODE_TWO_POINT:  # raw = number of low values
+        for i in range(b):
+            raw = 0.0
+            for j in range(nT):
+                k = float(rng.binomial(np.int64(table[j, 0]), par[0]))
+                raw = k if independent else raw + k
+                out[i, j] = log_p(code, par, grid[j], raw)
+    elif code == CODE_AR1:  # raw = sum of deviations, e = the last one
+        for i in range(b):
+            raw = 0.0
+            e = 0.0
+            for j in range(nT):
+                z1 = rng.standard_normal()
+                if independent:
+                    raw = table[j, 2] * z1
+                else:
+                    raw += table[j, 0] * e + table[j, 2] * z1
+                    if j + 1 < nT:
+                        e = table[j, 1] * e + table[j, 3] * z1 + table[j, 4] * rng.standard_normal()
+                out[i, j] = log_p(code, par, grid[j], raw)
+    else:  # CODE_DEGENERATE
+        for i in range(b):
+            for j in range(nT):
+                out[i, j] = log_p(code, par, grid[j], 0.0)
+
+
+# --------------------------------------------------------------------------------------
+# single tokens
+# --------------------------------------------------------------------------------------
+@kernel
+def _draw_log_r_kernel(code, par, rng, out):  # pragma: no cover - compiled
+    e = np.nan
+    for i in range(out.size):
+        raw, e = draw_raw(code, par, rng, 1, e)
+        out[i] = log_p(code, par, 1, raw)
+
+
+def draw_log_r(code: int, params: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
+    r"""``size`` consecutive tokens' :math:`\log r` of one sequence from the family ``(code, params)``.
+
+    i.i.d. draws for every family but AR(1), whose draws form one stationary AR(1) path.
+    Drawn one token at a time, as the kernels draw a single path.
+
+    Parameters
+    ----------
+    code : int
+        Sampler code, :meth:`variance_lab.families.Family.sampler_params`.
+    params : ndarray
+        Sampler parameters (float64).
+    rng : numpy.random.Generator
+        The stream; advanced in place.
+    size : int
+        Number of tokens.
+
+    Returns
+    -------
+    ndarray of float64
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``code``.
+    """
+    out = np.empty(int(size))
+    _draw_log_r_kernel(check_code(code), np.ascontiguousarray(params, dtype=np.float64), rng, out)
+    return out
