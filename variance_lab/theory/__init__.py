@@ -27,7 +27,7 @@ Two paths compute them:
 """
 
 from variance_lab.theory.exact import DEFAULT_TARGET, QUANTITIES
-from variance_lab.theory.frames import TABLE_COLUMNS, TIDY_QUANTITIES, grid, summary, tidy
+from variance_lab.theory.frames import TABLE_COLUMNS, TIDY_QUANTITIES, grid, summary, tidy, tidy_many
 from variance_lab.theory.quantities import (
     bias_G,
     ess_frac_P,
@@ -74,5 +74,6 @@ __all__ = [
     "n_needed_G",
     "summary",
     "tidy",
+    "tidy_many",
     "grid",
 ]

@@ -16,10 +16,10 @@ import pandas as pd
 from variance_lab._validate import check_T
 from variance_lab.families import FAMILIES, Family, get_family
 from variance_lab.theory.exact import DEFAULT_TARGET, exact_value
-from variance_lab.theory.fast import FAST_FAMILIES, Moments, moments, quantity
-from variance_lab.theory.quantities import check_target, family_moments
+from variance_lab.theory.fast import FAST_FAMILIES, moments, quantity
+from variance_lab.theory.quantities import check_target
 
-__all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "summary", "tidy", "grid"]
+__all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "summary", "tidy", "tidy_many", "grid"]
 
 #: Columns of the comparison table (csv/json names), in order.
 TABLE_COLUMNS = (
@@ -44,6 +44,9 @@ TABLE_COLUMNS = (
 )
 
 _COLUMN_SOURCE = {"ratio": "var_ratio"}
+_TABLE_QUANTITIES = sorted(
+    {_COLUMN_SOURCE.get(c.removeprefix("log10_"), c.removeprefix("log10_")) for c in TABLE_COLUMNS[1:]}
+)
 
 #: (statistic, method) of each theory quantity in the tidy schema (variance_lab.schema).
 TIDY_QUANTITIES = {
@@ -63,23 +66,34 @@ TIDY_QUANTITIES = {
 }
 
 
-def _columns(m: Moments | None, families, T, names, target: float) -> tuple[dict, np.ndarray]:
-    """``{(quantity, log10): values}`` over points (family ``families[i]`` at ``T[i]``), and
-    the mask of points computed with mpmath. ``m`` holds the float path for all points (None:
-    mpmath for all)."""
-    size = len(T)
-    precise = np.ones(size, dtype=bool) if m is None else ~np.broadcast_to(m.ok, (size,))
-    out = {}
-    for name in names:
-        for log10 in (False, True):
-            if m is None:
-                col = np.empty(size)
-            else:
-                col = np.array(np.broadcast_to(quantity(m, name, log10=log10), (size,)), dtype=float)
-            for i in np.flatnonzero(precise):
-                col[i] = exact_value(name, families[i], T[i], log10=log10, target=target)
-            out[name, log10] = col
-    return out, precise
+def _evaluate(families: list, Ts: np.ndarray, names, target: float, precise: bool) -> tuple[dict, np.ndarray]:
+    """``{(quantity, log10): array (families, T)}`` and the mask of values computed with mpmath.
+
+    Families of one name with a float path are computed in one vectorised call; points it
+    cannot certify, and families without a float path, with mpmath.
+    """
+    F, M = len(families), len(Ts)
+    out = {(q, lg): np.empty((F, M)) for q in names for lg in (False, True)}
+    slow = np.ones((F, M), dtype=bool)
+    groups: dict[str, list[int]] = {}
+    for i, f in enumerate(families):
+        groups.setdefault(f.name, []).append(i)
+    for name, idx in groups.items():
+        if precise or name not in FAST_FAMILIES:
+            continue
+        fam = [families[i] for i in idx]
+        params = {k: np.array([getattr(f, k) for f in fam], dtype=float)[:, None] for k in ("mu", "sigma2")}
+        shape = {
+            k: np.array([getattr(f, k) for f in fam], dtype=float)[:, None] for k in FAST_FAMILIES[name][1]
+        }
+        m = moments(name, params["mu"], params["sigma2"], Ts[None, :].astype(float), shape, target=target)
+        slow[idx] = ~np.broadcast_to(m.ok, (len(idx), M))
+        for q, lg in out:
+            out[q, lg][idx] = np.broadcast_to(quantity(m, q, log10=lg), (len(idx), M))
+    for i, j in zip(*np.nonzero(slow), strict=True):
+        for q, lg in out:
+            out[q, lg][i, j] = exact_value(q, families[i], Ts[j], log10=lg, target=target)
+    return out, slow
 
 
 def _table(cols: dict, T) -> dict:
@@ -111,12 +125,8 @@ def summary(family: Family, T, *, target: float = DEFAULT_TARGET, precise: bool 
         raise ValueError(f"family must be a Family, got {family!r}")
     target = check_target(target)
     Ts = np.atleast_1d(check_T(T)).ravel()
-    m = None if precise else family_moments(family, Ts, target=target)
-    names = sorted(
-        {_COLUMN_SOURCE.get(c.removeprefix("log10_"), c.removeprefix("log10_")) for c in TABLE_COLUMNS[1:]}
-    )
-    cols, _ = _columns(m, [family] * len(Ts), Ts, names, target)
-    return pd.DataFrame(_table(cols, Ts))
+    cols, _ = _evaluate([family], Ts, _TABLE_QUANTITIES, target, precise)
+    return pd.DataFrame(_table({k: v[0] for k, v in cols.items()}, Ts))
 
 
 def tidy(
@@ -142,10 +152,37 @@ def tidy(
     pandas.DataFrame
         Columns :data:`variance_lab.schema.TIDY_COLUMNS`.
     """
+    return tidy_many([family], T, target=target, quantities=quantities, precise=precise)
+
+
+def tidy_many(
+    families, T, *, target: float = DEFAULT_TARGET, quantities=None, precise: bool = False
+) -> pd.DataFrame:
+    """:func:`tidy` of several families at once, concatenated in their order.
+
+    The same rows as ``pd.concat([tidy(f, T, ...) for f in families])`` with a fresh index,
+    computed in one vectorised call per family name: the theory cells of a sweep and the
+    heat maps of the figures use it.
+
+    Parameters
+    ----------
+    families : sequence of Family
+    T, target, quantities, precise
+        As in :func:`tidy`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`variance_lab.schema.TIDY_COLUMNS`.
+    """
     from variance_lab.schema import TIDY_COLUMNS
 
-    if not isinstance(family, Family):
-        raise ValueError(f"family must be a Family, got {family!r}")
+    families = list(families)
+    if not families:
+        raise ValueError("families must not be empty")
+    for family in families:
+        if not isinstance(family, Family):
+            raise ValueError(f"family must be a Family, got {family!r}")
     target = check_target(target)
     Ts = np.atleast_1d(check_T(T)).ravel()
     names = list(TIDY_QUANTITIES) if quantities is None else list(quantities)
@@ -154,19 +191,25 @@ def tidy(
         raise ValueError(
             f"no tidy statistic for quantity {unknown[0]!r}; choose from {', '.join(TIDY_QUANTITIES)}"
         )
-    m = None if precise else family_moments(family, Ts, target=target)
-    cols, _ = _columns(m, [family] * len(Ts), Ts, names, target)
-    k = len(Ts)
+    cols, _ = _evaluate(families, Ts, names, target, precise)
+    F, Q, M = len(families), len(names), len(Ts)
+
+    def stack(log10: bool) -> np.ndarray:  # (family, quantity, T), raveled
+        if not names:
+            return np.empty(0)
+        return np.stack([cols[q, log10] for q in names], axis=1).ravel()
+
+    per_family = Q * M
     out = pd.DataFrame(
         {
-            "family": family.name,
-            "mu": family.mu,
-            "sigma2": family.sigma2,
-            "T": np.tile(Ts, len(names)),
-            "statistic": np.repeat([TIDY_QUANTITIES[q][0] for q in names], k),
-            "method": np.repeat([TIDY_QUANTITIES[q][1] for q in names], k),
-            "value": np.concatenate([cols[q, False] for q in names]) if names else np.empty(0),
-            "log10_value": np.concatenate([cols[q, True] for q in names]) if names else np.empty(0),
+            "family": np.repeat([f.name for f in families], per_family),
+            "mu": np.repeat([f.mu for f in families], per_family),
+            "sigma2": np.repeat([f.sigma2 for f in families], per_family),
+            "T": np.tile(Ts, F * Q),
+            "statistic": np.tile(np.repeat([TIDY_QUANTITIES[q][0] for q in names], M), F),
+            "method": np.tile(np.repeat([TIDY_QUANTITIES[q][1] for q in names], M), F),
+            "value": stack(False),
+            "log10_value": stack(True),
             "lo": np.nan,
             "hi": np.nan,
             "se": np.nan,
@@ -244,27 +287,11 @@ def grid(
     axes.update({k: _axis(k, v) for k, v in shape.items()})
     combos = list(itertools.product(*axes.values()))
     fams = [get_family(family, c[0], c[1], **dict(zip(list(shape), c[2:], strict=True))) for c in combos]
-    P, M = len(fams), len(Ts)
-    m = None
-    if not precise and family in FAST_FAMILIES:
-        col = {k: np.array([getattr(f, k) for f in fams], dtype=float)[:, None] for k in ("mu", "sigma2")}
-        extra = {
-            k: np.array([getattr(f, k) for f in fams], dtype=float)[:, None] for k in FAST_FAMILIES[family][1]
-        }
-        m = moments(family, col["mu"], col["sigma2"], Ts[None, :].astype(float), extra, target=target)
-        m.ok = np.broadcast_to(m.ok, (P, M)).ravel()
-        for d in (m.ln, m.sign):
-            for k in d:
-                d[k] = np.broadcast_to(d[k], (P, M)).ravel()
-    point_family = [f for f in fams for _ in range(M)]
-    point_T = np.tile(Ts, P)
-    names = sorted(
-        {_COLUMN_SOURCE.get(c.removeprefix("log10_"), c.removeprefix("log10_")) for c in TABLE_COLUMNS[1:]}
-    )
-    cols, precise_rows = _columns(m, point_family, point_T, names, target)
+    cols, slow = _evaluate(fams, Ts, _TABLE_QUANTITIES, target, precise)
+    M = len(Ts)
     frame = {"family": family}
     for k in axes:
         frame[k] = np.repeat([getattr(f, k) for f in fams], M)
-    frame.update(_table(cols, point_T))
-    frame["precise"] = precise_rows
+    frame.update(_table({k: v.ravel() for k, v in cols.items()}, np.tile(Ts, len(fams))))
+    frame["precise"] = slow.ravel()
     return pd.DataFrame(frame)
