@@ -384,6 +384,18 @@ def test_grid_layout_and_shape_axes():
     )
 
 
+def test_grid_skips_unreachable_points_on_request():
+    kwargs = {"mu": [0.5, 1.0], "sigma2": [0.1, 0.5], "T": [1, 10]}
+    with pytest.raises(ValueError, match="two-point family cannot reach sigma2=0.5 with mu=0.5"):
+        theory.grid("two-point", **kwargs)
+    df = theory.grid("two-point", skip_unreachable=True, **kwargs)
+    assert sorted(set(zip(df["mu"], df["sigma2"], strict=True))) == [(0.5, 0.1), (1.0, 0.1), (1.0, 0.5)]
+    with pytest.raises(ValueError, match="no reachable point in the grid: two-point family cannot reach"):
+        theory.grid("two-point", mu=0.5, sigma2=0.5, T=1, skip_unreachable=True)
+    with pytest.raises(ValueError, match="sigma2 must be >= 0, got -1.0"):  # bad input is not skipped
+        theory.grid("two-point", mu=1.0, sigma2=[0.1, -1.0], T=1, skip_unreachable=True)
+
+
 def test_grid_degenerate_ratio():
     df = theory.grid("gamma", mu=[0.5, 2.0], sigma2=0.0, T=[1, 1000])
     want = pd.concat(

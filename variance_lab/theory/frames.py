@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from variance_lab._validate import check_T
+from variance_lab._validate import check_finite, check_positive, check_T
 from variance_lab.families import FAMILIES, Family, get_family
 from variance_lab.theory.exact import DEFAULT_TARGET, exact_value
 from variance_lab.theory.fast import FAST_FAMILIES, moments, quantity
@@ -235,6 +235,7 @@ def grid(
     T,
     target: float = DEFAULT_TARGET,
     precise: bool = False,
+    skip_unreachable: bool = False,
     **shape,
 ) -> pd.DataFrame:
     r"""The comparison table over the Cartesian product of parameter arrays, in float64.
@@ -256,6 +257,9 @@ def grid(
         Target relative error of the ``n_needed_*`` columns.
     precise : bool
         Compute every point with mpmath (slow: milliseconds per point).
+    skip_unreachable : bool
+        Leave out the parameter points the family cannot reach (two-point with
+        ``sigma2 >= mu**2 q / (1 - q)``) instead of raising.
     **shape : float or array_like
         The family's extra parameters (``q`` for two-point, ``rho`` for ar1), each an axis
         of the product; a family's default is used where one is not given.
@@ -270,7 +274,7 @@ def grid(
     ------
     ValueError
         For an unknown family or parameter, a bad value, or a point the family cannot
-        reach (the family's message).
+        reach (the family's message) unless ``skip_unreachable``, or when no point is left.
 
     Examples
     --------
@@ -286,7 +290,25 @@ def grid(
     axes = {"mu": _axis("mu", mu), "sigma2": _axis("sigma2", sigma2)}
     axes.update({k: _axis(k, v) for k, v in shape.items()})
     combos = list(itertools.product(*axes.values()))
-    fams = [get_family(family, c[0], c[1], **dict(zip(list(shape), c[2:], strict=True))) for c in combos]
+    # bad input is always an error; only a point the family cannot reach may be skipped
+    for m in axes["mu"]:
+        check_positive("mu", m)
+    for s2 in axes["sigma2"]:
+        if check_finite("sigma2", s2) < 0:
+            raise ValueError(f"sigma2 must be >= 0, got {float(s2)!r}")
+    for k in shape:
+        for v in axes[k]:
+            get_family(family, 1.0, 0.0, **{k: v})  # sigma2 = 0 is reachable for every family
+    fams, first_error = [], None
+    for c in combos:
+        try:
+            fams.append(get_family(family, c[0], c[1], **dict(zip(list(shape), c[2:], strict=True))))
+        except ValueError as exc:
+            if not skip_unreachable:
+                raise
+            first_error = first_error or exc
+    if not fams:
+        raise ValueError(f"no reachable point in the grid: {first_error}")
     cols, slow = _evaluate(fams, Ts, _TABLE_QUANTITIES, target, precise)
     M = len(Ts)
     frame = {"family": family}
