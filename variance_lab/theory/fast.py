@@ -1,4 +1,4 @@
-r"""Theory in vectorised float64, with an error bound per point.
+r"""Theory in vectorised float64, with an error estimate per point.
 
 Everything follows from four numbers per side :math:`X \in \{P_T, G_T\}`, with
 :math:`C(s) = \log E[e^{s \log P_T}]` (:math:`= T K(s)` for i.i.d. ratios) and the step
@@ -27,7 +27,7 @@ finite differences of step :math:`s` at 0 (:math:`C(0) = 0`). With :math:`f_k = 
 and has no cancellation; the form :math:`e^{f_4} - 4e^{f_3} + 6e^{f_2} - 3` would lose
 every digit at :math:`w \approx 10^{-9}` (:math:`G_T` at :math:`T = 10^6`). For large
 :math:`w` the log of that plain form is used, whichever of the two has the smaller error
-bound.
+estimate.
 
 The differences :math:`\Delta^n` cancel: :math:`\Delta^4 C \approx \kappa_4 s^4 T` while the
 terms are of order :math:`s T`. Each family therefore gives them either from the series
@@ -38,11 +38,14 @@ terms are of order :math:`s T`. Each family therefore gives them either from the
 
 (cumulants :math:`\kappa_j` of :math:`\log r`, Stirling numbers of the second kind
 :math:`S`) for small steps, or from plain differences of :math:`K` where the step is large
-enough for them to keep their digits, with a rounding and truncation bound either way.
+enough for them to keep their digits, with a rounding and truncation estimate either way.
 :math:`P_T`'s differences come from the standardised moments of :math:`r` through
 ``log1p`` (:math:`f_k = T \log E[(r/\mu)^k]`).
 
-Every quantity carries a bound on the error of its natural log; a point whose bound
+Every quantity carries an estimate of the error of its natural log (a first-order
+propagation of a few units of roundoff per operation, of the libraries' accuracy and of
+series truncation; an estimate, not a proof, which the tests hold against a 120-digit
+reference over the whole domain of the issue); a point whose estimate
 exceeds :data:`TOLERANCE` (the relative error allowed, plus a slack proportional to
 the log's size for values far beyond float range) is reported as not certified, and
 :mod:`variance_lab.theory` recomputes it with mpmath.
@@ -96,7 +99,7 @@ _FACT = np.array([float(math.factorial(j)) for j in range(_J + 1)])
 
 
 def _series_diffs(coef: list, x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    r"""(:math:`\sum_{j=n}^{J} c_j A_{jn} x^j`, bound on its error): ``coef[j]`` are Taylor
+    r"""(:math:`\sum_{j=n}^{J} c_j A_{jn} x^j`, estimate of its error): ``coef[j]`` are Taylor
     coefficients in ``x`` (``coef[0]`` unused)."""
     acc = np.zeros(np.broadcast(x, coef[-1]).shape)
     mag = np.zeros_like(acc)
@@ -129,7 +132,7 @@ def _pick(a: tuple, b: tuple) -> tuple:
 # ------------------------------------------------------------------------------ families
 # Each returns a dict of arrays broadcastable to (parameters, T):
 #   lmP, wP, r3P, uP (P_T side), bG (log E[G_T] - log mu), wG, r3G, uG (G_T side),
-#   k1, k2 (E[log r], Var[log r]), each with an absolute error bound "e" + key.
+#   gap, k2 (E[log r] - log mu, Var[log r]), each with an absolute error estimate "e" + key.
 def _lognormal(mu, s2, T, shape):
     v = np.log1p(s2 / (mu * mu))
     lmu = np.log(mu)
@@ -137,20 +140,19 @@ def _lognormal(mu, s2, T, shape):
     out = {
         "lmP": T * lmu,
         "wP": T * v,
-        "bG": -0.5 * v * (1 - 1 / T),
+        "bG": -0.5 * v + 0.5 * (v / T),  # gap + w_G / 2, the form var_G_lognormal takes
         "wG": v / T,
-        "k1": lmu - v / 2,
+        "gap": -0.5 * v,
         "k2": v,
     }
     for key in ("r3P", "uP", "r3G", "uG"):
         out[key] = zero
     err = {f"e{k}": 2 * U * np.abs(x) for k, x in out.items()}
-    err["ek1"] = 2 * U * (np.abs(lmu) + v)
     return {**out, **err}
 
 
 def _ar1_sum(rho, T):
-    r"""(:math:`S_T = \sum_{k<T} (T-k)\rho^k`, its error bound); :math:`V_T = v(T + 2S_T)`."""
+    r"""(:math:`S_T = \sum_{k<T} (T-k)\rho^k`, its error estimate); :math:`V_T = v(T + 2S_T)`."""
     one = 1 - rho
     pw = np.power(rho, T)
     inner = T * one - (1 - pw)
@@ -179,7 +181,7 @@ def _ar1(mu, s2, T, shape):
 
 
 def _log1p_series(c, coef_of_n, n0: int):
-    r""":math:`\sum_{n \ge n_0} (-1)^{n+1} a_n c^n / n`, a_n = ``coef_of_n(n)``, and its bound."""
+    r""":math:`\sum_{n \ge n_0} (-1)^{n+1} a_n c^n / n`, a_n = ``coef_of_n(n)``."""
     acc = np.zeros_like(c)
     for n in range(_J + 6, n0 - 1, -1):
         acc = acc * c + (-1) ** (n + 1) * coef_of_n(n) / n
@@ -229,7 +231,7 @@ def _stirling_tail(x):
 
 
 def _lgamma_shift(k, x):
-    r"""(:math:`\log\Gamma(k+x) - \log\Gamma(k) - x\log k`, error bound), x >= 0."""
+    r"""(:math:`\log\Gamma(k+x) - \log\Gamma(k) - x\log k`, error estimate), x >= 0."""
     big = k >= 10
     kb = np.where(big, k, 10.0)
     lp = np.log1p(x / kb)
@@ -246,7 +248,7 @@ def _lgamma_shift(k, x):
 
 
 def _log_gap(k):
-    r""":math:`\log k - \psi(k)` (the Jensen gap of the gamma family) and its bound."""
+    r""":math:`\log k - \psi(k)` (the Jensen gap of the gamma family) and its error estimate."""
     big = k >= 10
     kb = np.where(big, k, 10.0)
     inv2 = 1 / (kb * kb)
@@ -279,8 +281,6 @@ def _gamma(mu, s2, T, shape):
     out = {"lmP": T * lmu, "elmP": 1.5 * U * np.abs(T * lmu)}
     keys = ("wP", "r3P", "uP", "ewP", "er3P", "euP", "gP", "egP")
     out.update(zip(keys, _gamma_p_side(c2, T), strict=True))
-    dg, ltheta = special.digamma(k), np.log(s2 / mu)
-    out["k1"], out["ek1"] = dg + ltheta, 4 * U * (np.abs(dg) + np.abs(ltheta) + 1)
     out["k2"] = special.polygamma(1, k)
     out["ek2"] = 8 * U * out["k2"]
     s = 1.0 / T
@@ -292,6 +292,7 @@ def _gamma(mu, s2, T, shape):
         eR.append(e)
     plain = {n: _diffs(R, eR, n) for n in (2, 3, 4)}
     gap, egap = _log_gap(k)
+    out["gap"], out["egap"] = -gap, egap
     bG_plain = (T * R[1], T * eR[1] + 2 * U * np.abs(T * R[1]))
     # series: Taylor coefficients kappa_j / j! with kappa_j = psi^(j-1)(k), in x = s
     coef = [None, None] + [special.polygamma(j - 1, k) / _FACT[j] for j in range(2, _J + 1)]
@@ -335,7 +336,7 @@ def _two_point(mu, s2, T, shape):
     out = {"lmP": T * lmu, "elmP": 1.5 * U * np.abs(T * lmu)}
     gap = q * la1 + (1 - q) * lb1  # E[log r] - log mu
     egap = q * e_la1 + (1 - q) * e_lb1 + 2 * U * (q * np.abs(la1) + (1 - q) * np.abs(lb1))
-    out["k1"], out["ek1"] = lmu + gap, egap + 2 * U * np.abs(lmu)
+    out["gap"], out["egap"] = gap, egap
     out["k2"] = q * (1 - q) * d * d
     out["ek2"] = out["k2"] * (2 * ed / np.abs(d) + 6 * U)
     # P_T: standardised central moments of r / mu
@@ -456,8 +457,8 @@ def within_tolerance(ln, err) -> np.ndarray:
 
 class Moments:
     """Log-space results of :func:`moments` for every point: ``ln[name]`` (natural log of
-    ``|value|``), ``sign[name]``, ``err[name]`` (bound on the error of ``ln``), per quantity;
-    ``ok`` marks the points whose every bound is within tolerance."""
+    ``|value|``), ``sign[name]``, ``err[name]`` (estimated error of ``ln``), per quantity;
+    ``ok`` marks the points whose every estimate is within tolerance."""
 
     def __init__(self, ln: dict, sign: dict, err: dict, ok: np.ndarray) -> None:
         self.ln, self.sign, self.err, self.ok = ln, sign, err, ok
@@ -477,7 +478,7 @@ def _side(p: dict, x: str, lm, elm):
 
 
 def _rel_se(lk, elk, n: int):
-    """log of sqrt((kurt - (n-3)/(n-1)) / n) and its bound."""
+    """log of sqrt((kurt - (n-3)/(n-1)) / n) and its error estimate."""
     rn = (n - 3) / (n - 1)
     with np.errstate(all="ignore"):
         kurt = np.exp(np.minimum(lk, 700))
@@ -487,7 +488,7 @@ def _rel_se(lk, elk, n: int):
 
 
 def _n_needed(lk, elk, target: float):
-    """log of the root n of rse(n) = target, and its bound."""
+    """log of the root n of rse(n) = target, and its error estimate."""
     e2 = target * target
     with np.errstate(all="ignore"):
         y = np.exp(-lk)  # 1 / kurtosis
@@ -552,11 +553,14 @@ def moments(name: str, mu, sigma2, T, shape: dict, *, n: int = 2, target: float 
         put("mse_G", np.logaddexp(lnG, 2 * lbias), np.maximum(elG, 2 * np.where(em1 == 0, 0.0, ebias)))
         x = p["k2"] / T
         ex = p["ek2"] / T
-        put("var_G_lognormal", _log_expm1(x) + 2 * p["k1"] + x, 2 * p["ek1"] + ex * (1 / x + 2) + 4 * U)
+        # 2 mu_y + x = 2 (log mu + gap + x/2): bit for bit var_G's form for lognormal ratios
+        ln_L = 2 * (lmu + (p["gap"] + x / 2)) + _log_expm1(x)
+        ek1 = p["egap"] + 2 * U * np.abs(lmu)
+        put("var_G_lognormal", ln_L, 2 * ek1 + ex * (1 / x + 1) + 4 * U * (1 + np.abs(ln_L)))
         put(
             "var_G_delta",
-            np.log(p["k2"]) + 2 * p["k1"] - np.log(T),
-            p["ek2"] / p["k2"] + 2 * p["ek1"] + 4 * U,
+            np.log(p["k2"]) + 2 * (lmu + p["gap"]) - np.log(T),
+            p["ek2"] / p["k2"] + 2 * ek1 + 4 * U,
         )
         put("var_G_seed", np.log(s2 / T), 2 * U + 0 * T)
         put("var_ratio", lnP - lnG, elP + elG)
