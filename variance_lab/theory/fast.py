@@ -458,10 +458,12 @@ def within_tolerance(ln, err) -> np.ndarray:
 class Moments:
     """Log-space results of :func:`moments` for every point: ``ln[name]`` (natural log of
     ``|value|``), ``sign[name]``, ``err[name]`` (estimated error of ``ln``), per quantity;
-    ``ok`` marks the points whose every estimate is within tolerance."""
+    ``ok`` marks the points whose every estimate is within tolerance; ``linear[name]``, where
+    given, holds linear values known exactly (NaN elsewhere), which ``exp(ln)`` would round."""
 
-    def __init__(self, ln: dict, sign: dict, err: dict, ok: np.ndarray) -> None:
+    def __init__(self, ln: dict, sign: dict, err: dict, ok: np.ndarray, linear: dict | None = None) -> None:
         self.ln, self.sign, self.err, self.ok = ln, sign, err, ok
+        self.linear = linear or {}
 
 
 def _side(p: dict, x: str, lm, elm):
@@ -581,7 +583,25 @@ def moments(name: str, mu, sigma2, T, shape: dict, *, n: int = 2, target: float 
             if key in ("kurtosis_P", "kurtosis_G", "var_ratio"):
                 good = good | nan_ok
             ok &= np.broadcast_to(good, shape_all)
-    return Moments(ln, sign, err, ok)
+    return Moments(ln, sign, err, ok, _exact_linear(mu, s2, T))
+
+
+def _exact_linear(mu, s2, T) -> dict:
+    """Linear values with a closed form in the inputs: sigma^2 / T, and at T = 1 (where
+    P_1 = G_1 = r) the mean mu, the variances sigma^2 and their ratio 1."""
+    first = T == 1
+    nan = np.full(np.broadcast(mu, s2, T).shape, np.nan)
+    at_one = {
+        "mean_P": mu,
+        "mean_G": mu,
+        "var_P": s2,
+        "var_G": s2,
+        "mse_G": s2,
+        "var_ratio": np.where(s2 > 0, 1.0, np.nan),
+    }
+    out = {k: np.where(first, v, nan) for k, v in at_one.items()}
+    out["var_G_seed"] = np.broadcast_to(s2 / T, nan.shape)
+    return out
 
 
 def _degenerate(ln: dict, sign: dict, err: dict, where, lmP, lmu) -> None:
@@ -609,4 +629,7 @@ def quantity(m: Moments, key: str, *, log10: bool = False) -> np.ndarray:
     with np.errstate(all="ignore"):
         if log10:
             return m.ln[key] / math.log(10)
-        return m.sign[key] * np.exp(m.ln[key])
+        out = m.sign[key] * np.exp(m.ln[key])
+        if key in m.linear:
+            out = np.where(np.isnan(m.linear[key]), out, m.linear[key])
+        return out
