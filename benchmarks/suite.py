@@ -18,7 +18,11 @@ memory        peak memory at n = 10^8 (aggregate) and token runs at smaller   < 
               engine's own allocations)
 table         ``variance-lab table`` at its defaults (n = 10^6), and with     (under a minute;
               ``--sampler auto``, as subprocesses                             about a second)
-sweep         a 1,000-cell theory-only ``sweep`` into a temporary store       (reported)
+theory        ``theory.grid`` points/s per family against mpmath on the same  >= 1e5/s (CPU,
+              points; share certified in float64; a notebook slider move      lognormal and
+              (:mod:`benchmarks.bench_theory`)                                gamma); < 0.2 s
+sweep         a 1,000-cell theory-only ``sweep``: compute (plan included)     < 1 s (CPU)
+              apart from the store's writes
 ============  ==============================================================  ==============
 
 Contenders of a section run round-robin for ``--repeats`` rounds, so that a burst of load
@@ -38,7 +42,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -46,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import bench_theory
 from variance_lab.simulate._jit import kernel
 
 SEED_GRID = (1, 10, 100, 1000)
@@ -342,25 +346,8 @@ def table_cli(rep: Report, quick: bool) -> None:
     )
 
 
-def theory_sweep(rep: Report, cells: int) -> None:
-    from variance_lab.sweep import sweep
-
-    n_mu = 10
-    mus = list(np.linspace(0.9, 1.1, n_mu))
-    sigma2s = list(np.geomspace(0.01, 1.0, cells // n_mu))
-    print(f"[sweep] theory only, lognormal, {n_mu} mu x {len(sigma2s)} sigma2, T grid {SEED_GRID}")
-    with tempfile.TemporaryDirectory() as d:
-        t0 = time.perf_counter()
-        res = sweep(
-            "lognormal", mus, sigma2s, SEED_GRID, 0, store=os.path.join(d, "s.sqlite"), progress=False
-        )
-        wall = time.perf_counter() - t0
-    rep.add("sweep", f"{len(res.computed)} theory cells into a temporary store", wall, "s")
-    rep.add("sweep", "  cells per second", len(res.computed) / wall, "1/s")
-
-
 # ----------------------------------------------------------------------------- main
-SECTIONS = ("throughput", "aggregate", "dense", "memory", "table", "sweep")
+SECTIONS = ("throughput", "aggregate", "dense", "memory", "table", "theory", "sweep")
 
 
 def _machine() -> dict:
@@ -415,8 +402,11 @@ def main(argv=None) -> int:
         memory(rep, (10**6, 10**7) if q else (10**6, 10**8), (10**4, 10**5) if q else (10**5, 10**6))
     if "table" in only:
         table_cli(rep, q)
+    if "theory" in only:
+        bench_theory.grid_speed(rep, q, repeats)
+        bench_theory.slider(rep, repeats)
     if "sweep" in only:
-        theory_sweep(rep, 100 if q else 1000)
+        bench_theory.theory_sweep(rep, 100 if q else 1000)
     after = os.getloadavg()
     print(f"load average after: {after}; suite took {time.perf_counter() - t0:.0f} s")
     missed = [r for r in rep.rows if r["ok"] is False]

@@ -184,6 +184,28 @@ def test_put_is_one_transaction_and_never_duplicates(tmp_path):
     assert json.loads(cells["provenance"][0]) == {"engine": "theory"}
 
 
+def test_theory_cells_in_one_batch_equal_one_at_a_time(tmp_path, monkeypatch):
+    import variance_lab.sweep.run as sweep_mod
+
+    the_plan = plan(["lognormal", "two-point"], [0.9, 1.0], [0.01, 0.1], T_GRID, params={"q": [0.3, 0.5]})
+    batch = sweep_mod.compute_theory(the_plan.cells)
+    assert set(batch) == {c.id for c in the_plan.cells}
+    for cell in the_plan.cells:
+        pd.testing.assert_frame_equal(batch[cell.id], compute(cell)[0].reset_index(drop=True))
+    with pytest.raises(ValueError, match="not a theory cell"):
+        sweep_mod.compute_theory([Cell("monte_carlo", get_family("lognormal", 1.0, 0.1), (1,), 10, 0)])
+    # a batch that fails falls back to one cell at a time, with the same rows in the store
+    batched = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "a.sqlite", progress=False)
+
+    def broken(cells):
+        raise ValueError("batch")
+
+    monkeypatch.setattr(sweep_mod, "compute_theory", broken)
+    single = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "b.sqlite", progress=False)
+    assert len(single.computed) == 2 and not single.failed
+    pd.testing.assert_frame_equal(batched.frame, single.frame)
+
+
 def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
     import variance_lab.sweep.run as sweep_mod
 
@@ -195,6 +217,7 @@ def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
         return real(cell, engine=engine)
 
     monkeypatch.setattr(sweep_mod, "compute", flaky)
+    monkeypatch.setattr(sweep_mod, "compute_theory", lambda cells: {})  # one cell at a time
     result = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "s.sqlite", progress=False)
     assert len(result.failed) == 1 and result.failed[0]["error"] == "boom"
     assert "mu=0.9" in result.failed[0]["label"] and "1 failed" in result.summary()
@@ -216,6 +239,7 @@ def test_interrupt_keeps_finished_cells(tmp_path, monkeypatch):
         return real(cell, engine=engine)
 
     monkeypatch.setattr(sweep_mod, "compute", interrupted)
+    monkeypatch.setattr(sweep_mod, "compute_theory", lambda cells: {})  # one cell at a time
     store = tmp_path / "s.sqlite"
     with pytest.raises(
         sweep_mod.SweepInterrupted, match=r"2 of 4 cells finished .* run the same command again"

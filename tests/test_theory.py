@@ -10,6 +10,7 @@ import math
 
 import mpmath as mp
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -138,22 +139,36 @@ def _cases():
                     yield name, mu, s2, {}
 
 
-def _check(q, got_lin, got_log, ref, rel):
+SMALLEST_NORMAL = 2.2250738585072014e-308
+
+
+def _check_lin(q, got_lin, ref, rel):
     with mp.workdps(DPS):
         if mp.isnan(ref):
             assert math.isnan(got_lin), q
             return
-        ref_log10 = float(mp.log10(abs(ref))) if ref != 0 else -math.inf
         ref_lin = float(ref)
     if q == "bias_G":  # bias may be exactly 0: an absolute floor of 1e-15
         assert abs(got_lin - ref_lin) <= rel * abs(ref_lin) + 1e-15, (q, got_lin, ref_lin)
-        return
-    if ref_lin != 0 and math.isfinite(ref_lin):
-        assert abs(got_lin - ref_lin) <= rel * abs(ref_lin), (q, got_lin, ref_lin)
+    elif ref_lin != 0 and math.isfinite(ref_lin):
+        # below the normal range float64 spaces values 4.9e-324 apart: a few spacings more
+        floor = 1e-322 if abs(ref_lin) < SMALLEST_NORMAL else 0.0
+        assert abs(got_lin - ref_lin) <= rel * abs(ref_lin) + floor, (q, got_lin, ref_lin)
     else:  # beyond float range: the linear value saturates, never NaN
         assert got_lin == ref_lin, (q, got_lin, ref_lin)
+
+
+def _check_log(q, got_log, ref, rel):
+    with mp.workdps(DPS):
+        if mp.isnan(ref):
+            assert math.isnan(got_log), q
+            return
+        ref_log10 = float(mp.log10(abs(ref))) if ref != 0 else -math.inf
+    if q == "bias_G" and abs(ref) < 1e-15:  # the mpmath residue of an exact 0 at T = 1
+        return
     if math.isfinite(ref_log10):
-        # |d log10| <= rel / ln 10 is a relative error <= rel of the linear value
+        # |d log10| <= rel / ln 10 is a relative error <= rel of the linear value; float64
+        # holds a log10 of size L only to about 1.1e-16 L, hence the second term
         assert abs(got_log - ref_log10) <= rel / math.log(10) + 4e-16 * abs(ref_log10), (
             q,
             got_log,
@@ -161,6 +176,11 @@ def _check(q, got_lin, got_log, ref, rel):
         )
     else:
         assert got_log == ref_log10
+
+
+def _check(q, got_lin, got_log, ref, rel):
+    _check_lin(q, got_lin, ref, rel)
+    _check_log(q, got_log, ref, rel)
 
 
 @pytest.mark.parametrize("name,mu,s2,params", list(_cases()))
@@ -292,3 +312,167 @@ def test_var_G_equals_var_P_at_T_one(name, mu, s2):
     fam = _family(name, mu, s2)
     assert theory.var_G(fam, 1) == pytest.approx(theory.var_P(fam, 1), rel=1e-12)
     assert theory.var_P(fam, 1) == pytest.approx(fam.sigma2, rel=1e-12)
+
+
+# ---------------------------------------------------------------- the float path (theory.grid)
+GRID_FAMILIES = [
+    ("lognormal", {}),
+    ("gamma", {}),
+    ("two-point", {}),
+    ("ar1", {"rho": 0.5}),
+    ("ar1", {"rho": -0.3}),
+]
+_COLUMN_QUANTITY = {"ratio": "var_ratio"}
+
+
+def _check_grid(name, shape, mus, s2s, Ts):
+    """Every column of theory.grid against the reference, rows computed in float64 and with
+    mpmath alike; returns the fraction of rows computed in float64."""
+    floats = total = 0
+    for mu in mus:
+        reach = [s2 for s2 in s2s if name != "two-point" or s2 < mu**2]  # q = 1/2
+        df = theory.grid(name, mu=mu, sigma2=reach, T=Ts, **shape)
+        assert list(df.columns) == ["family", "mu", "sigma2", *shape, *theory.TABLE_COLUMNS, "precise"]
+        for row in df.to_dict("records"):
+            ref = reference(name, row["mu"], row["sigma2"], int(row["T"]), **shape)
+            for col in theory.TABLE_COLUMNS[1:]:
+                base = col.removeprefix("log10_")
+                q = _COLUMN_QUANTITY.get(base, base)
+                if q not in ref:  # var_ratio when Var(G_T) = 0
+                    assert math.isnan(row[col]), (col, row)
+                elif col.startswith("log10_"):
+                    _check_log(q, row[col], ref[q], REL)
+                else:
+                    _check_lin(q, row[col], ref[q], REL)
+            floats += not row["precise"]
+            total += 1
+    return floats / total
+
+
+@pytest.mark.parametrize("name,shape", GRID_FAMILIES)
+def test_grid_against_mpmath(name, shape):
+    """A few dozen points per family over mu in [0.5, 2], sigma^2 in [1e-3, 10], T up to 1e6,
+    every column to 1e-9 (draws-needed columns included)."""
+    frac = _check_grid(name, shape, [0.5, 1.3, 2.0], [1e-3, 0.05, 2.5, 10.0], [1, 7, 1000, 10**6])
+    assert frac >= 0.8  # the float path, not the fallback, computes most of them (T = 1e6 corners fall back)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,shape", GRID_FAMILIES)
+def test_grid_against_mpmath_full(name, shape):
+    mus = list(np.linspace(0.5, 2.0, 7))
+    s2s = list(np.logspace(-3, 1, 9))
+    Ts = [1, 2, 3, 5, 10, 30, 100, 1000, 10**4, 10**5, 10**6]
+    assert _check_grid(name, shape, mus, s2s, Ts) >= 0.8
+
+
+def test_grid_layout_and_shape_axes():
+    df = theory.grid("two-point", mu=[1.0, 2.0], sigma2=[0.1, 0.2, 0.3], q=[0.4, 0.5], T=[1, 10])
+    assert len(df) == 2 * 3 * 2 * 2
+    assert list(df.columns[:4]) == ["family", "mu", "sigma2", "q"]
+    first = df.iloc[:2]
+    assert list(first["T"]) == [1, 10] and set(first["q"]) == {0.4} and set(first["sigma2"]) == {0.1}
+    assert list(df["mu"]) == [1.0] * 12 + [2.0] * 12
+    one = get_family("two-point", 2.0, 0.3, q=0.5)
+    row = df[(df["mu"] == 2.0) & (df["sigma2"] == 0.3) & (df["q"] == 0.5)]
+    want = theory.summary(one, [1, 10])
+    for col in theory.TABLE_COLUMNS:
+        np.testing.assert_allclose(row[col].to_numpy(), want[col].to_numpy(), rtol=1e-13)
+    default_q = theory.grid("two-point", mu=1.0, sigma2=0.1, T=10)  # the family's default q
+    assert "q" not in default_q and default_q["var_G"].iloc[0] == pytest.approx(
+        theory.var_G(get_family("two-point", 1.0, 0.1), 10), rel=1e-13
+    )
+
+
+def test_grid_skips_unreachable_points_on_request():
+    kwargs = {"mu": [0.5, 1.0], "sigma2": [0.1, 0.5], "T": [1, 10]}
+    with pytest.raises(ValueError, match="two-point family cannot reach sigma2=0.5 with mu=0.5"):
+        theory.grid("two-point", **kwargs)
+    df = theory.grid("two-point", skip_unreachable=True, **kwargs)
+    assert sorted(set(zip(df["mu"], df["sigma2"], strict=True))) == [(0.5, 0.1), (1.0, 0.1), (1.0, 0.5)]
+    with pytest.raises(ValueError, match="no reachable point in the grid: two-point family cannot reach"):
+        theory.grid("two-point", mu=0.5, sigma2=0.5, T=1, skip_unreachable=True)
+    with pytest.raises(ValueError, match="sigma2 must be >= 0, got -1.0"):  # bad input is not skipped
+        theory.grid("two-point", mu=1.0, sigma2=[0.1, -1.0], T=1, skip_unreachable=True)
+
+
+def test_grid_degenerate_ratio():
+    df = theory.grid("gamma", mu=[0.5, 2.0], sigma2=0.0, T=[1, 1000])
+    want = pd.concat(
+        [theory.summary(get_family("gamma", m, 0.0), [1, 1000], precise=True) for m in (0.5, 2.0)]
+    )
+    for col in theory.TABLE_COLUMNS:
+        np.testing.assert_allclose(df[col].to_numpy(), want[col].to_numpy(), rtol=1e-12)
+    assert not df["precise"].any()
+
+
+def test_fallback_to_mpmath_is_marked(monkeypatch):
+    from variance_lab.theory import fast
+
+    fam = get_family("gamma", 0.7, 3.0)
+    slow = theory.summary(fam, [1, 10, 1000], precise=True)
+    monkeypatch.setattr(fast, "TOLERANCE", -1.0)  # nothing is certified: every point falls back
+    monkeypatch.setattr(fast, "TOLERANCE_LOG", -1.0)
+    df = theory.grid("gamma", mu=0.7, sigma2=3.0, T=[1, 10, 1000])
+    assert df["precise"].all()
+    for col in theory.TABLE_COLUMNS:
+        np.testing.assert_array_equal(df[col].to_numpy(), slow[col].to_numpy())
+    np.testing.assert_array_equal(theory.var_G(fam, [1, 10, 1000]), slow["var_G"].to_numpy())
+
+
+def test_family_without_float_path_uses_mpmath(monkeypatch):
+    from variance_lab.theory import fast
+
+    monkeypatch.delitem(fast.FAST_FAMILIES, "lognormal")
+    df = theory.grid("lognormal", mu=1.0, sigma2=0.1, T=[1, 100])
+    assert df["precise"].all()
+    want = theory.summary(get_family("lognormal", 1.0, 0.1), [1, 100], precise=True)
+    np.testing.assert_array_equal(df["var_G"].to_numpy(), want["var_G"].to_numpy())
+
+
+def test_precise_and_float_paths_agree():
+    fam = get_family("two-point", 1.3, 0.4, q=0.3)
+    T = [1, 3, 100, 10**5]
+    a, b = theory.summary(fam, T), theory.summary(fam, T, precise=True)
+    for col in theory.TABLE_COLUMNS:
+        np.testing.assert_allclose(a[col].to_numpy(), b[col].to_numpy(), rtol=1e-9, atol=1e-15)
+    for q in theory.QUANTITIES:
+        fast_v = theory.value(q, fam, T, n=1000, log10=True)
+        slow_v = theory.value(q, fam, T, n=1000, log10=True, precise=True)
+        np.testing.assert_allclose(fast_v, slow_v, rtol=0, atol=1e-9, err_msg=q)
+
+
+def test_tidy_many_is_tidy_concatenated():
+    fams = [
+        get_family("lognormal", 1.0, 0.1),
+        get_family("gamma", 2.0, 0.5),
+        get_family("ar1", 1.0, 0.1, rho=0.5),
+    ]
+    many = theory.tidy_many(fams, [1, 10], quantities=["var_P", "var_G_seed", "n_needed_G"])
+    one = pd.concat(
+        [theory.tidy(f, [1, 10], quantities=["var_P", "var_G_seed", "n_needed_G"]) for f in fams],
+        ignore_index=True,
+    )
+    pd.testing.assert_frame_equal(many, one)
+    with pytest.raises(ValueError, match="families must not be empty"):
+        theory.tidy_many([], [1])
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"family": "nope"}, "unknown family 'nope'"),
+        ({"mu": -1.0}, "mu must be > 0, got -1.0"),
+        ({"sigma2": [0.1, -2.0]}, "sigma2 must be >= 0, got -2.0"),
+        ({"T": [1, 0]}, "T must be integers >= 1, got 0"),
+        ({"mu": []}, "mu must not be empty"),
+        ({"target": 0.0}, "target must be a finite number > 0, got 0.0"),
+        ({"family": "two-point", "sigma2": 2.0}, "two-point family cannot reach sigma2=2.0"),
+        ({"rho": 0.5}, "family 'lognormal' has no parameter 'rho'"),
+        ({"family": "ar1", "rho": [0.5, 1.0]}, "ar1 rho must lie in"),
+    ],
+)
+def test_grid_bad_input(kwargs, match):
+    args = {"family": "lognormal", "mu": 1.0, "sigma2": 0.1, "T": [1, 10], **kwargs}
+    with pytest.raises(ValueError, match=match):
+        theory.grid(args.pop("family"), **args)

@@ -277,7 +277,7 @@ def _figure_data(name: str, params: dict, engine: Engine) -> pd.DataFrame:
         return _concat([_theory(f, p["T"], ["var_ratio"]) for f in families])
     if name.startswith("heatmap_"):
         cells = plan(p["family"], p["mu"], p["sigma2"], [p["T"]]).cells
-        return _concat([_theory(c.family, c.T, [p["statistic"]]) for c in cells])
+        return theory.tidy_many([c.family for c in cells], [p["T"]], quantities=[p["statistic"]])
     if name == "approx_error":
         return _concat([_theory(get_family(f, p["mu"], p["sigma2"]), p["T"], var_G) for f in p["families"]])
     if name == "mc_frontier":

@@ -1,0 +1,79 @@
+r"""Exact and approximate moments of :math:`P_T` and :math:`G_T`, for any family and any T.
+
+For i.i.d. ratios with log-moment function :math:`K(s) = \log E[r^s]`:
+
+.. math::
+
+    E[P_T^k] = e^{T K(k)}, \qquad
+    \operatorname{Var}(P_T) = e^{2TK(1)} \operatorname{expm1}\bigl(T(K(2) - 2K(1))\bigr)
+                            = (\sigma^2 + \mu^2)^T - \mu^{2T},
+
+    E[G_T^k] = e^{T K(k/T)}, \qquad
+    \operatorname{Var}(G_T) = e^{2TK(1/T)} \operatorname{expm1}\bigl(T K(2/T) - 2T K(1/T)\bigr),
+
+the derivation's approximations, bias, MSE, Kong's ESS, kurtosis and the draws plain
+Monte Carlo needs (:mod:`variance_lab.theory.exact` has the formulas).
+
+Two paths compute them:
+
+- :mod:`variance_lab.theory.fast`: vectorised float64 with series expansions for the
+  cancelling differences and an error estimate per point (the default; about 1e5 to 1e6
+  points per second);
+- :mod:`variance_lab.theory.exact`: mpmath at a precision that grows with T (``precise=True``,
+  milliseconds per point), used automatically for the points the float path cannot
+  certify to 1e-9 and for families without a float path.
+
+:func:`grid` gives the whole table over a Cartesian product of parameter arrays.
+"""
+
+from variance_lab.theory.exact import DEFAULT_TARGET, QUANTITIES
+from variance_lab.theory.frames import TABLE_COLUMNS, TIDY_QUANTITIES, grid, summary, tidy, tidy_many
+from variance_lab.theory.quantities import (
+    bias_G,
+    ess_frac_P,
+    kurtosis_G,
+    kurtosis_P,
+    mean_G,
+    mean_P,
+    mse_G,
+    n_needed_G,
+    n_needed_P,
+    rel_se_var_G,
+    rel_se_var_P,
+    value,
+    var_G,
+    var_G_delta,
+    var_G_lognormal,
+    var_G_seed,
+    var_P,
+    var_ratio,
+)
+
+__all__ = [
+    "QUANTITIES",
+    "DEFAULT_TARGET",
+    "TABLE_COLUMNS",
+    "TIDY_QUANTITIES",
+    "value",
+    "var_P",
+    "mean_P",
+    "var_G",
+    "mean_G",
+    "bias_G",
+    "mse_G",
+    "var_G_lognormal",
+    "var_G_delta",
+    "var_G_seed",
+    "var_ratio",
+    "ess_frac_P",
+    "kurtosis_P",
+    "kurtosis_G",
+    "rel_se_var_P",
+    "rel_se_var_G",
+    "n_needed_P",
+    "n_needed_G",
+    "summary",
+    "tidy",
+    "tidy_many",
+    "grid",
+]
