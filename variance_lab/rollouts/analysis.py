@@ -70,7 +70,8 @@ and a later one never wins on noise alone: for uncorrelated tokens ``corr`` and 
 differ only by the noise in :math:`\hat\rho_k`, so where ``iid`` falls just outside,
 ``corr`` does too or is not twice as close, and the bucket says ``"none"``, never
 ``"corrected"``. A bucket without an interval (one sequence, or ``n_boot=0``) gets
-``"n/a"``.
+``"n/a"``; a bucket with fewer than :data:`MIN_BUCKET_SEQUENCES` (20) sequences gets
+``"too few sequences"`` (and NaN scores): neither votes.
 
 The overall verdict is a vote of the buckets that have one: i.i.d. (either kind), corrected
 or none, whichever most buckets say, ties going to i.i.d., then corrected (the i.i.d. label
@@ -121,6 +122,7 @@ __all__ = [
     "MODELS",
     "MODEL_LABELS",
     "VERDICTS",
+    "MIN_BUCKET_SEQUENCES",
     "ANALYSIS_COLUMNS",
     "CURVE_COLUMNS",
     "verdict",
@@ -142,7 +144,16 @@ MODEL_LABELS = {"iid": "iid-lognormal", "emp": "iid-empirical", "corr": "correct
 
 
 #: Every verdict a bucket can get.
-VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "n/a")
+VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "too few sequences", "n/a")
+
+#: Fewest sequences a bucket needs to vote: below it the bootstrap interval of its
+#: Var(G_T), resampled from a handful of sequences, is too short to judge a prediction by
+#: (a bootstrap resample of k values holds about 0.63 k distinct ones), so the bucket's
+#: verdict says ``"too few sequences"`` and its scores are NaN.
+MIN_BUCKET_SEQUENCES = 20
+
+#: Verdicts that do not vote in :func:`overall_verdict`.
+_NO_VOTE = ("too few sequences", "n/a")
 
 
 #: Columns of :attr:`AnalysisResult.table`, in order.
@@ -328,14 +339,14 @@ def overall_verdict(verdicts) -> str:
     Parameters
     ----------
     verdicts : iterable of str
-        Per-bucket verdicts; ``"n/a"`` ones do not vote.
+        Per-bucket verdicts; ``"n/a"`` and ``"too few sequences"`` ones do not vote.
 
     Returns
     -------
     str
         One of :data:`VERDICTS` (``"n/a"`` when no bucket votes).
     """
-    votes = [v for v in verdicts if v != "n/a"]
+    votes = [v for v in verdicts if v not in _NO_VOTE]
     if not votes:
         return "n/a"
     n_log, n_emp = votes.count("iid-lognormal"), votes.count("iid-empirical")
@@ -506,6 +517,9 @@ def _bucket_predictions(models: _Models, T: np.ndarray, g_range, base: dict) -> 
     row["gspo_clip_pred"] = float(np.sum(counts * models.gspo_clip("corr", uniq, g_range)) / n)
     row["gspo_clip_pred_iid"] = float(np.sum(counts * models.gspo_clip("iid", uniq, g_range)) / n)
     row["verdict"] = verdict(row["score_iid"], row["score_emp"], row["score_corr"])
+    if row["verdict"] != "n/a" and n < MIN_BUCKET_SEQUENCES:
+        row |= {f"score_{model}": math.nan for model in MODELS}
+        row["verdict"] = "too few sequences"
     return row
 
 
