@@ -306,7 +306,7 @@ COVERAGE_CASES = [
     (LogNormal(1.0, 0.1), 100, "var_G", 20_000),
     (LogNormal(1.0, 0.1), 10, "mean_P", 20_000),
     (LogNormal(1.0, 0.1), 100, "mean_G", 20_000),
-    (Gamma(1.0, 0.5), 3, "var_P", 400_000),
+    (Gamma(1.0, 0.5), 3, "var_P", 500_000),
     (Gamma(1.0, 0.5), 3, "mean_P", 20_000),
     (Gamma(1.0, 0.5), 10, "var_G", 20_000),
     (TwoPoint(1.0, 0.1), 10, "var_G", 20_000),
