@@ -366,9 +366,9 @@ def _theory_part(acc: Accumulator, family: Family) -> tuple[list[dict], list[dic
     T, n = acc.T, acc.count
     rows = []
     for stat in ("rel_se_var_P", "rel_se_var_G"):
-        lin = np.atleast_1d(theory.value(stat, family, T, n=n))
         lg = np.atleast_1d(theory.value(stat, family, T, n=n, log10=True))
-        rows.append(_row(stat, lin, lg))
+        with np.errstate(over="ignore"):
+            rows.append(_row(stat, 10.0**lg, lg))
     extra = []
     for x in ("P", "G"):
         lg = _log10_rel_se_mean(family, T, n, x)
@@ -400,10 +400,10 @@ _KHAT_FLAGGED = {
 }
 
 
-def _verdicts(acc: Accumulator, family: Family, col: dict, target: float) -> dict[str, list[str]]:
+def _verdicts(acc: Accumulator, family: Family, col: dict, lcol: dict, target: float) -> dict[str, list[str]]:
     """Reasons (per T; '' when reliable, else starting with the level) for every statistic.
 
-    ``col`` maps a statistic to its values over T (rows of the estimate).
+    ``col`` and ``lcol`` map a statistic to its values over T, and their log10 (rows of the estimate).
     """
     T, n = acc.T, acc.count
     nT = T.size
@@ -411,13 +411,12 @@ def _verdicts(acc: Accumulator, family: Family, col: dict, target: float) -> dic
     weak: dict[str, list[list[str]]] = {s: [[] for _ in range(nT)] for s in STATISTICS}
     lim = col["khat_limit"]
     for x in ("P", "G"):
-        need = np.atleast_1d(theory.value(f"n_needed_{x}", family, T, target=target))
         lneed = np.atleast_1d(theory.value(f"n_needed_{x}", family, T, target=target, log10=True))
-        lrse = _log10_rel_se_mean(family, T, n, x)
+        lrse = lcol[f"rel_se_mean_{x}"]
         rse_var, rse_m4, khat = col[f"rel_se_var_{x}"], col[f"rel_se_m4_{x}"], col[f"khat_{x}"]
         tails = acc.tail if x == "P" else acc.tail / T[:, None].astype(float)
         for j in range(nT):
-            if need[j] > n:
+            if lneed[j] > math.log10(n):
                 bad[f"var_{x}"][j].append(
                     f"theory needs ~1e{lneed[j]:.1f} draws for a {target:.0%} relative error of "
                     f"Var({x}_T), more than the n = {n} used: the sample variance cannot confirm "
@@ -440,11 +439,15 @@ def _verdicts(acc: Accumulator, family: Family, col: dict, target: float) -> dic
                     "the interval may cover less than its level"
                 )
             if khat[j] > lim[j]:
+                asks = (
+                    f"PSIS asks for ~1e{1 / (1 - khat[j]):.1f} draws"
+                    if khat[j] < 1
+                    else "no sample size suffices"
+                )
                 for s in _KHAT_FLAGGED[x]:
                     bad[s][j].append(
                         f"Pareto k-hat of {x}_T {khat[j]:.2f} > {lim[j]:.2f} = min(1 - 1/log10 S, 0.7) "
-                        f"at S = {n}: {x}_T too heavy-tailed for this many draws (PSIS asks for "
-                        f"~1e{1 / (1 - khat[j]) if khat[j] < 1 else math.inf:.1f})"
+                        f"at S = {n}: {x}_T too heavy-tailed for this many draws ({asks})"
                     )
             elif math.isnan(khat[j]):
                 weak[f"khat_{x}"][j].append(khat_reason(tails[j], n))
@@ -503,7 +506,8 @@ def estimate(
     assert [r["statistic"] for r in rows] == list(STATISTICS)
     T, nT, nS = acc.T, acc.T.size, len(STATISTICS)
     values = {r["statistic"]: np.broadcast_to(np.asarray(r["value"], dtype=float), (nT,)) for r in rows}
-    reasons = _verdicts(acc, family, values, target)
+    log10s = {r["statistic"]: np.broadcast_to(np.asarray(r["log10_value"], dtype=float), (nT,)) for r in rows}
+    reasons = _verdicts(acc, family, values, log10s, target)
 
     def column(key):  # (statistic, T) -> T-major flat column
         return np.stack([np.broadcast_to(np.asarray(r[key], dtype=float), (nT,)) for r in rows]).T.ravel()
