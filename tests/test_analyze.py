@@ -16,6 +16,7 @@ import mpmath
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import binomtest
 
 from variance_lab import theory
 from variance_lab.cli import main
@@ -23,6 +24,7 @@ from variance_lab.families import get_family
 from variance_lab.rollouts.analysis import (
     ANALYSIS_COLUMNS,
     CURVE_COLUMNS,
+    MIN_BUCKET_SEQUENCES,
     _expected_sample_var,
     _score,
     analyze,
@@ -32,6 +34,7 @@ from variance_lab.rollouts.analysis import (
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.cgf import EmpiricalCGF
 from variance_lab.rollouts.io import load_batch, save_batch
+from variance_lab.rollouts.statistics import bucket_variances
 
 SIGMA2, N_SEQ = 0.01, 1000
 FORMATS = ("jsonl", "parquet", "npz")
@@ -261,6 +264,8 @@ def test_verdict_rule(scores, expected):
         (["corrected", "iid-empirical", "n/a"], "iid-empirical"),  # ties go to i.i.d.
         (["none", "none", "corrected"], "none"),
         (["n/a", "n/a"], "n/a"),
+        (["too few sequences", "too few sequences", "corrected"], "corrected"),  # small buckets do not vote
+        (["too few sequences", "n/a"], "n/a"),
     ],
 )
 def test_overall_verdict_is_the_vote_of_the_buckets(votes, expected):
@@ -290,6 +295,74 @@ def test_clip_fractions_observed_against_predicted():
     se_tok = math.sqrt(c["ppo_pred"] * (1 - c["ppo_pred"]) * 3.0 / batch.n_tokens)
     assert abs(c["ppo_obs"] - c["ppo_pred"]) < 3.5 * se_tok
     assert c["ppo_range"] == (0.8, 1.2) and c["gspo_range"] == (0.99, 1.01)
+
+
+def test_small_buckets_say_too_few_sequences():
+    """Buckets under MIN_BUCKET_SEQUENCES sequences get no verdict and no scores, and do not vote."""
+    assert MIN_BUCKET_SEQUENCES == 20
+    rng = np.random.default_rng(14)
+    fam = _family(0.0)
+    parts = []
+    for T, n in ((16, 300), (40, MIN_BUCKET_SEQUENCES - 1), (70, MIN_BUCKET_SEQUENCES), (150, 3)):
+        parts.append(_log_ratios(rng, np.full(n, T, dtype=np.int64), fam, 0.0)[0])
+    width = max(x.shape[1] for x in parts)
+    d = np.vstack([np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in parts])
+    mask = (
+        np.arange(width)[None, :] < np.concatenate([np.full(x.shape[0], x.shape[1]) for x in parts])[:, None]
+    )
+    result = analyze(_batch(rng, d, mask), n_boot=200)
+    t = result.table.set_index("n_seq")
+    for n in (MIN_BUCKET_SEQUENCES - 1, 3):
+        assert t.at[n, "verdict"] == "too few sequences"
+        assert all(math.isnan(t.at[n, f"score_{m}"]) for m in ("iid", "emp", "corr"))
+        assert math.isfinite(t.at[n, "var_G"]) and math.isfinite(t.at[n, "var_G_lo"])  # still shown
+    for n in (300, MIN_BUCKET_SEQUENCES):
+        assert t.at[n, "verdict"] not in ("too few sequences", "n/a")
+    assert result.verdict == overall_verdict(t.loc[[300, MIN_BUCKET_SEQUENCES], "verdict"])
+
+
+# ------------------------------------------------------------------ bootstrap interval coverage
+def _fixed_length_batch(fam, rho: float, seed: int, n: int, T: int) -> TokenBatch:
+    rng = np.random.default_rng(seed)
+    return _batch(rng, *_log_ratios(rng, np.full(n, T, dtype=np.int64), fam, rho))
+
+
+#: Token families of the coverage checks: Var(log P_16) = 0.080 (i.i.d.) and 0.079 (AR(1), rho = 0.5).
+#: (At 0.16 the interval of log10 Var(P_T) from 400 sequences covered 931 of 1,000: too heavy a tail.)
+BOOT_FAMILIES = {0.0: get_family("lognormal", 1.0, 0.005), 0.5: get_family("ar1", 1.0, 0.0018, rho=0.5)}
+
+
+def _bootstrap_hits(rho: float, seeds, n: int, T: int, n_boot: int):
+    """Runs whose bootstrap interval covers the exact Var(G_T), and log10 Var(P_T), of the family."""
+    fam = BOOT_FAMILIES[rho]
+    var_G = theory.value("var_G", fam, T)
+    log10_var_P = theory.value("var_P", fam, T, log10=True)
+    hits_G = hits_P = 0
+    for seed in seeds:
+        row = bucket_variances(
+            _fixed_length_batch(fam, rho, seed, n, T), [T, T + 1], n_boot=n_boot, seed=seed
+        ).iloc[0]
+        hits_G += row["var_G_lo"] <= var_G <= row["var_G_hi"]
+        hits_P += row["log10_var_P_lo"] <= log10_var_P <= row["log10_var_P_hi"]
+    return hits_G, hits_P
+
+
+def test_bootstrap_interval_coverage_small():
+    """i.i.d. lognormal, 400 sequences of T = 16 (T sigma_y^2 = 0.08): both intervals cover at 95 %."""
+    seeds = range(100)
+    hits_G, hits_P = _bootstrap_hits(0.0, seeds, 400, 16, 500)
+    assert binomtest(hits_G, len(seeds), 0.95).pvalue > 0.01, hits_G
+    assert binomtest(hits_P, len(seeds), 0.95).pvalue > 0.01, hits_P
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rho", [0.0, 0.5])
+def test_bootstrap_interval_coverage(rho):
+    """1,000 synthetic batches (400 sequences of T = 16) per case: i.i.d. lognormal and AR(1)."""
+    seeds = range(1000, 2000)
+    hits_G, hits_P = _bootstrap_hits(rho, seeds, 400, 16, 1000)
+    assert binomtest(hits_G, len(seeds), 0.95).pvalue > 0.01, hits_G
+    assert binomtest(hits_P, len(seeds), 0.95).pvalue > 0.01, hits_P
 
 
 def test_without_bootstrap_every_verdict_is_na():

@@ -16,8 +16,10 @@ value          the value (float64; ``inf``/``0.0`` beyond float range)
 log10_value    log10 of ``|value|``, exact where ``value`` over- or underflows
 lo, hi         confidence interval (NaN for exact values)
 se             standard error (NaN for exact values)
-reliable       bool; False flags an estimate that cannot be trusted
-reason         why an estimate is flagged ('' when reliable)
+reliable       bool; False flags an estimate whose interval or value cannot be trusted
+reason         why an estimate is flagged ('' when reliable); it starts with the
+               verdict level, ``marginal: `` or ``unreliable: `` (:data:`VERDICTS`,
+               :func:`verdict_level`)
 =============  ======================================================================
 """
 
@@ -27,7 +29,7 @@ import math
 
 import numpy as np
 
-__all__ = ["TIDY_COLUMNS", "METHODS", "json_safe"]
+__all__ = ["TIDY_COLUMNS", "METHODS", "VERDICTS", "verdict_level", "json_safe"]
 
 TIDY_COLUMNS = (
     "family",
@@ -46,6 +48,28 @@ TIDY_COLUMNS = (
 )
 
 METHODS = ("exact", "lognormal", "delta", "seed", "monte_carlo")
+
+#: Verdict levels of a tidy row, best first (their meaning: :mod:`variance_lab.simulate.estimates`).
+VERDICTS = ("reliable", "marginal", "unreliable")
+
+
+def verdict_level(reason: str) -> str:
+    """The verdict level of a tidy row from its ``reason``: one of :data:`VERDICTS`.
+
+    >>> verdict_level(""), verdict_level("marginal: the interval may cover less than its level")
+    ('reliable', 'marginal')
+
+    Raises
+    ------
+    ValueError
+        A non-empty reason that does not start with ``marginal:`` or ``unreliable:``.
+    """
+    if reason == "":
+        return "reliable"
+    level = str(reason).split(":", 1)[0]
+    if level not in VERDICTS[1:]:
+        raise ValueError(f"reason {reason!r} does not start with a verdict level (marginal, unreliable)")
+    return level
 
 
 def json_safe(value):

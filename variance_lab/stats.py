@@ -116,8 +116,11 @@ def var_interval(var, kurt, n: int, ci: float = 0.95):
     which, unlike the normal interval :math:`s^2(1 \pm z\rho)`, never goes negative and
     follows the right skew of the sample variance. The standard error returned is
     :math:`s^2 \rho`. Like every moment-based interval it is only as good as the sample
-    kurtosis: for heavy tails (large T for :math:`P_T`) both are far too small, which is
-    why the estimates also carry a verdict from theory.
+    kurtosis: for heavy tails (large T for :math:`P_T`) both are erratic, usually far too
+    small and low together (so the interval is short exactly when the estimate is off),
+    sometimes far too large, which is why the estimates also carry a verdict from theory
+    (:mod:`variance_lab.simulate.estimates`: "marginal" where the kurtosis estimate itself
+    is not stable).
 
     Parameters
     ----------

@@ -12,7 +12,8 @@ lengths). Variances are drawn from their :math:`\log_{10}` on an axis labelled i
 ten, so :math:`\operatorname{Var}(P_T)` beyond float range stays drawable; :math:`T` is on a
 log axis. A :math:`\operatorname{Var}(P_T)` point is hollow when Kong's effective sample
 size of the bucket's :math:`P_T` is under :data:`ESS_RELIABLE` of its sequences: its sample
-variance then rests on a few sequences and typically lies far below the truth.
+variance then rests on a few sequences and is erratic: usually far below the truth, sometimes
+far above it.
 """
 
 from __future__ import annotations

@@ -32,8 +32,10 @@ VERDICT_NOTE = (
     "of the bootstrap interval's half-width on that side (|score| <= 1: inside the interval). The verdict "
     "is the first of iid-lognormal, iid-empirical, corrected that lies inside and is at least twice as "
     "close as each one before it; none: no prediction qualifies; n/a: no interval. The overall verdict is "
-    "the buckets' vote (ties go to i.i.d.). Var(P_T) is shown but not judged: its sample variance falls "
-    "far below the truth once T sigma_y^2 exceeds a few (see ESS(P))."
+    "the buckets' vote (ties go to i.i.d.); a bucket with too few sequences for an interval says so "
+    "('too few sequences') and does not vote. Var(P_T) is shown but not judged: once T sigma_y^2 "
+    "exceeds a few its sample variance is erratic, usually far below the truth and sometimes far "
+    "above it (see ESS(P))."
 )
 
 

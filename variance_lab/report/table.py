@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from variance_lab.schema import json_safe
+from variance_lab.schema import json_safe, verdict_level
 
 __all__ = [
     "SEED_PRINTED",
@@ -199,7 +199,13 @@ def render(frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes
 # --------------------------------------------------------------------------- Monte Carlo columns
 #: Monte Carlo columns of the table (csv/json names): column -> (tidy statistic, tidy field).
 #: ``mc_ess_P`` is Kong's ESS of the weights P_T as a fraction of n (compare ``ess_frac_P``);
-#: ``mc_reliable_P`` / ``_G`` are the verdicts on the variance estimates.
+#: ``mc_reliable_P`` / ``_G`` are the verdicts on the variance estimates (True only when
+#: ``reliable``); ``mc_verdict_P`` / ``_G`` their level (reliable, marginal, unreliable) and
+#: ``mc_reason_P`` / ``_G`` the reason ('' when reliable). ``mc_khat_limit_P`` / ``_G`` are
+#: PSIS's threshold min(1 - 1/log10 n, 0.7), ``mc_khat_min_n_P`` / ``_G`` the sample size
+#: 10^(1/(1 - k-hat)) PSIS asks for at the observed k-hat; ``mc_rel_se_var_P`` / ``_G`` theory's
+#: relative standard error of the sample variance with these draws, ``mc_rel_se_m4_P`` / ``_G``
+#: that of the sample fourth moment the interval's width rests on.
 MC_COLUMNS = {
     "mc_var_P": ("var_P", "value"),
     "mc_var_P_lo": ("var_P", "lo"),
@@ -212,12 +218,28 @@ MC_COLUMNS = {
     "mc_khat_P": ("khat_P", "value"),
     "mc_reliable_P": ("var_P", "reliable"),
     "mc_reliable_G": ("var_G", "reliable"),
+    "mc_khat_G": ("khat_G", "value"),
+    "mc_khat_limit_P": ("khat_limit", "value"),
+    "mc_khat_limit_G": ("khat_limit", "value"),
+    "mc_khat_min_n_P": ("khat_min_n_P", "value"),
+    "mc_khat_min_n_G": ("khat_min_n_G", "value"),
+    "mc_rel_se_var_P": ("rel_se_var_P", "value"),
+    "mc_rel_se_var_G": ("rel_se_var_G", "value"),
+    "mc_rel_se_m4_P": ("rel_se_m4_P", "value"),
+    "mc_rel_se_m4_G": ("rel_se_m4_G", "value"),
+    "mc_verdict_P": ("var_P", "verdict"),
+    "mc_verdict_G": ("var_G", "verdict"),
+    "mc_reason_P": ("var_P", "reason"),
+    "mc_reason_G": ("var_G", "reason"),
 }
+_FIELD_DTYPES = {"reliable": bool, "verdict": object, "reason": object}
 
 
 def _mc_field(mc: pd.DataFrame, T, stat: str, field: str):
     """One field of the Monte Carlo tidy rows, aligned with ``T``."""
     rows = mc[(mc["statistic"] == stat) & (mc["method"] == "monte_carlo")].set_index("T")
+    if field == "verdict":
+        return [verdict_level(rows.at[int(t), "reason"]) for t in T]
     return [rows.at[int(t), field] for t in T]
 
 
@@ -228,8 +250,8 @@ def _with_interval(values, lo, hi, log10) -> list[str]:
     ]
 
 
-def _verdict(flags) -> list[str]:
-    return ["reliable" if ok else "UNRELIABLE" for ok in flags]
+def _verdict(levels) -> list[str]:
+    return [level.upper() if level == "unreliable" else level for level in levels]
 
 
 def with_monte_carlo(frame: pd.DataFrame, mc: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFrame:
@@ -255,7 +277,7 @@ def with_monte_carlo(frame: pd.DataFrame, mc: pd.DataFrame, *, ci: float = 0.95)
     T = out["T"].tolist()
     for col, (stat, field) in MC_COLUMNS.items():
         values = _mc_field(mc, T, stat, field)
-        out[col] = np.array(values, dtype=bool if field == "reliable" else float)
+        out[col] = np.array(values, dtype=_FIELD_DTYPES.get(field, float))
     pct = f"{100 * ci:g}%"
 
     def log10(stat):
@@ -265,16 +287,17 @@ def with_monte_carlo(frame: pd.DataFrame, mc: pd.DataFrame, *, ci: float = 0.95)
         f"MC Var(P_T) [{pct} CI]": _with_interval(
             out["mc_var_P"], out["mc_var_P_lo"], out["mc_var_P_hi"], log10("var_P")
         ),
-        "MC verdict Var(P_T)": _verdict(out["mc_reliable_P"]),
+        "MC verdict Var(P_T)": _verdict(out["mc_verdict_P"]),
         f"MC Var(G_T) [{pct} CI]": _with_interval(
             out["mc_var_G"], out["mc_var_G_lo"], out["mc_var_G_hi"], log10("var_G")
         ),
-        "MC verdict Var(G_T)": _verdict(out["mc_reliable_G"]),
+        "MC verdict Var(G_T)": _verdict(out["mc_verdict_G"]),
         "MC E[G_T]": [format_number(v) for v in out["mc_mean_G"]],
         "MC ESS frac. P_T": [
             format_number(v, lg) for v, lg in zip(out["mc_ess_P"], log10("ess_frac_P"), strict=True)
         ],
         "MC k-hat P_T": [format_number(v) for v in out["mc_khat_P"]],
+        "MC k-hat limit": [format_number(v) for v in out["mc_khat_limit_P"]],
     }
     return out
 
@@ -282,14 +305,18 @@ def with_monte_carlo(frame: pd.DataFrame, mc: pd.DataFrame, *, ci: float = 0.95)
 def monte_carlo_notes(mc: pd.DataFrame, n: int, seed: int, *, target: float = 0.1) -> str:
     """Plain-words verdicts below the markdown table: one line per flagged variance estimate."""
     lines = [
-        f"Monte Carlo: n = {n:,} draws, seed {seed}; intervals from the sample kurtosis (log scale); "
-        f"an estimate is unreliable when theory needs more draws than n for a {100 * target:g} % "
-        "relative error, or the Pareto k-hat of the weights exceeds 0.7."
+        f"Monte Carlo: n = {n:,} draws, seed {seed}; intervals from the sample kurtosis (log scale). "
+        f"Verdicts: unreliable when theory needs more draws than n for a {100 * target:g} % relative "
+        "error, or the Pareto k-hat exceeds min(1 - 1/log10 n, 0.7); marginal when precise enough but "
+        "the interval's width rests on a fourth-moment estimate theory calls unstable (the interval "
+        "may cover less than its level); reliable otherwise."
     ]
     flagged = mc[(mc["statistic"].isin(["var_P", "var_G"])) & ~mc["reliable"].astype(bool)]
     for r in flagged.itertuples(index=False):
         x = r.statistic[-1]
-        lines.append(f"- T = {int(r.T)}: Monte Carlo Var({x}_T) is UNRELIABLE: {r.reason}.")
+        level = verdict_level(r.reason)
+        why = r.reason[len(level) + 2 :]
+        lines.append(f"- T = {int(r.T)}: Monte Carlo Var({x}_T) is {_verdict([level])[0]}: {why}.")
     if flagged.empty:
         lines.append("- Every Monte Carlo variance estimate is reliable at these lengths.")
     return "\n".join(lines)

@@ -70,13 +70,16 @@ and a later one never wins on noise alone: for uncorrelated tokens ``corr`` and 
 differ only by the noise in :math:`\hat\rho_k`, so where ``iid`` falls just outside,
 ``corr`` does too or is not twice as close, and the bucket says ``"none"``, never
 ``"corrected"``. A bucket without an interval (one sequence, or ``n_boot=0``) gets
-``"n/a"``.
+``"n/a"``; a bucket with fewer than :data:`MIN_BUCKET_SEQUENCES` (20) sequences gets
+``"too few sequences"`` (and NaN scores): neither votes.
 
 The overall verdict is a vote of the buckets that have one: i.i.d. (either kind), corrected
 or none, whichever most buckets say, ties going to i.i.d., then corrected (the i.i.d. label
 is the more frequent of the two kinds, lognormal on ties). A vote rather than a pooled score,
-since percentile bootstrap intervals of a variance from a few hundred sequences cover a
-little less than their level, and one bucket in twenty falls outside its interval anyway.
+since one bucket in twenty falls outside its 95 % interval anyway. The intervals are
+studentized bootstraps (:func:`~variance_lab.rollouts.statistics.bucket_variances`); their
+coverage is checked on synthetic batches with known answers (``tests/test_analyze.py``,
+i.i.d. lognormal and AR(1) tokens: 1,000 batches each in the slow tests).
 The root mean square of each prediction's scores is reported beside it. The intervals carry
 the sampling error of the bucket's sequences, not that of the fitted parameters (pooled
 over all tokens, hence far smaller).
@@ -121,6 +124,7 @@ __all__ = [
     "MODELS",
     "MODEL_LABELS",
     "VERDICTS",
+    "MIN_BUCKET_SEQUENCES",
     "ANALYSIS_COLUMNS",
     "CURVE_COLUMNS",
     "verdict",
@@ -142,7 +146,16 @@ MODEL_LABELS = {"iid": "iid-lognormal", "emp": "iid-empirical", "corr": "correct
 
 
 #: Every verdict a bucket can get.
-VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "n/a")
+VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "too few sequences", "n/a")
+
+#: Fewest sequences a bucket needs to vote: below it the bootstrap interval of its
+#: Var(G_T), resampled from a handful of sequences, is too short to judge a prediction by
+#: (a bootstrap resample of k values holds about 0.63 k distinct ones), so the bucket's
+#: verdict says ``"too few sequences"`` and its scores are NaN.
+MIN_BUCKET_SEQUENCES = 20
+
+#: Verdicts that do not vote in :func:`overall_verdict`.
+_NO_VOTE = ("too few sequences", "n/a")
 
 
 #: Columns of :attr:`AnalysisResult.table`, in order.
@@ -328,14 +341,14 @@ def overall_verdict(verdicts) -> str:
     Parameters
     ----------
     verdicts : iterable of str
-        Per-bucket verdicts; ``"n/a"`` ones do not vote.
+        Per-bucket verdicts; ``"n/a"`` and ``"too few sequences"`` ones do not vote.
 
     Returns
     -------
     str
         One of :data:`VERDICTS` (``"n/a"`` when no bucket votes).
     """
-    votes = [v for v in verdicts if v != "n/a"]
+    votes = [v for v in verdicts if v not in _NO_VOTE]
     if not votes:
         return "n/a"
     n_log, n_emp = votes.count("iid-lognormal"), votes.count("iid-empirical")
@@ -506,6 +519,9 @@ def _bucket_predictions(models: _Models, T: np.ndarray, g_range, base: dict) -> 
     row["gspo_clip_pred"] = float(np.sum(counts * models.gspo_clip("corr", uniq, g_range)) / n)
     row["gspo_clip_pred_iid"] = float(np.sum(counts * models.gspo_clip("iid", uniq, g_range)) / n)
     row["verdict"] = verdict(row["score_iid"], row["score_emp"], row["score_corr"])
+    if n < MIN_BUCKET_SEQUENCES and not math.isnan(base["var_G_lo"]):  # an interval, from too few
+        row |= {f"score_{model}": math.nan for model in MODELS}
+        row["verdict"] = "too few sequences"
     return row
 
 
