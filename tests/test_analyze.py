@@ -434,7 +434,11 @@ def test_cli_bad_data_is_one_line_naming_the_sequence(kind, tmp_path, capsys):
         (["analyze", "{good}", "--n-boot", "-3"], "--n-boot"),
         (["analyze", "{good}", "--level", "1.5"], "--level"),
         (["analyze", "{good}", "--figure", "a.gif"], "--figure"),
-        (["analyze", "{good}", "--edges", "64,16"], "edges must be increasing"),
+        (
+            ["analyze", "{good}", "--edges", "16"],
+            "--edges must be increasing integers >= 1, at least two, got [16]",
+        ),
+        (["analyze", "{good}", "--edges", "16,32.5"], "'32.5' is not an integer"),
         (["analyze", "{notjson}"], "invalid json"),
     ],
 )

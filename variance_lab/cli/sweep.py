@@ -8,13 +8,19 @@ import sys
 from variance_lab.cli._common import (
     GRID_EPILOG,
     PROG,
+    CLIError,
     add_executor_args,
+    add_progress_arg,
     add_sampler_arg,
+    check_output,
     family_list,
     float_arg,
     grid_arg,
+    int_arg,
+    one_line,
     param_grid,
     report_list,
+    show_progress,
 )
 from variance_lab.families import FAMILIES
 
@@ -22,6 +28,9 @@ from variance_lab.families import FAMILIES
 def run(args: argparse.Namespace) -> int:
     from variance_lab import sweep as sweep_mod
 
+    check_output(args.out)
+    if args.out is not None:
+        sweep_mod.check_table_path(args.out)
     try:
         result = sweep_mod.sweep(
             args.family,
@@ -39,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             ci=args.ci,
             target=args.target,
             params=dict(args.param or []),
-            progress=not args.no_progress,
+            progress=show_progress(args),
         )
     except sweep_mod.SweepInterrupted as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
@@ -53,7 +62,11 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
     if args.out is not None:
-        sweep_mod.write_table(result.frame, args.out)
+        try:
+            sweep_mod.write_table(result.frame, args.out)
+        except OSError as exc:
+            raise CLIError(f"--out {args.out!r}: cannot write it: {exc.strerror or one_line(exc)}") from None
+        print(f"{PROG}: wrote {len(result.frame)} rows to {args.out}", file=sys.stderr)
     print(result.summary())
     if result.failed:
         report_list(
@@ -105,7 +118,9 @@ def add_command(sub) -> None:
         metavar="NAME=GRID",
         help=f"grid of an extra family parameter, repeatable: {', '.join(extras)}",
     )
-    p.add_argument("--seed", type=int, default=0, help="root seed of the Monte Carlo cells")
+    p.add_argument(
+        "--seed", type=int_arg("--seed", minimum=0), default=0, help="root seed of the Monte Carlo cells"
+    )
     p.add_argument("--ci", type=float_arg, default=0.95, help="confidence level of Monte Carlo intervals")
     p.add_argument(
         "--independent",
@@ -117,5 +132,5 @@ def add_command(sub) -> None:
     add_executor_args(p)
     p.add_argument("--store", default=sweep_mod.DEFAULT_STORE, help="SQLite store, created when missing")
     p.add_argument("--out", default=None, help="also write this sweep's rows to a .csv or .parquet file")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_arg(p)
     p.set_defaults(func=run)

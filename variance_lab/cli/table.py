@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from variance_lab import __version__, theory
 from variance_lab.cli._common import (
+    PROG,
     add_executor_args,
     add_family_args,
+    add_progress_arg,
     add_sampler_arg,
+    check_output,
     family_from_args,
     float_arg,
-    parse_int_list,
+    int_arg,
+    int_grid,
+    show_progress,
     write_output,
 )
 from variance_lab.report import table as table_report
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.out)
     family = family_from_args(args)
-    T = parse_int_list(args.T)
+    T = int_grid(args.T, name="--T", minimum=1)
     frame = theory.summary(family, T, target=args.target)
     notes = table_report.errata(frame, family.mu, family.sigma2)
     source = "exact theory"
@@ -36,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
             executor=args.executor,
             scheduler=args.scheduler,
             sampler=args.sampler,
+            progress=None if show_progress(args) else False,
         )
         frame = table_report.with_monte_carlo(frame, mc)
         mc_notes = table_report.monte_carlo_notes(mc, args.n, args.seed, target=args.target)
@@ -47,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     )
     text = table_report.render(frame, args.format, title=title, notes=notes)
     write_output(text, args.out)
+    if args.out is not None:
+        print(f"{PROG}: wrote the table to {args.out}", file=sys.stderr)
     return 0
 
 
@@ -60,16 +70,23 @@ def add_command(sub) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_family_args(p)
-    p.add_argument("--T", default="1,10,100,1000", help="sequence lengths, a comma list of integers >= 1")
+    p.add_argument(
+        "--T",
+        default="1,10,100,1000",
+        help="sequence lengths, integers >= 1: a comma list or ranges as in sweep (1:1000:log4); sorted, "
+        "a length given twice is computed once; 1e6 is accepted, 1.5 refused",
+    )
     p.add_argument(
         "--n",
-        type=int,
+        type=int_arg("--n", minimum=0),
         default=1_000_000,
         help="Monte Carlo draws (sequences); 0 = theory only. n >= 2 adds the mc_* columns: Monte Carlo "
         "Var(P_T), Var(G_T) with intervals, E[G_T], ESS fraction and Pareto k-hat of the weights P_T, "
         "and the verdicts",
     )
-    p.add_argument("--seed", type=int, default=0, help="root seed of the Monte Carlo draws")
+    p.add_argument(
+        "--seed", type=int_arg("--seed", minimum=0), default=0, help="root seed of the Monte Carlo draws"
+    )
     add_sampler_arg(p)
     add_executor_args(p)
     p.add_argument(
@@ -77,4 +94,5 @@ def add_command(sub) -> None:
     )
     p.add_argument("--format", default="markdown", choices=table_report.FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
+    add_progress_arg(p)
     p.set_defaults(func=run)

@@ -98,10 +98,16 @@ class Store:
         The SQLite file; created (with its tables) when missing.
     create : bool
         If false, a missing file is an error instead of being created.
+    readonly : bool
+        Open the file read-only (export, loading): nothing is ever written to it, not even
+        the tables of a new store; a file that is not a store (an empty file, any other
+        SQLite database or file) is a ``ValueError``. Implies ``create=False``.
     """
 
-    def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike, *, create: bool = True, readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = bool(readonly)
+        create = create and not self.readonly
         if self.path.is_dir():
             raise ValueError(f"store {str(self.path)!r} is a directory")
         if not self.path.exists():
@@ -110,7 +116,11 @@ class Store:
             if not self.path.parent.is_dir():
                 raise ValueError(f"store {str(self.path)!r}: folder {str(self.path.parent)!r} does not exist")
         try:
-            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+            if self.readonly:
+                uri = f"{self.path.resolve().as_uri()}?mode=ro"
+                self._conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=60)
+            else:
+                self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
         except sqlite3.Error as exc:
             raise ValueError(f"store {str(self.path)!r} cannot be opened: {exc}") from None
         try:
@@ -121,6 +131,14 @@ class Store:
 
     def _setup(self) -> None:
         c = self._conn
+        if self.readonly:
+            row = c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if row is None:
+                raise sqlite3.DatabaseError("it has no schema version")
+            if row[0] != str(SCHEMA_VERSION):
+                raise sqlite3.DatabaseError(f"schema version {row[0]}, this version reads {SCHEMA_VERSION}")
+            c.execute("SELECT 1 FROM cells JOIN results USING (cell) LIMIT 1").fetchall()
+            return
         c.execute("PRAGMA journal_mode=WAL")
         c.execute("PRAGMA synchronous=FULL")
         c.execute("PRAGMA foreign_keys=ON")
@@ -255,7 +273,7 @@ def load_store(path: str | os.PathLike) -> pd.DataFrame:
     Parameters
     ----------
     path : str or Path
-        An existing store.
+        An existing store, opened read-only (never written, not even its tables).
 
     Returns
     -------
@@ -266,5 +284,5 @@ def load_store(path: str | os.PathLike) -> pd.DataFrame:
         store holds several sweeps (other n, seed or T grid); the extra columns tell
         them apart.
     """
-    with Store(path, create=False) as store:
+    with Store(path, readonly=True) as store:
         return store.frame()
