@@ -501,3 +501,36 @@ def test_huge_log_ratios_and_long_sequences_never_overflow():
         assert np.all(np.isfinite(table[col])), col
     assert table["log10_var_P_iid"].iloc[-1] > 1e7  # Var(P_T) far beyond float64, in log10
     assert np.all(np.isfinite(curves["log10_var_G"])) and np.isinf(curves["var_G"]).any()
+
+
+# --------------------------------------------------------------------------- small samples (issue #18)
+def test_small_buckets_say_too_few_and_do_not_vote():
+    from variance_lab.rollouts.analysis import MIN_BUCKET_SEQUENCES, TOO_FEW, overall_verdict
+
+    assert MIN_BUCKET_SEQUENCES == 20
+    assert overall_verdict([TOO_FEW, TOO_FEW, "n/a"]) == TOO_FEW
+    assert overall_verdict([TOO_FEW, "corrected", TOO_FEW, TOO_FEW]) == "corrected"
+    assert overall_verdict(["n/a"]) == "n/a"
+    rng = np.random.default_rng(3)
+    lengths = [4] * 30 + [40] * (MIN_BUCKET_SEQUENCES - 1)
+    lps = [-rng.random(n) for n in lengths]
+    olps = [lp + 0.01 * rng.standard_normal(lp.size) for lp in lps]
+    result = analyze(TokenBatch.from_ragged(lps, [np.minimum(o, 0.0) for o in olps]), n_boot=200, seed=0)
+    by_n = dict(zip(result.table["n_seq"], result.table["verdict"], strict=True))
+    assert by_n[MIN_BUCKET_SEQUENCES - 1] == TOO_FEW and by_n[30] != TOO_FEW
+    assert result.verdict == by_n[30]
+
+
+def test_autocorrelation_needs_enough_pairs():
+    from variance_lab.rollouts.statistics import MIN_AUTOCORRELATION_PAIRS, autocorrelation
+
+    rng = np.random.default_rng(0)
+    few = TokenBatch.from_ragged([-rng.random(12)], [-rng.random(12)])  # 11 pairs
+    with pytest.raises(ValueError, match=r"too few sequences for the autocorrelation: 11 pairs"):
+        autocorrelation(few)
+    n = MIN_AUTOCORRELATION_PAIRS + 1  # exactly the minimum of pairs
+    enough = TokenBatch.from_ragged([-rng.random(n)], [-rng.random(n)])
+    assert autocorrelation(enough).n_pairs[1] == MIN_AUTOCORRELATION_PAIRS
+    result = analyze(few, n_boot=0)
+    assert result.acf is None and result.acf_note.startswith("too few sequences")
+    assert result.summary()["autocorrelation_note"] == result.acf_note

@@ -43,11 +43,11 @@ def test_default_is_the_seed_table_with_a_million_draws():
     from variance_lab.cli import build_parser
 
     args = build_parser().parse_args(["table"])
-    assert (args.family, args.mu, args.sigma2, args.T, args.n, args.seed) == (
+    assert (args.family, args.mu, args.sigma2, args.T.tolist(), args.n, args.seed) == (
         "lognormal",
         1.0,
         0.1,
-        "1,10,100,1000",
+        [1, 10, 100, 1000],
         1_000_000,
         0,
     )

@@ -293,6 +293,66 @@ def show_progress(args: argparse.Namespace) -> bool:
         return False
 
 
+#: Estimated Monte Carlo time above which a run needs ``--yes`` (or a "y" on a terminal).
+LONG_RUN_S = 3600.0
+#: Estimated time from which the estimate is printed before the run starts.
+SHOW_ESTIMATE_S = 60.0
+
+
+def add_yes_arg(p: argparse.ArgumentParser) -> None:
+    """``--yes``: start a run estimated to take longer than :data:`LONG_RUN_S` without asking."""
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help="start a Monte Carlo run estimated to take more than an hour without asking (without it "
+        "such a run asks on a terminal and is refused elsewhere)",
+    )
+
+
+def monte_carlo_seconds(family, T, n: int, *, sampler: str, independent: bool = False, workers=None) -> float:
+    """Rough wall time of one Monte Carlo run: its work units (from the chunk plan's
+    :func:`~variance_lab.simulate.plan.path_draws`) at the measured
+    :data:`~variance_lab.simulate.plan.WORK_RATE` per core."""
+    from variance_lab.simulate import resolve_sampler
+    from variance_lab.simulate.executor import default_workers
+    from variance_lab.simulate.plan import estimate_seconds, path_draws
+
+    code, _ = family.sampler_params()
+    resolved = resolve_sampler(sampler, code, family.name)
+    draws = path_draws(T, independent=independent, sampler=resolved, code=code)
+    return estimate_seconds(n, draws, workers or default_workers())
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.3g} days"
+
+
+def confirm_long_run(seconds: float, what: str, args: argparse.Namespace) -> None:
+    """Print the estimate of a long run on stderr; above :data:`LONG_RUN_S` go on only with
+    ``--yes`` or a "y" typed on a terminal, else raise :class:`CLIError` (nothing is started)."""
+    if seconds < SHOW_ESTIMATE_S:
+        return
+    estimate = f"{what}: estimated Monte Carlo time about {_duration(seconds)} (rough)"
+    if seconds <= LONG_RUN_S or getattr(args, "yes", False):
+        print(f"{PROG}: {estimate}", file=sys.stderr)
+        return
+    if sys.stdin is not None and sys.stdin.isatty() and sys.stderr.isatty():
+        print(f"{PROG}: {estimate}; start it? [y/N] ", end="", file=sys.stderr, flush=True)
+        if sys.stdin.readline().strip().lower() in ("y", "yes"):
+            return
+        raise CLIError("not started (answered no); pass --yes to start it without asking")
+    raise CLIError(
+        f"not started: {estimate}, more than {_duration(LONG_RUN_S)}; pass --yes to start it, "
+        "or use fewer draws or shorter sequences"
+    )
+
+
 def report_list(title: str, items: list[str], limit: int = 10) -> None:
     print(f"{PROG}: {title}: {len(items)}", file=sys.stderr)
     for item in items[:limit]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from variance_lab.cli._common import (
     GRID_EPILOG,
@@ -12,11 +13,14 @@ from variance_lab.cli._common import (
     add_executor_args,
     add_progress_arg,
     add_sampler_arg,
+    add_yes_arg,
     check_output,
+    confirm_long_run,
     family_list,
     float_arg,
     grid_arg,
     int_arg,
+    monte_carlo_seconds,
     one_line,
     param_grid,
     report_list,
@@ -31,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.out)
     if args.out is not None:
         sweep_mod.check_table_path(args.out)
+    _confirm(args, sweep_mod)
     try:
         result = sweep_mod.sweep(
             args.family,
@@ -75,6 +80,57 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _finished(store: str) -> set[str]:
+    """Cells already in ``store`` (read-only; none when it is missing or not a store yet)."""
+    from variance_lab.sweep import Store
+
+    if not Path(store).is_file():
+        return set()
+    try:
+        with Store(store, readonly=True) as db:
+            return db.finished()
+    except ValueError:  # not a store: the sweep itself reports it
+        return set()
+
+
+def _confirm(args: argparse.Namespace, sweep_mod) -> None:
+    """Estimate the Monte Carlo cells still to run; a long sweep needs ``--yes`` (confirm_long_run)."""
+    the_plan = sweep_mod.plan(
+        args.family,
+        args.mu,
+        args.sigma2,
+        args.T,
+        args.n,
+        seed=args.seed,
+        independent=args.independent,
+        ci=args.ci,
+        target=args.target,
+        params=dict(args.param or []),
+        sampler=args.sampler,
+    )
+    todo = [c for c in the_plan.cells if c.kind == "monte_carlo"]
+    if not todo:
+        return
+    finished = _finished(args.store)
+    todo = [c for c in todo if c.id not in finished]
+    seconds = 0.0
+    for cell in todo:
+        try:
+            seconds += monte_carlo_seconds(
+                cell.family,
+                cell.T,
+                cell.n,
+                sampler=args.sampler,
+                independent=args.independent,
+                workers=args.workers,
+            )
+        except ValueError:  # a cell that will fail (aggregate for gamma) costs nothing
+            continue
+    confirm_long_run(
+        seconds, f"sweep of {len(the_plan.cells)} cells, {len(todo)} Monte Carlo cells to compute", args
+    )
 
 
 def add_command(sub) -> None:
@@ -133,4 +189,5 @@ def add_command(sub) -> None:
     p.add_argument("--store", default=sweep_mod.DEFAULT_STORE, help="SQLite store, created when missing")
     p.add_argument("--out", default=None, help="also write this sweep's rows to a .csv or .parquet file")
     add_progress_arg(p)
+    add_yes_arg(p)
     p.set_defaults(func=run)

@@ -12,11 +12,14 @@ from variance_lab.cli._common import (
     add_family_args,
     add_progress_arg,
     add_sampler_arg,
+    add_yes_arg,
     check_output,
+    confirm_long_run,
     family_from_args,
     float_arg,
+    grid_arg,
     int_arg,
-    int_grid,
+    monte_carlo_seconds,
     show_progress,
     write_output,
 )
@@ -26,12 +29,16 @@ from variance_lab.report import table as table_report
 def run(args: argparse.Namespace) -> int:
     check_output(args.out)
     family = family_from_args(args)
-    T = int_grid(args.T, name="--T", minimum=1)
+    T = [int(t) for t in args.T]
     frame = theory.summary(family, T, target=args.target)
     notes = table_report.errata(frame, family.mu, family.sigma2)
     source = "exact theory"
     if args.n != 0:  # Monte Carlo columns beside the theory
         from variance_lab.simulate import simulate
+
+        if args.n >= 2:  # n = 1 is refused by simulate with the reason
+            seconds = monte_carlo_seconds(family, T, args.n, sampler=args.sampler, workers=args.workers)
+            confirm_long_run(seconds, f"table up to T = {max(T):,} with n = {args.n:,}", args)
 
         mc = simulate(
             family,
@@ -72,6 +79,7 @@ def add_command(sub) -> None:
     add_family_args(p)
     p.add_argument(
         "--T",
+        type=grid_arg("--T", integer=True, minimum=1),
         default="1,10,100,1000",
         help="sequence lengths, integers >= 1: a comma list or ranges as in sweep (1:1000:log4); sorted, "
         "a length given twice is computed once; 1e6 is accepted, 1.5 refused",
@@ -95,4 +103,5 @@ def add_command(sub) -> None:
     p.add_argument("--format", default="markdown", choices=table_report.FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
     add_progress_arg(p)
+    add_yes_arg(p)
     p.set_defaults(func=run)

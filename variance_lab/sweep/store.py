@@ -89,6 +89,20 @@ def _db_float(x) -> float | None:
     return None if math.isnan(x) else x
 
 
+def _readonly_uri(path: Path) -> str:
+    """SQLite URI that reads ``path`` without writing anything beside it.
+
+    ``mode=ro`` on a store in WAL mode still creates ``-wal`` and ``-shm`` files next to it
+    and leaves them there; when neither exists (no connection is open: the last one
+    checkpointed and removed them), the file is complete as it is and is read with
+    ``immutable=1``, which creates nothing. With a writer at work they exist, and the
+    ordinary read-only mode shares them.
+    """
+    wal, shm = (path.with_name(path.name + suffix) for suffix in ("-wal", "-shm"))
+    extra = "&immutable=1" if not wal.exists() and not shm.exists() else ""
+    return f"{path.resolve().as_uri()}?mode=ro{extra}"
+
+
 class Store:
     """A sweep store: one SQLite file. Use as a context manager.
 
@@ -117,8 +131,9 @@ class Store:
                 raise ValueError(f"store {str(self.path)!r}: folder {str(self.path.parent)!r} does not exist")
         try:
             if self.readonly:
-                uri = f"{self.path.resolve().as_uri()}?mode=ro"
-                self._conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=60)
+                self._conn = sqlite3.connect(
+                    _readonly_uri(self.path), uri=True, isolation_level=None, timeout=60
+                )
             else:
                 self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
         except sqlite3.Error as exc:
