@@ -265,7 +265,7 @@ def test_verdict_rule(scores, expected):
         (["none", "none", "corrected"], "none"),
         (["n/a", "n/a"], "n/a"),
         (["too few sequences", "too few sequences", "corrected"], "corrected"),  # small buckets do not vote
-        (["too few sequences", "n/a"], "n/a"),
+        (["too few sequences", "n/a"], "too few sequences"),  # no vote, and the reason why
     ],
 )
 def test_overall_verdict_is_the_vote_of_the_buckets(votes, expected):
@@ -507,7 +507,11 @@ def test_cli_bad_data_is_one_line_naming_the_sequence(kind, tmp_path, capsys):
         (["analyze", "{good}", "--n-boot", "-3"], "--n-boot"),
         (["analyze", "{good}", "--level", "1.5"], "--level"),
         (["analyze", "{good}", "--figure", "a.gif"], "--figure"),
-        (["analyze", "{good}", "--edges", "64,16"], "edges must be increasing"),
+        (
+            ["analyze", "{good}", "--edges", "16"],
+            "--edges must be increasing integers >= 1, at least two, got [16]",
+        ),
+        (["analyze", "{good}", "--edges", "16,32.5"], "'32.5' is not an integer"),
         (["analyze", "{notjson}"], "invalid json"),
     ],
 )
@@ -570,3 +574,36 @@ def test_huge_log_ratios_and_long_sequences_never_overflow():
         assert np.all(np.isfinite(table[col])), col
     assert table["log10_var_P_iid"].iloc[-1] > 1e7  # Var(P_T) far beyond float64, in log10
     assert np.all(np.isfinite(curves["log10_var_G"])) and np.isinf(curves["var_G"]).any()
+
+
+# --------------------------------------------------------------------------- small samples (issue #18)
+def test_small_buckets_say_too_few_and_do_not_vote():
+    from variance_lab.rollouts.analysis import MIN_BUCKET_SEQUENCES, TOO_FEW, overall_verdict
+
+    assert MIN_BUCKET_SEQUENCES == 20
+    assert overall_verdict([TOO_FEW, TOO_FEW, "n/a"]) == TOO_FEW
+    assert overall_verdict([TOO_FEW, "corrected", TOO_FEW, TOO_FEW]) == "corrected"
+    assert overall_verdict(["n/a"]) == "n/a"
+    rng = np.random.default_rng(3)
+    lengths = [4] * 30 + [40] * (MIN_BUCKET_SEQUENCES - 1)
+    lps = [-rng.random(n) for n in lengths]
+    olps = [lp + 0.01 * rng.standard_normal(lp.size) for lp in lps]
+    result = analyze(TokenBatch.from_ragged(lps, [np.minimum(o, 0.0) for o in olps]), n_boot=200, seed=0)
+    by_n = dict(zip(result.table["n_seq"], result.table["verdict"], strict=True))
+    assert by_n[MIN_BUCKET_SEQUENCES - 1] == TOO_FEW and by_n[30] != TOO_FEW
+    assert result.verdict == by_n[30]
+
+
+def test_autocorrelation_needs_enough_pairs():
+    from variance_lab.rollouts.statistics import MIN_AUTOCORRELATION_PAIRS, autocorrelation
+
+    rng = np.random.default_rng(0)
+    few = TokenBatch.from_ragged([-rng.random(12)], [-rng.random(12)])  # 11 pairs
+    with pytest.raises(ValueError, match=r"too few sequences for the autocorrelation: 11 pairs"):
+        autocorrelation(few)
+    n = MIN_AUTOCORRELATION_PAIRS + 1  # exactly the minimum of pairs
+    enough = TokenBatch.from_ragged([-rng.random(n)], [-rng.random(n)])
+    assert autocorrelation(enough).n_pairs[1] == MIN_AUTOCORRELATION_PAIRS
+    result = analyze(few, n_boot=0)
+    assert result.acf is None and result.acf_note.startswith("too few sequences")
+    assert result.summary()["autocorrelation_note"] == result.acf_note

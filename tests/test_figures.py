@@ -85,6 +85,32 @@ def test_only_and_bad_names(tmp_path, capsys):
     assert "is not a figure sidecar" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_interrupted_figures_leave_no_partial_folder(tmp_path, monkeypatch, existing):
+    """Ctrl-C on the second figure: a new folder is not created, an existing one is untouched,
+    and the temporary build folder is gone."""
+    out = tmp_path / "figs"
+    if existing:
+        out.mkdir()
+        (out / "ratio_vs_T.pdf").write_bytes(b"an earlier figure")
+    real, calls = figs.make_figure, []
+
+    def interrupt_second(name, *args, **kwargs):
+        calls.append(name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(figs, "make_figure", interrupt_second)
+    with pytest.raises(KeyboardInterrupt):
+        figs.make_all(out, quick=True, only=["ratio_vs_T", "heatmap_var_P"], progress=False)
+    assert calls == ["ratio_vs_T", "heatmap_var_P"]
+    assert [p.name for p in tmp_path.iterdir()] == (["figs"] if existing else [])
+    if existing:
+        assert [p.name for p in out.iterdir()] == ["ratio_vs_T.pdf"]
+        assert (out / "ratio_vs_T.pdf").read_bytes() == b"an earlier figure"
+
+
 # ----------------------------------------------------------------------------- plot functions
 def _theory(family, T, names):
     return figs._theory(family, T, names)

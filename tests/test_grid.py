@@ -76,7 +76,9 @@ def test_log_range_is_geometric():
         ("1:1000:log4", [1, 10, 100, 1000]),
         ("1:10:log20", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]),  # rounded, then deduplicated
         ("1:5:5,3", [1, 2, 3, 4, 5]),
-        ("2.6", [3]),
+        ("1e6", [1_000_000]),  # an exact integer in any notation
+        ("10,10", [10]),  # a length typed twice is one length
+        ("1:10.0:log2", [1, 10]),
     ],
 )
 def test_integer_grids(text, expected):
@@ -132,3 +134,9 @@ def test_name_list():
     ]
     with pytest.raises(ValueError, match=r"--family: unknown value 'normal'; choose from lognormal"):
         parse_name_list("normal", name="--family", choices=choices)
+
+
+@pytest.mark.parametrize("text", ["2.6", "1.5", "1,2.5", "1.5:10:3", "1:10.5:log3"])
+def test_integer_grids_refuse_fractions(text):
+    with pytest.raises(ValueError, match=r"--T: .* (is not an integer|not a number)"):
+        parse_grid(text, name="--T", integer=True)

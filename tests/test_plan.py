@@ -109,3 +109,46 @@ def test_tasks_carry_sampler_and_tail_share():
 def test_chunk_tail_keep_small_runs_keep_everything():
     assert chunk_tail_keep(100, 100, tail_size(100)) == tail_size(100)  # one chunk: the whole tail
     assert chunk_tail_keep(10, 3, 5) == 3  # never more than the chunk's paths
+
+
+# --------------------------------------------------------------------------- work cap (issue #18)
+def test_path_draws():
+    from variance_lab.families import CODE_GAMMA, CODE_LOGNORMAL
+    from variance_lab.simulate.plan import AGGREGATE_COST, TOKEN_COST, path_draws
+
+    assert path_draws([1, 10, 1000]) == 1000
+    assert path_draws([1, 10, 1000], independent=True) == 1011
+    assert path_draws([1, 10, 1000], code=CODE_LOGNORMAL) == 1000
+    assert path_draws([1, 10, 1000], code=CODE_GAMMA) == 1000 * TOKEN_COST[CODE_GAMMA]
+    assert path_draws([1, 10, 1000], sampler="aggregate") == 3 * AGGREGATE_COST
+
+
+@pytest.mark.parametrize("n", [2, 1000, 10**6, 10**9 + 7])
+@pytest.mark.parametrize("draws", [1, 1000, 10**4, 10**6, 10**9])
+def test_chunk_work_is_capped(n, draws):
+    from variance_lab.simulate.plan import MAX_CHUNK_DRAWS
+
+    plan = make_plan(n, draws=draws)
+    assert plan.chunk_size >= 1 and plan.sizes().sum() == n
+    assert plan.chunk_size * draws <= MAX_CHUNK_DRAWS or plan.chunk_size == 1
+    assert plan.chunk_size == min(make_plan(n).chunk_size, max(1, MAX_CHUNK_DRAWS // draws))
+
+
+def test_work_cap_keeps_small_runs_unchanged():
+    # the README's table (n = 1e6, T <= 1000, lognormal) keeps its plan, and so its numbers
+    assert make_plan(10**6, draws=1000) == make_plan(10**6)
+    assert make_plan(10**5, draws=1000) == make_plan(10**5)
+
+
+def test_capped_plan_is_bit_identical_for_any_workers():
+    """At T = 2e5 the cap cuts 200 paths into chunks of 41: the same bits with 1 and 2 workers."""
+    from variance_lab import LogNormal
+    from variance_lab.simulate import prepare, run_accumulators
+
+    fam, grid = LogNormal(1.0, 0.1), [1, 1000, 200_000]
+    plan, _ = prepare(fam, grid, 200, seed=5)
+    assert plan.chunk_size == 41 and plan.n_chunks == 5
+    a = run_accumulators(fam, grid, 200, seed=5, workers=1, progress=False)
+    b = run_accumulators(fam, grid, 200, seed=5, workers=2, progress=False)
+    for x, y in ((a.shift, b.shift), (a.sums, b.sums), (a.tail, b.tail)):
+        np.testing.assert_array_equal(x, y)

@@ -141,3 +141,51 @@ def test_progress_falls_back_to_text_without_widgets(monkeypatch, capsys):
     bar.close()
     assert "simulating" in capsys.readouterr().err
     assert make_progress(False, 10, "x") is None
+
+
+# --------------------------------------------------------------------------- large T (issue #18)
+def _check_large_T_frame(df):
+    """Every k-hat finite or NaN (never an exception), every variance inside its own log10 interval."""
+    khat = df.loc[df["statistic"] == "khat_P", "value"].to_numpy(float)
+    assert not np.any(np.isinf(khat))
+    ends = df.attrs["log10_interval"]
+    for stat in ("var_P", "var_G"):
+        rows = df[df["statistic"] == stat].set_index("T")
+        for t, lo, hi in zip(ends[stat]["T"], ends[stat]["lo"], ends[stat]["hi"], strict=True):
+            value = rows.at[t, "log10_value"]
+            if np.isfinite(value):
+                assert lo <= value <= hi, (stat, t, lo, value, hi)
+
+
+def _large_T_cases(slow: bool):
+    from variance_lab import get_family
+
+    extra = {"ar1": {"rho": 0.5}}
+    for name in ("lognormal", "two-point", "ar1", "gamma"):
+        fam = get_family(name, 1.0, 0.1, **extra.get(name, {}))
+        if slow:
+            yield fam, [1, 1000, 10**6], "token", (100, 1000), range(5)
+        elif name == "gamma":  # no aggregate sampler: token draws, shorter sequences
+            yield fam, [1, 100, 10**4], "token", (100,), range(5)
+        else:
+            yield fam, [1, 1000, 10**6], "aggregate", (100, 1000, 10_000), range(10)
+
+
+def _run_large_T(slow: bool):
+    for fam, grid, sampler, ns, seeds in _large_T_cases(slow):
+        for n in ns:
+            for seed in seeds:
+                df = simulate(fam, grid, n, seed=seed, sampler=sampler, progress=False, workers=2)
+                _check_large_T_frame(df)
+
+
+def test_large_T_small_n_all_families():
+    """T up to 1e6 at n = 100 .. 10^4 over many seeds: no exception, no warning (pytest turns
+    warnings into errors), intervals in log space around their estimates."""
+    _run_large_T(slow=False)
+
+
+@pytest.mark.slow
+def test_large_T_small_n_all_families_token():
+    """The same with token draws at T = 1e6 for every family (the issue's crash: seed 0, n = 1000)."""
+    _run_large_T(slow=True)

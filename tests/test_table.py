@@ -45,11 +45,11 @@ def test_default_is_the_seed_table_with_a_million_draws():
     from variance_lab.cli import build_parser
 
     args = build_parser().parse_args(["table"])
-    assert (args.family, args.mu, args.sigma2, args.T, args.n, args.seed) == (
+    assert (args.family, args.mu, args.sigma2, args.T.tolist(), args.n, args.seed) == (
         "lognormal",
         1.0,
         0.1,
-        "1,10,100,1000",
+        [1, 10, 100, 1000],
         1_000_000,
         0,
     )
@@ -139,8 +139,9 @@ def test_render_rejects_unknown_format():
         (["table", "--mu", "0"], "mu must be > 0, got 0.0"),
         (["table", "--mu", "nan"], "mu must be finite, got nan"),
         (["table", "--sigma2", "-1"], "sigma2 must be >= 0, got -1.0"),
-        (["table", "--T", "0,10"], "T must be integers >= 1, got 0"),
-        (["table", "--T", "1,x"], "expected integers separated by commas, got 'x'"),
+        (["table", "--T", "0,10"], "--T: values must be integers >= 1, got 0"),
+        (["table", "--T", "1,x"], "--T: not a number: 'x' in '1,x'"),
+        (["table", "--T", "1.5"], "--T: '1.5' is not an integer (integers are never rounded)"),
         (["table", "--family", "cauchy"], "unknown family 'cauchy'"),
         (["table", "--family", "two-point", "--sigma2", "1"], "two-point family cannot reach sigma2=1.0"),
         (["table", "--format", "html"], "invalid choice: 'html'"),
@@ -268,10 +269,13 @@ def test_monte_carlo_markdown_says_plainly(capsys):
     "argv,needle",
     [
         (["table", "--n", "1"], "n must be an integer >= 2, got 1"),
-        (["table", "--n", "-5"], "n must be an integer >= 2, got -5"),
-        (["table", "--n", "100", "--workers", "0"], "expected an integer >= 1, got '0'"),
-        (["table", "--n", "100", "--seed", "-1"], "seed must be an integer >= 0, got -1"),
-        (["table", "--n", "100", "--T", "5,5"], "duplicate entries: [5]"),
+        (["table", "--n", "-5"], "argument --n: values must be integers >= 0, got '-5'"),
+        (["table", "--n", "1.5"], "argument --n: '1.5' is not an integer"),
+        (
+            ["table", "--n", "100", "--workers", "0"],
+            "argument --workers: values must be integers >= 1, got '0'",
+        ),
+        (["table", "--n", "100", "--seed", "-1"], "argument --seed: values must be integers >= 0, got '-1'"),
     ],
 )
 def test_monte_carlo_bad_input_one_line_exit_2(capsys, argv, needle):

@@ -14,7 +14,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
     """Write ``path`` through ``write(tmp)`` into a fresh name beside it, then rename.
 
     An existing file is replaced only by a complete new one; on any error (Ctrl-C included)
-    the temporary file is removed and the old file is untouched. The temporary file is
+    the temporary file is removed and the old file is untouched, and the error raised is the
+    one that stopped the write (an ``OSError`` naming the file system's reason), never one
+    from the clean-up. The temporary file is
     created by ``write`` itself, so it gets the usual permissions (``0666 & ~umask``). A path
     that exists but is not a regular file (``/dev/null``, a FIFO) is written in place, never
     replaced: renaming over a device as root would destroy it.
@@ -39,6 +41,15 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
         write(tmp)
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
         raise
     return path
+
+
+def _remove_quietly(tmp: Path) -> None:
+    """Remove a temporary file if it is there; a clean-up that fails (a read-only file system,
+    a folder such as ``/proc`` that refuses even the look-up) must not hide the first error."""
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:
+        pass

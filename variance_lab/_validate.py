@@ -7,7 +7,15 @@ import numbers
 
 import numpy as np
 
-__all__ = ["check_finite", "check_positive", "check_T", "check_n", "check_workers"]
+__all__ = [
+    "check_finite",
+    "check_positive",
+    "check_T",
+    "check_n",
+    "check_workers",
+    "check_seed",
+    "parse_integer",
+]
 
 
 def check_finite(name: str, value) -> float:
@@ -88,3 +96,50 @@ def check_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     return int(seed)
+
+
+def _integer_from_float(raw: str, name: str) -> int:
+    try:
+        number = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}: not a number: {raw!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name}: values must be finite, got {raw!r}")
+    if not number.is_integer():
+        raise ValueError(f"{name}: {raw!r} is not an integer (integers are never rounded)")
+    return int(number)
+
+
+def parse_integer(text: str, *, name: str, minimum: int | None = None) -> int:
+    """Read one integer typed by a user: the one rule of every integer option.
+
+    Any notation of an exact integer is accepted (``1000000``, ``1e6``, ``1_000_000``,
+    ``10.0``); a number with a fractional part (``1.5``) is refused, never rounded, and so
+    are non-numbers, infinities and values below ``minimum``.
+
+    Parameters
+    ----------
+    text : str
+        What was typed.
+    name : str
+        The option, for the message (``"--n"``).
+    minimum : int, optional
+        Smallest value allowed.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        Naming the option and the bad text, with the reason.
+    """
+    raw = str(text).strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        value = _integer_from_float(raw, name)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}: values must be integers >= {minimum}, got {raw!r}")
+    return value

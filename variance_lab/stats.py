@@ -20,6 +20,7 @@ __all__ = [
     "var_interval",
     "ess_fraction",
     "gpd_fit",
+    "gpd_fit_log",
     "pareto_khat",
     "KHAT_THRESHOLD",
 ]
@@ -183,25 +184,99 @@ def gpd_fit(x, *, prior: bool = True) -> tuple[float, float]:
     Returns
     -------
     (k, sigma) : tuple of float
+        ``(nan, nan)`` when the fit cannot be made (:func:`gpd_fit_log`, which does the work
+        on :math:`\log x`).
     """
-    x = np.sort(np.asarray(x, dtype=float))
-    M = x.size
-    if M < 5 or not np.all(np.isfinite(x)) or x[0] <= 0:
+    x = np.asarray(x, dtype=float).ravel()
+    if x.size < 5 or not np.all(np.isfinite(x)) or np.min(x) <= 0:
+        raise ValueError(f"gpd_fit needs at least 5 finite exceedances > 0, got {x.size}")
+    k_hat, log_sigma = gpd_fit_log(np.log(x), prior=prior)
+    return k_hat, math.exp(log_sigma) if math.isfinite(log_sigma) else math.nan
+
+
+def _log1m_scaled(theta, d):
+    r""":math:`\log(1 - \theta e^{d})` without overflow, elementwise (broadcast).
+
+    For :math:`\theta < 0` it is :math:`\operatorname{logaddexp}(0, \log(-\theta) + d)`; for
+    :math:`\theta > 0`, :math:`\log1p(-e^{\log\theta + d})` (the fit keeps
+    :math:`\theta e^{d} \le 1`); 0 for :math:`\theta = 0`.
+    """
+    theta, d = np.broadcast_arrays(np.asarray(theta, dtype=float), np.asarray(d, dtype=float))
+    out = np.zeros(theta.shape)
+    neg, pos = theta < 0, theta > 0
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        out[neg] = np.logaddexp(0.0, np.log(-theta[neg]) + d[neg])
+        out[pos] = np.log1p(-np.exp(np.log(theta[pos]) + d[pos]))
+    return out
+
+
+def gpd_fit_log(log_x, *, prior: bool = True) -> tuple[float, float]:
+    r"""Generalised Pareto fit of exceedances given by their logarithms (no value underflows).
+
+    The estimator of :func:`gpd_fit`, computed on :math:`\ell_i = \log x_i` so that
+    exceedances spread over more than the float64 range (weights :math:`P_T` at
+    :math:`T = 10^6`) keep every digit. Everything is measured in units of the quartile
+    exceedance :math:`x_q = x_{(\lfloor M/4 + 1/2\rfloor)}`: with :math:`d_i = \ell_i - \ell_q`,
+
+    .. math::
+
+        \theta_j x_q = e^{\ell_q - \ell_{(M)}} + \frac{1 - \sqrt{m/(j - 1/2)}}{3},
+        \qquad
+        k(\theta) = \frac1M \sum_i \log\bigl(1 - (\theta x_q)\, e^{d_i}\bigr),
+
+    each logarithm formed as :math:`\operatorname{logaddexp}(0, \log(-\theta x_q) + d_i)`
+    for :math:`\theta < 0` and :math:`\log1p(-e^{\log(\theta x_q) + d_i})` for
+    :math:`\theta > 0`. The profile log-likelihood
+    :math:`M(\log(-\theta/k) - k - 1)` changes by the constant :math:`-M\ell_q`, which
+    cancels in the posterior weights, so :math:`\hat k` is the same as :func:`gpd_fit`'s.
+
+    Parameters
+    ----------
+    log_x : array_like
+        Logarithms of the exceedances, all finite (at least 5 of them).
+    prior : bool
+        Apply PSIS's shrinkage :math:`\hat k \leftarrow (M\hat k + 5)/(M + 10)`.
+
+    Returns
+    -------
+    (k, log_sigma) : tuple of float
+        Shape and the log of the scale; ``(nan, nan)`` when the fit cannot be made (every
+        grid point's likelihood undefined, or :math:`\hat\theta = 0`).
+
+    Raises
+    ------
+    ValueError
+        Fewer than 5 values, or a value that is not finite.
+    """
+    lx = np.sort(np.asarray(log_x, dtype=float).ravel())
+    M = lx.size
+    if M < 5 or not np.all(np.isfinite(lx)):
         raise ValueError(f"gpd_fit needs at least 5 finite exceedances > 0, got {M}")
     m = 30 + int(math.sqrt(M))
     j = np.arange(1, m + 1, dtype=float)
-    theta = 1.0 / x[-1] + (1.0 - np.sqrt(m / (j - 0.5))) / (3.0 * x[int(M / 4.0 + 0.5) - 1])
-    k = np.log1p(-theta[:, None] * x).mean(axis=1)
-    ell = M * (np.log(-theta / k) - k - 1.0)
+    lq = lx[int(M / 4.0 + 0.5) - 1]
+    d = lx - lq
+    with np.errstate(under="ignore"):
+        theta = math.exp(min(lq - lx[-1], 0.0)) + (1.0 - np.sqrt(m / (j - 0.5))) / 3.0
+    k = _log1m_scaled(theta[:, None], d[None, :]).mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ell = M * (np.log(-theta / k) - k - 1.0)
+    ok = np.isfinite(ell)
+    if not ok.any():
+        return math.nan, math.nan
+    theta, ell = theta[ok], ell[ok]
     w = np.exp(ell - _special.logsumexp(ell))
     keep = w >= 10 * np.finfo(float).eps
     w, theta = w[keep] / w[keep].sum(), theta[keep]
     theta_hat = float(np.sum(theta * w))
-    k_hat = float(np.log1p(-theta_hat * x).mean())
-    sigma = -k_hat / theta_hat
+    k_hat = float(_log1m_scaled(theta_hat, d).mean())
+    if theta_hat == 0.0 or not math.isfinite(k_hat):
+        return math.nan, math.nan
+    ratio = -k_hat / theta_hat  # sigma / x_q, > 0
+    log_sigma = math.log(ratio) + lq if ratio > 0 else math.nan
     if prior:
         k_hat = (M * k_hat + 10 * 0.5) / (M + 10)
-    return k_hat, sigma
+    return k_hat, log_sigma
 
 
 def pareto_khat(log_tail) -> float:
@@ -213,22 +288,28 @@ def pareto_khat(log_tail) -> float:
         The :math:`M + 1` largest :math:`\log w` of the sample, any order. The smallest of
         them is the threshold :math:`u`; the :math:`M` exceedances
         :math:`e^{\log w - \max} - e^{u - \max}` (the scale cancels in :math:`\hat k`)
-        go to :func:`gpd_fit`, as in PSIS (:math:`M = \min(n/5, 3\sqrt n)`).
+        go to :func:`gpd_fit_log` as their logarithms
+        :math:`(\log w - \max) + \log(-\operatorname{expm1}(u - \log w))`, so that none
+        underflows however far the weights spread (:math:`T = 10^6`), as in PSIS
+        (:math:`M = \min(n/5, 3\sqrt n)`).
 
     Returns
     -------
     float
         :math:`\hat k`; NaN with fewer than 5 distinct exceedances (k-hat cannot be
         estimated: a degenerate or discrete weight distribution with too few values
-        above the threshold). Above :data:`KHAT_THRESHOLD` = 0.7 the weights are too
+        above the threshold) or when the fit cannot be made; never raises. Above
+        :data:`KHAT_THRESHOLD` = 0.7 the weights are too
         heavy-tailed for importance-sampling estimates to be trusted.
     """
     lt = np.sort(np.asarray(log_tail, dtype=float))
     if lt.size < 6 or not np.all(np.isfinite(lt)):
         return math.nan
-    top = lt[-1]
-    x = np.exp(lt[1:] - top) - math.exp(lt[0] - top)
-    x = x[x > 0]
-    if x.size < 5 or np.unique(x).size < 2:
+    gap = lt[1:] - lt[0]
+    above = gap > 0
+    if np.count_nonzero(above) < 5 or np.unique(gap[above]).size < 2:
         return math.nan
-    return gpd_fit(x)[0]
+    # log(e^l - e^u) - top = (l - top) + log(-expm1(u - l)): no exceedance underflows
+    log_x = (lt[1:][above] - lt[-1]) + np.log(-np.expm1(-gap[above]))
+    k_hat = gpd_fit_log(log_x)[0]
+    return k_hat if math.isfinite(k_hat) else math.nan

@@ -11,7 +11,7 @@ import sys
 
 from variance_lab import __version__
 from variance_lab.cli import analyze, experiment, export, figures, sweep, table
-from variance_lab.cli._common import PROG, CLIError, Parser
+from variance_lab.cli._common import PROG, CLIError, Parser, one_line, os_error_line
 
 __all__ = ["main", "build_parser"]
 
@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return args.func(args)
     except (CLIError, ValueError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the file system refused (read-only, full, no permission, /proc)
+        print(f"{PROG}: error: {os_error_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -7,10 +7,13 @@ line on stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 
 from variance_lab._atomic import atomic_write
+from variance_lab._validate import parse_integer
 from variance_lab.families import FAMILIES, get_family
 
 PROG = "variance-lab"
@@ -27,16 +30,72 @@ class Parser(argparse.ArgumentParser):
         raise CLIError(f"{message} (see '{self.prog} --help')")
 
 
-def parse_int_list(text: str) -> list[int]:
-    """Parse a comma list of integers such as ``1,10,100,1000``."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
+#: The Python API's words for an option and the command line's: an error raised by the API
+#: names a keyword argument; printed by the command line it names the option.
+CLI_WORDS = (
+    ("pass on_bad='drop'", "pass --on-bad drop"),
+    ("pass format= one of", "pass --format, one of"),
+    ("use sampler='token' or 'auto'", "use --sampler token or auto"),
+    ("edges must be", "--edges must be"),
+    ("n_boot must be", "--n-boot must be"),
+    ("level must be", "--level must be"),
+)
+
+
+def cli_words(text: str) -> str:
+    """``text`` with the API's keyword arguments replaced by the command line's options
+    (:data:`CLI_WORDS`) and tuples of choices written plainly (``('a', 'b')`` as ``a, b``)."""
+    for api, cli in CLI_WORDS:
+        text = text.replace(api, cli)
+    return _CHOICES.sub(lambda m: ", ".join(x.strip(" '\"") for x in m.group(1).split(",")), text)
+
+
+_CHOICES = re.compile(r"\((\s*'[\w.-]+'(?:\s*,\s*'[\w.-]+')+\s*)\)")
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line in the command line's words (:func:`cli_words`);
+    a multi-line message is joined with ``; ``."""
+    text = str(exc).strip() or type(exc).__name__
+    return cli_words("; ".join(part.strip() for part in text.splitlines() if part.strip()))
+
+
+def os_error_line(exc: OSError) -> str:
+    """An ``OSError`` as one line: the file, then the system's reason (``Read-only file system``)."""
+    reason = exc.strerror or one_line(exc)
+    name = exc.filename if exc.filename is not None else None
+    if name is None:
+        return f"cannot write or read a file: {reason}"
+    return f"{str(name)!r}: {reason}"
+
+
+def int_grid(text: str, *, name: str = "--T", minimum: int | None = 1) -> list[int]:
+    """A grid of integers (``1,10,100``, ``1:1000:log20``, ``1e6``) by the one rule of every command.
+
+    :func:`variance_lab.sweep.grid.parse_int_grid`: single values and range ends must be exact
+    integers (``1e6`` is accepted, ``1.5`` refused with the reason), duplicates are merged and
+    the values sorted. Raises :class:`CLIError` naming the option.
+    """
+    from variance_lab.sweep import grid
+
+    try:
+        return [int(v) for v in grid.parse_int_grid(text, name=name, minimum=minimum)]
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def int_arg(name: str, *, minimum: int | None = None):
+    """An argparse type for one integer option by the one rule (:func:`variance_lab._validate.parse_integer`):
+    ``1e6`` and ``1000000`` are the same, ``1.5`` is refused with the reason."""
+
+    def parse(text: str) -> int:
         try:
-            out.append(int(part))
-        except ValueError:
-            raise CLIError(f"expected integers separated by commas, got {part!r} in {text!r}") from None
-    return out
+            return parse_integer(text, name=name, minimum=minimum)
+        except ValueError as exc:  # argparse names the option itself
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{name}: ")) from None
+
+    parse.__name__ = "integer"
+    return parse
 
 
 def float_arg(text: str) -> float:
@@ -46,19 +105,51 @@ def float_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+def check_output(out: str | None, option: str = "--out", *, inputs=()) -> Path | None:
+    """Check an output file before any work: not a directory, its folder exists and is writable.
+
+    Called by every command before it computes, so that a bad path costs nothing; the write
+    itself can still fail (a full disk, a file system such as ``/proc`` that refuses files),
+    and then :func:`write_file` turns the error into one line. An output that is one of
+    ``inputs`` (the same file under any name) is refused: inputs are never written.
+    """
+    if out is None:
+        return None
+    path = Path(out)
+    for source in inputs:
+        if path.exists() and Path(source).exists() and path.resolve() == Path(source).resolve():
+            raise CLIError(
+                f"{option} {out!r} is the input file: choose another name (inputs are never written)"
+            )
+    if path.is_dir():
+        raise CLIError(f"{option} {out!r} is a directory")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise CLIError(f"{option} {out!r}: folder {str(folder)!r} does not exist")
+    if path.exists() and not path.is_file():
+        return path  # a device such as /dev/null is written in place (atomic_write)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CLIError(f"{option} {out!r}: folder {str(folder)!r} is not writable")
+    return path
+
+
+def write_file(out: str | os.PathLike, write, option: str = "--out") -> Path:
+    """:func:`~variance_lab._atomic.atomic_write` with an ``OSError`` turned into one line naming
+    ``option`` and the file (nothing is left behind: the temporary file is removed)."""
+    check_output(str(out), option)
+    try:
+        return atomic_write(out, write)
+    except OSError as exc:
+        raise CLIError(f"{option} {str(out)!r}: cannot write it: {exc.strerror or one_line(exc)}") from None
+
+
 def write_output(text: str, out: str | None) -> None:
     """Print ``text``, or write it to ``out`` atomically (an existing file is only
     replaced once the new text is complete)."""
     if out is None:
         sys.stdout.write(text)
         return
-    path = Path(out)
-    if path.is_dir():
-        raise CLIError(f"--out {out!r} is a directory")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise CLIError(f"--out {out!r}: folder {str(folder)!r} does not exist")
-    atomic_write(path, lambda tmp: tmp.write_text(text))
+    write_file(out, lambda tmp: tmp.write_text(text))
 
 
 def add_family_args(p: argparse.ArgumentParser) -> None:
@@ -88,7 +179,8 @@ def family_from_args(args: argparse.Namespace):
 GRID_EPILOG = (
     "Grid syntax (--mu, --sigma2, --T, --n): a comma list of numbers and ranges; a:b:N is N points "
     "spaced linearly from a to b, a:b:logN is N points spaced evenly in log from a to b (ends "
-    "included). Values are sorted and deduplicated; --T and --n are rounded to integers. "
+    "included). Values are sorted and deduplicated. --T and --n take integers: 1e6 is accepted, 1.5 is "
+    "refused (never rounded); only the points inside a range are rounded to integers. "
     "Examples: --mu 0.9:1.1:5, --sigma2 0.01:1:log7, --T 1:1000:log20, --T 1,10,100,1000."
 )
 
@@ -132,13 +224,8 @@ def param_grid(text: str) -> tuple[str, object]:
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
+    """``--workers``: an integer >= 1 by the one integer rule."""
+    return int_arg("--workers", minimum=1)(text)
 
 
 #: Executors of the Monte Carlo engine (variance_lab.simulate.EXECUTORS; not imported here, it loads numba).
@@ -199,6 +286,86 @@ def engine_from_args(args: argparse.Namespace):
         scheduler=getattr(args, "scheduler", None),
         workers=getattr(args, "workers", None),
         sampler=getattr(args, "sampler", "token"),
+    )
+
+
+def add_progress_arg(p: argparse.ArgumentParser) -> None:
+    """``--no-progress``: no progress bar (none either when standard error is not a terminal)."""
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar on standard error (there is none either when standard error is not a "
+        "terminal: a log file or a pipe)",
+    )
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether to draw a progress bar: not with ``--no-progress``, and only on a terminal."""
+    if getattr(args, "no_progress", False):
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
+
+
+#: Estimated Monte Carlo time above which a run needs ``--yes`` (or a "y" on a terminal).
+LONG_RUN_S = 3600.0
+#: Estimated time from which the estimate is printed before the run starts.
+SHOW_ESTIMATE_S = 60.0
+
+
+def add_yes_arg(p: argparse.ArgumentParser) -> None:
+    """``--yes``: start a run estimated to take longer than :data:`LONG_RUN_S` without asking."""
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help="start a Monte Carlo run estimated to take more than an hour without asking (without it "
+        "such a run asks on a terminal and is refused elsewhere)",
+    )
+
+
+def monte_carlo_seconds(family, T, n: int, *, sampler: str, independent: bool = False, workers=None) -> float:
+    """Rough wall time of one Monte Carlo run: its work units (from the chunk plan's
+    :func:`~variance_lab.simulate.plan.path_draws`) at the measured
+    :data:`~variance_lab.simulate.plan.WORK_RATE` per core."""
+    from variance_lab.simulate import resolve_sampler
+    from variance_lab.simulate.executor import default_workers
+    from variance_lab.simulate.plan import estimate_seconds, path_draws
+
+    code, _ = family.sampler_params()
+    resolved = resolve_sampler(sampler, code, family.name)
+    draws = path_draws(T, independent=independent, sampler=resolved, code=code)
+    return estimate_seconds(n, draws, workers or default_workers())
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.3g} days"
+
+
+def confirm_long_run(seconds: float, what: str, args: argparse.Namespace) -> None:
+    """Print the estimate of a long run on stderr; above :data:`LONG_RUN_S` go on only with
+    ``--yes`` or a "y" typed on a terminal, else raise :class:`CLIError` (nothing is started)."""
+    if seconds < SHOW_ESTIMATE_S:
+        return
+    estimate = f"{what}: estimated Monte Carlo time about {_duration(seconds)} (rough)"
+    if seconds <= LONG_RUN_S or getattr(args, "yes", False):
+        print(f"{PROG}: {estimate}", file=sys.stderr)
+        return
+    if sys.stdin is not None and sys.stdin.isatty() and sys.stderr.isatty():
+        print(f"{PROG}: {estimate}; start it? [y/N] ", end="", file=sys.stderr, flush=True)
+        if sys.stdin.readline().strip().lower() in ("y", "yes"):
+            return
+        raise CLIError("not started (answered no); pass --yes to start it without asking")
+    raise CLIError(
+        f"not started: {estimate}, more than {_duration(LONG_RUN_S)}; pass --yes to start it, "
+        "or use fewer draws or shorter sequences"
     )
 
 

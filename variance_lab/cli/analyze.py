@@ -15,8 +15,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from variance_lab._atomic import atomic_write
-from variance_lab.cli._common import CLIError, parse_int_list, write_output
+from variance_lab.cli._common import PROG, CLIError, check_output, int_arg, int_grid, write_file, write_output
 
 __all__ = ["add_command", "run", "FIGURE_SUFFIXES"]
 
@@ -30,19 +29,11 @@ def _edges(text: str):
     if text == "exact":
         return "exact"
     try:
-        return parse_int_list(text)
+        return int_grid(text, name="--edges", minimum=1)
     except CLIError as exc:
-        raise argparse.ArgumentTypeError(f"expected auto, exact or {exc}") from None
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+        raise argparse.ArgumentTypeError(
+            f"expected auto, exact or integers >= 1: {str(exc).removeprefix('--edges: ')}"
+        ) from None
 
 
 def _level(text: str) -> float:
@@ -60,6 +51,8 @@ def _load(args: argparse.Namespace):
     from variance_lab.rollouts.io import load_batch
 
     path = Path(args.file)
+    if path.is_dir():
+        raise CLIError(f"{args.file}: is a directory, not a file of token log-probs")
     if not path.is_file():
         raise CLIError(f"{args.file}: no such file")
     errors: tuple[type[BaseException], ...] = (OSError, zipfile.BadZipFile, EOFError)
@@ -79,26 +72,27 @@ def _load(args: argparse.Namespace):
         ) from None
 
 
+def _check_figure(target: str | None, source: str) -> None:
+    """Check ``--figure`` before any work: a known suffix, a folder that exists and is writable."""
+    if target is None:
+        return
+    if Path(target).suffix.lower() not in FIGURE_SUFFIXES:
+        raise CLIError(f"--figure {target!r}: the name must end in {', '.join(FIGURE_SUFFIXES)}")
+    check_output(target, "--figure", inputs=(source,))
+
+
 def _save_figure(fig, target: str) -> None:
     """Write ``fig`` to ``target`` atomically (format from the suffix)."""
-    path = Path(target)
-    suffix = path.suffix.lower()
-    if suffix not in FIGURE_SUFFIXES:
-        raise CLIError(f"--figure {target!r}: the name must end in {', '.join(FIGURE_SUFFIXES)}")
-    if path.is_dir():
-        raise CLIError(f"--figure {target!r} is a directory")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise CLIError(f"--figure {target!r}: folder {str(folder)!r} does not exist")
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format=suffix[1:]))
+    suffix = Path(target).suffix.lower()
+    write_file(target, lambda tmp: fig.savefig(tmp, format=suffix[1:]), "--figure")
 
 
 def run(args: argparse.Namespace) -> int:
     from variance_lab.report.analysis_table import render_analysis, summary_lines
     from variance_lab.rollouts.analysis import analyze
 
-    if args.figure is not None and Path(args.figure).suffix.lower() not in FIGURE_SUFFIXES:
-        raise CLIError(f"--figure {args.figure!r}: the name must end in {', '.join(FIGURE_SUFFIXES)}")
+    check_output(args.out, inputs=(args.file,))  # every output path is checked before the analysis runs
+    _check_figure(args.figure, args.file)
     batch = _load(args)
     result = analyze(batch, args.edges, n_boot=args.n_boot, level=args.level, seed=args.seed)
     summary = result.summary()
@@ -108,10 +102,13 @@ def run(args: argparse.Namespace) -> int:
     write_output(render_analysis(result.table, summary, args.table_format, title=title), args.out)
     if args.table_format == "csv":  # keep the CSV parseable: the summary goes to stderr
         print("\n".join(summary_lines(summary)), file=sys.stderr)
+    if args.out is not None:
+        print(f"{PROG}: wrote the table to {args.out}", file=sys.stderr)
     if args.figure is not None:
         from variance_lab.report.analysis_figure import analysis_figure
 
         _save_figure(analysis_figure(result.table, result.curves(), level=args.level), args.figure)
+        print(f"{PROG}: wrote the figure to {args.figure}", file=sys.stderr)
     return 0
 
 
@@ -150,12 +147,12 @@ def add_command(sub) -> None:
     )
     p.add_argument(
         "--n-boot",
-        type=_nonneg_int,
+        type=int_arg("--n-boot", minimum=0),
         default=1000,
         help="bootstrap resamples per bucket (0: no intervals, no verdict)",
     )
     p.add_argument("--level", type=_level, default=0.95, help="confidence level of the intervals")
-    p.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the bootstrap")
+    p.add_argument("--seed", type=int_arg("--n-boot", minimum=0), default=0, help="seed of the bootstrap")
     p.add_argument("--table-format", default="markdown", choices=TABLE_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write the table to this file instead of standard output")
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf, .png, .svg)")

@@ -11,7 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from variance_lab.cli._common import PROG, CLIError
+from variance_lab._validate import parse_integer
+from variance_lab.cli._common import PROG, CLIError, int_arg
 from variance_lab.rollouts.io import detect_format
 
 __all__ = ["add_command", "parse_assignment", "settings_from_args", "TORCH_HINT"]
@@ -41,7 +42,7 @@ def _coerce(name: str, value: str, default):
     """``value`` as the type of the setting's default (int or float)."""
     kind = type(default)
     try:
-        return kind(value) if kind is float else int(value)
+        return kind(value) if kind is float else parse_integer(value, name=f"--set {name}")
     except ValueError:
         expected = "a number" if kind is float else "an integer"
         raise CLIError(f"--set {name}={value}: expected {expected}") from None
@@ -138,7 +139,12 @@ def _add_run(sub) -> None:
         "and every setting. Deterministic for given settings and thread count (single-threaded by default).",
     )
     p.add_argument("--quick", action="store_true", help="tiny model, short problems, few steps (seconds)")
-    p.add_argument("--seed", type=int, default=None, help="root seed (default: the preset's or sidecar's, 0)")
+    p.add_argument(
+        "--seed",
+        type=int_arg("--seed", minimum=0),
+        default=None,
+        help="root seed (default: the preset's or sidecar's, 0)",
+    )
     p.add_argument(
         "--out",
         default=None,
@@ -157,7 +163,9 @@ def _add_run(sub) -> None:
         metavar="KEY=VALUE",
         help="override one setting, repeatable (e.g. --set sft_steps=300 --set threads=2)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress lines on standard error")
+    p.add_argument(
+        "--quiet", "--no-progress", action="store_true", help="no progress lines on standard error"
+    )
     p.set_defaults(func=_cmd_run)
 
 
@@ -173,8 +181,10 @@ def _add_figure(sub) -> None:
     )
     p.add_argument("--data", default=str(DEFAULT_DATA), help="the data file to analyse")
     p.add_argument("--out", default="figures", help="output folder")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples per bucket")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    p.add_argument(
+        "--n-boot", type=int_arg("--n-boot", minimum=0), default=1000, help="bootstrap resamples per bucket"
+    )
+    p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=0, help="seed of the bootstrap")
     p.set_defaults(func=_cmd_figure)
 
 

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from variance_lab.cli._common import CLIError, check_output, one_line
+
 
 def run(args: argparse.Namespace) -> int:
     from variance_lab import sweep as sweep_mod
 
-    frame = sweep_mod.export(args.store, args.out, args.format)
+    check_output(args.out, inputs=(args.store,))
+    try:
+        frame = sweep_mod.export(args.store, args.out, args.format)
+    except OSError as exc:
+        raise CLIError(f"--out {args.out!r}: cannot write it: {exc.strerror or one_line(exc)}") from None
     print(f"wrote {len(frame)} rows to {args.out}")
     return 0
 
@@ -22,7 +28,8 @@ def add_command(sub) -> None:
         "export",
         help="write a sweep store to CSV or Parquet",
         description="Every row of a sweep store (tidy columns plus n, seed, cell, version, created) "
-        "to one CSV or Parquet file, written atomically.",
+        "to one CSV or Parquet file, written atomically. The store is opened read-only: it is never "
+        "written, and a file that is not a store is an error.",
         formatter_class=fmt,
     )
     p.add_argument("store", help="the SQLite store")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from variance_lab.cli._common import engine_from_args, positive_int
+from variance_lab.cli._common import add_progress_arg, engine_from_args, positive_int, show_progress
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
                 quick=args.quick,
                 only=only,
                 engine=engine,
-                progress=not args.no_progress,
+                progress=show_progress(args),
             )
     folders = sorted({str(p.parent) for p in paths})
     print(f"wrote {len(paths)} files to {', '.join(folders)}")
@@ -52,5 +52,5 @@ def add_command(sub) -> None:
     p.add_argument("--only", default=None, help="comma list of figure names, None: all")
     p.add_argument("--from-sidecar", default=None, metavar="JSON", help="rebuild the figure of this sidecar")
     p.add_argument("--workers", type=positive_int, default=None, help="Monte Carlo threads, None: all cores")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_arg(p)
     p.set_defaults(func=run)

@@ -4,18 +4,28 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from variance_lab.cli._common import (
     GRID_EPILOG,
     PROG,
+    CLIError,
     add_executor_args,
+    add_progress_arg,
     add_sampler_arg,
+    add_yes_arg,
+    check_output,
+    confirm_long_run,
     engine_from_args,
     family_list,
     float_arg,
     grid_arg,
+    int_arg,
+    monte_carlo_seconds,
+    one_line,
     param_grid,
     report_list,
+    show_progress,
 )
 from variance_lab.families import FAMILIES
 
@@ -23,6 +33,10 @@ from variance_lab.families import FAMILIES
 def run(args: argparse.Namespace) -> int:
     from variance_lab import sweep as sweep_mod
 
+    check_output(args.out)
+    if args.out is not None:
+        sweep_mod.check_table_path(args.out)
+    _confirm(args, sweep_mod)
     try:
         with engine_from_args(args) as engine:
             result = sweep_mod.sweep(
@@ -38,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
                 ci=args.ci,
                 target=args.target,
                 params=dict(args.param or []),
-                progress=not args.no_progress,
+                progress=show_progress(args),
             )
     except sweep_mod.SweepInterrupted as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
@@ -52,7 +66,11 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
     if args.out is not None:
-        sweep_mod.write_table(result.frame, args.out)
+        try:
+            sweep_mod.write_table(result.frame, args.out)
+        except OSError as exc:
+            raise CLIError(f"--out {args.out!r}: cannot write it: {exc.strerror or one_line(exc)}") from None
+        print(f"{PROG}: wrote {len(result.frame)} rows to {args.out}", file=sys.stderr)
     print(result.summary())
     if result.failed:
         report_list(
@@ -61,6 +79,57 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _finished(store: str) -> set[str]:
+    """Cells already in ``store`` (read-only; none when it is missing or not a store yet)."""
+    from variance_lab.sweep import Store
+
+    if not Path(store).is_file():
+        return set()
+    try:
+        with Store(store, readonly=True) as db:
+            return db.finished()
+    except ValueError:  # not a store: the sweep itself reports it
+        return set()
+
+
+def _confirm(args: argparse.Namespace, sweep_mod) -> None:
+    """Estimate the Monte Carlo cells still to run; a long sweep needs ``--yes`` (confirm_long_run)."""
+    the_plan = sweep_mod.plan(
+        args.family,
+        args.mu,
+        args.sigma2,
+        args.T,
+        args.n,
+        seed=args.seed,
+        independent=args.independent,
+        ci=args.ci,
+        target=args.target,
+        params=dict(args.param or []),
+        sampler=args.sampler,
+    )
+    todo = [c for c in the_plan.cells if c.kind == "monte_carlo"]
+    if not todo:
+        return
+    finished = _finished(args.store)
+    todo = [c for c in todo if c.id not in finished]
+    seconds = 0.0
+    for cell in todo:
+        try:
+            seconds += monte_carlo_seconds(
+                cell.family,
+                cell.T,
+                cell.n,
+                sampler=args.sampler,
+                independent=args.independent,
+                workers=args.workers,
+            )
+        except ValueError:  # a cell that will fail (aggregate for gamma) costs nothing
+            continue
+    confirm_long_run(
+        seconds, f"sweep of {len(the_plan.cells)} cells, {len(todo)} Monte Carlo cells to compute", args
+    )
 
 
 def add_command(sub) -> None:
@@ -104,7 +173,9 @@ def add_command(sub) -> None:
         metavar="NAME=GRID",
         help=f"grid of an extra family parameter, repeatable: {', '.join(extras)}",
     )
-    p.add_argument("--seed", type=int, default=0, help="root seed of the Monte Carlo cells")
+    p.add_argument(
+        "--seed", type=int_arg("--seed", minimum=0), default=0, help="root seed of the Monte Carlo cells"
+    )
     p.add_argument("--ci", type=float_arg, default=0.95, help="confidence level of Monte Carlo intervals")
     p.add_argument(
         "--independent",
@@ -116,5 +187,6 @@ def add_command(sub) -> None:
     add_executor_args(p)
     p.add_argument("--store", default=sweep_mod.DEFAULT_STORE, help="SQLite store, created when missing")
     p.add_argument("--out", default=None, help="also write this sweep's rows to a .csv or .parquet file")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_arg(p)
+    add_yes_arg(p)
     p.set_defaults(func=run)

@@ -3,32 +3,54 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from variance_lab import __version__, theory
 from variance_lab.cli._common import (
+    PROG,
     add_executor_args,
     add_family_args,
+    add_progress_arg,
     add_sampler_arg,
+    add_yes_arg,
+    check_output,
+    confirm_long_run,
     engine_from_args,
     family_from_args,
     float_arg,
-    parse_int_list,
+    grid_arg,
+    int_arg,
+    monte_carlo_seconds,
+    show_progress,
     write_output,
 )
 from variance_lab.report import table as table_report
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.out)
     family = family_from_args(args)
-    T = parse_int_list(args.T)
+    T = [int(t) for t in args.T]
     frame = theory.summary(family, T, target=args.target)
     notes = table_report.errata(frame, family.mu, family.sigma2)
     source = "exact theory"
     if args.n != 0:  # Monte Carlo columns beside the theory
         from variance_lab.simulate import simulate
 
+        if args.n >= 2:  # n = 1 is refused by simulate with the reason
+            seconds = monte_carlo_seconds(family, T, args.n, sampler=args.sampler, workers=args.workers)
+            confirm_long_run(seconds, f"table up to T = {max(T):,} with n = {args.n:,}", args)
+
         with engine_from_args(args) as engine:
-            mc = simulate(family, T, args.n, seed=args.seed, engine=engine, target=args.target)
+            mc = simulate(
+                family,
+                T,
+                args.n,
+                seed=args.seed,
+                engine=engine,
+                target=args.target,
+                progress=None if show_progress(args) else False,
+            )
         frame = table_report.with_monte_carlo(frame, mc)
         mc_notes = table_report.monte_carlo_notes(mc, args.n, args.seed, target=args.target)
         notes = f"{mc_notes}\n\n{notes}" if notes else mc_notes
@@ -39,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     )
     text = table_report.render(frame, args.format, title=title, notes=notes)
     write_output(text, args.out)
+    if args.out is not None:
+        print(f"{PROG}: wrote the table to {args.out}", file=sys.stderr)
     return 0
 
 
@@ -52,16 +76,24 @@ def add_command(sub) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_family_args(p)
-    p.add_argument("--T", default="1,10,100,1000", help="sequence lengths, a comma list of integers >= 1")
+    p.add_argument(
+        "--T",
+        type=grid_arg("--T", integer=True, minimum=1),
+        default="1,10,100,1000",
+        help="sequence lengths, integers >= 1: a comma list or ranges as in sweep (1:1000:log4); sorted, "
+        "a length given twice is computed once; 1e6 is accepted, 1.5 refused",
+    )
     p.add_argument(
         "--n",
-        type=int,
+        type=int_arg("--n", minimum=0),
         default=1_000_000,
         help="Monte Carlo draws (sequences); 0 = theory only. n >= 2 adds the mc_* columns: Monte Carlo "
         "Var(P_T), Var(G_T) with intervals, E[G_T], ESS fraction and Pareto k-hat of the weights P_T, "
         "and the verdicts",
     )
-    p.add_argument("--seed", type=int, default=0, help="root seed of the Monte Carlo draws")
+    p.add_argument(
+        "--seed", type=int_arg("--seed", minimum=0), default=0, help="root seed of the Monte Carlo draws"
+    )
     add_sampler_arg(p)
     add_executor_args(p)
     p.add_argument(
@@ -69,4 +101,6 @@ def add_command(sub) -> None:
     )
     p.add_argument("--format", default="markdown", choices=table_report.FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
+    add_progress_arg(p)
+    add_yes_arg(p)
     p.set_defaults(func=run)

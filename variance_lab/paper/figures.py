@@ -37,6 +37,8 @@ import hashlib
 import json
 import os
 import platform
+import secrets
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -432,7 +434,9 @@ def make_all(
     Parameters
     ----------
     out : str or Path
-        Output folder (created when missing).
+        Output folder (created when missing; its parent must exist). Every figure is built
+        in a temporary folder beside it and moved into ``out`` only once all are done
+        (:func:`publish`): an interrupted or failed run leaves ``out`` as it was.
     quick : bool
         Small grids and few draws (seconds; for tests and previews).
     only : sequence of str, optional
@@ -451,17 +455,41 @@ def make_all(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {str(out)!r} is not a folder")
-    written: list[Path] = []
-    with using_engine(engine) as eng:
-        for name in tqdm(names, disable=not progress, unit="figure", desc="figures"):
-            if name == EXPERIMENT_FIGURE:  # drawn from the shipped data set (variance_lab.experiment)
-                from variance_lab.experiment.figure import save_experiment_figure
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {str(out)!r}: folder {str(out.parent)!r} does not exist")
+    build = out.parent / f".{out.name}.building.{os.getpid()}.{secrets.token_hex(4)}"
+    build.mkdir()  # the usual permissions (0777 & ~umask), kept when renamed to out
+    try:
+        written: list[Path] = []
+        with using_engine(engine) as eng:
+            for name in tqdm(names, disable=not progress, unit="figure", desc="figures"):
+                if name == EXPERIMENT_FIGURE:  # drawn from the shipped data set (variance_lab.experiment)
+                    from variance_lab.experiment.figure import save_experiment_figure
 
-                written += save_experiment_figure(out, n_boot=200 if quick else 1000)
-                continue
-            fig, data, params = make_figure(name, quick=quick, engine=eng)
-            written += save_figure(name, fig, data, params, out, quick=quick)
-    return written
+                    written += save_experiment_figure(build, n_boot=200 if quick else 1000)
+                    continue
+                fig, data, params = make_figure(name, quick=quick, engine=eng)
+                written += save_figure(name, fig, data, params, build, quick=quick)
+        return publish(build, out, written)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def publish(build: Path, out: Path, written: Sequence[Path]) -> list[Path]:
+    """Move the files ``written`` into ``build`` to ``out``: the last step of :func:`make_all`.
+
+    A new ``out`` is the renamed ``build`` folder (one atomic step); into an existing
+    ``out`` each file is moved with :func:`os.replace` (atomic per file), after every
+    figure was built, so an interrupted run never leaves a partial folder or half a figure.
+    """
+    rel = [Path(p).relative_to(build) for p in written]
+    if not out.exists():
+        os.replace(build, out)
+    else:
+        for r in rel:
+            (out / r).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(build / r, out / r)
+    return [out / r for r in rel]
 
 
 def from_sidecar(

@@ -31,9 +31,9 @@ VERDICT_NOTE = (
     "How to read the verdict: score = distance of a prediction of Var(G_T) from the observed one, in units "
     "of the bootstrap interval's half-width on that side (|score| <= 1: inside the interval). The verdict "
     "is the first of iid-lognormal, iid-empirical, corrected that lies inside and is at least twice as "
-    "close as each one before it; none: no prediction qualifies; n/a: no interval. The overall verdict is "
-    "the buckets' vote (ties go to i.i.d.); a bucket with too few sequences for an interval says so "
-    "('too few sequences') and does not vote. Var(P_T) is shown but not judged: once T sigma_y^2 "
+    "close as each one before it; none: no prediction qualifies; n/a: no interval; too few sequences: a "
+    "bucket of fewer than 20 sequences, shown but not judged. The overall verdict is "
+    "the buckets' vote (ties go to i.i.d.). Var(P_T) is shown but not judged: once T sigma_y^2 "
     "exceeds a few its sample variance is erratic, usually far below the truth and sometimes far "
     "above it (see ESS(P))."
 )
@@ -63,7 +63,10 @@ def summary_lines(summary: dict) -> list[str]:
         f"sigma_y^2 = {_se(f['sigma2_y'], f['se_sigma2_y'])}"
     )
     if a is None:
-        lines.append("Autocorrelation: undefined (no two counted tokens one position apart, or constant y)")
+        note = (
+            summary.get("autocorrelation_note") or "no two counted tokens one position apart, or constant y"
+        )
+        lines.append(f"Autocorrelation: undefined ({note})")
     else:
         bound = "" if a["window_found"] else ", window rule not met: a lower bound"
         lines.append(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -74,7 +75,10 @@ def format_number(value: float, log10: float | None = None, digits: int = 4) -> 
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     value = float(value)
-    overflowed = math.isinf(value) or (value == 0.0 and log10 is not None and math.isfinite(log10))
+    # beyond float range: inf, an underflow to 0, or a subnormal that kept only a few digits
+    overflowed = math.isinf(value) or (
+        abs(value) < sys.float_info.min and log10 is not None and math.isfinite(log10)
+    )
     if overflowed and log10 is not None and math.isfinite(log10):
         exponent = math.floor(log10)
         mantissa = 10 ** (log10 - exponent)
@@ -243,11 +247,26 @@ def _mc_field(mc: pd.DataFrame, T, stat: str, field: str):
     return [rows.at[int(t), field] for t in T]
 
 
-def _with_interval(values, lo, hi, log10) -> list[str]:
+def _with_interval(values, lo, hi, log10, log10_lo=None, log10_hi=None) -> list[str]:
+    """``value [lo, hi]``; each from its log10 where the linear number left float range."""
+    n = len(values)
+    log10_lo = [None] * n if log10_lo is None else log10_lo
+    log10_hi = [None] * n if log10_hi is None else log10_hi
     return [
-        f"{format_number(v, lg)} [{format_number(a)}, {format_number(b)}]"
-        for v, a, b, lg in zip(values, lo, hi, log10, strict=True)
+        f"{format_number(v, lg)} [{format_number(a, la)}, {format_number(b, lb)}]"
+        for v, a, b, lg, la, lb in zip(values, lo, hi, log10, log10_lo, log10_hi, strict=True)
     ]
+
+
+def _log10_ends(mc: pd.DataFrame, T, stat: str):
+    """log10 interval ends of ``stat`` at ``T`` from ``mc.attrs["log10_interval"]``, or (None, None)."""
+    ends = mc.attrs.get("log10_interval", {}).get(stat)
+    if not ends:
+        return None, None
+    where = {int(t): i for i, t in enumerate(ends["T"])}
+    if any(int(t) not in where for t in T):
+        return None, None
+    return [ends["lo"][where[int(t)]] for t in T], [ends["hi"][where[int(t)]] for t in T]
 
 
 def _verdict(levels) -> list[str]:
@@ -285,11 +304,19 @@ def with_monte_carlo(frame: pd.DataFrame, mc: pd.DataFrame, *, ci: float = 0.95)
 
     out.attrs["display_columns"] = {
         f"MC Var(P_T) [{pct} CI]": _with_interval(
-            out["mc_var_P"], out["mc_var_P_lo"], out["mc_var_P_hi"], log10("var_P")
+            out["mc_var_P"],
+            out["mc_var_P_lo"],
+            out["mc_var_P_hi"],
+            log10("var_P"),
+            *_log10_ends(mc, T, "var_P"),
         ),
         "MC verdict Var(P_T)": _verdict(out["mc_verdict_P"]),
         f"MC Var(G_T) [{pct} CI]": _with_interval(
-            out["mc_var_G"], out["mc_var_G_lo"], out["mc_var_G_hi"], log10("var_G")
+            out["mc_var_G"],
+            out["mc_var_G_lo"],
+            out["mc_var_G_hi"],
+            log10("var_G"),
+            *_log10_ends(mc, T, "var_G"),
         ),
         "MC verdict Var(G_T)": _verdict(out["mc_verdict_G"]),
         "MC E[G_T]": [format_number(v) for v in out["mc_mean_G"]],

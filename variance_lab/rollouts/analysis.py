@@ -70,10 +70,12 @@ and a later one never wins on noise alone: for uncorrelated tokens ``corr`` and 
 differ only by the noise in :math:`\hat\rho_k`, so where ``iid`` falls just outside,
 ``corr`` does too or is not twice as close, and the bucket says ``"none"``, never
 ``"corrected"``. A bucket without an interval (one sequence, or ``n_boot=0``) gets
-``"n/a"``; a bucket with fewer than :data:`MIN_BUCKET_SEQUENCES` (20) sequences gets
-``"too few sequences"`` (and NaN scores): neither votes.
+``"n/a"``, and a bucket of fewer than :data:`MIN_BUCKET_SEQUENCES` (20) sequences gets
+``"too few sequences"``: its bootstrap interval of a variance is too rough to judge by (its
+numbers are still shown), and it does not vote.
 
-The overall verdict is a vote of the buckets that have one: i.i.d. (either kind), corrected
+The overall verdict is a vote of the buckets that have one (``"too few sequences"`` when
+every bucket that could vote is too small): i.i.d. (either kind), corrected
 or none, whichever most buckets say, ties going to i.i.d., then corrected (the i.i.d. label
 is the more frequent of the two kinds, lognormal on ties). A vote rather than a pooled score,
 since one bucket in twenty falls outside its 95 % interval anyway. The intervals are
@@ -124,6 +126,7 @@ __all__ = [
     "MODELS",
     "MODEL_LABELS",
     "VERDICTS",
+    "TOO_FEW",
     "MIN_BUCKET_SEQUENCES",
     "ANALYSIS_COLUMNS",
     "CURVE_COLUMNS",
@@ -145,17 +148,16 @@ MODELS = ("iid", "emp", "corr")
 MODEL_LABELS = {"iid": "iid-lognormal", "emp": "iid-empirical", "corr": "corrected"}
 
 
-#: Every verdict a bucket can get.
-VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "too few sequences", "n/a")
-
-#: Fewest sequences a bucket needs to vote: below it the bootstrap interval of its
-#: Var(G_T), resampled from a handful of sequences, is too short to judge a prediction by
-#: (a bootstrap resample of k values holds about 0.63 k distinct ones), so the bucket's
-#: verdict says ``"too few sequences"`` and its scores are NaN.
+#: Fewest sequences a length bucket needs for a verdict: a percentile bootstrap interval of a
+#: variance from fewer is too rough (it covers well below its level), so such a bucket says
+#: :data:`TOO_FEW` instead of voting. The README's 10-sequence example has buckets of 4 or 5.
 MIN_BUCKET_SEQUENCES = 20
 
-#: Verdicts that do not vote in :func:`overall_verdict`.
-_NO_VOTE = ("too few sequences", "n/a")
+#: Verdict of a bucket below :data:`MIN_BUCKET_SEQUENCES` (and overall, when no bucket votes).
+TOO_FEW = "too few sequences"
+
+#: Every verdict a bucket can get.
+VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "n/a", TOO_FEW)
 
 
 #: Columns of :attr:`AnalysisResult.table`, in order.
@@ -341,16 +343,18 @@ def overall_verdict(verdicts) -> str:
     Parameters
     ----------
     verdicts : iterable of str
-        Per-bucket verdicts; ``"n/a"`` and ``"too few sequences"`` ones do not vote.
+        Per-bucket verdicts; ``"n/a"`` and :data:`TOO_FEW` ones do not vote.
 
     Returns
     -------
     str
-        One of :data:`VERDICTS` (``"n/a"`` when no bucket votes).
+        One of :data:`VERDICTS`: :data:`TOO_FEW` when no bucket votes and some had too few
+        sequences, ``"n/a"`` when no bucket votes otherwise.
     """
-    votes = [v for v in verdicts if v not in _NO_VOTE]
+    verdicts = list(verdicts)
+    votes = [v for v in verdicts if v not in ("n/a", TOO_FEW)]
     if not votes:
-        return "n/a"
+        return TOO_FEW if TOO_FEW in verdicts else "n/a"
     n_log, n_emp = votes.count("iid-lognormal"), votes.count("iid-empirical")
     iid = "iid-lognormal" if n_log >= n_emp else "iid-empirical"
     tally = [(n_log + n_emp, iid), (votes.count("corrected"), "corrected"), (votes.count("none"), "none")]
@@ -372,8 +376,9 @@ class AnalysisResult:
         Pooled :math:`\hat\mu_y`, :math:`\hat\sigma_y^2` with standard errors.
     acf : Autocorrelation or None
         Pooled within-sequence autocorrelation (:math:`\hat\rho`, :math:`\hat\tau_{int}`);
-        None when no sequence has two counted tokens one position apart, or the log-ratios
-        are constant (the ``corr`` columns are then NaN).
+        None when fewer than :data:`~variance_lab.rollouts.statistics.MIN_AUTOCORRELATION_PAIRS`
+        pairs of counted tokens lie one position apart, or the log-ratios are constant (the
+        ``corr`` columns are then NaN); ``acf_note`` says which.
     cgf : EmpiricalCGF
         The empirical distribution of the pooled token log-ratios.
     n_sequences, n_tokens : int
@@ -389,6 +394,8 @@ class AnalysisResult:
         Root mean square score of each model over the buckets with an interval.
     level, n_boot, seed
         Bootstrap settings used.
+    acf_note : str
+        Why ``acf`` is None ('' when it is not).
     """
 
     table: pd.DataFrame
@@ -406,6 +413,7 @@ class AnalysisResult:
     seed: object
     lengths: np.ndarray = field(repr=False)
     _models: _Models = field(repr=False)
+    acf_note: str = ""
 
     @property
     def n_dropped(self) -> int:
@@ -483,6 +491,7 @@ class AnalysisResult:
                 "tau_y": f.tau_y,
             },
             "autocorrelation": acf,
+            "autocorrelation_note": self.acf_note,
             "clip": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.clip.items()},
             "verdict": self.verdict,
             "rms_scores": dict(self.rms_scores),
@@ -491,11 +500,12 @@ class AnalysisResult:
         }
 
 
-def _try_autocorrelation(batch: TokenBatch, c: float) -> Autocorrelation | None:
+def _try_autocorrelation(batch: TokenBatch, c: float) -> tuple[Autocorrelation | None, str]:
+    """The autocorrelation, or ``None`` and the reason it is undefined."""
     try:
-        return autocorrelation(batch, c=c)
-    except ValueError:  # no pair one position apart, or constant log-ratios
-        return None
+        return autocorrelation(batch, c=c), ""
+    except ValueError as exc:  # too few neighbouring pairs, none at all, or constant log-ratios
+        return None, str(exc)
 
 
 def _bucket_predictions(models: _Models, T: np.ndarray, g_range, base: dict) -> dict:
@@ -521,7 +531,7 @@ def _bucket_predictions(models: _Models, T: np.ndarray, g_range, base: dict) -> 
     row["verdict"] = verdict(row["score_iid"], row["score_emp"], row["score_corr"])
     if n < MIN_BUCKET_SEQUENCES and not math.isnan(base["var_G_lo"]):  # an interval, from too few
         row |= {f"score_{model}": math.nan for model in MODELS}
-        row["verdict"] = "too few sequences"
+        row["verdict"] = TOO_FEW
     return row
 
 
@@ -603,7 +613,8 @@ def analyze(
     p_range = log_clip_range(ppo_range, "ppo_range")
     obs = _observed_rows(batch, edges, n_boot, level, seed, gspo_range, ppo_range)
     fit = fit_log_ratios(batch, c=c)
-    models = _Models(fit, _try_autocorrelation(batch, c), EmpiricalCGF(batch.log_ratio))
+    acf, acf_note = _try_autocorrelation(batch, c)
+    models = _Models(fit, acf, EmpiricalCGF(batch.log_ratio))
     lengths = batch.lengths
     bucket, _ = length_buckets(lengths, edges)
     ppo_pred = float(_normal_outside(fit.mu_y, math.sqrt(fit.sigma2_y), p_range))
@@ -647,4 +658,5 @@ def analyze(
         seed=seed,
         lengths=np.asarray(lengths),
         _models=models,
+        acf_note=acf_note,
     )

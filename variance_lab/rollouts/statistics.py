@@ -82,6 +82,7 @@ def length_buckets(lengths, edges=None) -> tuple[np.ndarray, np.ndarray]:
         uniq = np.unique(lengths)
         edges = np.append(uniq, uniq[-1] + 1)
     else:
+        shown = np.asarray(edges).tolist() if np.ndim(edges) else edges
         edges = np.asarray(edges)
         if (
             edges.ndim != 1
@@ -90,7 +91,7 @@ def length_buckets(lengths, edges=None) -> tuple[np.ndarray, np.ndarray]:
             or np.any(np.diff(edges) <= 0)
             or edges[0] < 1
         ):
-            raise ValueError(f"edges must be increasing integers >= 1, at least two, got {edges!r}")
+            raise ValueError(f"edges must be increasing integers >= 1, at least two, got {shown!r}")
         edges = edges.astype(np.int64)
     bucket = np.searchsorted(edges, lengths, side="right") - 1
     bucket[(lengths < edges[0]) | (lengths >= edges[-1])] = -1
@@ -486,6 +487,12 @@ def _autocorrelation(x: np.ndarray, batch: TokenBatch, c: float, max_lag: int | 
     )
 
 
+#: Fewest pairs of neighbouring counted tokens (lag one, within a sequence) for which
+#: :func:`autocorrelation` reports :math:`\hat\rho` and :math:`\hat\tau_{int}`: below it the
+#: estimates are noise (a one-sequence file of a few tokens gave :math:`\hat\tau_{int} = -1`).
+MIN_AUTOCORRELATION_PAIRS = 50
+
+
 def autocorrelation(batch: TokenBatch, *, c: float = 5.0, max_lag: int | None = None) -> Autocorrelation:
     r"""Pooled within-sequence autocorrelation of the token log-ratios, :math:`\rho` and :math:`\tau_{int}`.
 
@@ -510,13 +517,21 @@ def autocorrelation(batch: TokenBatch, *, c: float = 5.0, max_lag: int | None = 
     Raises
     ------
     ValueError
-        No pair of tokens one position apart, or constant log-ratios.
+        No pair of tokens one position apart, fewer than :data:`MIN_AUTOCORRELATION_PAIRS`
+        such pairs (the message starts with "too few sequences"), or constant log-ratios.
     """
     if not (isinstance(c, int | float) and c > 0):
         raise ValueError(f"c must be > 0, got {c!r}")
     if max_lag is not None and (isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 1):
         raise ValueError(f"max_lag must be an integer >= 1, got {max_lag!r}")
-    return _autocorrelation(batch.log_ratio, batch, float(c), max_lag)
+    result = _autocorrelation(batch.log_ratio, batch, float(c), max_lag)
+    pairs = int(result.n_pairs[1])
+    if pairs < MIN_AUTOCORRELATION_PAIRS:
+        raise ValueError(
+            f"too few sequences for the autocorrelation: {pairs} pairs of neighbouring tokens, "
+            f"at least {MIN_AUTOCORRELATION_PAIRS} needed"
+        )
+    return result
 
 
 @dataclass(frozen=True)

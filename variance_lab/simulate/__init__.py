@@ -44,7 +44,7 @@ from variance_lab.simulate.draws import draw_log_r
 from variance_lab.simulate.engine import Engine, using_engine
 from variance_lab.simulate.executor import default_workers
 from variance_lab.simulate.kernels import accumulate_log_p, draw_log_p, run_chunk
-from variance_lab.simulate.plan import ChunkPlan, ChunkTask, check_seed, make_plan, make_tasks
+from variance_lab.simulate.plan import ChunkPlan, ChunkTask, check_seed, make_plan, make_tasks, path_draws
 
 __all__ = [
     "simulate",
@@ -110,7 +110,9 @@ def prepare(
     seed = check_seed(seed)
     code, params = family.sampler_params()
     sampler = resolve_sampler(sampler, code, family.name)
-    plan = make_plan(n, chunk_size, sampler)
+    plan = make_plan(
+        n, chunk_size, sampler, draws=path_draws(grid, independent=independent, sampler=sampler, code=code)
+    )
     spec = AccumulatorSpec.from_family(family, grid, plan.tail)
     return plan, make_tasks(plan, code, params, spec, seed=seed, independent=independent, sampler=sampler)
 

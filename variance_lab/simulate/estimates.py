@@ -11,7 +11,8 @@ statistic                         estimate, interval, standard error
                                   :math:`s^2 e^{\pm z\rho}`,
                                   :math:`\rho = \sqrt{(\hat\kappa - (n-3)/(n-1))/n}`
                                   with the sample kurtosis :math:`\hat\kappa = m_4/m_2^2`
-                                  (:func:`variance_lab.stats.var_interval`); se :math:`s^2\rho`
+                                  (:func:`variance_lab.stats.var_interval`); se :math:`s^2\rho`;
+                                  its ends in log10 also in ``attrs["log10_interval"]``
 ``mean_logP``, ``var_logP``       the same for :math:`\log P_T`
 ``ess_frac_P``                    Kong's ESS of the weights :math:`P_T` over n,
                                   :math:`(\sum w)^2 / (n\sum w^2)`, from the log-space sums
@@ -317,7 +318,8 @@ def _exp_part(acc: Accumulator, q: int, name: str, ci: float) -> list[dict]:
             _scaled(vlo, 2 * h),
             _scaled(vhi, 2 * h),
             _scaled(vse, 2 * h),
-        ),
+        )
+        | {"log10_lo": _log10_scaled(vlo, 2 * h), "log10_hi": _log10_scaled(vhi, 2 * h)},
     ]
 
 
@@ -513,7 +515,7 @@ def estimate(
         return np.stack([np.broadcast_to(np.asarray(r[key], dtype=float), (nT,)) for r in rows]).T.ravel()
 
     reason = np.array([reasons[s] for s in STATISTICS], dtype=object).T.ravel()
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "family": family.name,
             "mu": family.mu,
@@ -527,3 +529,24 @@ def estimate(
         },
         columns=list(TIDY_COLUMNS),
     )
+    frame.attrs["log10_interval"] = _log10_intervals(rows, T)
+    return frame
+
+
+def _log10_intervals(rows: list[dict], T: np.ndarray) -> dict:
+    r"""log10 ends of the variance intervals, exact where the linear ends leave float range.
+
+    ``{"var_P": {"T": [...], "lo": [...], "hi": [...]}, "var_G": {...}}``: the interval
+    :math:`s^2 e^{\pm z\rho}` computed in log space, so that a table can print it beside
+    ``log10_value`` at :math:`T = 10^6`, where ``lo`` and ``hi`` underflow to 0 or overflow.
+    Kept in ``attrs`` (tidy columns stay as they are; a store does not keep it).
+    """
+    return {
+        r["statistic"]: {
+            "T": [int(t) for t in T],
+            "lo": np.broadcast_to(np.asarray(r["log10_lo"], dtype=float), T.shape).tolist(),
+            "hi": np.broadcast_to(np.asarray(r["log10_hi"], dtype=float), T.shape).tolist(),
+        }
+        for r in rows
+        if "log10_lo" in r
+    }

@@ -111,7 +111,8 @@ def _threaded(tasks, fn, workers: int, bar) -> Accumulator:
     pending: dict = {}
     nxt_submit = nxt_merge = 0
     window = 2 * workers
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="variance_lab") as pool:
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="variance_lab")
+    try:
         while nxt_merge < len(tasks):
             while nxt_submit < len(tasks) and len(pending) + len(done) < window:
                 pending[pool.submit(fn, tasks[nxt_submit])] = nxt_submit
@@ -126,4 +127,6 @@ def _threaded(tasks, fn, workers: int, bar) -> Accumulator:
                 res = done.pop(nxt_merge)
                 acc = res if acc is None else merge_into(acc, res)
                 nxt_merge += 1
+    finally:  # on Ctrl-C or an error, queued chunks are dropped; only running ones finish
+        pool.shutdown(wait=True, cancel_futures=True)
     return acc

@@ -29,6 +29,12 @@ from variance_lab.simulate.accumulators import AccumulatorSpec
 __all__ = [
     "MIN_CHUNK",
     "MAX_CHUNK",
+    "MAX_CHUNK_DRAWS",
+    "TOKEN_COST",
+    "AGGREGATE_COST",
+    "WORK_RATE",
+    "path_draws",
+    "estimate_seconds",
     "TARGET_CHUNKS",
     "AGGREGATE_CHUNK",
     "TAIL_MAX",
@@ -53,6 +59,26 @@ TARGET_CHUNKS = 128
 #: fixed cost per chunk (about 0.1 ms of Python: stream set-up, state, merge) at a tenth of
 #: an aggregate run.
 AGGREGATE_CHUNK = MAX_CHUNK
+
+#: Upper bound on the work of one chunk, in work units (one unit: one lognormal token draw
+#: with its accumulator updates, :func:`path_draws`). A chunk is the unit a worker cannot
+#: leave, so this bounds how long Ctrl-C waits, at any T: 2^23 units took about 0.2 s of one
+#: core on the shared 2-core machine. A function of the run's parameters alone, like the rest
+#: of the plan, so results stay bit-identical for any number of workers.
+MAX_CHUNK_DRAWS = 2**23
+
+#: Work units per token draw of each sampler code (1 for lognormal and anything not listed):
+#: measured token rates on one core of the loaded 2-core machine (``simulate`` at T = 10^4,
+#: n = 2048) were 3.8e7/s lognormal, 1.1e7/s ar1, 2.0e6/s two-point, 1.8e6/s gamma.
+TOKEN_COST = {2: 16, 3: 16, 4: 4}  # gamma, two-point, ar1 (variance_lab.families.CODE_*)
+
+#: Work units per grid point and path of the aggregate sampler (two bridge draws and the
+#: accumulator updates: 2.4e6 draws/s for lognormal, 1.5e6 for two-point, measured alike).
+AGGREGATE_COST = 32
+
+#: Work units one core gets through per second (lognormal token draws, measured as above):
+#: the rate behind :func:`estimate_seconds`.
+WORK_RATE = 3.8e7
 
 #: Upper bound on the tail sample kept per T for the Pareto k-hat.
 TAIL_MAX = 4096
@@ -146,7 +172,44 @@ class ChunkPlan:
         return np.random.SeedSequence(check_seed(seed)).spawn(self.n_chunks)
 
 
-def make_plan(n, chunk_size=None, sampler: str = "token") -> ChunkPlan:
+def path_draws(T, *, independent: bool = False, sampler: str = "token", code: int | None = None) -> int:
+    r"""Work units one path costs (:data:`MAX_CHUNK_DRAWS`): what a chunk's size is capped by.
+
+    Token sampler: :math:`\max T` draws (one path read at every T) or :math:`\sum T`
+    (``independent``), times :data:`TOKEN_COST` of the family's sampler ``code``; aggregate
+    sampler: :data:`AGGREGATE_COST` per grid point.
+
+    Parameters
+    ----------
+    T : array_like of int
+        The T grid.
+    independent : bool
+        Fresh paths for every T.
+    sampler : {"token", "aggregate"}
+    code : int, optional
+        The family's sampler code (:meth:`variance_lab.families.Family.sampler_params`).
+
+    Returns
+    -------
+    int
+        At least 1.
+    """
+    grid = np.asarray(T, dtype=np.int64).ravel()
+    if grid.size == 0:
+        return 1
+    if sampler == "aggregate":
+        return AGGREGATE_COST * int(grid.size)
+    draws = int(grid.sum()) if independent else int(grid.max())
+    return max(1, draws * TOKEN_COST.get(code, 1))
+
+
+def estimate_seconds(n: int, draws: int, workers: int = 1) -> float:
+    """Rough wall time of ``n`` paths of ``draws`` work units each on ``workers`` cores
+    (:data:`WORK_RATE`): what the command line shows before a long run."""
+    return float(n) * float(draws) / (WORK_RATE * max(1, int(workers)))
+
+
+def make_plan(n, chunk_size=None, sampler: str = "token", *, draws: int = 1) -> ChunkPlan:
     r"""The chunk plan of ``n`` paths.
 
     Parameters
@@ -161,6 +224,12 @@ def make_plan(n, chunk_size=None, sampler: str = "token") -> ChunkPlan:
         decides which stream draws which path), so pass the same one to reproduce a run.
     sampler : {"token", "aggregate"}
         The resolved sampling method (part of a run's identity, like ``n``).
+    draws : int
+        Draws per path (:func:`path_draws`). The default chunk size is capped at
+        :math:`\max(1, \lfloor \text{MAX\_CHUNK\_DRAWS} / \text{draws} \rfloor)` paths so
+        that no chunk runs for long at any T (Ctrl-C is honoured between chunks); at
+        :math:`T = 10^6` a lognormal chunk holds 8 paths. Like ``n`` it is part of a run's identity,
+        never the machine's. An explicit ``chunk_size`` is used as given.
 
     Returns
     -------
@@ -169,11 +238,14 @@ def make_plan(n, chunk_size=None, sampler: str = "token") -> ChunkPlan:
     n = check_n(n)
     if sampler not in SAMPLERS:
         raise ValueError(f"a plan's sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    if isinstance(draws, bool) or not isinstance(draws, numbers.Integral) or draws < 1:
+        raise ValueError(f"draws per path must be an integer >= 1, got {draws!r}")
     if chunk_size is None:
         if sampler == "aggregate":
             chunk_size = AGGREGATE_CHUNK
         else:
             chunk_size = min(MAX_CHUNK, max(MIN_CHUNK, -(-n // TARGET_CHUNKS)))
+        chunk_size = min(chunk_size, max(1, MAX_CHUNK_DRAWS // int(draws)))
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size < 1:
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
     chunk_size = int(min(chunk_size, n))

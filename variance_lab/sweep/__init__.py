@@ -68,7 +68,7 @@ The module holding the planning code is ``cells``, not ``plan``, so that the fun
 """
 
 from variance_lab.sweep.cells import Cell, code_fingerprint, extra_parameters, plan
-from variance_lab.sweep.export import EXPORT_FORMATS, export, load_table, write_table
+from variance_lab.sweep.export import EXPORT_FORMATS, check_table_path, export, load_table, write_table
 from variance_lab.sweep.run import SweepInterrupted, SweepResult, compute, sweep
 from variance_lab.sweep.store import DEFAULT_STORE, STORE_COLUMNS, STORE_EXTRA_COLUMNS, Store, load_store
 
@@ -90,4 +90,5 @@ __all__ = [
     "plan",
     "sweep",
     "write_table",
+    "check_table_path",
 ]

@@ -10,7 +10,7 @@ import pandas as pd
 from variance_lab._atomic import atomic_write
 from variance_lab.sweep.store import FLOAT_COLUMNS, STR_COLUMNS, load_store, normalise_frame
 
-__all__ = ["EXPORT_FORMATS", "write_table", "export", "load_table"]
+__all__ = ["EXPORT_FORMATS", "check_table_path", "write_table", "export", "load_table"]
 
 
 # --------------------------------------------------------------------------- export
@@ -31,8 +31,12 @@ def _parquet_engine() -> None:
         raise ValueError("Parquet needs pyarrow: pip install pyarrow") from None
 
 
-def write_table(frame: pd.DataFrame, path: str | os.PathLike, fmt: str | None = None) -> Path:
-    """Write a store frame to CSV or Parquet atomically (format from the suffix by default)."""
+def check_table_path(path: str | os.PathLike, fmt: str | None = None) -> str:
+    """Check an output of :func:`write_table` before any work; returns its format.
+
+    Raises ``ValueError`` for a name with no known format, a directory, a missing folder or
+    Parquet without pyarrow.
+    """
     path = Path(path)
     fmt = _format_of(path, fmt)
     if path.is_dir():
@@ -41,13 +45,25 @@ def write_table(frame: pd.DataFrame, path: str | os.PathLike, fmt: str | None = 
         raise ValueError(f"--out {str(path)!r}: folder {str(path.parent)!r} does not exist")
     if fmt == "parquet":
         _parquet_engine()
+    return fmt
+
+
+def write_table(frame: pd.DataFrame, path: str | os.PathLike, fmt: str | None = None) -> Path:
+    """Write a store frame to CSV or Parquet atomically (format from the suffix by default)."""
+    path = Path(path)
+    fmt = check_table_path(path, fmt)
     if fmt == "csv":
         return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False, na_rep="nan"))
     return atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def export(store: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None) -> pd.DataFrame:
-    """Write every result of ``store`` to ``out`` (``.csv`` or ``.parquet``); returns the frame."""
+    """Write every result of ``store`` to ``out`` (``.csv`` or ``.parquet``); returns the frame.
+
+    ``out`` is checked first and ``store`` is opened read-only (:func:`load_store`): a file that
+    is not a store is a ``ValueError`` and is never written.
+    """
+    check_table_path(out, fmt)
     frame = load_store(store)
     write_table(frame, out, fmt)
     return frame

@@ -17,9 +17,13 @@ Examples: ``1,10,100,1000``; ``0.9:1.1:5`` (0.9, 0.95, 1, 1.05, 1.1);
 The union of all items is returned sorted and without duplicates. Real values are
 rounded to 12 significant digits, so that ``0.9:1.1:5`` gives ``0.95`` and not
 ``0.9500000000000001`` (cell identities in :mod:`variance_lab.sweep` hash these values).
-Integer grids (sequence lengths ``T``, draws ``n``) round every value to the nearest
-integer before removing duplicates, so ``1:1000:log20`` gives fewer than 20 lengths when
-neighbouring points round to the same integer.
+Integer grids (sequence lengths ``T``, draws ``n``) follow the one integer rule of the
+command line (:func:`variance_lab._validate.parse_integer`): a single value must be an exact
+integer in any notation (``1e6`` is 1,000,000; ``1.5`` is refused with the reason, never
+rounded), and so must the ends of a range; the points inside a range (``1:1000:log20``) are
+rounded to the nearest integer, and neighbouring points that round to the same integer are
+merged, so that range can give fewer than 20 lengths. Duplicates are merged and the values
+sorted, whether they come from ranges or are typed twice (``10,10`` is one length).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import math
 import re
 
 import numpy as np
+
+from variance_lab._validate import parse_integer
 
 __all__ = ["GRID_HELP", "parse_grid", "parse_int_grid", "parse_name_list"]
 
@@ -51,6 +57,15 @@ def _number(text: str, name: str, whole: str) -> float:
     return value
 
 
+def _integer(text: str, name: str, whole: str) -> float:
+    """One integer of an integer grid by the one rule (:func:`parse_integer`), as a float."""
+    try:
+        return float(parse_integer(text, name=name))
+    except ValueError as exc:
+        where = f" in {whole!r}" if text.strip() != whole.strip() else ""
+        raise ValueError(f"{exc}{where}") from None
+
+
 def _count(text: str, name: str, item: str) -> tuple[int, bool]:
     """Parse the third field of a range: ``N`` or ``logN``; returns (N, log-spaced)."""
     text = text.strip()
@@ -63,11 +78,13 @@ def _count(text: str, name: str, item: str) -> tuple[int, bool]:
     return int(digits), bool(match)
 
 
-def _range(item: str, name: str, whole: str) -> np.ndarray:
+def _range(item: str, name: str, whole: str, integer: bool = False) -> np.ndarray:
     fields = item.split(":")
     if len(fields) != 3:
         raise ValueError(f"{name}: a range is a:b:N or a:b:logN, got {item!r} in {whole!r}")
     a, b = _number(fields[0], name, whole), _number(fields[1], name, whole)
+    if integer:
+        a, b = (_integer(f, name, whole) for f in fields[:2])
     count, log = _count(fields[2], name, item)
     if count == 1 and a != b:
         raise ValueError(f"{name}: range {item!r} has one point but two different ends")
@@ -92,7 +109,8 @@ def parse_grid(text: str, *, name: str = "grid", integer: bool = False) -> np.nd
     name : str
         Name of the option, used in error messages (``"--mu"``).
     integer : bool
-        Round every value to the nearest integer (``T``, ``n``).
+        Integer values (``T``, ``n``): single values and range ends must be exact integers
+        (``1e6`` is fine, ``1.5`` is refused); points inside a range are rounded.
 
     Returns
     -------
@@ -102,7 +120,8 @@ def parse_grid(text: str, *, name: str = "grid", integer: bool = False) -> np.nd
     Raises
     ------
     ValueError
-        For empty input, a bad number, a malformed range or a log range through 0.
+        For empty input, a bad number, a malformed range, a log range through 0 or, with
+        ``integer``, a value with a fractional part.
 
     Examples
     --------
@@ -119,7 +138,9 @@ def parse_grid(text: str, *, name: str = "grid", integer: bool = False) -> np.nd
         if not item:
             raise ValueError(f"{name}: empty item in {text!r}")
         if ":" in item:
-            parts.append(_range(item, name, text))
+            parts.append(_range(item, name, text, integer))
+        elif integer:
+            parts.append(np.array([_integer(item, name, text)]))
         else:
             parts.append(np.array([_number(item, name, text)]))
     values = np.concatenate(parts)

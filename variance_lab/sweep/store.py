@@ -89,6 +89,20 @@ def _db_float(x) -> float | None:
     return None if math.isnan(x) else x
 
 
+def _readonly_uri(path: Path) -> str:
+    """SQLite URI that reads ``path`` without writing anything beside it.
+
+    ``mode=ro`` on a store in WAL mode still creates ``-wal`` and ``-shm`` files next to it
+    and leaves them there; when neither exists (no connection is open: the last one
+    checkpointed and removed them), the file is complete as it is and is read with
+    ``immutable=1``, which creates nothing. With a writer at work they exist, and the
+    ordinary read-only mode shares them.
+    """
+    wal, shm = (path.with_name(path.name + suffix) for suffix in ("-wal", "-shm"))
+    extra = "&immutable=1" if not wal.exists() and not shm.exists() else ""
+    return f"{path.resolve().as_uri()}?mode=ro{extra}"
+
+
 class Store:
     """A sweep store: one SQLite file. Use as a context manager.
 
@@ -98,10 +112,16 @@ class Store:
         The SQLite file; created (with its tables) when missing.
     create : bool
         If false, a missing file is an error instead of being created.
+    readonly : bool
+        Open the file read-only (export, loading): nothing is ever written to it, not even
+        the tables of a new store; a file that is not a store (an empty file, any other
+        SQLite database or file) is a ``ValueError``. Implies ``create=False``.
     """
 
-    def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike, *, create: bool = True, readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = bool(readonly)
+        create = create and not self.readonly
         if self.path.is_dir():
             raise ValueError(f"store {str(self.path)!r} is a directory")
         if not self.path.exists():
@@ -110,7 +130,12 @@ class Store:
             if not self.path.parent.is_dir():
                 raise ValueError(f"store {str(self.path)!r}: folder {str(self.path.parent)!r} does not exist")
         try:
-            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+            if self.readonly:
+                self._conn = sqlite3.connect(
+                    _readonly_uri(self.path), uri=True, isolation_level=None, timeout=60
+                )
+            else:
+                self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
         except sqlite3.Error as exc:
             raise ValueError(f"store {str(self.path)!r} cannot be opened: {exc}") from None
         try:
@@ -121,6 +146,14 @@ class Store:
 
     def _setup(self) -> None:
         c = self._conn
+        if self.readonly:
+            row = c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if row is None:
+                raise sqlite3.DatabaseError("it has no schema version")
+            if row[0] != str(SCHEMA_VERSION):
+                raise sqlite3.DatabaseError(f"schema version {row[0]}, this version reads {SCHEMA_VERSION}")
+            c.execute("SELECT 1 FROM cells JOIN results USING (cell) LIMIT 1").fetchall()
+            return
         c.execute("PRAGMA journal_mode=WAL")
         c.execute("PRAGMA synchronous=FULL")
         c.execute("PRAGMA foreign_keys=ON")
@@ -255,7 +288,7 @@ def load_store(path: str | os.PathLike) -> pd.DataFrame:
     Parameters
     ----------
     path : str or Path
-        An existing store.
+        An existing store, opened read-only (never written, not even its tables).
 
     Returns
     -------
@@ -266,5 +299,5 @@ def load_store(path: str | os.PathLike) -> pd.DataFrame:
         store holds several sweeps (other n, seed or T grid); the extra columns tell
         them apart.
     """
-    with Store(path, create=False) as store:
+    with Store(path, readonly=True) as store:
         return store.frame()

@@ -1,0 +1,133 @@
+"""What every subcommand shares (variance_lab.cli._common): one integer rule, output checks,
+file-system errors as one line, the command line's words, the long-run estimate."""
+
+import errno
+import os
+
+import pytest
+
+from variance_lab.cli import _common as common
+from variance_lab.cli import build_parser, main
+
+#: Every integer option of every subcommand, with the arguments it needs to parse.
+INTEGER_OPTIONS = [
+    (["table"], "--T"),
+    (["table"], "--n"),
+    (["table"], "--seed"),
+    (["table"], "--workers"),
+    (["sweep"], "--T"),
+    (["sweep"], "--n"),
+    (["sweep"], "--seed"),
+    (["sweep"], "--workers"),
+    (["analyze", "x.jsonl"], "--edges"),
+    (["analyze", "x.jsonl"], "--n-boot"),
+    (["analyze", "x.jsonl"], "--seed"),
+    (["figures"], "--workers"),
+    (["experiment", "run"], "--seed"),
+    (["experiment", "figure"], "--n-boot"),
+    (["experiment", "figure"], "--seed"),
+]
+
+
+def _value(args, option):
+    value = getattr(args, option.lstrip("-").replace("-", "_"))
+    return [int(v) for v in value] if not isinstance(value, int) else value
+
+
+@pytest.mark.parametrize(("prefix", "option"), INTEGER_OPTIONS)
+def test_every_integer_option_accepts_exact_integers(prefix, option):
+    for text in ("1e1", "10", "10.0", "1_0"):
+        value = _value(build_parser().parse_args([*prefix, option, text]), option)
+        assert value in (10, [10]), (option, text, value)
+
+
+@pytest.mark.parametrize(("prefix", "option"), INTEGER_OPTIONS)
+def test_every_integer_option_refuses_fractions(prefix, option, capsys):
+    assert main([*prefix, option, "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'1.5' is not an integer (integers are never rounded)" in err
+    assert option in err
+
+
+@pytest.mark.parametrize(
+    ("prefix", "option"), [(p, o) for p, o in INTEGER_OPTIONS if o in ("--T", "--edges")]
+)
+def test_integer_lists_are_sorted_and_merged(prefix, option):
+    assert _value(build_parser().parse_args([*prefix, option, "10,1e1,1,10.0"]), option) == [1, 10]
+
+
+def test_int_grid_errors_are_cli_errors():
+    with pytest.raises(common.CLIError, match=r"--T: '1.5' is not an integer"):
+        common.int_grid("1,1.5", name="--T")
+    with pytest.raises(common.CLIError, match=r"--T: values must be integers >= 1, got 0"):
+        common.int_grid("0,5", name="--T")
+
+
+def test_cli_words():
+    assert common.cli_words("x; pass on_bad='drop' to skip") == "x; pass --on-bad drop to skip"
+    assert (
+        common.cli_words("pass format= one of ('jsonl', 'parquet', 'npz')")
+        == "pass --format, one of jsonl, parquet, npz"
+    )
+    assert common.cli_words("use sampler='token' or 'auto'") == "use --sampler token or auto"
+
+
+def test_check_output(tmp_path):
+    assert common.check_output(None) is None
+    assert common.check_output(str(tmp_path / "a.md")) == tmp_path / "a.md"
+    with pytest.raises(common.CLIError, match="is a directory"):
+        common.check_output(str(tmp_path))
+    with pytest.raises(common.CLIError, match="does not exist"):
+        common.check_output(str(tmp_path / "no" / "a.md"))
+    source = tmp_path / "in.jsonl"
+    source.write_text("x")
+    with pytest.raises(common.CLIError, match="is the input file"):
+        common.check_output(str(tmp_path / "." / "in.jsonl"), inputs=(str(source),))
+
+
+def test_write_file_turns_a_read_only_file_system_into_one_line(tmp_path, monkeypatch):
+    """The write fails with EROFS and so does the clean-up: the first error, as one line, nothing left."""
+
+    def refuse(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr("pathlib.Path.unlink", refuse)
+    target = tmp_path / "x.md"
+    with pytest.raises(common.CLIError) as info:
+        common.write_file(target, lambda tmp: refuse(tmp))
+    assert str(info.value) == f"--out {str(target)!r}: cannot write it: Read-only file system"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_os_errors_reach_the_user_as_one_line(capsys, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "somewhere")
+
+    monkeypatch.setattr("variance_lab.cli.table.write_output", refuse)
+    assert main(["table", "--n", "0", "--T", "1"]) == 2
+    assert capsys.readouterr().err == "variance-lab: error: 'somewhere': No space left on device\n"
+
+
+def test_long_runs_need_yes(capsys):
+    args = build_parser().parse_args(["table"])
+    common.confirm_long_run(10.0, "short", args)  # under a minute: silent
+    assert capsys.readouterr().err == ""
+    common.confirm_long_run(600.0, "ten minutes", args)  # shown, not asked
+    assert (
+        capsys.readouterr().err
+        == "variance-lab: ten minutes: estimated Monte Carlo time about 10 min (rough)\n"
+    )
+    with pytest.raises(common.CLIError, match=r"about 2\.0 h \(rough\), more than 60 min; pass --yes"):
+        common.confirm_long_run(7200.0, "long", args)  # stdin is not a terminal under pytest
+    args = build_parser().parse_args(["table", "--yes"])
+    common.confirm_long_run(7200.0, "long", args)
+    assert "about 2.0 h" in capsys.readouterr().err
+
+
+def test_monte_carlo_estimate_follows_the_plan():
+    from variance_lab import get_family
+    from variance_lab.simulate.plan import TOKEN_COST, WORK_RATE
+
+    fam = get_family("gamma", 1.0, 0.1)
+    seconds = common.monte_carlo_seconds(fam, [1, 1000], 10**6, sampler="token", workers=2)
+    assert seconds == pytest.approx(10**6 * 1000 * TOKEN_COST[2] / (2 * WORK_RATE))
