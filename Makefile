@@ -24,6 +24,7 @@ table: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m ruff check variance_lab tests benchmarks notebooks
+	$(BIN)/python -m ruff format --check variance_lab tests benchmarks
 	$(BIN)/python -m pytest
 
 test-slow: $(VENV)/.installed-dev

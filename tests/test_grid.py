@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from variance_lab.sweep.grid import parse_grid, parse_int_grid, parse_name_list
 
@@ -26,6 +28,40 @@ def test_real_grids(text, expected):
     out = parse_grid(text)
     assert out.dtype == np.float64
     assert out.tolist() == expected
+
+
+_value = st.floats(-1e6, 1e6, allow_nan=False).map(lambda v: float(f"{v:.6g}"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_value, min_size=1, max_size=12))
+def test_comma_lists_are_sorted_and_deduplicated(values):
+    out = parse_grid(",".join(repr(v) for v in values))
+    assert out.tolist() == sorted(set(values))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_value, _value, st.integers(2, 50))
+def test_linear_ranges_keep_their_ends_and_spacing(a, b, count):
+    out = parse_grid(f"{a!r}:{b!r}:{count}")
+    expected = np.unique([float(f"{v:.12g}") for v in np.linspace(a, b, count)]) if a != b else [a]
+    assert out[0] == min(a, b)
+    assert out[-1] == max(a, b)
+    np.testing.assert_allclose(out, expected, rtol=1e-11, atol=1e-11 * max(abs(a), abs(b)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(1e-6, 1e6), st.floats(1e-6, 1e6), st.integers(2, 40))
+def test_log_ranges_are_geometric(a, b, count):
+    a, b = float(f"{a:.6g}"), float(f"{b:.6g}")
+    out = parse_grid(f"{a!r}:{b!r}:log{count}")
+    if a == b:
+        assert out.tolist() == [a]
+        return
+    assert len(out) == count
+    np.testing.assert_allclose(out[[0, -1]], [min(a, b), max(a, b)], rtol=1e-11)
+    ratios = out[1:] / out[:-1]
+    np.testing.assert_allclose(ratios, ratios[0], rtol=1e-10)
 
 
 def test_log_range_is_geometric():

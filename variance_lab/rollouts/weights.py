@@ -29,13 +29,8 @@ carries no cancellation error. :math:`P` itself is never exponentiated; linear p
 beyond the float64 range come back as ``inf`` (their ``log_`` twins stay finite), never NaN and
 never with a warning.
 
-Batches of sequences of different lengths are held as a :class:`TokenBatch`: the counted
-tokens of all sequences concatenated into flat float64 arrays plus ``offsets``, built from
-padded 2-D arrays with a mask (:meth:`TokenBatch.from_padded`), from lists of ragged 1-D arrays
-(:meth:`TokenBatch.from_ragged`) or from flat arrays with lengths (:meth:`TokenBatch.from_flat`).
-Bad data (NaN, :math:`\pm\infty`, a log-probability :math:`> 0`, length mismatch, a sequence with
-no counted token, a mask value other than 0/1) raises ``ValueError`` naming the sequence, or is
-dropped with ``on_bad="drop"`` and reported in :attr:`TokenBatch.dropped`.
+The sequences come as a :class:`~variance_lab.rollouts.batch.TokenBatch` (validated token
+log-probs, flat with offsets).
 """
 
 from __future__ import annotations

@@ -1,0 +1,145 @@
+"""The package's layout rules, checked on its source: no import cycle, no private name taken
+across modules, few modules at the top, and nothing that imports the command line.
+
+Imports are read from the syntax tree, function-level imports included; importing ``a.b.c``
+also runs the ``__init__`` of the subpackage ``a.b``, so that edge counts too (the root
+package's ``__init__`` only re-exports and is left out).
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "variance_lab"
+ROOT = PACKAGE.name
+MAX_TOP_LEVEL_MODULES = 8
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    mods = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        if is_pkg:
+            parts = parts[:-1]
+        mods[".".join(parts)] = (path, is_pkg)
+    return mods
+
+
+MODULES = _modules()
+
+
+def _owner(name: str) -> str | None:
+    """The longest known module that ``name`` (a dotted path) lies in."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _base(module: str, is_pkg: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".") if is_pkg else module.split(".")[:-1]
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _imports(module: str) -> tuple[set[str], list[tuple[str, str]]]:
+    """(modules imported, [(module, private name)] taken from another module)."""
+    path, is_pkg = MODULES[module]
+    edges, private = set(), []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names if a.name.split(".")[0] == ROOT]
+            edges.update(t for t in map(_owner, targets) if t)
+        elif isinstance(node, ast.ImportFrom):
+            base = _base(module, is_pkg, node)
+            if base.split(".")[0] != ROOT:
+                continue
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if full in MODULES:
+                    edges.add(full)
+                    continue
+                owner = _owner(base)
+                edges.add(owner)
+                if alias.name.startswith("_") and not alias.name.startswith("__") and owner != module:
+                    private.append((owner, alias.name))
+    edges.discard(module)
+    for target in list(edges):  # a.b.c runs a.b's __init__ first
+        parts = target.split(".")
+        for k in range(2, len(parts)):
+            parent = ".".join(parts[:k])
+            if parent in MODULES and not (module == parent or module.startswith(parent + ".")):
+                edges.add(parent)
+    return edges, private
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in GRAPH[v][0]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in GRAPH:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    assert _cycles() == []
+
+
+def test_no_private_name_taken_from_another_module():
+    taken = {m: GRAPH[m][1] for m in GRAPH if GRAPH[m][1]}
+    assert taken == {}
+
+
+def test_few_modules_at_the_top():
+    top = [p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"]
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, sorted(top)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith(f"{ROOT}.cli")))
+def test_nothing_imports_the_command_line(module):
+    assert not any(t == f"{ROOT}.cli" or t.startswith(f"{ROOT}.cli.") for t in GRAPH[module][0])
+
+
+def test_the_checker_sees_a_cycle_and_a_private_import(tmp_path, monkeypatch):
+    """The checker itself: a planted cycle and a planted private import are found."""
+    pkg = tmp_path / ROOT
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(f"from {ROOT}.sub.b import _hidden\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text(f"def f():\n    from {ROOT} import a\n")
+    monkeypatch.setattr(f"{__name__}.PACKAGE", pkg)
+    monkeypatch.setattr(f"{__name__}.MODULES", _modules())
+    monkeypatch.setattr(f"{__name__}.GRAPH", {m: _imports(m) for m in _modules()})
+    assert _cycles() == [[f"{ROOT}.a", f"{ROOT}.sub.b"]]
+    assert GRAPH[f"{ROOT}.a"][1] == [(f"{ROOT}.sub.b", "_hidden")]
