@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
 def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
     from variance_lab.report.table import FORMATS
+    from variance_lab.rollouts.io import PRESETS
 
     p = sub.add_parser(
         "corrections",
@@ -164,7 +165,12 @@ def add_command(sub) -> None:
     )
     p.add_argument("--buckets", default=None, help="--data: length bucket edges, e.g. 1,64,256")
     p.add_argument("--on-bad", default="raise", choices=("raise", "drop"), help="--data: bad sequences")
-    p.add_argument("--preset", default=None, help="--data: field names of a framework's dump (see analyze)")
+    p.add_argument(
+        "--preset",
+        default=None,
+        choices=sorted(PRESETS),
+        help="--data: field names of a framework's dump (nemo-rl: train_data_step*.jsonl)",
+    )
     p.add_argument("--format", default="markdown", choices=FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
     p.set_defaults(func=run)
