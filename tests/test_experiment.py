@@ -358,3 +358,40 @@ def test_shipped_data_set_reproduces_from_its_sidecar(tmp_path):
     cmp = compare_files(DEFAULT_DATA, out)
     assert cmp["same_ids"] and cmp["same_lengths"]
     assert cmp["max_abs_diff"] <= 1e-9 or cmp["max_rel_diff"] <= 1e-9, cmp
+
+
+# --------------------------------------------------------------------------------------
+# controlled mismatch: a bfloat16 sampler and its rollout_logp
+# --------------------------------------------------------------------------------------
+def test_sampler_log_probs_of_a_float64_model_are_its_scores(torch_mod):
+    from variance_lab.experiment.model import sampler_log_probs, score
+
+    model = _tiny_model(torch_mod).double()
+    prompts = [task.encode("1+2="), task.encode("3+4+5=")]
+    responses = [[5, 6, 7], [8, 9]]
+    got = sampler_log_probs(model, prompts, responses).numpy()
+    ref = score(model, prompts, responses).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
+    hot = sampler_log_probs(model, prompts, responses, temperature=2.0).numpy()
+    assert not np.allclose(hot[0, :3], ref[0, :3])  # the temperature enters
+
+
+def test_settings_reject_an_unknown_sampler_dtype():
+    from variance_lab.experiment.train import QUICK
+
+    with pytest.raises(ValueError, match="sampler_dtype must be one of float32, bfloat16, got 'fp8'"):
+        replace(QUICK, sampler_dtype="fp8")
+
+
+def test_bfloat16_sampler_records_rollout_logp(torch_mod, tmp_path):
+    out = tmp_path / "bf16.jsonl.gz"
+    argv = ["experiment", "run", "--quick", "--quiet", "--seed", "3", "--set", "sampler_dtype=bfloat16"]
+    assert main([*argv, "--out", str(out)]) == 0
+    batch = load_batch(out)
+    assert batch.has_rollout
+    mis = batch.mismatch_log_ratio
+    # bfloat16 keeps 8 bits of mantissa: the sampler's log-probs differ from float64 ones, a little
+    assert 0 < np.abs(mis).max() < 0.5 and np.count_nonzero(mis) > 0.5 * mis.size
+    side = read_sidecar(sidecar_path(out))
+    assert side["settings"]["sampler_dtype"] == "bfloat16" and "rollout_logp" in side["fields"]
+    assert side["summary"]["var_mismatch_log_ratio"] == pytest.approx(mis.var(ddof=1), rel=1e-9)

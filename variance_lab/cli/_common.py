@@ -375,3 +375,31 @@ def report_list(title: str, items: list[str], limit: int = 10) -> None:
         print(f"  {item}", file=sys.stderr)
     if len(items) > limit:
         print(f"  ... and {len(items) - limit} more", file=sys.stderr)
+
+
+def load_rollouts(file: str, *, format: str | None = None, on_bad: str = "raise", preset: str | None = None):
+    """The token batch of a rollout file; a missing or unreadable file is a one-line :class:`CLIError`.
+
+    ``preset`` names a framework's field names (:data:`variance_lab.rollouts.io.PRESETS`).
+    """
+    import zipfile
+
+    from variance_lab.rollouts.io import load_batch
+
+    path = Path(file)
+    if not path.is_file():
+        raise CLIError(f"{file}: no such file")
+    errors: tuple[type[BaseException], ...] = (OSError, zipfile.BadZipFile, EOFError)
+    try:
+        import pyarrow as pa
+
+        errors += (pa.ArrowException,)
+    except ImportError:  # pragma: no cover - pyarrow is in the dev extra
+        pass
+    try:
+        return load_batch(path, format=format, on_bad=on_bad, preset=preset)
+    except errors as exc:
+        raise CLIError(
+            f"{file}: cannot read it as {format or 'its extension says'}: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None

@@ -64,7 +64,7 @@ def _load(args: argparse.Namespace):
         pass
     fmt = None if args.format == "auto" else args.format
     try:
-        return load_batch(path, format=fmt, on_bad=args.on_bad)
+        return load_batch(path, format=fmt, on_bad=args.on_bad, preset=args.preset)
     except errors as exc:
         raise CLIError(
             f"{args.file}: cannot read it as {fmt or 'its extension says'}: "
@@ -88,7 +88,7 @@ def _save_figure(fig, target: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from variance_lab.report.analysis_table import render_analysis, summary_lines
+    from variance_lab.report.analysis_table import render_analysis, split_lines, summary_lines
     from variance_lab.rollouts.analysis import analyze
 
     check_output(args.out, inputs=(args.file,))  # every output path is checked before the analysis runs
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     )
     write_output(render_analysis(result.table, summary, args.table_format, title=title), args.out)
     if args.table_format == "csv":  # keep the CSV parseable: the summary goes to stderr
-        print("\n".join(summary_lines(summary)), file=sys.stderr)
+        print("\n".join(summary_lines(summary) + split_lines(summary.get("split"))), file=sys.stderr)
     if args.out is not None:
         print(f"{PROG}: wrote the table to {args.out}", file=sys.stderr)
     if args.figure is not None:
@@ -116,7 +116,7 @@ def add_command(sub) -> None:
     """Register ``analyze`` on the subparsers ``sub`` of ``variance-lab``."""
     from variance_lab.report.analysis_table import FORMATS as TABLE_FORMATS
     from variance_lab.rollouts.batch import ON_BAD
-    from variance_lab.rollouts.io import FORMATS
+    from variance_lab.rollouts.io import FORMATS, PRESETS
 
     p = sub.add_parser(
         "analyze",
@@ -125,12 +125,21 @@ def add_command(sub) -> None:
         "intervals against three predictions from the pooled token log-ratios (i.i.d. lognormal fit, exact "
         "i.i.d. for their empirical distribution, autocorrelation-corrected), a verdict on which one the "
         "data support, and GSPO/PPO clip fractions observed and predicted. FILE holds one record per "
-        "sequence with logp, old_logp and optional mask and id (JSONL, Parquet or NPZ).",
+        "sequence with logp, old_logp and optional mask, id and rollout_logp (JSONL, Parquet or NPZ); with "
+        "rollout_logp (the inference engine's log-probs) the total ratio is split into the mismatch "
+        "pi_old/mu_rollout and the update pi_theta/pi_old, with a line saying which part dominates.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("file", metavar="FILE", help="token log-probs: .jsonl[.gz], .parquet or .npz")
     p.add_argument(
         "--format", default="auto", choices=("auto", *FORMATS), help="file format (auto: from the extension)"
+    )
+    p.add_argument(
+        "--preset",
+        default=None,
+        choices=sorted(PRESETS),
+        help="field names of a framework's dump (nemo-rl: its train_data_step*.jsonl, whose "
+        "generation_logprobs become rollout_logp); None: logp, old_logp, mask, id, rollout_logp",
     )
     p.add_argument(
         "--on-bad",

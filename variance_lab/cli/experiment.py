@@ -39,8 +39,10 @@ def parse_assignment(text: str) -> tuple[str, str]:
 
 
 def _coerce(name: str, value: str, default):
-    """``value`` as the type of the setting's default (int or float)."""
+    """``value`` as the type of the setting's default (int, float or str)."""
     kind = type(default)
+    if kind is str:
+        return value
     try:
         return kind(value) if kind is float else parse_integer(value, name=f"--set {name}")
     except ValueError:
@@ -161,7 +163,8 @@ def _add_run(sub) -> None:
         type=parse_assignment,
         action="append",
         metavar="KEY=VALUE",
-        help="override one setting, repeatable (e.g. --set sft_steps=300 --set threads=2)",
+        help="override one setting, repeatable (e.g. --set sft_steps=300 --set threads=2; "
+        "--set sampler_dtype=bfloat16 samples in bfloat16 and records rollout_logp)",
     )
     p.add_argument(
         "--quiet", "--no-progress", action="store_true", help="no progress lines on standard error"

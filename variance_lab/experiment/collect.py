@@ -33,7 +33,7 @@ import torch
 
 from variance_lab import __version__
 from variance_lab.experiment.files import SIDECAR_KIND, numbers_sha256, sidecar_path
-from variance_lab.experiment.model import score
+from variance_lab.experiment.model import sampler_log_probs, score
 from variance_lab.experiment.task import Problem, decode, encode, make_problems, rewards
 from variance_lab.experiment.train import (
     QUICK,
@@ -77,14 +77,21 @@ def collect(result: TrainResult, settings: Settings) -> list[dict]:
     """
     rows = _problem_rows(settings)
     generator = torch_generator(streams(settings.seed)["data_sample"])
-    responses = sample_responses(result.old, rows, generator, settings)
+    mismatch = settings.sampler_dtype == "bfloat16"
+    sampler = copy.deepcopy(result.old).to(torch.bfloat16) if mismatch else result.old
+    responses = sample_responses(sampler, rows, generator, settings)
     prompts = [encode(p.prompt) for p in rows]
     old_lp = score(copy.deepcopy(result.old).double(), prompts, responses).numpy()
     new_lp = score(copy.deepcopy(result.new).double(), prompts, responses).numpy()
+    roll_lp = (
+        sampler_log_probs(sampler, prompts, responses, temperature=settings.temperature).numpy()
+        if mismatch
+        else None
+    )
     texts = [decode(r) for r in responses]
     reward = rewards(rows, texts)
     k = settings.data_samples
-    return [
+    records = [
         {
             "id": f"{i // k}-{i % k}",
             "prompt_id": i // k,
@@ -98,6 +105,10 @@ def collect(result: TrainResult, settings: Settings) -> list[dict]:
         }
         for i, (p, r) in enumerate(zip(rows, responses, strict=True))
     ]
+    if roll_lp is not None:
+        for rec, r, lp in zip(records, responses, roll_lp, strict=True):
+            rec["rollout_logp"] = lp[: len(r)].tolist()
+    return records
 
 
 def summarize(records: list[dict]) -> dict:
@@ -122,6 +133,10 @@ def summarize(records: list[dict]) -> dict:
         "mean_log_ratio": float(d.mean()),
         "var_log_ratio": float(d.var(ddof=1)),
     }
+    if all("rollout_logp" in r for r in records):
+        m = np.concatenate([np.subtract(r["old_logp"], r["rollout_logp"]) for r in records])
+        out["mean_mismatch_log_ratio"] = float(m.mean())
+        out["var_mismatch_log_ratio"] = float(m.var(ddof=1))
     if all("reward" in r for r in records):
         out["mean_reward"] = float(np.mean([r["reward"] for r in records]))
     return out
@@ -181,6 +196,11 @@ def _sidecar(settings: Settings, path: Path, records: list[dict], log: dict) -> 
         "fields": {
             "logp": "new policy (after the last GSPO iteration's update)",
             "old_logp": "old policy (the last GSPO iteration's sampling policy)",
+            **(
+                {"rollout_logp": "the bfloat16 sampler's own log-probs (sampler_log_probs), float64"}
+                if settings.sampler_dtype == "bfloat16"
+                else {}
+            ),
         },
         "versions": _versions(),
         "numbers_sha256": numbers_sha256(records),

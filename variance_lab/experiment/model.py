@@ -28,7 +28,16 @@ from torch.nn import functional as F
 
 from variance_lab.experiment.task import EOS, PAD, VOCAB, encode
 
-__all__ = ["ModelConfig", "TinyGPT", "token_log_probs", "generate", "pad_batch", "length_chunks", "score"]
+__all__ = [
+    "ModelConfig",
+    "TinyGPT",
+    "token_log_probs",
+    "generate",
+    "pad_batch",
+    "length_chunks",
+    "score",
+    "sampler_log_probs",
+]
 
 _EOS_ID = encode(EOS)[0]
 
@@ -285,6 +294,40 @@ def score(
     for chunk in length_chunks([len(r) for r in responses], rows):
         logp = token_log_probs(model, [prompts[i] for i in chunk], [responses[i] for i in chunk])
         out[chunk, : logp.shape[1]] = logp
+    return out
+
+
+@torch.no_grad()
+def sampler_log_probs(
+    model: TinyGPT,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    *,
+    temperature: float = 1.0,
+    rows: int = 32,
+) -> torch.Tensor:
+    r"""The log-probabilities of the sampler's own distribution, teacher-forced, in float64.
+
+    :func:`generate` draws from :math:`\operatorname{softmax}(\ell / \tau)` with :math:`\ell` the
+    model's log-probabilities in its own dtype (bfloat16 for a bfloat16 copy), turned to float64
+    first; this returns :math:`\log\operatorname{softmax}(\ell/\tau)` of each response token in
+    float64: what an inference engine reports for the tokens it sampled. The forward pass is
+    the full sequence, where generation went token by token with the key-value cache; in
+    bfloat16 the two can differ in the last bits.
+
+    Returns
+    -------
+    Tensor of float64, shape ``(B, longest response)``, 0 after each response's end.
+    """
+    out = torch.zeros((len(responses), max(len(r) for r in responses)), dtype=torch.float64)
+    for chunk in length_chunks([len(r) for r in responses], rows):
+        ps, rs = [prompts[i] for i in chunk], [responses[i] for i in chunk]
+        seqs = [p + r for p, r in zip(ps, rs, strict=True)]
+        idx = pad_batch(seqs)
+        logp = (model(idx[:, :-1]).double() / temperature).log_softmax(dim=-1)
+        picked = logp.gather(-1, idx[:, 1:].unsqueeze(-1)).squeeze(-1)
+        for row, (p, r) in zip(chunk, zip(ps, rs, strict=True), strict=True):
+            out[row, : len(r)] = picked[chunk.index(row), len(p) - 1 : len(p) - 1 + len(r)]
     return out
 
 

@@ -109,6 +109,13 @@ class Settings:
         Problems of the collected data set and responses sampled per problem.
     threads : int
         PyTorch intra-op threads during the run (results are reproducible for a fixed value).
+    sampler_dtype : {"float32", "bfloat16"}
+        The precision of the sampler of the collected data set. ``"float32"``: the old
+        policy as trained (no mismatch, no ``rollout_logp``). ``"bfloat16"``: a bfloat16 copy
+        of the old policy samples, the way an inference engine differs from the trainer, and
+        each record carries ``rollout_logp``, the sampler's own log-probabilities
+        (:func:`~variance_lab.experiment.model.sampler_log_probs`), beside ``old_logp`` and
+        ``logp`` scored in float64 as before.
     """
 
     seed: int = 0
@@ -133,6 +140,7 @@ class Settings:
     data_prompts: int = 512
     data_samples: int = 4
     threads: int = 1
+    sampler_dtype: str = "float32"
 
     def __post_init__(self):
         ints = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
@@ -163,6 +171,10 @@ class Settings:
             and self.pg_lr > 0
         ):
             raise ValueError("need 0 < clip_low < 1, clip_high > 0, temperature > 0, learning rates > 0")
+        if self.sampler_dtype not in SAMPLER_DTYPES:
+            raise ValueError(
+                f"sampler_dtype must be one of {', '.join(SAMPLER_DTYPES)}, got {self.sampler_dtype!r}"
+            )
         self.model_config()  # validates the model size and n range
 
     def model_config(self) -> ModelConfig:
@@ -206,6 +218,9 @@ class Settings:
             raise ValueError(f"unknown settings: {', '.join(unknown)}")
         return cls(**values)
 
+
+#: Precisions of the data set's sampler (:attr:`Settings.sampler_dtype`).
+SAMPLER_DTYPES = ("float32", "bfloat16")
 
 #: The full run (the shipped data set).
 FULL = Settings()

@@ -22,6 +22,10 @@ Figures (:data:`FIGURES`):
     Kong's ESS fraction of P_T against T: exact and Monte Carlo.
 ``log_histograms``
     Histograms of log P_T and log G_T at a few T, from raw draws (:func:`sample_log_P`).
+``corrections_vs_T``
+    Relative bias and ESS fraction of TIS, masks and clips against T: lognormal closed
+    forms (:func:`variance_lab.corrections.theory`) and Monte Carlo
+    (:func:`variance_lab.corrections.simulate_corrections`).
 
 The data come from :mod:`variance_lab.theory` and the Monte Carlo engine
 (:func:`variance_lab.simulate.simulate`; raw draws through the engine's own samplers,
@@ -46,9 +50,10 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
-from variance_lab import __version__, theory
+from variance_lab import __version__, corrections, theory
 from variance_lab._atomic import atomic_write
 from variance_lab.families import Family, get_family
+from variance_lab.report import corrections_figure
 from variance_lab.report import figures as plots
 from variance_lab.simulate import Engine, draw_log_p, resolve_sampler, simulate, using_engine
 from variance_lab.sweep import plan
@@ -65,6 +70,7 @@ __all__ = [
     "from_sidecar",
     "sample_log_P",
     "histogram_frame",
+    "corrections_frame",
 ]
 
 #: PNG resolution (dots per inch); ``--quick`` uses :data:`QUICK_PNG_DPI`.
@@ -144,6 +150,15 @@ def _defaults(quick: bool) -> dict[str, dict]:
             "n": 2000 if quick else 20_000,
             "seed": 0,
             "bins": 60,
+        },
+        "corrections_vs_T": {
+            **base,
+            "corrections": ["seq-tis:3", "seq-mask:3", "geo-rs:0.9:1.1", "tis:2", "icepop:2", "gmpo"],
+            "T": _ints("1:1000:log12" if quick else "1:1000:log40"),
+            "mc_T": [1, 10, 100] if quick else [1, 3, 10, 30, 100, 300, 1000],
+            "n": 2000 if quick else 100_000,
+            "seed": 0,
+            "ci": 0.95,
         },
     }
 
@@ -292,9 +307,63 @@ def _figure_data(name: str, params: dict, engine: Engine) -> pd.DataFrame:
             family = get_family(p["family"], p["mu"], s2)
             frames += [_theory(family, p["T"], ["ess_frac_P"]), _monte_carlo(family, p, engine)]
         return _keep(_concat(frames), ["ess_frac_P"])
+    if name == "corrections_vs_T":
+        return corrections_frame(p)
     family = get_family(p["family"], p["mu"], p["sigma2"])
     draws = sample_log_P(family, p["T"], int(p["n"]), seed=int(p["seed"]), sampler=p.get("sampler", "token"))
     return histogram_frame(draws, p["T"], p["bins"])
+
+
+def corrections_frame(params: dict) -> pd.DataFrame:
+    """Tidy rows of the corrections figure: relative bias and ESS fraction, exact and Monte Carlo.
+
+    ``rel_bias`` is :math:`E[w]/E[b] - 1` (``bias / mean_base``), with the Monte Carlo interval
+    of :math:`E[w]` divided by the exact :math:`E[b]`; ``ess_frac`` as in
+    :func:`variance_lab.corrections.theory`. Monte Carlo rows carry the verdict in ``reliable``.
+    """
+    p = params
+    family = get_family(p["family"], p["mu"], p["sigma2"])
+    th = corrections.theory(family, p["T"], p["corrections"])
+    rows = []
+    for r in th.itertuples(index=False):
+        for stat, value in (("rel_bias", r.bias / r.mean_base), ("ess_frac", r.ess_frac)):
+            rows.append(
+                {
+                    "T": r.T,
+                    "correction": r.correction,
+                    "statistic": stat,
+                    "method": "exact",
+                    "value": value,
+                    "lo": np.nan,
+                    "hi": np.nan,
+                    "reliable": True,
+                }
+            )
+    if p.get("n"):
+        mc = corrections.simulate_corrections(
+            family, p["mc_T"], p["corrections"], int(p["n"]), seed=int(p["seed"]), ci=float(p["ci"])
+        )
+        base = corrections.theory(family, p["mc_T"], p["corrections"]).mean_base.to_numpy()
+        for r, b in zip(mc.itertuples(index=False), base, strict=True):
+            common = {
+                "T": r.T,
+                "correction": r.correction,
+                "method": "monte_carlo",
+                "reliable": r.mc_reliable,
+            }
+            rows.append(
+                {
+                    **common,
+                    "statistic": "rel_bias",
+                    "value": r.mc_mean_w / b - 1,
+                    "lo": r.mc_mean_w_lo / b - 1,
+                    "hi": r.mc_mean_w_hi / b - 1,
+                }
+            )
+            rows.append(
+                {**common, "statistic": "ess_frac", "value": r.mc_ess_frac, "lo": np.nan, "hi": np.nan}
+            )
+    return pd.DataFrame(rows)
 
 
 def draw(name: str, data: pd.DataFrame, params: dict):
@@ -313,6 +382,9 @@ def draw(name: str, data: pd.DataFrame, params: dict):
         return plots.ess_vs_T(data, n=params.get("n") or None)
     if name == "log_histograms":
         return plots.log_histograms(data)
+    if name == "corrections_vs_T":
+        title = f"{params['family']}, mu = {params['mu']:g}, sigma^2 = {params['sigma2']:g}"
+        return corrections_figure.corrections_vs_T(data, title=title)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
 
 
@@ -392,6 +464,11 @@ class _DOCS:
         "(hollow: flagged unreliable); dashed: 1/n, one draw holding all the weight."
     )
     log_histograms = "Histograms of log P_T and log G_T = log P_T / T at a few T, from raw draws."
+    corrections_vs_T = (
+        "Relative bias E[w]/E[b] - 1 and ESS fraction of sequence- and token-level corrections (TIS, "
+        "masks, Geo-RS, IcePop, GMPO) against T: lognormal closed forms (lines) and Monte Carlo "
+        "(points with intervals; hollow: flagged unreliable)."
+    )
 
 
 def save_figure(

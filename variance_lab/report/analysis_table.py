@@ -23,7 +23,7 @@ import pandas as pd
 from variance_lab.report.table import format_number
 from variance_lab.schema import json_safe
 
-__all__ = ["FORMATS", "render_analysis", "summary_lines", "VERDICT_NOTE"]
+__all__ = ["FORMATS", "render_analysis", "summary_lines", "split_lines", "VERDICT_NOTE"]
 
 FORMATS = ("markdown", "csv", "json")
 
@@ -86,6 +86,32 @@ def summary_lines(summary: dict) -> list[str]:
         + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in summary["rms_scores"].items())
         + ")",
     ]
+    return lines
+
+
+def split_lines(split: dict | None) -> list[str]:
+    """The three-policy split (mismatch, update, total) as text lines: pooled rows and the verdict line."""
+    if not split:
+        return []
+    lines = [
+        "Three policies: total pi_theta/mu_rollout = mismatch pi_old/mu_rollout x update pi_theta/pi_old"
+    ]
+    extra = [k for k in split["rows"][0] if k.startswith("frac:")]
+    header = ["part", "mean log r", "Var log r", "chi2 token", "k3 KL", "ESS token", "Var log P", "chi2 seq"]
+    header += ["ESS seq", "PPO clip", "GSPO clip", *extra]
+    keys = ["mean_log_r", "var_log_r", "chi2_token", "k3_kl", "ess_token", "var_log_P", "chi2_seq", "ess_seq"]
+    keys += ["ppo_clip_frac", "gspo_clip_frac", *extra]
+    rows = [[r["part"], *(_fmt(r[k]) for k in keys)] for r in split["rows"] if r["bucket"] == -1]
+    lines += ["", _markdown_table(header, rows), "", split["line"]]
+    by_bucket = [r for r in split["rows"] if r["bucket"] >= 0]
+    if by_bucket:
+        head = ["part", "T", "n", "Var log P", "chi2 seq", "ESS seq", "GSPO clip", *extra]
+        body = [
+            [r["part"], f"{r['T_lo']}-{r['T_hi']}", str(r["n_seq"])]
+            + [_fmt(r[k]) for k in ("var_log_P", "chi2_seq", "ess_seq", "gspo_clip_frac", *extra)]
+            for r in by_bucket
+        ]
+        lines += ["", "Per length bucket:", "", _markdown_table(head, body)]
     return lines
 
 
@@ -179,6 +205,8 @@ def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
         "",
         VERDICT_NOTE,
     ]
+    if summary.get("split"):
+        parts += ["", *split_lines(summary["split"])]
     return "\n".join(parts) + "\n"
 
 

@@ -94,6 +94,12 @@ and PPO's fraction of tokens with :math:`r_t` outside its range. Predicted, GSPO
 sequences (``gspo_clip_pred``; ``gspo_clip_pred_iid`` with :math:`V_T = T\hat\sigma_y^2`).
 Predicted, PPO: the same for one token under the fitted :math:`N(\hat\mu_y, \hat\sigma_y^2)`
 (``ppo_clip_pred``, one pooled value).
+
+Three policies. When the batch carries the inference engine's log-probs (``rollout_logp``),
+:attr:`AnalysisResult.split` holds :func:`variance_lab.rollouts.split.split_ratios`: the total
+ratio pi_theta/mu_rollout split into the mismatch pi_old/mu_rollout and the update
+pi_theta/pi_old, each part's statistics pooled and per bucket, and the line saying which part
+dominates. Everything above still describes the update ratio pi_theta/pi_old.
 """
 
 from __future__ import annotations
@@ -107,6 +113,7 @@ from scipy import special
 
 from variance_lab.rollouts.batch import DroppedSequence, TokenBatch
 from variance_lab.rollouts.cgf import EmpiricalCGF, gauss_log_moments, logsumexp
+from variance_lab.rollouts.split import SplitResult, split_ratios
 from variance_lab.rollouts.statistics import (
     Autocorrelation,
     LogRatioFit,
@@ -414,6 +421,7 @@ class AnalysisResult:
     lengths: np.ndarray = field(repr=False)
     _models: _Models = field(repr=False)
     acf_note: str = ""
+    split: SplitResult | None = field(default=None, repr=False)
 
     @property
     def n_dropped(self) -> int:
@@ -497,7 +505,20 @@ class AnalysisResult:
             "rms_scores": dict(self.rms_scores),
             "level": self.level,
             "n_boot": self.n_boot,
+            "split": _split_summary(self.split),
         }
+
+
+def _split_summary(split: SplitResult | None) -> dict | None:
+    """The three-policy split as JSON-ready values (None without ``rollout_logp``)."""
+    if split is None:
+        return None
+    return {
+        "dominant": split.dominant,
+        "line": split.line,
+        "shares": dict(split.shares),
+        "rows": split.table.to_dict("records"),
+    }
 
 
 def _try_autocorrelation(batch: TokenBatch, c: float) -> tuple[Autocorrelation | None, str]:
@@ -659,4 +680,7 @@ def analyze(
         lengths=np.asarray(lengths),
         _models=models,
         acf_note=acf_note,
+        split=split_ratios(batch, edges, gspo_range=gspo_range, ppo_range=ppo_range)
+        if batch.has_rollout
+        else None,
     )

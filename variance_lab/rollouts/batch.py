@@ -89,14 +89,17 @@ def _bad_tokens(x: np.ndarray, counted: np.ndarray) -> np.ndarray:
     return counted & ~ok
 
 
-def _problems(logp, old_logp, mask, lengths) -> dict[int, str]:
+def _problems(logp, old_logp, mask, lengths, rollout_logp=None) -> dict[int, str]:
     """Per-sequence problems of same-length flat arrays: {sequence index: first problem}."""
     seg = _segment_of_tokens(lengths)
     starts = segment_offsets(lengths)[:-1]
     found: dict[int, str] = {}
     # lowest priority first: a later, more basic problem overwrites an earlier one
     counted = np.ones(logp.size, dtype=bool) if mask is None else mask == 1
-    for name, x, policy in (("old_logp", old_logp, "old"), ("logp", logp, "new")):
+    checks = [("old_logp", old_logp, "old"), ("logp", logp, "new")]
+    if rollout_logp is not None:
+        checks.insert(0, ("rollout_logp", rollout_logp, "rollout (inference engine)"))
+    for name, x, policy in checks:
         segs, pos = _first_per_segment(_bad_tokens(x, counted), seg, starts)
         for s, p in zip(segs.tolist(), pos.tolist(), strict=True):
             found[s] = _describe_value(name, p, float(x[starts[s] + p]), policy)
@@ -110,15 +113,18 @@ def _problems(logp, old_logp, mask, lengths) -> dict[int, str]:
     return found
 
 
-def _mismatches(lengths, old_lengths, mask_lengths) -> dict[int, str]:
+def _mismatches(lengths, old_lengths, mask_lengths, rollout_lengths=None) -> dict[int, str]:
     bad = lengths != old_lengths
-    if mask_lengths is not None:
-        bad |= lengths != mask_lengths
+    for other in (mask_lengths, rollout_lengths):
+        if other is not None:
+            bad |= lengths != other
     found = {}
     for i in np.flatnonzero(bad).tolist():
         msg = f"length mismatch: logp has {lengths[i]} values, old_logp has {old_lengths[i]}"
         if mask_lengths is not None and mask_lengths[i] != lengths[i]:
             msg += f", mask has {mask_lengths[i]}"
+        if rollout_lengths is not None and rollout_lengths[i] != lengths[i]:
+            msg += f", rollout_logp has {rollout_lengths[i]}"
         found[i] = msg
     return found
 
@@ -196,6 +202,11 @@ class TokenBatch:
         Sequence ids (the input index when none were given).
     dropped : tuple of DroppedSequence
         Sequences left out by ``on_bad="drop"``, with the reason; empty otherwise.
+    rollout_logp : ndarray of float64, shape ``(n_tokens,)``, or None
+        Optional third set: the log-probabilities the inference engine that sampled the
+        tokens reported (e.g. vLLM's), log mu_rollout; validated like the others. With it
+        the total ratio pi_theta / mu_rollout splits into the mismatch pi_old / mu_rollout
+        (:attr:`mismatch_log_ratio`) and the update pi_theta / pi_old (:attr:`log_ratio`).
     """
 
     logp: np.ndarray
@@ -204,6 +215,7 @@ class TokenBatch:
     positions: np.ndarray
     ids: np.ndarray
     dropped: tuple[DroppedSequence, ...] = field(default=())
+    rollout_logp: np.ndarray | None = None
 
     # -- constructors ---------------------------------------------------------------------
     @classmethod
@@ -218,6 +230,8 @@ class TokenBatch:
         mask_lengths=None,
         ids=None,
         on_bad: str = "raise",
+        rollout_logp=None,
+        rollout_lengths=None,
     ) -> TokenBatch:
         """Build from flat concatenated arrays and per-sequence lengths (the core constructor).
 
@@ -238,6 +252,9 @@ class TokenBatch:
         on_bad : {"raise", "drop"}
             What to do with a bad sequence: raise ``ValueError`` naming it and its first
             problem, or leave it out and list it in :attr:`dropped`.
+        rollout_logp : array_like of float, 1-D, optional
+            The inference engine's token log-probs (:attr:`rollout_logp`), checked like
+            ``logp``; ``rollout_lengths`` where its lengths may differ (a mismatch is bad data).
 
         Returns
         -------
@@ -257,10 +274,14 @@ class TokenBatch:
             mask_lengths=mask_lengths,
             ids=ids,
             on_bad=on_bad,
+            rollout_logp=rollout_logp,
+            rollout_lengths=rollout_lengths,
         )
 
     @classmethod
-    def from_ragged(cls, logp, old_logp, mask=None, ids=None, *, on_bad: str = "raise") -> TokenBatch:
+    def from_ragged(
+        cls, logp, old_logp, mask=None, ids=None, *, on_bad: str = "raise", rollout_logp=None
+    ) -> TokenBatch:
         """Build from lists of 1-D arrays, one per sequence (lengths may differ).
 
         Parameters
@@ -273,18 +294,21 @@ class TokenBatch:
             One id per sequence; default the index.
         on_bad : {"raise", "drop"}
             See :meth:`from_flat`.
+        rollout_logp : sequence of array_like of float, optional
+            The inference engine's token log-probs of each sequence.
 
         Returns
         -------
         TokenBatch
         """
         n = len(logp)
-        for name, seqs in (("old_logp", old_logp), ("mask", mask)):
+        for name, seqs in (("old_logp", old_logp), ("mask", mask), ("rollout_logp", rollout_logp)):
             if seqs is not None and len(seqs) != n:
                 raise ValueError(f"{name} has {len(seqs)} sequences, logp has {n}")
         parts = [_flatten(name, seqs) for name, seqs in (("logp", logp), ("old_logp", old_logp))]
         (flat, lens), (old_flat, old_lens) = parts
         mask_flat, mask_lens = (None, None) if mask is None else _flatten("mask", mask, is_mask=True)
+        roll, roll_lens = (None, None) if rollout_logp is None else _flatten("rollout_logp", rollout_logp)
         return cls.from_flat(
             flat,
             old_flat,
@@ -294,10 +318,14 @@ class TokenBatch:
             mask_lengths=mask_lens,
             ids=ids,
             on_bad=on_bad,
+            rollout_logp=roll,
+            rollout_lengths=roll_lens,
         )
 
     @classmethod
-    def from_padded(cls, logp, old_logp, mask=None, ids=None, *, on_bad: str = "raise") -> TokenBatch:
+    def from_padded(
+        cls, logp, old_logp, mask=None, ids=None, *, on_bad: str = "raise", rollout_logp=None
+    ) -> TokenBatch:
         """Build from padded 2-D arrays of shape ``(n, L)`` and a mask of the same shape.
 
         Parameters
@@ -312,12 +340,20 @@ class TokenBatch:
             One id per row; default the row index.
         on_bad : {"raise", "drop"}
             See :meth:`from_flat`.
+        rollout_logp : array_like of float, shape ``(n, L)``, optional
+            The inference engine's token log-probs.
 
         Returns
         -------
         TokenBatch
         """
         logp, old_logp = _as_float("logp", logp), _as_float("old_logp", old_logp)
+        if rollout_logp is not None:
+            rollout_logp = _as_float("rollout_logp", rollout_logp)
+            if rollout_logp.shape != logp.shape:
+                raise ValueError(
+                    f"rollout_logp must have the shape of logp {logp.shape}, got {rollout_logp.shape}"
+                )
         if logp.ndim != 2 or logp.shape != old_logp.shape:
             raise ValueError(
                 f"logp and old_logp must be 2-D of one shape, got {logp.shape} and {old_logp.shape}"
@@ -327,10 +363,15 @@ class TokenBatch:
             if mask.shape != logp.shape:
                 raise ValueError(f"mask must have the shape of logp {logp.shape}, got {mask.shape}")
         lengths = np.full(logp.shape[0], logp.shape[1], dtype=np.int64)
-        return cls.from_flat(logp.ravel(), old_logp.ravel(), lengths, mask=mask, ids=ids, on_bad=on_bad)
+        roll = None if rollout_logp is None else rollout_logp.ravel()
+        return cls.from_flat(
+            logp.ravel(), old_logp.ravel(), lengths, mask=mask, ids=ids, on_bad=on_bad, rollout_logp=roll
+        )
 
     @classmethod
-    def _assemble(cls, logp, old_logp, mask, lengths, ids, index, problems, dropped) -> TokenBatch:
+    def _assemble(
+        cls, logp, old_logp, mask, lengths, ids, index, problems, dropped, rollout_logp=None
+    ) -> TokenBatch:
         """Keep the good sequences' counted tokens; record token positions."""
         good = ~np.isin(index, np.fromiter(problems, dtype=np.int64, count=len(problems)))
         if not good.any():
@@ -347,8 +388,9 @@ class TokenBatch:
             positions=positions,
             ids=ids[good].copy(),
             dropped=dropped,
+            rollout_logp=None if rollout_logp is None else np.ascontiguousarray(rollout_logp[counted]),
         )
-        _readonly(batch.logp, batch.old_logp, batch.offsets, batch.positions, batch.ids)
+        _readonly(*batch.arrays())
         return batch
 
     # -- views ----------------------------------------------------------------------------
@@ -381,6 +423,34 @@ class TokenBatch:
         return self.logp - self.old_logp
 
     @property
+    def has_rollout(self) -> bool:
+        """True when the batch carries the inference engine's log-probs (:attr:`rollout_logp`)."""
+        return self.rollout_logp is not None
+
+    @property
+    def mismatch_log_ratio(self) -> np.ndarray:
+        r"""Token log-ratios of the mismatch, :math:`\log\pi_{old}(y_t) - \log\mu_{rollout}(y_t)`.
+
+        Raises
+        ------
+        ValueError
+            When the batch has no ``rollout_logp``.
+        """
+        if self.rollout_logp is None:
+            raise ValueError("the batch has no rollout_logp (the inference engine's log-probs)")
+        return self.old_logp - self.rollout_logp
+
+    @property
+    def total_log_ratio(self) -> np.ndarray:
+        r"""Token log-ratios :math:`\log\pi_\theta - \log\mu_{rollout}` = mismatch + update."""
+        return self.mismatch_log_ratio + self.log_ratio
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The batch's arrays (``rollout_logp`` only where present)."""
+        out = (self.logp, self.old_logp, self.offsets, self.positions, self.ids)
+        return out if self.rollout_logp is None else (*out, self.rollout_logp)
+
+    @property
     def ratio(self) -> np.ndarray:
         r"""Token ratios :math:`r_t = e^{d_t}`, flat (``inf`` beyond the float64 range)."""
         return exp_quiet(self.log_ratio)
@@ -405,8 +475,9 @@ class TokenBatch:
             self.positions[tok],
             self.ids[index].copy(),
             self.dropped,
+            None if self.rollout_logp is None else self.rollout_logp[tok],
         )
-        _readonly(batch.logp, batch.old_logp, batch.offsets, batch.positions, batch.ids)
+        _readonly(*batch.arrays())
         return batch
 
 
@@ -466,6 +537,17 @@ def _without(problems, logp, old_logp, mask, lengths, old_lengths, mask_lengths)
     )
 
 
+def _checked_rollout(rollout_logp, rollout_lengths, lengths):
+    """``rollout_logp`` as float64 1-D and its lengths; ``ValueError`` if they disagree."""
+    if rollout_logp is None:
+        return None, None
+    roll = _as_float("rollout_logp", rollout_logp).ravel()
+    lens = lengths if rollout_lengths is None else _as_lengths("rollout_lengths", rollout_lengths)
+    if lens.size != lengths.size or lens.sum() != roll.size:
+        raise ValueError(f"rollout_logp: {roll.size} values do not add up to the rollout_logp lengths")
+    return roll, lens
+
+
 def build_batch(
     logp,
     old_logp,
@@ -477,16 +559,25 @@ def build_batch(
     ids=None,
     on_bad: str = "raise",
     known: Mapping[int, str] | None = None,
+    rollout_logp=None,
+    rollout_lengths=None,
 ) -> TokenBatch:
     """:meth:`TokenBatch.from_flat`, plus ``known``: problems found upstream (a loader's missing or
     null fields), by sequence index; such sequences are passed with length 0 and take precedence."""
     on_bad = check_on_bad(on_bad)
     arrays = _checked_sizes(logp, old_logp, mask, lengths, old_lengths, mask_lengths)
+    roll, roll_lens = _checked_rollout(rollout_logp, rollout_lengths, arrays[3])
     ids = _as_ids(ids, arrays[3].size)
-    problems = _mismatches(*arrays[3:])
+    problems = _mismatches(*arrays[3:], roll_lens)
     logp, old_logp, mask, lengths, index = _without(problems, *arrays)
-    found = _problems(logp, old_logp, mask, lengths)
+    if roll is not None:
+        keep = np.ones(roll_lens.size, dtype=bool)
+        keep[list(problems)] = False
+        roll = _keep_segments(roll, roll_lens, keep)
+    found = _problems(logp, old_logp, mask, lengths, roll)
     problems.update({int(index[k]): v for k, v in found.items()})
     problems.update(known or {})
     dropped = _report(problems, ids, on_bad)
-    return TokenBatch._assemble(logp, old_logp, mask, lengths, ids[index], index, problems, dropped)
+    return TokenBatch._assemble(
+        logp, old_logp, mask, lengths, ids[index], index, problems, dropped, rollout_logp=roll
+    )

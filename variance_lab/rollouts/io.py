@@ -10,6 +10,9 @@ old_logp    token log-probs under the old (sampling) policy, same length
 mask        optional, same length; 1 = response token that counts, 0 = ignore it
             (prompt, padding, tool output). Values under a 0 are never checked.
 id          optional string or integer; default the record's index (0-based)
+rollout_    optional, same length: the inference engine's log-probs (the sampler,
+logp        e.g. vLLM), checked like the others. Files without it load as before; with
+            it ``analyze`` splits the ratio into mismatch and update.
 ==========  ========================================================================
 
 Formats, chosen from the file name (``.jsonl``, ``.ndjson``, ``.jsonl.gz``, ``.ndjson.gz``,
@@ -28,7 +31,20 @@ Formats, chosen from the file name (``.jsonl``, ``.ndjson``, ``.jsonl.gz``, ``.n
   ``mask_lengths`` where they differ). Read with ``allow_pickle=False``.
 
 Field names can be mapped (``fields={"logp": "log_probs", "old_logp": "old_log_probs"}``)
-for trainers that export under other names.
+for trainers that export under other names, or taken from a framework's preset
+(``preset="nemo-rl"``, :data:`PRESETS`).
+
+**NeMo-RL** (``preset="nemo-rl"``): the ``train_data_step{N}.jsonl`` files GRPO writes
+(``nemo_rl/algorithms/grpo.py`` through ``Logger.log_batched_dict_as_jsonl``, checked
+against NVIDIA-NeMo/RL at commit 7ea279ab). Each line is one sample sliced as a batch of
+one, so every per-token field is a list holding one list: ``generation_logprobs`` (vLLM's,
+here ``rollout_logp``), ``prev_logprobs`` (the trainer's pi_old, ``old_logp``),
+``token_loss_mask`` (1 on the response tokens, 0 on prompt and padding: ``mask``), and
+``idx`` (``id``). The dump holds no log-probs of the updated policy; at the time of the
+dump the trainer's weights are pi_old, so the preset reads ``prev_logprobs`` as ``logp``
+as well: the update ratio is 1, and the file measures the mismatch pi_old / mu_rollout.
+(With ``force_on_policy_ratio`` NeMo-RL writes zeros as ``prev_logprobs``; such a file
+has no trainer log-probs.)
 
 Bad data, checked per sequence: NaN, +inf, -inf (a token of probability 0 under a policy:
 an error, since its log-ratio is undefined), a log-prob > 0 (no tolerance: rounding in a
@@ -50,11 +66,28 @@ import numpy as np
 
 from variance_lab.rollouts.batch import TokenBatch, build_batch, check_on_bad, segment_offsets
 
-__all__ = ["FORMATS", "FIELDS", "detect_format", "load_batch", "save_batch", "write_records"]
+__all__ = ["FORMATS", "FIELDS", "PRESETS", "detect_format", "load_batch", "save_batch", "write_records"]
 
 FORMATS = ("jsonl", "parquet", "npz")
 #: Canonical field names; ``fields=`` maps them to a file's own names.
-FIELDS = ("logp", "old_logp", "mask", "id")
+FIELDS = ("logp", "old_logp", "mask", "id", "rollout_logp")
+#: Token fields, in the order problems are looked for; ``rollout_logp`` and ``mask`` are optional.
+_TOKEN_FIELDS = ("logp", "old_logp", "mask", "rollout_logp")
+
+#: Field names of frameworks' dumps: preset -> (fields mapping, per-token lists wrapped in a
+#: one-element list).
+PRESETS: dict[str, tuple[dict[str, str], bool]] = {
+    "nemo-rl": (
+        {
+            "logp": "prev_logprobs",
+            "old_logp": "prev_logprobs",
+            "rollout_logp": "generation_logprobs",
+            "mask": "token_loss_mask",
+            "id": "idx",
+        },
+        True,
+    ),
+}
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
 
 
@@ -112,14 +145,24 @@ def _id_array(ids: list) -> np.ndarray:
 _EMPTY = np.zeros(0)
 
 
-def _record_array(rec: Mapping, key: str, *, required: bool) -> tuple[np.ndarray | None, str | None]:
-    """(1-D float array or None, problem or None) for one field of one record."""
+def _record_array(
+    rec: Mapping, key: str, *, required: bool, unwrap: bool = False
+) -> tuple[np.ndarray | None, str | None]:
+    """(1-D float array or None, problem or None) for one field of one record.
+
+    ``unwrap``: the field is a list holding one list (a batch of one, as NeMo-RL writes it).
+    """
     if rec.get(key) is None:
         if not required:
             return None, None
         return None, (f"missing field {key!r}" if key not in rec else f"field {key!r} is null")
+    value = rec[key]
+    if unwrap:
+        if not isinstance(value, list) or len(value) != 1 or not isinstance(value[0], list):
+            return None, f"field {key!r} must be a list holding one list (a batch of one)"
+        value = value[0]
     try:
-        arr = np.asarray(rec[key], dtype=np.float64)
+        arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         return None, f"field {key!r} is not a list of numbers"
     if arr.ndim != 1:
@@ -127,35 +170,49 @@ def _record_array(rec: Mapping, key: str, *, required: bool) -> tuple[np.ndarray
     return arr, None
 
 
-def _record_fields(rec, names: dict[str, str]) -> tuple[dict, str | None]:
-    """The three arrays of one record (mask may be None), or the record's first problem."""
+def _record_fields(rec, names: dict[str, str], unwrap: bool = False) -> tuple[dict, str | None]:
+    """The arrays of one record (mask, rollout_logp may be None), or the record's first problem."""
     if not isinstance(rec, Mapping):
         return {}, "record is not a JSON object"
     arrays = {}
-    for f in ("logp", "old_logp", "mask"):
-        arrays[f], problem = _record_array(rec, names[f], required=f != "mask")
+    for f in _TOKEN_FIELDS:
+        arrays[f], problem = _record_array(rec, names[f], required=f in ("logp", "old_logp"), unwrap=unwrap)
         if problem:
             return {}, problem
     return arrays, None
 
 
-def _batch_from_records(records: Iterable, names: dict[str, str], on_bad: str) -> TokenBatch:
-    """A batch from parsed records; a record with a bad field enters with length 0 and its problem."""
-    cols: dict[str, list] = {"logp": [], "old_logp": [], "mask": []}
-    ids, known, has_mask = [], {}, False
+def _batch_from_records(
+    records: Iterable, names: dict[str, str], on_bad: str, unwrap: bool = False
+) -> TokenBatch:
+    """A batch from parsed records; a record with a bad field enters with length 0 and its problem.
+
+    ``rollout_logp`` is optional for the file, but once one record has it, every record must.
+    """
+    cols: dict[str, list] = {f: [] for f in _TOKEN_FIELDS}
+    ids, known, has_mask, with_rollout = [], {}, False, []
     for i, rec in enumerate(records):
         rid = rec.get(names["id"]) if isinstance(rec, Mapping) else None
         ids.append(i if rid is None else rid)
-        arrays, problem = _record_fields(rec, names)
+        arrays, problem = _record_fields(rec, names, unwrap)
         if problem:
             known[i] = problem
-            arrays = {"logp": _EMPTY, "old_logp": _EMPTY, "mask": None}
+            arrays = {"logp": _EMPTY, "old_logp": _EMPTY, "mask": None, "rollout_logp": _EMPTY}
         has_mask |= arrays["mask"] is not None
+        with_rollout.append(arrays["rollout_logp"] is not None)
         for f in cols:
-            cols[f].append(arrays[f] if arrays[f] is not None else np.ones(arrays["logp"].size))
+            fill = np.ones(arrays["logp"].size) if f == "mask" else _EMPTY
+            cols[f].append(arrays[f] if arrays[f] is not None else fill)
     if not ids:
         raise ValueError("no records")
+    has_rollout = any(with_rollout[i] for i in range(len(ids)) if i not in known)
+    if has_rollout:
+        for i in np.flatnonzero(~np.array(with_rollout)).tolist():
+            known.setdefault(i, f"missing field {names['rollout_logp']!r} (other records have it)")
     lens = {f: np.array([a.size for a in arrs], dtype=np.int64) for f, arrs in cols.items()}
+    for i in known:  # a record with a problem enters with length 0 in every field
+        for f in cols:
+            cols[f][i], lens[f][i] = _EMPTY, 0
     return build_batch(
         np.concatenate(cols["logp"]),
         np.concatenate(cols["old_logp"]),
@@ -166,6 +223,8 @@ def _batch_from_records(records: Iterable, names: dict[str, str], on_bad: str) -
         ids=_id_array(ids),
         on_bad=on_bad,
         known=known,
+        rollout_logp=np.concatenate(cols["rollout_logp"]) if has_rollout else None,
+        rollout_lengths=lens["rollout_logp"] if has_rollout else None,
     )
 
 
@@ -189,8 +248,8 @@ def _jsonl_records(path: Path):
                 raise ValueError(f"{path.name}: line {lineno}: invalid JSON ({exc.msg})") from None
 
 
-def _read_jsonl(path: Path, names, on_bad) -> TokenBatch:
-    return _batch_from_records(_jsonl_records(path), names, on_bad)
+def _read_jsonl(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
+    return _batch_from_records(_jsonl_records(path), names, on_bad, unwrap)
 
 
 def _import_pyarrow():
@@ -229,7 +288,7 @@ def _null_mask_counts_all(values, lengths, is_null, logp_lengths):
     return out, lengths, np.zeros_like(is_null)
 
 
-def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
+def _read_parquet(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
     _, pq = _import_pyarrow()
     table = pq.read_table(path)
     present = set(table.column_names)
@@ -239,12 +298,12 @@ def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
     n = table.num_rows
     ids = table.column(names["id"]).to_pylist() if names["id"] in present else [None] * n
     ids = [i if v is None else v for i, v in enumerate(ids)]
-    fields = [f for f in ("logp", "old_logp", "mask") if names[f] in present]
+    fields = [f for f in _TOKEN_FIELDS if names[f] in present]
     cols = {f: _parquet_list_column(table, names[f]) for f in fields}
     if "mask" in cols:
         cols["mask"] = _null_mask_counts_all(*cols["mask"], cols["logp"][1])
     known = {}
-    for f in ("old_logp", "logp"):  # the first field's problem wins
+    for f in ("rollout_logp", "old_logp", "logp"):  # the first field's problem wins
         if f in cols:
             known.update({i: f"field {names[f]!r} is null" for i in np.flatnonzero(cols[f][2]).tolist()})
     if known:  # a row with a null field enters with length 0 in every field: no mismatch reported
@@ -255,6 +314,7 @@ def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
             for f, (v, lens, null) in cols.items()
         }
     mask, mask_lens = cols.get("mask", (None, None, None))[:2]
+    roll, roll_lens = cols.get("rollout_logp", (None, None, None))[:2]
     return build_batch(
         cols["logp"][0],
         cols["old_logp"][0],
@@ -265,10 +325,12 @@ def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
         ids=_id_array(ids),
         on_bad=on_bad,
         known=known,
+        rollout_logp=roll,
+        rollout_lengths=roll_lens,
     )
 
 
-def _read_npz(path: Path, names, on_bad) -> TokenBatch:
+def _read_npz(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
     with np.load(path, allow_pickle=False) as z:
         data = {k: z[k] for k in z.files}
     for f in ("logp", "old_logp"):
@@ -277,8 +339,9 @@ def _read_npz(path: Path, names, on_bad) -> TokenBatch:
     logp, old = data[names["logp"]], data[names["old_logp"]]
     mask = data.get(names["mask"])
     ids = data.get(names["id"])
+    roll = data.get(names["rollout_logp"])
     if logp.ndim == 2:
-        return TokenBatch.from_padded(logp, old, mask, ids, on_bad=on_bad)
+        return TokenBatch.from_padded(logp, old, mask, ids, on_bad=on_bad, rollout_logp=roll)
     if logp.ndim == 1 and "lengths" in data:
         return TokenBatch.from_flat(
             logp,
@@ -289,6 +352,8 @@ def _read_npz(path: Path, names, on_bad) -> TokenBatch:
             mask_lengths=data.get("mask_lengths"),
             ids=ids,
             on_bad=on_bad,
+            rollout_logp=roll,
+            rollout_lengths=data.get("rollout_lengths"),
         )
     raise ValueError(f"{path.name}: NPZ needs 2-D padded arrays, or 1-D flat arrays with 'lengths'")
 
@@ -297,7 +362,12 @@ _READERS = {"jsonl": _read_jsonl, "parquet": _read_parquet, "npz": _read_npz}
 
 
 def load_batch(
-    path, *, format: str | None = None, on_bad: str = "raise", fields: Mapping[str, str] | None = None
+    path,
+    *,
+    format: str | None = None,
+    on_bad: str = "raise",
+    fields: Mapping[str, str] | None = None,
+    preset: str | None = None,
 ) -> TokenBatch:
     """Load a batch of token log-probs from JSONL, Parquet or NPZ.
 
@@ -312,7 +382,10 @@ def load_batch(
         problem. ``"drop"``: bad sequences are left out and listed, with the reason, in the
         batch's ``dropped`` (``n_dropped`` counts them).
     fields : mapping, optional
-        File names of the fields ``logp``, ``old_logp``, ``mask``, ``id``, where they differ.
+        File names of the fields ``logp``, ``old_logp``, ``mask``, ``id``, ``rollout_logp``,
+        where they differ (applied over ``preset``'s).
+    preset : str, optional
+        A framework's dump format, :data:`PRESETS` (``"nemo-rl"``: its ``train_data_step*.jsonl``).
 
     Returns
     -------
@@ -327,7 +400,15 @@ def load_batch(
     on_bad = check_on_bad(on_bad)
     path = Path(path)
     fmt = detect_format(path, format)
-    return _READERS[fmt](path, _field_names(fields), on_bad)
+    unwrap = False
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+        base, unwrap = PRESETS[preset]
+        fields = {**base, **(fields or {})}
+        if unwrap and fmt != "jsonl":
+            raise ValueError(f"preset {preset!r} reads JSONL files, not {fmt}")
+    return _READERS[fmt](path, _field_names(fields), on_bad, unwrap)
 
 
 # --------------------------------------------------------------------------------------
@@ -342,6 +423,9 @@ def _batch_flat(batch: TokenBatch) -> tuple[dict, dict, np.ndarray]:
     where = np.repeat(segment_offsets(spans)[:-1], batch.lengths) + batch.positions
     flat = {"logp": np.zeros(spans.sum()), "old_logp": np.zeros(spans.sum())}
     flat["logp"][where], flat["old_logp"][where] = batch.logp, batch.old_logp
+    if batch.rollout_logp is not None:
+        flat["rollout_logp"] = np.zeros(spans.sum())
+        flat["rollout_logp"][where] = batch.rollout_logp
     if np.any(spans != batch.lengths):
         flat["mask"] = np.zeros(spans.sum())
         flat["mask"][where] = 1.0
@@ -364,6 +448,8 @@ def _write_jsonl_flat(path: Path, flat, lens, ids) -> None:
             rec = {"id": rid, "logp": parts["logp"][i].tolist(), "old_logp": parts["old_logp"][i].tolist()}
             if "mask" in parts:
                 rec["mask"] = _mask_list(parts["mask"][i].tolist())
+            if "rollout_logp" in parts:
+                rec["rollout_logp"] = parts["rollout_logp"][i].tolist()
             fh.write(json.dumps(rec) + "\n")
 
 
@@ -384,7 +470,11 @@ def _write_npz_flat(path: Path, flat, lens, ids, layout: str) -> None:
     if layout == "flat":
         out.update(flat)
         out["lengths"] = lens["logp"]
-        for f, key in (("old_logp", "old_lengths"), ("mask", "mask_lengths")):
+        for f, key in (
+            ("old_logp", "old_lengths"),
+            ("mask", "mask_lengths"),
+            ("rollout_logp", "rollout_lengths"),
+        ):
             if f in lens and not np.array_equal(lens[f], lens["logp"]):
                 out[key] = lens[f]
         np.savez_compressed(path, **out)
@@ -392,7 +482,9 @@ def _write_npz_flat(path: Path, flat, lens, ids, layout: str) -> None:
     if any(not np.array_equal(lens[f], lens["logp"]) for f in lens):
         raise ValueError("the padded NPZ layout cannot hold a length mismatch; use npz_layout='flat'")
     inside = np.arange(int(lens["logp"].max(initial=0))) < lens["logp"][:, None]
-    for f in ("logp", "old_logp", "mask"):
+    for f in ("logp", "old_logp", "mask", "rollout_logp"):
+        if f == "rollout_logp" and f not in flat:
+            continue
         arr = np.zeros(inside.shape)
         arr[inside] = flat[f] if f in flat else 1.0  # the mask marks the padding
         out[f] = arr.astype(np.int8) if f == "mask" and np.all((arr == 0) | (arr == 1)) else arr
@@ -452,15 +544,17 @@ def _write_parquet_records(path: Path, records: list[dict]) -> None:
     pa, pq = _import_pyarrow()
     ids = _file_ids(_id_array([rec.get("id", i) for i, rec in enumerate(records)]))
     columns = {"id": pa.array(ids.tolist())}
-    for f in ("logp", "old_logp", "mask"):
-        if f == "mask" and all(rec.get("mask") is None for rec in records):
+    for f in ("logp", "old_logp", "mask", "rollout_logp"):
+        if f in ("mask", "rollout_logp") and all(rec.get(f) is None for rec in records):
             continue
         columns[f] = pa.array([_plain(rec.get(f)) for rec in records], type=pa.list_(pa.float64()))
     pq.write_table(pa.table(columns), path)
 
 
 def _write_npz_records(path: Path, records: list[dict], layout: str) -> None:
-    fields = ["logp", "old_logp"] + (["mask"] if any(rec.get("mask") is not None for rec in records) else [])
+    fields = ["logp", "old_logp"] + [
+        f for f in ("mask", "rollout_logp") if any(rec.get(f) is not None for rec in records)
+    ]
     cols: dict[str, list] = {f: [] for f in fields}
     for i, rec in enumerate(records):
         for f in fields:

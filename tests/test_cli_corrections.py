@@ -1,0 +1,142 @@
+"""``variance-lab corrections``: closed form, Monte Carlo, --find-T, data, formats and bad input."""
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from variance_lab import corrections as co
+from variance_lab.cli import main
+from variance_lab.families import get_family
+from variance_lab.rollouts import TokenBatch, save_batch
+
+COLUMNS = ["T", "correction", "level", "mean_w", "bias", "var_w", "ess_frac", "frac_modified"]
+
+
+def run_cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_csv_is_the_closed_form(capsys):
+    rc, out, err = run_cli(capsys, "corrections", "--T", "10,100", "--format", "csv")
+    assert rc == 0 and err == ""
+    df = pd.read_csv(io.StringIO(out))
+    assert list(df.columns[: len(COLUMNS)]) == COLUMNS
+    assert df.shape[0] == 6  # 2 T x the 3 default corrections
+    ref = co.theory(get_family("lognormal", 1.0, 0.1), [10, 100], "seq-tis:3,seq-mask:3,icepop:5")
+    np.testing.assert_allclose(df.mean_w, ref.mean_w, rtol=1e-15)
+
+
+def test_find_T_line_and_column(capsys):
+    rc, out, _ = run_cli(
+        capsys,
+        "corrections",
+        "--mu",
+        "1.012",
+        "--sigma2",
+        "0.01",
+        "--find-T",
+        "--correction",
+        "seq-mask:3,icepop:5",
+    )
+    assert rc == 0
+    T = co.find_T(get_family("lognormal", 1.012, 0.01), "seq-mask:3")
+    assert f"- seq-mask:3: 50 % of sequences truncated or masked from T = {T:,} on" in out
+    assert "- icepop:5: never reaches 50 %" in out
+
+
+def test_monte_carlo_json_has_intervals_and_verdicts(capsys):
+    rc, out, _ = run_cli(
+        capsys,
+        "corrections",
+        "--family",
+        "gamma",
+        "--n",
+        "2000",
+        "--T",
+        "5,50",
+        "--correction",
+        "seq-tis:3,tis:2",
+        "--format",
+        "json",
+    )
+    assert rc == 0
+    rows = json.loads(out)
+    assert len(rows) == 4
+    for r in rows:
+        assert r["mc_mean_w_lo"] <= r["mc_mean_w"] <= r["mc_mean_w_hi"]
+        assert isinstance(r["mc_reliable"], bool)
+    assert "mean_w" not in rows[0]  # no closed form for gamma
+
+
+def test_markdown_with_monte_carlo_notes(capsys):
+    rc, out, _ = run_cli(capsys, "corrections", "--n", "2000", "--T", "100", "--correction", "geo-rs:0.9:1.1")
+    assert rc == 0
+    assert "MC mean_w [95% CI]" in out and "UNRELIABLE" in out
+    assert "- T = 100, geo-rs:0.9:1.1: Monte Carlo is UNRELIABLE: effective sample size" in out
+
+
+def test_data_mismatch_ratio(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    lens = rng.integers(5, 40, size=50)
+    old = [-rng.exponential(1.0, size=k) for k in lens]
+    roll = [o - rng.normal(0.0, 0.1, size=o.size) for o in old]
+    roll = [np.minimum(r, 0.0) for r in roll]
+    batch = TokenBatch.from_ragged(old, old, rollout_logp=roll)
+    path = save_batch(batch, tmp_path / "b.jsonl")
+    rc, out, _ = run_cli(
+        capsys,
+        "corrections",
+        "--data",
+        str(path),
+        "--ratio",
+        "mismatch",
+        "--correction",
+        "icepop:1.1",
+        "--format",
+        "csv",
+        "--buckets",
+        "5,20",
+    )
+    assert rc == 0
+    df = pd.read_csv(io.StringIO(out))
+    assert df.T_min.tolist() == [5, 20]
+    d = batch.mismatch_log_ratio
+    masked = np.abs(d) > np.log(1.1)
+    assert df.n_seq.sum() == 50
+    assert np.average(df.frac_modified, weights=[lens[lens < 20].sum(), lens[lens >= 20].sum()]) == (
+        pytest.approx(masked.mean())
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--correction", "tis:-1"], "bad correction 'tis:-1'"),
+        (["--family", "gamma"], "closed forms exist for lognormal ratios only"),
+        (["--n", "1"], "--n must be 0"),
+        (["--data", "/nonexistent/x.jsonl"], "no such file"),
+        (["--threshold", "2"], "expected a number in (0, 1]"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, argv, message):
+    rc, out, err = run_cli(capsys, "corrections", *argv)
+    assert rc == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_data_without_rollout_logp_and_ratio_mismatch(tmp_path, capsys):
+    batch = TokenBatch.from_ragged([np.array([-1.0, -2.0])], [np.array([-1.1, -2.0])])
+    path = save_batch(batch, tmp_path / "b.npz")
+    rc, _, err = run_cli(capsys, "corrections", "--data", str(path), "--ratio", "mismatch")
+    assert rc == 2 and "has no rollout_logp" in err
+
+
+def test_out_file_is_written(tmp_path, capsys):
+    target = tmp_path / "c.md"
+    rc, out, _ = run_cli(capsys, "corrections", "--T", "10", "--out", str(target))
+    assert rc == 0 and out == "" and "seq-mask:3" in target.read_text()

@@ -1,0 +1,176 @@
+"""``variance-lab corrections``: what TIS, masks, Geo-RS and the clips do to the weights, by length.
+
+Closed forms for lognormal ratios, Monte Carlo for every family (``--n``), or the corrections
+applied to the token log-ratios of a rollout file (``--data``). ``--find-T`` answers the one
+question: from which length does a cap modify most (``--threshold``) of the sequences?
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from variance_lab import __version__
+from variance_lab.cli._common import (
+    CLIError,
+    add_family_args,
+    family_from_args,
+    float_arg,
+    load_rollouts,
+    parse_int_list,
+    write_output,
+)
+from variance_lab.report import corrections_table as report
+
+__all__ = ["add_command", "run"]
+
+DEFAULT_CORRECTIONS = "seq-tis:3,seq-mask:3,icepop:5"
+
+
+def _threshold(text: str) -> float:
+    value = float_arg(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+def _buckets(text: str | None, lengths):
+    """Length ranges from edges ``a,b,c``: [a, b-1], [b, c-1], [c, max]; None: one bucket."""
+    if text is None:
+        return None
+    edges = parse_int_list(text)
+    if edges != sorted(set(edges)) or edges[0] < 1:
+        raise CLIError(f"--buckets {text!r}: expected increasing integers >= 1")
+    top = max(int(lengths.max()), edges[-1])
+    return [(a, b - 1) for a, b in zip(edges, edges[1:], strict=False)] + [(edges[-1], top)]
+
+
+def _family_text(family) -> str:
+    extra = "".join(
+        f", {k} = {v:g}" for k, v in family.describe().items() if k not in ("family", "mu", "sigma2")
+    )
+    return f"{family.name}, mu = {family.mu:g}, sigma^2 = {family.sigma2:g}{extra}"
+
+
+def _model(args, cs) -> tuple:
+    from variance_lab import corrections
+
+    family = family_from_args(args)
+    T = parse_int_list(args.T)
+    lognormal = family.name == "lognormal"
+    if not lognormal and args.n == 0:
+        raise CLIError(
+            f"--family {family.name}: closed forms exist for lognormal ratios only; pass --n N (Monte Carlo)"
+        )
+    if args.n == 1 or args.n < 0:
+        raise CLIError(f"--n must be 0 (theory only) or >= 2, got {args.n}")
+    frame = corrections.theory(family, T, cs) if lognormal else None
+    notes, source = [], "closed form" if lognormal else ""
+    if args.n:
+        mc = corrections.simulate_corrections(family, T, cs, args.n, seed=args.seed)
+        frame = mc if frame is None else frame.merge(mc, on=["T", "correction", "level"], validate="1:1")
+        notes.append(report.monte_carlo_notes(mc, args.n, args.seed))
+        source = " and ".join(s for s in (source, f"Monte Carlo (n = {args.n:,}, seed {args.seed})") if s)
+    if args.find_T:
+        if not lognormal:
+            raise CLIError("--find-T needs the closed form: --family lognormal")
+        found = {c.spec: corrections.find_T(family, c, args.threshold) for c in cs}
+        frame["find_T"] = [found[s] for s in frame["correction"]]
+        lines = [
+            report.find_T_line(c.spec, c.level, found[c.spec], args.threshold, _family_text(family))
+            for c in cs
+        ]
+        notes.insert(
+            0, "\n".join(["At what length does each correction start to modify most of the data?", *lines])
+        )
+    title = (
+        f"Corrections of importance weights: {_family_text(family)}; {source} (variance_lab {__version__})"
+    )
+    return frame, title, notes
+
+
+def _data(args, cs) -> tuple:
+    from variance_lab import corrections
+
+    batch = load_rollouts(args.data, on_bad=args.on_bad, preset=args.preset)
+    log_r, label = batch.log_ratio, "update log(pi_theta/pi_old)"
+    if args.ratio != "update":
+        log_r, label = _other_ratio(batch, args.ratio)
+    frame = corrections.evaluate(log_r, batch.offsets, cs, buckets=_buckets(args.buckets, batch.lengths))
+    title = (
+        f"Corrections on {args.data}: {len(batch):,} sequences, token ratio {label} "
+        f"(variance_lab {__version__})"
+    )
+    return frame, title, []
+
+
+def _other_ratio(batch, which: str):
+    if not batch.has_rollout:
+        raise CLIError(f"--ratio {which}: the file has no rollout_logp (the inference engine's log-probs)")
+    if which == "mismatch":
+        return batch.mismatch_log_ratio, "mismatch log(pi_old/mu_rollout)"
+    return batch.total_log_ratio, "total log(pi_theta/mu_rollout)"
+
+
+def run(args: argparse.Namespace) -> int:
+    from variance_lab import corrections
+
+    try:
+        cs = corrections.parse_list(args.correction)
+    except ValueError as exc:
+        raise CLIError(f"--correction: {exc}") from None
+    frame, title, notes = _data(args, cs) if args.data else _model(args, cs)
+    text = report.render(frame, args.format, title=title, notes="\n\n".join(notes))
+    write_output(text, args.out)
+    return 0
+
+
+def add_command(sub) -> None:
+    """Register the subcommand on ``sub`` (an argparse subparsers object)."""
+    from variance_lab.report.table import FORMATS
+    from variance_lab.rollouts.io import PRESETS
+
+    p = sub.add_parser(
+        "corrections",
+        help="what TIS, masks, Geo-RS and the clips do to the weights, by length",
+        description="Per (T, correction): the mean corrected weight, its bias against the uncorrected "
+        "mean, its variance, Kong's ESS fraction and the fraction of sequences (sequence level) or tokens "
+        "(token level) truncated, clipped or masked. Closed forms for lognormal ratios; Monte Carlo "
+        "columns with intervals and a verdict with --n; measured token log-ratios with --data. "
+        "Corrections: seq-tis:C, seq-mask:C, seq-mask:LO:HI, geo-rs:LO:HI, gspo[:EL:EH], tis:C, "
+        "icepop:B, cispo:EPS, ppo:EPS[:EH], gmpo[:EPS].",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_family_args(p)
+    p.add_argument("--T", default="1,10,100,1000", help="sequence lengths, a comma list of integers >= 1")
+    p.add_argument("--correction", default=DEFAULT_CORRECTIONS, help="comma list of correction specs")
+    p.add_argument("--n", type=int, default=0, help="Monte Carlo sequences; 0 = closed form only")
+    p.add_argument("--seed", type=int, default=0, help="root seed of the Monte Carlo draws")
+    p.add_argument(
+        "--find-T",
+        action="store_true",
+        help="add the smallest T at which a correction modifies at least --threshold of the sequences "
+        "(sequence level: truncated or masked; token level: with at least one modified token), found by "
+        "root-finding on the closed form",
+    )
+    p.add_argument("--threshold", type=_threshold, default=0.5, help="'most of the data' for --find-T")
+    p.add_argument(
+        "--data", default=None, metavar="FILE", help="evaluate on the token log-ratios of this file"
+    )
+    p.add_argument(
+        "--ratio",
+        default="update",
+        choices=("update", "mismatch", "total"),
+        help="--data: which token ratio the corrections act on: pi_theta/pi_old (logp - old_logp), "
+        "pi_old/mu_rollout or pi_theta/mu_rollout (both need rollout_logp)",
+    )
+    p.add_argument("--buckets", default=None, help="--data: length bucket edges, e.g. 1,64,256")
+    p.add_argument("--on-bad", default="raise", choices=("raise", "drop"), help="--data: bad sequences")
+    p.add_argument(
+        "--preset",
+        default=None,
+        choices=sorted(PRESETS),
+        help="--data: field names of a framework's dump (nemo-rl: train_data_step*.jsonl)",
+    )
+    p.add_argument("--format", default="markdown", choices=FORMATS, help="output format")
+    p.add_argument("--out", default=None, help="write to this file instead of standard output")
+    p.set_defaults(func=run)

@@ -1,0 +1,109 @@
+"""The corrections table (``variance-lab corrections``), built from a frame and rendered as text.
+
+The frame comes from :func:`variance_lab.corrections.theory` (with the Monte Carlo columns of
+:func:`variance_lab.corrections.simulate_corrections` merged in) or from
+:func:`variance_lab.corrections.evaluate` on data; this module only formats it, through the
+renderers of :mod:`variance_lab.report.table` (markdown, LaTeX, csv, json).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from variance_lab.report.table import FORMATS, format_number
+from variance_lab.report.table import render as render_table
+
+__all__ = ["FORMATS", "display_columns", "render", "find_T_line", "monte_carlo_notes"]
+
+# Theory / data columns shown in markdown and LaTeX: column -> header (T is shown by report.table).
+_HEADERS = {
+    "T_min": "T range",
+    "correction": "correction",
+    "level": "level",
+    "n_seq": "sequences",
+    "mean_w": "E[w]",
+    "bias": "bias",
+    "var_w": "Var(w)",
+    "ess_frac": "ESS frac.",
+    "frac_modified": "frac. modified",
+    "frac_seq_any": "frac. seq. touched",
+    "find_T": "T at which >= threshold modified",
+}
+_LOG_TWIN = {"mean_w": "log10_mean_w", "var_w": "log10_var_w"}
+
+
+def _fmt(frame: pd.DataFrame, col: str) -> list[str]:
+    if col == "correction" or col == "level":
+        return [str(v) for v in frame[col]]
+    if col == "T_min":
+        return [f"{int(a)}-{int(b)}" for a, b in zip(frame["T_min"], frame["T_max"], strict=True)]
+    if col in ("n_seq", "find_T"):
+        return [
+            "never" if v is None or (isinstance(v, float) and math.isnan(v)) else str(int(v))
+            for v in frame[col]
+        ]
+    twin = frame[_LOG_TWIN[col]] if _LOG_TWIN.get(col) in frame else [None] * len(frame)
+    return [format_number(v, lg) for v, lg in zip(frame[col], twin, strict=True)]
+
+
+def _interval(frame, col, pct) -> tuple[str, list[str]]:
+    values = [
+        f"{format_number(v)} [{format_number(a)}, {format_number(b)}]"
+        for v, a, b in zip(frame[col], frame[f"{col}_lo"], frame[f"{col}_hi"], strict=True)
+    ]
+    return f"{col.removeprefix('mc_')} [{pct} CI]", values
+
+
+def display_columns(frame: pd.DataFrame, *, ci: float = 0.95) -> dict[str, list[str]]:
+    """Formatted columns for markdown/LaTeX: header -> strings (every column but ``T``)."""
+    pct = f"{100 * ci:g}%"
+    out = {h: _fmt(frame, c) for c, h in _HEADERS.items() if c in frame}
+    if "mean_w_lo" in frame and "mc_mean_w" not in frame:  # data rows
+        header, values = _interval(frame, "mean_w", pct)
+        out["E[w]"] = values
+        out = {(f"E[w] [{pct} CI]" if k == "E[w]" else k): v for k, v in out.items()}
+    if "mc_mean_w" in frame:
+        for col in ("mc_mean_w", "mc_frac_modified"):
+            header, values = _interval(frame, col, pct)
+            out[f"MC {header}"] = values
+        out["MC ESS frac."] = [format_number(v) for v in frame["mc_ess_frac"]]
+        out["MC frac. seq. touched"] = [format_number(v) for v in frame["mc_frac_seq_any"]]
+        out["MC k-hat"] = [format_number(v) for v in frame["mc_khat"]]
+        out["MC verdict"] = ["reliable" if ok else "UNRELIABLE" for ok in frame["mc_reliable"]]
+    return out
+
+
+def find_T_line(correction: str, level: str, T, threshold: float, family_text: str) -> str:
+    """The one-line answer: from which length a correction modifies ``threshold`` of the sequences."""
+    what = "of sequences truncated or masked" if level == "sequence" else "of sequences with a modified token"
+    share = f"{100 * threshold:g} %"
+    if T is None:
+        return f"- {correction}: never reaches {share} {what} for T <= 10^7 ({family_text})."
+    return f"- {correction}: {share} {what} from T = {int(T):,} on ({family_text})."
+
+
+def monte_carlo_notes(frame: pd.DataFrame, n: int, seed: int) -> str:
+    """Plain-words verdicts: one line per unreliable Monte Carlo row."""
+    lines = [
+        f"Monte Carlo: n = {n:,} sequences, seed {seed}; a row is unreliable when its effective number "
+        "of weights (weights x ESS fraction) is below 100 or the Pareto k-hat of its weights exceeds 0.7."
+    ]
+    bad = frame[~frame["mc_reliable"].astype(bool)]
+    for r in bad.itertuples(index=False):
+        lines.append(f"- T = {int(r.T)}, {r.correction}: Monte Carlo is UNRELIABLE: {r.mc_reason}.")
+    if bad.empty:
+        lines.append("- Every Monte Carlo row is reliable.")
+    return "\n".join(lines)
+
+
+def render(frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes: str = "", ci=0.95) -> str:
+    """Render a corrections frame as ``markdown``, ``latex``, ``csv`` or ``json``.
+
+    csv and json hold the frame's own columns (stable names); markdown and LaTeX show
+    :func:`display_columns` beside ``T``, with ``title`` above and ``notes`` below (markdown).
+    """
+    frame = frame.copy()
+    frame.attrs["display_columns"] = display_columns(frame, ci=ci)
+    return render_table(frame, fmt, title=title, notes=notes)

@@ -1,0 +1,194 @@
+r"""Three policies: the total ratio split into the rollout mismatch and the policy update.
+
+With the inference engine's log-probs :math:`\log\mu_{rollout}` beside :math:`\log\pi_{old}`
+and :math:`\log\pi_\theta` (``TokenBatch.rollout_logp``), every token's total log-ratio is a sum
+
+.. math::
+
+    \underbrace{\log\frac{\pi_\theta}{\mu_{rollout}}}_{\text{total}}
+    = \underbrace{\log\frac{\pi_{old}}{\mu_{rollout}}}_{\text{mismatch}}
+    + \underbrace{\log\frac{\pi_\theta}{\pi_{old}}}_{\text{update}},
+
+and :func:`split_ratios` reports, for each part, pooled and per length bucket, the statistics
+frameworks log (computed here before any truncation): with :math:`\rho = e^d` the token ratio,
+
+- ``mean_log_r``, ``var_log_r``: mean and variance of the token log-ratios :math:`d`;
+- ``chi2_token`` :math:`= \overline{\rho^2} - 1`; ``k3_kl`` :math:`= \overline{\rho - \log\rho - 1}`
+  (Schulman's k3 estimator of :math:`KL(\text{behaviour} \| \text{target})`);
+- ``ess_token`` :math:`= \bar\rho^2 / \overline{\rho^2}`;
+- ``var_log_P``: variance of the sequence sums :math:`\log P_T = \sum_t d_t`; ``chi2_seq``
+  :math:`= \overline{P_T^2} - 1`; ``ess_seq`` :math:`= \bar P^2 / \overline{P^2}` (log space);
+- ``ppo_clip_frac`` (tokens with :math:`\rho` outside the PPO range), ``gspo_clip_frac``
+  (sequences with :math:`G_T` outside GSPO's range), and ``frac:<spec>`` for each correction of
+  :mod:`variance_lab.corrections` given (by default ``tis:2``, ``icepop:5``, ``seq-mask:3``):
+  the fraction of tokens (token level) or sequences (sequence level) it truncates or masks.
+
+Which part dominates is decided on the variance of the token log-ratios:
+:math:`\operatorname{Var}(d_{tot}) = \operatorname{Var}(d_{mis}) + \operatorname{Var}(d_{upd})
++ 2\operatorname{Cov}`; each part's share is its variance over the total's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import special
+
+from variance_lab import corrections
+from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.statistics import length_buckets
+from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE, log_clip_range, segment_sums
+from variance_lab.stats import exp_quiet
+
+__all__ = ["PARTS", "SPLIT_COLUMNS", "DEFAULT_CHECKS", "SplitResult", "split_ratios"]
+
+#: The three parts, in the order of the frame.
+PARTS = ("mismatch", "update", "total")
+#: Corrections whose truncated/masked fraction is reported per part.
+DEFAULT_CHECKS = ("tis:2", "icepop:5", "seq-mask:3")
+SPLIT_COLUMNS = (
+    "part",
+    "bucket",
+    "T_lo",
+    "T_hi",
+    "n_seq",
+    "n_tokens",
+    "mean_log_r",
+    "var_log_r",
+    "chi2_token",
+    "k3_kl",
+    "ess_token",
+    "var_log_P",
+    "chi2_seq",
+    "ess_seq",
+    "ppo_clip_frac",
+    "gspo_clip_frac",
+)
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """What :func:`split_ratios` found.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        One row per (part, bucket): :data:`SPLIT_COLUMNS` and ``frac:<spec>`` per check;
+        ``bucket = -1`` (``T_lo``..``T_hi`` the whole length range) is the pooled row.
+    shares : dict
+        ``mismatch``, ``update``, ``covariance``: shares of the total token log-ratio variance.
+    dominant : str
+        ``"mismatch"``, ``"update"`` or ``"neither"`` (both ratios are 1 everywhere).
+    line : str
+        One sentence saying which part dominates, with the shares.
+    """
+
+    table: pd.DataFrame
+    shares: dict
+    dominant: str
+    line: str
+
+
+def _log_mean_exp(x: np.ndarray, k: float = 1.0) -> float:
+    return float(special.logsumexp(k * x) - math.log(x.size))
+
+
+def _part_row(d, offsets, seq_sel, tok_sel, lengths, ranges, checks) -> dict:
+    """Statistics of one part over the selected sequences (``seq_sel``) and their tokens (``tok_sel``)."""
+    dt = d[tok_sel]
+    L = lengths[seq_sel]
+    log_p = segment_sums(d, offsets)[seq_sel]
+    rho = exp_quiet(dt)
+    row = {
+        "n_seq": int(L.size),
+        "n_tokens": int(dt.size),
+        "mean_log_r": float(dt.mean()),
+        "var_log_r": float(dt.var(ddof=1)) if dt.size > 1 else math.nan,
+        "chi2_token": float(np.mean(rho * rho) - 1.0),
+        "k3_kl": float(np.mean(np.expm1(dt) - dt)),
+        "ess_token": math.exp(2 * _log_mean_exp(dt) - _log_mean_exp(dt, 2.0)),
+        "var_log_P": float(log_p.var(ddof=1)) if L.size > 1 else math.nan,
+        "chi2_seq": float(np.expm1(_log_mean_exp(log_p, 2.0))),
+        "ess_seq": math.exp(2 * _log_mean_exp(log_p) - _log_mean_exp(log_p, 2.0)),
+        "ppo_clip_frac": float(np.mean((dt < ranges["ppo"][0]) | (dt > ranges["ppo"][1]))),
+        "gspo_clip_frac": float(np.mean((log_p / L < ranges["gspo"][0]) | (log_p / L > ranges["gspo"][1]))),
+    }
+    for c in checks:
+        if c.level == "sequence":
+            _, mod = corrections.apply_sequence(c, log_p, L)
+        else:
+            _, mod = corrections.apply_tokens(c, dt)
+        row[f"frac:{c.spec}"] = float(np.mean(mod))
+    return row
+
+
+def _shares(mis: np.ndarray, upd: np.ndarray) -> tuple[dict, str, str]:
+    v_mis, v_upd = float(np.var(mis)), float(np.var(upd))
+    cov = float(np.mean((mis - mis.mean()) * (upd - upd.mean())))
+    total = v_mis + v_upd + 2 * cov
+    if total <= 0.0 or not math.isfinite(total):
+        return (
+            {"mismatch": math.nan, "update": math.nan, "covariance": math.nan},
+            "neither",
+            ("Neither part dominates: the token log-ratios of both parts are constant."),
+        )
+    shares = {"mismatch": v_mis / total, "update": v_upd / total, "covariance": 2 * cov / total}
+    dominant = "mismatch" if v_mis >= v_upd else "update"
+    other = "update" if dominant == "mismatch" else "mismatch"
+    what = {"mismatch": "the mismatch pi_old/mu_rollout", "update": "the update pi_theta/pi_old"}
+    line = (
+        f"{what[dominant][0].upper()}{what[dominant][1:]} dominates: {100 * shares[dominant]:.3g} % of "
+        "the variance of the total token log-ratio log(pi_theta/mu_rollout), against "
+        f"{100 * shares[other]:.3g} % for {what[other]} and {100 * shares['covariance']:.3g} % from their "
+        "covariance."
+    )
+    return shares, dominant, line
+
+
+def split_ratios(
+    batch: TokenBatch,
+    edges=None,
+    *,
+    gspo_range=GSPO_RANGE,
+    ppo_range=PPO_RANGE,
+    checks=DEFAULT_CHECKS,
+) -> SplitResult:
+    """Split the total ratio into mismatch and update and describe each part (module docstring).
+
+    Parameters
+    ----------
+    batch : TokenBatch
+        With ``rollout_logp`` (``ValueError`` otherwise).
+    edges : None, "exact" or array_like of int
+        Length buckets (:func:`~variance_lab.rollouts.statistics.length_buckets`).
+    gspo_range, ppo_range : tuple of float
+        Clipping ranges (ratios) for the clip fractions.
+    checks : sequence of str
+        Correction specs (:func:`variance_lab.corrections.parse`) whose modified fraction is reported.
+
+    Returns
+    -------
+    SplitResult
+    """
+    if not batch.has_rollout:
+        raise ValueError("split_ratios needs rollout_logp (the inference engine's log-probs)")
+    ranges = {"gspo": log_clip_range(gspo_range, "gspo_range"), "ppo": log_clip_range(ppo_range, "ppo_range")}
+    cs = corrections.parse_list(list(checks)) if checks else []
+    lengths = batch.lengths
+    bucket, used = length_buckets(lengths, edges)
+    seg = batch.segment
+    parts = {"mismatch": batch.mismatch_log_ratio, "update": batch.log_ratio, "total": batch.total_log_ratio}
+    groups = [(-1, int(lengths.min()), int(lengths.max()), np.ones(lengths.size, dtype=bool))]
+    for j in np.unique(bucket[bucket >= 0]).tolist():
+        groups.append((j, int(used[j]), int(used[j + 1]) - 1, bucket == j))
+    rows = []
+    for name, d in parts.items():
+        for j, lo, hi, sel in groups:
+            row = _part_row(d, batch.offsets, sel, sel[seg], lengths, ranges, cs)
+            rows.append({"part": name, "bucket": j, "T_lo": lo, "T_hi": hi, **row})
+    cols = [*SPLIT_COLUMNS, *(f"frac:{c.spec}" for c in cs)]
+    shares, dominant, line = _shares(parts["mismatch"], parts["update"])
+    return SplitResult(pd.DataFrame(rows, columns=cols), shares, dominant, line)
