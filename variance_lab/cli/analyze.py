@@ -161,7 +161,7 @@ def add_command(sub) -> None:
         help="bootstrap resamples per bucket (0: no intervals, no verdict)",
     )
     p.add_argument("--level", type=_level, default=0.95, help="confidence level of the intervals")
-    p.add_argument("--seed", type=int_arg("--n-boot", minimum=0), default=0, help="seed of the bootstrap")
+    p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=0, help="seed of the bootstrap")
     p.add_argument("--table-format", default="markdown", choices=TABLE_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write the table to this file instead of standard output")
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf, .png, .svg)")

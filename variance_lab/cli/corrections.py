@@ -15,8 +15,9 @@ from variance_lab.cli._common import (
     add_family_args,
     family_from_args,
     float_arg,
+    int_arg,
+    int_grid,
     load_rollouts,
-    parse_int_list,
     write_output,
 )
 from variance_lab.report import corrections_table as report
@@ -37,7 +38,7 @@ def _buckets(text: str | None, lengths):
     """Length ranges from edges ``a,b,c``: [a, b-1], [b, c-1], [c, max]; None: one bucket."""
     if text is None:
         return None
-    edges = parse_int_list(text)
+    edges = int_grid(text, name="--buckets", minimum=1)
     if edges != sorted(set(edges)) or edges[0] < 1:
         raise CLIError(f"--buckets {text!r}: expected increasing integers >= 1")
     top = max(int(lengths.max()), edges[-1])
@@ -55,7 +56,7 @@ def _model(args, cs) -> tuple:
     from variance_lab import corrections
 
     family = family_from_args(args)
-    T = parse_int_list(args.T)
+    T = int_grid(args.T, name="--T", minimum=1)
     lognormal = family.name == "lognormal"
     if not lognormal and args.n == 0:
         raise CLIError(
@@ -141,10 +142,19 @@ def add_command(sub) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_family_args(p)
-    p.add_argument("--T", default="1,10,100,1000", help="sequence lengths, a comma list of integers >= 1")
+    p.add_argument(
+        "--T",
+        default="1,10,100,1000",
+        help="sequence lengths, integers >= 1: a comma list or ranges as in sweep (1:1000:log4); 1e6 is "
+        "accepted, 1.5 refused",
+    )
     p.add_argument("--correction", default=DEFAULT_CORRECTIONS, help="comma list of correction specs")
-    p.add_argument("--n", type=int, default=0, help="Monte Carlo sequences; 0 = closed form only")
-    p.add_argument("--seed", type=int, default=0, help="root seed of the Monte Carlo draws")
+    p.add_argument(
+        "--n", type=int_arg("--n", minimum=0), default=0, help="Monte Carlo sequences; 0 = closed form only"
+    )
+    p.add_argument(
+        "--seed", type=int_arg("--seed", minimum=0), default=0, help="root seed of the Monte Carlo draws"
+    )
     p.add_argument(
         "--find-T",
         action="store_true",
