@@ -63,10 +63,9 @@ def one_line(exc: BaseException) -> str:
 def os_error_line(exc: OSError) -> str:
     """An ``OSError`` as one line: the file, then the system's reason (``Read-only file system``)."""
     reason = exc.strerror or one_line(exc)
-    name = exc.filename if exc.filename is not None else None
-    if name is None:
+    if exc.filename is None:
         return f"cannot write or read a file: {reason}"
-    return f"{str(name)!r}: {reason}"
+    return f"{str(exc.filename)!r}: {reason}"
 
 
 def int_grid(text: str, *, name: str = "--T", minimum: int | None = 1) -> list[int]:

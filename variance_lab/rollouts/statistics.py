@@ -493,7 +493,13 @@ def _autocorrelation(x: np.ndarray, batch: TokenBatch, c: float, max_lag: int | 
 MIN_AUTOCORRELATION_PAIRS = 50
 
 
-def autocorrelation(batch: TokenBatch, *, c: float = 5.0, max_lag: int | None = None) -> Autocorrelation:
+def autocorrelation(
+    batch: TokenBatch,
+    *,
+    c: float = 5.0,
+    max_lag: int | None = None,
+    min_pairs: int = MIN_AUTOCORRELATION_PAIRS,
+) -> Autocorrelation:
     r"""Pooled within-sequence autocorrelation of the token log-ratios, :math:`\rho` and :math:`\tau_{int}`.
 
     Deviations are taken from the pooled mean; the autocovariance at lag :math:`k` averages
@@ -509,6 +515,9 @@ def autocorrelation(batch: TokenBatch, *, c: float = 5.0, max_lag: int | None = 
         Sokal's window constant (4 to 10 is usual; 5 as in emcee).
     max_lag : int, optional
         Largest lag considered; default the longest sequence's span minus one.
+    min_pairs : int
+        Fewest lag-one pairs accepted (default :data:`MIN_AUTOCORRELATION_PAIRS`; 1 checks the
+        arithmetic on tiny samples).
 
     Returns
     -------
@@ -517,19 +526,21 @@ def autocorrelation(batch: TokenBatch, *, c: float = 5.0, max_lag: int | None = 
     Raises
     ------
     ValueError
-        No pair of tokens one position apart, fewer than :data:`MIN_AUTOCORRELATION_PAIRS`
-        such pairs (the message starts with "too few sequences"), or constant log-ratios.
+        No pair of tokens one position apart, fewer than ``min_pairs`` such pairs (the message
+        starts with "too few sequences"), or constant log-ratios.
     """
     if not (isinstance(c, int | float) and c > 0):
         raise ValueError(f"c must be > 0, got {c!r}")
     if max_lag is not None and (isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 1):
         raise ValueError(f"max_lag must be an integer >= 1, got {max_lag!r}")
+    if isinstance(min_pairs, bool) or not isinstance(min_pairs, int) or min_pairs < 1:
+        raise ValueError(f"min_pairs must be an integer >= 1, got {min_pairs!r}")
     result = _autocorrelation(batch.log_ratio, batch, float(c), max_lag)
     pairs = int(result.n_pairs[1])
-    if pairs < MIN_AUTOCORRELATION_PAIRS:
+    if pairs < min_pairs:
         raise ValueError(
             f"too few sequences for the autocorrelation: {pairs} pairs of neighbouring tokens, "
-            f"at least {MIN_AUTOCORRELATION_PAIRS} needed"
+            f"at least {min_pairs} needed"
         )
     return result
 
