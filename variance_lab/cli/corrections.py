@@ -138,7 +138,7 @@ def add_command(sub) -> None:
         "(token level) truncated, clipped or masked. Closed forms for lognormal ratios; Monte Carlo "
         "columns with intervals and a verdict with --n; measured token log-ratios with --data. "
         "Corrections: seq-tis:C, seq-mask:C, seq-mask:LO:HI, geo-rs:LO:HI, gspo[:EL:EH], tis:C, "
-        "icepop:B, cispo:EPS, ppo:EPS[:EH], gmpo[:EPS].",
+        "icepop:B, cispo:EPS (or cispo:EL:EH), ppo:EPS (or ppo:EL:EH), gmpo[:EPS].",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_family_args(p)
