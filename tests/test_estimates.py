@@ -14,6 +14,7 @@ from variance_lab import Gamma, LogNormal, TwoPoint, stats, theory
 from variance_lab.families import AR1
 from variance_lab.schema import TIDY_COLUMNS, VERDICTS, verdict_level
 from variance_lab.simulate import run_accumulators, simulate
+from variance_lab.simulate.engine import Engine
 from variance_lab.simulate.estimates import (
     CALIBRATION_LIMIT,
     STATISTICS,
@@ -125,7 +126,9 @@ def test_estimate_needs_two_paths():
 def test_three_levels_each_meaning():
     """reliable / marginal / unreliable, from one run, each for its documented cause."""
     fam, n = LogNormal(1.0, 0.1), 20_000
-    df = simulate(fam, [1, 10, 100], n, seed=11, workers=1, progress=False, sampler="aggregate")
+    df = simulate(
+        fam, [1, 10, 100], n, seed=11, engine=Engine(workers=1, sampler="aggregate"), progress=False
+    )
     levels = {(T, s): verdict_level(_get(df, T, s)["reason"]) for T in (1, 10, 100) for s in STATISTICS}
     # reliable: precise and calibrated, k-hat under the limit
     assert levels[(1, "var_P")] == levels[(1, "mean_P")] == "reliable"
@@ -330,7 +333,7 @@ def _ids(case):
 @pytest.mark.parametrize("case", MARGINAL_CASES, ids=_ids)
 def test_undercovering_cases_are_not_called_reliable(case):
     fam, T, stat, n = case
-    df = simulate(fam, [T], n, seed=0, workers=1, progress=False, sampler="auto")
+    df = simulate(fam, [T], n, seed=0, engine=Engine(workers=1, sampler="auto"), progress=False)
     assert verdict_level(_get(df, T, stat)["reason"]) == "marginal"
 
 
@@ -347,7 +350,10 @@ def test_interval_coverage_small():
     seeds = range(200)
     for seed in seeds:
         df = estimate(
-            run_accumulators(fam, grid, n, seed=seed, workers=1, progress=False, sampler="aggregate"), fam
+            run_accumulators(
+                fam, grid, n, seed=seed, engine=Engine(workers=1, sampler="aggregate"), progress=False
+            ),
+            fam,
         )
         for T, stat in checks:
             row = _get(df, T, stat)

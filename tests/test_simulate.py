@@ -8,6 +8,7 @@ import pytest
 
 from variance_lab import Gamma, LogNormal, TwoPoint
 from variance_lab.simulate import merge_all, prepare, run_accumulators, run_chunk, simulate
+from variance_lab.simulate.engine import Engine
 from variance_lab.simulate.executor import run_tasks
 
 FAM = LogNormal(1.0, 0.1)
@@ -175,7 +176,9 @@ def _run_large_T(slow: bool):
     for fam, grid, sampler, ns, seeds in _large_T_cases(slow):
         for n in ns:
             for seed in seeds:
-                df = simulate(fam, grid, n, seed=seed, sampler=sampler, progress=False, workers=2)
+                df = simulate(
+                    fam, grid, n, seed=seed, engine=Engine(workers=2, sampler=sampler), progress=False
+                )
                 _check_large_T_frame(df)
 
 
