@@ -108,9 +108,9 @@ def test_sweep_command_reports_and_exports(tmp_path, capsys, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- killed and resumed
-def _sweep_argv(store, *, mc: bool) -> tuple[list[str], dict]:
+def _sweep_argv(store, *, mc: bool, mu: str = "0.9,1.1") -> tuple[list[str], dict]:
     """A sweep of a second or two: 8 theory cells, and 8 Monte Carlo cells when the engine exists."""
-    grid = {"families": "lognormal,gamma", "mu": "0.9,1.1", "sigma2": "0.05,0.2", "T": "1:1000:log6"}
+    grid = {"families": "lognormal,gamma", "mu": mu, "sigma2": "0.05,0.2", "T": "1:1000:log6"}
     grid["n"] = "0,2000" if mc else "0"
     argv = ["sweep", "--seed", "7", "--workers", "1", "--store", str(store), "--no-progress"]
     for key, value in grid.items():
@@ -197,7 +197,9 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
 
 def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
     store = tmp_path / "s.sqlite"
-    argv, _ = _sweep_argv(store, mc=False)
+    # theory cells are computed in one batch in milliseconds: 400 of them, so that the store's
+    # writes (one commit per cell) are still under way when the interrupt comes
+    argv, _ = _sweep_argv(store, mc=False, mu="0.5:2:100")
     proc = _start(argv, tmp_path)
     _wait_for_cells(proc, store, 2)
     proc.send_signal(signal.SIGINT)
