@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     formats = args.format
     if args.from_sidecar is not None:
         side = Path(args.from_sidecar)
+        figures_mod.read_sidecar(side)  # a bad file is reported before anything else
         _guard(args.out, args.force, side.parent)
         paths = figures_mod.from_sidecar(
             side, args.out, workers=args.workers, formats=formats, dpi=args.dpi, style=style

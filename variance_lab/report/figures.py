@@ -73,7 +73,7 @@ _METHOD_STYLE = {
     "exact": {"color": sty.OKABE_ITO[0], "ls": "-"},
     "lognormal": {"color": sty.OKABE_ITO[1], "ls": "--", "marker": "s", "markevery": 0.12, "ms": 3},
     "delta": {"color": sty.OKABE_ITO[4], "ls": "-.", "marker": "^", "markevery": 0.12, "ms": 3},
-    "seed": {"color": sty.OKABE_ITO[5], "ls": ":", "marker": "o", "markevery": 0.12, "ms": 3, "mfc": "white"},
+    "seed": {"color": sty.OKABE_ITO[5], "ls": ":", "marker": "D", "markevery": 0.12, "ms": 2.6},
 }
 _MC_COLOR = sty.OKABE_ITO[3]
 T_LABEL = "sequence length $T$ (tokens)"
