@@ -104,7 +104,7 @@ def clip_panel(ax, table: pd.DataFrame, *, legend: bool = True, style=None):
             table["gspo_clip_frac"].to_numpy(float),
             xerr=xerr,
             color=_style.color(0),
-            label="observed per bucket (95% bootstrap CI; horizontal bar: range of $T$)",
+            label="observed per bucket (95% bootstrap CI;\nhorizontal bar: range of $T$)",
             **_style.ERRORBAR,
         )
         if ax.get_xscale() != "log":  # a shared axis keeps its ticks

@@ -119,7 +119,7 @@ def _prediction_lines(ax, curves: pd.DataFrame, panel: str) -> None:
     spread = _spread(curves[curves["model"].isin(list(MODEL_STYLE))], y_col)
     if spread < COINCIDE:
         rows = curves[curves["model"] == "corr"].sort_values("T")
-        label = f"all three predictions (within {100 * COINCIDE:g} % of each other)"
+        label = f"all three predictions\n(within {100 * COINCIDE:g} % of each other)"
         ax.plot(rows["T"], style.power10(rows[y_col]), color="0.35", ls="-", lw=1.6, label=label)
         ax.text(
             0.98,
@@ -158,7 +158,7 @@ def _legend(ax, level: float | None, hollow: bool, loc: str, axes=()) -> None:
             marker="o",
             ls="",
             color=_DATA_COLOR,
-            label=f"observed per bucket ({ci} CI; horizontal bar: range of $T$)",
+            label=f"observed per bucket ({ci} CI;\nhorizontal bar: range of $T$)",
         )
     )
     if hollow:
