@@ -692,7 +692,7 @@ def relative_error_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def approx_error(frame: pd.DataFrame, *, fig=None, figsize=None, style=None, **kwargs) -> Figure:
-    r"""|approximation / exact - 1| of Var(G_T) against T, one panel per family.
+    r"""Relative error :math:`|\mathrm{approx.}/\mathrm{exact} - 1|` of Var(G_T) against T, per family.
 
     The lognormal approximation, its small-:math:`x` form and the naive
     :math:`\sigma^2/T`; errors below :data:`REL_ERROR_FLOOR` (float64 resolution: the

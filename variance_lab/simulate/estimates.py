@@ -3,24 +3,24 @@ r"""Monte Carlo estimates with intervals and verdicts: accumulators + theory + s
 For every T of an accumulator this module reports, in the tidy schema of
 :mod:`variance_lab.schema` (method ``"monte_carlo"``):
 
-================================  ================================================================
-statistic                         estimate, interval, standard error
-================================  ================================================================
-``mean_P``, ``mean_G``            sample mean; normal interval :math:`\bar x \pm z\sqrt{s^2/n}`
-``var_P``, ``var_G``              unbiased sample variance :math:`s^2`; log-scale interval
-                                  :math:`s^2 e^{\pm z\rho}`,
-                                  :math:`\rho = \sqrt{(\hat\kappa - (n-3)/(n-1))/n}`
-                                  with the sample kurtosis :math:`\hat\kappa = m_4/m_2^2`
-                                  (:func:`variance_lab.stats.var_interval`); se :math:`s^2\rho`
-``mean_logP``, ``var_logP``       the same for :math:`\log P_T`
-``ess_frac_P``                    Kong's ESS of the weights :math:`P_T` over n,
-                                  :math:`(\sum w)^2 / (n\sum w^2)`, from the log-space sums
-``max_weight_share_P``            :math:`\max_i w_i / \sum_i w_i`
-``khat_P``                        Pareto :math:`\hat k` of the weights (generalised Pareto fit
-                                  to the tail sample, :func:`variance_lab.stats.pareto_khat`)
-``rel_se_var_P``, ``rel_se_var_G``  theory's predicted relative standard error of the sample
-                                  variance with these n draws (from the exact kurtosis)
-================================  ================================================================
+====================================  ================================================================
+statistic                             estimate, interval, standard error
+====================================  ================================================================
+``mean_P``, ``mean_G``                sample mean; normal interval :math:`\bar x \pm z\sqrt{s^2/n}`
+``var_P``, ``var_G``                  unbiased sample variance :math:`s^2`; log-scale interval
+                                      :math:`s^2 e^{\pm z\rho}`,
+                                      :math:`\rho = \sqrt{(\hat\kappa - (n-3)/(n-1))/n}`
+                                      with the sample kurtosis :math:`\hat\kappa = m_4/m_2^2`
+                                      (:func:`variance_lab.stats.var_interval`); se :math:`s^2\rho`
+``mean_logP``, ``var_logP``           the same for :math:`\log P_T`
+``ess_frac_P``                        Kong's ESS of the weights :math:`P_T` over n,
+                                      :math:`(\sum w)^2 / (n\sum w^2)`, from the log-space sums
+``max_weight_share_P``                :math:`\max_i w_i / \sum_i w_i`
+``khat_P``                            Pareto :math:`\hat k` of the weights (generalised Pareto fit
+                                      to the tail sample, :func:`variance_lab.stats.pareto_khat`)
+``rel_se_var_P``, ``rel_se_var_G``    theory's predicted relative standard error of the sample
+                                      variance with these n draws (from the exact kurtosis)
+====================================  ================================================================
 
 **Verdicts.** Moment-based intervals are only as good as the sample kurtosis, which
 heavy tails make far too small; so every estimate also gets a verdict from theory

@@ -22,17 +22,14 @@ This module is the token sampler; :mod:`variance_lab.simulate.aggregate` draws
 The running sum is kept in each family's cheapest exact form, and turned into
 :math:`\log P_t` only at the grid points:
 
-============  ====================================  =====================================
-code          summed per token                      :math:`\log P_t`
-============  ====================================  =====================================
-0 degenerate  nothing                               :math:`t \log\mu`
-1 lognormal   :math:`Z \sim N(0, 1)`                :math:`t m + s \sum Z`
-2 gamma       :math:`\log \Gamma_k`, :math:`\Gamma_k \sim \mathrm{Gamma}(k, 1)`
-                                                    :math:`t \log\theta + \sum \log\Gamma_k`
-3 two-point   :math:`1\{U < q\}`                    :math:`c \log a + (t - c)\log b`
-4 ar1         :math:`e_t = \rho e_{t-1} + s\sqrt{1-\rho^2} Z_t`,
-              :math:`e_1 = s Z_1` (stationary)        :math:`t m + \sum e`
-============  ====================================  =====================================
+* code 0, degenerate: nothing summed; :math:`\log P_t = t \log\mu`.
+* code 1, lognormal: :math:`Z \sim N(0, 1)` summed; :math:`\log P_t = t m + s \sum Z`.
+* code 2, gamma: :math:`\log \Gamma_k` summed, :math:`\Gamma_k \sim \mathrm{Gamma}(k, 1)`;
+  :math:`\log P_t = t \log\theta + \sum \log\Gamma_k`.
+* code 3, two-point: :math:`1\{U < q\}` summed (count :math:`c`);
+  :math:`\log P_t = c \log a + (t - c)\log b`.
+* code 4, ar1: :math:`e_t = \rho e_{t-1} + s\sqrt{1-\rho^2} Z_t`, :math:`e_1 = s Z_1`
+  (stationary); :math:`\log P_t = t m + \sum e`.
 
 The AR(1) family is the one whose tokens are not independent: each path carries its
 last deviation :math:`e` from token to token (and across the T grid); its paths go one
