@@ -467,3 +467,20 @@ def test_from_sidecar_works_for_every_figure_in_help(quick, tmp_path, capsys):
     for ext in ("csv", "png", "pdf"):
         rebuilt = (tmp_path / f"{figs.EXPERIMENT_FIGURE}.{ext}").read_bytes()
         assert rebuilt == (quick / f"{figs.EXPERIMENT_FIGURE}.{ext}").read_bytes(), ext
+
+
+def test_the_readme_figures_example_runs(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Figures") : readme.index("## Documentation site")]
+    code = section[
+        section.index("```python") + len("```python") : section.index("```", section.index("```python") + 9)
+    ]
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "variance.pdf").read_bytes().startswith(b"%PDF-")
