@@ -429,10 +429,9 @@ def ratio_vs_T(
             for i, key in enumerate(keys):
                 family, mu, sigma2 = key
                 sub = _rows(sub_rows, family=family, mu=mu, sigma2=sigma2)
-                regime = "<" if mu < 1 else (">" if mu > 1 else "=")
                 label = _series_label(key, varying)
-                if "mu" in varying:
-                    label += rf" ($\mu {regime} 1$)"
+                if "mu" in varying and mu != 1:
+                    label += rf" ($\mu {'<' if mu < 1 else '>'} 1$)"
                 kw = {**sty.line_style(i), "markevery": 0.1, "ms": 3, **kwargs}
                 panel.plot(sub["T"], _values(sub), label=label, **kw)
             panel.axhline(1.0, color="0.6", lw=0.6, ls=":")
@@ -469,16 +468,23 @@ def _grid(rows: pd.DataFrame, values: str = "log10_value"):
 
 
 def _decade_levels(z, most: int = 7) -> np.ndarray:
-    """Contour levels at whole decades of log10 values, at most ``most`` of them."""
+    """Contour levels (log10) at whole decades, at most ``most``; 1-2-5 steps when few decades."""
     if z.count() == 0:
         return np.array([])
-    lo, hi = math.ceil(float(z.min())), math.floor(float(z.max()))
+    zmin, zmax = float(z.min()), float(z.max())
+    lo, hi = math.ceil(zmin), math.floor(zmax)
+    if hi - lo + 1 < 3:  # a range of a decade or two: 1, 2, 5 x 10^k
+        k = np.arange(math.floor(zmin), math.ceil(zmax) + 1)
+        levels = np.log10(np.outer(10.0**k, [1.0, 2.0, 5.0]).ravel())
+        return levels[(levels > zmin) & (levels < zmax)]
     step = max(1, math.ceil((hi - lo + 1) / most))
     return np.arange(lo, hi + 1, step, dtype=float)
 
 
 def _decade_label(level: float) -> str:
-    return f"$10^{{{int(round(level))}}}$"
+    k = math.floor(level + 1e-9)
+    mantissa = round(10 ** (level - k))
+    return f"$10^{{{k}}}$" if mantissa == 1 else f"${mantissa}\\times10^{{{k}}}$"
 
 
 def _mark_mu_1(ax, mus) -> None:
