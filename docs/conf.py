@@ -49,7 +49,7 @@ suppress_warnings = ["myst.xref_missing", "myst.header"]
 
 # notebooks: executed at build time, quick mode, an error fails the build
 nb_execution_mode = os.environ.get("VARIANCE_LAB_DOCS_EXECUTE", "force")  # "off" for a fast draft
-nb_execution_timeout = 900
+nb_execution_timeout = 300
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
