@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: table test test-slow lint format bench clean
+.PHONY: table test test-slow lint format bench clean baselines docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,5 +41,19 @@ lint: $(VENV)/.installed-dev
 format: $(VENV)/.installed-dev
 	$(BIN)/python -m ruff format variance_lab tests benchmarks
 
+# Refresh the image baselines of tests/test_figure_baselines.py after a deliberate drawing change
+# (look at tests/baseline/*.png before committing them)
+baselines: $(VENV)/.installed-dev
+	VARIANCE_LAB_UPDATE_BASELINES=1 $(BIN)/python -m pytest -q tests/test_figure_baselines.py
+
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $(VENV)/.installed $(VENV)/.installed-dev $@
+
+# The documentation site (docs/_build/html): API reference, guide, notebooks executed in quick mode,
+# figures gallery; warnings are errors
+docs: $(VENV)/.installed-docs
+	VARIANCE_LAB_QUICK=1 MPLBACKEND=Agg $(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info docs/_build docs/api/generated

@@ -7,16 +7,25 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
 from variance_lab import __version__, cli, theory  # noqa: E402
 from variance_lab.families import get_family  # noqa: E402
 from variance_lab.paper import figures as figs  # noqa: E402
 from variance_lab.report import figures as plots  # noqa: E402
 from variance_lab.report import style  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Plot functions make pyplot figures when given no axes: close them after each test."""
+    yield
+    plt.close("all")
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +63,7 @@ def test_sidecar_params_reproduce_the_data(quick):
         assert hashlib.sha256(data.to_csv(index=False).encode()).hexdigest() == sidecar["data_sha256"], name
 
 
-@pytest.mark.parametrize("name", ["variance_vs_T", "heatmap_var_P"])
+@pytest.mark.parametrize("name", ["variance_vs_T", "heatmap_var_P", "decay_boundary"])
 def test_from_sidecar_reproduces_the_files_byte_for_byte(quick, tmp_path, capsys, name):
     assert cli.main(["figures", "--from-sidecar", str(quick / f"{name}.json"), "--out", str(tmp_path)]) == 0
     assert "wrote 4 files" in capsys.readouterr().out
@@ -161,7 +170,8 @@ def test_variance_vs_T_draws_unreliable_points_hollow(var_frame):
     ax2 = fig2.add_subplot()
     plots.variance_vs_T(var_frame, "var_G", ax=ax2)
     assert _hollow_markers(ax2) == 0
-    assert {"lognormal approx.", "seed's $\\sigma^2/T$"} <= set(ax2.get_legend_handles_labels()[1])
+    assert {"lognormal approx.", "$\\sigma^2/T$ (naive)"} <= set(ax2.get_legend_handles_labels()[1])
+    assert ax2.get_yscale() == "log"
 
 
 def test_every_plot_function_takes_ax_or_fig_and_returns_the_figure(var_frame):
@@ -192,7 +202,7 @@ def test_every_plot_function_takes_ax_or_fig_and_returns_the_figure(var_frame):
         assert isinstance(draw(frame, **kwargs), Figure)
         assert ax.get_xlabel() and ax.get_ylabel()
     for draw, frame, panels in [
-        (plots.variance_panels, var_frame, 2),
+        (plots.variance_panels, var_frame, 3),
         (plots.approx_error, var_frame, 1),  # one panel per family
         (plots.log_histograms, hist, 2),
     ]:
@@ -321,3 +331,231 @@ def test_sample_log_P_other_families():
     np.testing.assert_allclose(flat, 3 * np.log(1.2))
     with pytest.raises(ValueError, match="T must be"):
         figs.sample_log_P(two, [0], 10)
+
+
+# ----------------------------------------------------------------------------- composing with matplotlib
+def _texts(fig):
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+@pytest.fixture(scope="module")
+def small_frames(var_frame):
+    """One small theory frame per plot function (no Monte Carlo beyond var_frame's fixed rows)."""
+    ratio = pd.concat(
+        [
+            _theory(get_family("lognormal", m, 0.1), [1, 3, 10, 30, 100], ["var_ratio"])
+            for m in (0.9, 1.0, 1.1)
+        ]
+    )
+    grid = [(m, s2) for m in (0.7, 0.85, 1.0, 1.15) for s2 in (0.01, 0.05, 0.2, 0.6)]
+    heat = pd.concat([_theory(get_family("lognormal", m, s2), [10, 100], ["var_P"]) for m, s2 in grid])
+    ess = pd.concat(
+        [_theory(get_family("lognormal", 1.0, s2), [1, 10, 100], ["ess_frac_P"]) for s2 in (0.1, 0.5)]
+    )
+    need = _theory(get_family("lognormal", 1.0, 0.1), list(range(1, 40)), ["n_needed_P"])
+    hist = figs.histogram_frame(np.linspace(-3, 3, 2000).reshape(1000, 2), [1, 10], bins=10)
+    return {
+        "variance_panels": (plots.variance_panels, var_frame, {"n": 1000}),
+        "ratio_vs_T": (plots.ratio_vs_T, ratio, {"zoom": 10}),
+        "heatmap": (plots.heatmap, heat, {"statistic": "var_P", "T": 100}),
+        "decay_boundary": (plots.decay_boundary, heat, {}),
+        "approx_error": (plots.approx_error, var_frame, {}),
+        "mc_frontier": (plots.mc_frontier, need, {}),
+        "ess_vs_T": (plots.ess_vs_T, ess, {"n": 1000}),
+        "log_histograms": (plots.log_histograms, hist, {"title": "normal draws"}),
+    }
+
+
+def test_paper_style_text_is_at_least_7_pt_and_never_says_seed(small_frames):
+    for name, (draw, frame, kwargs) in small_frames.items():
+        fig = draw(frame, style="paper", **kwargs)
+        assert fig.get_figwidth() == pytest.approx(style.COLUMN_WIDTH), name
+        for text in _texts(fig):
+            assert text.get_fontsize() >= style.MIN_FONT_PT, (name, text.get_text(), text.get_fontsize())
+            assert "seed" not in text.get_text().lower(), (name, text.get_text())
+        for ax in fig.axes:
+            for label in ax.get_xticklabels() + ax.get_yticklabels():
+                assert label.get_fontsize() >= style.MIN_FONT_PT, name
+
+
+def test_plot_functions_respect_the_callers_rcparams(small_frames):
+    before = dict(matplotlib.rcParams)
+    for name, (draw, frame, kwargs) in small_frames.items():
+        with plt.rc_context({"font.size": 13, "axes.labelsize": 13, "lines.linewidth": 2.7}):
+            fig = draw(frame, **kwargs)
+            ax = fig.axes[0]
+            assert ax.xaxis.label.get_fontsize() == 13, name
+        paper = draw(frame, style="paper", **kwargs)
+        assert paper.axes[0].xaxis.label.get_fontsize() == style.RC["axes.labelsize"], name
+    assert dict(matplotlib.rcParams) == before, "a plot function changed global rcParams"
+    fig = plots.ratio_vs_T(small_frames["ratio_vs_T"][1], zoom=None)
+    with plt.rc_context({"lines.linewidth": 2.7}):
+        fig = plots.ratio_vs_T(small_frames["ratio_vs_T"][1], zoom=None)
+    assert {line.get_linewidth() for line in fig.axes[0].get_lines()[:3]} == {2.7}
+
+
+def test_style_names_and_files_apply(small_frames, tmp_path):
+    draw, frame, kwargs = small_frames["ess_vs_T"]
+    assert draw(frame, style="ggplot", **kwargs).axes[0].get_facecolor()[:3] != (1.0, 1.0, 1.0)
+    sheet = tmp_path / "big.mplstyle"
+    sheet.write_text("axes.labelsize: 17\n")
+    assert draw(frame, style=str(sheet), **kwargs).axes[0].xaxis.label.get_fontsize() == 17
+    assert style.STYLE_FILE.is_file() and style.RC["font.size"] >= style.MIN_FONT_PT
+
+
+def test_true_log_axes_with_real_values(var_frame, small_frames):
+    fig = plots.variance_vs_T(var_frame, "var_P")
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_xscale() == "log"
+    exact = var_frame[(var_frame["statistic"] == "var_P") & (var_frame["method"] == "exact")].sort_values("T")
+    line = next(li for li in ax.get_lines() if li.get_label().startswith("exact"))
+    np.testing.assert_allclose(line.get_ydata(), theory.var_P(get_family("lognormal", 1.0, 0.1), exact["T"]))
+    ax.plot([10], [1.6], "x")  # one's own data overlay in the same units
+    draw, frame, kwargs = small_frames["ess_vs_T"]
+    ax = draw(frame, **kwargs).axes[0]
+    assert ax.get_yscale() == "log"
+    assert max(np.max(li.get_ydata()) for li in ax.get_lines() if len(li.get_ydata()) > 2) <= 1.0
+
+
+def test_kwargs_figsize_and_pyplot(var_frame, small_frames):
+    fig = plots.variance_vs_T(var_frame, "var_G", lw=3.3, figsize=(5, 3))
+    assert plt.gcf() is fig and tuple(fig.get_size_inches()) == (5, 3)
+    exact = next(li for li in fig.axes[0].get_lines() if li.get_label() == "exact")
+    assert exact.get_linewidth() == 3.3
+    draw, frame, kwargs = small_frames["heatmap"]
+    fig = draw(frame, cmap="viridis", **kwargs)
+    assert fig.axes[0].collections[0].get_cmap().name == "viridis"
+
+
+def test_series_differ_in_greyscale(small_frames):
+    for name in ("ratio_vs_T", "ess_vs_T", "mc_frontier"):
+        draw, frame, kwargs = small_frames[name]
+        lines = [
+            li
+            for li in draw(frame, **kwargs).axes[0].get_lines()
+            if not li.get_label().startswith(("_", "$1/n$"))  # series, not reference lines
+        ]
+        styles = [
+            (str(li.get_linestyle()), li.get_marker()) for li in lines if li.get_label()[0] != "$" or True
+        ]
+        assert len(set(styles)) == len(styles), (name, styles)
+
+
+def test_variance_panels_show_approximations_as_ratios(var_frame):
+    fig = plots.variance_panels(var_frame, n=1000)
+    ratio_ax = fig.axes[2]
+    naive = next(li for li in ratio_ax.get_lines() if li.get_label() == "$\\sigma^2/T$ (naive)")
+    fam = get_family("lognormal", 1.0, 0.1)
+    T = np.asarray(naive.get_xdata(), float)
+    np.testing.assert_allclose(naive.get_ydata(), 0.1 / T / theory.var_G(fam, T), rtol=1e-12)
+    assert "1{,}000" in fig._suptitle.get_text()
+    # only the Var(P_T) panel has a flagged point, so only its legend names it
+    assert any("flagged" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    assert not any("flagged" in t.get_text() for t in fig.axes[1].get_legend().get_texts())
+
+
+def test_decay_boundary_colours_growth_and_decay_as_the_closed_form():
+    import mpmath
+
+    mus, s2s = (0.6, 0.8, 0.9, 1.0, 1.1), (0.01, 0.1, 0.3, 0.6)
+    frame = pd.concat(
+        [_theory(get_family("lognormal", m, s2), [10, 100], ["var_P"]) for m in mus for s2 in s2s]
+    )
+    fig = plots.decay_boundary(frame, (10, 100))
+    z = fig.axes[0].collections[0].get_array().reshape(len(s2s), len(mus))
+    mpmath.mp.dps = 50
+    for i, s2 in enumerate(s2s):
+        for j, m in enumerate(mus):
+            m_, s_ = mpmath.mpf(m), mpmath.mpf(s2)
+            var = [(s_ + m_**2) ** t - m_ ** (2 * t) for t in (10, 100)]
+            assert float(z[i, j]) == pytest.approx(float(mpmath.log10(var[1] / var[0])), abs=1e-9)
+            if abs(s2 + m * m - 1) > 0.05:
+                assert (z[i, j] > 0) == (s2 + m * m > 1), (m, s2)
+    with pytest.raises(ValueError, match="two lengths"):
+        plots.decay_boundary(frame, (100, 10))
+
+
+# ----------------------------------------------------------------------------- the command's options
+def test_formats_dpi_and_style_options(tmp_path, capsys):
+    out = tmp_path / "f"
+    args = ["figures", "--quick", "--only", "ratio_vs_T", "--out", str(out), "--no-progress"]
+    assert cli.main([*args, "--format", "svg,eps,png", "--dpi", "50", "--style", "ggplot"]) == 0
+    assert sorted(p.suffix for p in out.iterdir()) == [".csv", ".eps", ".json", ".png", ".svg"]
+    sidecar = json.loads((out / "ratio_vs_T.json").read_text())
+    assert sidecar["png_dpi"] == 50 and sidecar["style"] == "ggplot"
+    assert (out / "ratio_vs_T.svg").read_text().lstrip().startswith("<?xml")
+    assert (out / "ratio_vs_T.eps").read_bytes().startswith(b"%!PS")
+    from PIL import Image
+
+    with Image.open(out / "ratio_vs_T.png") as image:
+        assert image.info["dpi"][0] == pytest.approx(50, abs=1)
+    assert cli.main([*args, "--format", "gif"]) == 2
+    assert "--format" in capsys.readouterr().err
+    assert cli.main([*args, "--style", "no-such-style"]) == 2
+    assert "--style" in capsys.readouterr().err
+
+
+def test_check_passes_on_a_rebuild_and_fails_on_a_mismatch(tmp_path, capsys):
+    out = tmp_path / "f"
+    args = ["figures", "--quick", "--only", "ratio_vs_T,heatmap_var_G", "--out", str(out), "--no-progress"]
+    assert cli.main(args) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert cli.main(["figures", "--check", "--out", str(out)]) == 0
+    assert "OK" in capsys.readouterr().out
+    side = out / "ratio_vs_T.json"
+    meta = json.loads(side.read_text())
+    meta["versions"]["numpy"] = "0.0"
+    meta["params"]["sigma2"] = 0.2  # the rebuilt data no longer match the recorded SHA-256
+    side.write_text(json.dumps(meta))
+    assert cli.main(["figures", "--check", "--from-sidecar", str(side)]) == 1
+    err = capsys.readouterr().err
+    assert "data SHA-256 differs" in err and "numpy version differs" in err
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert after.keys() == before.keys()
+    assert all(after[k] == before[k] for k in before if k != "ratio_vs_T.json"), "--check wrote files"
+
+
+def test_rebuilding_the_default_folder_needs_out_or_force(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "ratio_vs_T.json").write_text("{}")
+    args = ["figures", "--quick", "--only", "ratio_vs_T", "--no-progress"]
+    assert cli.main(args) == 2
+    assert "--force" in capsys.readouterr().err
+    assert (tmp_path / "figures" / "ratio_vs_T.json").read_text() == "{}"
+    assert cli.main([*args, "--force"]) == 0
+    side = tmp_path / "figures" / "ratio_vs_T.json"
+    assert json.loads(side.read_text())["figure"] == "ratio_vs_T"
+    assert cli.main(["figures", "--from-sidecar", str(side)]) == 2
+    assert cli.main(["figures", "--from-sidecar", str(side), "--force"]) == 0
+
+
+def test_from_sidecar_works_for_every_figure_in_help(quick, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["figures", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    for name in figs.ALL_FIGURES:
+        assert name in helptext
+        assert figs.read_sidecar(quick / f"{name}.json")["figure"] == name
+    side = quick / f"{figs.EXPERIMENT_FIGURE}.json"
+    assert cli.main(["figures", "--from-sidecar", str(side), "--out", str(tmp_path)]) == 0
+    for ext in ("csv", "png", "pdf"):
+        rebuilt = (tmp_path / f"{figs.EXPERIMENT_FIGURE}.{ext}").read_bytes()
+        assert rebuilt == (quick / f"{figs.EXPERIMENT_FIGURE}.{ext}").read_bytes(), ext
+
+
+def test_the_readme_figures_example_runs(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Figures") : readme.index("## Documentation site")]
+    code = section[
+        section.index("```python") + len("```python") : section.index("```", section.index("```python") + 9)
+    ]
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "variance.pdf").read_bytes().startswith(b"%PDF-")

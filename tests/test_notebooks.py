@@ -6,8 +6,10 @@ folder here). Each notebook must show its figures as images, print no warnings, 
 with a conclusion rendered from its own numbers.
 """
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,8 +41,41 @@ def test_stored_without_outputs(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_reads_its_sizes_from_one_place(path):
     source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
-    assert "from variance_lab.paper.sizes import" in source and "sizes()" in source
+    assert "from variance_lab.paper.sizes import" in source and "sizes(QUICK)" in source
     assert "np.random.seed" not in source and "default_rng" not in source, "randomness only through the API"
+
+
+def _parameters_cell(nb):
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "one cell tagged 'parameters'"
+    assert tagged[0] is code[0], "the parameters cell is the first code cell"
+    return tagged[0]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_one_parameters_cell_drives_the_notebook(path):
+    nb = nbformat.read(path, as_version=4)
+    cell = _parameters_cell(nb)
+    tree = ast.parse(cell.source)
+    assert all(isinstance(node, ast.Assign) for node in tree.body), "only assignments (papermill)"
+    names = {t.id for node in tree.body for t in node.targets}
+    assert "QUICK" in names
+    later = "\n".join(c.source for c in nb.cells if c.cell_type == "code" and c is not cell)
+    for name in names:
+        assert re.search(rf"\b{name}\b", later), f"parameter {name} is never used"
+        assert not re.search(rf"^{name}\s*=", later, re.M), f"parameter {name} is reassigned later"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_names_the_source_documents_not_the_seed(path):
+    nb = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "Where these numbers come from" in text
+    assert "the derivation" in text and "perplexity-entropy paper" in text
+    assert not re.search(r"\bthe seed\b(?!s)", text, re.I), "say 'the derivation', not 'the seed'"
+    labels = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "seed's" not in labels
 
 
 def test_notebooks_are_ruff_clean():
@@ -68,6 +103,14 @@ def test_executes_in_quick_mode(path, monkeypatch, tmp_path):
     stderr = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr"]
     assert not [t for t in stderr if "Warning" in t], stderr
     assert any("image/png" in o.get("data", {}) for o in outputs), "no figure shown as an image"
+    sliders = [c for c in code if "widgets.interact" in c.source]
+    for (
+        cell
+    ) in code:  # no progress widgets; only the slider cell may hold a widget (static fallback above it)
+        widget = [o for o in cell.outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+        assert not widget or cell in sliders, cell.source[:80]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len({o["data"]["image/png"] for o in images}) == len(images), "a figure is shown twice"
     markdown = [c for c in nb.cells if c.cell_type == "markdown"]
     assert markdown[-1].source.startswith("## Conclusion")
     assert any("text/markdown" in o.get("data", {}) for o in code[-1].outputs), "no computed conclusion"

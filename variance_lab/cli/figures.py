@@ -1,30 +1,96 @@
-"""``variance-lab figures``: regenerate every figure with its data and sidecar."""
+"""``variance-lab figures``: regenerate every figure with its data and sidecar, or check them."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from variance_lab.cli._common import add_progress_arg, engine_from_args, positive_int, show_progress
+from variance_lab.cli._common import CLIError, add_progress_arg, engine_from_args, positive_int, show_progress
+
+#: The committed figures' folder: rebuilding into it needs --out or --force.
+DEFAULT_OUT = "figures"
+
+
+def _formats(text: str) -> list[str]:
+    from variance_lab.paper.figures import FORMATS
+    from variance_lab.sweep import grid
+
+    return grid.parse_name_list(text, name="--format", choices=list(FORMATS))
+
+
+def _style(text: str):
+    """A matplotlib style name, ``paper`` (the package's), ``none`` (matplotlib's rcParams) or a file."""
+    import matplotlib.style
+
+    if text == "none":
+        return None
+    if text == "paper" or text in matplotlib.style.available or text == "default":
+        return text
+    if Path(text).is_file():
+        return str(Path(text).resolve())
+    raise CLIError(
+        f"--style {text!r}: not a matplotlib style name (paper, none, "
+        f"{', '.join(matplotlib.style.available[:4])}, ...) nor a style file"
+    )
+
+
+def _guard(out, force: bool, target: Path) -> None:
+    """Refuse to rebuild over committed figures unless --out or --force says so."""
+    if out is None and not force and any(target.glob("*.json")):
+        raise CLIError(
+            f"{str(target)!r} already holds figures; pass --out DIR to write elsewhere "
+            "or --force to replace them"
+        )
+
+
+def _check(args, figures_mod) -> int:
+    target = args.from_sidecar or args.out or DEFAULT_OUT
+    with engine_from_args(args) as engine:
+        problems = figures_mod.check(target, engine=engine)
+    if args.only is not None and Path(target).is_dir():
+        only = set(_only(args, figures_mod))
+        problems = [p for p in problems if p.split(".json:")[0] in only]
+    for line in problems:
+        print(line, file=sys.stderr)
+    print(f"checked {target}: {'OK' if not problems else f'{len(problems)} mismatches'}")
+    return 1 if problems else 0
+
+
+def _only(args, figures_mod):
+    from variance_lab.sweep import grid
+
+    return grid.parse_name_list(args.only, name="--only", choices=list(figures_mod.ALL_FIGURES))
 
 
 def run(args: argparse.Namespace) -> int:
     from variance_lab.paper import figures as figures_mod
 
-    only = None
-    if args.from_sidecar is None and args.only is not None:
-        from variance_lab.sweep import grid
-
-        only = grid.parse_name_list(args.only, name="--only", choices=list(figures_mod.ALL_FIGURES))
-    with engine_from_args(args) as engine:
-        if args.from_sidecar is not None:
-            paths = figures_mod.from_sidecar(args.from_sidecar, args.out, engine=engine)
-        else:
+    if args.check:
+        return _check(args, figures_mod)
+    style = _style(args.style) if args.style is not None else None
+    formats = args.format
+    if args.from_sidecar is not None:
+        side = Path(args.from_sidecar)
+        figures_mod.read_sidecar(side)  # a bad file is reported before anything else
+        _guard(args.out, args.force, side.parent)
+        with engine_from_args(args) as engine:
+            paths = figures_mod.from_sidecar(
+                side, args.out, engine=engine, formats=formats, dpi=args.dpi, style=style
+            )
+    else:
+        only = None if args.only is None else _only(args, figures_mod)
+        _guard(args.out, args.force, Path(DEFAULT_OUT))
+        with engine_from_args(args) as engine:
             paths = figures_mod.make_all(
-                args.out or "figures",
+                args.out or DEFAULT_OUT,
                 quick=args.quick,
                 only=only,
                 engine=engine,
                 progress=show_progress(args),
+                formats=formats,
+                dpi=args.dpi,
+                style=figures_mod.DEFAULT_STYLE if args.style is None else style,
             )
     folders = sorted({str(p.parent) for p in paths})
     print(f"wrote {len(paths)} files to {', '.join(folders)}")
@@ -38,19 +104,44 @@ def add_command(sub) -> None:
     fmt = argparse.ArgumentDefaultsHelpFormatter
     p = sub.add_parser(
         "figures",
-        help="regenerate every figure (PDF, PNG, data CSV and JSON sidecar)",
-        description="Regenerates figures from scratch: each as NAME.pdf, NAME.png, NAME.csv (the data "
-        "drawn) and NAME.json (parameters, seed, n, versions). Figures: "
+        help="regenerate every figure (images, data CSV and JSON sidecar), or check them",
+        description="Regenerates figures from scratch: each as NAME.pdf and NAME.png (or --format), "
+        "NAME.csv (the data drawn) and NAME.json (parameters, seed, n, style, versions). Figures: "
         + ", ".join(figures_mod.ALL_FIGURES)
-        + ". --from-sidecar rebuilds one figure from its JSON sidecar.",
+        + ". --from-sidecar rebuilds any of them from its JSON sidecar; --check rebuilds in a temporary "
+        "folder and compares data SHA-256 and versions with the sidecars, writing nothing (exit 1 on a "
+        "mismatch). Writing into the committed figures/ folder needs --out figures or --force.",
         formatter_class=fmt,
     )
     p.add_argument(
-        "--out", default=None, help="output folder, None: figures/ (--from-sidecar: the sidecar's folder)"
+        "--out",
+        default=None,
+        help="output folder, None: figures/ (--from-sidecar: the sidecar's folder; "
+        "--check: the folder checked)",
     )
+    p.add_argument("--force", action="store_true", help="replace the figures in the default folder")
     p.add_argument("--quick", action="store_true", help="small grids and few draws (seconds; for tests)")
     p.add_argument("--only", default=None, help="comma list of figure names, None: all")
+    p.add_argument(
+        "--format",
+        type=_formats,
+        default=None,
+        help="comma list of image formats from pdf,png,svg,eps; None: pdf,png "
+        "(--from-sidecar: the sidecar's)",
+    )
+    p.add_argument("--dpi", type=positive_int, default=None, help="PNG resolution, None: 200 (--quick: 100)")
+    p.add_argument(
+        "--style",
+        default=None,
+        help="matplotlib style name or file to draw with; 'paper' (the default) is the package's style "
+        "sheet, 'none' keeps matplotlib's rcParams",
+    )
     p.add_argument("--from-sidecar", default=None, metavar="JSON", help="rebuild the figure of this sidecar")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="rebuild in a temporary folder and compare with the sidecars in --out (or --from-sidecar)",
+    )
     p.add_argument("--workers", type=positive_int, default=None, help="Monte Carlo threads, None: all cores")
     add_progress_arg(p)
     p.set_defaults(func=run)

@@ -25,6 +25,7 @@ from variance_lab import __version__
 from variance_lab._atomic import atomic_write
 from variance_lab.experiment.task import TAGS
 from variance_lab.report import style
+from variance_lab.report import style as _style
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.rollouts.weights import GSPO_RANGE, log_clip_range, sequence_weights
@@ -63,18 +64,17 @@ _CLIP_STYLE = {
         "label": "autocorrelation-corrected",
     },
     "gspo_clip_resampled": {
-        "color": style.color(2),
+        "color": style.color(4),
         "ls": ":",
         "marker": "v",
-        "lw": 1.5,
-        "label": "i.i.d. empirical (resampled)",
+        "label": "i.i.d. empirical",
     },
 }
 #: Token classes of a response, by character (see :func:`token_findings`).
 TOKEN_CLASSES = {"digit": "0123456789", "tag": TAGS, "plus": "+", "equals": "=", "comma": ",", "end": "."}
 
 
-def clip_panel(ax, table: pd.DataFrame):
+def clip_panel(ax, table: pd.DataFrame, *, legend: bool = True, style=None):
     """GSPO's clip fraction per length bucket: observed (points) against predicted (lines).
 
     Parameters
@@ -84,12 +84,16 @@ def clip_panel(ax, table: pd.DataFrame):
         Per-bucket frame of :func:`variance_lab.rollouts.analysis.analyze` (``T_mean``, ``T_min``,
         ``T_max``, ``gspo_clip_frac``, ``gspo_clip_pred``, ``gspo_clip_pred_iid``), with
         ``gspo_clip_resampled`` (:func:`resampled_clip`) drawn where present.
+    legend : bool
+        Draw a legend (lower right).
+    style : None, str or dict
+        ``None``: the caller's rcParams; ``"paper"``: the package's paper style.
 
     Returns
     -------
     matplotlib.figure.Figure
     """
-    with style.paper():
+    with _style.use(style):
         x = table["T_mean"].to_numpy(float)
         for col, kw in _CLIP_STYLE.items():
             if col in table:
@@ -99,19 +103,22 @@ def clip_panel(ax, table: pd.DataFrame):
             x,
             table["gspo_clip_frac"].to_numpy(float),
             xerr=xerr,
-            color=style.color(0),
-            label="observed",
-            **style.ERRORBAR,
+            color=_style.color(0),
+            label="observed per bucket (95% bootstrap CI;\nhorizontal bar: range of $T$)",
+            **_style.ERRORBAR,
         )
         if ax.get_xscale() != "log":  # a shared axis keeps its ticks
             ax.set_xscale("log")
         ax.set_ylim(0.0, 1.0)
         ax.set_ylabel("GSPO clip fraction")
-        ax.legend(loc="lower right")
+        if legend:
+            ax.legend(loc="lower right")
     return ax.figure
 
 
-def experiment_figure(table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, level: float = 0.95) -> Figure:
+def experiment_figure(
+    table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, level: float = 0.95, figsize=None, style=None
+) -> Figure:
     """The three panels: Var(P_T), Var(G_T) and GSPO's clip fraction against T.
 
     Parameters
@@ -122,6 +129,10 @@ def experiment_figure(table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, le
         Draw into this figure (a new one-column figure by default).
     level : float
         Confidence level of the intervals, for the legend.
+    figsize : (float, float), optional
+        Size of a new figure (default 3.4 x 7.0 in).
+    style : None, str or dict
+        ``None``: the caller's rcParams; ``"paper"``: the package's paper style.
 
     Returns
     -------
@@ -129,15 +140,31 @@ def experiment_figure(table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, le
     """
     from variance_lab.report.analysis_figure import T_LABEL, analysis_figure
 
-    if fig is None:
-        fig = Figure(figsize=(style.COLUMN_WIDTH, 6.2), layout="constrained")
-    with style.paper():
+    with _style.use(style):
+        if fig is None:
+            import matplotlib.pyplot as plt
+
+            fig = plt.figure(figsize=figsize or (_style.COLUMN_WIDTH, 7.0), layout="constrained")
         axes = fig.subplots(3, 1, sharex=True)
-    analysis_figure(table, curves, ax=list(axes[:2]), level=level)
-    clip_panel(axes[2], table)
-    axes[1].set_xlabel("")
-    axes[2].set_xlabel(T_LABEL)
+        analysis_figure(table, curves, ax=list(axes[:2]), level=level, legend=False)
+        clip_panel(axes[2], table, legend=False)
+        _figure_legend(fig, axes)
+        axes[1].set_xlabel("")
+        axes[2].set_xlabel(T_LABEL)
+        axes[0].set_title("arithmetic-task experiment: tiny transformer, one GSPO step")
     return fig
+
+
+def _figure_legend(fig, axes) -> None:
+    """One legend below the panels: every labelled line once, observed points last."""
+    handles, labels = [], []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("observed"))
+    fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="outside lower center", ncols=1)
 
 
 def load_data(data=None) -> tuple[TokenBatch, list[dict] | None]:
@@ -311,7 +338,17 @@ def _data_fingerprint(path: Path) -> dict:
     return {k: meta.get(k) for k in ("seed", "settings", "numbers_sha256", "quick")}
 
 
-def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed: int = 0) -> list[Path]:
+def save_experiment_figure(
+    out="figures",
+    *,
+    data=None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    formats=("pdf", "png"),
+    dpi: int | None = None,
+    style="paper",
+    quick: bool = False,
+) -> list[Path]:
     """Analyse the data set and write the figure, its data and its sidecar into ``out``.
 
     Files: ``experiment_variance.pdf``, ``.png``, ``.csv`` (the per-bucket table of
@@ -328,11 +365,22 @@ def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed
         The data set; default the shipped :data:`DEFAULT_DATA`.
     n_boot, seed : int
         Bootstrap resamples per bucket and their seed.
+    formats : sequence of str
+        Image formats (``pdf``, ``png``, ``svg``, ``eps``).
+    dpi : int, optional
+        PNG resolution (default 200).
+    style : None, str or path
+        Matplotlib style to draw with (default the package's paper style).
+    quick : bool
+        Recorded in the sidecar (the figures command's ``--quick``).
 
     Returns
     -------
     list of Path
     """
+    import matplotlib.pyplot as plt
+
+    from variance_lab.report.figures import write_images
     from variance_lab.rollouts.analysis import analyze
 
     path = Path(DEFAULT_DATA if data is None else data)
@@ -340,16 +388,20 @@ def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed
     result = analyze(batch, n_boot=n_boot, seed=seed)
     table = result.table.assign(gspo_clip_resampled=resampled_clip(batch, seed=seed))
     curves = result.curves()
-    fig = experiment_figure(table, curves, level=result.level)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    names = {ext: out / f"{FIGURE_NAME}.{ext}" for ext in ("csv", "pdf", "png", "json")}
+    names = {ext: out / f"{FIGURE_NAME}.{ext}" for ext in ("csv", *formats, "json")}
     names["curves"] = out / f"{FIGURE_NAME}_curves.csv"
     texts = {"csv": table.to_csv(index=False), "curves": curves.to_csv(index=False)}
     for key, text in texts.items():
         atomic_write(names[key], lambda tmp, text=text: tmp.write_text(text))
-    atomic_write(names["pdf"], lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None}))
-    atomic_write(names["png"], lambda tmp: fig.savefig(tmp, format="png", dpi=PNG_DPI))
+    dpi = int(dpi) if dpi else PNG_DPI
+    with _style.use(style):
+        fig = experiment_figure(table, curves, level=result.level)
+        try:
+            write_images(fig, out, FIGURE_NAME, formats, dpi)
+        finally:
+            plt.close(fig)
     sidecar = {
         "figure": FIGURE_NAME,
         "description": "Arithmetic-task experiment: Var(P_T), Var(G_T) and GSPO clip fraction per length "
@@ -359,11 +411,27 @@ def save_experiment_figure(out="figures", *, data=None, n_boot: int = 1000, seed
         "data_set": _data_fingerprint(path),
         "analysis": json_safe(result.summary()),
         "findings": json_safe(token_findings(batch, records)),
+        "quick": quick,
+        "style": None if style is None else str(style),
         "version": __version__,
+        "versions": _versions(),
         "files": {k: p.name for k, p in names.items() if k != "json"},
-        "png_dpi": PNG_DPI,
+        "png_dpi": dpi,
         "data_sha256": {k: hashlib.sha256(t.encode()).hexdigest() for k, t in texts.items()},
         "reproduce": f"variance-lab experiment figure --data {path.name} --out DIR",
     }
     atomic_write(names["json"], lambda tmp: tmp.write_text(json.dumps(sidecar, indent=1) + "\n"))
-    return [names[k] for k in ("pdf", "png", "csv", "curves", "json")]
+    return [names[k] for k in (*formats, "csv", "curves", "json")]
+
+
+def _versions() -> dict:
+    import platform
+
+    import matplotlib
+
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "matplotlib": matplotlib.__version__,
+    }

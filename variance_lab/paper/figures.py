@@ -1,19 +1,24 @@
 """The ``figures`` command: every figure of the paper, regenerated from scratch.
 
-Each figure ``NAME`` is written as ``NAME.pdf`` (vector), ``NAME.png`` and
-``NAME.csv`` (the tidy data drawn), with a JSON sidecar ``NAME.json`` holding every
-parameter (grids, family, seed, n), the package and library versions, and the SHA-256
-of the data file. :func:`from_sidecar` (``variance-lab figures --from-sidecar NAME.json``)
-rebuilds the figure from its sidecar alone.
+Each figure ``NAME`` is written in the chosen formats (default ``NAME.pdf``, vector, and
+``NAME.png``; also ``svg`` and ``eps``) with ``NAME.csv`` (the tidy data drawn) and a JSON
+sidecar ``NAME.json`` holding every parameter (grids, family, seed, n), the style, the
+package and library versions, and the SHA-256 of the data file. :func:`from_sidecar`
+(``variance-lab figures --from-sidecar NAME.json``) rebuilds a figure from its sidecar
+alone; :func:`check` (``--check``) rebuilds into a temporary folder and compares data
+hashes and versions, writing nothing.
 
 Figures (:data:`FIGURES`):
 
 ``variance_vs_T``
-    Var(P_T) and Var(G_T) against T: exact, the seed's approximations, Monte Carlo.
+    Var(P_T) and Var(G_T) against T: exact and Monte Carlo, and the Var(G_T)
+    approximations of the derivation as ratios to the exact value.
 ``ratio_vs_T``
     Var(P_T)/Var(G_T) against T for mu < 1, mu = 1 and mu > 1.
 ``heatmap_var_P``, ``heatmap_var_G``
-    log10 Var(P_T) and log10 Var(G_T) over mu x sigma^2 at one T, mu = 1 marked.
+    Var(P_T) and Var(G_T) over mu x sigma^2 at one T, contours, mu = 1 and sigma^2 = 1 - mu^2 marked.
+``decay_boundary``
+    Var(P_100)/Var(P_10) over mu x sigma^2: where Var(P_T) grows or decays (sigma^2 = 1 - mu^2).
 ``approx_error``
     Relative error of the Var(G_T) approximations, per family, against T.
 ``mc_frontier``
@@ -22,6 +27,7 @@ Figures (:data:`FIGURES`):
     Kong's ESS fraction of P_T against T: exact and Monte Carlo.
 ``log_histograms``
     Histograms of log P_T and log G_T at a few T, from raw draws (:func:`sample_log_P`).
+
 ``corrections_vs_T``
     Relative bias and ESS fraction of TIS, masks and clips against T: lognormal closed
     forms (:func:`variance_lab.corrections.theory`) and Monte Carlo
@@ -55,11 +61,13 @@ from variance_lab._atomic import atomic_write
 from variance_lab.families import Family, get_family
 from variance_lab.report import corrections_figure
 from variance_lab.report import figures as plots
+from variance_lab.report import style as report_style
 from variance_lab.simulate import Engine, draw_log_p, resolve_sampler, simulate, using_engine
 from variance_lab.sweep import plan
 from variance_lab.sweep.grid import parse_grid
 
 __all__ = [
+    "corrections_frame",
     "FIGURES",
     "default_params",
     "figure_data",
@@ -68,15 +76,23 @@ __all__ = [
     "save_figure",
     "make_all",
     "from_sidecar",
+    "check",
+    "FORMATS",
+    "DEFAULT_FORMATS",
+    "DEFAULT_STYLE",
     "sample_log_P",
     "histogram_frame",
-    "corrections_frame",
 ]
 
 #: PNG resolution (dots per inch); ``--quick`` uses :data:`QUICK_PNG_DPI`.
 PNG_DPI = 200
 QUICK_PNG_DPI = 100
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2
+#: Formats ``save_figure`` can write; the default is vector PDF and PNG.
+FORMATS = ("pdf", "png", "svg", "eps")
+DEFAULT_FORMATS = ("pdf", "png")
+#: Style of the command's figures (:func:`variance_lab.report.style.use`).
+DEFAULT_STYLE = "paper"
 
 
 def _ints(text: str) -> list[int]:
@@ -114,6 +130,12 @@ def _defaults(quick: bool) -> dict[str, dict]:
             "statistic": "var_G",
             "T": 100,
             "mu": _floats("0.8:1.2:9" if quick else "0.8:1.2:41"),
+            "sigma2": _floats("0.01:1:log7" if quick else "0.01:1:log31"),
+        },
+        "decay_boundary": {
+            "family": "lognormal",
+            "T": [10, 100],
+            "mu": _floats("0.5:1.2:8" if quick else "0.5:1.2:36"),
             "sigma2": _floats("0.01:1:log7" if quick else "0.01:1:log31"),
         },
         "approx_error": {
@@ -295,6 +317,9 @@ def _figure_data(name: str, params: dict, engine: Engine) -> pd.DataFrame:
     if name.startswith("heatmap_"):
         cells = plan(p["family"], p["mu"], p["sigma2"], [p["T"]]).cells
         return theory.tidy_many([c.family for c in cells], [p["T"]], quantities=[p["statistic"]])
+    if name == "decay_boundary":
+        cells = plan(p["family"], p["mu"], p["sigma2"], list(p["T"])).cells
+        return theory.tidy_many([c.family for c in cells], list(p["T"]), quantities=["var_P"])
     if name == "approx_error":
         return _concat([_theory(get_family(f, p["mu"], p["sigma2"]), p["T"], var_G) for f in p["families"]])
     if name == "mc_frontier":
@@ -366,29 +391,43 @@ def corrections_frame(params: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def draw(name: str, data: pd.DataFrame, params: dict):
-    """Draw figure ``name`` from its data; returns the :class:`~matplotlib.figure.Figure`."""
+def _histogram_title(params: dict) -> str:
+    n = f"{int(params['n']):,}".replace(",", "{,}")
+    return f"{params['family']}, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$; $n = {n}$ draws"
+
+
+def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
+    """Draw figure ``name`` from its data; returns the :class:`~matplotlib.figure.Figure`.
+
+    ``style`` as for :func:`variance_lab.report.style.use` (``None``: the caller's rcParams;
+    the command draws with :data:`DEFAULT_STYLE`).
+    """
     if name == "variance_vs_T":
-        return plots.variance_panels(data)
+        return plots.variance_panels(data, n=params.get("n"), style=style)
     if name == "ratio_vs_T":
-        return plots.ratio_vs_T(data)
+        return plots.ratio_vs_T(data, style=style)
     if name.startswith("heatmap_"):
-        return plots.heatmap(data, params["statistic"], T=params["T"])
+        return plots.heatmap(data, params["statistic"], T=params["T"], style=style)
+    if name == "decay_boundary":
+        return plots.decay_boundary(data, tuple(params["T"]), style=style)
     if name == "approx_error":
-        return plots.approx_error(data)
+        return plots.approx_error(data, style=style)
     if name == "mc_frontier":
-        return plots.mc_frontier(data, params["n"], target=params["target"])
+        return plots.mc_frontier(data, params["n"], target=params["target"], style=style)
     if name == "ess_vs_T":
-        return plots.ess_vs_T(data, n=params.get("n") or None)
+        return plots.ess_vs_T(data, n=params.get("n") or None, style=style)
     if name == "log_histograms":
-        return plots.log_histograms(data)
+        return plots.log_histograms(data, title=_histogram_title(params), style=style)
     if name == "corrections_vs_T":
         title = f"{params['family']}, mu = {params['mu']:g}, sigma^2 = {params['sigma2']:g}"
-        return corrections_figure.corrections_vs_T(data, title=title)
+        with report_style.use(style):
+            return corrections_figure.corrections_vs_T(data, title=title)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
 
 
-def make_figure(name: str, params: dict | None = None, *, quick: bool = False, engine: Engine | None = None):
+def make_figure(
+    name: str, params: dict | None = None, *, quick: bool = False, engine: Engine | None = None, style=None
+):
     """Compute and draw one figure.
 
     Parameters
@@ -401,6 +440,8 @@ def make_figure(name: str, params: dict | None = None, *, quick: bool = False, e
         Use the quick defaults (when ``params`` is not given).
     engine : Engine, optional
         Runs the Monte Carlo parts (default: threads on all cores; does not change results).
+    style : None, str or dict
+        As for :func:`draw`.
 
     Returns
     -------
@@ -409,7 +450,7 @@ def make_figure(name: str, params: dict | None = None, *, quick: bool = False, e
     """
     params = default_params(name, quick=quick) if params is None else dict(params)
     data = figure_data(name, params, engine=engine)
-    return draw(name, data, params), data, params
+    return draw(name, data, params, style=style), data, params
 
 
 # --------------------------------------------------------------------------- files
@@ -417,7 +458,24 @@ def _write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-def _sidecar(name: str, params: dict, data_text: str, quick: bool, dpi: int) -> dict:
+def _versions() -> dict:
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "matplotlib": matplotlib.__version__,
+    }
+
+
+def _style_name(style) -> str | None:
+    """How the sidecar records ``style``: its name, or the path of a style file."""
+    if style is None or isinstance(style, str | os.PathLike):
+        return None if style is None else str(style)
+    raise ValueError(f"style must be a style name or file, got {style!r}")
+
+
+def _sidecar(name: str, params: dict, data_text: str, quick: bool, dpi: int, formats, style) -> dict:
+    files = {ext: f"{name}.{ext}" for ext in formats}
     return {
         "sidecar_version": SIDECAR_VERSION,
         "figure": name,
@@ -427,14 +485,10 @@ def _sidecar(name: str, params: dict, data_text: str, quick: bool, dpi: int) -> 
         "n": params.get("n", 0),
         "monte_carlo": bool(params.get("n")) and "mc_T" in params,
         "quick": quick,
+        "style": _style_name(style),
         "version": __version__,
-        "versions": {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "pandas": pd.__version__,
-            "matplotlib": matplotlib.__version__,
-        },
-        "files": {"pdf": f"{name}.pdf", "png": f"{name}.png", "data": f"{name}.csv"},
+        "versions": _versions(),
+        "files": {**files, "data": f"{name}.csv"},
         "png_dpi": dpi,
         "data_sha256": hashlib.sha256(data_text.encode()).hexdigest(),
         "reproduce": f"variance-lab figures --from-sidecar {name}.json --out DIR",
@@ -445,15 +499,28 @@ class _DOCS:
     """One-line captions, stored in each sidecar."""
 
     variance_vs_T = (
-        "Var(P_T) (top) and Var(G_T) (bottom) against T: exact lines, the seed's approximations, Monte "
-        "Carlo estimates with confidence intervals (hollow: flagged unreliable)."
+        "(a) Var(P_T) and (b) Var(G_T) against T: exact lines and Monte Carlo estimates with 95 % "
+        "confidence intervals (hollow: flagged unreliable); (c) the Var(G_T) approximations of the "
+        "derivation (lognormal, its small-x form, the naive sigma^2/T of its table) and Monte Carlo as "
+        "ratios to the exact Var(G_T)."
     )
-    ratio_vs_T = "Exact Var(P_T)/Var(G_T) against T for mu < 1, mu = 1 and mu > 1."
-    heatmap_var_P = "log10 of the exact Var(P_T) over mu x sigma^2 at one T; dashed line: mu = 1."
-    heatmap_var_G = "log10 of the exact Var(G_T) over mu x sigma^2 at one T; dashed line: mu = 1."
+    ratio_vs_T = "Exact Var(P_T)/Var(G_T) against T for mu < 1, mu = 1 and mu > 1; lower panel: T <= 50."
+    heatmap_var_P = (
+        "Exact Var(P_T) over mu x sigma^2 at one T, colour in decades with labelled contours; dashed: "
+        "mu = 1; red: sigma^2 = 1 - mu^2, below which (mu < 1) Var(P_T) decays."
+    )
+    heatmap_var_G = (
+        "Exact Var(G_T) over mu x sigma^2 at one T, colour in decades with labelled contours (its own "
+        "colour bar); dashed: mu = 1; red: sigma^2 = 1 - mu^2."
+    )
+    decay_boundary = (
+        "Var(P_T2)/Var(P_T1) over mu x sigma^2 (exact): growth (orange) or decay (purple) of Var(P_T); "
+        "black contour: no change; red: sigma^2 = 1 - mu^2, the exact boundary, not mu = 1."
+    )
     approx_error = (
-        "|approximation/exact - 1| of Var(G_T): the seed's lognormal approximation, its small-x form and "
-        "the seed table's sigma^2/T, per family; values below 1e-16 drawn at 1e-16 (exact)."
+        "|approximation/exact - 1| of Var(G_T): the lognormal approximation, its small-x form and "
+        "the naive sigma^2/T of the derivation's table, per family; values below 1e-16 drawn at 1e-16 "
+        "(exact)."
     )
     mc_frontier = (
         "Largest T at which n plain Monte Carlo draws estimate Var(P_T) to the target relative error "
@@ -471,24 +538,50 @@ class _DOCS:
     )
 
 
-def save_figure(
-    name: str, fig, data: pd.DataFrame, params: dict, out: str | os.PathLike, *, quick: bool = False
-) -> list[Path]:
-    """Write ``NAME.pdf``, ``NAME.png``, ``NAME.csv`` and the sidecar ``NAME.json`` to ``out``.
+def _check_formats(formats) -> tuple[str, ...]:
+    formats = tuple(DEFAULT_FORMATS if formats is None else formats)
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise ValueError(f"formats must be a non-empty subset of {', '.join(FORMATS)}, got {list(formats)!r}")
+    return formats
 
-    Files are written atomically and reproducibly (no creation dates).
+
+def save_figure(
+    name: str,
+    fig,
+    data: pd.DataFrame,
+    params: dict,
+    out: str | os.PathLike,
+    *,
+    quick: bool = False,
+    formats=None,
+    dpi: int | None = None,
+    style=DEFAULT_STYLE,
+) -> list[Path]:
+    """Write ``NAME.csv``, the images in ``formats`` and the sidecar ``NAME.json`` to ``out``.
+
+    Files are written atomically and reproducibly (no creation dates). ``dpi`` is the PNG
+    resolution (default :data:`PNG_DPI`, :data:`QUICK_PNG_DPI` when ``quick``); ``style`` is
+    recorded in the sidecar (the style the figure was drawn with).
     """
+    formats = _check_formats(formats)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data_text = data.to_csv(index=False)
-    paths = [out / f"{name}.{ext}" for ext in ("csv", "pdf", "png", "json")]
-    _write_text(paths[0], data_text)
-    atomic_write(paths[1], lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None}))
-    dpi = QUICK_PNG_DPI if quick else PNG_DPI
-    atomic_write(paths[2], lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
-    sidecar = _sidecar(name, params, data_text, quick, dpi)
-    _write_text(paths[3], json.dumps(sidecar, indent=1) + "\n")
-    return paths
+    csv = out / f"{name}.csv"
+    _write_text(csv, data_text)
+    dpi = int(dpi) if dpi else (QUICK_PNG_DPI if quick else PNG_DPI)
+    images = plots.write_images(fig, out, name, formats, dpi)
+    sidecar = _sidecar(name, params, data_text, quick, dpi, formats, style)
+    side = out / f"{name}.json"
+    _write_text(side, json.dumps(sidecar, indent=1) + "\n")
+    return [csv, *images, side]
+
+
+def _close(fig) -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
 
 
 #: The analysis of the shipped experiment data (variance_lab.experiment.figure), which has
@@ -498,6 +591,29 @@ EXPERIMENT_FIGURE = "experiment_variance"
 ALL_FIGURES = (*FIGURES, EXPERIMENT_FIGURE)
 
 
+def _build(name: str, out: Path, params: dict | None, *, quick, engine, formats, dpi, style) -> list[Path]:
+    """Compute, draw, save and close one figure (``params``: a sidecar's, or the defaults)."""
+    if name == EXPERIMENT_FIGURE:  # drawn from the shipped data set (variance_lab.experiment)
+        from variance_lab.experiment.figure import save_experiment_figure
+
+        p = params or {"n_boot": 200 if quick else 1000, "seed": 0}
+        return save_experiment_figure(
+            out,
+            n_boot=int(p["n_boot"]),
+            seed=int(p["seed"]),
+            formats=formats,
+            dpi=dpi,
+            style=style,
+            quick=quick,
+        )
+    with report_style.use(style):
+        fig, data, used = make_figure(name, params, quick=quick, engine=engine, style=None)
+        try:
+            return save_figure(name, fig, data, used, out, quick=quick, formats=formats, dpi=dpi, style=style)
+        finally:
+            _close(fig)
+
+
 def make_all(
     out: str | os.PathLike,
     *,
@@ -505,6 +621,9 @@ def make_all(
     only: Sequence[str] | None = None,
     engine: Engine | None = None,
     progress: bool = True,
+    formats=None,
+    dpi: int | None = None,
+    style=DEFAULT_STYLE,
 ) -> list[Path]:
     """Regenerate figures from scratch into ``out``; returns the files written.
 
@@ -521,10 +640,18 @@ def make_all(
     engine : Engine, optional
         Runs the Monte Carlo parts (default: threads on all cores; one engine for every figure).
     progress : bool
-        Progress bar over figures.
+        Text progress over figures (one line each, on stderr).
+    formats : sequence of str, optional
+        Image formats, a subset of :data:`FORMATS` (default :data:`DEFAULT_FORMATS`).
+    dpi : int, optional
+        PNG resolution (default :data:`PNG_DPI`; :data:`QUICK_PNG_DPI` when ``quick``).
+    style : None, str or path
+        Matplotlib style to draw with (default :data:`DEFAULT_STYLE`, the package's paper style).
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
+    formats = _check_formats(formats)
+    _style_name(style)
     names = list(ALL_FIGURES if only is None else only)
     for name in names:
         if name != EXPERIMENT_FIGURE:
@@ -540,13 +667,9 @@ def make_all(
         written: list[Path] = []
         with using_engine(engine) as eng:
             for name in tqdm(names, disable=not progress, unit="figure", desc="figures"):
-                if name == EXPERIMENT_FIGURE:  # drawn from the shipped data set (variance_lab.experiment)
-                    from variance_lab.experiment.figure import save_experiment_figure
-
-                    written += save_experiment_figure(build, n_boot=200 if quick else 1000)
-                    continue
-                fig, data, params = make_figure(name, quick=quick, engine=eng)
-                written += save_figure(name, fig, data, params, build, quick=quick)
+                written += _build(
+                    name, build, None, quick=quick, engine=eng, formats=formats, dpi=dpi, style=style
+                )
         return publish(build, out, written)
     finally:
         shutil.rmtree(build, ignore_errors=True)
@@ -569,17 +692,100 @@ def publish(build: Path, out: Path, written: Sequence[Path]) -> list[Path]:
     return [out / r for r in rel]
 
 
-def from_sidecar(
-    path: str | os.PathLike, out: str | os.PathLike | None = None, *, engine: Engine | None = None
-) -> list[Path]:
-    """Rebuild the figure described by a sidecar JSON into ``out`` (default: its folder)."""
+def read_sidecar(path: str | os.PathLike) -> dict:
+    """A figure sidecar's contents; ``ValueError`` naming the file when it is not one."""
     path = Path(path)
     try:
         sidecar = json.loads(path.read_text())
-        name, params = sidecar["figure"], sidecar["params"]
+        name, _ = sidecar["figure"], sidecar["params"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{str(path)!r} is not a figure sidecar: {exc}") from None
-    fig, data, params = make_figure(name, params, engine=engine)
-    return save_figure(
-        name, fig, data, params, path.parent if out is None else out, quick=bool(sidecar.get("quick", False))
+    if name not in ALL_FIGURES:
+        raise ValueError(f"{str(path)!r}: unknown figure {name!r}; choose from {', '.join(ALL_FIGURES)}")
+    return sidecar
+
+
+def _sidecar_formats(sidecar: dict) -> tuple[str, ...]:
+    files = sidecar.get("files", {})
+    return tuple(ext for ext in FORMATS if ext in files) or DEFAULT_FORMATS
+
+
+def from_sidecar(
+    path: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    *,
+    engine: Engine | None = None,
+    formats=None,
+    dpi: int | None = None,
+    style=None,
+) -> list[Path]:
+    """Rebuild the figure described by a sidecar JSON into ``out`` (default: its folder).
+
+    Formats, PNG resolution and style default to the sidecar's own (older sidecars without
+    a style: :data:`DEFAULT_STYLE`); every figure of :data:`ALL_FIGURES` can be rebuilt.
+    """
+    path = Path(path)
+    sidecar = read_sidecar(path)
+    name, params = sidecar["figure"], sidecar["params"]
+    style = sidecar.get("style", DEFAULT_STYLE) if style is None else style
+    return _build(
+        name,
+        path.parent if out is None else Path(out),
+        params,
+        quick=bool(sidecar.get("quick", False)),
+        engine=engine,
+        formats=_sidecar_formats(sidecar) if formats is None else formats,
+        dpi=dpi or sidecar.get("png_dpi"),
+        style=style,
     )
+
+
+def check(path: str | os.PathLike, *, engine: Engine | None = None) -> list[str]:
+    """Rebuild a sidecar's figure in a temporary folder and compare it with the sidecar.
+
+    Compares the data SHA-256 and the package and library versions; writes nothing where
+    the sidecar lives. ``path`` is a sidecar or a folder of them (every ``*.json`` that is a
+    figure sidecar).
+
+    Returns
+    -------
+    list of str
+        One line per mismatch; empty when everything agrees.
+    """
+    import tempfile
+
+    path = Path(path)
+    sidecars = sorted(p for p in path.glob("*.json") if _is_sidecar(p)) if path.is_dir() else [path]
+    if not sidecars:
+        raise ValueError(f"{str(path)!r} holds no figure sidecar")
+    problems = []
+    for side in sidecars:
+        old = read_sidecar(side)
+        with tempfile.TemporaryDirectory() as tmp:
+            from_sidecar(side, tmp, engine=engine, formats=("png",), dpi=10)
+            new = json.loads((Path(tmp) / side.name).read_text())
+        problems += [f"{side.name}: {line}" for line in _compare(old, new)]
+    return problems
+
+
+def _is_sidecar(path: Path) -> bool:
+    try:
+        read_sidecar(path)
+    except ValueError:
+        return False
+    return True
+
+
+def _compare(old: dict, new: dict) -> list[str]:
+    lines = []
+    if old.get("data_sha256") != new.get("data_sha256"):
+        lines.append(
+            f"data SHA-256 differs: sidecar {old.get('data_sha256')}, rebuilt {new.get('data_sha256')}"
+        )
+    if old.get("version") != new.get("version"):
+        lines.append(f"variance_lab version differs: sidecar {old.get('version')}, now {new.get('version')}")
+    before, now = old.get("versions", {}), new.get("versions", {})
+    for lib in sorted(set(before) | set(now)):
+        if before.get(lib) != now.get(lib):
+            lines.append(f"{lib} version differs: sidecar {before.get(lib)}, now {now.get(lib)}")
+    return lines

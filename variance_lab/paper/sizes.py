@@ -62,8 +62,8 @@ class Sizes:
     panels_sigma2 : tuple of float
         Ratio variances of the static grid of panels (one column each).
     progress : bool or None
-        ``progress=`` of :func:`variance_lab.simulate.simulate`: ``None`` (a bar for long
-        runs) in full mode, ``False`` in quick mode.
+        ``progress=`` of :func:`variance_lab.simulate.simulate`: ``False`` in both modes, so
+        that an executed notebook keeps no frozen progress widget in its output.
     """
 
     quick: bool
@@ -112,7 +112,7 @@ FULL = Sizes(
     sigma2=_floats("0.01:1:log21"),
     T_sweep=_ints("1,10,100,1000"),
     panels_sigma2=(0.01, 0.1, 0.5),
-    progress=None,
+    progress=False,
 )
 
 

@@ -8,16 +8,18 @@ Drawn from tidy frames only: the per-bucket table
 Each bucket is a point at its mean length with its bootstrap interval as a vertical bar and
 its range of lengths as a horizontal bar; the three predictions are lines over :math:`T`
 (single-length predictions; a bucket's own prediction in the table averages over its
-lengths). Variances are drawn from their :math:`\log_{10}` on an axis labelled in powers of
-ten, so :math:`\operatorname{Var}(P_T)` beyond float range stays drawable; :math:`T` is on a
-log axis. A :math:`\operatorname{Var}(P_T)` point is hollow when Kong's effective sample
-size of the bucket's :math:`P_T` is under :data:`ESS_RELIABLE` of its sequences: its sample
-variance then rests on a few sequences and is erratic: usually far below the truth, sometimes
+lengths); where the three agree within :data:`COINCIDE` (relative) over the whole panel they
+are one line with one legend entry. Variances are real values on a true log axis (values
+beyond float range are left out); :math:`T` is on a log axis. A
+:math:`\operatorname{Var}(P_T)` point is hollow when Kong's effective sample size of the bucket's
+:math:`P_T` is under :data:`ESS_RELIABLE` of its sequences: its sample variance
+then rests on a few sequences and is erratic: usually far below the truth, sometimes
 far above it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,17 +29,33 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from variance_lab.report import style
+from variance_lab.report import style as _style
 
-__all__ = ["analysis_figure", "ESS_RELIABLE", "MODEL_STYLE"]
+__all__ = ["analysis_figure", "ESS_RELIABLE", "MODEL_STYLE", "COINCIDE"]
+
+#: Predictions that differ by less than this (relative) everywhere in a panel are drawn as one line.
+COINCIDE = 0.1
 
 #: A Var(P_T) point is drawn hollow when ess_P < ESS_RELIABLE * n_seq.
 ESS_RELIABLE = 0.1
 
 #: Line style and legend label of each prediction (Okabe–Ito colours).
 MODEL_STYLE = {
-    "iid": {"color": style.color(1), "ls": "--", "label": "i.i.d. lognormal fit"},
-    "emp": {"color": style.color(2), "ls": ":", "lw": 1.5, "label": "i.i.d. empirical (exact)"},
-    "corr": {"color": style.color(3), "ls": "-", "label": "autocorrelation-corrected"},
+    "iid": {
+        "color": style.color(1),
+        "ls": "--",
+        "marker": "s",
+        "markevery": 0.2,
+        "label": "i.i.d. lognormal fit",
+    },
+    "emp": {"color": style.color(4), "ls": ":", "marker": "v", "markevery": 0.2, "label": "i.i.d. empirical"},
+    "corr": {
+        "color": style.color(3),
+        "ls": "-",
+        "marker": "^",
+        "markevery": 0.2,
+        "label": "autocorrelation-corrected",
+    },
 }
 _DATA_COLOR = style.color(0)
 _PANEL = {
@@ -47,7 +65,7 @@ _PANEL = {
 T_LABEL = "sequence length $T$ (tokens)"
 
 
-def _panel_axes(fig, ax, panels: Sequence[str]):
+def _panel_axes(fig, ax, panels: Sequence[str], figsize=None):
     """(figure, list of axes, one per panel), new one-column figure when neither is given."""
     if ax is not None:
         axes = [ax] if not isinstance(ax, Sequence | np.ndarray) else list(np.ravel(ax))
@@ -55,7 +73,10 @@ def _panel_axes(fig, ax, panels: Sequence[str]):
             raise ValueError(f"ax must hold {len(panels)} axes for panels {tuple(panels)}, got {len(axes)}")
         return axes[0].figure, axes
     if fig is None:
-        fig = Figure(figsize=(style.COLUMN_WIDTH, 0.4 + 1.9 * len(panels)), layout="constrained")
+        import matplotlib.pyplot as plt
+
+        size = (style.COLUMN_WIDTH, 0.4 + 1.9 * len(panels)) if figsize is None else figsize
+        fig = plt.figure(figsize=size, layout="constrained")
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     return fig, list(axes)
 
@@ -65,8 +86,8 @@ def _data_points(ax, table: pd.DataFrame, panel: str) -> None:
     rows = table[np.isfinite(table[y_col].to_numpy(float))]
     if rows.empty:
         return
-    x, y = rows["T_mean"].to_numpy(float), rows[y_col].to_numpy(float)
-    lo, hi = rows[lo_col].to_numpy(float), rows[hi_col].to_numpy(float)
+    x, y = rows["T_mean"].to_numpy(float), style.power10(rows[y_col])
+    lo, hi = style.power10(rows[lo_col]), style.power10(rows[hi_col])
     lo, hi = np.where(np.isfinite(lo), np.minimum(lo, y), y), np.where(np.isfinite(hi), np.maximum(hi, y), y)
     xerr = np.vstack([x - rows["T_min"].to_numpy(float), rows["T_max"].to_numpy(float) - x])
     ok = np.ones(x.size, dtype=bool)
@@ -86,12 +107,36 @@ def _data_points(ax, table: pd.DataFrame, panel: str) -> None:
             )
 
 
+def _spread(curves: pd.DataFrame, y_col: str) -> float:
+    """Largest relative difference between the predictions at any T (inf when fewer than two)."""
+    wide = curves.pivot_table(index="T", columns="model", values=y_col).dropna()
+    if wide.shape[1] < 2 or wide.empty:
+        return math.inf
+    return float(10 ** (wide.max(axis=1) - wide.min(axis=1)).max() - 1)
+
+
 def _prediction_lines(ax, curves: pd.DataFrame, panel: str) -> None:
     y_col = _PANEL[panel][0]
+    spread = _spread(curves[curves["model"].isin(list(MODEL_STYLE))], y_col)
+    if spread < COINCIDE:
+        rows = curves[curves["model"] == "corr"].sort_values("T")
+        label = f"all three predictions\n(within {100 * COINCIDE:g} % of each other)"
+        ax.plot(rows["T"], style.power10(rows[y_col]), color="0.35", ls="-", lw=1.6, label=label)
+        ax.text(
+            0.98,
+            0.04 if panel == "P" else 0.96,
+            f"predictions within {100 * spread:.1f} %",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom" if panel == "P" else "top",
+            fontsize=style.small_font(),
+            color="0.35",
+        )
+        return
     for model, kw in MODEL_STYLE.items():
         rows = curves[curves["model"] == model].sort_values("T")
         if not rows.empty:
-            ax.plot(rows["T"], rows[y_col], **kw)
+            ax.plot(rows["T"], style.power10(rows[y_col]), **kw)
 
 
 def _has_hollow(table: pd.DataFrame) -> bool:
@@ -99,10 +144,24 @@ def _has_hollow(table: pd.DataFrame) -> bool:
     return bool(np.any(rows["ess_P"].to_numpy(float) < ESS_RELIABLE * rows["n_seq"].to_numpy(float)))
 
 
-def _legend(ax, level: float | None, hollow: bool, loc: str) -> None:
-    handles = [Line2D([], [], **kw) for kw in MODEL_STYLE.values()]
+def _legend(ax, level: float | None, hollow: bool, loc: str, axes=()) -> None:
+    handles, seen = [], set()
+    for axis in axes or [ax]:
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            if label not in seen and not label.startswith("_"):
+                seen.add(label)
+                handles.append(handle)
     ci = f"{100 * level:g}% bootstrap" if level is not None else "bootstrap"
-    handles.append(Line2D([], [], marker="o", ls="", color=_DATA_COLOR, label=f"observed per bucket ({ci})"))
+    handles.append(
+        Line2D(
+            [],
+            [],
+            marker="o",
+            ls="",
+            color=_DATA_COLOR,
+            label=f"observed per bucket ({ci} CI;\nhorizontal bar: range of $T$)",
+        )
+    )
     if hollow:
         handles.append(
             Line2D(
@@ -127,6 +186,8 @@ def analysis_figure(
     panels: Sequence[str] = ("P", "G"),
     level: float | None = 0.95,
     legend: bool = True,
+    figsize=None,
+    style=None,
 ) -> Figure:
     r"""Observed Var(P_T) and Var(G_T) per length bucket with intervals, against the three predictions.
 
@@ -147,6 +208,11 @@ def analysis_figure(
         Confidence level of the intervals, for the legend.
     legend : bool
         Draw a legend (in the Var(G_T) panel, lower left, where there is one).
+    figsize : (float, float), optional
+        Size of a new figure (default 3.4 in wide, 1.9 in per panel).
+    style : None, str or dict
+        ``None``: the caller's rcParams; ``"paper"``: the package's paper style
+        (:func:`variance_lab.report.style.use`).
 
     Returns
     -------
@@ -155,8 +221,8 @@ def analysis_figure(
     panels = list(panels)
     if not panels or any(p not in _PANEL for p in panels):
         raise ValueError(f"panels must be a non-empty sequence of 'P' and 'G', got {panels!r}")
-    with style.paper():
-        fig, axes = _panel_axes(fig, ax, panels)
+    with _style.use(style):
+        fig, axes = _panel_axes(fig, ax, panels, figsize)
         for axis, panel in zip(axes, panels, strict=True):
             axis.set_xscale("log")
             axis.xaxis.set_major_locator(ticker.LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
@@ -164,7 +230,7 @@ def analysis_figure(
             axis.xaxis.set_minor_formatter(ticker.NullFormatter())
             _prediction_lines(axis, curves, panel)
             _data_points(axis, table, panel)
-            style.log10_axis(axis, "y")
+            axis.set_yscale("log")
             axis.set_ylabel(f"{_PANEL[panel][3]} (dimensionless)")
         axes[-1].set_xlabel(T_LABEL)
         if legend:  # Var(G_T) falls with T: its lower left is free
@@ -174,5 +240,6 @@ def analysis_figure(
                 level,
                 "P" in panels and _has_hollow(table),
                 "lower left" if panels[at] == "G" else "upper left",
+                axes,
             )
     return fig

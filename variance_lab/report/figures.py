@@ -1,39 +1,59 @@
 """Publication figures, drawn from tidy frames only.
 
 Every function takes a tidy frame (:mod:`variance_lab.schema`; the histogram takes a
-frame of histogram bins) and either ``ax=`` (one panel) or ``fig=`` (several panels),
-creates a :class:`matplotlib.figure.Figure` one column wide when none is given, and
-returns the figure. Nothing here computes theory or runs Monte Carlo: see
-:mod:`variance_lab.paper.figures` for the data behind each figure.
+frame of histogram bins) and either ``ax=`` (one panel) or ``fig=`` (several panels). When
+neither is given it creates a figure through :mod:`matplotlib.pyplot` (so ``plt.gcf()`` and
+``plt.savefig`` see it), ``figsize`` wide and high (default one column, 3.4 in). It returns
+the :class:`~matplotlib.figure.Figure`. Nothing here computes theory or runs Monte Carlo:
+see :mod:`variance_lab.paper.figures` for the data behind each figure.
 
-Conventions: quantities that can leave float range are drawn from their
-``log10_value`` on a linear axis labelled in powers of ten (:func:`style.log10_axis`);
-Monte Carlo points carry their interval as error bars and are drawn hollow when flagged
-unreliable.
+Styling. The functions draw with the caller's rcParams, so :func:`matplotlib.pyplot.rc_context`
+and style sheets apply; ``style="paper"`` applies the package's paper style sheet
+(:data:`variance_lab.report.style.STYLE_FILE`) and any other ``style`` is a matplotlib
+style name or file. Colours are the Okabe–Ito palette, and every series also differs in
+line style or marker, so the figures read in greyscale. Extra ``**kwargs`` go to the main
+artists (the exact lines, the heat map's mesh, the histogram steps).
+
+Axes. Quantities are drawn as real values on true log axes (``set_yscale("log")``), so
+one's own data can be overlaid as they are. Values beyond float range (Var(P_T) at
+T = 10^4 and more) cannot be drawn that way; they are left out of the line (their
+``log10_value`` stays in the data).
+
+Names. Var(G_T) has three approximations: the lognormal approximation
+:math:`(e^{\\sigma_y^2/T} - 1)\\,e^{2\\mu_y + \\sigma_y^2/T}` (exact for lognormal ratios),
+its small-:math:`x` form :math:`\\sigma_y^2 e^{2\\mu_y}/T`, and the naive
+:math:`\\sigma^2/T` printed in the source derivation's table. Monte Carlo points carry their
+interval as error bars and are drawn hollow when flagged unreliable.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from variance_lab.report import style
+from variance_lab._atomic import atomic_write
+from variance_lab.report import style as sty
 
 __all__ = [
     "variance_vs_T",
+    "approx_ratio",
     "variance_panels",
     "ratio_vs_T",
     "heatmap",
+    "decay_boundary",
     "approx_error",
     "relative_error_frame",
     "frontier_frame",
     "mc_frontier",
     "ess_vs_T",
     "log_histograms",
+    "new_figure",
+    "write_images",
 ]
 
 _STAT_LABEL = {
@@ -46,35 +66,58 @@ _METHOD_LABEL = {
     "exact": "exact",
     "lognormal": "lognormal approx.",
     "delta": r"small-$x$ form $\sigma_y^2 e^{2\mu_y}/T$",
-    "seed": r"seed's $\sigma^2/T$",
+    "seed": r"$\sigma^2/T$ (naive)",
     "monte_carlo": "Monte Carlo",
 }
 _METHOD_STYLE = {
-    "exact": {"color": style.color(0), "ls": "-", "lw": 1.2},
-    "lognormal": {"color": style.color(1), "ls": "--"},
-    "delta": {"color": style.color(4), "ls": "-."},
-    "seed": {"color": style.color(5), "ls": ":", "lw": 1.4},
+    "exact": {"color": sty.OKABE_ITO[0], "ls": "-"},
+    "lognormal": {"color": sty.OKABE_ITO[1], "ls": "--", "marker": "s", "markevery": 0.12, "ms": 3},
+    "delta": {"color": sty.OKABE_ITO[4], "ls": "-.", "marker": "^", "markevery": 0.12, "ms": 3},
+    "seed": {"color": sty.OKABE_ITO[5], "ls": ":", "marker": "D", "markevery": 0.12, "ms": 2.6},
 }
+_MC_COLOR = sty.OKABE_ITO[3]
 T_LABEL = "sequence length $T$ (tokens)"
 #: Relative errors below this are drawn at this floor (float64 resolution).
 REL_ERROR_FLOOR = 1e-16
 
 
 # ----------------------------------------------------------------------------- helpers
-def _axes(ax, height: float = 2.4):
-    """(figure, axes): the given axes, or a new one-column figure with one panel."""
+def new_figure(figsize=None, default=(sty.COLUMN_WIDTH, 2.4)):
+    """A new figure through :mod:`matplotlib.pyplot` (constrained layout), ``figsize`` or ``default``.
+
+    Created with pyplot so that ``plt.gcf()``, ``plt.savefig`` and notebooks' inline display
+    see it; close it with ``plt.close(fig)`` when done.
+    """
+    import matplotlib.pyplot as plt
+
+    return plt.figure(figsize=default if figsize is None else figsize, layout="constrained")
+
+
+def write_images(fig, out: str | Path, name: str, formats, dpi: int) -> list[Path]:
+    """Write ``fig`` as ``out/NAME.EXT`` for each format, atomically and without dates; closes nothing."""
+    out = Path(out)
+    paths = []
+    for ext in formats:
+        path = out / f"{name}.{ext}"
+        meta = {"CreationDate": None} if ext == "pdf" else ({"Date": None} if ext == "svg" else None)
+        kwargs = {"metadata": meta} if meta else {}
+        if ext == "png":
+            kwargs["dpi"] = dpi
+        atomic_write(path, lambda tmp, ext=ext, kwargs=kwargs: fig.savefig(tmp, format=ext, **kwargs))
+        paths.append(path)
+    return paths
+
+
+def _axes(ax, figsize, height: float = 2.4):
+    """(figure, axes): the given axes, or a new figure with one panel."""
     if ax is not None:
         return ax.figure, ax
-    with style.paper():  # axes take tick and font sizes from rcParams when created
-        fig = Figure(figsize=(style.COLUMN_WIDTH, height), layout="constrained")
-        return fig, fig.add_subplot()
+    fig = new_figure(figsize, (sty.COLUMN_WIDTH, height))
+    return fig, fig.add_subplot()
 
 
-def _figure(fig, height: float) -> Figure:
-    if fig is None:
-        with style.paper():
-            fig = Figure(figsize=(style.COLUMN_WIDTH, height), layout="constrained")
-    return fig
+def _figure(fig, figsize, height: float) -> Figure:
+    return new_figure(figsize, (sty.COLUMN_WIDTH, height)) if fig is None else fig
 
 
 def _rows(frame: pd.DataFrame, **equal) -> pd.DataFrame:
@@ -82,6 +125,12 @@ def _rows(frame: pd.DataFrame, **equal) -> pd.DataFrame:
     for col, val in equal.items():
         mask &= (frame[col] == val).to_numpy()
     return frame[mask].sort_values("T")
+
+
+def _values(rows: pd.DataFrame) -> np.ndarray:
+    """Real values of tidy rows: ``value`` where finite, else ``10**log10_value`` (inf beyond range)."""
+    v = rows["value"].to_numpy(float)
+    return np.where(np.isfinite(v), v, sty.power10(rows["log10_value"].to_numpy(float)))
 
 
 def _series(frame: pd.DataFrame) -> list[tuple[str, float, float]]:
@@ -111,24 +160,46 @@ def _params_text(key: tuple[str, float, float]) -> str:
     return rf"{family}, $\mu={mu:g}$, $\sigma^2={sigma2:g}$"
 
 
-def _log10_bounds(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """log10 of interval ends, clipped to the point when an end is <= 0 or missing."""
-    y = rows["log10_value"].to_numpy(float)
-    lo = style.clip_log10(rows["lo"].to_numpy(float), floor=-np.inf)
-    hi = style.clip_log10(rows["hi"].to_numpy(float), floor=-np.inf)
-    lo = np.where(np.isfinite(lo), np.minimum(lo, y), y)
+def _common_text(keys, varying: set[str]) -> str:
+    """The parameters all series share, e.g. ``lognormal, mu=1`` when only sigma^2 varies."""
+    if not keys:
+        return ""
+    family, mu, sigma2 = keys[0]
+    parts = []
+    if "family" not in varying:
+        parts.append(family)
+    if "mu" not in varying:
+        parts.append(rf"$\mu={mu:g}$")
+    if "sigma2" not in varying:
+        parts.append(rf"$\sigma^2={sigma2:g}$")
+    return ", ".join(parts)
+
+
+def _n_text(n) -> str:
+    return f"$n = {int(n):,}$".replace(",", "{,}") if n else ""
+
+
+def _bounds(rows: pd.DataFrame, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Interval ends, clipped to the point when an end is <= 0 or missing."""
+    lo, hi = rows["lo"].to_numpy(float), rows["hi"].to_numpy(float)
+    lo = np.where(np.isfinite(lo) & (lo > 0), np.minimum(lo, y), y)
     hi = np.where(np.isfinite(hi), np.maximum(hi, y), y)
     return lo, hi
 
 
-def _mc_points(ax, rows: pd.DataFrame, color: str, x: str = "T") -> None:
-    """Monte Carlo estimates (log10) with interval bars; hollow when unreliable."""
+def _mc_points(ax, rows: pd.DataFrame, color: str, x: str = "T", scale=None, marker: str = "o") -> bool:
+    """Monte Carlo estimates with interval bars, hollow when unreliable; True if any is hollow.
+
+    ``scale`` (array, one per row) divides values and bounds (a ratio to the exact value).
+    """
     if rows.empty:
-        return
-    lo, hi = _log10_bounds(rows)
-    y = rows["log10_value"].to_numpy(float)
+        return False
+    y = _values(rows)
+    lo, hi = _bounds(rows, y)
+    if scale is not None:
+        y, lo, hi = y / scale, lo / scale, hi / scale
     xs = rows[x].to_numpy(float)
-    ok = rows["reliable"].to_numpy(bool)
+    ok = rows["reliable"].astype(str).isin(["True", "true", "1"]).to_numpy()
     for mask, face in ((ok, color), (~ok, "white")):
         if not mask.any():
             continue
@@ -139,20 +210,45 @@ def _mc_points(ax, rows: pd.DataFrame, color: str, x: str = "T") -> None:
             color=color,
             mfc=face,
             mec=color,
-            **style.ERRORBAR,
+            **{**sty.ERRORBAR, "fmt": marker},
         )
+    return bool((~ok).any())
 
 
-def _mc_legend_handles(color: str = "0.2") -> list[Line2D]:
-    return [
-        Line2D([], [], marker="o", ls="", color=color, mfc=color, label="Monte Carlo, reliable"),
-        Line2D([], [], marker="o", ls="", color=color, mfc="white", label="Monte Carlo, flagged unreliable"),
-    ]
+def _mc_legend_handles(color: str, hollow: bool, level: str = "95 %") -> list[Line2D]:
+    handles = [Line2D([], [], marker="o", ls="", color=color, mfc=color, label=f"Monte Carlo ({level} CI)")]
+    if hollow:
+        handles.append(
+            Line2D(
+                [], [], marker="o", ls="", color=color, mfc="white", label="Monte Carlo, flagged unreliable"
+            )
+        )
+    return handles
+
+
+def _log_x_T(ax) -> None:
+    ax.set_xscale("log")
+    ax.set_xlabel(T_LABEL)
 
 
 # ----------------------------------------------------------------------------- variance
-def variance_vs_T(frame: pd.DataFrame, statistic: str = "var_P", *, ax=None, legend: bool = True) -> Figure:
-    """Var(P_T) or Var(G_T) against T: exact line, the seed's approximations, Monte Carlo.
+def variance_vs_T(
+    frame: pd.DataFrame,
+    statistic: str = "var_P",
+    *,
+    ax=None,
+    legend: bool = True,
+    approximations: bool = True,
+    figsize=None,
+    style=None,
+    **kwargs,
+) -> Figure:
+    r"""Var(P_T) or Var(G_T) against T on log-log axes: exact line, approximations, Monte Carlo.
+
+    Var(P_T) is exactly :math:`(\sigma^2+\mu^2)^T - \mu^{2T}`; Var(G_T) is drawn exact with,
+    when ``approximations``, the lognormal approximation, its small-:math:`x` form and the
+    naive :math:`\sigma^2/T` (they overlap the exact line within 15 %; :func:`approx_ratio`
+    shows their ratio to it).
 
     Parameters
     ----------
@@ -163,81 +259,191 @@ def variance_vs_T(frame: pd.DataFrame, statistic: str = "var_P", *, ax=None, leg
     ax : matplotlib.axes.Axes, optional
     legend : bool
         Draw a legend.
+    approximations : bool
+        Draw the approximation rows (``lognormal``, ``delta``, ``seed``) as lines.
+    figsize : (float, float), optional
+        Size of a new figure (default 3.4 x 2.4 in).
+    style : None, str or dict
+        ``None``: the caller's rcParams; ``"paper"``: the package style; else a matplotlib style.
+    **kwargs
+        Passed to the exact line's :meth:`~matplotlib.axes.Axes.plot`.
 
     Returns
     -------
     matplotlib.figure.Figure
     """
-    fig, ax = _axes(ax)
-    with style.paper():
-        ax.set_xscale("log")
+    with sty.use(style):
+        fig, ax = _axes(ax, figsize)
         rows = frame[frame["statistic"] == statistic]
-        for method, kw in _METHOD_STYLE.items():
+        methods = ["exact", *(["lognormal", "delta", "seed"] if approximations else [])]
+        for method in methods:
             sub = _rows(rows, method=method)
             if sub.empty:
                 continue
             label = _METHOD_LABEL[method]
             if method == "exact" and statistic == "var_P":
-                label = r"exact $(\sigma^2+\mu^2)^T-\mu^{2T}$ (= seed)"
-            ax.plot(sub["T"], sub["log10_value"], label=label, **kw)
+                label = r"exact $(\sigma^2+\mu^2)^T-\mu^{2T}$"
+            kw = {**_METHOD_STYLE[method], **(kwargs if method == "exact" else {})}
+            ax.plot(sub["T"], _values(sub), label=label, **kw)
         mc = _rows(rows, method="monte_carlo")
-        _mc_points(ax, mc, style.color(3))
-        style.log10_axis(ax, "y")
-        ax.set_xlabel(T_LABEL)
-        ax.set_ylabel(f"{_STAT_LABEL[statistic]} (dimensionless)")
+        hollow = _mc_points(ax, mc, _MC_COLOR)
+        ax.set_yscale("log")
+        _log_x_T(ax)
+        ax.set_ylabel(_STAT_LABEL[statistic])
         if legend:
             handles, _ = ax.get_legend_handles_labels()
             if not mc.empty:
-                handles += _mc_legend_handles(style.color(3))
+                handles += _mc_legend_handles(_MC_COLOR, hollow)
             ax.legend(handles=handles, loc="upper left" if statistic == "var_P" else "lower left")
     return fig
 
 
-def variance_panels(frame: pd.DataFrame, *, fig=None) -> Figure:
-    """Two stacked panels: :func:`variance_vs_T` for Var(P_T) (top) and Var(G_T) (bottom)."""
-    fig = _figure(fig, 4.6)
-    with style.paper():
-        top, bottom = fig.subplots(2, 1, sharex=True)
-        variance_vs_T(frame, "var_P", ax=top)
-        variance_vs_T(frame, "var_G", ax=bottom)
-        top.set_xlabel("")
-        keys = _series(frame)
-        if len(keys) == 1:
-            top.set_title(_params_text(keys[0]))
+def approx_ratio(frame: pd.DataFrame, *, ax=None, legend: bool = True, figsize=None, style=None, **kwargs):
+    r"""Each Var(G_T) approximation, and Monte Carlo, as a ratio to the exact Var(G_T), against T.
+
+    Where the approximations overlap the exact line on a log axis (within 15 %), their
+    ratio to it shows the difference: the naive :math:`\sigma^2/T` of the source derivation
+    stays 13-15 % off for lognormal ratios at :math:`\mu = 1`, :math:`\sigma^2 = 0.1`.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        ``var_G`` rows of one (family, mu, sigma2): ``exact``, approximations, optionally
+        ``monte_carlo``.
+    ax : matplotlib.axes.Axes, optional
+    legend : bool
+    figsize : (float, float), optional
+    style : None, str or dict
+        As for :func:`variance_vs_T`.
+    **kwargs
+        Passed to every approximation line's :meth:`~matplotlib.axes.Axes.plot`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    with sty.use(style):
+        fig, ax = _axes(ax, figsize, 2.0)
+        rows = frame[frame["statistic"] == "var_G"]
+        exact = _rows(rows, method="exact")
+        by_T = pd.Series(_values(exact), index=exact["T"].to_numpy())
+        ax.axhline(1.0, color="0.6", lw=0.6, zorder=0)
+        for method in ("lognormal", "delta", "seed"):
+            sub = _rows(rows, method=method)
+            sub = sub[sub["T"].isin(by_T.index)]
+            if sub.empty:
+                continue
+            ratio = _values(sub) / by_T.loc[sub["T"]].to_numpy()
+            ax.plot(sub["T"], ratio, label=_METHOD_LABEL[method], **{**_METHOD_STYLE[method], **kwargs})
+        mc = _rows(rows, method="monte_carlo")
+        mc = mc[mc["T"].isin(by_T.index)]
+        hollow = _mc_points(ax, mc, _MC_COLOR, scale=by_T.loc[mc["T"]].to_numpy()) if len(mc) else False
+        _log_x_T(ax)
+        ax.set_ylabel(r"$\mathrm{Var}(G_T)$ / exact")
+        if legend:
+            handles, _ = ax.get_legend_handles_labels()
+            if not mc.empty:
+                handles += _mc_legend_handles(_MC_COLOR, hollow)
+            ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncols=2)
     return fig
 
 
-def ratio_vs_T(frame: pd.DataFrame, *, ax=None) -> Figure:
+def variance_panels(frame: pd.DataFrame, *, fig=None, n=None, figsize=None, style=None, **kwargs) -> Figure:
+    """Three stacked panels: Var(P_T), Var(G_T) (exact and Monte Carlo) and the approximations' ratio.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Rows of one (family, mu, sigma2) as for :func:`variance_vs_T`.
+    fig : matplotlib.figure.Figure, optional
+    n : int, optional
+        Monte Carlo draws per point, shown in the title.
+    figsize : (float, float), optional
+        Size of a new figure (default 3.4 x 6.4 in).
+    style : None, str or dict
+        As for :func:`variance_vs_T`.
+    **kwargs
+        Passed to the exact lines.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    with sty.use(style):
+        fig = _figure(fig, figsize, 6.4)
+        top, middle, bottom = fig.subplots(3, 1, sharex=True, height_ratios=[1.2, 1.0, 0.9])
+        variance_vs_T(frame, "var_P", ax=top, **kwargs)
+        variance_vs_T(frame, "var_G", ax=middle, approximations=False, **kwargs)
+        approx_ratio(frame, ax=bottom)
+        for ax in (top, middle):
+            ax.set_xlabel("")
+        for ax, letter in zip((top, middle, bottom), "abc", strict=True):
+            ax.set_title(f"({letter})", loc="left", fontweight="bold")
+        keys = _series(frame)
+        if len(keys) == 1:
+            mc = (frame["method"] == "monte_carlo").any()
+            text = _params_text(keys[0]) + (f"; Monte Carlo {_n_text(n)} draws" if mc and n else "")
+            fig.suptitle(text)
+    return fig
+
+
+def ratio_vs_T(
+    frame: pd.DataFrame, *, fig=None, ax=None, zoom: int | None = 50, figsize=None, style=None, **kwargs
+):
     """Exact Var(P_T)/Var(G_T) against T, one line per (family, mu, sigma2).
+
+    With ``zoom`` (and no ``ax``) a second panel shows T <= ``zoom`` on its own scale, where
+    the full range (over a hundred decades at T = 1000) would squash it flat.
 
     Parameters
     ----------
     frame : pandas.DataFrame
         ``var_ratio`` / ``exact`` rows, typically for mu < 1, mu = 1 and mu > 1.
+    fig : matplotlib.figure.Figure, optional
     ax : matplotlib.axes.Axes, optional
+        One panel, full range only.
+    zoom : int or None
+        Largest T of the zoomed panel; None for one panel.
+    figsize : (float, float), optional
+    style : None, str or dict
+        As for :func:`variance_vs_T`.
+    **kwargs
+        Passed to every line's :meth:`~matplotlib.axes.Axes.plot`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
     """
-    fig, ax = _axes(ax)
-    with style.paper():
+    with sty.use(style):
         rows = _rows(frame, statistic="var_ratio", method="exact")
-        keys = _series(rows)
+        keys = sorted(_series(rows), key=lambda k: (k[0], k[1], k[2]))
         varying = _varying(keys)
-        for i, key in enumerate(sorted(keys, key=lambda k: (k[0], k[1], k[2]))):
-            family, mu, sigma2 = key
-            sub = _rows(rows, family=family, mu=mu, sigma2=sigma2)
-            regime = "<" if mu < 1 else (">" if mu > 1 else "=")
-            label = _series_label(key, varying)
-            if "mu" in varying:
-                label += rf" ($\mu {regime} 1$)"
-            ax.plot(sub["T"], sub["log10_value"], color=style.color(i + 1), label=label)
-        ax.axhline(0.0, color="0.6", lw=0.6, ls=":")
-        ax.set_xscale("log")
-        style.log10_axis(ax, "y")
-        ax.set_xlabel(T_LABEL)
-        ax.set_ylabel(_STAT_LABEL["var_ratio"])
-        if len(keys) and "mu" in varying and len(varying) == 1:
-            family, _, sigma2 = keys[0]
-            ax.set_title(rf"{family}, $\sigma^2={sigma2:g}$, exact")
-        ax.legend(loc="best")
+        if ax is not None or zoom is None or rows.empty or rows["T"].max() <= zoom:
+            fig, ax = _axes(ax, figsize, 2.4) if fig is None or ax is not None else (fig, fig.add_subplot())
+            axes = [ax]
+        else:
+            fig = _figure(fig, figsize, 4.2)
+            axes = list(fig.subplots(2, 1))
+        for k, panel in enumerate(axes):
+            sub_rows = rows if k == 0 else rows[rows["T"] <= zoom]
+            for i, key in enumerate(keys):
+                family, mu, sigma2 = key
+                sub = _rows(sub_rows, family=family, mu=mu, sigma2=sigma2)
+                label = _series_label(key, varying)
+                if "mu" in varying and mu != 1:
+                    label += rf" ($\mu {'<' if mu < 1 else '>'} 1$)"
+                kw = {**sty.line_style(i), "markevery": 0.1, "ms": 3, **kwargs}
+                panel.plot(sub["T"], _values(sub), label=label, **kw)
+            panel.axhline(1.0, color="0.6", lw=0.6, ls=":")
+            panel.set_yscale("log")
+            _log_x_T(panel)
+            panel.set_ylabel(_STAT_LABEL["var_ratio"])
+        if len(axes) == 2:
+            axes[1].set_title(f"zoom: $T \\leq {zoom}$", loc="left")
+        axes[0].legend(loc="best")
+        if keys:
+            common = _common_text(keys, varying)
+            axes[0].set_title(f"{common}, exact" if common else "exact")
     return fig
 
 
@@ -252,8 +458,98 @@ def _edges(values: np.ndarray, log: bool) -> np.ndarray:
     return 10**mid if log else mid
 
 
-def heatmap(frame: pd.DataFrame, statistic: str = "var_P", *, T: int | None = None, ax=None) -> Figure:
-    """log10 of an exact statistic over a mu x sigma^2 grid at one T, mu = 1 marked.
+def _grid(rows: pd.DataFrame, values: str = "log10_value"):
+    """(mu, sigma2, masked z, log sigma2 axis?) of rows over a (mu, sigma2) grid."""
+    grid = rows.pivot_table(index="sigma2", columns="mu", values=values, aggfunc="first")
+    mus, s2s = grid.columns.to_numpy(float), grid.index.to_numpy(float)
+    z = np.ma.masked_invalid(grid.to_numpy(float))
+    log_y = bool(s2s.min() > 0 and s2s.max() / s2s.min() > 20)
+    return mus, s2s, z, log_y
+
+
+def _decade_levels(z, most: int = 7) -> np.ndarray:
+    """Contour levels (log10) at whole decades, at most ``most``; 1-2-5 steps when few decades."""
+    if z.count() == 0:
+        return np.array([])
+    zmin, zmax = float(z.min()), float(z.max())
+    lo, hi = math.ceil(zmin), math.floor(zmax)
+    if hi - lo + 1 < 3:  # a range of a decade or two: 1, 2, 5 x 10^k
+        k = np.arange(math.floor(zmin), math.ceil(zmax) + 1)
+        levels = np.log10(np.outer(10.0**k, [1.0, 2.0, 5.0]).ravel())
+        return levels[(levels > zmin) & (levels < zmax)]
+    step = max(1, math.ceil((hi - lo + 1) / most))
+    return np.arange(lo, hi + 1, step, dtype=float)
+
+
+def _decade_label(level: float) -> str:
+    k = math.floor(level + 1e-9)
+    mantissa = round(10 ** (level - k))
+    return f"$10^{{{k}}}$" if mantissa == 1 else f"${mantissa}\\times10^{{{k}}}$"
+
+
+def _mark_mu_1(ax, mus) -> None:
+    if mus.min() <= 1.0 <= mus.max():
+        ax.axvline(1.0, color="black", lw=0.9, ls=(0, (4, 2)))
+        ax.annotate(
+            r"$\mu=1$",
+            (1.0, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, -3),
+            textcoords="offset points",
+            va="top",
+            color="black",
+            bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8},
+        )
+
+
+def _boundary(ax, mus, s2s) -> None:
+    """The curve sigma^2 = 1 - mu^2 (below it, with mu < 1, Var(P_T) decays)."""
+    mu_line = np.linspace(max(mus.min(), 0.0), min(mus.max(), 1.0), 200)
+    s2_line = 1 - mu_line**2
+    keep = (s2_line >= s2s.min()) & (s2_line <= s2s.max())
+    if keep.sum() > 1:
+        ax.plot(mu_line[keep], s2_line[keep], color="white", lw=2.6, zorder=4)
+        ax.plot(
+            mu_line[keep],
+            s2_line[keep],
+            color=sty.OKABE_ITO[5],
+            lw=1.3,
+            zorder=5,
+            label=r"$\sigma^2 = 1-\mu^2$",
+        )
+        ax.legend(loc="lower left", framealpha=0.85, frameon=True, edgecolor="none")
+
+
+def _heat_axes(ax, mus, s2s, log_y, title):
+    ax.set_facecolor("0.85")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(r"mean ratio $\mu = E[r]$")
+    ax.set_ylabel(r"ratio variance $\sigma^2 = \mathrm{Var}(r)$")
+    if title:
+        ax.set_title(title)
+
+
+def heatmap(
+    frame: pd.DataFrame,
+    statistic: str = "var_P",
+    *,
+    T: int | None = None,
+    ax=None,
+    contours: bool = True,
+    boundary: bool = True,
+    figsize=None,
+    style=None,
+    **kwargs,
+) -> Figure:
+    r"""An exact statistic over a mu x sigma^2 grid at one T: colour in decades, contours, mu = 1.
+
+    The colour is :math:`\log_{10}` of the statistic (so a colour bar can span 60 decades);
+    the colour bar is labelled in powers of ten (:func:`~variance_lab.report.style.log10_axis`).
+    Contours at whole decades are labelled; the dashed line marks :math:`\mu = 1` and, with
+    ``boundary``, the curve :math:`\sigma^2 = 1 - \mu^2` marks where Var(P_T) turns from decay
+    (below it, with :math:`\mu < 1`) to growth. Pass ``vmin``/``vmax`` (log10) to share
+    one colour scale between heat maps.
 
     Parameters
     ----------
@@ -265,6 +561,19 @@ def heatmap(frame: pd.DataFrame, statistic: str = "var_P", *, T: int | None = No
     T : int, optional
         The sequence length; required when the frame holds several.
     ax : matplotlib.axes.Axes, optional
+    contours : bool
+        Labelled contours at whole decades.
+    boundary : bool
+        Draw :math:`\sigma^2 = 1 - \mu^2`.
+    figsize : (float, float), optional
+    style : None, str or dict
+        As for :func:`variance_vs_T`.
+    **kwargs
+        Passed to :meth:`~matplotlib.axes.Axes.pcolormesh` (``cmap``, ``vmin``, ``vmax``, ...).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
     """
     rows = frame[(frame["statistic"] == statistic) & (frame["method"] == "exact")]
     Ts = sorted(rows["T"].unique())
@@ -275,43 +584,91 @@ def heatmap(frame: pd.DataFrame, statistic: str = "var_P", *, T: int | None = No
     rows = rows[rows["T"] == T]
     if rows.empty:
         raise ValueError(f"no exact {statistic} rows at T = {T}")
-    fig, ax = _axes(ax, 2.7)
-    with style.paper():
-        grid = rows.pivot_table(index="sigma2", columns="mu", values="log10_value", aggfunc="first")
-        mus, s2s = grid.columns.to_numpy(float), grid.index.to_numpy(float)
-        z = np.ma.masked_invalid(grid.to_numpy(float))
-        log_y = bool(s2s.min() > 0 and s2s.max() / s2s.min() > 20)
+    with sty.use(style):
+        fig, ax = _axes(ax, figsize, 2.8)
+        mus, s2s, z, log_y = _grid(rows)
         mesh = ax.pcolormesh(
             _edges(mus, False),
             _edges(s2s, log_y),
             z,
-            cmap=style.SEQUENTIAL_CMAP,
-            shading="flat",
-            rasterized=True,
+            **{"cmap": sty.SEQUENTIAL_CMAP, "shading": "flat", **kwargs},
         )
-        ax.set_facecolor("0.85")
-        if log_y:
-            ax.set_yscale("log")
-        if mus.min() <= 1.0 <= mus.max():
-            ax.axvline(1.0, color="black", lw=1.6)
-            ax.axvline(1.0, color="white", lw=0.8, ls=(0, (3, 2)))
-            ax.annotate(
-                r"$\mu=1$",
-                (1.0, 1.0),
-                xycoords=("data", "axes fraction"),
-                xytext=(2, -8),
-                textcoords="offset points",
-                color="white",
-                fontsize=6.5,
-            )
+        if contours and len(mus) > 1 and len(s2s) > 1:
+            levels = _decade_levels(z)
+            if len(levels):
+                cs = ax.contour(mus, s2s, z, levels=levels, colors="white", linewidths=0.6)
+                ax.clabel(cs, fmt=_decade_label, fontsize=sty.small_font(), inline_spacing=2)
+        _mark_mu_1(ax, mus)
+        if boundary:
+            _boundary(ax, mus, s2s)
         cbar = fig.colorbar(mesh, ax=ax)
-        style.log10_axis(cbar.ax, "y")
+        sty.log10_axis(cbar.ax, "y")
         cbar.set_label(f"{_STAT_LABEL.get(statistic, statistic)} at $T={T}$")
-        ax.set_xlabel(r"mean ratio $\mu = E[r]$")
-        ax.set_ylabel(r"ratio variance $\sigma^2 = \mathrm{Var}(r)$")
         families = rows["family"].unique()
-        if len(families) == 1:
-            ax.set_title(f"{families[0]}, exact")
+        _heat_axes(ax, mus, s2s, log_y, f"{families[0]} ratios, exact" if len(families) == 1 else "")
+    return fig
+
+
+def decay_boundary(
+    frame: pd.DataFrame, T: tuple[int, int] | None = None, *, ax=None, figsize=None, style=None, **kwargs
+) -> Figure:
+    r"""Where Var(P_T) grows and where it decays: Var(P_{T2}) / Var(P_{T1}) over mu x sigma^2.
+
+    Exactly, :math:`\mathrm{Var}(P_T) = (\sigma^2+\mu^2)^T - \mu^{2T}` decays in :math:`T`
+    only when :math:`\sigma^2 + \mu^2 < 1`: the boundary is the curve
+    :math:`\sigma^2 = 1 - \mu^2`, not the line :math:`\mu = 1`. The colour (diverging, centred
+    on no change) is :math:`\log_{10}` of the ratio between two lengths; the black contour
+    is where it equals 1, the red curve is :math:`\sigma^2 = 1 - \mu^2`.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        ``var_P`` / ``exact`` rows over a (mu, sigma2) grid at two lengths.
+    T : (int, int), optional
+        The two lengths (default: the frame's smallest and largest).
+    ax : matplotlib.axes.Axes, optional
+    figsize : (float, float), optional
+    style : None, str or dict
+        As for :func:`variance_vs_T`.
+    **kwargs
+        Passed to :meth:`~matplotlib.axes.Axes.pcolormesh`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from matplotlib.colors import TwoSlopeNorm
+
+    rows = frame[(frame["statistic"] == "var_P") & (frame["method"] == "exact")]
+    Ts = sorted(int(t) for t in rows["T"].unique())
+    if T is None:
+        if len(Ts) < 2:
+            raise ValueError(f"decay_boundary needs var_P rows at two lengths, got T = {Ts}")
+        T = (Ts[0], Ts[-1])
+    t1, t2 = (int(t) for t in T)
+    if t1 not in Ts or t2 not in Ts or t1 >= t2:
+        raise ValueError(f"T must be two lengths of the frame, smaller first; got {T!r}, frame has {Ts}")
+    with sty.use(style):
+        fig, ax = _axes(ax, figsize, 2.8)
+        mus, s2s, z1, log_y = _grid(rows[rows["T"] == t1])
+        z2 = _grid(rows[rows["T"] == t2])[2]
+        z = z2 - z1
+        span = max(float(np.abs(z).max()), 1e-12) if z.count() else 1.0
+        kw = {"cmap": sty.DIVERGING_CMAP, "norm": TwoSlopeNorm(0.0, -span, span), "shading": "flat", **kwargs}
+        mesh = ax.pcolormesh(_edges(mus, False), _edges(s2s, log_y), z, **kw)
+        if len(mus) > 1 and len(s2s) > 1 and float(z.min()) < 0 < float(z.max()):
+            ax.contour(mus, s2s, z, levels=[0.0], colors="black", linewidths=1.0, linestyles="--", zorder=6)
+        _mark_mu_1(ax, mus)
+        _boundary(ax, mus, s2s)
+        handles, labels = ax.get_legend_handles_labels()
+        handles.append(Line2D([], [], color="black", lw=1.0, ls="--", label="no change (contour)"))
+        ax.legend(handles=handles, loc="lower left", framealpha=0.85, frameon=True, edgecolor="none")
+        cbar = fig.colorbar(mesh, ax=ax)
+        sty.log10_axis(cbar.ax, "y")
+        cbar.set_label(rf"$\mathrm{{Var}}(P_{{{t2}}})\,/\,\mathrm{{Var}}(P_{{{t1}}})$")
+        families = rows["family"].unique()
+        title = f"{families[0]} ratios, exact: growth or decay" if len(families) == 1 else ""
+        _heat_axes(ax, mus, s2s, log_y, title)
     return fig
 
 
@@ -340,24 +697,34 @@ def relative_error_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values([*keys, "method"]).reset_index(drop=True)
 
 
-def approx_error(frame: pd.DataFrame, *, fig=None) -> Figure:
-    """|approximation / exact - 1| of Var(G_T) against T, one panel per family.
+def approx_error(frame: pd.DataFrame, *, fig=None, figsize=None, style=None, **kwargs) -> Figure:
+    r"""Relative error :math:`|\mathrm{approx.}/\mathrm{exact} - 1|` of Var(G_T) against T, per family.
 
-    The seed's lognormal approximation, its small-x form and the seed table's
-    sigma^2/T; errors below :data:`REL_ERROR_FLOOR` (float64 resolution: the
+    The lognormal approximation, its small-:math:`x` form and the naive
+    :math:`\sigma^2/T`; errors below :data:`REL_ERROR_FLOOR` (float64 resolution: the
     approximation is exact, as the lognormal one is for the lognormal family) are drawn
-    at the floor.
+    at the floor and marked "exact".
 
     Parameters
     ----------
     frame : pandas.DataFrame
         ``var_G`` rows (``exact``, ``lognormal``, ``delta``, ``seed``) of one or more families.
     fig : matplotlib.figure.Figure, optional
+    figsize : (float, float), optional
+        Size of a new figure (default 3.4 in wide, 1.5 in per family).
+    style : None, str or dict
+        As for :func:`variance_vs_T`.
+    **kwargs
+        Passed to every line's :meth:`~matplotlib.axes.Axes.plot`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
     """
     err = relative_error_frame(frame)
     keys = _series(err)
-    fig = _figure(fig, 0.5 + 1.45 * max(len(keys), 1))
-    with style.paper():
+    with sty.use(style):
+        fig = _figure(fig, figsize, 0.7 + 1.5 * max(len(keys), 1))
         axes = np.atleast_1d(fig.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0])
         for ax, key in zip(axes, keys, strict=True):
             family, mu, sigma2 = key
@@ -365,7 +732,7 @@ def approx_error(frame: pd.DataFrame, *, fig=None) -> Figure:
             for method in ("lognormal", "delta", "seed"):
                 m = sub[sub["method"] == method]
                 y = np.maximum(np.abs(m["rel_error"].to_numpy(float)), REL_ERROR_FLOOR)
-                ax.plot(m["T"], y, label=_METHOD_LABEL[method], **_METHOD_STYLE[method])
+                ax.plot(m["T"], y, label=_METHOD_LABEL[method], **{**_METHOD_STYLE[method], **kwargs})
                 if len(y) > 1 and (y[-2:] <= REL_ERROR_FLOOR).all():
                     ax.annotate(
                         "exact",
@@ -374,16 +741,19 @@ def approx_error(frame: pd.DataFrame, *, fig=None) -> Figure:
                         textcoords="offset points",
                         ha="right",
                         va="bottom",
-                        fontsize=6,
+                        fontsize=sty.small_font(),
                         color=_METHOD_STYLE[method]["color"],
                     )
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_ylim(REL_ERROR_FLOOR / 3, None)
-            ax.text(0.02, 0.04, _params_text(key), transform=ax.transAxes, fontsize=6.5)
-            ax.set_ylabel("|approx./exact − 1|")
+            ax.set_title(_params_text(key), loc="left")
+            ax.set_ylabel("rel. error")
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside upper center", ncols=2)
+        fig.supylabel(r"$|\mathrm{approx.}/\mathrm{exact} - 1|$ of $\mathrm{Var}(G_T)$")
+        for ax in axes:
+            ax.set_ylabel("")
         axes[-1].set_xlabel(T_LABEL)
     return fig
 
@@ -421,7 +791,9 @@ def frontier_frame(frame: pd.DataFrame, n) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def mc_frontier(frame: pd.DataFrame, n=None, *, ax=None, target: float | None = 0.1) -> Figure:
+def mc_frontier(
+    frame: pd.DataFrame, n=None, *, ax=None, target: float | None = 0.1, figsize=None, style=None, **kwargs
+) -> Figure:
     """The Monte Carlo reliability frontier: largest T where n draws give Var(P_T) to 10 %.
 
     Parameters
@@ -433,25 +805,27 @@ def mc_frontier(frame: pd.DataFrame, n=None, *, ax=None, target: float | None = 
     ax : matplotlib.axes.Axes, optional
     target : float, optional
         The target relative error the rows were computed for (axis label only).
+    figsize : (float, float), optional
+    style : None, str or dict
+        As for :func:`variance_vs_T`.
+    **kwargs
+        Passed to every frontier line's :meth:`~matplotlib.axes.Axes.plot`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
     """
     n = np.logspace(2, 12, 101) if n is None else np.asarray(n, dtype=float)
     front = frontier_frame(frame, n)
     keys = _series(front)
     varying = _varying(keys)
-    fig, ax = _axes(ax, 2.5)
-    styles = {"lognormal": "-", "gamma": "--", "two-point": ":"}
-    with style.paper():
+    with sty.use(style):
+        fig, ax = _axes(ax, figsize, 3.0)
         for i, key in enumerate(keys):
             family, mu, sigma2 = key
             sub = front[(front["family"] == family) & (front["mu"] == mu) & (front["sigma2"] == sigma2)]
-            ax.plot(
-                sub["n"],
-                sub["T_max"],
-                ls=styles.get(family, "-."),
-                color=style.color(i + 1),
-                label=_series_label(key, varying),
-                drawstyle="steps-post",
-            )
+            kw = {**sty.line_style(i), "markevery": 0.1, "ms": 3, "drawstyle": "steps-post", **kwargs}
+            ax.plot(sub["n"], sub["T_max"], label=_series_label(key, varying), **kw)
         for t in (10, 100, 1000):
             ax.axhline(t, color="0.75", lw=0.5, ls=":", zorder=0)
         ax.set_xscale("log")
@@ -459,17 +833,21 @@ def mc_frontier(frame: pd.DataFrame, n=None, *, ax=None, target: float | None = 
         ax.set_xlabel("Monte Carlo draws $n$")
         pct = f"{100 * target:g} %" if target else "the target"
         ax.set_ylabel("largest $T$ (tokens)")
-        title = rf"$n$ draws estimate Var$(P_T)$ to {pct}"
-        if len(keys) and "mu" not in varying:
-            title += rf" ($\mu={keys[0][1]:g}$)"
-        ax.set_title(title)
-        ax.legend(loc="upper left")
+        title = rf"largest $T$ where $n$ draws give Var$(P_T)$ to {pct}"
+        common = _common_text(keys, varying)
+        ax.set_title(title + (f"\n{common}" if common else ""))
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2)
     return fig
 
 
 # ----------------------------------------------------------------------------- ESS
-def ess_vs_T(frame: pd.DataFrame, *, ax=None, n: int | None = None) -> Figure:
-    """Kong's ESS fraction of the weights P_T against T: exact lines, Monte Carlo points.
+def ess_vs_T(
+    frame: pd.DataFrame, *, ax=None, n: int | None = None, figsize=None, style=None, **kwargs
+) -> Figure:
+    r"""Kong's ESS fraction of the weights P_T against T: exact lines, Monte Carlo points.
+
+    Exactly :math:`(E P_T)^2 / E[P_T^2] = e^{T(2K(1) - K(2))}`, which is
+    :math:`(1 + \sigma^2/\mu^2)^{-T}` for every family.
 
     Parameters
     ----------
@@ -477,41 +855,58 @@ def ess_vs_T(frame: pd.DataFrame, *, ax=None, n: int | None = None) -> Figure:
         ``ess_frac_P`` rows, ``exact`` and optionally ``monte_carlo``, per (family, mu, sigma2).
     ax : matplotlib.axes.Axes, optional
     n : int, optional
-        Draws of the Monte Carlo points: draws the floor 1/n (one draw holds all weight).
+        Draws of the Monte Carlo points: draws the floor 1/n (one draw holds all weight)
+        and names n in the title.
+    figsize : (float, float), optional
+    style : None, str or dict
+        As for :func:`variance_vs_T`.
+    **kwargs
+        Passed to every exact line's :meth:`~matplotlib.axes.Axes.plot`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
     """
-    fig, ax = _axes(ax, 2.5)
-    with style.paper():
+    with sty.use(style):
+        fig, ax = _axes(ax, figsize, 2.9)
         rows = frame[frame["statistic"] == "ess_frac_P"]
         keys = _series(rows)
         varying = _varying(keys)
-        any_mc = False
+        any_mc = hollow = False
         for i, key in enumerate(keys):
             family, mu, sigma2 = key
             sub = rows[(rows["family"] == family) & (rows["mu"] == mu) & (rows["sigma2"] == sigma2)]
             exact = _rows(sub, method="exact")
-            col = style.color(i + 1)
-            ax.plot(exact["T"], exact["log10_value"], color=col, label=_series_label(key, varying))
+            line = sty.line_style(i)
+            marker = line.pop("marker")
+            ax.plot(exact["T"], _values(exact), label=_series_label(key, varying), **{**line, **kwargs})
             mc = _rows(sub, method="monte_carlo")
             any_mc |= not mc.empty
-            _mc_points(ax, mc, col)
+            hollow |= _mc_points(ax, mc, line["color"], marker=marker)
         if n:
-            label = rf"$1/n$, $n={n:.0e}$".replace("+0", "")
-            ax.axhline(-math.log10(n), color="0.4", lw=0.7, ls="--", label=label)
+            ax.axhline(
+                1.0 / n, color="0.4", lw=0.7, ls=(0, (6, 2)), label=r"$1/n$ (one draw holds all weight)"
+            )
             bottom = -max(12.0, 2 * math.log10(n))
-            ax.set_ylim(max(ax.get_ylim()[0], bottom), 0.5)
-        ax.set_xscale("log")
-        style.log10_axis(ax, "y")
-        ax.set_xlabel(T_LABEL)
+            ax.set_ylim(max(ax.get_ylim()[0], 10.0**bottom), 3.0)
+        ax.set_yscale("log")
+        _log_x_T(ax)
         ax.set_ylabel(rf"{_STAT_LABEL['ess_frac_P']} (ESS$/n$)")
         handles, _ = ax.get_legend_handles_labels()
         if any_mc:
-            handles += _mc_legend_handles()
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2)
+            handles += _mc_legend_handles("0.3", hollow)
+        common = _common_text(keys, varying)
+        title = ", ".join(t for t in (common, f"Monte Carlo {_n_text(n)} draws" if any_mc and n else "") if t)
+        if title:
+            ax.set_title(title)
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2)
     return fig
 
 
 # ----------------------------------------------------------------------------- histograms
-def log_histograms(frame: pd.DataFrame, *, fig=None) -> Figure:
+def log_histograms(
+    frame: pd.DataFrame, *, fig=None, title: str | None = None, figsize=None, style=None, **kwargs
+):
     """Histograms of log P_T (top) and log G_T = log P_T / T (bottom) at a few T.
 
     Parameters
@@ -521,10 +916,21 @@ def log_histograms(frame: pd.DataFrame, *, fig=None) -> Figure:
         ``hi`` (bin edges) and ``density`` (as :func:`variance_lab.paper.figures.histogram_frame`
         makes from draws).
     fig : matplotlib.figure.Figure, optional
+    title : str, optional
+        Figure title (the family, its parameters and the draws: the bins do not carry them).
+    figsize : (float, float), optional
+    style : None, str or dict
+        As for :func:`variance_vs_T`.
+    **kwargs
+        Passed to every :meth:`~matplotlib.axes.Axes.stairs`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
     """
-    fig = _figure(fig, 4.2)
     labels = {"log_P": r"$\log P_T$", "log_G": r"$\log G_T = \log P_T\,/\,T$"}
-    with style.paper():
+    with sty.use(style):
+        fig = _figure(fig, figsize, 4.4)
         axes = fig.subplots(2, 1)
         Ts = sorted(frame["T"].unique())
         for ax, quantity in zip(axes, ("log_P", "log_G"), strict=True):
@@ -533,18 +939,17 @@ def log_histograms(frame: pd.DataFrame, *, fig=None) -> Figure:
                 if sub.empty:
                     continue
                 edges = np.append(sub["lo"].to_numpy(float), sub["hi"].to_numpy(float)[-1])
-                ax.stairs(
-                    sub["density"].to_numpy(float),
-                    edges,
-                    color=style.color(i + 1),
-                    lw=1.0,
-                    label=f"$T={int(T)}$",
-                )
+                line = sty.line_style(i)
+                line.pop("marker")
+                kw = {"color": line["color"], "ls": line["ls"], "lw": 1.1, **kwargs}
+                ax.stairs(sub["density"].to_numpy(float), edges, label=f"$T={int(T)}$", **kw)
             ax.set_yscale("log")
             top = frame.loc[frame["quantity"] == quantity, "density"].max()
             if np.isfinite(top) and top > 0:
                 ax.set_ylim(top * 1e-3, top * 2)
             ax.set_xlabel(f"{labels[quantity]} (nats)")
             ax.set_ylabel("density (per nat)")
-        axes[0].legend(loc="upper left")
+        axes[0].legend(loc="upper left", handlelength=3.0)
+        if title:
+            fig.suptitle(title)
     return fig

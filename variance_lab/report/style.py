@@ -1,13 +1,21 @@
-"""House style of the figures: one-column paper size, Okabe–Ito colours, log10 axes.
+"""House style of the figures: an opt-in paper style sheet, Okabe–Ito colours, log-axis helpers.
 
-:func:`paper` is a :func:`matplotlib.rc_context`; nothing here changes global state.
+Nothing here changes global state. Plot functions of :mod:`variance_lab.report` draw with
+the caller's :data:`matplotlib.rcParams` (so :func:`matplotlib.pyplot.rc_context` and
+:func:`matplotlib.pyplot.style.use` apply) unless they are given ``style=``: ``"paper"``
+applies the shipped style sheet :data:`STYLE_FILE` (one column of a two-column paper,
+text at least 7 pt at 3.4 in width), any other value is passed to
+:func:`matplotlib.style.context` (a style name, a file or a dict of rcParams).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from pathlib import Path
 
 import matplotlib as mpl
+import matplotlib.style
 import numpy as np
 from matplotlib import ticker
 
@@ -15,12 +23,24 @@ __all__ = [
     "OKABE_ITO",
     "COLUMN_WIDTH",
     "SEQUENTIAL_CMAP",
+    "DIVERGING_CMAP",
+    "STYLE_FILE",
     "RC",
+    "ERRORBAR",
     "paper",
+    "use",
+    "resolve",
     "color",
+    "line_style",
     "log10_axis",
     "clip_log10",
+    "power10",
+    "small_font",
+    "MIN_FONT_PT",
 ]
+
+#: Smallest text size of any figure, points (journals ask for 7-8 pt at print size).
+MIN_FONT_PT = 7.0
 
 #: Okabe & Ito (2008) colour-blind-safe palette, black first.
 OKABE_ITO = (
@@ -37,38 +57,57 @@ OKABE_ITO = (
 COLUMN_WIDTH = 3.4
 #: Perceptually uniform and colour-vision-deficiency friendly colour map for heatmaps.
 SEQUENTIAL_CMAP = "cividis"
-
-RC = {
-    "font.size": 7.5,
-    "axes.labelsize": 7.5,
-    "axes.titlesize": 7.5,
-    "legend.fontsize": 6.5,
-    "xtick.labelsize": 6.5,
-    "ytick.labelsize": 6.5,
-    "axes.linewidth": 0.6,
-    "lines.linewidth": 1.1,
-    "lines.markersize": 3.5,
-    "xtick.major.width": 0.6,
-    "ytick.major.width": 0.6,
-    "legend.frameon": False,
-    "legend.handlelength": 1.8,
-    "axes.prop_cycle": mpl.cycler(color=list(OKABE_ITO)),
-    "figure.dpi": 100,
-    "savefig.bbox": "tight",
-    "savefig.pad_inches": 0.02,
-    "pdf.fonttype": 42,
-    "mathtext.fontset": "dejavusans",
-    "svg.hashsalt": "variance_lab",
-}
-
+#: Diverging colour map (growth against decay), readable by colour-blind readers.
+DIVERGING_CMAP = "PuOr_r"
+#: The shipped paper style sheet (package data).
+STYLE_FILE = Path(__file__).with_name("paper.mplstyle")
+#: The rcParams of :data:`STYLE_FILE`, as a dict.
+RC = dict(mpl.rc_params_from_file(STYLE_FILE, use_default_template=False))
 
 #: Marker style of every data point with error bars (figures, analysis and experiment panels).
 ERRORBAR = {"fmt": "o", "ms": 3.2, "elinewidth": 0.7, "capsize": 1.5, "zorder": 3}
 
+#: Series styles that stay apart in greyscale: colour, line style and marker all differ.
+_SERIES = (
+    (OKABE_ITO[4], "-", "o"),
+    (OKABE_ITO[5], "--", "s"),
+    (OKABE_ITO[0], ":", "^"),
+    (OKABE_ITO[3], "-.", "D"),
+    (OKABE_ITO[6], (0, (5, 1, 1, 1, 1, 1)), "v"),
+    (OKABE_ITO[1], (0, (1, 1)), "P"),
+)
+
+
+def resolve(style):
+    """What :func:`matplotlib.style.context` takes for ``style`` (``"paper"``: :data:`STYLE_FILE`)."""
+    if isinstance(style, str) and style == "paper":
+        return str(STYLE_FILE)
+    return style
+
+
+def use(style=None):
+    """Context manager applying ``style`` for the drawing inside it; ``None`` changes nothing.
+
+    Parameters
+    ----------
+    style : None, str, path or dict
+        ``None``: the caller's rcParams as they are; ``"paper"``: :data:`STYLE_FILE`; any
+        other matplotlib style name, style file or dict of rcParams.
+    """
+    if style is None:
+        return contextlib.nullcontext()
+    return matplotlib.style.context(resolve(style))
+
 
 def paper():
-    """Context manager applying :data:`RC` (``with style.paper(): ...``)."""
-    return mpl.rc_context(RC)
+    """Context manager applying the paper style (``with style.paper(): ...``)."""
+    return use("paper")
+
+
+def line_style(i: int) -> dict:
+    """Colour, line style and marker of the ``i``-th series: distinct in colour and in greyscale."""
+    col, ls, marker = _SERIES[i % len(_SERIES)]
+    return {"color": col, "ls": ls, "marker": marker}
 
 
 def color(i: int) -> str:
@@ -85,8 +124,9 @@ def _power_of_ten(value: float, _pos=None) -> str:
 def log10_axis(ax, which: str = "y") -> None:
     """Label an axis that shows log10 values as powers of ten (``10^k`` at integer k).
 
-    Plotting log10 values on a linear axis keeps quantities beyond float range, such as
-    Var(P_T) at T = 10^5, drawable; the ticks read as a log axis.
+    For quantities beyond float range only (Var(P_T) at T = 10^5): the data on such an axis
+    are log10 numbers, not values, so overlaying real values needs ``np.log10`` first.
+    Everything in float range is drawn on a true log axis (``set_yscale("log")``) instead.
     """
     axis = ax.yaxis if which == "y" else ax.xaxis
     axis.set_major_locator(ticker.MaxNLocator(nbins=6, integer=True, steps=[1, 2, 5, 10]))
@@ -101,3 +141,15 @@ def clip_log10(values, floor: float = -300.0) -> np.ndarray:
     pos = arr > 0
     out[pos] = np.log10(arr[pos])
     return out
+
+
+def power10(log10_values) -> np.ndarray:
+    """Real values from log10 values: ``10**x``, ``inf`` beyond float range (not drawn on a log axis)."""
+    x = np.asarray(log10_values, dtype=float)
+    with np.errstate(over="ignore"):
+        return np.power(10.0, x)
+
+
+def small_font() -> float:
+    """Size of secondary text (contour labels, notes): 85 % of ``font.size``, at least :data:`MIN_FONT_PT`."""
+    return max(MIN_FONT_PT, 0.85 * float(mpl.rcParams["font.size"]))

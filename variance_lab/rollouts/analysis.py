@@ -622,7 +622,7 @@ def analyze(
         log10_var_P_iid, _emp, _corr         the three predictions of Var(P_T), log10
         var_G, var_G_lo, var_G_hi            sample Var(G_T) and its bootstrap interval
         log10_var_G, _lo, _hi                the same, log10
-        var_G_iid, _emp, _corr (+ log10_)    the three predictions of Var(G_T)
+        var_G_iid, _emp, _corr (+ log10)     the three predictions of Var(G_T)
         score_iid, score_emp, score_corr     signed distance in interval half-widths (module doc)
         verdict                              one of :data:`VERDICTS`
         gspo_clip_frac, gspo_clip_pred,      GSPO: observed fraction of sequences clipped;

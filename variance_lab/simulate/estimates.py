@@ -3,35 +3,37 @@ r"""Monte Carlo estimates with intervals and verdicts: accumulators + theory + s
 For every T of an accumulator this module reports, in the tidy schema of
 :mod:`variance_lab.schema` (method ``"monte_carlo"``):
 
-================================  ================================================================
-statistic                         estimate, interval, standard error
-================================  ================================================================
-``mean_P``, ``mean_G``            sample mean; normal interval :math:`\bar x \pm z\sqrt{s^2/n}`
-``var_P``, ``var_G``              unbiased sample variance :math:`s^2`; log-scale interval
-                                  :math:`s^2 e^{\pm z\rho}`,
-                                  :math:`\rho = \sqrt{(\hat\kappa - (n-3)/(n-1))/n}`
-                                  with the sample kurtosis :math:`\hat\kappa = m_4/m_2^2`
-                                  (:func:`variance_lab.stats.var_interval`); se :math:`s^2\rho`;
-                                  its ends in log10 also in ``attrs["log10_interval"]``
-``mean_logP``, ``var_logP``       the same for :math:`\log P_T`
-``ess_frac_P``                    Kong's ESS of the weights :math:`P_T` over n,
-                                  :math:`(\sum w)^2 / (n\sum w^2)`, from the log-space sums
-``max_weight_share_P``            :math:`\max_i w_i / \sum_i w_i`
-``khat_P``                        Pareto :math:`\hat k` of the weights (generalised Pareto fit
-                                  to the tail sample, :func:`variance_lab.stats.pareto_khat`)
-``rel_se_var_P``, ``rel_se_var_G``  theory's predicted relative standard error of the sample
-                                  variance with these n draws (from the exact kurtosis)
-``khat_G``                        the same for :math:`G_T` (the tail sample over T,
-                                  :math:`\log G_T = \log P_T / T`)
-``khat_limit``                    PSIS's sample-size dependent threshold :math:`\min(1 - 1/\log_{10} S, 0.7)`,
-                                  :math:`S = n` (Vehtari et al., JMLR 2024)
-``khat_min_n_P``, ``khat_min_n_G``  the sample size PSIS asks for at the observed :math:`\hat k`,
-                                  :math:`10^{1/(1 - \hat k)}` (``inf`` for :math:`\hat k \ge 1`)
-``rel_se_mean_P``, ``rel_se_mean_G``  theory's relative standard error of the sample mean,
-                                  :math:`\sqrt{\operatorname{Var}(X)/(n E[X]^2)}`
-``rel_se_m4_P``, ``rel_se_m4_G``  theory's relative standard error of the sample fourth central
-                                  moment :math:`\hat m_4`, on which the variance interval's width rests
-================================  ================================================================
+========================================  =====================================================================
+statistic                                 estimate, interval, standard error
+========================================  =====================================================================
+``mean_P``, ``mean_G``                    sample mean; normal interval :math:`\bar x \pm z\sqrt{s^2/n}`
+``var_P``, ``var_G``                      unbiased sample variance :math:`s^2`; log-scale interval
+                                          :math:`s^2 e^{\pm z\rho}`,
+                                          :math:`\rho = \sqrt{(\hat\kappa - (n-3)/(n-1))/n}`
+                                          with the sample kurtosis :math:`\hat\kappa = m_4/m_2^2`
+                                          (:func:`variance_lab.stats.var_interval`); se :math:`s^2\rho`;
+                                          its ends in log10 also in ``attrs["log10_interval"]``
+``mean_logP``, ``var_logP``               the same for :math:`\log P_T`
+``ess_frac_P``                            Kong's ESS of the weights :math:`P_T` over n,
+                                          :math:`(\sum w)^2 / (n\sum w^2)`, from the log-space sums
+``max_weight_share_P``                    :math:`\max_i w_i / \sum_i w_i`
+``khat_P``                                Pareto :math:`\hat k` of the weights (generalised Pareto fit
+                                          to the tail sample, :func:`variance_lab.stats.pareto_khat`)
+``rel_se_var_P``, ``rel_se_var_G``        theory's predicted relative standard error of the sample
+                                          variance with these n draws (from the exact kurtosis)
+``khat_G``                                the same for :math:`G_T` (the tail sample over T,
+                                          :math:`\log G_T = \log P_T / T`)
+``khat_limit``                            PSIS's sample-size dependent threshold
+                                          :math:`\min(1 - 1/\log_{10} S, 0.7)`,
+                                          :math:`S = n` (Vehtari et al., JMLR 2024)
+``khat_min_n_P``, ``khat_min_n_G``        the sample size PSIS asks for at the observed :math:`\hat k`,
+                                          :math:`10^{1/(1 - \hat k)}` (``inf`` for :math:`\hat k \ge 1`)
+``rel_se_mean_P``, ``rel_se_mean_G``      theory's relative standard error of the sample mean,
+                                          :math:`\sqrt{\operatorname{Var}(X)/(n E[X]^2)}`
+``rel_se_m4_P``, ``rel_se_m4_G``          theory's relative standard error of the sample fourth central
+                                          moment :math:`\hat m_4`, on which the variance interval's width
+                                          rests
+========================================  =====================================================================
 
 **Verdicts, in three levels.** Every row carries ``reliable`` (bool) and ``reason``; the
 reason of a row that is not reliable starts with its level, ``"marginal: "`` or

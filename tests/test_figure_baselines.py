@@ -1,0 +1,120 @@
+"""Image baselines: a drawing change shows up as a failed comparison.
+
+Each figure is drawn with the paper style from small, fixed theory data (no Monte Carlo,
+about a second each) and compared with ``tests/baseline/NAME.png`` by
+:func:`matplotlib.testing.compare.compare_images` (RMS tolerance :data:`TOL` on 0-255
+grey levels). After a deliberate change, look at the new images and refresh the baselines:
+
+    VARIANCE_LAB_UPDATE_BASELINES=1 python -m pytest tests/test_figure_baselines.py   # or: make baselines
+
+then commit ``tests/baseline/``. A failed comparison leaves ``NAME-failed-diff.png`` in the
+test's temporary folder.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.testing.compare import compare_images  # noqa: E402
+
+from variance_lab import theory  # noqa: E402
+from variance_lab.families import get_family  # noqa: E402
+from variance_lab.report import figures as plots  # noqa: E402
+
+BASELINE = Path(__file__).parent / "baseline"
+UPDATE_ENV = "VARIANCE_LAB_UPDATE_BASELINES"
+#: RMS difference allowed (0-255 scale): font hinting differences pass, a moved line does not.
+TOL = 2.0
+DPI = 80
+VAR_G = ["var_G", "var_G_lognormal", "var_G_delta", "var_G_seed"]
+
+
+def _tidy(family, mu, sigma2, T, quantities):
+    return theory.tidy(get_family(family, mu, sigma2), T, quantities=quantities)
+
+
+def _variance_panels():
+    frame = _tidy("lognormal", 1.0, 0.1, [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], ["var_P", *VAR_G])
+    return plots.variance_panels(frame, style="paper")
+
+
+def _ratio_vs_T():
+    T = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+    frame = pd.concat([_tidy("lognormal", m, 0.1, T, ["var_ratio"]) for m in (0.9, 1.0, 1.1)])
+    return plots.ratio_vs_T(frame, style="paper")
+
+
+def _grid(T, statistic):
+    mus, s2s = (0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2), (0.01, 0.03, 0.1, 0.3, 1.0)
+    return pd.concat([_tidy("lognormal", m, s2, T, [statistic]) for m in mus for s2 in s2s])
+
+
+def _heatmap_var_P():
+    return plots.heatmap(_grid([100], "var_P"), "var_P", T=100, style="paper")
+
+
+def _decay_boundary():
+    return plots.decay_boundary(_grid([10, 100], "var_P"), (10, 100), style="paper")
+
+
+def _approx_error():
+    T = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+    frame = pd.concat([_tidy(f, 1.0, 0.1, T, VAR_G) for f in ("lognormal", "gamma", "two-point")])
+    return plots.approx_error(frame, style="paper")
+
+
+def _mc_frontier():
+    T = list(range(1, 60)) + list(range(60, 2001, 20))
+    series = [("lognormal", 1.0, 0.01), ("lognormal", 1.0, 0.1), ("gamma", 1.0, 0.1)]
+    frame = pd.concat([_tidy(f, m, s2, T, ["n_needed_P"]) for f, m, s2 in series])
+    return plots.mc_frontier(frame, [10.0**k for k in range(2, 13)], style="paper")
+
+
+FIGURES = {
+    "variance_panels": _variance_panels,
+    "ratio_vs_T": _ratio_vs_T,
+    "heatmap_var_P": _heatmap_var_P,
+    "decay_boundary": _decay_boundary,
+    "approx_error": _approx_error,
+    "mc_frontier": _mc_frontier,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_figure_matches_its_baseline(name, tmp_path):
+    fig = FIGURES[name]()
+    actual = tmp_path / f"{name}.png"
+    try:
+        fig.savefig(actual, dpi=DPI)
+    finally:
+        plt.close(fig)
+    expected = BASELINE / f"{name}.png"
+    if os.environ.get(UPDATE_ENV) == "1":
+        BASELINE.mkdir(exist_ok=True)
+        shutil.copyfile(actual, expected)
+        return
+    assert expected.is_file(), f"no baseline {expected}: run with {UPDATE_ENV}=1 and commit it"
+    result = compare_images(str(expected), str(actual), tol=TOL)
+    assert result is None, result
+
+
+def test_a_changed_drawing_fails_the_comparison(tmp_path):
+    """The comparison is sensitive: a thicker line alone exceeds the tolerance."""
+    name = "ratio_vs_T"
+    expected = BASELINE / f"{name}.png"
+    if not expected.is_file():
+        pytest.fail(f"no baseline {expected}")
+    T = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+    frame = pd.concat([_tidy("lognormal", m, 0.1, T, ["var_ratio"]) for m in (0.9, 1.0, 1.1)])
+    fig = plots.ratio_vs_T(frame, style="paper", lw=3.0)
+    actual = tmp_path / f"{name}.png"
+    fig.savefig(actual, dpi=DPI)
+    plt.close(fig)
+    assert compare_images(str(expected), str(actual), tol=TOL) is not None
