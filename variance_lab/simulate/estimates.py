@@ -3,9 +3,9 @@ r"""Monte Carlo estimates with intervals and verdicts: accumulators + theory + s
 For every T of an accumulator this module reports, in the tidy schema of
 :mod:`variance_lab.schema` (method ``"monte_carlo"``):
 
-========================================  =====================================================================
+========================================  ====================================================================
 statistic                                 estimate, interval, standard error
-========================================  =====================================================================
+========================================  ====================================================================
 ``mean_P``, ``mean_G``                    sample mean; normal interval :math:`\bar x \pm z\sqrt{s^2/n}`
 ``var_P``, ``var_G``                      unbiased sample variance :math:`s^2`; log-scale interval
                                           :math:`s^2 e^{\pm z\rho}`,
@@ -33,7 +33,7 @@ statistic                                 estimate, interval, standard error
 ``rel_se_m4_P``, ``rel_se_m4_G``          theory's relative standard error of the sample fourth central
                                           moment :math:`\hat m_4`, on which the variance interval's width
                                           rests
-========================================  =====================================================================
+========================================  ====================================================================
 
 **Verdicts, in three levels.** Every row carries ``reliable`` (bool) and ``reason``; the
 reason of a row that is not reliable starts with its level, ``"marginal: "`` or
