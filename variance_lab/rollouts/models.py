@@ -57,7 +57,7 @@ __all__ = [
     "random_scale_loglik",
 ]
 
-_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(48)
+_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(32)
 
 
 def normal_outside(mean, var, log_range) -> np.ndarray:
@@ -242,13 +242,14 @@ def fit_mixture(data, *, max_components: int = 3, floor: float | None = None) ->
     best, bic = {}, {}
     for K in range(1, max_components + 1):
         # converge on every step-th token (deterministic), then polish on all of them
-        step = max(1, y.size // 20_000)
+        step = max(1, y.size // 10_000)
         fits = [_em(y[::step], *_mixture_start(y, K, floor, variant), floor) for variant in (0, 1)]
-        w, m, v, ll = _em(y, *max(fits, key=lambda f: f[3])[:3], floor, max_iter=20)
+        w, m, v, ll = _em(y, *max(fits, key=lambda f: f[3])[:3], floor, max_iter=3)
         bic[K] = -2 * ll + (3 * K - 1) * math.log(y.size)
-        best[K] = (w, m, v, ll)
+        best[K] = (w, m, v)
     K = min(bic, key=bic.get)
-    w, m, v, ll = best[K]
+    w, m, v, ll = _em(y, *best[K], floor, max_iter=20)  # polish the chosen one on every token
+    bic[K] = -2 * ll + (3 * K - 1) * math.log(y.size)
     order = np.argsort(v)
     w, m, v = w[order], m[order], v[order]
     se_w, se_m, se_v = _mixture_se(y, w, m, v)
@@ -437,13 +438,17 @@ def fit_random_scale(batch: TokenBatch, *, length_dependent: bool = True) -> Ran
     x0 = [float(np.average(ybar, weights=T)), math.log(0.5), math.log(2 * float(np.median(ms))), slope]
     n = 4 if length_dependent else 3
 
-    def f(x):
-        return _neg_loglik(x, T, ybar, S, T0, length_dependent)
+    # optimise in well-scaled coordinates z = (x - x0) / scale: c moves on the scale of its standard error
+    scale = np.array([math.sqrt(float(np.mean(ms)) / float(T.sum())), 1.0, 1.0, 1.0])[:n]
+    x0 = np.array(x0[:n])
 
-    res = optimize.minimize(f, np.array(x0[:n]), method="Nelder-Mead", options={"maxiter": 600})
-    res = optimize.minimize(f, res.x, method="BFGS", options={"gtol": 1e-5})
-    x = res.x
-    cov = np.linalg.pinv(_hessian(f, x))
+    def f(z):
+        return _neg_loglik(x0 + scale * z, T, ybar, S, T0, length_dependent)
+
+    res = optimize.minimize(f, np.zeros(n), method="BFGS", options={"gtol": 1e-6})
+    x = x0 + scale * res.x
+    cov_z = np.linalg.pinv(_hessian(f, res.x))
+    cov = cov_z * np.outer(scale, scale)
     se = np.sqrt(np.maximum(np.diag(cov), 0.0))
     alpha, theta0 = math.exp(x[1]), math.exp(x[2])
     return RandomScaleFit(
