@@ -78,7 +78,11 @@ def wilson_interval(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return np.maximum(centre - half, 0.0), np.minimum(centre + half, 1.0)
+    lo = np.where(
+        k == 0, 0.0, np.maximum(centre - half, 0.0)
+    )  # exactly 0 and 1 at the ends, not a rounding off
+    hi = np.where(k == n, 1.0, np.minimum(centre + half, 1.0))
+    return lo, hi
 
 
 def _bootstrap_ratio(num: np.ndarray, den: np.ndarray, n_boot: int, level: float, rng) -> tuple[float, float]:
