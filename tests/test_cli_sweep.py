@@ -67,6 +67,10 @@ def test_top_level_help_lists_the_commands(capsys):
         ["figures", "--only", "nope"],
         ["figures", "--from-sidecar", "missing.json"],
         ["sweep", "--bogus"],
+        ["sweep", "--family", "lognormal-mixture", "--param", "components=0.5:0:1"],  # weights sum to 0.5
+        ["sweep", "--family", "lognormal-mixture"],  # no components
+        ["sweep", "--family", "random-scale", "--param", "alpha=-1,1"],
+        ["sweep", "--param", "components="],
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, capsys, tmp_path, monkeypatch):

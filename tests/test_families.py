@@ -9,6 +9,9 @@ from scipy import integrate, stats
 
 from variance_lab.families import FAMILIES, Gamma, LogNormal, TwoPoint, get_family
 
+#: Families whose mu and sigma2 are free parameters (a mixture derives them from its components).
+FREE = [name for name, cls in FAMILIES.items() if not cls.derived_moments]
+
 S_GRID = np.array([-0.5, 1e-6, 0.01, 0.1, 0.5, 1.0, 2.0, 3.0, 4.0])
 PARAMS = [(0.5, 0.05), (1.0, 0.1), (1.0, 0.9), (2.0, 1.0), (1.5, 1e-4)]
 
@@ -68,7 +71,7 @@ def test_two_point_K_matches_direct_sum(mu, sigma2, q):
     np.testing.assert_allclose(fam.K(S_GRID), ref, rtol=1e-13, atol=1e-15)
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", FREE)
 @pytest.mark.parametrize("mu,sigma2", [(1.0, 0.1), (0.7, 0.2), (2.0, 1e-4)])
 def test_K_and_K_mp_agree_and_log_moments(name, mu, sigma2):
     fam = get_family(name, mu, sigma2)
@@ -85,7 +88,7 @@ def test_K_and_K_mp_agree_and_log_moments(name, mu, sigma2):
     assert fam.var_log == pytest.approx(float(d2), rel=1e-10)
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", FREE)
 def test_degenerate_sigma2_zero(name):
     fam = get_family(name, 1.3, 0.0)
     assert fam.degenerate
@@ -146,3 +149,87 @@ def test_families_are_hashable_values():
     assert LogNormal(1, 0.1) == LogNormal(1.0, 0.1)
     assert hash(Gamma(1, 0.1)) == hash(Gamma(1.0, 0.1))
     assert LogNormal(1, 0.1) != Gamma(1, 0.1)
+
+
+# ---------------------------------------------------------------- random-scale, lognormal-mixture
+def test_random_scale_moments_by_simulating_its_definition():
+    """E[P_T^s] = mu^(sT) (1 - theta T s(s-1)/2)^(-alpha), checked against draws of the model as defined:
+    v ~ Gamma(alpha, theta), then log P_T | v ~ N(T (log mu - v/2), T v); within 4 standard errors."""
+    fam = get_family("random-scale", 1.1, 0.05, alpha=0.7)
+    rng = np.random.default_rng(np.random.SeedSequence(20261201))
+    n = 400_000
+    for T, s in ((1, 0.5), (5, 1.0 / 5), (20, 0.5), (3, -1.0)):
+        v = rng.gamma(fam.alpha, fam.theta, n)
+        logp = T * (math.log(fam.mu) - v / 2) + np.sqrt(T * v) * rng.standard_normal(n)
+        x = np.exp(s * logp)
+        with mpmath.workdps(30):
+            want = float(mpmath.exp(fam.cgf_sum_mp(T, s)))
+        assert abs(x.mean() - want) < 4 * x.std() / math.sqrt(n), (T, s, x.mean(), want)
+
+
+def test_random_scale_parameters_and_errors():
+    fam = get_family("random-scale", 1.0, 0.1, alpha=2.0)
+    assert fam.theta == pytest.approx(1 - 1.1**-0.5, rel=1e-14)
+    assert fam.describe() == {"family": "random-scale", "mu": 1.0, "sigma2": 0.1, "alpha": 2.0}
+    assert math.isinf(fam.K(4.0 + 1e-9 + math.sqrt(1 + 8 / fam.theta) / 2))  # bracket <= 0
+    with pytest.raises(ValueError, match=r"alpha must be > 0, got -1\.0"):
+        get_family("random-scale", 1.0, 0.1, alpha=-1.0)
+    with pytest.raises(ValueError, match="Monte Carlo sampling of the random-scale family is not available"):
+        fam.sampler_params()
+
+
+MIX = "0.98:0:1e-8,0.02:-0.005:0.01"
+
+
+def test_mixture_K_against_numerical_integration():
+    """K(s) = log E[r^s] against scipy quadrature of the mixture density of log r."""
+    from scipy import integrate, stats
+
+    fam = get_family("lognormal-mixture", components="0.6:-0.1:0.04,0.4:0.15:0.09")
+    for s in (-1.0, 0.5, 1.0, 2.0, 3.0):
+
+        def dens(y, s=s):
+            return np.exp(s * y) * (0.6 * stats.norm.pdf(y, -0.1, 0.2) + 0.4 * stats.norm.pdf(y, 0.15, 0.3))
+
+        val, _ = integrate.quad(dens, -6, 6, epsabs=0, epsrel=1e-12)
+        assert fam.K(s) == pytest.approx(math.log(val), rel=1e-10, abs=1e-12)
+    assert fam.mu == pytest.approx(math.exp(fam.K(1.0)), rel=1e-14)
+    assert fam.sigma2 == pytest.approx(math.exp(fam.K(2.0)) - fam.mu**2, rel=1e-10)
+
+
+def test_mixture_derives_mu_sigma2_and_describes_itself():
+    fam = get_family("lognormal-mixture", components=MIX)
+    mu = 0.98 * math.exp(5e-9) + 0.02 * math.exp(-0.005 + 0.005)
+    assert fam.mu == pytest.approx(mu, rel=1e-15)
+    assert fam.describe()["components"] == "0.98:0.0:1e-08,0.02:-0.005:0.01"
+    assert get_family("lognormal-mixture", fam.mu, fam.sigma2, components=MIX) == fam
+    assert get_family("lognormal-mixture", components=[(0.98, 0, 1e-8), (0.02, -0.005, 0.01)]) == fam
+    assert fam.mean_log == pytest.approx(-1e-4, rel=1e-12)
+    assert fam.var_log == pytest.approx(0.98 * (1e-8 + 1e-8) + 0.02 * (0.01 + 0.0049**2), rel=1e-12)
+    one = get_family("lognormal-mixture", components="1:0.2:0")
+    assert one.degenerate and one.mu == pytest.approx(math.exp(0.2), rel=1e-15)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"components": "0.5:0:1e-8,0.4:0:0.01"}, "weights must sum to 1, got 0.9"),
+        ({"components": "1:0"}, "component '1:0' must be weight:mean:variance"),
+        ({"components": "1:x:0"}, "component '1:x:0' has a value that is not a number"),
+        ({"components": "1.5:0:0,-0.5:0:0"}, r"component 1 weight must be > 0, got -0\.5"),
+        ({"components": "1:0:-1"}, r"component 0 variance must be >= 0, got -1\.0"),
+        ({"components": "1:nan:0"}, "component 0 mean must be finite, got nan"),
+        ({"components": ""}, "component '' must be weight:mean:variance"),
+        ({"components": MIX, "mu": 1.0}, "lognormal-mixture derives mu from its components"),
+    ],
+)
+def test_mixture_bad_components(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        get_family("lognormal-mixture", **kwargs)
+
+
+def test_mixture_has_no_sampler_yet():
+    with pytest.raises(
+        ValueError, match="Monte Carlo sampling of the lognormal-mixture family is not available"
+    ):
+        get_family("lognormal-mixture", components=MIX).sampler_params()

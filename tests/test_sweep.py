@@ -203,7 +203,8 @@ def test_theory_cells_in_one_batch_equal_one_at_a_time(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep_mod, "compute_theory", broken)
     single = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "b.sqlite", progress=False)
     assert len(single.computed) == 2 and not single.failed
-    pd.testing.assert_frame_equal(batched.frame, single.frame)
+    cols = [c for c in STORE_COLUMNS if c != "created"]  # the commit time differs
+    pd.testing.assert_frame_equal(batched.frame[cols], single.frame[cols])
 
 
 def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
@@ -333,3 +334,42 @@ def test_progress_bar_goes_to_stderr(tmp_path, capsys):
     sweep("lognormal", [0.9, 1.0], 0.1, [1, 2], store=tmp_path / "s.sqlite", progress=True)
     captured = capsys.readouterr()
     assert "sweep" in captured.err and "2/2" in captured.err and captured.out == ""
+
+
+def test_random_scale_alpha_and_mixture_components_are_grid_axes(tmp_path):
+    assert extra_parameters("random-scale") == ("alpha",)
+    assert extra_parameters("lognormal-mixture") == ("components",)
+    mixes = ["0.98:0:1e-8,0.02:-0.005:0.01", "1:0:0.1"]
+    p = plan(
+        ["random-scale", "lognormal-mixture"],
+        [0.9, 1.0],
+        0.1,
+        T_GRID,
+        params={"alpha": [0.5, 2], "components": mixes},
+    )
+    labels = sorted(c.label() for c in p.cells)
+    # the mixture derives mu and sigma2 from its components: one cell per components, whatever the mu grid
+    assert labels == [
+        "theory lognormal-mixture mu=1 sigma2=0.000201013 components=0.98:0.0:1e-08,0.02:-0.005:0.01",
+        "theory lognormal-mixture mu=1.05127 sigma2=0.116232 components=1.0:0.0:0.1",
+        "theory random-scale mu=0.9 sigma2=0.1 alpha=0.5",
+        "theory random-scale mu=0.9 sigma2=0.1 alpha=2",
+        "theory random-scale mu=1 sigma2=0.1 alpha=0.5",
+        "theory random-scale mu=1 sigma2=0.1 alpha=2",
+    ]
+    result = sweep(
+        ["random-scale", "lognormal-mixture"],
+        1.0,
+        0.1,
+        [1, 100],
+        store=tmp_path / "s.sqlite",
+        params={"alpha": [0.05], "components": mixes[:1]},
+        progress=False,
+    )
+    frame = result.frame.query("statistic == 'var_P' and method == 'exact'")
+    rs = frame[frame["family"] == "random-scale"].sort_values("T")
+    assert json.loads(rs["params"].iloc[0]) == {"alpha": 0.05}
+    assert np.isinf(rs["value"].iloc[1]) and np.isinf(rs["log10_value"].iloc[1])  # T = 100 >= 1/theta
+    mix = frame[frame["family"] == "lognormal-mixture"].sort_values("T")
+    want = theory.var_P(get_family("lognormal-mixture", components=mixes[0]), [1, 100])
+    np.testing.assert_array_equal(mix["value"].to_numpy(), want)

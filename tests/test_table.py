@@ -43,16 +43,12 @@ def run_cli(capsys, *argv):
 
 def test_default_is_the_seed_table_with_a_million_draws():
     from variance_lab.cli import build_parser
+    from variance_lab.cli._common import family_from_args
 
     args = build_parser().parse_args(["table"])
-    assert (args.family, args.mu, args.sigma2, args.T.tolist(), args.n, args.seed) == (
-        "lognormal",
-        1.0,
-        0.1,
-        [1, 10, 100, 1000],
-        1_000_000,
-        0,
-    )
+    # --mu and --sigma2 default to None (a lognormal mixture derives both), read as 1 and 0.1
+    assert family_from_args(args) == get_family("lognormal", 1.0, 0.1)
+    assert (args.T.tolist(), args.n, args.seed) == ([1, 10, 100, 1000], 1_000_000, 0)
 
 
 def test_default_markdown_table(capsys):
@@ -290,3 +286,64 @@ def test_monte_carlo_defaults_verdicts(capsys):
     assert rc == 0
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["mc_verdict_P"] for r in rows] == ["reliable", "marginal", "unreliable", "unreliable"]
+
+
+# ---------------------------------------------------------------- random-scale and lognormal-mixture
+def test_random_scale_table_prints_inf_with_a_note(capsys):
+    rc, out, err = run_cli(
+        capsys, "table", "--family", "random-scale", "--alpha", "1", "--n", "0", "--T", "10,11,1000"
+    )
+    assert rc == 0 and err == ""
+    assert "alpha = 1" in out.splitlines()[0]
+    rows = [line for line in out.splitlines() if line.startswith("| 1")]
+    assert rows[1].split(" | ")[1] == "inf" and rows[2].split(" | ")[1] == "inf"  # Var(P_T) at T = 11, 1000
+    assert rows[0].split(" | ")[1] == "10"  # (1 - theta T)^-1 - 1 at theta = 1/11, T = 10
+    assert "Var(P_T) is infinite at T = 11, 1000: E[P_T^2] diverges for every T >= 1/theta = 11." in out
+    rc, out, _ = run_cli(
+        capsys, "table", "--family", "random-scale", "--n", "0", "--T", "11", "--format", "csv"
+    )
+    row = next(csv.DictReader(io.StringIO(out)))
+    for col in ("var_P", "log10_var_P", "ratio", "n_needed_P", "log10_n_needed_P"):
+        assert math.isinf(float(row[col])), col
+    assert float(row["ess_frac_P"]) == 0.0
+    rc, out, _ = run_cli(
+        capsys, "table", "--family", "random-scale", "--n", "0", "--T", "11", "--format", "json"
+    )
+    assert json.loads(out)[0]["var_P"] is None and math.isfinite(json.loads(out)[0]["var_G"])
+
+
+def test_mixture_table_derives_mu_and_sigma2(capsys):
+    spec = "0.98:0:1e-8,0.02:-0.005:0.01"
+    rc, out, err = run_cli(
+        capsys, "table", "--family", "lognormal-mixture", "--components", spec, "--n", "0", "--format", "csv"
+    )
+    assert rc == 0 and err == ""
+    fam = get_family("lognormal-mixture", components=spec)
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert float(row["var_P"]) == pytest.approx(fam.sigma2, rel=1e-12)  # T = 1: Var(P_1) = sigma^2
+    assert "Var(P_T) is infinite" not in out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--family", "lognormal-mixture"], "needs --components"),
+        (
+            ["--family", "lognormal-mixture", "--components", "0.5:0:1"],
+            "component weights must sum to 1, got 0.5",
+        ),
+        (["--family", "lognormal-mixture", "--components", "1:0"], "must be weight:mean:variance"),
+        (["--family", "lognormal-mixture", "--components", "1:0:0.1", "--sigma2", "0.1"], "drop --sigma2"),
+        (["--family", "random-scale", "--alpha", "-2"], r"alpha must be > 0, got -2\.0"),
+        (
+            ["--family", "random-scale", "--n", "100"],
+            "Monte Carlo sampling of the random-scale family is not available",
+        ),
+    ],
+)
+def test_new_family_bad_input_is_one_line(argv, message, capsys):
+    args = ["table", *argv] if "--n" in argv else ["table", *argv, "--n", "0"]
+    rc, out, err = run_cli(capsys, *args)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("variance-lab: error:")
+    assert __import__("re").search(message, err), err

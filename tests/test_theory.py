@@ -68,9 +68,45 @@ def test_ar1_variance_sum_regrouping():
                 assert abs(_ar1_var_sum(1, rho, T) - direct) < mp.mpf(10) ** -40 * direct
 
 
+def _rs_theta(mu, s2, alpha):
+    """random-scale theta, found as the root of E[r^2] = mu^2 + s2 (the gamma MGF (1 - c theta)^(-alpha)
+    at c = 1), by bisection in theta on (0, 1): the moment equation, not the closed form of the code."""
+    target = 1 + mp.mpf(s2) / mp.mpf(mu) ** 2
+    lo, hi = mp.mpf(0), mp.mpf(1)
+    for _ in range(450):  # 2^-450 < 10^-135
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if (1 - mid) ** (-mp.mpf(alpha)) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _rs_moment(mu, s2, alpha, T, s):
+    """E[P_T^s] for random-scale ratios: given v, log P_T ~ N(T(log mu - v/2), T v), so
+    E[P_T^s | v] = mu^(sT) exp(c v) with c = T s(s-1)/2, and v ~ Gamma(alpha, theta) has the moment
+    generating function E[exp(c v)] = (1 - c theta)^(-alpha) for c < 1/theta, infinite beyond."""
+    mu, s = mp.mpf(mu), mp.mpf(s)
+    if s2 == 0:
+        return mu ** (s * T)
+    theta = _rs_theta(mu, s2, alpha)
+    c = T * s * (s - 1) / 2
+    if c * theta >= 1:
+        return mp.inf
+    return mu ** (s * T) / (1 - c * theta) ** mp.mpf(alpha)
+
+
+def _mix_moment(components, s):
+    """E[r^s] of a lognormal mixture: sum_j w_j E[exp(s N(m_j, v_j))], the weights renormalised."""
+    comps = [[mp.mpf(float(x)) for x in c.split(":")] for c in components.split(",")]
+    total = sum(c[0] for c in comps)
+    return sum(w / total * mp.exp(s * m + s * s * v / 2) for w, m, v in comps)
+
+
 def _moments(EX):
-    """(mean, variance, m4 / variance^2) from raw moments E[X^k], k = 1..4."""
+    """(mean, variance, m4 / variance^2) from raw moments E[X^k], k = 1..4 (inf where they are)."""
     e1, e2, e3, e4 = EX
+    if mp.isinf(e2):
+        return e1, mp.inf, mp.inf
+    if mp.isinf(e4):
+        return e1, e2 - e1**2, mp.inf
     var = e2 - e1**2
     m4 = e4 - 4 * e3 * e1 + 6 * e2 * e1**2 - 3 * e1**4
     if abs(var) <= mp.mpf(10) ** (-DPS // 2) * e1**2:  # sigma2 = 0: a constant, up to rounding
@@ -82,6 +118,8 @@ def _n_needed(kurt, target):
     """Root of rse(n) = target by bisection on log n (rse is decreasing in n; no quadratic formula)."""
     if mp.isnan(kurt):
         return mp.mpf(2)
+    if mp.isinf(kurt):  # no n gives a finite relative error
+        return mp.inf
     g = lambda n: (kurt - (n - 3) / (n - 1)) / n - mp.mpf(target) ** 2  # noqa: E731
     lo, hi = mp.log(1 + mp.mpf(10) ** -30), mp.log(2 * (kurt + 1) / mp.mpf(target) ** 2 + 10)
     for _ in range(120):
@@ -90,20 +128,32 @@ def _n_needed(kurt, target):
     return mp.exp((lo + hi) / 2)
 
 
-def reference(name, mu, s2, T, target=0.1, rho=None):
+def reference(name, mu, s2, T, target=0.1, rho=None, alpha=None, components=None):
     with mp.workdps(DPS):
-        if name == "ar1":  # not i.i.d.: log P_T is Gaussian with the AR(1) variance
+        if name == "lognormal-mixture":  # mu and sigma2 derived from the components
+            mu = _mix_moment(components, 1)
+            s2 = _mix_moment(components, 2) - mu**2
+            raw = lambda s: _mix_moment(components, s)  # noqa: E731
+            P = _moments([raw(k) ** T for k in (1, 2, 3, 4)])
+            G = _moments([raw(mp.mpf(k) / T) ** T for k in (1, 2, 3, 4)])
+            logmom = lambda s: mp.log(raw(s))  # noqa: E731
+        elif name == "random-scale":  # not i.i.d.: E[P_T^s] averaged over the sequence's variance
+            P = _moments([_rs_moment(mu, s2, alpha, T, k) for k in (1, 2, 3, 4)])
+            G = _moments([_rs_moment(mu, s2, alpha, T, mp.mpf(k) / T) for k in (1, 2, 3, 4)])
+            logmom = lambda s: mp.log(_rs_moment(mu, s2, alpha, 1, s))  # noqa: E731
+        elif name == "ar1":  # not i.i.d.: log P_T is Gaussian with the AR(1) variance
             P = _moments(_ar1_moments(mu, s2, rho, T, 1))
             G = _moments(_ar1_moments(mu, s2, rho, T, mp.mpf(1) / T))
             name = "lognormal"  # the marginal, for mu_y and sigma_y^2 below
         else:
             P = _moments([_raw_moment(name, mu, s2, k) ** T for k in (1, 2, 3, 4)])
             G = _moments([_raw_moment(name, mu, s2, mp.mpf(k) / T) ** T for k in (1, 2, 3, 4)])
+        if name not in ("lognormal-mixture", "random-scale"):
+            logmom = lambda s: mp.log(_raw_moment(name, mu, s2, s))  # noqa: E731
         if s2 == 0:  # r = mu: G_T = mu exactly, the rounding residue of the powers dropped
             G = (mp.mpf(mu), mp.mpf(0), mp.nan)
             my, vy = mp.log(mu), mp.mpf(0)
         else:
-            logmom = lambda s: mp.log(_raw_moment(name, mu, s2, s))  # noqa: E731
             my, vy = mp.diff(logmom, 0, 1), mp.diff(logmom, 0, 2)
         x = vy / T
         out = {
@@ -124,6 +174,8 @@ def reference(name, mu, s2, T, target=0.1, rho=None):
         }
         if G[1] != 0:
             out["var_ratio"] = P[1] / G[1]
+        if mp.isinf(P[1]):  # Var(P_T) infinite: so are its ratio and the draws needed; ESS 0
+            out["ess_frac_P"] = mp.mpf(0)
         return out
 
 
@@ -135,6 +187,10 @@ def _cases():
                     continue
                 if name == "ar1":
                     yield from ((name, mu, s2, {"rho": rho}) for rho in (0.5, -0.3))
+                elif name == "random-scale":
+                    yield from ((name, mu, s2, {"alpha": alpha}) for alpha in (0.5, 3.0))
+                elif name == "lognormal-mixture":
+                    continue  # parametrised by its components: MIXTURES below
                 else:
                     yield name, mu, s2, {}
 
@@ -183,7 +239,20 @@ def _check(q, got_lin, got_log, ref, rel):
     _check_log(q, got_log, ref, rel)
 
 
-@pytest.mark.parametrize("name,mu,s2,params", list(_cases()))
+MIXTURES = [
+    "0.98:0:1e-8,0.02:-0.005:0.01",  # the issue's sparse heavy-tailed tokens
+    "0.5:-0.1:0.05,0.3:0.05:0.2,0.2:0.2:0",  # three components, one of them a point mass
+    "1:0.1:0.2",  # one component: a lognormal
+    "0.999:0:0,0.001:-0.02:0.5",  # sparse, with a point mass at r = 1
+]
+
+
+def _all_cases():
+    yield from _cases()
+    yield from (("lognormal-mixture", None, None, {"components": c}) for c in MIXTURES)
+
+
+@pytest.mark.parametrize("name,mu,s2,params", list(_all_cases()))
 def test_every_quantity_against_mpmath(name, mu, s2, params):
     fam = get_family(name, mu, s2, **params)
     for T in T_GRID:
@@ -476,3 +545,47 @@ def test_grid_bad_input(kwargs, match):
     args = {"family": "lognormal", "mu": 1.0, "sigma2": 0.1, "T": [1, 10], **kwargs}
     with pytest.raises(ValueError, match=match):
         theory.grid(args.pop("family"), **args)
+
+
+# ---------------------------------------------------------------- random-scale
+def test_random_scale_var_P_infinite_exactly_from_one_over_theta():
+    fam = get_family("random-scale", 1.0, 0.1, alpha=1.0)  # theta = 1 - 1.1^-1 = 1/11
+    assert fam.critical_T == pytest.approx(11.0, rel=1e-12)
+    T = [10, 11, 12, 1000]
+    v = theory.var_P(fam, T)
+    assert math.isfinite(v[0]) and np.all(np.isinf(v[1:]))
+    assert np.all(np.isinf(theory.var_P(fam, T[1:], log10=True)))
+    assert np.all(np.isinf(theory.n_needed_P(fam, T[1:])))
+    assert np.all(theory.ess_frac_P(fam, T[1:]) == 0.0)
+    # the fourth moment goes first: kurtosis and draws needed are infinite from 6 T theta >= 1 on
+    assert math.isinf(theory.kurtosis_P(fam, 2)) and math.isfinite(theory.kurtosis_P(fam, 1))
+
+
+@pytest.mark.parametrize("mu,s2,alpha", [(1.0, 0.1, 1.0), (0.8, 1e-3, 0.2), (1.5, 2.0, 5.0)])
+def test_random_scale_var_G_levels_off(mu, s2, alpha):
+    fam = get_family("random-scale", mu, s2, alpha=alpha)
+    with mp.workdps(50):
+        theta = _rs_theta(mu, s2, alpha)
+        limit = float(mp.mpf(mu) ** 2 * ((1 + theta) ** -alpha - (1 + theta / 2) ** (-2 * alpha)))
+    assert fam.var_G_limit() == pytest.approx(limit, rel=1e-12)
+    v = theory.var_G(fam, [10**3, 10**4, 10**6])
+    # Var(G_T) does not fall like 1/T: its gap to the limit does (a factor 100 from T = 10^4 to 10^6)
+    gap = np.abs(v / limit - 1)
+    assert gap[-1] < 1e-3
+    assert 90 < gap[1] / gap[2] < 110
+    assert v[-1] > 0.5 * v[0]
+
+
+@pytest.mark.parametrize("mu,s2", [(1.0, 0.1), (0.7, 1e-3), (2.0, 3.0)])
+def test_random_scale_alpha_to_infinity_is_lognormal(mu, s2):
+    """Var(v) = alpha theta^2 -> 0: every quantity tends to the lognormal one, the gap like 1/alpha."""
+    ln = get_family("lognormal", mu, s2)
+    T = [1, 10, 100]
+    for q in ("var_P", "var_G", "mean_G", "kurtosis_P", "n_needed_G"):
+        want = theory.value(q, ln, T)
+        gaps = []
+        for alpha in (1e6, 1e8, 1e10):
+            got = theory.value(q, get_family("random-scale", mu, s2, alpha=alpha), T)
+            gaps.append(np.max(np.abs(got / want - 1)))
+        assert gaps[-1] < 1e-5, (q, gaps)
+        assert gaps[1] < gaps[0] / 50 and gaps[2] < gaps[1] / 50, (q, gaps)  # about 1/alpha

@@ -37,6 +37,10 @@ __all__ = [
     "Gamma",
     "TwoPoint",
     "AR1",
+    "RandomScale",
+    "LognormalMixture",
+    "parse_components",
+    "format_components",
     "FAMILIES",
     "get_family",
 ]
@@ -65,6 +69,10 @@ class Family(ABC):
     mu: float
     sigma2: float
     name: ClassVar[str] = ""
+    #: True when mu and sigma2 follow from the family's other parameters (a mixture's components).
+    derived_moments: ClassVar[bool] = False
+    #: Extra parameters given as text rather than numbers (a mixture's components).
+    text_parameters: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mu", check_positive("mu", self.mu))
@@ -165,6 +173,9 @@ class Family(ABC):
         4 ar1         ``[m, s, rho]``: ``Y_1 = m + s Z_1``,
                       ``Y_t = m + rho (Y_{t-1} - m) + s sqrt(1 - rho^2) Z_t``
         ============  =======================================================
+
+        ``random-scale`` and ``lognormal-mixture`` have no sampler yet (``ValueError``,
+        unless ``sigma2 == 0``).
         """
         if self.degenerate:
             return CODE_DEGENERATE, np.array([math.log(self.mu)])
@@ -389,10 +400,250 @@ class AR1(LogNormal):
         return {**super().describe(), "rho": self.rho}
 
 
-FAMILIES: dict[str, type[Family]] = {cls.name: cls for cls in (LogNormal, Gamma, TwoPoint, AR1)}
+def _no_sampler(name: str) -> ValueError:
+    return ValueError(
+        f"Monte Carlo sampling of the {name} family is not available yet; its theory is exact "
+        "(use n = 0, --n 0 on the command line)"
+    )
 
 
-def get_family(name: str, mu: float, sigma2: float, **params) -> Family:
+@dataclass(frozen=True)
+class RandomScale(Family):
+    r"""Sequence-level heterogeneity: each sequence draws its own log-ratio variance.
+
+    A sequence draws :math:`v \sim \mathrm{Gamma}(\alpha, \theta)` (shape :math:`\alpha`,
+    scale :math:`\theta`); given :math:`v` its tokens' log-ratios are i.i.d.
+    :math:`N(\log\mu - v/2, v)`, so :math:`E[r \mid v] = \mu`. The tokens of one sequence
+    are exchangeable, not independent, and averaging :math:`e^{T K_v(s)}` over :math:`v`
+    gives, exactly,
+
+    .. math::
+
+        E[P_T^s] = \mu^{sT}\Bigl(1 - \theta T \frac{s(s-1)}{2}\Bigr)^{-\alpha}
+
+    where the bracket is positive, and :math:`+\infty` otherwise. :math:`\theta` is set by
+    the marginal variance of one ratio, :math:`E[r^2] = \mu^2 (1-\theta)^{-\alpha} =
+    \mu^2 + \sigma^2`, so :math:`\theta = 1 - (1 + \sigma^2/\mu^2)^{-1/\alpha}`.
+
+    Consequences: :math:`\operatorname{Var}(P_T)` is infinite for :math:`T \ge 1/\theta`
+    (the bracket at :math:`s = 2` is :math:`1 - \theta T`), and
+    :math:`\operatorname{Var}(G_T) = \mu^2[(1 + \theta(1 - 2/T))^{-\alpha}
+    - (1 + \theta(1 - 1/T)/2)^{-2\alpha}]` levels off at
+    :math:`\mu^2[(1+\theta)^{-\alpha} - (1+\theta/2)^{-2\alpha}]` instead of falling like
+    :math:`1/T`. :math:`K(s)` is the marginal of one token (:math:`T = 1`);
+    :math:`E[\log r] = \log\mu - \alpha\theta/2` and
+    :math:`\operatorname{Var}[\log r] = \alpha\theta + \alpha\theta^2/4`. As
+    :math:`\alpha \to \infty` (with :math:`\mu, \sigma^2` fixed) :math:`v` concentrates at
+    :math:`\log(1 + \sigma^2/\mu^2)` and the family tends to the lognormal one.
+
+    Parameters
+    ----------
+    alpha : float, default 1
+        Shape of the gamma law of the per-sequence variance, ``alpha > 0``; small values
+        mean strong heterogeneity between sequences.
+    """
+
+    alpha: float = 1.0
+    name: ClassVar[str] = "random-scale"
+
+    def _check_reachable(self) -> None:
+        object.__setattr__(self, "alpha", check_positive("alpha", self.alpha))
+
+    @property
+    def theta(self) -> float:
+        r"""Scale :math:`\theta = 1 - (1 + \sigma^2/\mu^2)^{-1/\alpha}` of the variance's gamma law."""
+        return -math.expm1(-math.log1p(self.sigma2 / self.mu**2) / self.alpha)
+
+    def theta_mp(self) -> mpmath.mpf:
+        """:attr:`theta` at the current mpmath precision."""
+        return -mpmath.expm1(-mpmath.log1p(mpmath.mpf(self.sigma2) / mpmath.mpf(self.mu) ** 2) / self.alpha)
+
+    @property
+    def critical_T(self) -> float:
+        r""":math:`1/\theta`: :math:`\operatorname{Var}(P_T)` is infinite for every :math:`T \ge 1/\theta`."""
+        return math.inf if self.degenerate else 1.0 / self.theta
+
+    def var_G_limit(self) -> float:
+        r"""The level :math:`\mu^2[(1+\theta)^{-\alpha} - (1+\theta/2)^{-2\alpha}]` of
+        :math:`\operatorname{Var}(G_T)` as :math:`T \to \infty`."""
+        with mpmath.workdps(40):
+            th, a = self.theta_mp(), mpmath.mpf(self.alpha)
+            return float(mpmath.mpf(self.mu) ** 2 * ((1 + th) ** -a - (1 + th / 2) ** (-2 * a)))
+
+    def _K(self, s):
+        bracket = 1.0 - self.theta * s * (s - 1.0) / 2.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inner = -self.alpha * np.log1p(-self.theta * s * (s - 1.0) / 2.0)
+        return s * math.log(self.mu) + np.where(bracket > 0, inner, np.inf)
+
+    def _K_mp(self, s):
+        return self.cgf_sum_mp(1, s)
+
+    def cgf_sum_mp(self, T: int, s) -> mpmath.mpf:
+        r""":math:`\log E[P_T^s] = sT\log\mu - \alpha\log(1 - \theta T s(s-1)/2)`, ``+inf``
+        where the bracket is not positive."""
+        s = mpmath.mpf(s)
+        if self.degenerate:
+            return s * T * mpmath.log(self.mu)
+        bracket = 1 - self.theta_mp() * T * s * (s - 1) / 2
+        if bracket <= 0:
+            return mpmath.inf
+        return s * T * mpmath.log(self.mu) - self.alpha * mpmath.log(bracket)
+
+    def _log_moments_mp(self):
+        th, a = self.theta_mp(), mpmath.mpf(self.alpha)
+        return mpmath.log(self.mu) - a * th / 2, a * th + a * th * th / 4
+
+    def _sampler_params(self):
+        raise _no_sampler(self.name)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "alpha": self.alpha}
+
+
+def parse_components(spec) -> tuple[tuple[float, float, float], ...]:
+    """Components of a lognormal mixture as ``((weight, mean, variance), ...)`` in log space.
+
+    Parameters
+    ----------
+    spec : str or sequence of (float, float, float)
+        ``"w:m:v,w:m:v,..."`` (as on the command line, e.g. ``"0.98:0:1e-8,0.02:-0.005:0.01"``)
+        or a sequence of triples. Weights must be > 0 and sum to 1 within 1e-9 (they
+        are then normalised to sum to 1 exactly), means finite, variances >= 0.
+
+    Returns
+    -------
+    tuple of (float, float, float)
+
+    Raises
+    ------
+    ValueError
+        Naming the bad component or value.
+    """
+    if isinstance(spec, str):
+        triples = []
+        for part in spec.split(","):
+            fields_ = part.strip().split(":")
+            if len(fields_) != 3:
+                raise ValueError(f"component {part.strip()!r} must be weight:mean:variance, in {spec!r}")
+            try:
+                triples.append(tuple(float(x) for x in fields_))
+            except ValueError:
+                raise ValueError(f"component {part.strip()!r} has a value that is not a number") from None
+    else:
+        try:
+            triples = [tuple(c) for c in spec]
+        except TypeError:
+            raise ValueError(
+                f"components must be 'w:m:v,...' or a sequence of triples, got {spec!r}"
+            ) from None
+    if not triples:
+        raise ValueError(
+            "lognormal-mixture needs components: weight:mean:variance of log r, "
+            "e.g. '0.98:0:1e-8,0.02:-0.005:0.01'"
+        )
+    out = []
+    for i, c in enumerate(triples):
+        if len(c) != 3:
+            raise ValueError(f"component {i} must be (weight, mean, variance), got {c!r}")
+        w = check_finite(f"component {i} weight", c[0])
+        m = check_finite(f"component {i} mean", c[1])
+        v = check_finite(f"component {i} variance", c[2])
+        if w <= 0:
+            raise ValueError(f"component {i} weight must be > 0, got {w!r}")
+        if v < 0:
+            raise ValueError(f"component {i} variance must be >= 0, got {v!r}")
+        out.append((w, m, v))
+    total = math.fsum(w for w, _, _ in out)
+    if abs(total - 1.0) > 1e-9:
+        raise ValueError(f"component weights must sum to 1, got {total!r}")
+    return tuple((w / total, m, v) for w, m, v in out)
+
+
+def format_components(components) -> str:
+    """The canonical ``"w:m:v,..."`` text of parsed components (shortest round-trip floats)."""
+    return ",".join(":".join(repr(float(x)) for x in c) for c in components)
+
+
+@dataclass(frozen=True)
+class LognormalMixture(Family):
+    r"""Heavy-tailed, sparse token ratios: each token's log-ratio comes from component
+    :math:`j`, :math:`N(m_j, v_j)`, with probability :math:`w_j`, independently.
+
+    .. math::
+
+        K(s) = \log \sum_j w_j \exp(s m_j + s^2 v_j / 2).
+
+    The tokens stay i.i.d., so the theory is the i.i.d. one. The family is parametrised by
+    its components in log space; :math:`\mu = e^{K(1)}` and
+    :math:`\sigma^2 = e^{K(2)} - e^{2K(1)}` are derived (pass ``mu=None, sigma2=None``, or
+    the derived values). :math:`E[\log r] = \sum_j w_j m_j`,
+    :math:`\operatorname{Var}[\log r] = \sum_j w_j (v_j + (m_j - E[\log r])^2)`.
+
+    Parameters
+    ----------
+    components : str or sequence of (weight, mean, variance)
+        See :func:`parse_components`, e.g. ``"0.98:0:1e-8,0.02:-0.005:0.01"``.
+    """
+
+    components: tuple = ()
+    name: ClassVar[str] = "lognormal-mixture"
+    derived_moments: ClassVar[bool] = True
+    text_parameters: ClassVar[tuple[str, ...]] = ("components",)
+
+    def __post_init__(self) -> None:
+        comps = parse_components(self.components)
+        object.__setattr__(self, "components", comps)
+        with mpmath.workdps(60):
+            ws = self._mp()
+            e1 = mpmath.fsum(w * mpmath.exp(m + v / 2) for w, m, v in ws)
+            e2 = mpmath.fsum(w * mpmath.exp(2 * m + 2 * v) for w, m, v in ws)
+            mu, sigma2 = float(e1), float(e2 - e1 * e1)
+        if len({m for _, m, _ in comps}) == 1 and all(v == 0 for _, _, v in comps):
+            sigma2 = 0.0
+        for label, given, derived in (("mu", self.mu, mu), ("sigma2", self.sigma2, sigma2)):
+            if given is not None and not (
+                isinstance(given, int | float) and abs(given - derived) <= 1e-9 * abs(derived)
+            ):
+                raise ValueError(
+                    f"lognormal-mixture derives {label} from its components ({label} = {derived!r}); "
+                    f"got {label}={given!r}: leave it unset"
+                )
+        object.__setattr__(self, "mu", mu)
+        object.__setattr__(self, "sigma2", sigma2)
+
+    def _K(self, s):
+        w, m, v = (np.array(x) for x in zip(*self.components, strict=True))
+        terms = np.log(w) + np.multiply.outer(s, m) + np.multiply.outer(s * s, v) / 2
+        return special.logsumexp(terms, axis=-1)
+
+    def _K_mp(self, s):
+        return mpmath.log(mpmath.fsum(w * mpmath.exp(s * m + s * s * v / 2) for w, m, v in self._mp()))
+
+    def _mp(self):
+        """Components as mpmath numbers, the weights normalised to sum to 1 at this precision
+        (float weights sum to 1 only up to rounding, and T K(1/T) would carry T times the error)."""
+        total = mpmath.fsum(mpmath.mpf(w) for w, _, _ in self.components)
+        return [(mpmath.mpf(w) / total, mpmath.mpf(m), mpmath.mpf(v)) for w, m, v in self.components]
+
+    def _log_moments_mp(self):
+        comps = self._mp()
+        mean = mpmath.fsum(w * m for w, m, _ in comps)
+        return mean, mpmath.fsum(w * (v + (m - mean) ** 2) for w, m, v in comps)
+
+    def _sampler_params(self):
+        raise _no_sampler(self.name)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "components": format_components(self.components)}
+
+
+FAMILIES: dict[str, type[Family]] = {
+    cls.name: cls for cls in (LogNormal, Gamma, TwoPoint, AR1, RandomScale, LognormalMixture)
+}
+
+
+def get_family(name: str, mu: float | None = None, sigma2: float | None = None, **params) -> Family:
     """Build a family by name.
 
     Parameters
@@ -400,9 +651,11 @@ def get_family(name: str, mu: float, sigma2: float, **params) -> Family:
     name : str
         One of :data:`FAMILIES` (``"lognormal"``, ``"gamma"``, ``"two-point"``, ``"ar1"``).
     mu, sigma2 : float
-        Mean and variance of the ratio.
+        Mean and variance of the ratio. ``lognormal-mixture`` derives both from its
+        components: leave them ``None`` (or give the derived values).
     **params
-        Extra family parameters (``q`` for ``two-point``, ``rho`` for ``ar1``).
+        Extra family parameters (``q`` for ``two-point``, ``rho`` for ``ar1``, ``alpha``
+        for ``random-scale``, ``components`` for ``lognormal-mixture``).
 
     Raises
     ------

@@ -157,9 +157,17 @@ def add_family_args(p: argparse.ArgumentParser) -> None:
         default="lognormal",
         help=f"ratio family: {', '.join(FAMILIES)} (default: %(default)s)",
     )
-    p.add_argument("--mu", type=float_arg, default=1.0, help="mean of the ratio r (default: %(default)s)")
     p.add_argument(
-        "--sigma2", type=float_arg, default=0.1, help="variance of the ratio r (default: %(default)s)"
+        "--mu",
+        type=float_arg,
+        default=None,
+        help="mean of the ratio r; 1 if unset (lognormal-mixture: derived)",
+    )
+    p.add_argument(
+        "--sigma2",
+        type=float_arg,
+        default=None,
+        help="variance of the ratio r; 0.1 if unset (lognormal-mixture: derived)",
     )
     p.add_argument(
         "--q", type=float_arg, default=None, help="two-point only: P(r = lower value); 0.5 if unset"
@@ -167,12 +175,47 @@ def add_family_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rho", type=float_arg, default=None, help="ar1 only: lag-one correlation of log r; 0 if unset"
     )
+    p.add_argument(
+        "--alpha",
+        type=float_arg,
+        default=None,
+        help="random-scale only: gamma shape of the per-sequence log-ratio variance (small: strong "
+        "heterogeneity); 1 if unset",
+    )
+    p.add_argument(
+        "--components",
+        default=None,
+        metavar="W:M:V,...",
+        help="lognormal-mixture only (required): components of log r, weight:mean:variance, weights "
+        "summing to 1, e.g. 0.98:0:1e-8,0.02:-0.005:0.01; mu and sigma2 are derived",
+    )
+
+
+#: Extra family options of add_family_args, by family parameter name.
+FAMILY_OPTIONS = ("q", "rho", "alpha", "components")
 
 
 def family_from_args(args: argparse.Namespace):
-    """The family named by ``--family --mu --sigma2`` and, where given, ``--q`` / ``--rho``."""
-    extra = {k: getattr(args, k) for k in ("q", "rho") if getattr(args, k, None) is not None}
-    return get_family(args.family, args.mu, args.sigma2, **extra)
+    """The family named by ``--family --mu --sigma2`` and, where given, ``--q --rho --alpha --components``."""
+    extra = {k: getattr(args, k) for k in FAMILY_OPTIONS if getattr(args, k, None) is not None}
+    name = args.family
+    if name in FAMILIES and FAMILIES[name].derived_moments:
+        if "components" not in extra:
+            raise CLIError(f"--family {name} needs --components W:M:V,... (weight:mean:variance of log r)")
+        given = [f"--{k}" for k in ("mu", "sigma2") if getattr(args, k, None) is not None]
+        if given:
+            raise CLIError(
+                f"--family {name} derives mu and sigma2 from --components: drop {' and '.join(given)}"
+            )
+        return get_family(name, **extra)
+    mu = 1.0 if args.mu is None else args.mu
+    sigma2 = 0.1 if args.sigma2 is None else args.sigma2
+    return get_family(name, mu, sigma2, **extra)
+
+
+def family_extras(family) -> list[tuple[str, object]]:
+    """The family's parameters besides mu and sigma2, as (name, value) pairs, for titles."""
+    return [(k, v) for k, v in family.describe().items() if k not in ("family", "mu", "sigma2")]
 
 
 GRID_EPILOG = (
@@ -210,12 +253,18 @@ def family_list(text: str) -> list[str]:
 
 
 def param_grid(text: str) -> tuple[str, object]:
-    """``NAME=GRID`` for an extra family parameter (``rho=0:0.9:4``)."""
+    """``NAME=GRID`` for an extra family parameter (``rho=0:0.9:4``); text parameters take a
+    ``;``-separated list (``components=0.98:0:1e-8,0.02:-0.005:0.01;0.9:0:1e-8,0.1:0:1e-3``)."""
     from variance_lab.sweep import grid
 
     name, sep, values = text.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"expected NAME=GRID, got {text!r}")
+    if any(name.strip() in cls.text_parameters for cls in FAMILIES.values()):
+        items = [v.strip() for v in values.split(";") if v.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"--param {name.strip()}: no value in {text!r}")
+        return name.strip(), items
     try:
         return name.strip(), grid.parse_grid(values, name=f"--param {name.strip()}")
     except ValueError as exc:

@@ -16,6 +16,7 @@ from variance_lab.cli._common import (
     check_output,
     confirm_long_run,
     engine_from_args,
+    family_extras,
     family_from_args,
     float_arg,
     grid_arg,
@@ -33,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     T = [int(t) for t in args.T]
     frame = theory.summary(family, T, target=args.target)
     notes = table_report.errata(frame, family.mu, family.sigma2)
+    inf_note = table_report.infinite_variance_note(frame, getattr(family, "critical_T", None))
+    notes = "\n\n".join(part for part in (inf_note, notes) if part)
     source = "exact theory"
     if args.n != 0:  # Monte Carlo columns beside the theory
         from variance_lab.simulate import simulate
@@ -55,8 +58,11 @@ def run(args: argparse.Namespace) -> int:
         mc_notes = table_report.monte_carlo_notes(mc, args.n, args.seed, target=args.target)
         notes = f"{mc_notes}\n\n{notes}" if notes else mc_notes
         source = f"exact theory and Monte Carlo (n = {args.n:,}, seed {args.seed})"
+    extra = "".join(
+        f", {k} = {v:g}" if isinstance(v, float) else f", {k} = {v}" for k, v in family_extras(family)
+    )
     title = (
-        f"Variance of P_T and G_T: {family.name}, mu = {family.mu:g}, sigma^2 = {family.sigma2:g}; "
+        f"Variance of P_T and G_T: {family.name}, mu = {family.mu:g}, sigma^2 = {family.sigma2:g}{extra}; "
         f"{source} (variance_lab {__version__})"
     )
     text = table_report.render(frame, args.format, title=title, notes=notes)

@@ -23,7 +23,7 @@ import pandas as pd
 from variance_lab.report.table import format_number
 from variance_lab.schema import json_safe
 
-__all__ = ["FORMATS", "render_analysis", "summary_lines", "split_lines", "VERDICT_NOTE"]
+__all__ = ["FORMATS", "render_analysis", "summary_lines", "split_lines", "model_lines", "VERDICT_NOTE"]
 
 FORMATS = ("markdown", "csv", "json")
 
@@ -86,7 +86,38 @@ def summary_lines(summary: dict) -> list[str]:
         + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in summary["rms_scores"].items())
         + ")",
     ]
-    return lines
+    return lines + model_lines(summary)
+
+
+def model_lines(summary: dict) -> list[str]:
+    """The fitted models mix and hier with standard errors, and the model chosen on variances and clips."""
+    models = summary.get("models")
+    if not models:
+        return []
+    mix, hier = models["mix"], models["hier"]
+    comps = "; ".join(
+        f"w {_se(w, sw)}, m {_se(m, sm)}, v {_se(v, sv)}"
+        for w, sw, m, sm, v, sv in zip(
+            mix["weights"],
+            mix["se_weights"],
+            mix["means"],
+            mix["se_means"],
+            mix["variances"],
+            mix["se_variances"],
+            strict=True,
+        )
+    )
+    fits = summary["model_fits"]
+    return [
+        f"Model mix (token log-ratios a Gaussian mixture, {len(mix['weights'])} components by BIC): {comps}",
+        f"Model hier (per-sequence variance v ~ Gamma(alpha, theta0 (T/{hier['T0']:g})^beta), tokens "
+        f"N(c - v/2, v)): alpha = {_se(hier['alpha'], hier['se_alpha'])}, theta0 = "
+        f"{_se(hier['theta0'], hier['se_theta0'])}, beta = {_se(hier['beta'], hier['se_beta'])}, c = "
+        f"{_se(hier['c'], hier['se_c'])}",
+        f"Best model on Var(G_T) and GSPO clip fractions together: {summary['best_model']} (buckets fitted: "
+        + ", ".join(f"{k} {v}" for k, v in fits.items())
+        + ")",
+    ]
 
 
 def split_lines(split: dict | None) -> list[str]:
@@ -177,6 +208,24 @@ def _clip_rows(table: pd.DataFrame) -> list[list[str]]:
     ]
 
 
+def _model_clip_rows(table: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for r in table.itertuples(index=False):
+        rows.append(
+            [
+                f"{r.T_lo}-{r.T_hi}",
+                str(r.n_seq),
+                _interval(r.gspo_clip_frac, r.gspo_clip_frac_lo, r.gspo_clip_frac_hi, _fmt),
+                *(_fmt(getattr(r, f"gspo_clip_pred_{m}")) for m in ("iid", "corr", "mix", "hier")),
+                _interval(r.ppo_clip_frac, r.ppo_clip_frac_lo, r.ppo_clip_frac_hi, _fmt),
+                *(_fmt(getattr(r, f"ppo_clip_pred_{m}")) for m in ("iid", "mix", "hier")),
+                *(_sci(getattr(r, f"var_G_{m}")) for m in ("mix", "hier")),
+                str(r.best_model),
+            ]
+        )
+    return rows
+
+
 def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
     pct = f"{100 * summary['level']:g}%"
     var_header = [
@@ -203,6 +252,13 @@ def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
         "",
         _markdown_table(clip_header, _clip_rows(table)),
         "",
+    ]
+    if summary.get("models"):
+        pct = f"{100 * summary['level']:g}%"
+        header = ["T", "n", f"GSPO clip [{pct}]", "iid", "corr", "mix", "hier", f"PPO clip [{pct}]", "iid"]
+        header += ["mix", "hier", "Var(G) mix", "Var(G) hier", "best model"]
+        parts += [_markdown_table(header, _model_clip_rows(table)), ""]
+    parts += [
         VERDICT_NOTE,
     ]
     if summary.get("split"):

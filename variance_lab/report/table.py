@@ -22,6 +22,7 @@ __all__ = [
     "format_number",
     "render",
     "errata",
+    "infinite_variance_note",
     "with_monte_carlo",
     "monte_carlo_notes",
 ]
@@ -168,6 +169,29 @@ def errata(frame: pd.DataFrame, mu: float, sigma2: float) -> str:
         "column inherits the error. 'off by' is printed / exact - 1.",
     ]
     return "\n".join(lines)
+
+
+def infinite_variance_note(frame: pd.DataFrame, critical_T: float | None = None) -> str:
+    r"""A note for the rows where :math:`\operatorname{Var}(P_T)` is infinite; ``""`` when there are none.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Columns ``T``, ``var_P``, ``log10_var_P`` (:func:`variance_lab.theory.summary`).
+    critical_T : float, optional
+        The length from which :math:`E[P_T^2]` diverges, when the family has one
+        (random-scale: :math:`1/\theta`).
+    """
+    inf_rows = frame[np.isinf(frame["log10_var_P"].to_numpy(dtype=float)) & (frame["log10_var_P"] > 0)]
+    if inf_rows.empty:
+        return ""
+    Ts = ", ".join(str(int(t)) for t in inf_rows["T"])
+    since = f" for every T >= 1/theta = {format_number(critical_T)}" if critical_T is not None else ""
+    return (
+        f"Var(P_T) is infinite at T = {Ts}: E[P_T^2] diverges{since}. There Var(P_T), its log10, the ratio "
+        "and the draws needed for P_T are inf (no number of draws gives the sample variance a finite "
+        "error), and the ESS fraction is 0; Var(G_T) stays finite."
+    )
 
 
 def render(frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes: str = "") -> str:

@@ -9,6 +9,7 @@ module             holds
 ``statistics``     length buckets, bucket variances, the pooled fit, autocorrelation
 ``cgf``            the empirical cumulant generating function
 ``analysis``       observed per-bucket variances against i.i.d. and corrected predictions
+``models``         fitted ratio models: token mixture (EM, BIC) and length-dependent random scale (likelihood)
 =================  ====================================================================
 
 The names most users need are re-exported here.

@@ -114,6 +114,12 @@ from scipy import special
 from variance_lab.rollouts.batch import DroppedSequence, TokenBatch
 from variance_lab.rollouts.cgf import EmpiricalCGF, gauss_log_moments, logsumexp
 from variance_lab.rollouts.split import SplitResult, split_ratios
+from variance_lab.rollouts.predictions import (
+    PREDICTION_COLUMNS,
+    choose_model,
+    fitted_models,
+    prediction_columns,
+)
 from variance_lab.rollouts.statistics import (
     Autocorrelation,
     LogRatioFit,
@@ -209,6 +215,7 @@ ANALYSIS_COLUMNS = (
     "gspo_clip_pred_iid",
     "ppo_clip_frac",
     "ppo_clip_pred",
+    *PREDICTION_COLUMNS,  # the fitted models mix and hier, clip intervals, model choice (predictions.py)
 )
 
 
@@ -422,6 +429,9 @@ class AnalysisResult:
     _models: _Models = field(repr=False)
     acf_note: str = ""
     split: SplitResult | None = field(default=None, repr=False)
+    #: The fitted models (rollouts.predictions): "mix" (MixtureFit), "hier" (RandomScaleFit), the
+    #: chosen model ("best_model") and each model's count of buckets fitted ("fits"); empty when not fitted.
+    fitted: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_dropped(self) -> int:
@@ -506,6 +516,7 @@ class AnalysisResult:
             "level": self.level,
             "n_boot": self.n_boot,
             "split": _split_summary(self.split),
+            **_fitted_summary(self.fitted),
         }
 
 
@@ -583,6 +594,7 @@ def analyze(
     c: float = 5.0,
     gspo_range=GSPO_RANGE,
     ppo_range=PPO_RANGE,
+    fit_models: bool = True,
 ) -> AnalysisResult:
     r"""Per length bucket, observed Var(P_T), Var(G_T) and clip fractions against three predictions.
 
@@ -607,6 +619,10 @@ def analyze(
         Sokal's window constant of the autocorrelation times.
     gspo_range, ppo_range : tuple of float
         Clipping ranges (ratios) for the observed and predicted clip fractions.
+    fit_models : bool
+        Fit the ``mix`` and ``hier`` models (:mod:`variance_lab.rollouts.models`) and add their
+        columns, the clip-fraction intervals and the model choice
+        (:mod:`variance_lab.rollouts.predictions`); False leaves those columns NaN.
 
     Returns
     -------
@@ -651,6 +667,27 @@ def analyze(
         }
         rows.append(row)
     table = pd.DataFrame(rows, columns=list(ANALYSIS_COLUMNS))
+    fitted = {}
+    if fit_models:  # mix and hier predictions, clip intervals and the model choice (predictions.py)
+        try:
+            fitted = dict(zip(("mix", "hier"), fitted_models(batch), strict=True))
+        except ValueError:  # too few sequences or tokens, or constant log-ratios: columns stay NaN
+            fit_models = False
+    if fit_models:
+        extra = prediction_columns(
+            batch,
+            table,
+            bucket,
+            (fitted["mix"], fitted["hier"]),
+            g_range=g_range,
+            p_range=p_range,
+            ppo_normal=ppo_pred,
+            n_boot=n_boot,
+            level=level,
+            seed=seed,
+        )
+        table[list(PREDICTION_COLUMNS)] = extra
+        fitted["best_model"], fitted["fits"] = choose_model(table)
     rms = {m: _rms(table[f"score_{m}"]) for m in MODELS}
     w = sequence_weights(batch, gspo_range=gspo_range, ppo_range=ppo_range)
     pooled_gspo = {m: float(np.mean(models.gspo_clip(m, lengths, g_range))) for m in ("corr", "iid")}
@@ -683,4 +720,35 @@ def analyze(
         split=split_ratios(batch, edges, gspo_range=gspo_range, ppo_range=ppo_range)
         if batch.has_rollout
         else None,
+        fitted=fitted,
     )
+
+
+# --------------------------------------------------------------------------------------
+# the fitted models mix and hier in the summary (see rollouts.predictions)
+# --------------------------------------------------------------------------------------
+def _fitted_summary(fitted: dict) -> dict:
+    """``models`` (fitted parameters with standard errors) and ``best_model`` for the summary."""
+    if not fitted:
+        return {"models": None, "best_model": None, "model_fits": None}
+    mix, hier = fitted["mix"], fitted["hier"]
+    return {
+        "models": {
+            "mix": {
+                "components": mix.components,
+                "weights": mix.weights.tolist(),
+                "se_weights": mix.se_weights.tolist(),
+                "means": mix.means.tolist(),
+                "se_means": mix.se_means.tolist(),
+                "variances": mix.variances.tolist(),
+                "se_variances": mix.se_variances.tolist(),
+                "bic": {str(k): v for k, v in mix.bic.items()},
+            },
+            "hier": {
+                name: getattr(hier, name)
+                for name in ("c", "se_c", "alpha", "se_alpha", "theta0", "se_theta0", "beta", "se_beta", "T0")
+            },
+        },
+        "best_model": fitted["best_model"],
+        "model_fits": dict(fitted["fits"]),
+    }

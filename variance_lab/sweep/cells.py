@@ -118,7 +118,10 @@ class Cell:
     def label(self) -> str:
         """Short human-readable description."""
         fam = self.family
-        extra = "".join(f" {k}={v:g}" for k, v in json.loads(self.family_params()).items())
+        extra = "".join(
+            f" {k}={v:g}" if isinstance(v, float) else f" {k}={v}"
+            for k, v in json.loads(self.family_params()).items()
+        )
         mc = f" n={self.n} seed={self.seed}" if self.kind == "monte_carlo" else ""
         return f"{self.kind} {fam.name} mu={fam.mu:g} sigma2={fam.sigma2:g}{extra}{mc}"
 
@@ -174,6 +177,13 @@ def extra_parameters(name: str) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(FAMILIES[name]) if f.name not in ("mu", "sigma2"))
 
 
+def _check_extra(family: str, key: str, value):
+    """A numeric extra parameter as a float; a text one (a mixture's components) in canonical form."""
+    if key in FAMILIES[family].text_parameters:
+        return get_family(family, **{key: value}).describe()[key]
+    return check_finite(key, value)
+
+
 def _extra_grids(names: list[str], params: Mapping[str, object] | None) -> dict[str, list[dict]]:
     """Per family, the list of extra-parameter dicts to sweep (``[{}]`` when none applies)."""
     params = dict(params or {})
@@ -182,7 +192,7 @@ def _extra_grids(names: list[str], params: Mapping[str, object] | None) -> dict[
     for name in names:
         keys = sorted(k for k in params if k in extra_parameters(name))
         used.update(keys)
-        values = [sorted({check_finite(k, v) for v in _as_list(params[k], k)}) for k in keys]
+        values = [sorted({_check_extra(name, k, v) for v in _as_list(params[k], k)}) for k in keys]
         out[name] = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
     unused = sorted(set(params) - used)
     if unused:
@@ -229,6 +239,14 @@ def plan(
     extras = _extra_grids(names, params)
     cells, unreachable = [], []
     for name in names:
+        if FAMILIES[
+            name
+        ].derived_moments:  # mu and sigma2 follow from the extra parameters: no mu x sigma2 grid
+            for extra in extras[name]:
+                family = get_family(name, **extra)  # a bad parameter is an error
+                cells.append(Cell("theory", family, Ts, options=(("target", float(target)),)))
+                cells += [Cell("monte_carlo", family, Ts, k, seed, mc_options) for k in ns if k > 0]
+            continue
         for extra in extras[name]:
             get_family(name, 1.0, 0.0, **extra)  # a bad extra parameter is an error, not unreachable
             for m in mus:

@@ -89,6 +89,8 @@ def _normalised_moments(family: Family, T: int, s) -> tuple[mpmath.mpf, mpmath.m
         return c1, mpmath.mpf(0), mpmath.mpf(0)
     f2, f3, f4 = (family.cgf_sum_mp(T, k * s) - k * c1 for k in (2, 3, 4))
     v = mpmath.expm1(f2)
+    if mpmath.isinf(f4):  # a moment of order <= 4 is infinite (random-scale beyond 1/theta)
+        return c1, v, mpmath.inf
     m4 = mpmath.exp(f4) - 4 * mpmath.exp(f3) + 6 * mpmath.exp(f2) - 3
     return c1, v, m4
 
@@ -101,7 +103,7 @@ def _point(family: Family, T: int) -> _Point:
         out = []
         for s in (mpmath.mpf(1), mpmath.mpf(1) / T):
             log_mean, v, m4 = _normalised_moments(family, T, s)
-            kurt = m4 / v**2 if v > 0 else mpmath.nan
+            kurt = _kurtosis(v, m4)
             out.append((mpmath.exp(log_mean), mpmath.exp(2 * log_mean) * v, kurt))
         (mP, vP, kP), (mG, vG, kG) = out
         if family.degenerate:  # r = mu: exact, free of exp(log(mu)) rounding
@@ -109,10 +111,21 @@ def _point(family: Family, T: int) -> _Point:
         return _Point(+mP, +vP, +kP, +mG, +vG, +kG, +mean_log, +var_log, dps)
 
 
+def _kurtosis(v, m4):
+    """m4 / v^2: NaN for a constant (v == 0), inf when the fourth moment is infinite."""
+    if not v > 0:
+        return mpmath.nan
+    if mpmath.isinf(m4):
+        return mpmath.inf
+    return m4 / v**2
+
+
 def _rel_se(kurt, n: int):
     """Relative standard error of the unbiased sample variance of n draws."""
     if mpmath.isnan(kurt):  # zero variance: the sample variance is exactly 0
         return mpmath.mpf(0)
+    if mpmath.isinf(kurt):  # infinite fourth moment: the sample variance has no finite error
+        return mpmath.inf
     return mpmath.sqrt((kurt - mpmath.mpf(n - 3) / (n - 1)) / n)
 
 
@@ -120,6 +133,8 @@ def _n_needed(kurt, target):
     """Smallest real n with rse(n) = target (root of a quadratic); 2 when v == 0."""
     if mpmath.isnan(kurt):
         return mpmath.mpf(2)
+    if mpmath.isinf(kurt):  # no number of draws gives a finite relative error
+        return mpmath.inf
     e2 = mpmath.mpf(target) ** 2
     b = e2 + kurt - 1
     return (b + mpmath.sqrt(b * b - 4 * e2 * (kurt - 3))) / (2 * e2)

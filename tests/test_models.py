@@ -1,0 +1,171 @@
+"""Fitted ratio models (rollouts/models.py): recovery of known parameters within k standard errors,
+the marginal likelihood against quadrature, and predictions against the families' exact theory."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+from variance_lab import theory
+from variance_lab.families import get_family
+from variance_lab.rollouts import TokenBatch
+from variance_lab.rollouts.models import fit_mixture, fit_random_scale, normal_outside, random_scale_loglik
+from variance_lab.rollouts.weights import log_clip_range
+
+K_SE = 4.0  # every estimate within 4 standard errors of the truth
+G_RANGE = log_clip_range((1 - 3e-4, 1 + 4e-4), "gspo_range")
+P_RANGE = log_clip_range((0.8, 1.2), "ppo_range")
+
+
+def random_scale_batch(seed, n=600, alpha=0.4, theta0=4e-4, beta=0.5, c=-1e-5, T0=40.0):
+    """Sequences of lengths 8..300 (log-uniform) drawn from the random-scale model with theta(T)."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    L = np.rint(np.exp(rng.uniform(math.log(8), math.log(300), n))).astype(int)
+    v = rng.gamma(alpha, theta0 * (L / T0) ** beta)
+    old = [np.full(t, -1.0) for t in L]
+    new = [
+        o + c - vi / 2 + math.sqrt(vi) * rng.standard_normal(t) for o, vi, t in zip(old, v, L, strict=True)
+    ]
+    return TokenBatch.from_ragged(new, old), L
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_scale_recovered_within_its_standard_errors(seed):
+    batch, L = random_scale_batch(seed)
+    fit = fit_random_scale(batch)
+    T0 = float(np.median(L))
+    truth = {"c": -1e-5, "alpha": 0.4, "theta0": 4e-4 * (T0 / 40.0) ** 0.5, "beta": 0.5}
+    for name, want in truth.items():
+        got, se = getattr(fit, name), getattr(fit, f"se_{name}")
+        assert se > 0 and abs(got - want) < K_SE * se, (name, got, want, se)
+
+
+def test_random_scale_without_length_recovers_the_family():
+    batch, _ = random_scale_batch(7, beta=0.0)
+    fit = fit_random_scale(batch, length_dependent=False)
+    assert fit.beta == 0.0 and fit.se_beta == 0.0
+    assert abs(fit.alpha - 0.4) < K_SE * fit.se_alpha
+    fam = fit.family(100)
+    assert fam.alpha == fit.alpha and fam.theta == pytest.approx(fit.theta0, rel=1e-10)
+
+
+def _log_joint(u, y, c, alpha, theta):
+    """log of Gamma(alpha, theta) density of v = e^u times v (du = dv / v) times prod N(y; c - v/2, v)."""
+    v = math.exp(u)
+    log_gamma = alpha * u - v / theta - math.lgamma(alpha) - alpha * math.log(theta)
+    return log_gamma - 0.5 * float(np.sum(np.log(2 * math.pi * v) + (y - c + v / 2) ** 2 / v))
+
+
+def test_marginal_likelihood_against_quadrature():
+    """One sequence's likelihood with v integrated out, against scipy quadrature over log v."""
+    rng = np.random.default_rng(5)
+    c = 1e-6
+    for T, alpha, theta in ((8, 0.3, 1e-4), (120, 2.0, 5e-3), (300, 0.7, 1e-6)):
+        y = -2e-5 + math.sqrt(theta) * rng.standard_normal(T)
+        batch = TokenBatch.from_ragged([y - 1.0], [np.full(T, -1.0)])
+        got = random_scale_loglik(batch, c, alpha, theta)
+        grid = np.linspace(-40, 5, 4001)
+        vals = np.array([_log_joint(u, y, c, alpha, theta) for u in grid])
+        shift, peak = float(vals.max()), float(grid[np.argmax(vals)])
+        val, _ = integrate.quad(
+            lambda u, y=y, a=alpha, t=theta, s=shift: math.exp(_log_joint(u, y, c, a, t) - s),
+            -40,
+            5,
+            points=[peak],
+            limit=400,
+            epsrel=1e-10,
+        )
+        assert got == pytest.approx(math.log(val) + shift, abs=1e-7), (T, alpha, theta)
+
+
+def test_random_scale_predictions_match_the_family_theory():
+    batch, _ = random_scale_batch(4, beta=0.0)
+    fit = fit_random_scale(batch, length_dependent=False)
+    T = np.array([1, 10, 100, 1000])
+    pred = fit.predict(T, G_RANGE, P_RANGE)
+    fam = fit.family(50)
+    for stat in ("mean_P", "var_P", "mean_G", "var_G"):
+        want = theory.value(stat, fam, T, log10=True) * math.log(10)
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(pred[stat][finite], want[finite], rtol=1e-6, atol=1e-9)
+        assert np.array_equal(np.isinf(pred[stat]), ~finite), stat
+
+
+def test_random_scale_clip_prediction_against_simulation():
+    """GSPO clip probability at T = 50 against 200,000 draws of the model (4 binomial SE)."""
+    batch, _ = random_scale_batch(4, beta=0.0)
+    fit = fit_random_scale(batch, length_dependent=False)
+    p = float(fit.predict([50], G_RANGE, P_RANGE)["gspo_clip"][0])
+    rng = np.random.default_rng(np.random.SeedSequence(11))
+    n = 200_000
+    v = rng.gamma(fit.alpha, fit.theta0, n)
+    ybar = fit.c - v / 2 + np.sqrt(v / 50) * rng.standard_normal(n)
+    obs = np.mean((ybar < G_RANGE[0]) | (ybar > G_RANGE[1]))
+    assert abs(obs - p) < 4 * math.sqrt(p * (1 - p) / n), (obs, p)
+
+
+MIX_TRUE = (np.array([0.9, 0.08, 0.02]), np.array([0.0, -1e-3, -0.01]), np.array([1e-8, 1e-5, 4e-3]))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_mixture_recovered_within_its_standard_errors(seed):
+    w, m, v = MIX_TRUE
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    n = 30_000
+    comp = rng.choice(3, size=n, p=w)
+    y = m[comp] + np.sqrt(v[comp]) * rng.standard_normal(n)
+    fit = fit_mixture(y)
+    assert fit.n_components == 3 and min(fit.bic, key=fit.bic.get) == 3
+    for est, se, want, name in (
+        (fit.weights, fit.se_weights, w, "w"),
+        (fit.means, fit.se_means, m, "m"),
+        (fit.variances, fit.se_variances, v, "v"),
+    ):
+        assert np.all(se > 0) and np.all(np.abs(est - want) < K_SE * se), (name, est, want, se)
+
+
+def test_mixture_bic_picks_one_component_for_gaussian_tokens():
+    y = np.random.default_rng(np.random.SeedSequence(3)).normal(-1e-4, 0.01, 20_000)
+    fit = fit_mixture(y)
+    assert fit.n_components == 1
+    assert abs(fit.means[0] + 1e-4) < K_SE * fit.se_means[0]
+    assert abs(fit.variances[0] - 1e-4) < K_SE * fit.se_variances[0]
+
+
+def test_mixture_predictions():
+    w, m, v = MIX_TRUE
+    y = np.random.default_rng(np.random.SeedSequence(8)).normal(0, 0.01, 100)
+    fit = fit_mixture(y, max_components=1)
+    fam = get_family(
+        "lognormal-mixture", components=",".join(f"{a}:{b}:{c}" for a, b, c in zip(w, m, v, strict=True))
+    )
+    fit = type(fit)(w, m, v, w, w, w, 0.0, {}, 0)  # the true mixture, for its predictions
+    assert fit.family() == fam
+    T = np.array([1, 7, 60])
+    pred = fit.predict(T, G_RANGE, P_RANGE)
+    np.testing.assert_allclose(pred["var_G"], theory.var_G(fam, T, log10=True) * math.log(10), rtol=1e-12)
+    ppo = float(np.sum(w * normal_outside(m, v, P_RANGE)))
+    assert pred["ppo_clip"][0] == pytest.approx(ppo, rel=1e-12)
+    assert pred["gspo_clip"][0] == pytest.approx(float(np.sum(w * normal_outside(m, v, G_RANGE))), rel=1e-12)
+    # T = 7: against 400,000 simulated means of 7 tokens (4 binomial SE)
+    rng = np.random.default_rng(np.random.SeedSequence(9))
+    comp = rng.choice(3, size=(400_000, 7), p=w)
+    ybar = (m[comp] + np.sqrt(v[comp]) * rng.standard_normal(comp.shape)).mean(axis=1)
+    obs = np.mean((ybar < G_RANGE[0]) | (ybar > G_RANGE[1]))
+    p = pred["gspo_clip"][1]
+    assert abs(obs - p) < 4 * math.sqrt(p * (1 - p) / 400_000), (obs, p)
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: fit_mixture(np.zeros(50)), "constant"),
+        (lambda: fit_mixture(np.ones(5)), "at least 10"),
+        (lambda: fit_mixture(np.arange(20.0), max_components=4), "max_components must be 1, 2 or 3, got 4"),
+        (lambda: fit_random_scale(np.zeros(5)), "needs a TokenBatch"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -1,0 +1,83 @@
+"""Per-bucket predictions of the fitted models in analyze, clip-fraction intervals and the model choice."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from variance_lab.report.analysis_table import render_analysis
+from variance_lab.rollouts import TokenBatch
+from variance_lab.rollouts.analysis import ANALYSIS_COLUMNS, analyze
+from variance_lab.rollouts.predictions import PREDICTION_COLUMNS, choose_model, wilson_interval
+
+
+@pytest.mark.parametrize("p,n", [(0.1, 352), (0.5, 77), (0.02, 400), (0.7, 419)])
+def test_wilson_interval_covers_at_its_level(p, n):
+    """Exact coverage, summed over the binomial law of k: within 2 points of 95 % (Wilson is close to nominal;
+    the law is discrete, so not exactly 95 %), and every interval holds k/n."""
+    k = np.arange(n + 1)
+    lo, hi = wilson_interval(k, n)
+    coverage = float(np.sum(stats.binom.pmf(k, n, p) * ((lo <= p) & (p <= hi))))
+    assert abs(coverage - 0.95) < 0.02, coverage
+    assert np.all((0 <= lo) & (lo <= k / n) & (k / n <= hi) & (hi <= 1))
+
+
+def test_wilson_interval_closed_form():
+    lo, hi = wilson_interval(10, 100)
+    z = stats.norm.ppf(0.975)
+    centre = (0.1 + z * z / 200) / (1 + z * z / 100)
+    half = z * math.sqrt(0.1 * 0.9 / 100 + z * z / 40000) / (1 + z * z / 100)
+    assert (float(lo), float(hi)) == pytest.approx((centre - half, centre + half), rel=1e-14)
+    assert float(lo) == pytest.approx(0.0552, abs=1e-4) and float(hi) == pytest.approx(0.1744, abs=1e-4)
+
+
+def _random_scale_batch(seed, n=1200, alpha=0.3, theta=1e-3):
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    L = np.rint(np.exp(rng.uniform(math.log(8), math.log(400), n))).astype(int)
+    v = rng.gamma(alpha, theta, n)
+    old = [np.full(t, -1.0) for t in L]
+    new = [o - vi / 2 + math.sqrt(vi) * rng.standard_normal(t) for o, vi, t in zip(old, v, L, strict=True)]
+    return TokenBatch.from_ragged(new, old)
+
+
+def test_analyze_on_random_scale_rollouts_chooses_hier():
+    """Strong heterogeneity (alpha = 0.3), per-token variance 3e-4: hier's GSPO clip prediction inside the
+    Wilson interval in every bucket with 100+ sequences, iid's outside; the model chosen is hier."""
+    res = analyze(_random_scale_batch(2027), seed=0, n_boot=200)
+    t = res.table
+    assert list(t.columns) == list(ANALYSIS_COLUMNS)
+    big = t[t["n_seq"] >= 100]
+    assert len(big) >= 4
+    inside = lambda m: (big["gspo_clip_frac_lo"] <= big[m]) & (big[m] <= big["gspo_clip_frac_hi"])  # noqa: E731
+    assert inside("gspo_clip_pred_hier").all()
+    assert not inside("gspo_clip_pred_iid").any()
+    assert res.fitted["best_model"] == "hier"
+    s = res.summary()
+    assert (
+        s["best_model"] == "hier"
+        and abs(s["models"]["hier"]["alpha"] - 0.3) < 4 * s["models"]["hier"]["se_alpha"]
+    )
+    doc = json.loads(render_analysis(t, s, "json"))
+    keys = set(doc["buckets"][0])
+    for m in ("iid", "emp", "corr", "mix", "hier"):
+        assert {f"var_G_{m}", f"log10_var_P_{m}", f"gspo_clip_pred_{m}", f"ppo_clip_pred_{m}"} <= keys, m
+    assert {"gspo_clip_frac_lo", "gspo_clip_frac_hi", "ppo_clip_frac_lo", "ppo_clip_frac_hi"} <= keys
+    text = render_analysis(t, s, "markdown")
+    assert "Best model on Var(G_T) and GSPO clip fractions together: hier" in text
+
+
+def test_fit_models_off_leaves_the_columns_nan():
+    res = analyze(_random_scale_batch(3, n=200), seed=0, n_boot=50, fit_models=False)
+    assert res.table[list(PREDICTION_COLUMNS[:-2])].isna().all().all()
+    assert res.summary()["best_model"] is None
+
+
+def test_choose_model_prefers_the_simplest_of_equals():
+    import pandas as pd
+
+    table = pd.DataFrame({"fits": ["iid,mix", "mix", "hier", "mix,hier"]})
+    assert choose_model(table) == ("mix", {"iid": 1, "emp": 0, "corr": 0, "mix": 3, "hier": 2})
+    assert choose_model(pd.DataFrame({"fits": ["iid,hier", "hier,iid"]}))[0] == "iid"
+    assert choose_model(pd.DataFrame({"fits": ["", ""]}))[0] == "none"

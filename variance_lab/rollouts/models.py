@@ -1,0 +1,468 @@
+r"""Ratio models fitted to real rollouts: a sparse token mixture and a length-dependent random scale.
+
+Two models for what the i.i.d. lognormal fit misses in real token log-ratios
+:math:`y_t = \log r_t` (heavy tails, and sequences that differ in scale):
+
+``mix`` (:func:`fit_mixture`)
+    Tokens i.i.d. from a mixture of :math:`K \le 3` Gaussians in log space,
+    :math:`y \sim \sum_j w_j N(m_j, v_j)`: the ``lognormal-mixture`` family. Fitted by EM on
+    the pooled log-ratios; :math:`K` is the one with the smallest BIC,
+    :math:`-2\log L + (3K - 1)\log N`. Standard errors from the outer product of the
+    per-token scores (they treat tokens as independent, so they are too small where tokens
+    within a sequence are correlated).
+
+``hier`` (:func:`fit_random_scale`)
+    Sequence :math:`i` of length :math:`T_i` draws a variance
+    :math:`v_i \sim \mathrm{Gamma}(\alpha, \theta(T_i))`,
+    :math:`\theta(T) = \theta_0 (T/T_0)^\beta` (:math:`T_0` the median length; :math:`\beta = 0`
+    is the ``random-scale`` family), and given :math:`v_i` its tokens are i.i.d.
+    :math:`N(c - v_i/2, v_i)`, :math:`c = \log\mu`. Fitted by maximum likelihood with
+    :math:`v_i` integrated out: with :math:`Q_i = \sum_t (y_t - c)^2`,
+    :math:`D_i = \sum_t (y_t - c)`, :math:`b_i = 1/\theta(T_i) + T_i/8`,
+
+    .. math::
+
+        \log L_i = -\tfrac{T_i}{2}\log 2\pi - \tfrac{D_i}{2} - \log\Gamma(\alpha)
+                   - \alpha\log\theta(T_i)
+                   + \log\int_{-\infty}^{\infty} e^{(\alpha - T_i/2)u - b_i e^u - (Q_i/2) e^{-u}}\,du,
+
+    the integral (over :math:`u = \log v`) by Gauss-Hermite quadrature around its mode
+    :math:`e^{u^*} = (p + \sqrt{p^2 + 2 b_i Q_i}) / (2 b_i)`, :math:`p = \alpha - T_i/2`.
+    Standard errors from the inverse of the numerical Hessian of :math:`-\log L`.
+
+Predictions of both at a length :math:`T` (:meth:`MixtureFit.predict`,
+:meth:`RandomScaleFit.predict`): ln E and ln Var of :math:`P_T` and :math:`G_T`, and the
+probabilities that GSPO clips a sequence and that PPO clips a token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from variance_lab import theory
+from variance_lab.families import LognormalMixture, RandomScale
+from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.weights import segment_sums
+
+__all__ = [
+    "MixtureFit",
+    "RandomScaleFit",
+    "fit_mixture",
+    "fit_random_scale",
+    "normal_outside",
+    "random_scale_loglik",
+]
+
+_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(32)
+
+
+def normal_outside(mean, var, log_range) -> np.ndarray:
+    """P(N(mean, var) outside (lo, hi)), elementwise; a point mass where var == 0."""
+    lo, hi = log_range
+    mean, var = np.broadcast_arrays(np.asarray(mean, float), np.asarray(var, float))
+    sd = np.sqrt(var)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = special.ndtr((lo - mean) / sd) + special.ndtr((mean - hi) / sd)
+    return np.where(sd > 0, p, ((mean < lo) | (mean > hi)).astype(float))
+
+
+# --------------------------------------------------------------------------------------
+# the token mixture
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MixtureFit:
+    r"""A Gaussian mixture fitted to pooled token log-ratios (see the module docstring).
+
+    Attributes
+    ----------
+    weights, means, variances : ndarray
+        :math:`w_j, m_j, v_j`, ordered by variance.
+    se_weights, se_means, se_variances : ndarray
+        Standard errors (outer product of scores).
+    loglik : float
+    bic : dict
+        BIC of each number of components tried.
+    n_tokens : int
+    """
+
+    weights: np.ndarray
+    means: np.ndarray
+    variances: np.ndarray
+    se_weights: np.ndarray
+    se_means: np.ndarray
+    se_variances: np.ndarray
+    loglik: float
+    bic: dict
+    n_tokens: int
+
+    @property
+    def n_components(self) -> int:
+        return int(self.weights.size)
+
+    @property
+    def components(self) -> str:
+        """The ``weight:mean:variance`` text of the fitted components (``--components``)."""
+        return ",".join(
+            f"{w:.17g}:{m:.17g}:{v:.17g}"
+            for w, m, v in zip(self.weights, self.means, self.variances, strict=True)
+        )
+
+    def family(self) -> LognormalMixture:
+        """The fitted ``lognormal-mixture`` family."""
+        return LognormalMixture(
+            None, None, components=tuple(zip(self.weights, self.means, self.variances, strict=True))
+        )
+
+    def predict(self, T, gspo_log_range, ppo_log_range) -> dict[str, np.ndarray]:
+        """ln E / ln Var of P_T and G_T (exact theory of the family) and clip probabilities at ``T``."""
+        T = np.atleast_1d(np.asarray(T, dtype=np.int64))
+        fam = self.family()
+        out = {}
+        for stat in ("mean_P", "var_P", "mean_G", "var_G"):
+            out[stat] = theory.value(stat, fam, T, log10=True) * math.log(10.0)
+        out["gspo_clip"] = np.array([self._gspo_clip(int(t), gspo_log_range) for t in T])
+        ppo = float(np.sum(self.weights * normal_outside(self.means, self.variances, ppo_log_range)))
+        out["ppo_clip"] = np.full(T.shape, ppo)
+        return out
+
+    def _gspo_clip(self, T: int, log_range) -> float:
+        r""":math:`P(\bar y \notin (\log a, \log b))` for the mean of :math:`T` tokens: exact over the
+        component counts :math:`n \sim \mathrm{Multinomial}(T, w)`, given which
+        :math:`\bar y \sim N(\sum n_j m_j / T, \sum n_j v_j / T^2)`."""
+        w, m, v = self.weights, self.means, self.variances
+        counts = _compositions(T, w.size)
+        logp = special.gammaln(T + 1) + np.sum(counts * np.log(w) - special.gammaln(counts + 1), axis=1)
+        keep = logp > np.max(logp) - 40.0  # drops terms below e^-40 of the largest
+        c, p = counts[keep], np.exp(logp[keep])
+        prob = normal_outside(c @ m / T, c @ v / T**2, log_range)
+        return float(np.sum(p * prob) / np.sum(p))
+
+
+def _compositions(T: int, K: int) -> np.ndarray:
+    """Every (n_1..n_K) of non-negative integers summing to T, as rows."""
+    if K == 1:
+        return np.array([[T]])
+    if K == 2:
+        n = np.arange(T + 1)
+        return np.column_stack([n, T - n])
+    i, j = np.triu_indices(T + 1)
+    return np.column_stack([i, j - i, T - j])
+
+
+def _em(y: np.ndarray, w, m, v, floor: float, max_iter: int = 300, tol: float = 1e-3):
+    """EM for a 1-D Gaussian mixture from (w, m, v), until the log-likelihood gains less than ``tol``
+    (or ``max_iter`` steps); returns (w, m, v, loglik)."""
+    ll_old = -math.inf
+    y2 = y[:, None]
+    for _ in range(max_iter):
+        logd = (np.log(w) - 0.5 * np.log(2 * math.pi * v)) - (y2 - m) ** 2 * (0.5 / v)
+        top = logd.max(axis=1, keepdims=True)
+        g = np.exp(logd - top)
+        tot = g.sum(axis=1, keepdims=True)
+        ll = float(np.sum(top) + np.sum(np.log(tot)))
+        g /= tot
+        nk = g.sum(axis=0) + 1e-300
+        w = nk / y.size
+        m = (g * y2).sum(axis=0) / nk
+        v = np.maximum((g * (y2 - m) ** 2).sum(axis=0) / nk, floor)
+        if ll - ll_old <= tol:
+            break
+        ll_old = ll
+    return w, m, v, ll
+
+
+def _mixture_start(y: np.ndarray, K: int, floor: float, variant: int):
+    """Deterministic starting points: components that differ in scale (variant 0) or in location (1)."""
+    med = float(np.median(y))
+    if variant == 0:
+        dev2 = (y - med) ** 2
+        qs = np.linspace(0.3, 0.999, K) if K > 1 else np.array([0.5])
+        v = np.maximum(np.quantile(dev2, qs), floor)
+        return np.full(K, 1.0 / K), np.full(K, med), v
+    qs = (np.arange(K) + 0.5) / K
+    return np.full(K, 1.0 / K), np.quantile(y, qs), np.full(K, max(float(np.var(y)), floor))
+
+
+def _mixture_se(y, w, m, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Standard errors of (w, m, v) from the outer product of per-token scores.
+
+    The scores are taken in the well-scaled parameters (w_1..w_{K-1}, m_j / sd_j, log v_j), with
+    w_K = 1 - sum of the rest, and mapped back: se(m_j) = sd_j se(m_j / sd_j), se(v_j) = v_j se(log v_j).
+    """
+    K = w.size
+    sd = np.sqrt(v)
+    logd = np.log(w) - 0.5 * np.log(2 * math.pi * v) - 0.5 * (y[:, None] - m) ** 2 / v
+    g = np.exp(logd - special.logsumexp(logd, axis=1)[:, None])
+    z = (y[:, None] - m) / sd
+    scores = [g[:, j] / w[j] - g[:, -1] / w[-1] for j in range(K - 1)]
+    scores += [g[:, j] * z[:, j] for j in range(K)]
+    scores += [g[:, j] * (z[:, j] ** 2 - 1) / 2 for j in range(K)]
+    S = np.column_stack(scores)
+    cov = np.linalg.inv(S.T @ S)
+    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    se_w = np.zeros(K)
+    if K > 1:
+        ones = np.ones(K - 1)
+        se_w[: K - 1] = se[: K - 1]
+        se_w[-1] = math.sqrt(max(float(ones @ cov[: K - 1, : K - 1] @ ones), 0.0))
+    return se_w, sd * se[K - 1 : 2 * K - 1], v * se[2 * K - 1 :]
+
+
+def fit_mixture(data, *, max_components: int = 3, floor: float | None = None) -> MixtureFit:
+    r"""Fit a Gaussian mixture of 1 to ``max_components`` components to pooled log-ratios by EM.
+
+    Parameters
+    ----------
+    data : TokenBatch or array_like
+        A batch (its pooled :math:`y = \log r`) or the log-ratios themselves.
+    max_components : int
+        1 to 3; the number of components is the one with the smallest BIC
+        :math:`-2\log L + (3K - 1)\log N`.
+    floor : float, optional
+        Smallest component variance (default :math:`10^{-12}` times the pooled variance),
+        against EM collapsing a component onto one value.
+
+    Returns
+    -------
+    MixtureFit
+    """
+    y = np.asarray(data.log_ratio if isinstance(data, TokenBatch) else data, dtype=np.float64).ravel()
+    if not isinstance(max_components, int) or not 1 <= max_components <= 3:
+        raise ValueError(f"max_components must be 1, 2 or 3, got {max_components!r}")
+    if y.size < 10 or not np.all(np.isfinite(y)):
+        raise ValueError(f"fit_mixture needs at least 10 finite log-ratios, got {y.size}")
+    var = float(np.var(y))
+    if var == 0:
+        raise ValueError("fit_mixture: the log-ratios are constant")
+    floor = 1e-12 * var if floor is None else float(floor)
+    best, bic = {}, {}
+    for K in range(1, max_components + 1):
+        # converge on every step-th token (deterministic), then polish on all of them
+        step = max(1, y.size // 10_000)
+        fits = [_em(y[::step], *_mixture_start(y, K, floor, variant), floor) for variant in (0, 1)]
+        w, m, v, ll = _em(y, *max(fits, key=lambda f: f[3])[:3], floor, max_iter=3)
+        bic[K] = -2 * ll + (3 * K - 1) * math.log(y.size)
+        best[K] = (w, m, v)
+    K = min(bic, key=bic.get)
+    w, m, v, ll = _em(y, *best[K], floor, max_iter=20)  # polish the chosen one on every token
+    bic[K] = -2 * ll + (3 * K - 1) * math.log(y.size)
+    order = np.argsort(v)
+    w, m, v = w[order], m[order], v[order]
+    se_w, se_m, se_v = _mixture_se(y, w, m, v)
+    return MixtureFit(w, m, v, se_w, se_m, se_v, ll, bic, int(y.size))
+
+
+# --------------------------------------------------------------------------------------
+# the length-dependent random scale
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RandomScaleFit:
+    r"""A random-scale model with a length-dependent scale, fitted by likelihood (module docstring).
+
+    Attributes
+    ----------
+    c : float
+        :math:`\log\mu`, the mean of :math:`y + v/2`.
+    alpha, theta0, beta : float
+        Gamma shape, scale at :math:`T_0` and length exponent: :math:`\theta(T) = \theta_0 (T/T_0)^\beta`.
+    T0 : float
+        Reference length (the median length of the batch).
+    se_c, se_alpha, se_theta0, se_beta : float
+        Standard errors (inverse Hessian; delta method for alpha and theta0).
+    cov : ndarray
+        Covariance of :math:`(c, \log\alpha, \log\theta_0, \beta)`.
+    loglik : float
+    n_sequences : int
+    length_dependent : bool
+        False when :math:`\beta` was held at 0.
+    """
+
+    c: float
+    alpha: float
+    theta0: float
+    beta: float
+    T0: float
+    se_c: float
+    se_alpha: float
+    se_theta0: float
+    se_beta: float
+    cov: np.ndarray
+    loglik: float
+    n_sequences: int
+    length_dependent: bool
+
+    def theta(self, T) -> np.ndarray:
+        r""":math:`\theta(T) = \theta_0 (T/T_0)^\beta`."""
+        return self.theta0 * (np.asarray(T, dtype=np.float64) / self.T0) ** self.beta
+
+    def family(self, T: int) -> RandomScale:
+        """The ``random-scale`` family of sequences of length ``T`` (needs theta(T) < 1)."""
+        th = float(self.theta(T))
+        if not th < 1:
+            raise ValueError(f"theta(T={T}) = {th!r} >= 1: E[r^2] is infinite, no random-scale family")
+        mu = math.exp(self.c)
+        return RandomScale(mu, mu * mu * math.expm1(-self.alpha * math.log1p(-th)), alpha=self.alpha)
+
+    def predict(self, T, gspo_log_range, ppo_log_range, n_grid: int = 2000) -> dict[str, np.ndarray]:
+        r"""ln E / ln Var of :math:`P_T` and :math:`G_T`, and clip probabilities, at lengths ``T``.
+
+        :math:`\log E[P_T^s] = sTc - \alpha\log(1 - \theta(T) T s(s-1)/2)` (``inf`` where the
+        bracket is not positive); the clip probabilities integrate the Gaussian ones given
+        :math:`v` over the gamma law of :math:`v` on ``n_grid`` quantile midpoints.
+        """
+        T = np.atleast_1d(np.asarray(T, dtype=np.float64))
+        th = self.theta(T)
+
+        def cgf(s):
+            z = th * T * s * (s - 1) / 2
+            with np.errstate(divide="ignore", invalid="ignore"):
+                val = s * T * self.c - self.alpha * np.log1p(-z)
+            return np.where(z < 1, val, np.inf)
+
+        out = {}
+        for name, s in (("P", np.ones_like(T)), ("G", 1.0 / T)):
+            c1, c2 = cgf(s), cgf(2 * s)
+            with np.errstate(invalid="ignore", over="ignore"):
+                f2 = c2 - 2 * c1
+                out[f"mean_{name}"] = c1
+                out[f"var_{name}"] = np.where(np.isinf(c2), np.inf, 2 * c1 + np.log(np.expm1(f2)))
+        q = (np.arange(n_grid) + 0.5) / n_grid
+        v = stats.gamma.ppf(q[None, :], self.alpha, scale=th[:, None])  # (len(T), n_grid)
+        mean = self.c - v / 2
+        out["gspo_clip"] = normal_outside(mean, v / T[:, None], gspo_log_range).mean(axis=1)
+        out["ppo_clip"] = normal_outside(mean, v, ppo_log_range).mean(axis=1)
+        return out
+
+
+def _sequence_stats(batch: TokenBatch):
+    """(T_i, sum y, sum y^2 about the sequence mean) per sequence."""
+    y, off = batch.log_ratio, batch.offsets
+    T = np.diff(off).astype(np.float64)
+    s1 = segment_sums(y, off)
+    ybar = s1 / T
+    S = segment_sums((y - np.repeat(ybar, np.diff(off))) ** 2, off)
+    return T, ybar, S
+
+
+def _log_integral(p, a, b):
+    r""":math:`\log\int e^{pu - b e^u - a e^{-u}} du` by Gauss-Hermite around the mode (vectorised)."""
+    disc = np.sqrt(p * p + 4 * a * b)
+    x = np.where(p >= 0, (p + disc) / (2 * b), 2 * a / (disc - p))  # the positive root, no cancellation
+    u0 = np.log(x)
+    sd = 1.0 / np.sqrt(b * x + a / x)
+    u = u0[:, None] + math.sqrt(2.0) * sd[:, None] * _GH_NODES[None, :]
+    f = p[:, None] * u - b[:, None] * np.exp(u) - a[:, None] * np.exp(-u) + _GH_NODES[None, :] ** 2
+    return np.log(math.sqrt(2.0) * sd) + special.logsumexp(f, b=_GH_WEIGHTS[None, :], axis=1)
+
+
+def _neg_loglik(x, T, ybar, S, T0, length_dependent: bool) -> float:
+    c, log_alpha, log_theta0 = x[0], x[1], x[2]
+    beta = x[3] if length_dependent else 0.0
+    alpha = math.exp(log_alpha)
+    log_theta = log_theta0 + beta * np.log(T / T0)
+    Q = S + T * (ybar - c) ** 2
+    D = T * (ybar - c)
+    b = np.exp(-log_theta) + T / 8
+    ll = (
+        -T / 2 * math.log(2 * math.pi)
+        - D / 2
+        - special.gammaln(alpha)
+        - alpha * log_theta
+        + _log_integral(alpha - T / 2, Q / 2, b)
+    )
+    total = float(np.sum(ll))
+    return -total if math.isfinite(total) else 1e300
+
+
+def random_scale_loglik(batch: TokenBatch, c: float, alpha: float, theta0: float, beta: float = 0.0, T0=None):
+    r"""Log-likelihood of each sequence under the random-scale model, :math:`v` integrated out.
+
+    Parameters
+    ----------
+    batch : TokenBatch
+    c, alpha, theta0, beta : float
+        :math:`\log\mu`, gamma shape, scale at ``T0`` and length exponent (module docstring).
+    T0 : float, optional
+        Reference length (default: the median length).
+
+    Returns
+    -------
+    float
+        :math:`\sum_i \log L_i`.
+    """
+    T, ybar, S = _sequence_stats(batch)
+    T0 = float(np.median(T)) if T0 is None else float(T0)
+    x = np.array([c, math.log(alpha), math.log(theta0), beta])
+    return -_neg_loglik(x, T, ybar, S, T0, True)
+
+
+def _hessian(f, x: np.ndarray, h: float = 1e-4) -> np.ndarray:
+    """Central-difference Hessian of ``f`` at ``x``."""
+    n = x.size
+    H = np.empty((n, n))
+    E = np.eye(n) * h
+    for i in range(n):
+        for j in range(i, n):
+            H[i, j] = H[j, i] = (
+                f(x + E[i] + E[j]) - f(x + E[i] - E[j]) - f(x - E[i] + E[j]) + f(x - E[i] - E[j])
+            ) / (4 * h * h)
+    return H
+
+
+def fit_random_scale(batch: TokenBatch, *, length_dependent: bool = True) -> RandomScaleFit:
+    r"""Fit the random-scale model, with :math:`\theta(T) = \theta_0 (T/T_0)^\beta`, by likelihood.
+
+    Parameters
+    ----------
+    batch : TokenBatch
+        At least 10 sequences.
+    length_dependent : bool
+        Fit :math:`\beta`; False holds :math:`\beta = 0` (the ``random-scale`` family for every length).
+
+    Returns
+    -------
+    RandomScaleFit
+    """
+    if not isinstance(batch, TokenBatch):
+        raise ValueError(f"fit_random_scale needs a TokenBatch, got {type(batch).__name__}")
+    if len(batch) < 10:
+        raise ValueError(f"fit_random_scale needs at least 10 sequences, got {len(batch)}")
+    T, ybar, S = _sequence_stats(batch)
+    T0 = float(np.median(T))
+    ms = np.maximum((S + T * (ybar - np.mean(ybar)) ** 2) / T, 1e-300)
+    slope = float(np.polyfit(np.log(T / T0), np.log(ms), 1)[0]) if length_dependent and np.ptp(T) > 0 else 0.0
+    x0 = [float(np.average(ybar, weights=T)), math.log(0.5), math.log(2 * float(np.median(ms))), slope]
+    n = 4 if length_dependent else 3
+
+    # optimise in well-scaled coordinates z = (x - x0) / scale: c moves on the scale of its standard error
+    scale = np.array([math.sqrt(float(np.mean(ms)) / float(T.sum())), 1.0, 1.0, 1.0])[:n]
+    x0 = np.array(x0[:n])
+
+    def f(z):
+        return _neg_loglik(x0 + scale * z, T, ybar, S, T0, length_dependent)
+
+    res = optimize.minimize(f, np.zeros(n), method="BFGS", options={"gtol": 1e-6})
+    x = x0 + scale * res.x
+    cov_z = np.linalg.pinv(_hessian(f, res.x))
+    cov = cov_z * np.outer(scale, scale)
+    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    alpha, theta0 = math.exp(x[1]), math.exp(x[2])
+    return RandomScaleFit(
+        c=float(x[0]),
+        alpha=alpha,
+        theta0=theta0,
+        beta=float(x[3]) if length_dependent else 0.0,
+        T0=T0,
+        se_c=float(se[0]),
+        se_alpha=alpha * float(se[1]),
+        se_theta0=theta0 * float(se[2]),
+        se_beta=float(se[3]) if length_dependent else 0.0,
+        cov=cov,
+        loglik=-float(res.fun),
+        n_sequences=len(batch),
+        length_dependent=length_dependent,
+    )

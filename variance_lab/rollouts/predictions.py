@@ -1,0 +1,227 @@
+r"""Per-bucket predictions of the fitted models (``mix``, ``hier``), clip-fraction intervals, and the
+choice of model on variances and clip fractions together.
+
+Used by :func:`variance_lab.rollouts.analysis.analyze`; see :mod:`variance_lab.rollouts.models` for
+the two models. For every length bucket this adds
+
+- 95 % intervals of the observed clip fractions: Wilson's score interval for GSPO's fraction of
+  sequences clipped (sequences are independent), and a bootstrap over sequences for PPO's fraction
+  of tokens clipped (tokens of one sequence are not independent);
+- under ``mix`` and ``hier``: :math:`\operatorname{Var}(G_T)` and :math:`\log_{10}\operatorname{Var}(P_T)`
+  (the expected sample variance of the bucket's sequences given their lengths, as for the other
+  models), GSPO's clip fraction (averaged over the bucket's sequences) and PPO's (over its tokens);
+- PPO and GSPO predictions of the older models under the new names: ``iid`` and ``corr`` token
+  clip from the fitted normal, ``emp`` token clip the empirical fraction itself (no prediction),
+  ``emp`` GSPO clip NaN (the law of a mean of :math:`T` empirical draws has no closed form).
+
+Model choice (:func:`choose_model`). A model *fits* a bucket when its
+:math:`\operatorname{Var}(G_T)` lies inside the bucket's bootstrap interval (``|score| <= 1``) and its
+GSPO clip prediction inside the Wilson interval (``emp``, without a clip prediction, never
+fits). The chosen model fits the most buckets; among
+models that fit as many, the simplest, in the order ``iid``, ``emp``, ``corr``, ``mix``, ``hier``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import special, stats
+
+from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.models import MixtureFit, RandomScaleFit, fit_mixture, fit_random_scale
+from variance_lab.rollouts.weights import segment_sums
+
+__all__ = [
+    "ALL_MODELS",
+    "FITTED_MODELS",
+    "PREDICTION_COLUMNS",
+    "wilson_interval",
+    "fitted_models",
+    "prediction_columns",
+    "choose_model",
+]
+
+#: Every model, in the order of parsimony.
+ALL_MODELS = ("iid", "emp", "corr", "mix", "hier")
+
+#: The models fitted here.
+FITTED_MODELS = ("mix", "hier")
+
+#: Columns added to the analysis table, in order.
+PREDICTION_COLUMNS = (
+    "gspo_clip_frac_lo",
+    "gspo_clip_frac_hi",
+    "ppo_clip_frac_lo",
+    "ppo_clip_frac_hi",
+    *(f"{stat}_{m}" for m in FITTED_MODELS for stat in ("var_G", "log10_var_G", "log10_var_P")),
+    *(f"gspo_clip_pred_{m}" for m in ALL_MODELS if m != "iid"),
+    *(f"ppo_clip_pred_{m}" for m in ALL_MODELS),
+    *(f"score_{m}" for m in FITTED_MODELS),
+    "fits",
+    "best_model",
+)
+
+_LN10 = math.log(10.0)
+
+
+def wilson_interval(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    r"""Wilson's score interval for a binomial proportion :math:`k/n`.
+
+    .. math::
+
+        \frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}
+    """
+    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    z = stats.norm.ppf(0.5 + level / 2)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    lo = np.where(
+        k == 0, 0.0, np.maximum(centre - half, 0.0)
+    )  # exactly 0 and 1 at the ends, not a rounding off
+    hi = np.where(k == n, 1.0, np.minimum(centre + half, 1.0))
+    return lo, hi
+
+
+def _bootstrap_ratio(num: np.ndarray, den: np.ndarray, n_boot: int, level: float, rng) -> tuple[float, float]:
+    """Percentile bootstrap interval of sum(num)/sum(den), resampling the units (sequences)."""
+    if n_boot < 1 or num.size < 2:
+        return math.nan, math.nan
+    idx = rng.integers(0, num.size, size=(n_boot, num.size))
+    ratios = num[idx].sum(axis=1) / den[idx].sum(axis=1)
+    a = (1 - level) / 2
+    return float(np.quantile(ratios, a)), float(np.quantile(ratios, 1 - a))
+
+
+def _child_rng(seed, j: int) -> np.random.Generator:
+    """A Generator for bucket ``j``, independent of the streams analyze's bootstrap spawns from ``seed``."""
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    return np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, 10_000 + j)))
+
+
+def _expected_sample_var(log_mean, log_var, counts) -> float:
+    r"""ln of :math:`\tfrac1n\sum_j c_j v_j + \tfrac{1}{n-1}\sum_j c_j (m_j - \bar m)^2` (log space)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.sum()
+    if n < 2 or np.any(np.isnan(log_var)) or np.any(np.isnan(log_mean)):
+        return math.nan
+    if np.any(np.isposinf(log_var)):
+        return math.inf
+    within = special.logsumexp(log_var, b=counts) - math.log(n)
+    top = float(np.max(log_mean))
+    e = np.exp(log_mean - top)
+    spread = float(np.sum(counts * (e - np.sum(counts * e) / n) ** 2)) / (n - 1)
+    between = 2.0 * top + math.log(spread) if spread > 0 else -math.inf
+    return float(np.logaddexp(within, between))
+
+
+def _score(ln_pred: float, point: float, lo: float, hi: float) -> float:
+    """Signed distance of ln pred from ln point in half-widths of the interval on that side (ln values)."""
+    if not all(math.isfinite(v) for v in (point, lo, hi)) or math.isnan(ln_pred):
+        return math.nan
+    diff = ln_pred - point
+    half = (hi - point) if diff >= 0 else (point - lo)
+    if diff == 0:
+        return 0.0
+    return diff / half if half > 0 else math.copysign(math.inf, diff)
+
+
+def fitted_models(batch: TokenBatch) -> tuple[MixtureFit, RandomScaleFit]:
+    """Fit ``mix`` (pooled tokens, EM, BIC) and ``hier`` (length-dependent random scale)."""
+    return fit_mixture(batch), fit_random_scale(batch)
+
+
+def _per_sequence_clips(batch: TokenBatch, g_range, p_range) -> tuple[np.ndarray, np.ndarray]:
+    """(GSPO clipped: 0/1 per sequence, PPO-clipped tokens per sequence)."""
+    y, off = batch.log_ratio, batch.offsets
+    ybar = segment_sums(y, off) / np.diff(off)
+    g = ((ybar < g_range[0]) | (ybar > g_range[1])).astype(float)
+    p = segment_sums(((y < p_range[0]) | (y > p_range[1])).astype(float), off)
+    return g, p
+
+
+def prediction_columns(
+    batch: TokenBatch,
+    table: pd.DataFrame,
+    bucket: np.ndarray,
+    fits: tuple[MixtureFit, RandomScaleFit],
+    *,
+    g_range,
+    p_range,
+    ppo_normal: float,
+    n_boot: int,
+    level: float,
+    seed,
+) -> pd.DataFrame:
+    """The :data:`PREDICTION_COLUMNS` of each row of the analysis ``table`` (module docstring)."""
+    mix, hier = fits
+    lengths = batch.lengths
+    g_seq, p_seq = _per_sequence_clips(batch, g_range, p_range)
+    ppo_emp = float(p_seq.sum() / lengths.sum())
+    rows = []
+    for j, base in enumerate(table.to_dict("records")):
+        sel = bucket == base["bucket"]
+        T, n = lengths[sel], int(sel.sum())
+        uniq, counts = np.unique(T, return_counts=True)
+        row: dict = {}
+        lo, hi = wilson_interval(g_seq[sel].sum(), n, level)
+        row["gspo_clip_frac_lo"], row["gspo_clip_frac_hi"] = float(lo), float(hi)
+        row["ppo_clip_frac_lo"], row["ppo_clip_frac_hi"] = _bootstrap_ratio(
+            p_seq[sel], T.astype(float), n_boot, level, _child_rng(seed, j)
+        )
+        obs_G = [base[k] * _LN10 for k in ("log10_var_G", "log10_var_G_lo", "log10_var_G_hi")]
+        for name, fit in (("mix", mix), ("hier", hier)):
+            pred = fit.predict(uniq, g_range, p_range)
+            ln_g = _expected_sample_var(pred["mean_G"], pred["var_G"], counts)
+            with np.errstate(over="ignore"):
+                row[f"var_G_{name}"] = float(np.exp(ln_g))
+            row[f"log10_var_G_{name}"] = ln_g / _LN10
+            row[f"log10_var_P_{name}"] = _expected_sample_var(pred["mean_P"], pred["var_P"], counts) / _LN10
+            row[f"gspo_clip_pred_{name}"] = float(np.sum(counts * pred["gspo_clip"]) / n)
+            row[f"ppo_clip_pred_{name}"] = float(
+                np.sum(counts * uniq * pred["ppo_clip"]) / np.sum(counts * uniq)
+            )
+            row[f"score_{name}"] = _score(ln_g, *obs_G)
+        row["gspo_clip_pred_emp"] = math.nan
+        row["gspo_clip_pred_corr"] = base["gspo_clip_pred"]
+        row["ppo_clip_pred_iid"] = row["ppo_clip_pred_corr"] = ppo_normal
+        row["ppo_clip_pred_emp"] = ppo_emp
+        fitting = [m for m in ALL_MODELS if _fits({**base, **row}, m)]
+        row["fits"] = ",".join(fitting)
+        row["best_model"] = fitting[0] if fitting else "none"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(PREDICTION_COLUMNS), index=table.index)
+
+
+def _gspo_pred(row: dict, model: str) -> float:
+    return row["gspo_clip_pred_iid"] if model == "iid" else row[f"gspo_clip_pred_{model}"]
+
+
+def _fits(row: dict, model: str) -> bool:
+    """Var(G_T) inside its bootstrap interval and the GSPO clip prediction inside the Wilson interval."""
+    score = row.get(f"score_{model}", math.nan)
+    clip = _gspo_pred(row, model)
+    if math.isnan(score):
+        return False
+    clip_ok = row["gspo_clip_frac_lo"] <= clip <= row["gspo_clip_frac_hi"]  # False for NaN
+    return abs(score) <= 1.0 and clip_ok
+
+
+def choose_model(table: pd.DataFrame) -> tuple[str, dict]:
+    """The model that fits the most buckets (ties: the simplest); and each model's count of buckets fitted.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The analysis table with :data:`PREDICTION_COLUMNS`.
+
+    Returns
+    -------
+    (str, dict)
+        ``"none"`` when no model fits any bucket.
+    """
+    counts = {m: int(sum(m in str(f).split(",") for f in table["fits"])) for m in ALL_MODELS}
+    best = max(ALL_MODELS, key=lambda m: (counts[m], -ALL_MODELS.index(m)))
+    return (best if counts[best] > 0 else "none"), counts
