@@ -113,13 +113,13 @@ from scipy import special
 
 from variance_lab.rollouts.batch import DroppedSequence, TokenBatch
 from variance_lab.rollouts.cgf import EmpiricalCGF, gauss_log_moments, logsumexp
-from variance_lab.rollouts.split import SplitResult, split_ratios
 from variance_lab.rollouts.predictions import (
     PREDICTION_COLUMNS,
     choose_model,
     fitted_models,
     prediction_columns,
 )
+from variance_lab.rollouts.split import SplitResult, split_ratios
 from variance_lab.rollouts.statistics import (
     Autocorrelation,
     LogRatioFit,
