@@ -58,7 +58,7 @@ def test_default_markdown_table(capsys):
     rows = [ln for ln in lines if ln.startswith("| 1") and ln.count("|") > 10]
     assert [r.split("|")[1].strip() for r in rows[:4]] == ["1", "10", "100", "1000"]
     assert "| 1000 | 2.470e+41 | 8.666e-05 |" in out
-    assert "Errata against the seed's printed table" in out
+    assert "Errata against the derivation's printed table" in out
     assert "| 10 | 1.59 | 1.594 | -0.2 % | 0.01 | 0.008789 | +13.8 % | 159 | 181.3 | -12.3 % |" in out
 
 
@@ -258,7 +258,7 @@ def test_monte_carlo_markdown_says_plainly(capsys):
     for T in (100, 1000):
         line = next(ln for ln in out.splitlines() if ln.startswith(f"- T = {T}: Monte Carlo Var(P_T)"))
         assert "cannot confirm the closed form with that many draws" in line and "n = 20000" in line
-    assert "Errata against the seed's printed table" in out
+    assert "Errata against the derivation's printed table" in out
 
 
 @pytest.mark.parametrize(

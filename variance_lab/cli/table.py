@@ -76,9 +76,9 @@ def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
     p = sub.add_parser(
         "table",
-        help="print the seed's variance comparison table",
-        description="The variance comparison table of the seed: exact Var(P_T), exact Var(G_T), "
-        "the seed's approximations, bias and MSE of G_T, ESS and the draws plain Monte Carlo needs.",
+        help="print the derivation's variance comparison table",
+        description="The variance comparison table of the source derivation: exact Var(P_T), exact "
+        "Var(G_T), the derivation's approximations, bias and MSE of G_T, ESS and the draws plain Monte Carlo needs.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_family_args(p)

@@ -1,4 +1,4 @@
-"""The variance comparison table of the seed, built from a frame and rendered as text.
+"""The variance comparison table of the derivation, built from a frame and rendered as text.
 
 The frame comes from :func:`variance_lab.theory.summary` (and, with Monte Carlo, from
 :mod:`variance_lab.simulate.estimates` through :func:`with_monte_carlo`); this module only formats it.
@@ -29,7 +29,7 @@ __all__ = [
 
 FORMATS = ("markdown", "latex", "csv", "json")
 
-#: The numbers the seed document printed in its comparison table (mu = 1, sigma^2 = 0.1):
+#: The numbers the source derivation printed in its comparison table (mu = 1, sigma^2 = 0.1):
 #: T -> (Var(P_T), Var(G_T), Var(P_T)/Var(G_T)). Its Var(G_T) is sigma^2 / T.
 SEED_PRINTED = {
     1: (0.1, 0.1, 1.0),
@@ -46,7 +46,7 @@ _DISPLAY = {
     "var_G": "Var(G_T)",
     "var_G_lognormal": "lognormal approx.",
     "var_G_delta": "small-x approx.",
-    "var_G_seed": "seed sigma^2/T",
+    "var_G_seed": "sigma^2/T (naive)",
     "mean_G": "E[G_T]",
     "bias_G": "bias",
     "mse_G": "MSE(G_T)",
@@ -132,10 +132,10 @@ def _latex(display: pd.DataFrame) -> str:
 
 
 def errata(frame: pd.DataFrame, mu: float, sigma2: float) -> str:
-    """Compare the seed's printed numbers with the exact ones, for the seed's parameters.
+    """Compare the derivation's printed numbers with the exact ones, for its parameters.
 
     Returns an empty string unless ``(mu, sigma2) == (1, 0.1)`` and the frame holds at
-    least one of the seed's lengths (1, 10, 100, 1000).
+    least one of the derivation's lengths (1, 10, 100, 1000).
     """
     if (mu, sigma2) != (SEED_MU, SEED_SIGMA2):
         return ""
@@ -147,10 +147,10 @@ def errata(frame: pd.DataFrame, mu: float, sigma2: float) -> str:
         return f"{100 * (printed / exact - 1):+.1f} %"
 
     lines = [
-        "Errata against the seed's printed table (mu = 1, sigma^2 = 0.1):",
+        "Errata against the derivation's printed table (mu = 1, sigma^2 = 0.1):",
         "",
-        "| T | seed Var(P_T) | exact | off by | seed Var(G_T) = sigma^2/T | exact | off by "
-        "| seed ratio | exact | off by |",
+        "| T | printed Var(P_T) | exact | off by | printed Var(G_T) = sigma^2/T | exact | off by "
+        "| printed ratio | exact | off by |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows.itertuples(index=False):
@@ -163,7 +163,7 @@ def errata(frame: pd.DataFrame, mu: float, sigma2: float) -> str:
         )
     lines += [
         "",
-        "The seed's Var(P_T) column is the exact (sigma^2 + mu^2)^T - mu^(2T), rounded. Its Var(G_T)",
+        "The derivation's Var(P_T) column is the exact (sigma^2 + mu^2)^T - mu^(2T), rounded. Its Var(G_T)",
         "column is sigma^2 / T, the small-x form of the lognormal approximation with sigma_y^2 and",
         "mu_y replaced by sigma^2 and 0; the exact Var(G_T) depends on the family, so its ratio",
         "column inherits the error. 'off by' is printed / exact - 1.",
