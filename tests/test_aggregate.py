@@ -142,7 +142,8 @@ def test_two_point_samplers_agree_two_sample(fam, independent):
         k_tok = np.rint((tok[:, j] - T * lb) / (la - lb)).astype(int)
         k_agg = np.rint((agg[:, j] - T * lb) / (la - lb)).astype(int)
         np.testing.assert_allclose(agg[:, j], k_agg * la + (T - k_agg) * lb, rtol=0, atol=1e-9 * T)
-        assert k_agg.min() >= 0 and k_agg.max() <= T
+        assert k_agg.min() >= 0
+        assert k_agg.max() <= T
         values = np.union1d(k_tok, k_agg)
         table = np.array([[np.sum(k_tok == v) for v in values], [np.sum(k_agg == v) for v in values]])
         keep = table.sum(axis=0) >= 10  # pool sparse counts into one cell

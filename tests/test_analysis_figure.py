@@ -7,13 +7,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.colors import to_hex  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+import pytest
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
 
-from variance_lab.report import style  # noqa: E402
-from variance_lab.report.analysis_figure import MODEL_STYLE, analysis_figure  # noqa: E402
+from variance_lab.report import style
+from variance_lab.report.analysis_figure import MODEL_STYLE, analysis_figure
 from variance_lab.rollouts.analysis import analyze
 from variance_lab.rollouts.batch import TokenBatch
 
@@ -40,7 +40,8 @@ def test_two_panels_one_column_with_labels_and_log_axes(result):
     assert isinstance(fig, Figure)
     top, bottom = fig.axes
     assert fig.get_size_inches()[0] == pytest.approx(style.COLUMN_WIDTH)
-    assert "P_T" in top.get_ylabel() and "G_T" in bottom.get_ylabel()
+    assert "P_T" in top.get_ylabel()
+    assert "G_T" in bottom.get_ylabel()
     assert "T" in bottom.get_xlabel()
     assert top.get_xscale() == bottom.get_xscale() == "log"
     # three prediction lines per panel, in Okabe-Ito colours
@@ -53,7 +54,8 @@ def test_two_panels_one_column_with_labels_and_log_axes(result):
     assert colours <= {c.upper() for c in style.OKABE_ITO}
     assert top.get_legend() is None
     labels = [t.get_text() for t in bottom.get_legend().get_texts()]
-    assert "autocorrelation-corrected" in labels and any("95% bootstrap" in lab for lab in labels)
+    assert "autocorrelation-corrected" in labels
+    assert any("95% bootstrap" in lab for lab in labels)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     assert buf.getvalue()[:4] == b"\x89PNG"
@@ -73,7 +75,8 @@ def test_unreliable_var_P_points_are_hollow(result):
     table["ess_P"] = np.where(np.arange(len(table)) % 2 == 0, 1.0, table["n_seq"])
     fig = analysis_figure(table, result.curves(), panels=("P",), legend=False)
     faces = [line.get_markerfacecolor() for line in fig.axes[0].get_lines() if line.get_marker() == "o"]
-    assert "white" in faces and len(set(map(str, faces))) == 2
+    assert "white" in faces
+    assert len(set(map(str, faces))) == 2
     legend = analysis_figure(table, result.curves(), panels=("P",)).axes[0].get_legend()
     assert any("ESS" in t.get_text() for t in legend.get_texts())
 
@@ -82,7 +85,8 @@ def test_draws_into_given_axes_or_figure(result):
     fig = Figure()
     ax1, ax2 = fig.subplots(1, 2)
     assert analysis_figure(result.table, result.curves(), ax=[ax1, ax2]) is fig
-    assert ax1.get_lines() and ax2.get_lines()
+    assert ax1.get_lines()
+    assert ax2.get_lines()
     fig2 = Figure()
     assert analysis_figure(result.table, result.curves(), fig=fig2, panels=("G",)) is fig2
     assert len(fig2.axes) == 1

@@ -113,7 +113,8 @@ def test_analysis_recovers_parameters_and_picks_the_right_prediction(files, rho,
     table = result.table
     assert list(table.columns) == list(ANALYSIS_COLUMNS)
     assert table["T_lo"].tolist() == [16, 32, 64, 128, 256]
-    assert result.n_sequences == N_SEQ and result.n_dropped == 0
+    assert result.n_sequences == N_SEQ
+    assert result.n_dropped == 0
     _check_recovery(result.fit, result.summary()["autocorrelation"], rho)
     _check_verdicts(table["verdict"].tolist(), result.verdict, rho)
     # the observed Var(log P_T) matches the corrected prediction (exact law of log P_T here)
@@ -289,12 +290,14 @@ def test_clip_fractions_observed_against_predicted():
     # PPO: tokens; their clip indicators are correlated, so allow tau_int ~ 3 in the error
     se_tok = math.sqrt(c["ppo_pred"] * (1 - c["ppo_pred"]) * 3.0 / batch.n_tokens)
     assert abs(c["ppo_obs"] - c["ppo_pred"]) < 3.5 * se_tok
-    assert c["ppo_range"] == (0.8, 1.2) and c["gspo_range"] == (0.99, 1.01)
+    assert c["ppo_range"] == (0.8, 1.2)
+    assert c["gspo_range"] == (0.99, 1.01)
 
 
 def test_without_bootstrap_every_verdict_is_na():
     result = analyze(_synthetic(0.0, 13, n=200), n_boot=0)
-    assert set(result.table["verdict"]) == {"n/a"} and result.verdict == "n/a"
+    assert set(result.table["verdict"]) == {"n/a"}
+    assert result.verdict == "n/a"
     assert result.table["var_G_lo"].isna().all()
 
 
@@ -302,8 +305,10 @@ def test_single_token_sequences_have_no_autocorrelation():
     rng = np.random.default_rng(14)
     batch = TokenBatch.from_padded(*_two_policies(rng, np.full((300, 1), 0.1)))
     result = analyze(batch, n_boot=100)
-    assert result.acf is None and result.summary()["autocorrelation"] is None
-    assert result.table["var_G_corr"].isna().all() and result.table["verdict"].iloc[0].startswith("iid")
+    assert result.acf is None
+    assert result.summary()["autocorrelation"] is None
+    assert result.table["var_G_corr"].isna().all()
+    assert result.table["verdict"].iloc[0].startswith("iid")
     assert set(result.curves()["model"]) == {"iid", "emp"}
 
 
@@ -331,7 +336,8 @@ def test_cli_json_recovers_parameters_and_verdict(files, rho, fmt, capsys):
     assert captured.err == ""
     doc = json.loads(captured.out)
     s = doc["summary"]
-    assert s["n_sequences"] == N_SEQ and s["n_dropped"] == 0
+    assert s["n_sequences"] == N_SEQ
+    assert s["n_dropped"] == 0
     fit = s["fit"]
     _check_recovery(_FitView(fit, s["n_tokens"]), s["autocorrelation"], rho)
     _check_verdicts([b["verdict"] for b in doc["buckets"]], s["verdict"], rho)
@@ -385,7 +391,8 @@ def test_cli_markdown_csv_out_and_figure(files, tmp_path, capsys):
         == 0
     )
     captured = capsys.readouterr()
-    assert captured.out == "" and "Verdict over all buckets" in captured.err
+    assert captured.out == ""
+    assert "Verdict over all buckets" in captured.err
     frame = pd.read_csv(tmp_path / "a.csv")
     assert list(frame.columns) == list(ANALYSIS_COLUMNS)
     assert frame["T_lo"].tolist() == [16, 64]
@@ -419,11 +426,14 @@ def test_cli_bad_data_is_one_line_naming_the_sequence(kind, tmp_path, capsys):
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, captured.err
     assert lines[0].startswith("variance-lab: error: ")
-    assert "bad-7" in lines[0] and "index 2" in lines[0] and problem in lines[0].lower()
+    assert "bad-7" in lines[0]
+    assert "index 2" in lines[0]
+    assert problem in lines[0].lower()
     # dropped instead, and counted
     assert main(["analyze", path, "--n-boot", "10", "--on-bad", "drop"]) == 0
     out = capsys.readouterr().out
-    assert "dropped: 1" in out and "bad-7" in out
+    assert "dropped: 1" in out
+    assert "bad-7" in out
 
 
 @pytest.mark.parametrize(
@@ -445,7 +455,8 @@ def test_cli_bad_input_is_one_line(argv, message, tmp_path, capsys):
     argv = [a.format(good=good, notjson=notjson) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0].lower(), err
+    assert len(err) == 1, err
+    assert message in err[0].lower(), err
 
 
 def test_cli_help_lists_every_option(capsys):
@@ -496,4 +507,5 @@ def test_huge_log_ratios_and_long_sequences_never_overflow():
     for col in ("log10_var_P", "log10_var_P_iid", "log10_var_P_emp", "log10_var_G_iid", "log10_var_G_emp"):
         assert np.all(np.isfinite(table[col])), col
     assert table["log10_var_P_iid"].iloc[-1] > 1e7  # Var(P_T) far beyond float64, in log10
-    assert np.all(np.isfinite(curves["log10_var_G"])) and np.isinf(curves["var_G"]).any()
+    assert np.all(np.isfinite(curves["log10_var_G"]))
+    assert np.isinf(curves["var_G"]).any()

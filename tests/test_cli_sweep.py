@@ -36,7 +36,8 @@ def test_help_lists_every_option_with_its_default(command, capsys):
         formatted = parser.formatter_class(command)._expand_help(action)
         assert "(default: " in formatted, action.dest
     if command == "sweep":
-        assert "a:b:logN" in text and "a:b:N" in text  # the grid syntax is documented
+        assert "a:b:logN" in text
+        assert "a:b:N" in text  # the grid syntax is documented
 
 
 def test_top_level_help_lists_the_commands(capsys):
@@ -73,7 +74,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("variance-lab: error: ") and err.count("\n") == 1, err
+    assert err.startswith("variance-lab: error: "), err
+    assert err.count("\n") == 1, err
     assert "Traceback" not in err
 
 
@@ -84,7 +86,8 @@ def test_export_bad_suffix_and_junk_store(tmp_path, capsys, monkeypatch):
     assert cli.main(["sweep", "--T", "1", "--no-progress"]) == 0
     assert cli.main(["export", "variance_lab.sqlite", "--out", "x.txt"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert "not a variance_lab store" in err[0] and ".csv or .parquet" in err[1]
+    assert "not a variance_lab store" in err[0]
+    assert ".csv or .parquet" in err[1]
 
 
 # ----------------------------------------------------------------------------- sweep and export
@@ -95,9 +98,8 @@ def test_sweep_command_reports_and_exports(tmp_path, capsys, monkeypatch):
     assert cli.main(argv) == 0
     out, err = capsys.readouterr()
     assert "7 cells: 7 computed, 0 reused from 'variance_lab.sqlite'; 1 unreachable" in out
-    assert (
-        "unreachable (family, mu, sigma2) points skipped: 1" in err and "two-point mu=0.5 sigma2=0.5" in err
-    )
+    assert "unreachable (family, mu, sigma2) points skipped: 1" in err
+    assert "two-point mu=0.5 sigma2=0.5" in err
     assert cli.main(argv) == 0
     assert "7 cells: 0 computed, 7 reused" in capsys.readouterr().out
     assert cli.main(["export", "variance_lab.sqlite", "--out", "all.parquet"]) == 0
@@ -205,6 +207,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("variance-lab: interrupted: ") and "run the same command again" in last
+    assert last.startswith("variance-lab: interrupted: ")
+    assert "run the same command again" in last
     kept = int(last.split("interrupted: ")[1].split(" of ")[0])
     assert kept == _finished(store) >= 2

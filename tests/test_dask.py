@@ -71,7 +71,8 @@ def test_simulation_is_bit_identical_to_threads(client):
     on_dask = simulate(FAM, GRID, N, seed=7, client=client, progress=False)
     pd.testing.assert_frame_equal(local, on_dask, check_exact=True)
     prov = on_dask.attrs["provenance"]
-    assert prov["executor"] == "dask" and prov["workers"] == 2
+    assert prov["executor"] == "dask"
+    assert prov["workers"] == 2
     assert local.attrs["provenance"]["executor"] == "threads"
     as_executor = run_accumulators(TwoPoint(1.0, 0.2, q=0.3), [3, 9], 9000, seed=2, executor=client)
     local = run_accumulators(TwoPoint(1.0, 0.2, q=0.3), [3, 9], 9000, seed=2, workers=1)
@@ -135,14 +136,16 @@ def test_workers_load_kernels_from_the_disk_cache(client):
     simulate(FAM, [2], 3000, client=client, progress=False)
     stats = client.run(dx.kernel_cache_stats)  # {worker: {kernel: {"hits", "misses"}}}
     kernels = [k for per_worker in stats.values() for k in per_worker.values()]
-    assert kernels and all(k["hits"] >= 1 and k["misses"] == 0 for k in kernels), stats
+    assert kernels, stats
+    assert all(k["hits"] >= 1 and k["misses"] == 0 for k in kernels), stats
 
 
 def test_sweep_is_bit_identical_to_threads(client, tmp_path):
     grid = {"families": ["lognormal", "gamma"], "mu": [0.9, 1.0], "sigma2": 0.1, "T": [1, 10], "n": [0, 3000]}
     local = sweep(**grid, seed=4, store=tmp_path / "local.sqlite", workers=2, progress=False)
     on_dask = sweep(**grid, seed=4, store=tmp_path / "dask.sqlite", client=client, progress=False)
-    assert on_dask.cells == local.cells and len(on_dask.computed) == 8
+    assert on_dask.cells == local.cells
+    assert len(on_dask.computed) == 8
     pd.testing.assert_frame_equal(
         local.frame.drop(columns="created"), on_dask.frame.drop(columns="created"), check_exact=True
     )
@@ -155,7 +158,8 @@ def test_sweep_is_bit_identical_to_threads(client, tmp_path):
 @needs_dask
 def test_cold_kernel_cache_compiles_on_the_workers_then_loads(tmp_path):
     """Workers with an empty numba cache compile at their first task, both at once, and
-    give the same bits; restarted workers then load what they wrote."""
+    give the same bits; restarted workers then load what they wrote.
+    """
     ref = run_accumulators(FAM, GRID, N, seed=7, workers=1, progress=False)
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     with dx.local_cluster(2, memory_limit="2GiB", env=env) as c:
@@ -165,7 +169,8 @@ def test_cold_kernel_cache_compiles_on_the_workers_then_loads(tmp_path):
         _assert_identical(run_accumulators(FAM, GRID, N, seed=7, client=c, progress=False), ref)
         warm = [k for w in c.run(dx.kernel_cache_stats).values() for k in w.values()]
     assert sum(k["misses"] for k in cold) >= 1, cold  # compiled (a worker may load what the other wrote)
-    assert warm and all(k["hits"] >= 1 and k["misses"] == 0 for k in warm), warm
+    assert warm, warm
+    assert all(k["hits"] >= 1 and k["misses"] == 0 for k in warm), warm
 
 
 # ----------------------------------------------------------------------------- faults
@@ -198,7 +203,8 @@ def test_killed_worker_is_recomputed_with_the_same_result(client):
     os.kill(pid, signal.SIGKILL)
     killed_mid_run = thread.is_alive()
     thread.join(timeout=120)
-    assert not thread.is_alive() and "error" not in box, box
+    assert not thread.is_alive(), box
+    assert "error" not in box, box
     assert killed_mid_run
     _assert_identical(box["acc"], ref)
     client.wait_for_workers(2, timeout=60)  # the nanny restarts the worker for the next tests
@@ -219,7 +225,8 @@ def no_dask(monkeypatch):
 def test_missing_extra_says_what_to_install(no_dask, choice):
     with pytest.raises(DaskMissingError, match=r"pip install 'variance_lab\[distributed\]'") as info:
         simulate(FAM, [2], 100, progress=False, **choice)
-    assert isinstance(info.value, ImportError) and isinstance(info.value, ValueError)
+    assert isinstance(info.value, ImportError)
+    assert isinstance(info.value, ValueError)
     simulate(FAM, [2], 100, progress=False, executor="threads")  # threads need nothing more
 
 
@@ -227,11 +234,12 @@ def test_missing_extra_on_the_command_line(no_dask, tmp_path, capsys):
     argv = ["sweep", "--executor", "dask-local", "--store", str(tmp_path / "s.sqlite"), "--no-progress"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "variance_lab[distributed]" in err, err
+    assert err.count("\n") == 1, err
+    assert "variance_lab[distributed]" in err, err
 
 
 @pytest.mark.parametrize(
-    "choice,match",
+    ("choice", "match"),
     [
         ({"executor": "gpu"}, "executor must be one of threads, dask, dask-local"),
         ({"executor": 5}, "executor must be one of .* or a Dask client, got 5"),
@@ -280,7 +288,8 @@ def test_cli_bad_executor_is_one_line_and_exit_2(extra, tmp_path, capsys, monkey
     argv = ["sweep", "--T", "1,10", "--store", str(tmp_path / "s.sqlite"), "--no-progress", *extra]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("variance-lab: error: ") and err.count("\n") == 1, err
+    assert err.startswith("variance-lab: error: "), err
+    assert err.count("\n") == 1, err
 
 
 @needs_dask

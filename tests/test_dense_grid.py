@@ -54,9 +54,11 @@ def test_exp_clamps_only_outside_its_range(vexp):
     out = np.empty_like(w)
     vexp(w, 0.0, True, out)
     assert out[0] == out[1] == out[2] == pytest.approx(math.exp(-708), rel=1e-15)
-    assert out[3] == 1.0 and out[4] == out[5] == pytest.approx(math.exp(709), rel=1e-15)
+    assert out[3] == 1.0
+    assert out[4] == out[5] == pytest.approx(math.exp(709), rel=1e-15)
     vexp(w, 1.0, True, out)
-    assert out[0] == -1.0 and out[3] == 0.0
+    assert out[0] == -1.0
+    assert out[3] == 0.0
 
 
 # ----------------------------------------------------------------------------- block reduction
@@ -89,14 +91,17 @@ def test_block_reduction_matches_value_by_value_sums(n, fam):
 
 
 def test_block_size():
-    assert block_size(4) == 1024 and block_size(1000) % LANES == 0 and block_size(10**6) == 4
+    assert block_size(4) == 1024
+    assert block_size(1000) % LANES == 0
+    assert block_size(10**6) == 4
     for nT in (1, 3, 200, 1000, 5000):
         assert block_size(nT) % 4 == 0  # whole batches of the token kernel
 
 
 def test_dense_and_sparse_grids_read_the_same_paths():
     """Token paths do not depend on the grid: a dense grid's accumulators at the sparse
-    grid's T equal the sparse run's (the same values; sums up to the block's rounding)."""
+    grid's T equal the sparse run's (the same values; sums up to the block's rounding).
+    """
     fam = LogNormal(1.0, 0.2)
     sparse = [1, 10, 100, 200]
     a = run_accumulators(fam, DENSE, 20_000, seed=4, workers=2, progress=False)
@@ -153,7 +158,8 @@ def test_compact_keeps_the_largest(kind):
         np.testing.assert_array_equal(np.sort(buf[1, :keep])[::-1], top)
         assert least == top[-1]
         np.testing.assert_array_equal(np.sort(buf[1, :n]), np.sort(x))  # a permutation
-        assert np.isnan(buf[0]).all() and np.isnan(buf[1, n:]).all()  # nothing else touched
+        assert np.isnan(buf[0]).all()
+        assert np.isnan(buf[1, n:]).all()  # nothing else touched
 
 
 def test_merged_tail_is_the_largest_of_all_paths():
@@ -176,7 +182,8 @@ def test_chunk_tail_keep_bound(n):
     for i in sorted({0, plan.n_chunks - 1}):
         c, M = plan.size(i), plan.tail
         k = chunk_tail_keep(n, c, M)
-        assert 1 <= k <= min(M, c) and k == plan.tail_keep(i)
+        assert 1 <= k <= min(M, c)
+        assert k == plan.tail_keep(i)
         if k < min(M, c):
             assert k >= M * c / n
             assert stats.hypergeom(n, M, c).logsf(k) < -TAIL_LOG_RISK
@@ -192,7 +199,8 @@ def test_incomplete_tail_is_detected_not_used():
     cut = Accumulator(spec, 40, good.shift, good.sums, good.tail[:, :4], tail_floor=good.tail[:, 3].copy())
     other = accumulate_log_p(x[:5] - 10.0, spec)  # 5 small values: the merged tail reaches below the floor
     merged = merge_all([cut, other])
-    assert merged.tail.shape[1] == 9 and not merged.tail_complete().any()
+    assert merged.tail.shape[1] == 9
+    assert not merged.tail_complete().any()
     with pytest.raises(ValueError, match="tail sample of log P_T is incomplete at T = \\[1, 2\\]"):
         estimate(merged, fam)
     lucky = merge_all([cut, accumulate_log_p(x[:6] + 10.0, spec)])  # six above the floor: complete
@@ -202,7 +210,8 @@ def test_incomplete_tail_is_detected_not_used():
 def test_tail_is_finite_and_ordered_on_a_dense_grid():
     acc = run_accumulators(LogNormal(1.0, 0.5), DENSE, 30_000, seed=1, progress=False)
     assert acc.tail.shape == (DENSE.size, tail_size(30_000))
-    assert np.all(np.diff(acc.tail, axis=1) <= 0) and np.all(np.isfinite(acc.tail))
+    assert np.all(np.diff(acc.tail, axis=1) <= 0)
+    assert np.all(np.isfinite(acc.tail))
     assert acc.tail_complete().all()
 
 

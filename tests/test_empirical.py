@@ -45,7 +45,8 @@ def test_length_buckets_default_powers_of_two():
 
 def test_length_buckets_exact_and_custom():
     bucket, edges = length_buckets([5, 3, 5, 9], "exact")
-    assert edges.tolist() == [3, 5, 9, 10] and bucket.tolist() == [1, 0, 1, 2]
+    assert edges.tolist() == [3, 5, 9, 10]
+    assert bucket.tolist() == [1, 0, 1, 2]
     bucket, edges = length_buckets([1, 10, 20, 30], [10, 20, 30])
     assert bucket.tolist() == [-1, 0, 1, -1]
 
@@ -86,7 +87,8 @@ def test_bucket_variances_against_direct_computation():
     batch, rows = _lognormal_batch(rng, [4, 16, 64], 300)
     df = bucket_variances(batch, n_boot=300, seed=5)
     assert list(df.columns) == list(BUCKET_COLUMNS)
-    assert df["T_lo"].tolist() == [4, 16, 64] and df["n_seq"].tolist() == [300] * 3
+    assert df["T_lo"].tolist() == [4, 16, 64]
+    assert df["n_seq"].tolist() == [300] * 3
     for (_, row), r in zip(df.iterrows(), rows, strict=True):
         log_P = np.array([math.fsum(x) for x in r])
         P, G = np.exp(log_P), np.exp(log_P / r.shape[1])
@@ -107,7 +109,8 @@ def test_bucket_variances_reproducible_per_seed():
     assert a.equals(b)
     assert not np.array_equal(a["var_G_lo"], c["var_G_lo"])
     none = bucket_variances(batch, n_boot=0)
-    assert none["var_G_lo"].isna().all() and not none["var_G"].isna().any()
+    assert none["var_G_lo"].isna().all()
+    assert not none["var_G"].isna().any()
 
 
 def test_bucket_with_one_sequence_and_huge_log_P():
@@ -117,10 +120,12 @@ def test_bucket_with_one_sequence_and_huge_log_P():
     mask[2, 10:] = False
     df = bucket_variances(_batch_from_log_ratios(np.random.default_rng(24), d, mask), n_boot=50)
     big, small = df.iloc[1], df.iloc[0]
-    assert small["n_seq"] == 1 and math.isnan(small["var_G"])
+    assert small["n_seq"] == 1
+    assert math.isnan(small["var_G"])
     # Var(P) of {e^5e6, e^4.9e6}: log = 2 * 5e6 + log(1/2), far beyond float64
     assert big["log_var_P"] == pytest.approx(1e7 + math.log(0.5), rel=1e-15)
-    assert big["var_P"] == math.inf and math.isfinite(big["log10_var_P"])
+    assert big["var_P"] == math.inf
+    assert math.isfinite(big["log10_var_P"])
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [({"n_boot": -1}, "n_boot"), ({"level": 1.0}, "level")])
@@ -175,7 +180,8 @@ def test_ar1_recovers_rho_sigma2_and_tau(rho):
     assert abs(fit.sigma2_y - sigma2) < 3 * se_sigma2
     assert fit.se_sigma2_y == pytest.approx(se_sigma2, rel=0.15)
     assert abs(ac.tau_int - tau) < 3 * ac.se_tau_int
-    assert fit.tau_y == ac.tau_int and ac.window_found
+    assert fit.tau_y == ac.tau_int
+    assert ac.window_found
 
 
 def test_ar1_with_holes_uses_original_positions():

@@ -61,12 +61,14 @@ def test_schema_and_statistics():
     fam = LogNormal(1.0, 0.1)
     df = simulate(fam, [10, 1], 5000, seed=1, workers=1, progress=False)
     assert tuple(df.columns) == TIDY_COLUMNS
-    assert (df["method"] == "monte_carlo").all() and (df["family"] == "lognormal").all()
+    assert (df["method"] == "monte_carlo").all()
+    assert (df["family"] == "lognormal").all()
     assert df["T"].tolist() == [1] * len(STATISTICS) + [10] * len(STATISTICS)
     assert df["statistic"].tolist()[: len(STATISTICS)] == list(STATISTICS)
     for stat in ("mean_P", "var_P", "mean_G", "var_G"):
         row = _get(df, 10, stat)
-        assert row["lo"] < row["value"] < row["hi"] and row["se"] > 0
+        assert row["lo"] < row["value"] < row["hi"]
+        assert row["se"] > 0
         assert row["log10_value"] == pytest.approx(math.log10(abs(row["value"])))
     assert df["reliable"].dtype == bool
     assert ((df["reason"] == "") == df["reliable"]).all()
@@ -81,19 +83,25 @@ def test_verdict_var_P_unreliable_at_T100():
     df = simulate(fam, [10, 100], n, seed=3, workers=2, progress=False)
     row = _get(df, 100, "var_P")
     assert not row["reliable"]
-    assert "draws" in row["reason"] and "cannot confirm" in row["reason"]
+    assert "draws" in row["reason"]
+    assert "cannot confirm" in row["reason"]
     assert theory.n_needed_P(fam, 100) > n
     assert row["value"] < theory.var_P(fam, 100)
-    assert np.isfinite(row["value"]) and row["lo"] < row["value"] < row["hi"]  # shown, flagged
+    assert np.isfinite(row["value"])
+    assert row["lo"] < row["value"] < row["hi"]  # shown, flagged
     khat = _get(df, 100, "khat_P")
-    assert khat["value"] > 0.7 and not khat["reliable"] and "k-hat" in khat["reason"]
-    assert _get(df, 100, "var_G")["reliable"] and _get(df, 10, "var_P")["reliable"]
+    assert khat["value"] > 0.7
+    assert not khat["reliable"]
+    assert "k-hat" in khat["reason"]
+    assert _get(df, 100, "var_G")["reliable"]
+    assert _get(df, 10, "var_P")["reliable"]
 
 
 def test_unreliable_rows_at_T1000_stay_finite_in_log10():
     df = simulate(LogNormal(1.0, 0.1), [1000], 4000, seed=5, workers=1, progress=False)
     assert np.isfinite(df["log10_value"]).all()
-    assert not _get(df, 1000, "var_P")["reliable"] and not _get(df, 1000, "mean_P")["reliable"]
+    assert not _get(df, 1000, "var_P")["reliable"]
+    assert not _get(df, 1000, "mean_P")["reliable"]
 
 
 def test_estimate_needs_two_paths():
@@ -132,7 +140,7 @@ COVERAGE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("fam,T,stat", COVERAGE_CASES[:3])
+@pytest.mark.parametrize(("fam", "T", "stat"), COVERAGE_CASES[:3])
 def test_interval_coverage_small(fam, T, stat):
     seeds = range(200)
     hits = _coverage(fam, T, stat, 2000, seeds)
@@ -140,7 +148,7 @@ def test_interval_coverage_small(fam, T, stat):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fam,T,stat", COVERAGE_CASES)
+@pytest.mark.parametrize(("fam", "T", "stat"), COVERAGE_CASES)
 def test_interval_coverage(fam, T, stat):
     seeds = range(1000, 1400)
     hits = _coverage(fam, T, stat, 20_000, seeds)

@@ -43,7 +43,9 @@ def test_problem_texts_and_reward():
     assert task.reward(p, p.response + "junk") == 1.0  # after the end token: ignored
     assert task.reward(p, "a3+b5=8,8+c2=10,10+d7=18.") == 0.0  # wrong final answer
     assert task.reward(p, "a3+b5=8,8+c2=10,10+d7=17") == 0.0  # truncated: no end token
-    assert task.reward(p, "17.") == 0.0 and task.reward(p, "=.") == 0.0 and task.reward(p, "=1+7.") == 0.0
+    assert task.reward(p, "17.") == 0.0
+    assert task.reward(p, "=.") == 0.0
+    assert task.reward(p, "=1+7.") == 0.0
     assert task.reward(p, "x=9,=17.") == 1.0  # only the final answer counts
     np.testing.assert_array_equal(task.rewards([p, p], [p.response, "."]), [1.0, 0.0])
 
@@ -54,7 +56,8 @@ def test_problem_validation_and_vocabulary():
             task.Problem(bad)
     p = task.Problem(tuple(range(10)) * 5)
     ids = task.encode(p.prompt + p.response)
-    assert task.PAD not in ids and task.decode(ids) == p.prompt + p.response
+    assert task.PAD not in ids
+    assert task.decode(ids) == p.prompt + p.response
     assert task.decode([task.PAD, *ids, task.PAD]) == p.prompt + p.response
     with pytest.raises(ValueError, match="not in the task's vocabulary"):
         task.encode("a3 b5")
@@ -65,10 +68,12 @@ def test_problems_are_deterministic_and_lengths_range_widely():
     b = task.make_problems(np.random.default_rng(5), 400, 2, 32)
     assert a == b
     n = np.array([p.n for p in a])
-    assert n.min() == 2 and n.max() == 32
+    assert n.min() == 2
+    assert n.max() == 32
     assert 0.2 < np.mean(n < 6) < 0.5  # log-uniform: as many in 2..5 as in 6..17 or 18..32, roughly
     lengths = [len(p.response) for p in a]
-    assert min(lengths) == 8 and 250 < max(lengths) <= task.max_response_length(32)
+    assert min(lengths) == 8
+    assert 250 < max(lengths) <= task.max_response_length(32)
     assert all(len(p.response) <= task.max_response_length(p.n) for p in a)
     with pytest.raises(ValueError, match="n_min"):
         task.make_problems(np.random.default_rng(0), 3, 1, 5)
@@ -118,10 +123,12 @@ def test_generate_is_deterministic_and_respects_budgets(torch_mod):
     assert out[0] == out[1]
     eos = task.encode(task.EOS)[0]
     for resp, budget in zip(out[0], budgets, strict=True):
-        assert 1 <= len(resp) <= budget and task.PAD not in resp
+        assert 1 <= len(resp) <= budget
+        assert task.PAD not in resp
         assert eos not in resp[:-1]  # stops at the first end token
     lp = token_log_probs(model, prompts, out[0])
-    assert lp.shape == (3, max(map(len, out[0]))) and torch_mod.all(lp <= 0)
+    assert lp.shape == (3, max(map(len, out[0])))
+    assert torch_mod.all(lp <= 0)
     with pytest.raises(ValueError, match="max_len"):
         generate(model, prompts, [200, 1, 1], torch_mod.Generator())
 
@@ -158,7 +165,8 @@ def test_gspo_clipping_stops_the_gradient(torch_mod):
     loss, info = gspo_loss(new, old, mask, torch_mod.tensor([1.0, 1.0], dtype=torch_mod.float64))
     loss.backward()
     assert info["clipped"].tolist() == [True, False]
-    assert torch_mod.all(new.grad[0] == 0) and torch_mod.all(new.grad[1] < 0)  # ascent raises logp
+    assert torch_mod.all(new.grad[0] == 0)
+    assert torch_mod.all(new.grad[1] < 0)  # ascent raises logp
 
 
 def test_group_advantages():
@@ -204,10 +212,14 @@ def quick_run(tmp_path_factory, torch_mod):
 @needs_torch
 def test_quick_run_writes_a_valid_data_set(quick_run):
     batch = load_batch(quick_run)  # raises on any bad sequence
-    assert batch.n_dropped == 0 and len(batch) == 48
+    assert batch.n_dropped == 0
+    assert len(batch) == 48
     side = read_sidecar(sidecar_path(quick_run))
-    assert side["seed"] == 3 and side["quick"] is True and side["settings"]["seed"] == 3
-    assert side["summary"]["n_tokens"] == batch.n_tokens and side["summary"]["var_log_ratio"] > 0
+    assert side["seed"] == 3
+    assert side["quick"] is True
+    assert side["settings"]["seed"] == 3
+    assert side["summary"]["n_tokens"] == batch.n_tokens
+    assert side["summary"]["var_log_ratio"] > 0
     with gzip.open(quick_run, "rt") as fh:
         records = [json.loads(line) for line in fh]
     assert numbers_sha256(records) == side["numbers_sha256"]
@@ -225,7 +237,9 @@ def test_rerun_from_the_sidecar_reproduces_the_numbers(quick_run, tmp_path, caps
     assert main(args) == 0
     assert "wrote 48 sequences" in capsys.readouterr().out
     cmp = compare_files(quick_run, again)
-    assert cmp["same_ids"] and cmp["same_lengths"] and cmp["max_abs_diff"] == 0.0
+    assert cmp["same_ids"]
+    assert cmp["same_lengths"]
+    assert cmp["max_abs_diff"] == 0.0
     assert (
         read_sidecar(sidecar_path(again))["numbers_sha256"]
         == read_sidecar(sidecar_path(quick_run))["numbers_sha256"]
@@ -248,7 +262,8 @@ def test_run_restores_torch_settings(torch_mod, tmp_path):
 
     before = torch_mod.get_num_threads(), torch_mod.are_deterministic_algorithms_enabled()
     with deterministic_torch(1):
-        assert torch_mod.get_num_threads() == 1 and torch_mod.are_deterministic_algorithms_enabled()
+        assert torch_mod.get_num_threads() == 1
+        assert torch_mod.are_deterministic_algorithms_enabled()
     assert (torch_mod.get_num_threads(), torch_mod.are_deterministic_algorithms_enabled()) == before
 
 
@@ -273,14 +288,17 @@ def test_run_errors_are_one_line(args, message, capsys, monkeypatch, tmp_path):
     argv = ["experiment", "run", *args] + (["--quick"] if both else [])
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert message in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
 
 
 def test_without_torch_the_run_names_the_extra(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     assert main(["experiment", "run", "--quick"]) == 2
     err = capsys.readouterr().err
-    assert "pip install 'variance_lab[experiment]'" in err and err.count("\n") == 1
+    assert "pip install 'variance_lab[experiment]'" in err
+    assert err.count("\n") == 1
 
 
 # --------------------------------------------------------------------------------------
@@ -288,14 +306,17 @@ def test_without_torch_the_run_names_the_extra(monkeypatch, capsys):
 # --------------------------------------------------------------------------------------
 def test_shipped_data_set_is_valid_and_matches_its_sidecar():
     side = read_sidecar(SHIPPED_SIDECAR)
-    assert side["quick"] is False and side["seed"] == side["settings"]["seed"]
+    assert side["quick"] is False
+    assert side["seed"] == side["settings"]["seed"]
     assert DEFAULT_DATA.stat().st_size < 4e6
     with gzip.open(DEFAULT_DATA, "rt") as fh:
         records = [json.loads(line) for line in fh]
     assert numbers_sha256(records) == side["numbers_sha256"]
     batch = load_batch(DEFAULT_DATA)
-    assert batch.n_dropped == 0 and len(batch) == side["summary"]["n_sequences"]
-    assert batch.lengths.min() < 16 and batch.lengths.max() > 256  # a handful to a few hundred tokens
+    assert batch.n_dropped == 0
+    assert len(batch) == side["summary"]["n_sequences"]
+    assert batch.lengths.min() < 16
+    assert batch.lengths.max() > 256  # a handful to a few hundred tokens
     for rec in records[:50]:
         assert (
             task.reward(task.Problem(tuple(int(c) for c in rec["prompt"][1:-1:2])), rec["response"])
@@ -318,8 +339,10 @@ def test_analysis_of_the_shipped_data_and_its_figure(tmp_path):
     assert side["data_set"]["numbers_sha256"] == read_sidecar(SHIPPED_SIDECAR)["numbers_sha256"]
     assert side["analysis"]["n_sequences"] == read_sidecar(SHIPPED_SIDECAR)["summary"]["n_sequences"]
     table = __import__("pandas").read_csv(paths[2])
-    assert len(table) >= 5 and (table["n_seq"] > 20).all()
-    assert (table["var_G"] > 0).all() and np.isfinite(table["log10_var_P"]).all()
+    assert len(table) >= 5
+    assert (table["n_seq"] > 20).all()
+    assert (table["var_G"] > 0).all()
+    assert np.isfinite(table["log10_var_P"]).all()
 
 
 def test_resampled_clip_matches_iid_data_and_findings_count_tails():
@@ -330,7 +353,8 @@ def test_resampled_clip_matches_iid_data_and_findings_count_tails():
     observed = [sequence_weights(batch).clipped_gspo[lengths == t].mean() for t in (4, 40, 400)]
     np.testing.assert_allclose(resampled_clip(batch, n_rep=50, edges=[1, 10, 100, 1000]), observed, atol=0.06)
     found = token_findings(batch)
-    assert abs(found["kurtosis"] - 3.0) < 0.2 and found["tail_tokens"]["fraction"] < 1e-3
+    assert abs(found["kurtosis"] - 3.0) < 0.2
+    assert found["tail_tokens"]["fraction"] < 1e-3
     assert 0.01 < found["top_sequences"]["1%"] < found["top_sequences"]["10%"] < 1.0
 
 
@@ -356,5 +380,6 @@ def test_shipped_data_set_reproduces_from_its_sidecar(tmp_path):
     out = tmp_path / DEFAULT_DATA.name
     assert main(["experiment", "run", "--quiet", "--settings", str(SHIPPED_SIDECAR), "--out", str(out)]) == 0
     cmp = compare_files(DEFAULT_DATA, out)
-    assert cmp["same_ids"] and cmp["same_lengths"]
+    assert cmp["same_ids"]
+    assert cmp["same_lengths"]
     assert cmp["max_abs_diff"] <= 1e-9 or cmp["max_rel_diff"] <= 1e-9, cmp

@@ -40,7 +40,7 @@ def _log_moment_by_quadrature(dist, s):
 
 
 @pytest.mark.parametrize("cls", [LogNormal, Gamma])
-@pytest.mark.parametrize("mu,sigma2", PARAMS)
+@pytest.mark.parametrize(("mu", "sigma2"), PARAMS)
 def test_K_matches_quadrature(cls, mu, sigma2):
     fam = cls(mu, sigma2)
     dist = _scipy_dist(fam)
@@ -57,7 +57,7 @@ def test_K_matches_quadrature(cls, mu, sigma2):
     assert np.all(np.abs(got - ref) <= np.maximum(1e-10 * np.abs(ref), 10 * err) + 1e-14)
 
 
-@pytest.mark.parametrize("mu,sigma2,q", [(1.0, 0.1, 0.5), (2.0, 3.0, 0.5), (1.0, 0.5, 0.8)])
+@pytest.mark.parametrize(("mu", "sigma2", "q"), [(1.0, 0.1, 0.5), (2.0, 3.0, 0.5), (1.0, 0.5, 0.8)])
 def test_two_point_K_matches_direct_sum(mu, sigma2, q):
     fam = TwoPoint(mu, sigma2, q=q)
     _, (q_, la, lb) = fam.sampler_params()
@@ -69,7 +69,7 @@ def test_two_point_K_matches_direct_sum(mu, sigma2, q):
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
-@pytest.mark.parametrize("mu,sigma2", [(1.0, 0.1), (0.7, 0.2), (2.0, 1e-4)])
+@pytest.mark.parametrize(("mu", "sigma2"), [(1.0, 0.1), (0.7, 0.2), (2.0, 1e-4)])
 def test_K_and_K_mp_agree_and_log_moments(name, mu, sigma2):
     fam = get_family(name, mu, sigma2)
     assert fam.K(0.0) == pytest.approx(0.0, abs=1e-15)
@@ -92,13 +92,16 @@ def test_degenerate_sigma2_zero(name):
     np.testing.assert_allclose(fam.K([0.5, 2.0]), [0.5 * math.log(1.3), 2 * math.log(1.3)], rtol=1e-15)
     assert fam.var_log == 0.0
     code, params = fam.sampler_params()
-    assert code == 0 and params[0] == pytest.approx(math.log(1.3))
+    assert code == 0
+    assert params[0] == pytest.approx(math.log(1.3))
 
 
 def test_sampler_params_codes():
     assert LogNormal(1, 0.1).sampler_params()[0] == 1
     code, (k, log_scale) = Gamma(2.0, 0.5).sampler_params()
-    assert code == 2 and k == pytest.approx(8.0) and log_scale == pytest.approx(math.log(0.25))
+    assert code == 2
+    assert k == pytest.approx(8.0)
+    assert log_scale == pytest.approx(math.log(0.25))
     assert TwoPoint(1, 0.1).sampler_params()[0] == 3
 
 
@@ -113,7 +116,7 @@ def test_two_point_reach():
 
 
 @pytest.mark.parametrize(
-    "args,match",
+    ("args", "match"),
     [
         (("lognormal", 0.0, 0.1), "mu must be > 0, got 0.0"),
         (("gamma", -1.0, 0.1), r"mu must be > 0, got -1\.0"),
@@ -132,7 +135,9 @@ def test_bad_input(args, match):
 def test_ar1_parameters():
     fam = get_family("ar1", 1.0, 0.1, rho=0.5)
     code, (m, sd, rho) = fam.sampler_params()
-    assert code == 4 and rho == 0.5 and sd == pytest.approx(math.sqrt(math.log(1.1)))
+    assert code == 4
+    assert rho == 0.5
+    assert sd == pytest.approx(math.sqrt(math.log(1.1)))
     assert fam.K(2.0) == pytest.approx(math.log(1.1), rel=1e-13)  # marginal moments
     with pytest.raises(ValueError, match=r"rho must lie in \(-1, 1\), got 1\.0"):
         get_family("ar1", 1.0, 0.1, rho=1.0)

@@ -7,16 +7,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
 
-from variance_lab import __version__, cli, theory  # noqa: E402
-from variance_lab.families import get_family  # noqa: E402
-from variance_lab.paper import figures as figs  # noqa: E402
-from variance_lab.report import figures as plots  # noqa: E402
-from variance_lab.report import style  # noqa: E402
+from variance_lab import __version__, cli, theory
+from variance_lab.families import get_family
+from variance_lab.paper import figures as figs
+from variance_lab.report import figures as plots
+from variance_lab.report import style
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +31,15 @@ def quick(tmp_path_factory):
 def test_quick_writes_every_figure(quick):
     for name in figs.FIGURES:
         pdf, png = (quick / f"{name}.pdf").read_bytes(), (quick / f"{name}.png").read_bytes()
-        assert pdf.startswith(b"%PDF-") and len(pdf) > 5000, name
-        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000, name
+        assert pdf.startswith(b"%PDF-"), name
+        assert len(pdf) > 5000, name
+        assert png.startswith(b"\x89PNG\r\n\x1a\n"), name
+        assert len(png) > 5000, name
         sidecar = json.loads((quick / f"{name}.json").read_text())
-        assert sidecar["figure"] == name and sidecar["version"] == __version__
-        assert sidecar["quick"] is True and sidecar["description"]
+        assert sidecar["figure"] == name
+        assert sidecar["version"] == __version__
+        assert sidecar["quick"] is True
+        assert sidecar["description"]
         for key in ("params", "seed", "n", "versions", "png_dpi", "reproduce"):
             assert key in sidecar, (name, key)
         data = (quick / f"{name}.csv").read_bytes()
@@ -65,7 +69,8 @@ def test_from_sidecar_reproduces_the_files_byte_for_byte(quick, tmp_path, capsys
 def test_monte_carlo_points_are_in_the_figures(quick):
     data = pd.read_csv(quick / "variance_vs_T.csv", keep_default_na=False)
     mc = data[data["method"] == "monte_carlo"]
-    assert set(mc["statistic"]) == {"var_P", "var_G"} and len(mc) == 8
+    assert set(mc["statistic"]) == {"var_P", "var_G"}
+    assert len(mc) == 8
     big = mc[(mc["statistic"] == "var_P") & (mc["T"] == 1000)]
     assert not big["reliable"].astype(str).eq("True").any()  # 2000 draws cannot see Var(P_1000)
 
@@ -129,7 +134,8 @@ def test_variance_vs_T_draws_unreliable_points_hollow(var_frame):
     assert _hollow_markers(ax) >= 1
     labels = ax.get_legend_handles_labels()[1]
     assert any("exact" in label for label in labels)
-    assert "sequence length" in ax.get_xlabel() and "Var" in ax.get_ylabel()
+    assert "sequence length" in ax.get_xlabel()
+    assert "Var" in ax.get_ylabel()
     assert ax.get_xscale() == "log"
     fig2 = Figure()
     ax2 = fig2.add_subplot()
@@ -164,14 +170,16 @@ def test_every_plot_function_takes_ax_or_fig_and_returns_the_figure(var_frame):
         ax = fig.add_subplot()
         assert draw(frame, ax=ax, **kwargs) is fig
         assert isinstance(draw(frame, **kwargs), Figure)
-        assert ax.get_xlabel() and ax.get_ylabel()
+        assert ax.get_xlabel()
+        assert ax.get_ylabel()
     for draw, frame, panels in [
         (plots.variance_panels, var_frame, 2),
         (plots.approx_error, var_frame, 1),  # one panel per family
         (plots.log_histograms, hist, 2),
     ]:
         fig = Figure()
-        assert draw(frame, fig=fig) is fig and len(fig.axes) == panels
+        assert draw(frame, fig=fig) is fig
+        assert len(fig.axes) == panels
         fresh = draw(frame)
         assert fresh.get_figwidth() == pytest.approx(style.COLUMN_WIDTH)
 
@@ -217,7 +225,8 @@ def test_frontier_matches_theory_n_needed():
         if not ok:
             assert np.isnan(t_max)
         else:
-            assert t_max == max(ok) and beyond == (max(ok) == Ts[-1])
+            assert t_max == max(ok)
+            assert beyond == (max(ok) == Ts[-1])
     # about 1e4 draws at T = 10 (design notes)
     assert front.loc[front["n"] == 1e4, "T_max"].item() in (9, 10, 11)
 

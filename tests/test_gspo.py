@@ -141,7 +141,8 @@ def test_huge_perplexities_overflow_to_inf_without_warning():
     new = np.full(10, -800.0)
     old = np.full(10, -790.0)
     w = sequence_weights(TokenBatch.from_ragged([new], [old]))
-    assert w.log_ppl_old[0] == pytest.approx(790.0) and w.ppl_old[0] == math.inf
+    assert w.log_ppl_old[0] == pytest.approx(790.0)
+    assert w.ppl_old[0] == math.inf
     assert w.ppl_new[0] == math.inf
     assert w.ppl_ratio[0] == pytest.approx(math.exp(-10.0), rel=1e-14)
     assert w.s[0] == pytest.approx(math.exp(-10.0), rel=1e-14)
@@ -227,7 +228,8 @@ def test_clip_fractions_by_hand():
     assert w.clipped_gspo.tolist() == [True, False]
     assert w.gspo_clip_frac == pytest.approx(0.5)
     narrow = sequence_weights(batch, gspo_range=(0.9999, 1.0001), ppo_range=(0.5, 2.0))
-    assert narrow.clipped_gspo.tolist() == [True, True] and narrow.ppo_clip_frac == 0.0
+    assert narrow.clipped_gspo.tolist() == [True, True]
+    assert narrow.ppo_clip_frac == 0.0
 
 
 @pytest.mark.parametrize("bad", [(1.1, 1.2), (0.0, 1.2), (0.8, 0.9), (0.8,), "ab", (0.8, math.inf)])
@@ -259,8 +261,12 @@ def test_to_frame_columns_and_values():
         "token_clip_frac",
     ]
     row = df.iloc[0]
-    assert row["id"] == "only" and row["length"] == 2 and row["log_P"] == 0.0 and row["s"] == 1.0
-    assert row["ppl_old"] == pytest.approx(math.exp(1.5)) and row["ppl_new"] == pytest.approx(math.exp(1.5))
+    assert row["id"] == "only"
+    assert row["length"] == 2
+    assert row["log_P"] == 0.0
+    assert row["s"] == 1.0
+    assert row["ppl_old"] == pytest.approx(math.exp(1.5))
+    assert row["ppl_new"] == pytest.approx(math.exp(1.5))
 
 
 # --------------------------------------------------------------------------------------
@@ -279,7 +285,9 @@ def test_padded_ragged_and_flat_agree():
             assert np.array_equal(getattr(a, name), getattr(other, name)), name
     assert a.lengths.tolist() == [3, 1, 5, 2]
     assert a.positions.tolist() == [0, 1, 3, 0, 0, 1, 2, 3, 4, 1, 2]
-    assert len(a) == 4 and a.n_tokens == 11 and a.n_dropped == 0
+    assert len(a) == 4
+    assert a.n_tokens == 11
+    assert a.n_dropped == 0
     np.testing.assert_array_equal(a.sequence(3)[0], new[3, 1:3])
 
 
@@ -288,7 +296,8 @@ def test_batch_is_read_only_and_select_keeps_order():
     with pytest.raises(ValueError):
         batch.logp[0] = 0.0
     sub = batch.select([2, 1])
-    assert sub.ids.tolist() == [2, 1] and sub.logp.tolist() == [-4.0, -2.0, -3.0]
+    assert sub.ids.tolist() == [2, 1]
+    assert sub.logp.tolist() == [-4.0, -2.0, -3.0]
     assert sub.select(np.array([False, True])).ids.tolist() == [1]
 
 
@@ -338,9 +347,11 @@ def test_bad_sequence_dropped_and_reported(kind):
     batch = TokenBatch.from_ragged(
         [GOOD[0], new, GOOD[1]], [GOOD[1], old, GOOD[1]], masks, ids=["a", "b", "c"], on_bad="drop"
     )
-    assert batch.ids.tolist() == ["a", "c"] and batch.n_dropped == 1
+    assert batch.ids.tolist() == ["a", "c"]
+    assert batch.n_dropped == 1
     (dropped,) = batch.dropped
-    assert dropped.index == 1 and dropped.id == "b"
+    assert dropped.index == 1
+    assert dropped.id == "b"
     assert re.search(message, dropped.reason)
 
 

@@ -85,7 +85,8 @@ def test_jsonl_layout_is_plain_and_skips_blank_lines(tmp_path):
         '{"logp": [-2.0], "old_logp": [-2.0], "mask": [1]}\n'
     )
     batch = load_batch(path)
-    assert batch.ids.dtype == object and batch.ids.tolist() == ["a", 1]
+    assert batch.ids.dtype == object
+    assert batch.ids.tolist() == ["a", 1]
     assert batch.logp.tolist() == [-0.5, -1.0, -2.0]
 
 
@@ -105,7 +106,8 @@ def test_field_names_can_be_mapped(tmp_path):
     )
     fields = {"logp": "log_probs", "old_logp": "old_log_probs", "mask": "response_mask", "id": "uid"}
     batch = load_batch(path, fields=fields)
-    assert batch.ids.tolist() == ["u1"] and batch.logp.tolist() == [-1.0]
+    assert batch.ids.tolist() == ["u1"]
+    assert batch.logp.tolist() == [-1.0]
     with pytest.raises(ValueError, match="unknown field 'logprob'"):
         load_batch(path, fields={"logprob": "x"})
 
@@ -137,8 +139,10 @@ def test_bad_data_in_files(tmp_path, kind, name, layout):
     with pytest.raises(ValueError, match=rf"bad sequence id='r1' \(index 1\): {message}"):
         load_batch(path)
     batch = load_batch(path, on_bad="drop")
-    assert batch.ids.tolist() == ["r0", "r2"] and batch.n_dropped == 1
-    assert batch.dropped[0].index == 1 and batch.dropped[0].id == "r1"
+    assert batch.ids.tolist() == ["r0", "r2"]
+    assert batch.n_dropped == 1
+    assert batch.dropped[0].index == 1
+    assert batch.dropped[0].id == "r1"
 
 
 def test_jsonl_writes_nan_and_infinity_tokens(tmp_path):
@@ -188,7 +192,8 @@ def test_parquet_null_rows_and_entries(tmp_path):
         load_batch(path)
     batch = load_batch(path, on_bad="drop")
     assert [d.reason for d in batch.dropped] == ["field 'old_logp' is null", "logp[1] is NaN"]
-    assert batch.ids.tolist() == ["r0"] and batch.lengths.tolist() == [2]  # null mask: all count
+    assert batch.ids.tolist() == ["r0"]
+    assert batch.lengths.tolist() == [2]  # null mask: all count
 
 
 def test_parquet_wrong_column_type(tmp_path):
@@ -209,7 +214,8 @@ def test_npz_padded_layout_and_errors(tmp_path):
         id=np.array(["a", "b"]),
     )
     batch = load_batch(tmp_path / "p.npz")
-    assert batch.lengths.tolist() == [2, 1] and batch.ids.tolist() == ["a", "b"]
+    assert batch.lengths.tolist() == [2, 1]
+    assert batch.ids.tolist() == ["a", "b"]
     np.savez(tmp_path / "q.npz", logp=np.zeros(3), old_logp=np.zeros(3))
     with pytest.raises(ValueError, match="1-D flat arrays with 'lengths'"):
         load_batch(tmp_path / "q.npz")

@@ -80,7 +80,8 @@ def _assert_same_accumulator(a, b, rtol=1e-11):
 
 def _reference_log_p(rng, n_paths, grid, m, s, independent):
     """log P_T of the chunk's paths, drawn as the kernel draws them: batches of 4 paths,
-    token-major within a batch (paths 0, 1, 2, 3, 0, 1, ...), then the rest one by one."""
+    token-major within a batch (paths 0, 1, 2, 3, 0, 1, ...), then the rest one by one.
+    """
     rows = []
     for batch in [4] * (n_paths // 4) + [1] * (n_paths % 4):
         sums, prev, out = np.zeros(batch), 0, []

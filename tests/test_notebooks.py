@@ -33,14 +33,17 @@ def test_stored_without_outputs(path):
         assert "execution" not in cell.get("metadata", {}), f"{path.name} cell {i} stores execution times"
     assert "widgets" not in nb.get("metadata", {}), f"{path.name} stores widget state"
     first = nb["cells"][0]
-    assert first["cell_type"] == "markdown" and "question" in "".join(first["source"]).lower()
+    assert first["cell_type"] == "markdown"
+    assert "question" in "".join(first["source"]).lower()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_reads_its_sizes_from_one_place(path):
     source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
-    assert "from variance_lab.paper.sizes import" in source and "sizes()" in source
-    assert "np.random.seed" not in source and "default_rng" not in source, "randomness only through the API"
+    assert "from variance_lab.paper.sizes import" in source
+    assert "sizes()" in source
+    assert "np.random.seed" not in source, "randomness only through the API"
+    assert "default_rng" not in source, "randomness only through the API"
 
 
 def test_notebooks_are_ruff_clean():

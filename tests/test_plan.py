@@ -20,8 +20,10 @@ from variance_lab.simulate.plan import (
 def test_plan_covers_n(n):
     plan = make_plan(n)
     sizes = plan.sizes()
-    assert sizes.sum() == n and sizes.size == plan.n_chunks
-    assert np.all(sizes >= 1) and np.all(sizes[:-1] == plan.chunk_size)
+    assert sizes.sum() == n
+    assert sizes.size == plan.n_chunks
+    assert np.all(sizes >= 1)
+    assert np.all(sizes[:-1] == plan.chunk_size)
     assert plan.chunk_size <= MAX_CHUNK
     assert plan.chunk_size >= min(MIN_CHUNK, n)
     assert [plan.size(i) for i in range(plan.n_chunks)] == sizes.tolist()
@@ -36,7 +38,8 @@ def test_plan_depends_on_n_alone():
 def test_aggregate_plan_uses_large_chunks(n):
     """The aggregate sampler's paths are cheap: chunks of AGGREGATE_CHUNK paths, whatever n."""
     plan = make_plan(n, sampler="aggregate")
-    assert plan.chunk_size == min(n, AGGREGATE_CHUNK) and plan.sizes().sum() == n
+    assert plan.chunk_size == min(n, AGGREGATE_CHUNK)
+    assert plan.sizes().sum() == n
     assert plan == make_plan(n, sampler="aggregate")
     assert make_plan(n, chunk_size=300, sampler="aggregate") == make_plan(n, chunk_size=300)
 

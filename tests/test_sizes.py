@@ -29,12 +29,15 @@ def test_bad_value_names_it():
 
 def test_sizes_reads_the_environment(monkeypatch):
     monkeypatch.setenv("VARIANCE_LAB_QUICK", "1")
-    assert sizes() is QUICK and sizes().quick
+    assert sizes() is QUICK
+    assert sizes().quick
     monkeypatch.setenv("VARIANCE_LAB_QUICK", "0")
-    assert sizes() is FULL and not sizes().quick
+    assert sizes() is FULL
+    assert not sizes().quick
     monkeypatch.delenv("VARIANCE_LAB_QUICK")
     assert sizes() is FULL
-    assert sizes(quick=True) is QUICK and sizes(quick=False) is FULL
+    assert sizes(quick=True) is QUICK
+    assert sizes(quick=False) is FULL
 
 
 def test_sizes_are_frozen():
@@ -43,7 +46,8 @@ def test_sizes_are_frozen():
 
 
 def test_quick_is_smaller_than_full():
-    assert QUICK.quick and not FULL.quick
+    assert QUICK.quick
+    assert not FULL.quick
     for field in ("n_table", "n_per_seed"):
         assert 2 <= getattr(QUICK, field) < getattr(FULL, field)
     for field in ("seeds", "T_mc", "T_line", "mu", "sigma2", "panels_sigma2"):
@@ -55,13 +59,20 @@ def test_quick_is_smaller_than_full():
 def test_grids_are_valid(s: Sizes):
     for field in ("T_mc", "T_line", "T_sweep"):
         T = getattr(s, field)
-        assert list(T) == sorted(set(T)) and T[0] >= 1 and all(isinstance(t, int) for t in T), field
-    assert list(s.seeds) == sorted(set(s.seeds)) and min(s.seeds) >= 0
-    assert min(s.mu) < 1.0 < max(s.mu) and 1.0 in s.mu  # the three regimes of the seed
+        assert list(T) == sorted(set(T)), field
+        assert T[0] >= 1, field
+        assert all(isinstance(t, int) for t in T), field
+    assert list(s.seeds) == sorted(set(s.seeds))
+    assert min(s.seeds) >= 0
+    assert min(s.mu) < 1.0 < max(s.mu)
+    assert 1.0 in s.mu  # the three regimes of the seed
     assert all(v > 0 for v in s.sigma2 + s.panels_sigma2)
     for T in (100, 1000):  # lengths the notebooks read off their grids
-        assert T in s.T_mc and T in s.T_line and T in s.T_sweep
-    assert 10 in s.T_sweep and 0.1 in s.sigma2 + s.panels_sigma2
+        assert T in s.T_mc
+        assert T in s.T_line
+        assert T in s.T_sweep
+    assert 10 in s.T_sweep
+    assert 0.1 in s.sigma2 + s.panels_sigma2
 
 
 def test_output_dir(tmp_path):

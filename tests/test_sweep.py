@@ -78,7 +78,8 @@ def test_plan_cells_and_unreachable_points():
     assert [(u["family"], u["mu"], u["sigma2"]) for u in p.unreachable] == [("two-point", 0.5, 0.5)]
     assert "cannot reach" in p.unreachable[0]["reason"]
     kinds = [c.kind for c in p.cells]
-    assert kinds.count("theory") == 7 and kinds.count("monte_carlo") == 7
+    assert kinds.count("theory") == 7
+    assert kinds.count("monte_carlo") == 7
     assert {c.n for c in p.cells if c.kind == "monte_carlo"} == {1000}
     assert {c.seed for c in p.cells if c.kind == "theory"} == {None}
     assert all(c.T == (1, 10, 100) for c in p.cells)
@@ -129,12 +130,16 @@ def _rows_per_cell(path) -> dict[str, int]:
 def test_theory_sweep_stores_tidy_rows_with_provenance(tmp_path):
     store = tmp_path / "s.sqlite"
     result = sweep(["lognormal", "two-point"], [0.9, 1.0], [0.1, 1.0], T_GRID, store=store, progress=False)
-    assert len(result.cells) == 6 and len(result.computed) == 6 and not result.reused
-    assert len(result.unreachable) == 2 and not result.failed
+    assert len(result.cells) == 6
+    assert len(result.computed) == 6
+    assert not result.reused
+    assert len(result.unreachable) == 2
+    assert not result.failed
     frame = result.frame
     assert tuple(frame.columns) == STORE_COLUMNS
     assert set(frame["method"]) == {"exact", "lognormal", "delta", "seed"}
-    assert (frame["n"] == 0).all() and frame["seed"].isna().all()
+    assert (frame["n"] == 0).all()
+    assert frame["seed"].isna().all()
     assert (frame["version"] == __version__).all()
     assert frame["created"].str.match(r"\d{4}-\d\d-\d\dT").all()
     # one row per (family, mu, sigma2, T, statistic, method)
@@ -154,10 +159,12 @@ def test_rerun_reuses_finished_cells(tmp_path):
     store = tmp_path / "s.sqlite"
     first = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=store, progress=False)
     again = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=store, progress=False)
-    assert not again.computed and sorted(again.reused) == sorted(first.cells)
+    assert not again.computed
+    assert sorted(again.reused) == sorted(first.cells)
     pd.testing.assert_frame_equal(first.frame, again.frame)
     bigger = sweep("lognormal", [0.9, 1.0, 1.1], 0.1, T_GRID, store=store, progress=False)
-    assert len(bigger.computed) == 1 and len(bigger.reused) == 2
+    assert len(bigger.computed) == 1
+    assert len(bigger.reused) == 2
     assert sorted(bigger.frame["mu"].unique()) == [0.9, 1.0, 1.1]
     new_T = sweep("lognormal", [0.9, 1.0], 0.1, [1, 10], store=store, progress=False)
     assert len(new_T.computed) == 2  # a new T grid is a new cell
@@ -180,7 +187,8 @@ def test_put_is_one_transaction_and_never_duplicates(tmp_path):
             db.put(other, broken, prov, 0.1)  # a duplicate row aborts the whole cell
         assert db.finished() == {cell.id}
         cells = db.cells()
-    assert len(cells) == 1 and json.loads(cells["key"][0])["T"] == T_GRID
+    assert len(cells) == 1
+    assert json.loads(cells["key"][0])["T"] == T_GRID
     assert json.loads(cells["provenance"][0]) == {"engine": "theory"}
 
 
@@ -196,12 +204,15 @@ def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep_mod, "compute", flaky)
     result = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "s.sqlite", progress=False)
-    assert len(result.failed) == 1 and result.failed[0]["error"] == "boom"
-    assert "mu=0.9" in result.failed[0]["label"] and "1 failed" in result.summary()
+    assert len(result.failed) == 1
+    assert result.failed[0]["error"] == "boom"
+    assert "mu=0.9" in result.failed[0]["label"]
+    assert "1 failed" in result.summary()
     assert set(result.frame["mu"]) == {1.0}
     monkeypatch.setattr(sweep_mod, "compute", real)
     retry = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "s.sqlite", progress=False)
-    assert len(retry.computed) == 1 and not retry.failed
+    assert len(retry.computed) == 1
+    assert not retry.failed
 
 
 def test_interrupt_keeps_finished_cells(tmp_path, monkeypatch):
@@ -283,19 +294,26 @@ def test_changes_recompute_only_affected_cells(tmp_path):
     kw = {"T": [1, 10, 50], "store": store, "progress": False, "workers": 1}
     base = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=1, **kw)
     kinds = {c.id: c.kind for c in plan("lognormal", [0.9, 1.0], 0.1, [1, 10, 50], [0, 500], seed=1).cells}
-    assert len(base.computed) == 4 and {kinds[c] for c in base.computed} == {"theory", "monte_carlo"}
+    assert len(base.computed) == 4
+    assert {kinds[c] for c in base.computed} == {"theory", "monte_carlo"}
     mc = base.frame[base.frame["method"] == "monte_carlo"]
-    assert set(mc["n"]) == {500} and set(mc["seed"]) == {1} and mc["lo"].notna().any()
+    assert set(mc["n"]) == {500}
+    assert set(mc["seed"]) == {1}
+    assert mc["lo"].notna().any()
 
     same = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=1, **kw)
-    assert not same.computed and len(same.reused) == 4
+    assert not same.computed
+    assert len(same.reused) == 4
 
     new_seed = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=2, **kw)
-    assert len(new_seed.computed) == 2 and len(new_seed.reused) == 2  # Monte Carlo only
+    assert len(new_seed.computed) == 2
+    assert len(new_seed.reused) == 2  # Monte Carlo only
     new_n = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 600], seed=1, **kw)
-    assert len(new_n.computed) == 2 and len(new_n.reused) == 2
+    assert len(new_n.computed) == 2
+    assert len(new_n.reused) == 2
     new_mu = sweep("lognormal", [0.9, 1.05], 0.1, n=[0, 500], seed=1, **kw)
-    assert len(new_mu.computed) == 2 and len(new_mu.reused) == 2  # the cells at mu = 1.05 only
+    assert len(new_mu.computed) == 2
+    assert len(new_mu.reused) == 2  # the cells at mu = 1.05 only
     assert set(load_store(store)["mu"]) == {0.9, 1.0, 1.05}
 
     # Same seed and n in another store: bit-identical numbers (workers do not matter).
@@ -308,4 +326,6 @@ def test_changes_recompute_only_affected_cells(tmp_path):
 def test_progress_bar_goes_to_stderr(tmp_path, capsys):
     sweep("lognormal", [0.9, 1.0], 0.1, [1, 2], store=tmp_path / "s.sqlite", progress=True)
     captured = capsys.readouterr()
-    assert "sweep" in captured.err and "2/2" in captured.err and captured.out == ""
+    assert "sweep" in captured.err
+    assert "2/2" in captured.err
+    assert captured.out == ""

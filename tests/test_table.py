@@ -55,7 +55,8 @@ def test_default_is_the_seed_table_with_a_million_draws():
 
 def test_default_markdown_table(capsys):
     rc, out, err = run_cli(capsys, "table", "--n", "0")
-    assert rc == 0 and err == ""
+    assert rc == 0
+    assert err == ""
     lines = out.splitlines()
     rows = [ln for ln in lines if ln.startswith("| 1") and ln.count("|") > 10]
     assert [r.split("|")[1].strip() for r in rows[:4]] == ["1", "10", "100", "1000"]
@@ -82,14 +83,16 @@ def test_json_columns_and_overflow_is_null(capsys):
     assert rc == 0
     rows = json.loads(out)
     assert list(rows[0])[: len(SPEC_COLUMNS)] == SPEC_COLUMNS
-    assert rows[1]["var_P"] is None and rows[1]["log10_var_P"] == pytest.approx(41392.685158, rel=1e-9)
+    assert rows[1]["var_P"] is None
+    assert rows[1]["log10_var_P"] == pytest.approx(41392.685158, rel=1e-9)
     assert rows[0]["var_G"] == pytest.approx(theory.var_G(get_family("gamma", 1, 0.1), 10), rel=1e-15)
 
 
 def test_latex(capsys):
     rc, out, _ = run_cli(capsys, "table", "--n", "0", "--format", "latex")
     assert rc == 0
-    assert out.startswith(r"\begin{tabular}") and out.rstrip().endswith(r"\end{tabular}")
+    assert out.startswith(r"\begin{tabular}")
+    assert out.rstrip().endswith(r"\end{tabular}")
     assert r"Var(P\_T)" in out
 
 
@@ -99,7 +102,8 @@ def test_out_file_written_and_kept_on_error(tmp_path, capsys):
     first = target.read_text()
     assert "Errata" in first
     rc, out, err = run_cli(capsys, "table", "--out", str(target), "--mu", "-1")
-    assert rc == 2 and target.read_text() == first  # nothing already written is lost
+    assert rc == 2
+    assert target.read_text() == first  # nothing already written is lost
     assert not [p for p in tmp_path.iterdir() if p.name != "table.md"]  # no temp files left
 
 
@@ -111,7 +115,7 @@ def test_errata_only_for_seed_parameters():
 
 
 @pytest.mark.parametrize(
-    "value,log10,text",
+    ("value", "log10", "text"),
     [
         (0.1, -1.0, "0.1"),
         (13779.6, 4.14, "1.378e+04"),
@@ -132,7 +136,7 @@ def test_render_rejects_unknown_format():
 
 
 @pytest.mark.parametrize(
-    "argv,needle",
+    ("argv", "needle"),
     [
         (["table", "--mu", "0"], "mu must be > 0, got 0.0"),
         (["table", "--mu", "nan"], "mu must be finite, got nan"),
@@ -150,8 +154,11 @@ def test_render_rejects_unknown_format():
 )
 def test_cli_bad_input_one_line_exit_2(capsys, argv, needle):
     rc, out, err = run_cli(capsys, *argv)
-    assert rc == 2 and out == ""
-    assert err.count("\n") == 1 and needle in err and err.startswith("variance-lab: error: ")
+    assert rc == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert needle in err
+    assert err.startswith("variance-lab: error: ")
 
 
 def test_console_script_subprocess_no_traceback():
@@ -213,30 +220,37 @@ def test_monte_carlo_columns_json_and_workers_do_not_matter(capsys):
     args = ["table", "--n", "5000", "--seed", "9", "--T", "1,50", "--format", "json"]
     rc, one, _ = run_cli(capsys, *args, "--workers", "1")
     rc2, two, _ = run_cli(capsys, *args, "--workers", "2")
-    assert rc == rc2 == 0 and one == two
+    assert rc == rc2 == 0
+    assert one == two
     rows = json.loads(one)
     assert list(rows[0])[-len(MC_COLUMNS) :] == MC_COLUMNS
-    assert rows[0]["mc_reliable_P"] is True and isinstance(rows[0]["mc_var_G"], float)
+    assert rows[0]["mc_reliable_P"] is True
+    assert isinstance(rows[0]["mc_var_G"], float)
     rc, other, _ = run_cli(capsys, *args[:4], "10", *args[5:])
-    assert rc == 0 and other != one  # another seed, other numbers
+    assert rc == 0
+    assert other != one  # another seed, other numbers
 
 
 def test_monte_carlo_markdown_says_plainly(capsys):
     rc, out, _ = run_cli(capsys, "table", "--n", "20000", "--seed", "1")
     assert rc == 0
-    assert "MC verdict Var(P_T)" in out and "MC Var(G_T) [95% CI]" in out
+    assert "MC verdict Var(P_T)" in out
+    assert "MC Var(G_T) [95% CI]" in out
     table = [ln for ln in out.splitlines() if ln.startswith("| ") and "reliable" in ln]
     rows = {ln.split("|")[1].strip(): ln for ln in table}
-    assert "UNRELIABLE" not in rows["1"] and "UNRELIABLE" not in rows["10"]
-    assert "UNRELIABLE" in rows["100"] and "UNRELIABLE" in rows["1000"]
+    assert "UNRELIABLE" not in rows["1"]
+    assert "UNRELIABLE" not in rows["10"]
+    assert "UNRELIABLE" in rows["100"]
+    assert "UNRELIABLE" in rows["1000"]
     for T in (100, 1000):
         line = next(ln for ln in out.splitlines() if ln.startswith(f"- T = {T}: Monte Carlo Var(P_T)"))
-        assert "cannot confirm the closed form with that many draws" in line and "n = 20000" in line
+        assert "cannot confirm the closed form with that many draws" in line
+        assert "n = 20000" in line
     assert "Errata against the seed's printed table" in out
 
 
 @pytest.mark.parametrize(
-    "argv,needle",
+    ("argv", "needle"),
     [
         (["table", "--n", "1"], "n must be an integer >= 2, got 1"),
         (["table", "--n", "-5"], "n must be an integer >= 2, got -5"),
@@ -247,8 +261,10 @@ def test_monte_carlo_markdown_says_plainly(capsys):
 )
 def test_monte_carlo_bad_input_one_line_exit_2(capsys, argv, needle):
     rc, out, err = run_cli(capsys, *argv)
-    assert rc == 2 and out == ""
-    assert err.count("\n") == 1 and needle in err
+    assert rc == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert needle in err
 
 
 @pytest.mark.slow

@@ -46,7 +46,8 @@ def _raw_moment(name, mu, s2, s):
 
 def _ar1_var_sum(v, rho, T):
     """Var(sum of T AR(1) terms) = v [T + 2 sum_k (T-k) rho^k], the inner sum regrouped as
-    sum_{j<T} sum_{k<=j} rho^k; checked against the plain sum for small T in a test below."""
+    sum_{j<T} sum_{k<=j} rho^k; checked against the plain sum for small T in a test below.
+    """
     inner = (rho * (T - 1) - rho**2 * (1 - rho ** (T - 1)) / (1 - rho)) / (1 - rho)
     return v * (T + 2 * inner)
 
@@ -163,7 +164,7 @@ def _check(q, got_lin, got_log, ref, rel):
         assert got_log == ref_log10
 
 
-@pytest.mark.parametrize("name,mu,s2,params", list(_cases()))
+@pytest.mark.parametrize(("name", "mu", "s2", "params"), list(_cases()))
 def test_every_quantity_against_mpmath(name, mu, s2, params):
     fam = get_family(name, mu, s2, **params)
     for T in T_GRID:
@@ -218,13 +219,14 @@ def test_no_nan_beyond_float_range():
     for q in ("var_P", "mean_P", "ess_frac_P", "var_ratio", "n_needed_P", "kurtosis_P"):
         lin = theory.value(q, fam, T)
         lg = theory.value(q, fam, T, log10=True)
-        assert not np.any(np.isnan(lin)) and np.all(np.isfinite(lg)), q
+        assert not np.any(np.isnan(lin)), q
+        assert np.all(np.isfinite(lg)), q
     assert np.all(np.isinf(theory.var_P(fam, T)))
     assert np.all(theory.ess_frac_P(fam, T) == 0.0)
 
 
 @pytest.mark.parametrize(
-    "call,match",
+    ("call", "match"),
     [
         (lambda f: theory.var_P(f, 0), "T must be integers >= 1, got 0"),
         (lambda f: theory.var_P(f, [1, 2.5]), "got 2.5"),

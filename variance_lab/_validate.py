@@ -7,7 +7,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["check_finite", "check_positive", "check_T", "check_n", "check_workers"]
+__all__ = ["check_T", "check_finite", "check_n", "check_positive", "check_workers"]
 
 
 def check_finite(name: str, value) -> float:

@@ -32,12 +32,12 @@ from scipy import special
 from variance_lab._validate import check_finite, check_positive
 
 __all__ = [
-    "Family",
-    "LogNormal",
-    "Gamma",
-    "TwoPoint",
     "AR1",
     "FAMILIES",
+    "Family",
+    "Gamma",
+    "LogNormal",
+    "TwoPoint",
     "get_family",
 ]
 

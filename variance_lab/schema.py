@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-__all__ = ["TIDY_COLUMNS", "METHODS", "json_safe"]
+__all__ = ["METHODS", "TIDY_COLUMNS", "json_safe"]
 
 TIDY_COLUMNS = (
     "family",

@@ -13,15 +13,15 @@ import numpy as np
 from scipy import special as _special
 
 __all__ = [
+    "KHAT_THRESHOLD",
     "central_moments",
-    "z_value",
-    "mean_interval",
-    "var_se",
-    "var_interval",
     "ess_fraction",
     "gpd_fit",
+    "mean_interval",
     "pareto_khat",
-    "KHAT_THRESHOLD",
+    "var_interval",
+    "var_se",
+    "z_value",
 ]
 
 #: Pareto k-hat above which importance-sampling estimates are unreliable (Vehtari et al.).

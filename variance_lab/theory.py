@@ -60,26 +60,26 @@ from variance_lab.families import Family
 
 __all__ = [
     "QUANTITIES",
-    "value",
-    "var_P",
-    "mean_P",
-    "var_G",
-    "mean_G",
-    "bias_G",
-    "mse_G",
-    "var_G_lognormal",
-    "var_G_delta",
-    "var_G_seed",
-    "var_ratio",
-    "ess_frac_P",
-    "kurtosis_P",
-    "kurtosis_G",
-    "rel_se_var_P",
-    "rel_se_var_G",
-    "n_needed_P",
-    "n_needed_G",
-    "summary",
     "TABLE_COLUMNS",
+    "bias_G",
+    "ess_frac_P",
+    "kurtosis_G",
+    "kurtosis_P",
+    "mean_G",
+    "mean_P",
+    "mse_G",
+    "n_needed_G",
+    "n_needed_P",
+    "rel_se_var_G",
+    "rel_se_var_P",
+    "summary",
+    "value",
+    "var_G",
+    "var_G_delta",
+    "var_G_lognormal",
+    "var_G_seed",
+    "var_P",
+    "var_ratio",
 ]
 
 DEFAULT_TARGET = 0.1
@@ -292,7 +292,8 @@ kurtosis_G = _doc_fn("kurtosis_G", r":math:`m_4/v^2` of :math:`G_T` (NaN when :m
 
 def rel_se_var_P(family: Family, T, n: int, *, log10: bool = False):
     r"""Relative standard error of the sample variance of ``n`` draws of :math:`P_T`:
-    :math:`\sqrt{(\kappa - (n-3)/(n-1))/n}`, :math:`\kappa = m_4/v^2` (0 when :math:`\sigma^2 = 0`)."""
+    :math:`\sqrt{(\kappa - (n-3)/(n-1))/n}`, :math:`\kappa = m_4/v^2` (0 when :math:`\sigma^2 = 0`).
+    """
     return value("rel_se_var_P", family, T, n=n, log10=log10)
 
 
@@ -303,7 +304,8 @@ def rel_se_var_G(family: Family, T, n: int, *, log10: bool = False):
 
 def n_needed_P(family: Family, T, target: float = DEFAULT_TARGET, *, log10: bool = False):
     r"""Draws for which the sample variance of :math:`P_T` has relative standard error ``target``
-    (about :math:`(\kappa - 1)/\text{target}^2`; 2 when :math:`\sigma^2 = 0`)."""
+    (about :math:`(\kappa - 1)/\text{target}^2`; 2 when :math:`\sigma^2 = 0`).
+    """
     return value("n_needed_P", family, T, target=target, log10=log10)
 
 

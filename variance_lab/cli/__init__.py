@@ -13,7 +13,7 @@ from variance_lab import __version__
 from variance_lab.cli import analyze, experiment, export, figures, sweep, table
 from variance_lab.cli._common import PROG, CLIError, Parser
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 #: Subcommand modules in the order ``--help`` lists them.
 COMMANDS = (table, sweep, export, figures, analyze, experiment)

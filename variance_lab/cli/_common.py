@@ -23,7 +23,7 @@ class CLIError(Exception):
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit status 2."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
+    def error(self, message: str):
         raise CLIError(f"{message} (see '{self.prog} --help')")
 
 
@@ -48,7 +48,8 @@ def float_arg(text: str) -> float:
 
 def write_output(text: str, out: str | None) -> None:
     """Print ``text``, or write it to ``out`` atomically (an existing file is only
-    replaced once the new text is complete)."""
+    replaced once the new text is complete).
+    """
     if out is None:
         sys.stdout.write(text)
         return

@@ -18,7 +18,7 @@ from pathlib import Path
 from variance_lab._atomic import atomic_write
 from variance_lab.cli._common import CLIError, parse_int_list, write_output
 
-__all__ = ["add_command", "run", "FIGURE_SUFFIXES"]
+__all__ = ["FIGURE_SUFFIXES", "add_command", "run"]
 
 FIGURE_SUFFIXES = (".pdf", ".png", ".svg")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from variance_lab.cli._common import PROG, CLIError
 from variance_lab.rollouts.io import detect_format
 
-__all__ = ["add_command", "parse_assignment", "settings_from_args", "TORCH_HINT"]
+__all__ = ["TORCH_HINT", "add_command", "parse_assignment", "settings_from_args"]
 
 #: What to install for ``experiment run``.
 TORCH_HINT = "pip install 'variance_lab[experiment]'"

@@ -47,7 +47,7 @@ from variance_lab.experiment.train import (
 )
 from variance_lab.rollouts.io import detect_format, write_records
 
-__all__ = ["collect", "summarize", "write_dataset", "run"]
+__all__ = ["collect", "run", "summarize", "write_dataset"]
 
 SIDECAR_VERSION = 1
 

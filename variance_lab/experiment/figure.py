@@ -31,16 +31,16 @@ from variance_lab.rollouts.weights import GSPO_RANGE, log_clip_range, sequence_w
 from variance_lab.schema import json_safe
 
 __all__ = [
-    "FIGURE_NAME",
     "DEFAULT_DATA",
+    "FIGURE_NAME",
     "TOKEN_CLASSES",
+    "analyze_data",
     "clip_panel",
     "experiment_figure",
     "load_data",
-    "analyze_data",
     "resampled_clip",
-    "token_findings",
     "save_experiment_figure",
+    "token_findings",
 ]
 
 #: Base name of the figure's files.

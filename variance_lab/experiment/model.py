@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from variance_lab.experiment.task import EOS, PAD, VOCAB, encode
 
-__all__ = ["ModelConfig", "TinyGPT", "token_log_probs", "generate", "pad_batch", "length_chunks", "score"]
+__all__ = ["ModelConfig", "TinyGPT", "generate", "length_chunks", "pad_batch", "score", "token_log_probs"]
 
 _EOS_ID = encode(EOS)[0]
 

@@ -24,19 +24,19 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "TAGS",
-    "PAD",
     "EOS",
-    "SEP",
-    "VOCAB",
     "N_MAX",
+    "PAD",
+    "SEP",
+    "TAGS",
+    "VOCAB",
     "Problem",
-    "make_problems",
-    "encode",
     "decode",
+    "encode",
+    "make_problems",
+    "max_response_length",
     "reward",
     "rewards",
-    "max_response_length",
 ]
 
 #: Term tags, in order; a problem has at most ``len(TAGS)`` terms.

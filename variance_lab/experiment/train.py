@@ -60,20 +60,20 @@ from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.weights import PPO_RANGE, sequence_weights
 
 __all__ = [
-    "Settings",
     "FULL",
     "QUICK",
     "STREAMS",
+    "Settings",
+    "TrainResult",
+    "deterministic_torch",
+    "evaluate",
+    "group_advantages",
+    "gspo_loss",
+    "pg_iteration",
+    "sample_responses",
+    "sft",
     "streams",
     "torch_generator",
-    "deterministic_torch",
-    "gspo_loss",
-    "group_advantages",
-    "sft",
-    "sample_responses",
-    "evaluate",
-    "pg_iteration",
-    "TrainResult",
     "train",
 ]
 

@@ -51,14 +51,14 @@ from variance_lab.sweep.grid import parse_grid
 __all__ = [
     "FIGURES",
     "default_params",
-    "figure_data",
     "draw",
-    "make_figure",
-    "save_figure",
-    "make_all",
+    "figure_data",
     "from_sidecar",
-    "sample_log_P",
     "histogram_frame",
+    "make_all",
+    "make_figure",
+    "sample_log_P",
+    "save_figure",
 ]
 
 #: PNG resolution (dots per inch); ``--quick`` uses :data:`QUICK_PNG_DPI`.

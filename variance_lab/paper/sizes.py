@@ -25,7 +25,7 @@ from pathlib import Path
 
 from variance_lab.sweep.grid import parse_grid
 
-__all__ = ["QUICK_ENV", "OUT_ENV", "Sizes", "QUICK", "FULL", "is_quick", "sizes", "output_dir"]
+__all__ = ["FULL", "OUT_ENV", "QUICK", "QUICK_ENV", "Sizes", "is_quick", "output_dir", "sizes"]
 
 QUICK_ENV = "VARIANCE_LAB_QUICK"
 OUT_ENV = "VARIANCE_LAB_NOTEBOOK_OUT"

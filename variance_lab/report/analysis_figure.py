@@ -27,7 +27,7 @@ from matplotlib.lines import Line2D
 
 from variance_lab.report import style
 
-__all__ = ["analysis_figure", "ESS_RELIABLE", "MODEL_STYLE"]
+__all__ = ["ESS_RELIABLE", "MODEL_STYLE", "analysis_figure"]
 
 #: A Var(P_T) point is drawn hollow when ess_P < ESS_RELIABLE * n_seq.
 ESS_RELIABLE = 0.1

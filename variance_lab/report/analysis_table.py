@@ -23,7 +23,7 @@ import pandas as pd
 from variance_lab.report.table import format_number
 from variance_lab.schema import json_safe
 
-__all__ = ["FORMATS", "render_analysis", "summary_lines", "VERDICT_NOTE"]
+__all__ = ["FORMATS", "VERDICT_NOTE", "render_analysis", "summary_lines"]
 
 FORMATS = ("markdown", "csv", "json")
 

@@ -24,16 +24,16 @@ from matplotlib.lines import Line2D
 from variance_lab.report import style
 
 __all__ = [
-    "variance_vs_T",
-    "variance_panels",
-    "ratio_vs_T",
-    "heatmap",
     "approx_error",
-    "relative_error_frame",
-    "frontier_frame",
-    "mc_frontier",
     "ess_vs_T",
+    "frontier_frame",
+    "heatmap",
     "log_histograms",
+    "mc_frontier",
+    "ratio_vs_T",
+    "relative_error_frame",
+    "variance_panels",
+    "variance_vs_T",
 ]
 
 _STAT_LABEL = {

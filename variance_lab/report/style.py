@@ -12,14 +12,14 @@ import numpy as np
 from matplotlib import ticker
 
 __all__ = [
-    "OKABE_ITO",
     "COLUMN_WIDTH",
-    "SEQUENTIAL_CMAP",
+    "OKABE_ITO",
     "RC",
-    "paper",
+    "SEQUENTIAL_CMAP",
+    "clip_log10",
     "color",
     "log10_axis",
-    "clip_log10",
+    "paper",
 ]
 
 #: Okabe & Ito (2008) colour-blind-safe palette, black first.

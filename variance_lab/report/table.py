@@ -15,14 +15,14 @@ import pandas as pd
 from variance_lab.schema import json_safe
 
 __all__ = [
-    "SEED_PRINTED",
     "FORMATS",
     "MC_COLUMNS",
-    "format_number",
-    "render",
+    "SEED_PRINTED",
     "errata",
-    "with_monte_carlo",
+    "format_number",
     "monte_carlo_notes",
+    "render",
+    "with_monte_carlo",
 ]
 
 FORMATS = ("markdown", "latex", "csv", "json")

@@ -118,15 +118,15 @@ from variance_lab.rollouts.weights import (
 )
 
 __all__ = [
+    "ANALYSIS_COLUMNS",
+    "CURVE_COLUMNS",
     "MODELS",
     "MODEL_LABELS",
     "VERDICTS",
-    "ANALYSIS_COLUMNS",
-    "CURVE_COLUMNS",
-    "verdict",
-    "overall_verdict",
     "AnalysisResult",
     "analyze",
+    "overall_verdict",
+    "verdict",
 ]
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from variance_lab.stats import exp_quiet
 
-__all__ = ["ON_BAD", "DroppedSequence", "check_on_bad", "segment_offsets", "TokenBatch", "build_batch"]
+__all__ = ["ON_BAD", "DroppedSequence", "TokenBatch", "build_batch", "check_on_bad", "segment_offsets"]
 
 
 #: Allowed values of the ``on_bad`` option.
@@ -479,7 +479,8 @@ def build_batch(
     known: Mapping[int, str] | None = None,
 ) -> TokenBatch:
     """:meth:`TokenBatch.from_flat`, plus ``known``: problems found upstream (a loader's missing or
-    null fields), by sequence index; such sequences are passed with length 0 and take precedence."""
+    null fields), by sequence index; such sequences are passed with length 0 and take precedence.
+    """
     on_bad = check_on_bad(on_bad)
     arrays = _checked_sizes(logp, old_logp, mask, lengths, old_lengths, mask_lengths)
     ids = _as_ids(ids, arrays[3].size)

@@ -50,7 +50,7 @@ import numpy as np
 
 from variance_lab.rollouts.batch import TokenBatch, build_batch, check_on_bad, segment_offsets
 
-__all__ = ["FORMATS", "FIELDS", "detect_format", "load_batch", "save_batch", "write_records"]
+__all__ = ["FIELDS", "FORMATS", "detect_format", "load_batch", "save_batch", "write_records"]
 
 FORMATS = ("jsonl", "parquet", "npz")
 #: Canonical field names; ``fields=`` maps them to a file's own names.

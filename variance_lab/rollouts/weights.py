@@ -45,14 +45,14 @@ from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.stats import exp_quiet
 
 __all__ = [
+    "GMPO_RANGE",
     "GSPO_RANGE",
     "PPO_RANGE",
-    "GMPO_RANGE",
-    "segment_sums",
-    "log_clip_range",
     "SequenceWeights",
-    "sequence_weights",
     "gspo_token_weights",
+    "log_clip_range",
+    "segment_sums",
+    "sequence_weights",
 ]
 
 
@@ -201,7 +201,8 @@ class SequenceWeights:
     @property
     def ppl_ratio(self) -> np.ndarray:
         r""":math:`\mathrm{PPL}_{old}/\mathrm{PPL}_{new}`, as :math:`e^{\Delta H}` with
-        :math:`\Delta H` from the interleaved sum: finite even where both perplexities overflow."""
+        :math:`\Delta H` from the interleaved sum: finite even where both perplexities overflow.
+        """
         return exp_quiet(self.log_G)
 
     @property

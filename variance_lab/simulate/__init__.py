@@ -42,26 +42,26 @@ from variance_lab.simulate.kernels import accumulate_log_p, draw_log_r, run_chun
 from variance_lab.simulate.plan import ChunkPlan, ChunkTask, check_seed, make_plan, make_tasks
 
 __all__ = [
-    "simulate",
-    "run_accumulators",
-    "prepare",
+    "EXECUTORS",
+    "SAMPLER_CHOICES",
     "Accumulator",
     "AccumulatorSpec",
     "ChunkPlan",
     "ChunkTask",
+    "DaskMissingError",
+    "Engine",
     "accumulate_log_p",
+    "default_workers",
     "draw_log_r",
     "make_plan",
     "make_tasks",
     "merge",
     "merge_all",
-    "run_chunk",
-    "default_workers",
-    "SAMPLER_CHOICES",
+    "prepare",
     "resolve_sampler",
-    "EXECUTORS",
-    "DaskMissingError",
-    "Engine",
+    "run_accumulators",
+    "run_chunk",
+    "simulate",
 ]
 
 

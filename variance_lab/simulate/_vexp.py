@@ -52,7 +52,7 @@ from numba.extending import intrinsic
 
 from variance_lab.simulate._jit import kernel
 
-__all__ = ["exp_minus", "exp_minus_clamped", "W_MIN", "W_MAX"]
+__all__ = ["W_MAX", "W_MIN", "exp_minus", "exp_minus_clamped"]
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # fdlibm's ln2_hi: 11 trailing zero bits

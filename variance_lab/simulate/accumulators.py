@@ -56,7 +56,7 @@ from variance_lab._validate import check_T
 from variance_lab.families import Family
 from variance_lab.simulate._jit import kernel
 
-__all__ = ["AccumulatorSpec", "Accumulator", "merge", "merge_into", "merge_all", "P", "G", "LOG_P"]
+__all__ = ["LOG_P", "Accumulator", "AccumulatorSpec", "G", "P", "merge", "merge_all", "merge_into"]
 
 #: Index of each accumulated quantity in ``sums`` (and in ``shift``, ``log_ref``).
 P, G, LOG_P = 0, 1, 2
@@ -192,7 +192,8 @@ class Accumulator:
 
 def _var_log_p(family: Family, T: int) -> float:
     r""":math:`\operatorname{Var}(\log P_T)`: :math:`T\sigma_y^2` for i.i.d. ratios, the family's
-    ``var_sum_mp(T)`` where it has one (correlated ratios, AR(1))."""
+    ``var_sum_mp(T)`` where it has one (correlated ratios, AR(1)).
+    """
     var_sum = getattr(family, "var_sum_mp", None)
     return float(var_sum(T)) if var_sum is not None else T * family.var_log
 

@@ -72,11 +72,11 @@ from variance_lab.simulate.plan import ChunkTask
 
 __all__ = [
     "EXACT_CODES",
+    "SAMPLER_CHOICES",
+    "aggregate_table",
     "has_exact_aggregate",
     "resolve_sampler",
-    "aggregate_table",
     "run_aggregate",
-    "SAMPLER_CHOICES",
 ]
 
 #: Family codes whose sum of log-ratios the aggregate sampler draws exactly.

@@ -47,7 +47,7 @@ from variance_lab.simulate._jit import kernel
 from variance_lab.simulate._vexp import W_MAX, W_MIN, exp_minus, exp_minus_clamped
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 
-__all__ = ["BLOCK_VALUES", "MAX_BLOCK", "block_size", "BlockState", "new_state", "to_accumulator"]
+__all__ = ["BLOCK_VALUES", "MAX_BLOCK", "BlockState", "block_size", "new_state", "to_accumulator"]
 
 #: Values of log P per block (all paths and T together): 2**17 float64 = 1 MiB per buffer.
 BLOCK_VALUES = 1 << 17
@@ -347,7 +347,7 @@ class BlockState:
         Scratch: lane partial sums, maxima and minima of one row.
     """
 
-    __slots__ = ("P", "X", "shift", "cref", "sums", "tbuf", "tlen", "thr", "keep", "lanes")
+    __slots__ = ("P", "X", "cref", "keep", "lanes", "shift", "sums", "tbuf", "thr", "tlen")
 
     def args(self) -> tuple:
         """The arguments of :func:`reduce_block` after ``(P, b, grid, log_ref, ref_logp)``."""

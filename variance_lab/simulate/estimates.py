@@ -47,7 +47,7 @@ from variance_lab.families import Family
 from variance_lab.schema import TIDY_COLUMNS
 from variance_lab.simulate.accumulators import LOG_P, Accumulator, G, P
 
-__all__ = ["estimate", "STATISTICS"]
+__all__ = ["STATISTICS", "estimate"]
 
 #: Statistics reported per T, in row order.
 STATISTICS = (

@@ -18,7 +18,7 @@ from variance_lab.simulate.accumulators import Accumulator, merge_into
 from variance_lab.simulate.kernels import run_chunk
 from variance_lab.simulate.plan import ChunkTask
 
-__all__ = ["default_workers", "run_tasks", "make_progress"]
+__all__ = ["default_workers", "make_progress", "run_tasks"]
 
 #: Seconds before an automatic progress bar appears.
 PROGRESS_DELAY_S = 1.0

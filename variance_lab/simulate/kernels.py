@@ -57,7 +57,7 @@ from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 from variance_lab.simulate.block import new_state, reduce_block, to_accumulator
 from variance_lab.simulate.plan import ChunkTask, chunk_generator
 
-__all__ = ["run_chunk", "accumulate_log_p", "draw_log_r", "draw_log_p", "task_keep", "KNOWN_CODES"]
+__all__ = ["KNOWN_CODES", "accumulate_log_p", "draw_log_p", "draw_log_r", "run_chunk", "task_keep"]
 
 #: Sampler codes the kernels draw from (:meth:`variance_lab.families.Family.sampler_params`).
 KNOWN_CODES = frozenset({0, 1, 2, 3, 4})

@@ -27,21 +27,21 @@ from variance_lab._validate import check_n, check_seed
 from variance_lab.simulate.accumulators import AccumulatorSpec
 
 __all__ = [
-    "MIN_CHUNK",
-    "MAX_CHUNK",
-    "TARGET_CHUNKS",
     "AGGREGATE_CHUNK",
+    "MAX_CHUNK",
+    "MIN_CHUNK",
+    "SAMPLERS",
+    "TAIL_LOG_RISK",
     "TAIL_MAX",
+    "TARGET_CHUNKS",
     "ChunkPlan",
     "ChunkTask",
+    "check_seed",
+    "chunk_generator",
+    "chunk_tail_keep",
     "make_plan",
     "make_tasks",
     "tail_size",
-    "chunk_tail_keep",
-    "TAIL_LOG_RISK",
-    "SAMPLERS",
-    "check_seed",
-    "chunk_generator",
 ]
 
 #: Bounds of the default chunk size (paths per chunk) and the number of chunks aimed at.

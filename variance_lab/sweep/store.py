@@ -19,7 +19,7 @@ from variance_lab import __version__
 from variance_lab.schema import TIDY_COLUMNS, json_safe
 from variance_lab.sweep.cells import SCHEMA_VERSION, Cell
 
-__all__ = ["DEFAULT_STORE", "STORE_EXTRA_COLUMNS", "STORE_COLUMNS", "Store", "load_store"]
+__all__ = ["DEFAULT_STORE", "STORE_COLUMNS", "STORE_EXTRA_COLUMNS", "Store", "load_store"]
 
 
 #: Store path used when none is given, relative to the working directory.
