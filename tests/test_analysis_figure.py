@@ -20,7 +20,7 @@ from variance_lab.rollouts.batch import TokenBatch
 
 @pytest.fixture(scope="module")
 def result():
-    """A small AR(1) data set (rho = 0.5), lengths 8..255, analysed."""
+    """Return a small AR(1) data set (rho = 0.5), lengths 8..255, analysed."""
     rng = np.random.default_rng(40)
     n, width, rho, sd = 300, 255, 0.5, 0.1
     lengths = rng.integers(8, width + 1, n)
@@ -36,6 +36,7 @@ def result():
 
 
 def test_two_panels_one_column_with_labels_and_log_axes(result):
+    """The default figure: two panels one column wide, labelled log axes, Okabe-Ito lines, legend."""
     fig = analysis_figure(result.table, result.curves())
     assert isinstance(fig, Figure)
     top, bottom = fig.axes
@@ -62,6 +63,7 @@ def test_two_panels_one_column_with_labels_and_log_axes(result):
 
 
 def test_points_sit_at_the_observed_values(result):
+    """The plotted points are the buckets' observed log10 Var(G_T)."""
     fig = analysis_figure(result.table, result.curves(), panels=("G",), legend=False)
     (ax,) = fig.axes
     t = result.table.dropna(subset=["log10_var_G"])
@@ -71,6 +73,7 @@ def test_points_sit_at_the_observed_values(result):
 
 
 def test_unreliable_var_P_points_are_hollow(result):
+    """Points whose ESS of P_T is too small are drawn hollow and the legend explains it."""
     table = result.table.copy()
     table["ess_P"] = np.where(np.arange(len(table)) % 2 == 0, 1.0, table["n_seq"])
     fig = analysis_figure(table, result.curves(), panels=("P",), legend=False)
@@ -82,6 +85,7 @@ def test_unreliable_var_P_points_are_hollow(result):
 
 
 def test_draws_into_given_axes_or_figure(result):
+    """Given ``ax=`` or ``fig=``, the figure draws there and returns that figure."""
     fig = Figure()
     ax1, ax2 = fig.subplots(1, 2)
     assert analysis_figure(result.table, result.curves(), ax=[ax1, ax2]) is fig
@@ -95,6 +99,7 @@ def test_draws_into_given_axes_or_figure(result):
 
 
 def test_bad_arguments(result):
+    """An unknown panel or the wrong number of axes raises ValueError."""
     with pytest.raises(ValueError, match="panels"):
         analysis_figure(result.table, result.curves(), panels=("Q",))
     with pytest.raises(ValueError, match="ax must hold 2 axes"):

@@ -42,7 +42,7 @@ def _family(rho: float):
 
 
 def _log_ratios(rng, lengths, family, rho):
-    """Padded (n, max L) stationary Gaussian AR(1) log-ratios with the family's marginal, and the mask."""
+    """Return padded (n, max L) stationary Gaussian AR(1) log-ratios of the family's marginal; the mask."""
     n, width = lengths.size, int(lengths.max())
     sd = math.sqrt(family.var_log)
     x = np.empty((n, width))
@@ -79,7 +79,7 @@ def files(tmp_path_factory):
 
 
 def _check_recovery(fit, acf, rho):
-    """The generating sigma_y^2, rho and tau_int within 3 of their standard errors."""
+    """Check that the fit recovers sigma_y^2, rho and tau_int within 3 standard errors."""
     fam = _family(rho)
     assert abs(fit.sigma2_y - fam.var_log) < 3 * fit.se_sigma2_y
     assert abs(fit.mu_y - fam.mean_log) < 3 * fit.se_mu_y
@@ -109,6 +109,7 @@ def _check_verdicts(verdicts: list[str], overall: str, rho: float):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("rho", [0.0, 0.5])
 def test_analysis_recovers_parameters_and_picks_the_right_prediction(files, rho, fmt):
+    """Synthetic AR(1) data: the fit recovers the parameters and the verdicts pick the right model."""
     result = analyze(load_batch(files[rho, fmt]), n_boot=300, seed=1)
     table = result.table
     assert list(table.columns) == list(ANALYSIS_COLUMNS)
@@ -125,6 +126,7 @@ def test_analysis_recovers_parameters_and_picks_the_right_prediction(files, rho,
 
 
 def test_every_format_gives_the_same_analysis(files):
+    """The same data from every file format gives identical tables."""
     tables = [analyze(load_batch(files[0.5, fmt]), n_boot=50, seed=3).table for fmt in FORMATS]
     for other in tables[1:]:
         pd.testing.assert_frame_equal(tables[0], other)
@@ -134,6 +136,7 @@ def test_every_format_gives_the_same_analysis(files):
 # the predictions against the exact theory
 # --------------------------------------------------------------------------------------
 def test_iid_curve_is_the_lognormal_family_theory():
+    """The i.i.d. curve equals the lognormal family's theory for the fitted mu_y, sigma_y^2."""
     result = analyze(_synthetic(0.0, 7, n=200), n_boot=0)
     f = result.fit
     mu = math.exp(f.mu_y + f.sigma2_y / 2)
@@ -147,6 +150,7 @@ def test_iid_curve_is_the_lognormal_family_theory():
 
 
 def test_corrected_curve_approaches_the_ar1_theory():
+    """The autocorrelation-corrected Var(G_T) is within 6 % of the AR(1) theory."""
     rho = 0.5
     result = analyze(_synthetic(rho, 8, n=600), n_boot=0)
     T = np.array([16, 64, 256, 4096])
@@ -159,6 +163,7 @@ def test_corrected_curve_approaches_the_ar1_theory():
 
 
 def test_bucket_prediction_is_the_expected_sample_variance():
+    """A bucket's prediction is the expected sample variance of its mixed lengths."""
     # draws X_j with means exp(b_j) and variances exp(v_j), c_j of each
     b, v, c = np.array([0.1, -0.3, 0.0]), np.array([-2.0, -1.0, -3.0]), np.array([3, 1, 2])
     m, var = np.exp(b), np.exp(v)
@@ -178,7 +183,7 @@ def test_bucket_prediction_is_the_expected_sample_variance():
 
 
 def _two_policies(rng, scale):
-    """Padded (logp, old_logp) with random log-ratios of the given scale."""
+    """Return padded (logp, old_logp) with random log-ratios of the given scale."""
     d = rng.standard_normal(scale.shape) * scale
     base = rng.exponential(2.0, d.shape)
     return -base + np.minimum(d, 0), -base - np.maximum(d, 0)
@@ -188,7 +193,7 @@ def _two_policies(rng, scale):
 # (b): the exact i.i.d. prediction for the empirical distribution, against mpmath
 # --------------------------------------------------------------------------------------
 def _reference(y, T: int, dps: int = 80):
-    """ln E[X], ln Var(X) for X = P_T and X = G_T of i.i.d. draws from the sample y, in mpmath."""
+    """Return ln E[X], ln Var(X) of X = P_T, G_T of i.i.d. draws from the sample y, in mpmath."""
     with mpmath.workdps(dps):
         ys = [mpmath.mpf(float(v)) for v in y]
 
@@ -212,6 +217,7 @@ _SAMPLES = {
 
 @pytest.mark.parametrize("name", list(_SAMPLES))
 def test_empirical_prediction_matches_mpmath_up_to_T_1e5(name):
+    """Empirical-CGF log moments of P_T and G_T match mpmath at 80 digits up to T = 1e5."""
     y = _SAMPLES[name](np.random.default_rng(10))
     cgf = EmpiricalCGF(y)
     for T in (1, 2, 3, 10, 100, 1000, 10_000, 100_000):
@@ -222,6 +228,7 @@ def test_empirical_prediction_matches_mpmath_up_to_T_1e5(name):
 
 
 def test_empirical_cgf_is_continuous_where_the_method_switches():
+    """The empirical CGF is continuous where series and direct sum meet; NaN input raises."""
     y = np.random.default_rng(11).normal(0.0, 0.3, 500)
     cgf = EmpiricalCGF(y)
     edge = 2.0 / cgf.zmax  # the series is used up to s * zmax = 2
@@ -251,6 +258,7 @@ def test_empirical_cgf_is_continuous_where_the_method_switches():
     ],
 )
 def test_verdict_rule(scores, expected):
+    """The per-bucket verdict follows the documented rule for each score triple."""
     assert verdict(*scores) == expected
 
 
@@ -265,10 +273,12 @@ def test_verdict_rule(scores, expected):
     ],
 )
 def test_overall_verdict_is_the_vote_of_the_buckets(votes, expected):
+    """The overall verdict is the buckets' majority, ties to i.i.d., n/a ignored."""
     assert overall_verdict(votes) == expected
 
 
 def test_score_in_interval_half_widths():
+    """The score is the log distance to the observation in interval half-widths, NaN without one."""
     assert _score(math.log(3.0), math.log(2.0), math.log(1.0), math.log(4.0)) == pytest.approx(
         math.log(1.5) / math.log(2.0)
     )
@@ -277,6 +287,7 @@ def test_score_in_interval_half_widths():
 
 
 def test_clip_fractions_observed_against_predicted():
+    """Observed GSPO and PPO clip fractions are within 3.5 standard errors of the predictions."""
     batch = _synthetic(0.5, 12, n=1500)
     result = analyze(batch, n_boot=0, gspo_range=(0.99, 1.01))
     t = result.table
@@ -295,6 +306,7 @@ def test_clip_fractions_observed_against_predicted():
 
 
 def test_without_bootstrap_every_verdict_is_na():
+    """Without bootstrap there are no intervals and every verdict is n/a."""
     result = analyze(_synthetic(0.0, 13, n=200), n_boot=0)
     assert set(result.table["verdict"]) == {"n/a"}
     assert result.verdict == "n/a"
@@ -302,6 +314,7 @@ def test_without_bootstrap_every_verdict_is_na():
 
 
 def test_single_token_sequences_have_no_autocorrelation():
+    """One-token sequences give no autocorrelation, no corrected curve and an i.i.d. verdict."""
     rng = np.random.default_rng(14)
     batch = TokenBatch.from_padded(*_two_policies(rng, np.full((300, 1), 0.1)))
     result = analyze(batch, n_boot=100)
@@ -313,6 +326,7 @@ def test_single_token_sequences_have_no_autocorrelation():
 
 
 def test_bad_options_raise():
+    """A bad GSPO range, a negative n_boot and T = 0 raise ValueError naming the option."""
     batch = _synthetic(0.0, 15, n=50)
     with pytest.raises(ValueError, match="gspo_range"):
         analyze(batch, gspo_range=(1.1, 1.2))
@@ -328,6 +342,7 @@ def test_bad_options_raise():
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("rho", [0.0, 0.5])
 def test_cli_json_recovers_parameters_and_verdict(files, rho, fmt, capsys):
+    """``analyze --table-format json`` recovers the parameters and verdict of the synthetic data."""
     assert (
         main(["analyze", str(files[rho, fmt]), "--n-boot", "300", "--seed", "1", "--table-format", "json"])
         == 0
@@ -354,6 +369,7 @@ class _FitView:
 
 
 def test_cli_markdown_csv_out_and_figure(files, tmp_path, capsys):
+    """The markdown report, ``--out`` CSV and ``--figure`` of ``analyze`` hold what they should."""
     path = str(files[0.5, "npz"])
     assert main(["analyze", path, "--n-boot", "100", "--figure", str(tmp_path / "a.png")]) == 0
     out = capsys.readouterr().out
@@ -416,6 +432,7 @@ _BAD = {
 
 @pytest.mark.parametrize("kind", list(_BAD))
 def test_cli_bad_data_is_one_line_naming_the_sequence(kind, tmp_path, capsys):
+    """A bad sequence is one stderr line naming its id and index, or dropped with ``--on-bad drop``."""
     record, problem = _BAD[kind]
     records = [dict(_GOOD, id=f"ok-{i}") for i in range(3)]
     records.insert(2, dict(record, id="bad-7"))
@@ -449,6 +466,7 @@ def test_cli_bad_data_is_one_line_naming_the_sequence(kind, tmp_path, capsys):
     ],
 )
 def test_cli_bad_input_is_one_line(argv, message, tmp_path, capsys):
+    """Bad files and options give exit status 2 and one stderr line naming the problem."""
     good = _write_jsonl(tmp_path / "good.jsonl", [_GOOD] * 4)
     notjson = tmp_path / "x.jsonl"
     notjson.write_text("{oops\n")
@@ -460,6 +478,7 @@ def test_cli_bad_input_is_one_line(argv, message, tmp_path, capsys):
 
 
 def test_cli_help_lists_every_option(capsys):
+    """``analyze --help`` exits 0 and lists every option."""
     with pytest.raises(SystemExit) as info:
         main(["analyze", "--help"])
     assert info.value.code == 0
@@ -479,6 +498,7 @@ def test_cli_help_lists_every_option(capsys):
 
 
 def test_out_into_a_pipe_writes_through_it_and_keeps_it(tmp_path, capsys):
+    """``--out`` into a named pipe writes through it and leaves the pipe in place."""
     good = _write_jsonl(tmp_path / "good.jsonl", [_GOOD] * 4)
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
@@ -497,6 +517,7 @@ def test_out_into_a_pipe_writes_through_it_and_keeps_it(tmp_path, capsys):
 
 
 def test_huge_log_ratios_and_long_sequences_never_overflow():
+    """Huge log-ratios and 1e5-token sequences give finite log10 columns, never overflow."""
     rng = np.random.default_rng(16)
     seqs = [rng.normal(0, 1, L) * 40 for L in (1, 1, 3, 3, 100_000, 100_000)]
     batch = TokenBatch.from_ragged(

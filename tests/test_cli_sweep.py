@@ -24,6 +24,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 @pytest.mark.parametrize("command", ["sweep", "export", "figures"])
 def test_help_lists_every_option_with_its_default(command, capsys):
+    """``--help`` of sweep, export and figures lists every option with its default."""
     parser = _subparsers(cli.build_parser())[command]
     with pytest.raises(SystemExit) as info:
         cli.main([command, "--help"])
@@ -41,6 +42,7 @@ def test_help_lists_every_option_with_its_default(command, capsys):
 
 
 def test_top_level_help_lists_the_commands(capsys):
+    """The top-level ``--help`` names the sweep, export and figures commands."""
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     out = capsys.readouterr().out
@@ -71,6 +73,7 @@ def test_top_level_help_lists_the_commands(capsys):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, capsys, tmp_path, monkeypatch):
+    """Each bad argument gives exit status 2 and one stderr line, no traceback."""
     monkeypatch.chdir(tmp_path)
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -80,6 +83,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, capsys, tmp_path, monkeypatch):
 
 
 def test_export_bad_suffix_and_junk_store(tmp_path, capsys, monkeypatch):
+    """A file that is not a store and an unknown output suffix are one-line errors."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "junk.sqlite").write_text("junk" * 1000)
     assert cli.main(["export", "junk.sqlite", "--out", "x.csv"]) == 2
@@ -92,6 +96,7 @@ def test_export_bad_suffix_and_junk_store(tmp_path, capsys, monkeypatch):
 
 # ----------------------------------------------------------------------------- sweep and export
 def test_sweep_command_reports_and_exports(tmp_path, capsys, monkeypatch):
+    """``sweep`` reports computed, reused and unreachable cells; its export round-trips."""
     monkeypatch.chdir(tmp_path)
     argv = ["sweep", "--family", "lognormal,two-point", "--mu", "0.5,1", "--sigma2", "0.1,0.5"]
     argv += ["--T", "1:100:log3", "--no-progress", "--out", "rows.csv"]
@@ -111,7 +116,7 @@ def test_sweep_command_reports_and_exports(tmp_path, capsys, monkeypatch):
 
 # ----------------------------------------------------------------------------- killed and resumed
 def _sweep_argv(store, *, mc: bool) -> tuple[list[str], dict]:
-    """A sweep of a second or two: 8 theory cells, and 8 Monte Carlo cells when the engine exists."""
+    """Return a sweep of a second or two: 8 theory cells, and 8 Monte Carlo cells when the engine exists."""
     grid = {"families": "lognormal,gamma", "mu": "0.9,1.1", "sigma2": "0.05,0.2", "T": "1:1000:log6"}
     grid["n"] = "0,2000" if mc else "0"
     argv = ["sweep", "--seed", "7", "--workers", "1", "--store", str(store), "--no-progress"]
@@ -162,6 +167,7 @@ def _wait_for_cells(proc, store, count: int, timeout: float = 120.0) -> int:
 
 
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
+    """A sweep killed with SIGKILL and rerun equals an uninterrupted run, one row set per cell."""
     mc = True
     store = tmp_path / "killed.sqlite"
     argv, kwargs = _sweep_argv(store, mc=mc)
@@ -198,6 +204,7 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
+    """Ctrl-C exits 130 with one line saying how many cells were kept, no traceback."""
     store = tmp_path / "s.sqlite"
     argv, _ = _sweep_argv(store, mc=False)
     proc = _start(argv, tmp_path)

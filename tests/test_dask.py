@@ -54,7 +54,7 @@ def _assert_identical(a, b):
 
 @pytest.fixture(scope="module")
 def client():
-    """A LocalCluster of 2 worker processes (1 thread, 1 GiB each) and its client."""
+    """Yield a LocalCluster of 2 worker processes (1 thread, 1 GiB each) and its client."""
     if not _has_distributed():
         pytest.skip("needs the distributed extra")
     import dask
@@ -67,6 +67,7 @@ def client():
 
 # ----------------------------------------------------------------------------- identical results
 def test_simulation_is_bit_identical_to_threads(client):
+    """A simulation on the Dask cluster equals the threaded one bit for bit, with its provenance."""
     local = simulate(FAM, GRID, N, seed=7, workers=2, progress=False)
     on_dask = simulate(FAM, GRID, N, seed=7, client=client, progress=False)
     pd.testing.assert_frame_equal(local, on_dask, check_exact=True)
@@ -93,6 +94,7 @@ def test_windowed_submission_merges_in_chunk_order(client, monkeypatch):
 
 
 def test_a_failing_task_raises_here_and_leaves_nothing_on_the_cluster(client):
+    """A failing chunk raises its error here and the remaining tasks are cancelled."""
     _, tasks = prepare(FAM, [2], 8000, seed=0, chunk_size=1000)
     bad = [*tasks[:4], dataclasses.replace(tasks[4], code=999), *tasks[5:]]
     with pytest.raises(ValueError, match="unknown sampler code 999"):
@@ -104,6 +106,7 @@ def test_a_failing_task_raises_here_and_leaves_nothing_on_the_cluster(client):
 
 
 def test_scheduler_address_and_scheduler_file(client, tmp_path):
+    """A scheduler address and a scheduler file both reach the cluster; no default client is left."""
     import distributed
 
     ref = run_accumulators(FAM, [4], 5000, seed=1, workers=1, progress=False)
@@ -119,6 +122,7 @@ def test_scheduler_address_and_scheduler_file(client, tmp_path):
 
 
 def test_progress_bar_from_the_task_stream(client, capsys, monkeypatch):
+    """The local progress bar moves by every chunk finished on the cluster."""
     bars = []
 
     def recording(*args):
@@ -132,6 +136,7 @@ def test_progress_bar_from_the_task_stream(client, capsys, monkeypatch):
 
 
 def test_workers_load_kernels_from_the_disk_cache(client):
+    """Workers load the compiled kernels from numba's disk cache: hits, no misses."""
     simulate(FAM, [2], 3000, workers=1, progress=False)  # this process compiles or loads, and caches
     simulate(FAM, [2], 3000, client=client, progress=False)
     stats = client.run(dx.kernel_cache_stats)  # {worker: {kernel: {"hits", "misses"}}}
@@ -141,6 +146,7 @@ def test_workers_load_kernels_from_the_disk_cache(client):
 
 
 def test_sweep_is_bit_identical_to_threads(client, tmp_path):
+    """A sweep on the cluster equals the threaded one bit for bit and records its executor."""
     grid = {"families": ["lognormal", "gamma"], "mu": [0.9, 1.0], "sigma2": 0.1, "T": [1, 10], "n": [0, 3000]}
     local = sweep(**grid, seed=4, store=tmp_path / "local.sqlite", workers=2, progress=False)
     on_dask = sweep(**grid, seed=4, store=tmp_path / "dask.sqlite", client=client, progress=False)
@@ -157,8 +163,9 @@ def test_sweep_is_bit_identical_to_threads(client, tmp_path):
 @pytest.mark.slow
 @needs_dask
 def test_cold_kernel_cache_compiles_on_the_workers_then_loads(tmp_path):
-    """Workers with an empty numba cache compile at their first task, both at once, and
-    give the same bits; restarted workers then load what they wrote.
+    """Workers with an empty numba cache compile at their first task, both at once.
+
+    They give the same bits; restarted workers then load what they wrote.
     """
     ref = run_accumulators(FAM, GRID, N, seed=7, workers=1, progress=False)
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
@@ -186,6 +193,7 @@ def _busy_worker(client, prefix: str, timeout: float = 30.0) -> str:
 
 
 def test_killed_worker_is_recomputed_with_the_same_result(client):
+    """A worker killed mid-run has its chunks recomputed, and the result is unchanged."""
     args = (FAM, [1, 10, 2000], 16 * 4096)  # 16 chunks of a few tenths of a second
     ref = run_accumulators(*args, seed=11, chunk_size=4096, workers=2, progress=False)
     box = {}
@@ -223,6 +231,7 @@ def no_dask(monkeypatch):
     "choice", [{"executor": "dask-local"}, {"executor": "dask", "scheduler": "tcp://h:1"}]
 )
 def test_missing_extra_says_what_to_install(no_dask, choice):
+    """Without Dask, a Dask executor raises DaskMissingError naming the extra; threads still run."""
     with pytest.raises(DaskMissingError, match=r"pip install 'variance_lab\[distributed\]'") as info:
         simulate(FAM, [2], 100, progress=False, **choice)
     assert isinstance(info.value, ImportError)
@@ -231,6 +240,7 @@ def test_missing_extra_says_what_to_install(no_dask, choice):
 
 
 def test_missing_extra_on_the_command_line(no_dask, tmp_path, capsys):
+    """Without Dask, ``--executor dask-local`` is one stderr line naming the extra."""
     argv = ["sweep", "--executor", "dask-local", "--store", str(tmp_path / "s.sqlite"), "--no-progress"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -257,18 +267,21 @@ def test_missing_extra_on_the_command_line(no_dask, tmp_path, capsys):
 )
 @needs_dask
 def test_bad_choice(choice, match):
+    """Each invalid executor, scheduler, client or worker combination raises its ValueError."""
     with pytest.raises(ValueError, match=match):
         simulate(FAM, [2], 100, progress=False, **choice)
 
 
 @needs_dask
 def test_unreachable_scheduler(monkeypatch):
+    """An unreachable scheduler address raises ValueError naming it, after the connect timeout."""
     monkeypatch.setattr(dx, "CONNECT_TIMEOUT_S", 1)
     with pytest.raises(ValueError, match="cannot reach the Dask scheduler 'tcp://127.0.0.1:9'"):
         simulate(FAM, [2], 100, progress=False, executor="dask", scheduler="tcp://127.0.0.1:9")
 
 
 def test_cli_executors_match_the_engine():
+    """The command line offers exactly the engine's executors."""
     assert cli_common.EXECUTORS == dx.EXECUTORS
 
 
@@ -284,6 +297,7 @@ def test_cli_executors_match_the_engine():
 )
 @needs_dask
 def test_cli_bad_executor_is_one_line_and_exit_2(extra, tmp_path, capsys, monkeypatch):
+    """A bad executor or scheduler on the command line is exit 2 with one stderr line."""
     monkeypatch.setattr(dx, "CONNECT_TIMEOUT_S", 1)
     argv = ["sweep", "--T", "1,10", "--store", str(tmp_path / "s.sqlite"), "--no-progress", *extra]
     assert cli.main(argv) == 2
@@ -294,6 +308,7 @@ def test_cli_bad_executor_is_one_line_and_exit_2(extra, tmp_path, capsys, monkey
 
 @needs_dask
 def test_cli_sweep_on_a_local_cluster(tmp_path, capsys):
+    """``sweep --executor dask-local`` exports the same rows as the threaded sweep."""
     argv = ["sweep", "--mu", "0.9,1", "--T", "1,10", "--n", "3000", "--seed", "5", "--no-progress"]
     assert cli.main([*argv, "--store", str(tmp_path / "a.sqlite"), "--out", str(tmp_path / "a.csv")]) == 0
     dask_argv = ["--executor", "dask-local", "--workers", "2", "--store", str(tmp_path / "b.sqlite")]

@@ -29,6 +29,7 @@ DENSE = np.arange(1, 201)
 # ----------------------------------------------------------------------------- exponential
 @pytest.fixture(scope="module")
 def vexp():
+    """Return a jitted loop over the vectorised exp and expm1 helpers, clamped or not."""
     from numba import njit
 
     @njit
@@ -41,6 +42,7 @@ def vexp():
 
 @pytest.mark.parametrize("scale", [1e-12, 1e-4, 0.3, 5.0, 200.0])
 def test_exp_and_expm1_within_2_ulp(vexp, scale):
+    """The kernel exp and expm1 are within 2 ulp of NumPy's across scales."""
     w = np.random.default_rng(1).standard_normal(200_000) * scale
     w = w[(w > W_MIN) & (w < W_MAX)]
     out = np.empty_like(w)
@@ -50,6 +52,7 @@ def test_exp_and_expm1_within_2_ulp(vexp, scale):
 
 
 def test_exp_clamps_only_outside_its_range(vexp):
+    """The clamped exp and expm1 hold arguments to [-708, 709] and are exact inside."""
     w = np.array([-1e300, -800.0, -708.0, 0.0, 709.0, 800.0])
     out = np.empty_like(w)
     vexp(w, 0.0, True, out)
@@ -79,6 +82,7 @@ def _reference_sums(x, spec):
 @pytest.mark.parametrize("n", [1, 15, 17, 1024, 3001])  # partial lanes, partial and several blocks
 @pytest.mark.parametrize("fam", [LogNormal(1.0, 0.1), LogNormal(0.9, 3.0)], ids=["centred", "wide"])
 def test_block_reduction_matches_value_by_value_sums(n, fam):
+    """Block reduction gives the same shift, sums (to rounding) and tail as value-by-value sums."""
     grid = np.array([1, 3, 10, 30, 100, 300])
     rng = np.random.default_rng(n)
     x = grid * fam.mean_log + np.sqrt(grid * fam.var_log) * rng.standard_normal((n, grid.size))
@@ -91,6 +95,7 @@ def test_block_reduction_matches_value_by_value_sums(n, fam):
 
 
 def test_block_size():
+    """Block sizes are whole batches of 4, lane multiples, and shrink as the grid grows."""
     assert block_size(4) == 1024
     assert block_size(1000) % LANES == 0
     assert block_size(10**6) == 4
@@ -99,8 +104,10 @@ def test_block_size():
 
 
 def test_dense_and_sparse_grids_read_the_same_paths():
-    """Token paths do not depend on the grid: a dense grid's accumulators at the sparse
-    grid's T equal the sparse run's (the same values; sums up to the block's rounding).
+    """Token paths do not depend on the grid.
+
+    A dense grid's accumulators at the sparse grid's T equal the sparse run's (the same
+    values; sums up to the block's rounding).
     """
     fam = LogNormal(1.0, 0.2)
     sparse = [1, 10, 100, 200]
@@ -114,6 +121,7 @@ def test_dense_and_sparse_grids_read_the_same_paths():
 
 @pytest.mark.parametrize("sampler", ["token", "aggregate"])
 def test_dense_grid_bit_identical_for_any_workers(sampler):
+    """On a dense grid both samplers give bit-identical accumulators for 1 and 2 workers."""
     fam = AR1(1.0, 0.1, rho=0.4)
     one = run_accumulators(fam, DENSE, 9000, seed=2, workers=1, sampler=sampler, progress=False)
     two = run_accumulators(fam, DENSE, 9000, seed=2, workers=2, sampler=sampler, progress=False)
@@ -134,6 +142,7 @@ def test_dense_grid_estimates_follow_the_closed_form():
 
 
 def test_degenerate_dense_grid_has_zero_variance():
+    """With sigma^2 = 0 every variance on a dense grid is exactly zero."""
     df = estimate(run_accumulators(LogNormal(2.0, 0.0), DENSE, 5000, progress=False), LogNormal(2.0, 0.0))
     assert (df[df["statistic"].isin(["var_P", "var_G", "var_logP"])]["value"] == 0.0).all()
 
@@ -141,6 +150,7 @@ def test_degenerate_dense_grid_has_zero_variance():
 # ----------------------------------------------------------------------------- the tail sample
 @pytest.mark.parametrize("kind", ["normal", "ties", "sorted", "reversed"])
 def test_compact_keeps_the_largest(kind):
+    """Compacting a tail buffer keeps its ``keep`` largest values and permutes the rest."""
     rng = np.random.default_rng(7)
     for _ in range(300):
         n = int(rng.integers(1, 400))
@@ -191,6 +201,7 @@ def test_chunk_tail_keep_bound(n):
 
 
 def test_incomplete_tail_is_detected_not_used():
+    """A merged tail that reaches below a part's floor is reported incomplete and refused."""
     fam = LogNormal(1.0, 0.1)
     spec = AccumulatorSpec.from_family(fam, [1, 2], tail=10)
     x = np.random.default_rng(0).standard_normal((40, 2))
@@ -208,6 +219,7 @@ def test_incomplete_tail_is_detected_not_used():
 
 
 def test_tail_is_finite_and_ordered_on_a_dense_grid():
+    """On a dense grid the tail sample is complete, finite and in descending order."""
     acc = run_accumulators(LogNormal(1.0, 0.5), DENSE, 30_000, seed=1, progress=False)
     assert acc.tail.shape == (DENSE.size, tail_size(30_000))
     assert np.all(np.diff(acc.tail, axis=1) <= 0)

@@ -41,6 +41,7 @@ def _predicted_se(fam, T, stat, n):
 
 @pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f"{f.name}-{f.mu}-{f.sigma2}")
 def test_agrees_with_closed_form_where_reliable(fam):
+    """Estimates flagged reliable are within 4 predicted standard errors of the closed form."""
     n, grid = 20_000, [1, 3, 10, 30]
     df = simulate(fam, grid, n, seed=2024, workers=1, progress=False)
     checked = 0
@@ -58,6 +59,7 @@ def test_agrees_with_closed_form_where_reliable(fam):
 
 
 def test_schema_and_statistics():
+    """Monte Carlo rows follow the tidy schema, intervals hold the values, ESS and SE match theory."""
     fam = LogNormal(1.0, 0.1)
     df = simulate(fam, [10, 1], 5000, seed=1, workers=1, progress=False)
     assert tuple(df.columns) == TIDY_COLUMNS
@@ -98,6 +100,7 @@ def test_verdict_var_P_unreliable_at_T100():
 
 
 def test_unreliable_rows_at_T1000_stay_finite_in_log10():
+    """At T = 1000 the P_T rows are flagged unreliable and their log10 values stay finite."""
     df = simulate(LogNormal(1.0, 0.1), [1000], 4000, seed=5, workers=1, progress=False)
     assert np.isfinite(df["log10_value"]).all()
     assert not _get(df, 1000, "var_P")["reliable"]
@@ -105,6 +108,7 @@ def test_unreliable_rows_at_T1000_stay_finite_in_log10():
 
 
 def test_estimate_needs_two_paths():
+    """An accumulator of one path raises ValueError."""
     acc = run_accumulators(LogNormal(1.0, 0.1), [1], 2, workers=1, progress=False)
     acc.count = 1
     with pytest.raises(ValueError, match="at least 2"):
@@ -142,6 +146,7 @@ COVERAGE_CASES = [
 
 @pytest.mark.parametrize(("fam", "T", "stat"), COVERAGE_CASES[:3])
 def test_interval_coverage_small(fam, T, stat):
+    """Intervals cover the exact value at 95 %: binomial test over 200 seeds."""
     seeds = range(200)
     hits = _coverage(fam, T, stat, 2000, seeds)
     assert binomtest(hits, len(seeds), 0.95).pvalue > 0.01, hits
@@ -150,12 +155,14 @@ def test_interval_coverage_small(fam, T, stat):
 @pytest.mark.slow
 @pytest.mark.parametrize(("fam", "T", "stat"), COVERAGE_CASES)
 def test_interval_coverage(fam, T, stat):
+    """Intervals cover the exact value at 95 %: binomial test over 400 seeds at n = 20000."""
     seeds = range(1000, 1400)
     hits = _coverage(fam, T, stat, 20_000, seeds)
     assert binomtest(hits, len(seeds), 0.95).pvalue > 0.01, hits
 
 
 def test_frames_concatenate_with_theory():
+    """Monte Carlo and theory frames concatenate into one tidy frame."""
     fam = TwoPoint(1.0, 0.1)
     both = pd.concat([theory.tidy(fam, [1, 5]), simulate(fam, [1, 5], 1000, progress=False)])
     assert set(both["method"]) >= {"exact", "monte_carlo"}

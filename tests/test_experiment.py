@@ -35,6 +35,7 @@ FIGURES = DEFAULT_DATA.parents[1] / "figures"
 # the task (no PyTorch)
 # --------------------------------------------------------------------------------------
 def test_problem_texts_and_reward():
+    """A problem's prompt, response and total; the reward is 1 only for the right final answer."""
     p = task.Problem((3, 5, 2, 7))
     assert p.prompt == "a3b5c2d7:"
     assert p.response == "a3+b5=8,8+c2=10,10+d7=17."
@@ -51,6 +52,7 @@ def test_problem_texts_and_reward():
 
 
 def test_problem_validation_and_vocabulary():
+    """Bad digit tuples raise; encode and decode round-trip and refuse text outside the vocabulary."""
     for bad in [(3,), (1, 10), tuple(range(1, 10)) * 6]:
         with pytest.raises(ValueError, match="digits"):
             task.Problem(bad)
@@ -64,6 +66,7 @@ def test_problem_validation_and_vocabulary():
 
 
 def test_problems_are_deterministic_and_lengths_range_widely():
+    """Problems repeat for a seed, and terms and response lengths span the requested range."""
     a = task.make_problems(np.random.default_rng(5), 400, 2, 32)
     b = task.make_problems(np.random.default_rng(5), 400, 2, 32)
     assert a == b
@@ -84,6 +87,7 @@ def test_problems_are_deterministic_and_lengths_range_widely():
 # --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def torch_mod():
+    """Return the torch module, or skip the test when PyTorch is not installed."""
     if not HAS_TORCH:
         pytest.skip("needs PyTorch")
     import torch
@@ -102,6 +106,7 @@ def _tiny_model(torch_mod, seed=0):
 
 @needs_torch
 def test_cached_forward_matches_full_forward(torch_mod):
+    """The forward pass in pieces through the key-value cache equals the full forward pass."""
     model = _tiny_model(torch_mod)
     idx = torch_mod.randint(1, len(task.VOCAB), (3, 20), generator=torch_mod.Generator().manual_seed(1))
     with torch_mod.no_grad():
@@ -114,6 +119,7 @@ def test_cached_forward_matches_full_forward(torch_mod):
 
 @needs_torch
 def test_generate_is_deterministic_and_respects_budgets(torch_mod):
+    """Generation repeats for a generator seed, stays within each budget and stops at the end token."""
     from variance_lab.experiment.model import generate, token_log_probs
 
     model = _tiny_model(torch_mod)
@@ -135,6 +141,7 @@ def test_generate_is_deterministic_and_respects_budgets(torch_mod):
 
 @needs_torch
 def test_gspo_objective_matches_the_toolkit(torch_mod):
+    """The training loss's GSPO log s, clip flags and loss equal the toolkit's sequence weights."""
     from variance_lab.experiment.train import gspo_loss
 
     rng = np.random.default_rng(3)
@@ -157,6 +164,7 @@ def test_gspo_objective_matches_the_toolkit(torch_mod):
 
 @needs_torch
 def test_gspo_clipping_stops_the_gradient(torch_mod):
+    """A clipped sequence gets zero gradient; an unclipped one with positive advantage ascends."""
     from variance_lab.experiment.train import gspo_loss
 
     old = torch_mod.full((2, 4), -1.0, dtype=torch_mod.float64)
@@ -170,6 +178,7 @@ def test_gspo_clipping_stops_the_gradient(torch_mod):
 
 
 def test_group_advantages():
+    """Group advantages are standardised rewards per group, zero for a group of equal rewards."""
     pytest.importorskip("torch")
     from variance_lab.experiment.train import group_advantages
 
@@ -179,6 +188,7 @@ def test_group_advantages():
 
 
 def test_settings_validation():
+    """Settings round-trip through a dict; each out-of-range or unknown setting raises ValueError."""
     pytest.importorskip("torch")
     from variance_lab.experiment.train import FULL, QUICK, Settings
 
@@ -204,6 +214,7 @@ def test_settings_validation():
 # --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory, torch_mod):
+    """Run the quick experiment once for the module and return the path of its data set."""
     out = tmp_path_factory.mktemp("quick") / "rollouts.jsonl.gz"
     assert main(["experiment", "run", "--quick", "--quiet", "--seed", "3", "--out", str(out)]) == 0
     return out
@@ -211,6 +222,7 @@ def quick_run(tmp_path_factory, torch_mod):
 
 @needs_torch
 def test_quick_run_writes_a_valid_data_set(quick_run):
+    """The quick run writes 48 valid sequences and a sidecar whose hash and summary match them."""
     batch = load_batch(quick_run)  # raises on any bad sequence
     assert batch.n_dropped == 0
     assert len(batch) == 48
@@ -232,6 +244,7 @@ def test_quick_run_writes_a_valid_data_set(quick_run):
 
 @needs_torch
 def test_rerun_from_the_sidecar_reproduces_the_numbers(quick_run, tmp_path, capsys):
+    """A rerun from the sidecar's settings reproduces the data set exactly."""
     again = tmp_path / "again.jsonl.gz"
     args = ["experiment", "run", "--quiet", "--settings", str(sidecar_path(quick_run)), "--out", str(again)]
     assert main(args) == 0
@@ -248,6 +261,7 @@ def test_rerun_from_the_sidecar_reproduces_the_numbers(quick_run, tmp_path, caps
 
 @needs_torch
 def test_another_seed_gives_other_numbers(quick_run, tmp_path):
+    """Another seed gives another numbers hash."""
     from variance_lab.experiment.collect import run
     from variance_lab.experiment.train import QUICK
 
@@ -258,6 +272,7 @@ def test_another_seed_gives_other_numbers(quick_run, tmp_path):
 
 @needs_torch
 def test_run_restores_torch_settings(torch_mod, tmp_path):
+    """``deterministic_torch`` sets one thread and deterministic algorithms, then restores both."""
     from variance_lab.experiment.train import deterministic_torch
 
     before = torch_mod.get_num_threads(), torch_mod.are_deterministic_algorithms_enabled()
@@ -281,6 +296,7 @@ def test_run_restores_torch_settings(torch_mod, tmp_path):
     ],
 )
 def test_run_errors_are_one_line(args, message, capsys, monkeypatch, tmp_path):
+    """Each bad ``experiment run`` option gives exit status 2 and one stderr line naming it."""
     pytest.importorskip("torch")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.json").write_text("{}")
@@ -294,6 +310,7 @@ def test_run_errors_are_one_line(args, message, capsys, monkeypatch, tmp_path):
 
 
 def test_without_torch_the_run_names_the_extra(monkeypatch, capsys):
+    """Without PyTorch, ``experiment run`` is one stderr line naming the extra to install."""
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     assert main(["experiment", "run", "--quick"]) == 2
     err = capsys.readouterr().err
@@ -305,6 +322,7 @@ def test_without_torch_the_run_names_the_extra(monkeypatch, capsys):
 # the shipped data set and its figure (no PyTorch)
 # --------------------------------------------------------------------------------------
 def test_shipped_data_set_is_valid_and_matches_its_sidecar():
+    """The shipped data set loads cleanly, matches its sidecar's hash and rewards, under 4 MB."""
     side = read_sidecar(SHIPPED_SIDECAR)
     assert side["quick"] is False
     assert side["seed"] == side["settings"]["seed"]
@@ -325,6 +343,7 @@ def test_shipped_data_set_is_valid_and_matches_its_sidecar():
 
 
 def test_analysis_of_the_shipped_data_and_its_figure(tmp_path):
+    """The shipped data's figure writes its five files, with findings and a finite bucket table."""
     paths = save_experiment_figure(tmp_path, n_boot=200)
     assert [p.name for p in paths] == [
         f"{FIGURE_NAME}.pdf",
@@ -346,6 +365,7 @@ def test_analysis_of_the_shipped_data_and_its_figure(tmp_path):
 
 
 def test_resampled_clip_matches_iid_data_and_findings_count_tails():
+    """On i.i.d. data the resampled clip fraction matches the observed one; findings count tails."""
     rng = np.random.default_rng(8)
     lengths = np.repeat([4, 40, 400], 300)
     d = [rng.normal(0.0, 1e-3, t) for t in lengths]
@@ -359,6 +379,7 @@ def test_resampled_clip_matches_iid_data_and_findings_count_tails():
 
 
 def test_committed_figure_belongs_to_the_shipped_data():
+    """The committed experiment figure's sidecar names the shipped data set and its files exist."""
     side = json.loads((FIGURES / f"{FIGURE_NAME}.json").read_text())
     assert side["data_set"]["numbers_sha256"] == read_sidecar(SHIPPED_SIDECAR)["numbers_sha256"]
     for name in side["files"].values():
@@ -366,6 +387,7 @@ def test_committed_figure_belongs_to_the_shipped_data():
 
 
 def test_figure_command(tmp_path, capsys):
+    """``experiment figure`` writes five files; a missing data file is exit status 2."""
     assert main(["experiment", "figure", "--out", str(tmp_path), "--n-boot", "20"]) == 0
     assert "wrote 5 files" in capsys.readouterr().out
     assert main(["experiment", "figure", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)]) == 2
@@ -377,6 +399,7 @@ def test_figure_command(tmp_path, capsys):
 @pytest.mark.slow
 @needs_torch
 def test_shipped_data_set_reproduces_from_its_sidecar(tmp_path):
+    """A full run from the shipped sidecar reproduces the shipped data set to 1e-9."""
     out = tmp_path / DEFAULT_DATA.name
     assert main(["experiment", "run", "--quiet", "--settings", str(SHIPPED_SIDECAR), "--out", str(out)]) == 0
     cmp = compare_files(DEFAULT_DATA, out)

@@ -14,7 +14,7 @@ PARAMS = [(0.5, 0.05), (1.0, 0.1), (1.0, 0.9), (2.0, 1.0), (1.5, 1e-4)]
 
 
 def _scipy_dist(family):
-    """An independent scipy.stats distribution of r with the family's mu, sigma2."""
+    """Return an independent scipy.stats distribution of r with the family's mu, sigma2."""
     mu, s2 = family.mu, family.sigma2
     if isinstance(family, LogNormal):
         v = math.log(1 + s2 / mu**2)
@@ -25,7 +25,7 @@ def _scipy_dist(family):
 
 
 def _log_moment_by_quadrature(dist, s):
-    """log E[r^s] = log of the integral over y = log r of exp(s y) f_r(e^y) e^y, by scipy quad."""
+    """Return log E[r^s], the log of the integral over y = log r of exp(s y) f_r(e^y) e^y, by scipy quad."""
     centre = math.log(dist.median())
     f = lambda y: math.exp(s * y + y + dist.logpdf(math.exp(y)) - s * centre)  # noqa: E731
     kw = {"epsabs": 0, "epsrel": 1e-13, "limit": 500}
@@ -42,6 +42,7 @@ def _log_moment_by_quadrature(dist, s):
 @pytest.mark.parametrize("cls", [LogNormal, Gamma])
 @pytest.mark.parametrize(("mu", "sigma2"), PARAMS)
 def test_K_matches_quadrature(cls, mu, sigma2):
+    """K(s) of lognormal and gamma matches scipy quadrature of the distribution's density."""
     fam = cls(mu, sigma2)
     dist = _scipy_dist(fam)
     # Moments of the scipy distribution itself are mu and sigma2: an independent check
@@ -59,6 +60,7 @@ def test_K_matches_quadrature(cls, mu, sigma2):
 
 @pytest.mark.parametrize(("mu", "sigma2", "q"), [(1.0, 0.1, 0.5), (2.0, 3.0, 0.5), (1.0, 0.5, 0.8)])
 def test_two_point_K_matches_direct_sum(mu, sigma2, q):
+    """The two-point K(s) equals log(q a^s + (1 - q) b^s), with mean mu and variance sigma^2."""
     fam = TwoPoint(mu, sigma2, q=q)
     _, (q_, la, lb) = fam.sampler_params()
     a, b = math.exp(la), math.exp(lb)
@@ -71,6 +73,7 @@ def test_two_point_K_matches_direct_sum(mu, sigma2, q):
 @pytest.mark.parametrize("name", list(FAMILIES))
 @pytest.mark.parametrize(("mu", "sigma2"), [(1.0, 0.1), (0.7, 0.2), (2.0, 1e-4)])
 def test_K_and_K_mp_agree_and_log_moments(name, mu, sigma2):
+    """K and K_mp agree; K(1), K(2), mean_log and var_log match mu, sigma^2 and mpmath derivatives."""
     fam = get_family(name, mu, sigma2)
     assert fam.K(0.0) == pytest.approx(0.0, abs=1e-15)
     assert fam.K(1.0) == pytest.approx(math.log(mu), rel=1e-12, abs=1e-14)
@@ -87,6 +90,7 @@ def test_K_and_K_mp_agree_and_log_moments(name, mu, sigma2):
 
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_degenerate_sigma2_zero(name):
+    """With sigma^2 = 0 each family is the point mass at mu, with sampler code 0."""
     fam = get_family(name, 1.3, 0.0)
     assert fam.degenerate
     np.testing.assert_allclose(fam.K([0.5, 2.0]), [0.5 * math.log(1.3), 2 * math.log(1.3)], rtol=1e-15)
@@ -97,6 +101,7 @@ def test_degenerate_sigma2_zero(name):
 
 
 def test_sampler_params_codes():
+    """Each family's sampler code and gamma's shape and log scale."""
     assert LogNormal(1, 0.1).sampler_params()[0] == 1
     code, (k, log_scale) = Gamma(2.0, 0.5).sampler_params()
     assert code == 2
@@ -106,6 +111,7 @@ def test_sampler_params_codes():
 
 
 def test_two_point_reach():
+    """Two-point families beyond the reachable sigma^2 or with q outside (0, 1) raise ValueError."""
     with pytest.raises(ValueError, match=r"cannot reach sigma2=1\.0"):
         TwoPoint(1.0, 1.0)
     with pytest.raises(ValueError, match="sigma2=4.01"):
@@ -128,11 +134,13 @@ def test_two_point_reach():
     ],
 )
 def test_bad_input(args, match):
+    """Bad mu, sigma^2 or family name raises ValueError naming the bad value."""
     with pytest.raises(ValueError, match=match):
         get_family(*args)
 
 
 def test_ar1_parameters():
+    """The AR(1) family's sampler parameters and marginal moments; rho on other families raises."""
     fam = get_family("ar1", 1.0, 0.1, rho=0.5)
     code, (m, sd, rho) = fam.sampler_params()
     assert code == 4
@@ -148,6 +156,7 @@ def test_ar1_parameters():
 
 
 def test_families_are_hashable_values():
+    """Families with equal parameters are equal and hash alike; different families differ."""
     assert LogNormal(1, 0.1) == LogNormal(1.0, 0.1)
     assert hash(Gamma(1, 0.1)) == hash(Gamma(1.0, 0.1))
     assert LogNormal(1, 0.1) != Gamma(1, 0.1)

@@ -29,6 +29,7 @@ def quick(tmp_path_factory):
 
 # ----------------------------------------------------------------------------- the command
 def test_quick_writes_every_figure(quick):
+    """The quick run writes every figure as PDF, PNG, CSV and a complete sidecar, nothing else."""
     for name in figs.FIGURES:
         pdf, png = (quick / f"{name}.pdf").read_bytes(), (quick / f"{name}.png").read_bytes()
         assert pdf.startswith(b"%PDF-"), name
@@ -52,6 +53,7 @@ def test_quick_writes_every_figure(quick):
 
 
 def test_sidecar_params_reproduce_the_data(quick):
+    """Each sidecar's parameters regenerate data with the recorded SHA-256."""
     for name in figs.FIGURES:
         sidecar = json.loads((quick / f"{name}.json").read_text())
         data = figs.figure_data(name, sidecar["params"])
@@ -60,6 +62,7 @@ def test_sidecar_params_reproduce_the_data(quick):
 
 @pytest.mark.parametrize("name", ["variance_vs_T", "heatmap_var_P"])
 def test_from_sidecar_reproduces_the_files_byte_for_byte(quick, tmp_path, capsys, name):
+    """``figures --from-sidecar`` rewrites a figure's four files byte for byte."""
     assert cli.main(["figures", "--from-sidecar", str(quick / f"{name}.json"), "--out", str(tmp_path)]) == 0
     assert "wrote 4 files" in capsys.readouterr().out
     for ext in ("png", "pdf", "csv", "json"):
@@ -67,6 +70,7 @@ def test_from_sidecar_reproduces_the_files_byte_for_byte(quick, tmp_path, capsys
 
 
 def test_monte_carlo_points_are_in_the_figures(quick):
+    """The variance figure's data holds the Monte Carlo points, Var(P_1000) flagged unreliable."""
     data = pd.read_csv(quick / "variance_vs_T.csv", keep_default_na=False)
     mc = data[data["method"] == "monte_carlo"]
     assert set(mc["statistic"]) == {"var_P", "var_G"}
@@ -76,6 +80,7 @@ def test_monte_carlo_points_are_in_the_figures(quick):
 
 
 def test_only_and_bad_names(tmp_path, capsys):
+    """``--only`` writes just that figure; unknown names and bad sidecars are errors."""
     assert (
         cli.main(["figures", "--quick", "--only", "ratio_vs_T", "--out", str(tmp_path), "--no-progress"]) == 0
     )
@@ -97,6 +102,7 @@ def _theory(family, T, names):
 
 @pytest.fixture(scope="module")
 def var_frame():
+    """Return exact curves and four Monte Carlo rows (one unreliable) for lognormal(1, 0.1)."""
     fam = get_family("lognormal", 1.0, 0.1)
     frame = _theory(
         fam, [1, 10, 100, 1000], ["var_P", "var_G", "var_G_lognormal", "var_G_delta", "var_G_seed"]
@@ -128,6 +134,7 @@ def _hollow_markers(ax) -> int:
 
 
 def test_variance_vs_T_draws_unreliable_points_hollow(var_frame):
+    """Unreliable Monte Carlo points are hollow; axes and legend carry the expected labels."""
     fig = Figure()
     ax = fig.add_subplot()
     assert plots.variance_vs_T(var_frame, "var_P", ax=ax) is fig
@@ -145,6 +152,7 @@ def test_variance_vs_T_draws_unreliable_points_hollow(var_frame):
 
 
 def test_every_plot_function_takes_ax_or_fig_and_returns_the_figure(var_frame):
+    """Every plot function draws into a given ``ax`` or ``fig`` and returns its figure."""
     fam = get_family("lognormal", 1.0, 0.1)
     ratio = pd.concat(
         [_theory(get_family("lognormal", m, 0.1), [1, 10, 100], ["var_ratio"]) for m in (0.9, 1.1)]
@@ -185,6 +193,7 @@ def test_every_plot_function_takes_ax_or_fig_and_returns_the_figure(var_frame):
 
 
 def test_heatmap_marks_mu_1_and_leaves_unreachable_points_blank():
+    """The heatmap draws a line at mu = 1, masks unreachable cells and refuses several T."""
     frames = []
     for m in (0.8, 1.0, 1.2):
         for s2 in (0.1, 0.7, 1.2):
@@ -204,6 +213,7 @@ def test_heatmap_marks_mu_1_and_leaves_unreachable_points_blank():
 
 
 def test_relative_error_frame_knows_where_approximations_are_exact():
+    """Relative errors vanish where an approximation is exact and shrink with T for gamma."""
     names = ["var_G", "var_G_lognormal", "var_G_delta", "var_G_seed"]
     frames = [_theory(get_family(f, 1.0, 0.1), [1, 10, 100], names) for f in ("lognormal", "gamma")]
     err = plots.relative_error_frame(pd.concat(frames))
@@ -216,6 +226,7 @@ def test_relative_error_frame_knows_where_approximations_are_exact():
 
 
 def test_frontier_matches_theory_n_needed():
+    """The frontier's largest T per budget n agrees with theory.n_needed_P."""
     fam = get_family("lognormal", 1.0, 0.1)
     Ts = list(range(1, 61))
     front = plots.frontier_frame(_theory(fam, Ts, ["n_needed_P"]), [10.0, 1e4, 1e8, 1e30])
@@ -233,6 +244,7 @@ def test_frontier_matches_theory_n_needed():
 
 # ----------------------------------------------------------------------------- raw draws
 def test_sample_log_P_moments_and_determinism():
+    """Sampled log P_T has the right mean and variance, and depends on the seed, not grid order."""
     fam = get_family("gamma", 1.0, 0.2)
     a = figs.sample_log_P(fam, [1, 5, 20], 20000, seed=3)
     b = figs.sample_log_P(fam, [20, 1, 5], 20000, seed=3)
@@ -247,6 +259,7 @@ def test_sample_log_P_moments_and_determinism():
 
 
 def test_sample_log_P_other_families():
+    """Two-point samples take the two values; degenerate ones are T log mu; T = 0 raises."""
     two = get_family("two-point", 1.0, 0.1)
     _, (q, la, lb) = two.sampler_params()
     x = figs.sample_log_P(two, [1], 1000, seed=0)[:, 0]

@@ -20,11 +20,13 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
+    """The four notebooks 01 to 04 are there."""
     assert [p.name[:3] for p in NOTEBOOKS] == ["01_", "02_", "03_", "04_"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_stored_without_outputs(path):
+    """Notebooks are stored without outputs, counts or widget state, and open with a question."""
     nb = json.loads(path.read_text())
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] == "code":
@@ -39,6 +41,7 @@ def test_stored_without_outputs(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_reads_its_sizes_from_one_place(path):
+    """Each notebook takes its sizes from ``paper.sizes`` and draws no randomness itself."""
     source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
     assert "from variance_lab.paper.sizes import" in source
     assert "sizes()" in source
@@ -47,6 +50,7 @@ def test_reads_its_sizes_from_one_place(path):
 
 
 def test_notebooks_are_ruff_clean():
+    """``ruff check`` passes on the notebooks folder."""
     folder = NOTEBOOKS[0].parent
     done = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", str(folder)], capture_output=True, text=True
@@ -56,6 +60,7 @@ def test_notebooks_are_ruff_clean():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_executes_in_quick_mode(path, monkeypatch, tmp_path):
+    """Each notebook runs in quick mode without errors or warnings, shows figures, concludes."""
     monkeypatch.setenv("VARIANCE_LAB_QUICK", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("VARIANCE_LAB_NOTEBOOK_OUT", str(tmp_path))

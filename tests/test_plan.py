@@ -18,6 +18,7 @@ from variance_lab.simulate.plan import (
 
 @pytest.mark.parametrize("n", [2, 3, 2047, 2048, 2049, 10**5, 10**6, 10**9 + 7])
 def test_plan_covers_n(n):
+    """Chunk sizes add up to n, all full but the last, within the size bounds."""
     plan = make_plan(n)
     sizes = plan.sizes()
     assert sizes.sum() == n
@@ -30,6 +31,7 @@ def test_plan_covers_n(n):
 
 
 def test_plan_depends_on_n_alone():
+    """The plan depends on n alone: 1e6 paths always make 128 chunks."""
     assert make_plan(123_456) == make_plan(123_456)
     assert make_plan(10**6).n_chunks == 128
 
@@ -45,11 +47,13 @@ def test_aggregate_plan_uses_large_chunks(n):
 
 
 def test_plan_rejects_unknown_sampler():
+    """A plan for an unresolved sampler name raises ValueError."""
     with pytest.raises(ValueError, match="sampler"):
         make_plan(1000, sampler="auto")
 
 
 def test_explicit_chunk_size():
+    """An explicit chunk size splits n into full chunks and a remainder."""
     plan = make_plan(1000, chunk_size=300)
     assert plan.sizes().tolist() == [300, 300, 300, 100]
     assert make_plan(10, chunk_size=100).sizes().tolist() == [10]
@@ -57,22 +61,26 @@ def test_explicit_chunk_size():
 
 @pytest.mark.parametrize("bad", [0, -5, 2.5, True, "7"])
 def test_bad_chunk_size(bad):
+    """A chunk size that is not a positive integer raises ValueError."""
     with pytest.raises(ValueError, match="chunk_size"):
         make_plan(1000, chunk_size=bad)
 
 
 @pytest.mark.parametrize("bad", [1, 0, -3, 2.5, "10"])
 def test_bad_n(bad):
+    """An n below 2 or not an integer raises ValueError."""
     with pytest.raises(ValueError, match="n must be"):
         make_plan(bad)
 
 
 def test_size_index_checked():
+    """A chunk index out of range raises ValueError."""
     with pytest.raises(ValueError, match="chunk index"):
         make_plan(100).size(1)
 
 
 def test_tail_size():
+    """The tail size is min(n/5, 3 sqrt(n), TAIL_MAX) plus one."""
     assert tail_size(100) == 20 + 1  # n/5 below 3 sqrt(n) = 30
     assert tail_size(10**6) == 3000 + 1
     assert tail_size(10**10) == TAIL_MAX + 1
@@ -80,11 +88,13 @@ def test_tail_size():
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, None, "3"])
 def test_bad_seed(bad):
+    """A seed that is not a non-negative integer raises ValueError."""
     with pytest.raises(ValueError, match="seed"):
         check_seed(bad)
 
 
 def test_chunk_generator_is_the_spawned_stream():
+    """Chunk i draws from the i-th child of SeedSequence(seed); chunks and seeds differ."""
     children = make_plan(10**5).seed_sequences(42)
     assert len(children) == make_plan(10**5).n_chunks
     for i in (0, 1, len(children) - 1):
@@ -95,6 +105,7 @@ def test_chunk_generator_is_the_spawned_stream():
 
 
 def test_tasks_carry_sampler_and_tail_share():
+    """Tasks carry their sampler and their chunk's share of the tail sample."""
     from variance_lab import LogNormal
     from variance_lab.simulate import AccumulatorSpec
     from variance_lab.simulate.plan import make_tasks
@@ -110,5 +121,6 @@ def test_tasks_carry_sampler_and_tail_share():
 
 
 def test_chunk_tail_keep_small_runs_keep_everything():
+    """One chunk keeps the whole tail, and no chunk more than its own paths."""
     assert chunk_tail_keep(100, 100, tail_size(100)) == tail_size(100)  # one chunk: the whole tail
     assert chunk_tail_keep(10, 3, 5) == 3  # never more than the chunk's paths

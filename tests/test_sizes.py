@@ -10,24 +10,29 @@ from variance_lab.paper.sizes import FULL, QUICK, Sizes, is_quick, output_dir, s
 
 @pytest.mark.parametrize("value", ["1", "true", "YES", " on "])
 def test_quick_values(value):
+    """Each spelling of "on" in VARIANCE_LAB_QUICK means quick."""
     assert is_quick({"VARIANCE_LAB_QUICK": value}) is True
 
 
 @pytest.mark.parametrize("value", ["", "0", "false", "No", "off"])
 def test_full_values(value):
+    """Empty and each spelling of "off" in VARIANCE_LAB_QUICK mean full size."""
     assert is_quick({"VARIANCE_LAB_QUICK": value}) is False
 
 
 def test_unset_is_full():
+    """Without VARIANCE_LAB_QUICK the sizes are the full ones."""
     assert is_quick({}) is False
 
 
 def test_bad_value_names_it():
+    """Any other value raises ValueError naming the variable and the value."""
     with pytest.raises(ValueError, match="VARIANCE_LAB_QUICK.*'maybe'"):
         is_quick({"VARIANCE_LAB_QUICK": "maybe"})
 
 
 def test_sizes_reads_the_environment(monkeypatch):
+    """``sizes()`` follows the environment unless ``quick`` is given."""
     monkeypatch.setenv("VARIANCE_LAB_QUICK", "1")
     assert sizes() is QUICK
     assert sizes().quick
@@ -41,11 +46,13 @@ def test_sizes_reads_the_environment(monkeypatch):
 
 
 def test_sizes_are_frozen():
+    """Sizes cannot be changed after creation."""
     with pytest.raises(dataclasses.FrozenInstanceError):
         QUICK.n_table = 10  # type: ignore[misc]
 
 
 def test_quick_is_smaller_than_full():
+    """Quick sizes are no larger than the full ones, draws fewer; the full table uses 1e6 draws."""
     assert QUICK.quick
     assert not FULL.quick
     for field in ("n_table", "n_per_seed"):
@@ -57,6 +64,7 @@ def test_quick_is_smaller_than_full():
 
 @pytest.mark.parametrize("s", [QUICK, FULL], ids=["quick", "full"])
 def test_grids_are_valid(s: Sizes):
+    """Every grid is sorted, distinct and valid, and holds the values the notebooks read."""
     for field in ("T_mc", "T_line", "T_sweep"):
         T = getattr(s, field)
         assert list(T) == sorted(set(T)), field
@@ -76,6 +84,7 @@ def test_grids_are_valid(s: Sizes):
 
 
 def test_output_dir(tmp_path):
+    """VARIANCE_LAB_NOTEBOOK_OUT, when set and non-empty, is created and returned."""
     assert output_dir({}) is None
     assert output_dir({"VARIANCE_LAB_NOTEBOOK_OUT": ""}) is None
     target = tmp_path / "a" / "b"
@@ -84,4 +93,5 @@ def test_output_dir(tmp_path):
 
 
 def test_public_names():
+    """Every name in ``__all__`` exists in the module."""
     assert set(sizes_mod.__all__) <= set(dir(sizes_mod))

@@ -10,6 +10,7 @@ from variance_lab import stats
 
 
 def test_central_moments_from_power_sums():
+    """Central moments from power sums about any reference match direct ones."""
     rng = np.random.default_rng(0)
     x = 3.0 + rng.gamma(2.0, size=10_000)
     c = 4.7  # any fixed reference near the mean
@@ -23,6 +24,7 @@ def test_central_moments_from_power_sums():
 
 
 def test_central_moments_vectorised_and_clipped():
+    """Central moments work on stacked sums, and zero data give zero moments."""
     sums = np.zeros((2, 3, 4))
     d, m2, m3, m4 = stats.central_moments(sums, 5)
     assert d.shape == m2.shape == (2, 3)
@@ -31,6 +33,7 @@ def test_central_moments_vectorised_and_clipped():
 
 
 def test_z_value():
+    """The normal quantile for a 95 % level; levels outside (0, 1) or non-numbers raise."""
     assert stats.z_value(0.95) == pytest.approx(1.959963984540054)
     for bad in (0, 1, 1.5, -0.1, True, "0.95"):
         with pytest.raises(ValueError, match="ci"):
@@ -38,6 +41,7 @@ def test_z_value():
 
 
 def test_var_interval():
+    """The variance interval is log-symmetric with the kurtosis-based standard error; zero stays zero."""
     v, kurt, n = 2.0, 3.0, 1000
     lo, hi, se = stats.var_interval(v, kurt, n)
     rho = math.sqrt((kurt - (n - 3) / (n - 1)) / n)
@@ -50,17 +54,20 @@ def test_var_interval():
 
 
 def test_var_se_normal_data():
+    """For normal data (kurtosis 3) the relative SE is sqrt(2/n); a kurtosis below (n-3)/(n-1) gives 0."""
     assert stats.var_se(3.0, 10**6) == pytest.approx(math.sqrt(2 / 10**6), rel=1e-5)
     assert stats.var_se(0.5, 100) == 0.0  # clipped, never NaN
 
 
 def test_mean_interval():
+    """The mean interval is symmetric, with the SE sqrt(var/n) and the normal quantile."""
     lo, hi, se = stats.mean_interval(1.0, 4.0, 100, 0.9)
     assert se == pytest.approx(0.2)
     assert hi - 1.0 == pytest.approx(1.0 - lo) == pytest.approx(0.2 * 1.6448536269514722)
 
 
 def test_ess_fraction():
+    """Kong's ESS fraction is 1 for equal weights and 1/n for one dominant weight."""
     w = np.ones(10)
     assert stats.ess_fraction(w.mean(), np.mean(w**2)) == pytest.approx(1.0)
     w = np.array([1e6] + [1.0] * 99)
@@ -69,6 +76,7 @@ def test_ess_fraction():
 
 @pytest.mark.parametrize("k", [-0.2, 0.0, 0.5, 0.9])
 def test_gpd_fit_agrees_with_scipy(k):
+    """The generalised Pareto fit agrees with the true k and scipy's maximum likelihood fit."""
     x = sps.genpareto.rvs(k, scale=2.0, size=3000, random_state=np.random.default_rng(1))
     k_hat, sigma = stats.gpd_fit(x, prior=False)
     k_mle, _, s_mle = sps.genpareto.fit(x, floc=0)
@@ -78,6 +86,7 @@ def test_gpd_fit_agrees_with_scipy(k):
 
 
 def test_gpd_fit_needs_data():
+    """Too few exceedances raise ValueError."""
     with pytest.raises(ValueError, match="exceedances"):
         stats.gpd_fit([1.0, 2.0])
     with pytest.raises(ValueError, match="exceedances"):
@@ -91,6 +100,7 @@ def _psis_tail(logw):
 
 
 def test_pareto_khat_orders_tails():
+    """k-hat is small for light tails, large for heavy ones, and 0.8 for a Pareto(1/0.8) tail."""
     rng = np.random.default_rng(4)
     light = stats.pareto_khat(_psis_tail(0.3 * rng.standard_normal(10**5)))
     heavy = stats.pareto_khat(_psis_tail(3.0 * rng.standard_normal(10**5)))
@@ -101,6 +111,7 @@ def test_pareto_khat_orders_tails():
 
 
 def test_pareto_khat_undefined_cases():
+    """k-hat is NaN for too few, tied or non-finite tail values."""
     assert math.isnan(stats.pareto_khat([1.0, 2.0, 3.0]))
     assert math.isnan(stats.pareto_khat(np.zeros(50)))  # all tied: no exceedances
     assert math.isnan(stats.pareto_khat([0.0] * 40 + [1.0] * 10))  # one distinct exceedance

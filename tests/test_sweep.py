@@ -28,6 +28,7 @@ T_GRID = [1, 10, 100]
 
 # ----------------------------------------------------------------------------- cells and plans
 def test_cell_identity_is_sha256_of_canonical_key():
+    """A cell's id is the SHA-256 of its canonical JSON key: version, family, T and code."""
     family = get_family("lognormal", 1.0, 0.1)
     cell = Cell("theory", family, (1, 10), options=(("target", 0.1),))
     key = cell.key()
@@ -42,6 +43,7 @@ def test_cell_identity_is_sha256_of_canonical_key():
 
 
 def test_cell_identity_changes_with_everything_that_matters():
+    """Changing n, seed, T, a parameter, the family, an option or the method changes the id."""
     fam = get_family("lognormal", 1.0, 0.1)
     mc = (("ci", 0.95), ("independent", False))
     base = Cell("monte_carlo", fam, (1, 10), 1000, 0, mc)
@@ -63,6 +65,7 @@ def test_cell_identity_changes_with_everything_that_matters():
 
 
 def test_other_code_is_another_cell(monkeypatch):
+    """A changed code fingerprint gives another cell id."""
     import variance_lab.sweep.cells as sweep_mod
 
     cell = Cell("theory", get_family("lognormal", 1.0, 0.1), (1, 10))
@@ -73,6 +76,7 @@ def test_other_code_is_another_cell(monkeypatch):
 
 
 def test_plan_cells_and_unreachable_points():
+    """The plan holds one theory and one Monte Carlo cell per reachable point, lists the rest."""
     p = plan(["lognormal", "two-point"], [1.0, 0.5], [0.1, 0.5], T_GRID, [0, 1000], seed=3)
     # two-point (q = 1/2) needs sigma2 < mu^2: mu = 0.5, sigma2 = 0.5 is out of reach.
     assert [(u["family"], u["mu"], u["sigma2"]) for u in p.unreachable] == [("two-point", 0.5, 0.5)]
@@ -105,11 +109,13 @@ def test_plan_cells_and_unreachable_points():
     ],
 )
 def test_plan_bad_input(kwargs, message):
+    """Each bad sweep argument raises ValueError naming it."""
     with pytest.raises(ValueError, match=message):
         plan(**{"T": T_GRID, **kwargs})
 
 
 def test_extra_parameters_are_swept_per_family():
+    """Extra parameters (two-point's q) are swept only for the families that take them."""
     assert extra_parameters("two-point") == ("q",)
     assert extra_parameters("lognormal") == ()
     p = plan(["lognormal", "two-point"], 1.0, 0.1, T_GRID, params={"q": [0.3, 0.5]})
@@ -128,6 +134,7 @@ def _rows_per_cell(path) -> dict[str, int]:
 
 
 def test_theory_sweep_stores_tidy_rows_with_provenance(tmp_path):
+    """A theory sweep stores theory.tidy's rows once per cell, with provenance, in a WAL store."""
     store = tmp_path / "s.sqlite"
     result = sweep(["lognormal", "two-point"], [0.9, 1.0], [0.1, 1.0], T_GRID, store=store, progress=False)
     assert len(result.cells) == 6
@@ -156,6 +163,7 @@ def test_theory_sweep_stores_tidy_rows_with_provenance(tmp_path):
 
 
 def test_rerun_reuses_finished_cells(tmp_path):
+    """A rerun reuses finished cells and computes only new points and new T grids."""
     store = tmp_path / "s.sqlite"
     first = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=store, progress=False)
     again = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=store, progress=False)
@@ -172,6 +180,7 @@ def test_rerun_reuses_finished_cells(tmp_path):
 
 
 def test_put_is_one_transaction_and_never_duplicates(tmp_path):
+    """Storing a cell is one transaction: a repeat is refused, a duplicate row aborts the cell."""
     cell = plan("lognormal", 1.0, 0.1, T_GRID).cells[0]
     frame, prov = compute(cell)
     with Store(tmp_path / "s.sqlite") as db:
@@ -193,6 +202,7 @@ def test_put_is_one_transaction_and_never_duplicates(tmp_path):
 
 
 def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
+    """A failing cell is reported, not stored, and computed on the next run."""
     import variance_lab.sweep.run as sweep_mod
 
     real = sweep_mod.compute
@@ -216,6 +226,7 @@ def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
 
 
 def test_interrupt_keeps_finished_cells(tmp_path, monkeypatch):
+    """Ctrl-C raises SweepInterrupted saying how many cells finished; those stay stored."""
     import variance_lab.sweep.run as sweep_mod
 
     real, calls = sweep_mod.compute, []
@@ -236,6 +247,7 @@ def test_interrupt_keeps_finished_cells(tmp_path, monkeypatch):
 
 
 def test_store_errors(tmp_path):
+    """A missing or junk store, a folder as store and a missing folder raise ValueError."""
     with pytest.raises(ValueError, match="does not exist"):
         load_store(tmp_path / "missing.sqlite")
     (tmp_path / "junk.sqlite").write_text("not a database, not at all" * 100)
@@ -248,6 +260,7 @@ def test_store_errors(tmp_path):
 
 
 def test_other_schema_version_is_refused(tmp_path):
+    """A store of another schema version is refused."""
     store = tmp_path / "s.sqlite"
     sweep("lognormal", 1.0, 0.1, [1], store=store, progress=False)
     with sqlite3.connect(store) as conn:
@@ -269,6 +282,7 @@ def _check_round_trip(store, tmp_path):
 
 
 def test_export_round_trips_theory(tmp_path):
+    """Theory rows round-trip through export, infinities and missing intervals included."""
     store = tmp_path / "s.sqlite"
     sweep(["lognormal", "gamma"], [0.9, 1.1], [0.1], [1, 10, 1000, 100000], store=store, progress=False)
     frame = _check_round_trip(store, tmp_path)
@@ -279,6 +293,7 @@ def test_export_round_trips_theory(tmp_path):
 
 
 def test_export_errors(tmp_path):
+    """An unknown suffix or a missing folder raises, leaving no temporary file."""
     store = tmp_path / "s.sqlite"
     sweep("lognormal", 1.0, 0.1, [1], store=store, progress=False)
     with pytest.raises(ValueError, match="use a .csv or .parquet name"):
@@ -290,6 +305,7 @@ def test_export_errors(tmp_path):
 
 # ----------------------------------------------------------------------------- Monte Carlo cells
 def test_changes_recompute_only_affected_cells(tmp_path):
+    """A new seed, n or mu recomputes only the cells it affects; results are bit-identical."""
     store = tmp_path / "s.sqlite"
     kw = {"T": [1, 10, 50], "store": store, "progress": False, "workers": 1}
     base = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=1, **kw)
@@ -324,6 +340,7 @@ def test_changes_recompute_only_affected_cells(tmp_path):
 
 
 def test_progress_bar_goes_to_stderr(tmp_path, capsys):
+    """The sweep's progress bar goes to stderr, nothing to stdout."""
     sweep("lognormal", [0.9, 1.0], 0.1, [1, 2], store=tmp_path / "s.sqlite", progress=True)
     captured = capsys.readouterr()
     assert "sweep" in captured.err

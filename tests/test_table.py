@@ -34,12 +34,14 @@ SPEC_COLUMNS = [
 
 
 def run_cli(capsys, *argv):
+    """Run the command line with ``argv`` and return its status, stdout and stderr."""
     rc = main(list(argv))
     out, err = capsys.readouterr()
     return rc, out, err
 
 
 def test_default_is_the_seed_table_with_a_million_draws():
+    """The table's defaults are the derivation's parameters and T grid, with 1e6 draws."""
     from variance_lab.cli import build_parser
 
     args = build_parser().parse_args(["table"])
@@ -54,6 +56,7 @@ def test_default_is_the_seed_table_with_a_million_draws():
 
 
 def test_default_markdown_table(capsys):
+    """The default markdown table holds the exact values and the errata against the derivation."""
     rc, out, err = run_cli(capsys, "table", "--n", "0")
     assert rc == 0
     assert err == ""
@@ -66,6 +69,7 @@ def test_default_markdown_table(capsys):
 
 
 def test_csv_columns_and_values(capsys):
+    """CSV has the documented columns, 17-digit values, inf beyond float range and finite log10."""
     rc, out, _ = run_cli(capsys, "table", "--n", "0", "--format", "csv", "--T", "1,10,1000000")
     assert rc == 0
     rows = list(csv.DictReader(io.StringIO(out)))
@@ -77,6 +81,7 @@ def test_csv_columns_and_values(capsys):
 
 
 def test_json_columns_and_overflow_is_null(capsys):
+    """JSON has the documented columns; an overflowing value is null beside its log10."""
     rc, out, _ = run_cli(
         capsys, "table", "--n", "0", "--format", "json", "--T", "10,1000000", "--family", "gamma"
     )
@@ -89,6 +94,7 @@ def test_json_columns_and_overflow_is_null(capsys):
 
 
 def test_latex(capsys):
+    """The LaTeX format is one tabular with escaped column names."""
     rc, out, _ = run_cli(capsys, "table", "--n", "0", "--format", "latex")
     assert rc == 0
     assert out.startswith(r"\begin{tabular}")
@@ -97,6 +103,7 @@ def test_latex(capsys):
 
 
 def test_out_file_written_and_kept_on_error(tmp_path, capsys):
+    """``--out`` writes the file, and a later failing run leaves it and no temporary."""
     target = tmp_path / "table.md"
     assert run_cli(capsys, "table", "--n", "0", "--out", str(target))[0] == 0
     first = target.read_text()
@@ -108,6 +115,7 @@ def test_out_file_written_and_kept_on_error(tmp_path, capsys):
 
 
 def test_errata_only_for_seed_parameters():
+    """Errata appear only for the derivation's parameters and its printed T values."""
     fam = get_family("lognormal", 1.0, 0.2)
     assert errata(theory.summary(fam, [10]), 1.0, 0.2) == ""
     assert errata(theory.summary(get_family("lognormal", 1, 0.1), [7]), 1.0, 0.1) == ""
@@ -127,10 +135,12 @@ def test_errata_only_for_seed_parameters():
     ],
 )
 def test_format_number(value, log10, text):
+    """Numbers are formatted from their value or, beyond float range, from their log10."""
     assert format_number(value, log10) == text
 
 
 def test_render_rejects_unknown_format():
+    """An unknown table format raises ValueError naming it."""
     with pytest.raises(ValueError, match="unknown table format 'html'"):
         render(theory.summary(get_family("lognormal", 1, 0.1), [1]), "html")
 
@@ -153,6 +163,7 @@ def test_render_rejects_unknown_format():
     ],
 )
 def test_cli_bad_input_one_line_exit_2(capsys, argv, needle):
+    """Each bad ``table`` argument gives exit status 2 and one stderr line naming it."""
     rc, out, err = run_cli(capsys, *argv)
     assert rc == 2
     assert out == ""
@@ -162,6 +173,7 @@ def test_cli_bad_input_one_line_exit_2(capsys, argv, needle):
 
 
 def test_console_script_subprocess_no_traceback():
+    """As a subprocess, bad input is exit status 2 and exactly one stderr line."""
     proc = subprocess.run(
         [sys.executable, "-m", "variance_lab.cli", "table", "--mu", "-2"],
         capture_output=True,
@@ -174,6 +186,7 @@ def test_console_script_subprocess_no_traceback():
 
 
 def test_version(capsys):
+    """``--version`` prints the program name and version and exits 0."""
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
@@ -197,6 +210,7 @@ MC_COLUMNS = [
 
 
 def test_monte_carlo_columns_csv(capsys):
+    """Monte Carlo columns: intervals around values, verdicts by T, agreement where reliable."""
     rc, out, _ = run_cli(capsys, "table", "--n", "20000", "--seed", "3", "--workers", "2", "--format", "csv")
     assert rc == 0
     rows = list(csv.DictReader(io.StringIO(out)))
@@ -217,6 +231,7 @@ def test_monte_carlo_columns_csv(capsys):
 
 
 def test_monte_carlo_columns_json_and_workers_do_not_matter(capsys):
+    """JSON Monte Carlo columns are identical for 1 and 2 workers and change with the seed."""
     args = ["table", "--n", "5000", "--seed", "9", "--T", "1,50", "--format", "json"]
     rc, one, _ = run_cli(capsys, *args, "--workers", "1")
     rc2, two, _ = run_cli(capsys, *args, "--workers", "2")
@@ -232,6 +247,7 @@ def test_monte_carlo_columns_json_and_workers_do_not_matter(capsys):
 
 
 def test_monte_carlo_markdown_says_plainly(capsys):
+    """The markdown table flags Var(P_T) at T = 100 and 1000 as unreliable and says why."""
     rc, out, _ = run_cli(capsys, "table", "--n", "20000", "--seed", "1")
     assert rc == 0
     assert "MC verdict Var(P_T)" in out
@@ -260,6 +276,7 @@ def test_monte_carlo_markdown_says_plainly(capsys):
     ],
 )
 def test_monte_carlo_bad_input_one_line_exit_2(capsys, argv, needle):
+    """Bad Monte Carlo arguments give exit status 2 and one stderr line naming them."""
     rc, out, err = run_cli(capsys, *argv)
     assert rc == 2
     assert out == ""
@@ -269,6 +286,7 @@ def test_monte_carlo_bad_input_one_line_exit_2(capsys, argv, needle):
 
 @pytest.mark.slow
 def test_monte_carlo_defaults_verdicts(capsys):
+    """With the default 1e6 draws, Var(P_T) is reliable at T = 1 and 10 only."""
     rc, out, _ = run_cli(capsys, "table", "--format", "csv")
     assert rc == 0
     rows = list(csv.DictReader(io.StringIO(out)))

@@ -45,8 +45,10 @@ def _raw_moment(name, mu, s2, s):
 
 
 def _ar1_var_sum(v, rho, T):
-    """Var(sum of T AR(1) terms) = v [T + 2 sum_k (T-k) rho^k], the inner sum regrouped as
-    sum_{j<T} sum_{k<=j} rho^k; checked against the plain sum for small T in a test below.
+    """Var(sum of T AR(1) terms) = v [T + 2 sum_k (T-k) rho^k], the inner sum regrouped.
+
+    The inner sum is regrouped as sum_{j<T} sum_{k<=j} rho^k; checked against the plain sum
+    for small T in a test below.
     """
     inner = (rho * (T - 1) - rho**2 * (1 - rho ** (T - 1)) / (1 - rho)) / (1 - rho)
     return v * (T + 2 * inner)
@@ -61,6 +63,7 @@ def _ar1_moments(mu, s2, rho, T, scale):
 
 
 def test_ar1_variance_sum_regrouping():
+    """The regrouped AR(1) variance sum equals the double sum to 1e-40, in mpmath."""
     with mp.workdps(50):
         for rho in (mp.mpf("0.5"), mp.mpf("-0.3"), mp.mpf("0.99")):
             for T in (1, 2, 7, 300):
@@ -91,6 +94,7 @@ def _n_needed(kurt, target):
 
 
 def reference(name, mu, s2, T, target=0.1, rho=None):
+    """Return every quantity of ``name`` at length T from raw moments in mpmath at DPS digits."""
     with mp.workdps(DPS):
         if name == "ar1":  # not i.i.d.: log P_T is Gaussian with the AR(1) variance
             P = _moments(_ar1_moments(mu, s2, rho, T, 1))
@@ -166,6 +170,7 @@ def _check(q, got_lin, got_log, ref, rel):
 
 @pytest.mark.parametrize(("name", "mu", "s2", "params"), list(_cases()))
 def test_every_quantity_against_mpmath(name, mu, s2, params):
+    """Every quantity, linear and log10, matches the mpmath reference at each T."""
     fam = get_family(name, mu, s2, **params)
     for T in T_GRID:
         ref = reference(name, mu, s2, T, **params)
@@ -176,6 +181,7 @@ def test_every_quantity_against_mpmath(name, mu, s2, params):
 
 @pytest.mark.parametrize("name", ["lognormal", "gamma", "two-point"])
 def test_rel_se_matches_definition(name):
+    """The relative SE of the sample variances is sqrt((kurtosis - (n-3)/(n-1))/n)."""
     fam = get_family(name, 1.0, 0.1)
     for T in (1, 10, 100):
         ref = reference(name, 1.0, 0.1, T)
@@ -200,12 +206,14 @@ def test_design_note_numbers():
 
 
 def test_ar1_rho_zero_is_lognormal():
+    """AR(1) with rho = 0 gives the lognormal family's values exactly."""
     a, b = get_family("ar1", 1.3, 0.4, rho=0.0), get_family("lognormal", 1.3, 0.4)
     for q in theory.QUANTITIES:
         np.testing.assert_array_equal(theory.value(q, a, [1, 10, 1000]), theory.value(q, b, [1, 10, 1000]))
 
 
 def test_shapes_and_scalars():
+    """A scalar T gives a float, an array T an array of its shape."""
     fam = get_family("gamma", 1.0, 0.1)
     assert isinstance(theory.var_G(fam, 10), float)
     out = theory.var_G(fam, np.array([[1, 10], [100, 1000]]))
@@ -214,6 +222,7 @@ def test_shapes_and_scalars():
 
 
 def test_no_nan_beyond_float_range():
+    """Beyond float range values are inf or 0, never NaN, and log10 values stay finite."""
     fam = get_family("gamma", 2.0, 10.0)
     T = [10**5, 10**6]
     for q in ("var_P", "mean_P", "ess_frac_P", "var_ratio", "n_needed_P", "kurtosis_P"):
@@ -240,11 +249,13 @@ def test_no_nan_beyond_float_range():
     ],
 )
 def test_bad_input(call, match):
+    """Bad T, n, target, quantity or family raise ValueError naming the bad value."""
     with pytest.raises(ValueError, match=match):
         call(get_family("lognormal", 1.0, 0.1))
 
 
 def test_summary_columns_and_tidy():
+    """The summary has the table columns and its ratio; tidy holds the same exact values."""
     fam = get_family("lognormal", 1.0, 0.1)
     df = theory.summary(fam, [1, 10, 100, 1000])
     assert list(df.columns) == list(theory.TABLE_COLUMNS)
@@ -270,6 +281,7 @@ def _family(name, mu, s2):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FAMILY, st.floats(1.0, 2.0), S2, st.integers(1, 5000))
 def test_var_P_nonnegative_and_increasing_when_mu_at_least_one(name, mu, s2, T):
+    """For mu >= 1, Var(P_T) is non-negative and increases with T (hypothesis)."""
     fam = _family(name, mu, s2)
     lo, hi = theory.var_P(fam, [T, T + 1], log10=True)
     assert theory.var_P(fam, T) >= 0
@@ -279,6 +291,7 @@ def test_var_P_nonnegative_and_increasing_when_mu_at_least_one(name, mu, s2, T):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FAMILY, MU, S2)
 def test_var_G_vanishes_like_one_over_T(name, mu, s2):
+    """Var(G_T) decreases and T Var(G_T) approaches sigma_y^2 exp(2 mu_y) (hypothesis)."""
     fam = _family(name, mu, s2)
     T = np.array([10**4, 10**5, 10**6])
     v = theory.var_G(fam, T)
@@ -291,6 +304,7 @@ def test_var_G_vanishes_like_one_over_T(name, mu, s2):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FAMILY, MU, S2)
 def test_var_G_equals_var_P_at_T_one(name, mu, s2):
+    """At T = 1, Var(G_T) = Var(P_T) = sigma^2 (hypothesis)."""
     fam = _family(name, mu, s2)
     assert theory.var_G(fam, 1) == pytest.approx(theory.var_P(fam, 1), rel=1e-12)
     assert theory.var_P(fam, 1) == pytest.approx(fam.sigma2, rel=1e-12)

@@ -67,6 +67,7 @@ class Family(ABC):
     name: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
+        """Check mu > 0 and a finite sigma2 >= 0, and that the family can reach them."""
         object.__setattr__(self, "mu", check_positive("mu", self.mu))
         sigma2 = check_finite("sigma2", self.sigma2)
         if sigma2 < 0:
@@ -85,7 +86,7 @@ class Family(ABC):
 
     @abstractmethod
     def _K_mp(self, s: mpmath.mpf) -> mpmath.mpf:
-        """mpmath K(s) for sigma2 > 0, at the current working precision."""
+        """Return K(s) in mpmath for sigma2 > 0, at the current working precision."""
 
     @abstractmethod
     def _log_moments_mp(self) -> tuple[mpmath.mpf, mpmath.mpf]:
@@ -153,7 +154,7 @@ class Family(ABC):
             return float(self.log_moments_mp()[1])
 
     def sampler_params(self) -> tuple[int, np.ndarray]:
-        """What a kernel needs to draw ``log r``: an integer code and a float64 vector.
+        """Return what a kernel needs to draw ``log r``: an integer code and a float64 vector.
 
         ============  =======================================================
         code          parameters
@@ -177,8 +178,9 @@ class Family(ABC):
 
 @dataclass(frozen=True)
 class LogNormal(Family):
-    r"""Lognormal ratio: :math:`\log r \sim N(m, v)` with
-    :math:`v = \log(1 + \sigma^2/\mu^2)` and :math:`m = \log\mu - v/2`.
+    r"""Lognormal ratio: :math:`\log r \sim N(m, v)`.
+
+    Here :math:`v = \log(1 + \sigma^2/\mu^2)` and :math:`m = \log\mu - v/2`.
 
     :math:`K(s) = s m + s^2 v / 2`. Reaches every :math:`\mu > 0, \sigma^2 \ge 0`.
     """
@@ -219,6 +221,7 @@ class Gamma(Family):
 
     @property
     def shape(self) -> float:
+        """Shape parameter k = mu^2 / sigma^2 of the gamma distribution of r."""
         return self.mu**2 / self.sigma2
 
     def _K(self, s):
@@ -335,6 +338,7 @@ class TwoPoint(Family):
         return CODE_TWO_POINT, np.array([self.q, math.log(a), math.log(b)])
 
     def describe(self) -> dict:
+        """Plain-dict description (family name, mu, sigma2 and q), for provenance."""
         return {**super().describe(), "q": self.q}
 
 
@@ -377,6 +381,7 @@ class AR1(LogNormal):
         return v * (T * (1 + rho) / (1 - rho) - 2 * rho * (1 - rho**T) / (1 - rho) ** 2)
 
     def cgf_sum_mp(self, T: int, s) -> mpmath.mpf:
+        r""":math:`\log E[e^{s \log P_T}] = s T m + s^2 V_T / 2`, :math:`m = E[\log r]`: Gaussian."""
         m, _ = self.log_moments_mp()
         s = mpmath.mpf(s)
         return s * T * m + s * s * self.var_sum_mp(T) / 2
@@ -386,6 +391,7 @@ class AR1(LogNormal):
         return CODE_AR1, np.array([m, math.sqrt(v), self.rho])
 
     def describe(self) -> dict:
+        """Plain-dict description (family name, mu, sigma2 and rho), for provenance."""
         return {**super().describe(), "rho": self.rho}
 
 

@@ -49,7 +49,7 @@ METHODS = ("exact", "lognormal", "delta", "seed", "monte_carlo")
 
 
 def json_safe(value):
-    """A value JSON can hold, recursively: the one converter every JSON writer uses.
+    """Return a value JSON can hold, recursively: the one converter every JSON writer uses.
 
     NumPy scalars become Python ones (``np.bool_`` to ``bool``), arrays become lists, tuples
     lists, dictionary keys strings, and NaN and infinities ``None`` (JSON has no such

@@ -77,7 +77,7 @@ def z_value(ci: float) -> float:
 
 
 def mean_interval(mean, var, n: int, ci: float = 0.95):
-    r"""Normal (CLT) interval of a mean: :math:`\bar x \pm z\sqrt{s^2/n}`.
+    r"""Return the normal (CLT) interval of a mean: :math:`\bar x \pm z\sqrt{s^2/n}`.
 
     Returns
     -------
@@ -141,7 +141,8 @@ def var_interval(var, kurt, n: int, ci: float = 0.95):
 
 
 def ess_fraction(mean, second_moment):
-    r"""Kong's effective sample size over :math:`n`, from moments of the weights:
+    r"""Kong's effective sample size over :math:`n`, from moments of the weights.
+
     :math:`(\sum w)^2 / (n \sum w^2) = \bar w^2 / \overline{w^2}`.
 
     Both arguments may be in any common unit (a shifted log scale cancels).

@@ -208,7 +208,7 @@ def _to_float(x, log10: bool) -> float:
 
 
 def value(name: str, family: Family, T, *, log10: bool = False, n: int = 2, target: float = DEFAULT_TARGET):
-    """Any quantity of :data:`QUANTITIES` at the lengths ``T``.
+    r"""Any quantity of :data:`QUANTITIES` at the lengths ``T``.
 
     Parameters
     ----------
@@ -219,7 +219,7 @@ def value(name: str, family: Family, T, *, log10: bool = False, n: int = 2, targ
     T : int or array_like of int
         Sequence lengths, integers >= 1.
     log10 : bool
-        Return :math:`\\log_{10}` of the absolute value instead (exact where the linear
+        Return :math:`\log_{10}` of the absolute value instead (exact where the linear
         value over- or underflows float64).
     n : int
         Draws, for the ``rel_se_*`` quantities.
@@ -291,7 +291,8 @@ kurtosis_G = _doc_fn("kurtosis_G", r":math:`m_4/v^2` of :math:`G_T` (NaN when :m
 
 
 def rel_se_var_P(family: Family, T, n: int, *, log10: bool = False):
-    r"""Relative standard error of the sample variance of ``n`` draws of :math:`P_T`:
+    r"""Relative standard error of the sample variance of ``n`` draws of :math:`P_T`.
+
     :math:`\sqrt{(\kappa - (n-3)/(n-1))/n}`, :math:`\kappa = m_4/v^2` (0 when :math:`\sigma^2 = 0`).
     """
     return value("rel_se_var_P", family, T, n=n, log10=log10)
@@ -303,8 +304,9 @@ def rel_se_var_G(family: Family, T, n: int, *, log10: bool = False):
 
 
 def n_needed_P(family: Family, T, target: float = DEFAULT_TARGET, *, log10: bool = False):
-    r"""Draws for which the sample variance of :math:`P_T` has relative standard error ``target``
-    (about :math:`(\kappa - 1)/\text{target}^2`; 2 when :math:`\sigma^2 = 0`).
+    r"""Draws for which the sample variance of :math:`P_T` has relative standard error ``target``.
+
+    About :math:`(\kappa - 1)/\text{target}^2`; 2 when :math:`\sigma^2 = 0`.
     """
     return value("n_needed_P", family, T, target=target, log10=log10)
 
@@ -340,7 +342,7 @@ _COLUMN_SOURCE = {"ratio": "var_ratio"}
 
 
 def summary(family: Family, T, *, target: float = DEFAULT_TARGET) -> pd.DataFrame:
-    """The exact comparison table: one row per T, columns :data:`TABLE_COLUMNS`.
+    """Return the exact comparison table: one row per T, columns :data:`TABLE_COLUMNS`.
 
     Parameters
     ----------
@@ -384,8 +386,9 @@ _TIDY = {
 
 
 def tidy(family: Family, T, *, target: float = DEFAULT_TARGET, quantities=None) -> pd.DataFrame:
-    """Theory in the tidy long schema (:mod:`variance_lab.schema`): one row per
-    (T, statistic, method), exact values and the seed's approximations.
+    """Theory in the tidy long schema (:mod:`variance_lab.schema`).
+
+    One row per (T, statistic, method): exact values and the derivation's approximations.
 
     Parameters
     ----------

@@ -20,7 +20,7 @@ COMMANDS = (table, sweep, export, figures, analyze, experiment)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``variance-lab`` and its subcommands."""
+    """Return the argument parser of ``variance-lab`` and its subcommands."""
     parser = Parser(
         prog=PROG,
         description="Variance of sequence-level importance ratios: the product P_T against "

@@ -47,8 +47,9 @@ def float_arg(text: str) -> float:
 
 
 def write_output(text: str, out: str | None) -> None:
-    """Print ``text``, or write it to ``out`` atomically (an existing file is only
-    replaced once the new text is complete).
+    """Print ``text``, or write it to ``out`` atomically.
+
+    An existing file is only replaced once the new text is complete.
     """
     if out is None:
         sys.stdout.write(text)
@@ -81,7 +82,7 @@ def add_family_args(p: argparse.ArgumentParser) -> None:
 
 
 def family_from_args(args: argparse.Namespace):
-    """The family named by ``--family --mu --sigma2`` and, where given, ``--q`` / ``--rho``."""
+    """Return the family named by ``--family --mu --sigma2`` and, where given, ``--q`` / ``--rho``."""
     extra = {k: getattr(args, k) for k in ("q", "rho") if getattr(args, k, None) is not None}
     return get_family(args.family, args.mu, args.sigma2, **extra)
 
@@ -95,7 +96,10 @@ GRID_EPILOG = (
 
 
 def grid_arg(name: str, *, integer: bool = False, minimum: int | None = None):
-    """An argparse type parsing a grid (see variance_lab.sweep.grid); errors become one-line usage errors."""
+    """Return an argparse type parsing a grid (see variance_lab.sweep.grid).
+
+    Errors become one-line usage errors.
+    """
     from variance_lab.sweep import grid
 
     def parse(text: str):

@@ -56,7 +56,7 @@ def _level(text: str) -> float:
 
 
 def _load(args: argparse.Namespace):
-    """The batch of ``args.file``; a missing or unreadable file is a one-line error."""
+    """Load the batch of ``args.file``; a missing or unreadable file is a one-line error."""
     from variance_lab.rollouts.io import load_batch
 
     path = Path(args.file)
@@ -94,6 +94,7 @@ def _save_figure(fig, target: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Analyze the token log-prob file, write the table (and figure), and return the exit status 0."""
     from variance_lab.report.analysis_table import render_analysis, summary_lines
     from variance_lab.rollouts.analysis import analyze
 

@@ -48,7 +48,7 @@ def _coerce(name: str, value: str, default):
 
 
 def settings_from_args(args: argparse.Namespace):
-    """The run's settings: a sidecar's (``--settings``) or the preset, then ``--seed`` and ``--set``.
+    """Return the run's settings: a sidecar's (``--settings``) or the preset, then ``--seed`` and ``--set``.
 
     Parameters
     ----------

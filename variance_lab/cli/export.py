@@ -6,6 +6,7 @@ import argparse
 
 
 def run(args: argparse.Namespace) -> int:
+    """Export the sweep store to ``--out``, say how many rows were written, and return 0."""
     from variance_lab import sweep as sweep_mod
 
     frame = sweep_mod.export(args.store, args.out, args.format)

@@ -8,6 +8,7 @@ from variance_lab.cli._common import positive_int
 
 
 def run(args: argparse.Namespace) -> int:
+    """Write all or the chosen figures, or one again from its sidecar, and return 0."""
     from variance_lab.paper import figures as figures_mod
 
     if args.from_sidecar is not None:

@@ -18,6 +18,7 @@ from variance_lab.report import table as table_report
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print or write the comparison table (theory, and Monte Carlo unless ``--n 0``); return 0."""
     family = family_from_args(args)
     T = parse_int_list(args.T)
     frame = theory.summary(family, T, target=args.target)

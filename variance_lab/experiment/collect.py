@@ -53,7 +53,7 @@ SIDECAR_VERSION = 1
 
 
 def _problem_rows(settings: Settings) -> list[Problem]:
-    """The data set's problems, each repeated ``data_samples`` times (a group per problem)."""
+    """Return the data set's problems, each repeated ``data_samples`` times (a group per problem)."""
     rng = np.random.default_rng(streams(settings.seed)["data_prompts"])
     problems = make_problems(rng, settings.data_prompts, settings.n_min, settings.n_max)
     return [p for p in problems for _ in range(settings.data_samples)]

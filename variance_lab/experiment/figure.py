@@ -112,7 +112,7 @@ def clip_panel(ax, table: pd.DataFrame):
 
 
 def experiment_figure(table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, level: float = 0.95) -> Figure:
-    """The three panels: Var(P_T), Var(G_T) and GSPO's clip fraction against T.
+    """Draw the three panels: Var(P_T), Var(G_T) and GSPO's clip fraction against T.
 
     Parameters
     ----------
@@ -141,7 +141,7 @@ def experiment_figure(table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, le
 
 
 def load_data(data=None) -> tuple[TokenBatch, list[dict] | None]:
-    """The batch of a data set (default the shipped one) and, for JSONL, its raw records.
+    """Load the batch of a data set (default the shipped one) and, for JSONL, its raw records.
 
     Parameters
     ----------
@@ -301,7 +301,7 @@ def _by_reward(batch: TokenBatch, reward: np.ndarray) -> dict:
 
 
 def _data_fingerprint(path: Path) -> dict:
-    """The data set's own sidecar fields that identify it (seed, settings, numbers' SHA-256)."""
+    """Return the data set's own sidecar fields that identify it (seed, settings, numbers' SHA-256)."""
     from variance_lab.experiment.files import sidecar_path
 
     side = sidecar_path(path)

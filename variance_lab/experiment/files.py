@@ -24,7 +24,7 @@ _DATA_SUFFIXES = (".jsonl.gz", ".ndjson.gz", ".jsonl", ".ndjson", ".parquet", ".
 
 
 def sidecar_path(path) -> Path:
-    """The sidecar of a data file: its name without the data suffix, plus ``.json``.
+    """Return the sidecar of a data file: its name without the data suffix, plus ``.json``.
 
     Parameters
     ----------

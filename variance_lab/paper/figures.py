@@ -146,7 +146,7 @@ FIGURES = tuple(_defaults(True))
 
 
 def default_params(name: str, *, quick: bool = False) -> dict:
-    """The parameters of figure ``name`` (``quick``: small grids and few draws)."""
+    """Return the parameters of figure ``name`` (``quick``: small grids and few draws)."""
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
     params = _defaults(quick)[name]
@@ -194,7 +194,7 @@ def sample_log_P(family: Family, T: Sequence[int], n: int, *, seed: int = 0) -> 
 
 
 def _token_sampler(code: int, p: np.ndarray, rng: np.random.Generator, n: int) -> Callable[[], np.ndarray]:
-    """A function drawing ``n`` i.i.d. log-ratios per call (codes of ``Family.sampler_params``)."""
+    """Return a function drawing ``n`` i.i.d. log-ratios per call (codes of ``Family.sampler_params``)."""
     if code == 0:
         return lambda: np.full(n, p[0])
     if code == 1:
@@ -263,7 +263,7 @@ def _keep(frame: pd.DataFrame, statistics) -> pd.DataFrame:
 
 
 def figure_data(name: str, params: dict, *, workers: int | None = None) -> pd.DataFrame:
-    """The tidy data behind figure ``name`` with ``params`` (see :func:`default_params`)."""
+    """Return the tidy data behind figure ``name`` with ``params`` (see :func:`default_params`)."""
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
     p = params

@@ -46,7 +46,7 @@ def _se(value, se) -> str:
 
 
 def summary_lines(summary: dict) -> list[str]:
-    """The fit, autocorrelation, dropped sequences, clip fractions and verdict as text lines."""
+    """Return the fit, autocorrelation, dropped sequences, clip fractions and verdict as text lines."""
     f, a, c = summary["fit"], summary["autocorrelation"], summary["clip"]
     lines = [
         f"Sequences: {summary['n_sequences']:,} ({summary['n_tokens']:,} tokens, lengths "
@@ -85,12 +85,12 @@ def summary_lines(summary: dict) -> list[str]:
 
 
 def _fixed(value) -> str:
-    """A log10 value with 3 decimals."""
+    """Format a log10 value with 3 decimals."""
     return f"{value:.3f}" if math.isfinite(value) else "n/a"
 
 
 def _sci(value) -> str:
-    """A variance in scientific notation, 4 significant digits."""
+    """Format a variance in scientific notation, 4 significant digits."""
     return f"{value:.3e}" if math.isfinite(value) else "n/a"
 
 

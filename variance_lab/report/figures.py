@@ -422,7 +422,7 @@ def frontier_frame(frame: pd.DataFrame, n) -> pd.DataFrame:
 
 
 def mc_frontier(frame: pd.DataFrame, n=None, *, ax=None, target: float | None = 0.1) -> Figure:
-    """The Monte Carlo reliability frontier: largest T where n draws give Var(P_T) to 10 %.
+    """Plot the Monte Carlo reliability frontier: largest T where n draws give Var(P_T) to 10 %.
 
     Parameters
     ----------

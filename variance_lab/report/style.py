@@ -72,7 +72,7 @@ def paper():
 
 
 def color(i: int) -> str:
-    """The ``i``-th Okabe–Ito colour (cycling)."""
+    """Return the ``i``-th Okabe–Ito colour (cycling)."""
     return OKABE_ITO[i % len(OKABE_ITO)]
 
 

@@ -64,7 +64,7 @@ _LOG_TWIN = {
 
 
 def format_number(value: float, log10: float | None = None, digits: int = 4) -> str:
-    """A number in ``digits`` significant digits; beyond float range, from its log10.
+    """Format a number in ``digits`` significant digits; beyond float range, from its log10.
 
     >>> format_number(float("inf"), 41392.685158)
     '4.843e+41392'
@@ -233,7 +233,7 @@ def _verdict(flags) -> list[str]:
 
 
 def with_monte_carlo(frame: pd.DataFrame, mc: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFrame:
-    """The comparison frame with the Monte Carlo columns :data:`MC_COLUMNS` appended.
+    """Return the comparison frame with the Monte Carlo columns :data:`MC_COLUMNS` appended.
 
     Parameters
     ----------

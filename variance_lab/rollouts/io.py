@@ -59,7 +59,7 @@ _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq"
 
 
 def detect_format(path, format: str | None = None) -> str:
-    """The file format: ``format`` if given, else from the file name's extension.
+    """Return the file format: ``format`` if given, else from the file name's extension.
 
     Parameters
     ----------
@@ -128,7 +128,7 @@ def _record_array(rec: Mapping, key: str, *, required: bool) -> tuple[np.ndarray
 
 
 def _record_fields(rec, names: dict[str, str]) -> tuple[dict, str | None]:
-    """The three arrays of one record (mask may be None), or the record's first problem."""
+    """Return the three arrays of one record (mask may be None), or the record's first problem."""
     if not isinstance(rec, Mapping):
         return {}, "record is not a JSON object"
     arrays = {}
@@ -140,7 +140,7 @@ def _record_fields(rec, names: dict[str, str]) -> tuple[dict, str | None]:
 
 
 def _batch_from_records(records: Iterable, names: dict[str, str], on_bad: str) -> TokenBatch:
-    """A batch from parsed records; a record with a bad field enters with length 0 and its problem."""
+    """Build a batch from parsed records; a record with a bad field enters with length 0 and its problem."""
     cols: dict[str, list] = {"logp": [], "old_logp": [], "mask": []}
     ids, known, has_mask = [], {}, False
     for i, rec in enumerate(records):
@@ -220,7 +220,7 @@ def _parquet_list_column(table, name: str):
 
 
 def _null_mask_counts_all(values, lengths, is_null, logp_lengths):
-    """A null mask (row) means every token counts, as an absent one: fill it with ones."""
+    """Fill null masks (rows) with ones: a null mask means every token counts, as an absent one."""
     if not is_null.any():
         return values, lengths, is_null
     lengths = np.where(is_null, logp_lengths, lengths)
@@ -438,7 +438,7 @@ def save_batch(batch: TokenBatch, path, *, format: str | None = None, npz_layout
 
 
 def _plain(value):
-    """A record's field as JSON/Arrow can take it: arrays to lists, everything else as is."""
+    """Return a record's field as JSON/Arrow can take it: arrays to lists, everything else as is."""
     return value.tolist() if isinstance(value, np.ndarray | np.generic) else value
 
 

@@ -327,14 +327,14 @@ def finish_tails(tbuf, tlen, keep, out):  # pragma: no cover - compiled
 
 
 class BlockState:
-    """The arrays a kernel fills for one chunk (see :func:`new_state`).
+    r"""The arrays a kernel fills for one chunk (see :func:`new_state`).
 
     Attributes
     ----------
     P : ndarray, shape (B, nT)
-        Fill buffer: row ``i`` holds path ``i``'s :math:`\\log P_T` at every T of the grid.
+        Fill buffer: row ``i`` holds path ``i``'s :math:`\log P_T` at every T of the grid.
     shift, cref : ndarray, shape (2, nT)
-        Shift :math:`h` and :math:`e^{\\rho - h}` of :math:`P_T`, :math:`G_T`.
+        Shift :math:`h` and :math:`e^{\rho - h}` of :math:`P_T`, :math:`G_T`.
     sums : ndarray, shape (3, nT, 4)
         Power sums.
     tbuf : ndarray, shape (nT, cap)
@@ -350,7 +350,7 @@ class BlockState:
     __slots__ = ("P", "X", "cref", "keep", "lanes", "shift", "sums", "tbuf", "thr", "tlen")
 
     def args(self) -> tuple:
-        """The arguments of :func:`reduce_block` after ``(P, b, grid, log_ref, ref_logp)``."""
+        """Return the arguments of :func:`reduce_block` after ``(P, b, grid, log_ref, ref_logp)``."""
         return (
             self.keep,
             self.shift,
@@ -383,7 +383,7 @@ def new_state(spec: AccumulatorSpec, keep: int) -> BlockState:
 
 
 def to_accumulator(spec: AccumulatorSpec, n_paths: int, st: BlockState, *, complete: bool) -> Accumulator:
-    """The chunk's accumulator from its filled state.
+    """Return the chunk's accumulator from its filled state.
 
     ``complete=False`` marks a tail cut to fewer than ``min(spec.tail, n_paths)`` values:
     its floor (the smallest value kept per T) goes into ``tail_floor``.

@@ -177,7 +177,7 @@ def _resolve(executor, scheduler, client, workers) -> tuple[str, object, object,
 # --------------------------------------------------------------------------- clusters
 @contextlib.contextmanager
 def local_cluster(workers: int, **options):
-    """A ``LocalCluster`` of ``workers`` one-thread processes and its client; closed on exit.
+    """Start a ``LocalCluster`` of ``workers`` one-thread processes and its client; closed on exit.
 
     Parameters
     ----------
@@ -206,7 +206,7 @@ def local_cluster(workers: int, **options):
 
 @contextlib.contextmanager
 def _connect(scheduler: str):
-    """A client of the scheduler at an address or in a scheduler file; closed on exit."""
+    """Connect a client to the scheduler at an address or in a scheduler file; closed on exit."""
     distributed = import_distributed()
     where = {"scheduler_file": scheduler} if scheduler.endswith(".json") else {"address": scheduler}
     try:
@@ -245,9 +245,11 @@ class Engine:
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Engine:
+        """Return the engine, for use in a ``with`` block."""
         return self
 
     def __exit__(self, *exc) -> None:
+        """Close the engine (and any cluster it started) on leaving the ``with`` block."""
         self.close()
 
     def close(self) -> None:
@@ -422,7 +424,7 @@ class _DaskRun:
 
 # --------------------------------------------------------------------------- numba on workers
 def kernel_cache_stats() -> dict[str, dict[str, int]]:
-    """numba cache hits and misses of the engine's kernels in this process.
+    """Return numba's cache hits and misses of the engine's kernels in this process.
 
     Run it on every worker with ``client.run(kernel_cache_stats)``: a worker that loaded
     its kernels from the on-disk cache shows hits and no misses.

@@ -91,7 +91,7 @@ def _row(stat, value, log10_value, lo=np.nan, hi=np.nan, se=np.nan):
 
 
 def _exp_part(acc: Accumulator, q: int, name: str, ci: float) -> list[dict]:
-    """mean and var rows (arrays over T) of P_T (q = P) or G_T (q = G), in log space."""
+    """Return the mean and var rows (arrays over T) of P_T (q = P) or G_T (q = G), in log space."""
     n = acc.count
     h = acc.shift[q]
     c = acc.centre()[q]

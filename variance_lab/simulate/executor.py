@@ -33,7 +33,7 @@ def default_workers() -> int:
 
 
 def make_progress(progress, total: int, desc: str):
-    """A progress bar over ``total`` paths, or ``None``.
+    """Return a progress bar over ``total`` paths, or ``None``.
 
     ``progress=None`` (auto): a ``tqdm.auto`` bar (a widget in notebooks, text in a
     terminal, and text in a notebook without ``ipywidgets``) that appears only once the

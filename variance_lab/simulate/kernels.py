@@ -221,10 +221,10 @@ def _token_kernel(
     X,
     lanes,
 ):  # pragma: no cover - compiled
-    """Simulate ``n_paths`` paths token by token and reduce them into the state arrays.
+    r"""Simulate ``n_paths`` paths token by token and reduce them into the state arrays.
 
     Paths go in batches of 4 (:func:`_draw_raw4`), the last ``n_paths % 4`` one by one
-    (AR(1): all one by one); each path writes its :math:`\\log P_T` at every T into its
+    (AR(1): all one by one); each path writes its :math:`\log P_T` at every T into its
     column of the block buffer ``X``, and a full block is reduced at once
     (:func:`variance_lab.simulate.block.reduce_block`).
     """
@@ -285,7 +285,7 @@ def _token_kernel(
 def _values_kernel(
     log_p, grid, log_ref, ref_logp, keep, shift, cref, sums, tbuf, tlen, thr, X, lanes
 ):  # pragma: no cover
-    """Accumulate given values ``log_p[i, j]`` of :math:`\\log P_{T_j}`, a block of rows at a time."""
+    r"""Accumulate given values ``log_p[i, j]`` of :math:`\log P_{T_j}`, a block of rows at a time."""
     B = X.shape[1]
     n = log_p.shape[0]
     for start in range(0, n, B):
@@ -361,7 +361,7 @@ def run_chunk(task: ChunkTask) -> Accumulator:
 
 
 def draw_log_p(code: int, params, T, rng: np.random.Generator, n: int, *, sampler="token", independent=False):
-    r"""The values of :math:`\log P_T` the chunk kernels draw, as an ``(n, nT)`` matrix.
+    r"""Draw :math:`\log P_T` as the chunk kernels draw it, returned as an ``(n, nT)`` matrix.
 
     ``n`` paths from the stream ``rng`` exactly as a chunk of ``n`` paths draws them with
     ``sampler`` (``"token"`` or ``"aggregate"``), in path order: what

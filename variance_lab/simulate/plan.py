@@ -106,7 +106,7 @@ def chunk_tail_keep(n: int, chunk: int, tail: int) -> int:
 
 @dataclass(frozen=True)
 class ChunkPlan:
-    """``n`` paths cut into ``n_chunks`` chunks of ``chunk_size`` (the last one may be smaller).
+    r"""``n`` paths cut into ``n_chunks`` chunks of ``chunk_size`` (the last one may be smaller).
 
     Attributes
     ----------
@@ -115,9 +115,9 @@ class ChunkPlan:
     chunk_size : int
         Paths per chunk.
     n_chunks : int
-        :math:`\\lceil n / \\text{chunk\\_size} \\rceil`.
+        :math:`\lceil n / \text{chunk\_size} \rceil`.
     tail : int
-        Tail values of :math:`\\log P_T` kept per T (:func:`tail_size`).
+        Tail values of :math:`\log P_T` kept per T (:func:`tail_size`).
     """
 
     n: int
@@ -147,7 +147,7 @@ class ChunkPlan:
 
 
 def make_plan(n, chunk_size=None, sampler: str = "token") -> ChunkPlan:
-    r"""The chunk plan of ``n`` paths.
+    r"""Return the chunk plan of ``n`` paths.
 
     Parameters
     ----------
@@ -181,7 +181,7 @@ def make_plan(n, chunk_size=None, sampler: str = "token") -> ChunkPlan:
 
 
 def chunk_generator(seed: int, index: int) -> np.random.Generator:
-    """The Generator of chunk ``index``: ``PCG64(SeedSequence(seed).spawn(...)[index])``.
+    """Return the Generator of chunk ``index``: ``PCG64(SeedSequence(seed).spawn(...)[index])``.
 
     ``SeedSequence(seed).spawn(k)[i]`` is ``SeedSequence(seed, spawn_key=(i,))`` for every
     ``k > i``, so a worker builds its chunk's stream from ``(seed, index)`` alone.
@@ -238,7 +238,7 @@ def make_tasks(
     independent: bool,
     sampler: str = "token",
 ):
-    """The plan's chunk tasks, in chunk order (``sampler``: ``"token"`` or ``"aggregate"``)."""
+    """Return the plan's chunk tasks, in chunk order (``sampler``: ``"token"`` or ``"aggregate"``)."""
     seed = check_seed(seed)
     if sampler not in SAMPLERS:
         raise ValueError(f"a task's sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")

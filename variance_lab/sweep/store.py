@@ -132,9 +132,11 @@ class Store:
             raise sqlite3.DatabaseError(f"schema version {row[0]}, this version reads {SCHEMA_VERSION}")
 
     def __enter__(self) -> Store:
+        """Return the store, for use in a ``with`` block."""
         return self
 
     def __exit__(self, *exc) -> None:
+        """Close the store's connection on leaving the ``with`` block."""
         self.close()
 
     def close(self) -> None:
@@ -229,7 +231,7 @@ def _text(v) -> str:
 
 
 def normalise_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Fixed dtypes and a content order, so that equal stores give equal frames."""
+    """Give the frame fixed dtypes and a content order, so that equal stores give equal frames."""
     out = pd.DataFrame(index=range(len(frame)))
     src = frame.reset_index(drop=True)
     for col in STORE_COLUMNS:
