@@ -139,7 +139,7 @@ def test_continuous_samplers_agree_two_sample(fam, independent):
 def test_two_point_samplers_agree_two_sample(fam, independent):
     """Two-point log P_T = k log a + (T - k) log b: chi-square test of the counts k between samplers."""
     n = 6000
-    code, (q, la, lb) = fam.sampler_params()
+    _, (_, la, lb) = fam.sampler_params()
     tok = _samples(fam, "token", n, 21, independent)
     agg = _samples(fam, "aggregate", n, 22, independent)
     for j, T in enumerate(GRID):

@@ -210,7 +210,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
     proc = _start(argv, tmp_path)
     _wait_for_cells(proc, store, 2)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]

@@ -60,9 +60,11 @@ def client():
     import dask
 
     # the scheduler reads this when it starts: a task may see several workers die under it
-    with dask.config.set({"distributed.scheduler.allowed-failures": 10}):
-        with dx.local_cluster(2, memory_limit="1GiB") as c:
-            yield c
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 10}),
+        dx.local_cluster(2, memory_limit="1GiB") as c,
+    ):
+        yield c
 
 
 # ----------------------------------------------------------------------------- identical results
@@ -276,7 +278,7 @@ def test_bad_choice(choice, match):
 def test_unreachable_scheduler(monkeypatch):
     """An unreachable scheduler address raises ValueError naming it, after the connect timeout."""
     monkeypatch.setattr(dx, "CONNECT_TIMEOUT_S", 1)
-    with pytest.raises(ValueError, match="cannot reach the Dask scheduler 'tcp://127.0.0.1:9'"):
+    with pytest.raises(ValueError, match=r"cannot reach the Dask scheduler 'tcp://127\.0\.0\.1:9'"):
         simulate(FAM, [2], 100, progress=False, executor="dask", scheduler="tcp://127.0.0.1:9")
 
 

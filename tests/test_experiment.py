@@ -193,17 +193,17 @@ def test_settings_validation():
     from variance_lab.experiment.train import FULL, QUICK, Settings
 
     assert Settings.from_dict(QUICK.to_dict()) == QUICK
-    for bad in [
-        {"n_max": 60},
-        {"n_min": 1},
-        {"threads": 0},
-        {"sft_steps": 1.5},
-        {"d_model": 30, "n_head": 4},
-        {"pg_minibatches": 20},
-        {"clip_low": 1.0},
-        {"pg_lr": 0.0},
+    for bad, message in [
+        ({"n_max": 60}, r"need 2 <= n_min <= n_max <= "),
+        ({"n_min": 1}, r"need 2 <= n_min <= n_max <= "),
+        ({"threads": 0}, r"settings threads out of range"),
+        ({"sft_steps": 1.5}, r"settings sft_steps must be integers"),
+        ({"d_model": 30, "n_head": 4}, r"n_head=4 must divide d_model=30"),
+        ({"pg_minibatches": 20}, r"pg_minibatches must not exceed pg_prompts"),
+        ({"clip_low": 1.0}, r"need 0 < clip_low < 1"),
+        ({"pg_lr": 0.0}, r"learning rates > 0"),
     ]:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=message):
             replace(FULL, **bad)
     with pytest.raises(ValueError, match="unknown settings: bogus"):
         Settings.from_dict({**FULL.to_dict(), "bogus": 1})

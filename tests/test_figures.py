@@ -261,7 +261,7 @@ def test_sample_log_P_moments_and_determinism():
 def test_sample_log_P_other_families():
     """Two-point samples take the two values; degenerate ones are T log mu; T = 0 raises."""
     two = get_family("two-point", 1.0, 0.1)
-    _, (q, la, lb) = two.sampler_params()
+    _, (_, la, lb) = two.sampler_params()
     x = figs.sample_log_P(two, [1], 1000, seed=0)[:, 0]
     assert set(np.round(x, 12)) == {round(la, 12), round(lb, 12)}
     flat = figs.sample_log_P(get_family("lognormal", 1.2, 0.0), [3], 10)

@@ -307,7 +307,7 @@ def test_padded_ragged_and_flat_agree():
 def test_batch_is_read_only_and_select_keeps_order():
     """Batch arrays are read-only, and ``select`` keeps the order of the indices it is given."""
     batch = TokenBatch.from_ragged([[-1.0], [-2.0, -3.0], [-4.0]], [[-1.0], [-2.0, -2.0], [-4.0]])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="read-only"):
         batch.logp[0] = 0.0
     sub = batch.select([2, 1])
     assert sub.ids.tolist() == [2, 1]

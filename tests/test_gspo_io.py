@@ -188,7 +188,7 @@ def test_malformed_json_names_the_line(tmp_path):
     """Malformed JSON raises naming the file and line, even with ``on_bad='drop'``."""
     path = tmp_path / "b.jsonl"
     path.write_text('{"logp": [-1.0], "old_logp": [-1.0]}\n\n{"logp": [-1.0\n')
-    with pytest.raises(ValueError, match="b.jsonl: line 3: invalid JSON"):
+    with pytest.raises(ValueError, match=r"b\.jsonl: line 3: invalid JSON"):
         load_batch(path, on_bad="drop")
 
 

@@ -27,7 +27,7 @@ def test_unset_is_full():
 
 def test_bad_value_names_it():
     """Any other value raises ValueError naming the variable and the value."""
-    with pytest.raises(ValueError, match="VARIANCE_LAB_QUICK.*'maybe'"):
+    with pytest.raises(ValueError, match=r"VARIANCE_LAB_QUICK.*'maybe'"):
         is_quick({"VARIANCE_LAB_QUICK": "maybe"})
 
 

@@ -255,7 +255,7 @@ def test_store_errors(tmp_path):
         load_store(tmp_path / "junk.sqlite")
     with pytest.raises(ValueError, match="is a directory"):
         sweep(store=tmp_path, progress=False)
-    with pytest.raises(ValueError, match="folder .* does not exist"):
+    with pytest.raises(ValueError, match=r"folder .* does not exist"):
         sweep(store=tmp_path / "no" / "s.sqlite", progress=False)
 
 
@@ -296,9 +296,9 @@ def test_export_errors(tmp_path):
     """An unknown suffix or a missing folder raises, leaving no temporary file."""
     store = tmp_path / "s.sqlite"
     sweep("lognormal", 1.0, 0.1, [1], store=store, progress=False)
-    with pytest.raises(ValueError, match="use a .csv or .parquet name"):
+    with pytest.raises(ValueError, match=r"use a \.csv or \.parquet name"):
         export(store, tmp_path / "x.txt")
-    with pytest.raises(ValueError, match="folder .* does not exist"):
+    with pytest.raises(ValueError, match=r"folder .* does not exist"):
         export(store, tmp_path / "no" / "x.csv")
     assert not list(tmp_path.glob(".*tmp"))
 

@@ -108,7 +108,7 @@ def test_out_file_written_and_kept_on_error(tmp_path, capsys):
     assert run_cli(capsys, "table", "--n", "0", "--out", str(target))[0] == 0
     first = target.read_text()
     assert "Errata" in first
-    rc, out, err = run_cli(capsys, "table", "--out", str(target), "--mu", "-1")
+    rc, _, _ = run_cli(capsys, "table", "--out", str(target), "--mu", "-1")
     assert rc == 2
     assert target.read_text() == first  # nothing already written is lost
     assert not [p for p in tmp_path.iterdir() if p.name != "table.md"]  # no temp files left

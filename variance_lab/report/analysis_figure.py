@@ -32,7 +32,7 @@ __all__ = ["ESS_RELIABLE", "MODEL_STYLE", "analysis_figure"]
 #: A Var(P_T) point is drawn hollow when ess_P < ESS_RELIABLE * n_seq.
 ESS_RELIABLE = 0.1
 
-#: Line style and legend label of each prediction (Okabe–Ito colours).
+#: Line style and legend label of each prediction (Okabe-Ito colours).
 MODEL_STYLE = {
     "iid": {"color": style.color(1), "ls": "--", "label": "i.i.d. lognormal fit"},
     "emp": {"color": style.color(2), "ls": ":", "lw": 1.5, "label": "i.i.d. empirical (exact)"},

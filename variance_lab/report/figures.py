@@ -381,7 +381,7 @@ def approx_error(frame: pd.DataFrame, *, fig=None) -> Figure:
             ax.set_yscale("log")
             ax.set_ylim(REL_ERROR_FLOOR / 3, None)
             ax.text(0.02, 0.04, _params_text(key), transform=ax.transAxes, fontsize=6.5)
-            ax.set_ylabel("|approx./exact − 1|")
+            ax.set_ylabel("|approx./exact − 1|")  # noqa: RUF001 - typographic minus in the label
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside upper center", ncols=2)
         axes[-1].set_xlabel(T_LABEL)

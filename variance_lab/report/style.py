@@ -1,4 +1,4 @@
-"""House style of the figures: one-column paper size, Okabe–Ito colours, log10 axes.
+"""House style of the figures: one-column paper size, Okabe-Ito colours, log10 axes.
 
 :func:`paper` is a :func:`matplotlib.rc_context`; nothing here changes global state.
 """
@@ -72,14 +72,14 @@ def paper():
 
 
 def color(i: int) -> str:
-    """Return the ``i``-th Okabe–Ito colour (cycling)."""
+    """Return the ``i``-th Okabe-Ito colour (cycling)."""
     return OKABE_ITO[i % len(OKABE_ITO)]
 
 
 def _power_of_ten(value: float, _pos=None) -> str:
     if not math.isfinite(value) or abs(value - round(value)) > 1e-9:
         return ""
-    return f"$10^{{{int(round(value))}}}$"
+    return f"$10^{{{round(value)}}}$"
 
 
 def log10_axis(ax, which: str = "y") -> None:

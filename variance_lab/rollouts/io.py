@@ -394,7 +394,7 @@ def _write_npz_flat(path: Path, flat, lens, ids, layout: str) -> None:
     inside = np.arange(int(lens["logp"].max(initial=0))) < lens["logp"][:, None]
     for f in ("logp", "old_logp", "mask"):
         arr = np.zeros(inside.shape)
-        arr[inside] = flat[f] if f in flat else 1.0  # the mask marks the padding
+        arr[inside] = flat.get(f, 1.0)  # the mask marks the padding
         out[f] = arr.astype(np.int8) if f == "mask" and np.all((arr == 0) | (arr == 1)) else arr
     np.savez_compressed(path, **out)
 
