@@ -127,7 +127,7 @@ def theory_sweep(rep, cells: int) -> None:
     the_plan, plan_wall, plan_cpu = _timed(lambda: plan("lognormal", mus, sigma2s, SEED_GRID))
     _, comp_wall, comp_cpu = _timed(lambda: compute_theory(the_plan.cells))
     with tempfile.TemporaryDirectory() as d:
-        res, wall, cpu = _timed(
+        res, wall, _cpu = _timed(
             lambda: sweep(
                 "lognormal", mus, sigma2s, SEED_GRID, 0, store=os.path.join(d, "s.sqlite"), progress=False
             )

@@ -1,5 +1,6 @@
 """What every subcommand shares (variance_lab.cli._common): one integer rule, output checks,
-file-system errors as one line, the command line's words, the long-run estimate."""
+file-system errors as one line, the command line's words, the long-run estimate.
+"""
 
 import errno
 import os
@@ -45,7 +46,8 @@ def test_every_integer_option_accepts_exact_integers(prefix, option):
 def test_every_integer_option_refuses_fractions(prefix, option, capsys):
     assert main([*prefix, option, "1.5"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "'1.5' is not an integer (integers are never rounded)" in err
+    assert err.count("\n") == 1
+    assert "'1.5' is not an integer (integers are never rounded)" in err
     assert option in err
 
 

@@ -150,7 +150,8 @@ def test_export_reads_a_store_without_writing_it(folder):
     proc = cli("export", "s.sqlite", "--out", "x.csv", cwd=folder)
     assert proc.returncode == 0, proc.stderr
     rows = len(load_table(folder / "x.csv"))
-    assert rows > 0 and proc.stdout == f"wrote {rows} rows to x.csv\n"
+    assert rows > 0
+    assert proc.stdout == f"wrote {rows} rows to x.csv\n"
     assert snapshot(folder) == before | {"x.csv": (folder / "x.csv").read_bytes()}  # the store unchanged
 
 
@@ -174,17 +175,21 @@ def test_small_samples_say_too_few(folder):
     proc = cli("analyze", "ten.jsonl", cwd=folder)
     assert proc.returncode == 0, proc.stderr
     assert "Verdict over all buckets (their vote): too few sequences" in proc.stdout
-    assert "Autocorrelation: undefined (too few sequences" in proc.stdout and "tau_int" not in proc.stdout
+    assert "Autocorrelation: undefined (too few sequences" in proc.stdout
+    assert "tau_int" not in proc.stdout
 
 
 def test_writers_say_what_they_wrote_and_stay_quiet(folder):
     proc = cli("table", "--T", "1,10", "--n", "2000", "--out", "t.md", cwd=folder)
-    assert proc.returncode == 0 and proc.stdout == ""
+    assert proc.returncode == 0
+    assert proc.stdout == ""
     assert proc.stderr == "variance-lab: wrote the table to t.md\n"  # no progress bar off a terminal
     proc = cli("analyze", "good.jsonl", "--out", "a.md", "--figure", "a.png", "--n-boot", "10", cwd=folder)
     assert proc.returncode == 0, proc.stderr
-    assert "wrote the table to a.md" in proc.stderr and "wrote the figure to a.png" in proc.stderr
-    assert (folder / "a.md").is_file() and (folder / "a.png").is_file()
+    assert "wrote the table to a.md" in proc.stderr
+    assert "wrote the figure to a.png" in proc.stderr
+    assert (folder / "a.md").is_file()
+    assert (folder / "a.png").is_file()
 
 
 # --------------------------------------------------------------------------- long cases

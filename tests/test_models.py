@@ -1,5 +1,6 @@
 """Fitted ratio models (rollouts/models.py): recovery of known parameters within k standard errors,
-the marginal likelihood against quadrature, and predictions against the families' exact theory."""
+the marginal likelihood against quadrature, and predictions against the families' exact theory.
+"""
 
 import math
 
@@ -44,14 +45,16 @@ def test_random_scale_recovered_within_its_standard_errors(seed):
 def test_random_scale_without_length_recovers_the_family():
     batch, _ = random_scale_batch(7, beta=0.0)
     fit = fit_random_scale(batch, length_dependent=False)
-    assert fit.beta == 0.0 and fit.se_beta == 0.0
+    assert fit.beta == 0.0
+    assert fit.se_beta == 0.0
     assert abs(fit.alpha - 0.4) < K_SE * fit.se_alpha
     fam = fit.family(100)
-    assert fam.alpha == fit.alpha and fam.theta == pytest.approx(fit.theta0, rel=1e-10)
+    assert fam.alpha == fit.alpha
+    assert fam.theta == pytest.approx(fit.theta0, rel=1e-10)
 
 
 def _log_joint(u, y, c, alpha, theta):
-    """log of Gamma(alpha, theta) density of v = e^u times v (du = dv / v) times prod N(y; c - v/2, v)."""
+    """Log of Gamma(alpha, theta) density of v = e^u times v (du = dv / v) times prod N(y; c - v/2, v)."""
     v = math.exp(u)
     log_gamma = alpha * u - v / theta - math.lgamma(alpha) - alpha * math.log(theta)
     return log_gamma - 0.5 * float(np.sum(np.log(2 * math.pi * v) + (y - c + v / 2) ** 2 / v))
@@ -116,7 +119,8 @@ def test_mixture_recovered_within_its_standard_errors(seed):
     comp = rng.choice(3, size=n, p=w)
     y = m[comp] + np.sqrt(v[comp]) * rng.standard_normal(n)
     fit = fit_mixture(y)
-    assert fit.n_components == 3 and min(fit.bic, key=fit.bic.get) == 3
+    assert fit.n_components == 3
+    assert min(fit.bic, key=fit.bic.get) == 3
     for est, se, want, name in (
         (fit.weights, fit.se_weights, w, "w"),
         (fit.means, fit.se_means, m, "m"),
@@ -158,7 +162,7 @@ def test_mixture_predictions():
 
 
 @pytest.mark.parametrize(
-    "call,match",
+    ("call", "match"),
     [
         (lambda: fit_mixture(np.zeros(50)), "constant"),
         (lambda: fit_mixture(np.ones(5)), "at least 10"),

@@ -1,5 +1,6 @@
 """The third log-prob set: ``rollout_logp`` (the inference engine's) in TokenBatch and the loaders,
-and the NeMo-RL preset on a file written the way NeMo-RL writes ``train_data_step{N}.jsonl``."""
+and the NeMo-RL preset on a file written the way NeMo-RL writes ``train_data_step{N}.jsonl``.
+"""
 
 import json
 
@@ -21,7 +22,7 @@ def _batch(rng, n=20, holes=False):
 
 
 @pytest.mark.parametrize(
-    "suffix, layout",
+    ("suffix", "layout"),
     [
         (".jsonl", "padded"),
         (".parquet", "padded"),
@@ -44,13 +45,14 @@ def test_round_trip_keeps_rollout_logp(tmp_path, suffix, layout):
 def test_files_without_it_work_as_before(tmp_path):
     batch = TokenBatch.from_ragged([np.array([-1.0, -0.5])], [np.array([-1.2, -0.5])])
     back = load_batch(save_batch(batch, tmp_path / "b.jsonl"))
-    assert not back.has_rollout and back.rollout_logp is None
+    assert not back.has_rollout
+    assert back.rollout_logp is None
     with pytest.raises(ValueError, match="no rollout_logp"):
         back.mismatch_log_ratio  # noqa: B018
 
 
 @pytest.mark.parametrize(
-    "rollout, problem",
+    ("rollout", "problem"),
     [
         ([-0.1, float("nan")], "rollout_logp[1] is NaN"),
         ([-0.1, 0.5], "rollout_logp[1] = 0.5 is > 0"),
@@ -68,7 +70,8 @@ def test_validated_like_the_others(tmp_path, rollout, problem, suffix):
         load_batch(path)
     assert problem in str(info.value)
     kept = load_batch(path, on_bad="drop")
-    assert kept.ids.tolist() == ["b"] and problem in kept.dropped[0].reason
+    assert kept.ids.tolist() == ["b"]
+    assert problem in kept.dropped[0].reason
 
 
 def test_a_record_missing_it_when_others_have_it(tmp_path):
@@ -112,7 +115,8 @@ def test_nemo_rl_preset(tmp_path):
     path = tmp_path / "train_data_step3.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     batch = load_batch(path, preset="nemo-rl")
-    assert batch.ids.tolist() == [0, 1] and batch.lengths.tolist() == [2, 5]
+    assert batch.ids.tolist() == [0, 1]
+    assert batch.lengths.tolist() == [2, 5]
     np.testing.assert_allclose(batch.rollout_logp, [-0.5, -1.0, -0.2, -0.3, -0.1, -2.0, -0.7])
     np.testing.assert_allclose(batch.mismatch_log_ratio, [0.1, -0.1, -0.05, 0.0, 0.0, 0.1, 0.0], atol=1e-15)
     np.testing.assert_array_equal(batch.log_ratio, 0.0)  # the dump's trainer log-probs are pi_old

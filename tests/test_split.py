@@ -50,7 +50,7 @@ def test_statistics_match_their_definitions():
     assert res.table[res.table.bucket >= 0].groupby("part").n_seq.sum().tolist() == [400, 400, 400]
 
 
-@pytest.mark.parametrize("s_mis, s_upd, dominant", [(0.2, 0.05, "mismatch"), (0.02, 0.1, "update")])
+@pytest.mark.parametrize(("s_mis", "s_upd", "dominant"), [(0.2, 0.05, "mismatch"), (0.02, 0.1, "update")])
 def test_which_part_dominates(s_mis, s_upd, dominant):
     res = split_ratios(_batch(1, s_mis=s_mis, s_upd=s_upd))
     assert res.dominant == dominant
@@ -68,7 +68,8 @@ def test_analyze_carries_the_split_and_renders_it():
     summary = result.summary()
     assert summary["split"]["dominant"] == "mismatch"
     text = render_analysis(result.table, summary, "markdown")
-    assert "Three policies" in text and "The mismatch pi_old/mu_rollout dominates" in text
+    assert "Three policies" in text
+    assert "The mismatch pi_old/mu_rollout dominates" in text
     doc = json.loads(render_analysis(result.table, summary, "json"))
     assert doc["summary"]["split"]["rows"][0]["part"] == "mismatch"
 
@@ -77,7 +78,8 @@ def test_without_rollout_logp_nothing_changes():
     b = _batch(3)
     plain = TokenBatch.from_flat(b.logp, b.old_logp, b.lengths)
     result = analyze(plain, n_boot=0)
-    assert result.split is None and result.summary()["split"] is None
+    assert result.split is None
+    assert result.summary()["split"] is None
     with pytest.raises(ValueError, match="needs rollout_logp"):
         split_ratios(plain)
 
@@ -92,8 +94,8 @@ def test_cli_analyze_nemo_rl_preset(tmp_path, capsys):
         lines.append(
             {
                 "idx": i,
-                "generation_logprobs": [[0.0] + gen],
-                "prev_logprobs": [[0.0] + prev],
+                "generation_logprobs": [[0.0, *gen]],
+                "prev_logprobs": [[0.0, *prev]],
                 "token_loss_mask": [[0] + [1] * k],
                 "rewards": [1.0],
             }
@@ -106,5 +108,7 @@ def test_cli_analyze_nemo_rl_preset(tmp_path, capsys):
     assert "The mismatch pi_old/mu_rollout dominates: 100 %" in out
     rc = main(["analyze", str(path), "--preset", "nemo-rl", "--n-boot", "0", "--table-format", "csv"])
     out, err = capsys.readouterr()
-    assert rc == 0 and "Three policies" in err and "Three policies" not in out
+    assert rc == 0
+    assert "Three policies" in err
+    assert "Three policies" not in out
     assert io.StringIO(out).readline().startswith("bucket")

@@ -46,8 +46,11 @@ def _raw_moment(name, mu, s2, s):
 
 
 def _ar1_var_sum(v, rho, T):
-    """Var(sum of T AR(1) terms) = v [T + 2 sum_k (T-k) rho^k], the inner sum regrouped as
-    sum_{j<T} sum_{k<=j} rho^k; checked against the plain sum for small T in a test below."""
+    """Var(sum of T AR(1) terms) = v [T + 2 sum_k (T-k) rho^k], the inner sum regrouped.
+
+    The inner sum is regrouped as sum_{j<T} sum_{k<=j} rho^k; checked against the plain sum
+    for small T in a test below.
+    """
     inner = (rho * (T - 1) - rho**2 * (1 - rho ** (T - 1)) / (1 - rho)) / (1 - rho)
     return v * (T + 2 * inner)
 
@@ -61,6 +64,7 @@ def _ar1_moments(mu, s2, rho, T, scale):
 
 
 def test_ar1_variance_sum_regrouping():
+    """The regrouped AR(1) variance sum equals the double sum to 1e-40, in mpmath."""
     with mp.workdps(50):
         for rho in (mp.mpf("0.5"), mp.mpf("-0.3"), mp.mpf("0.99")):
             for T in (1, 2, 7, 300):
@@ -70,7 +74,8 @@ def test_ar1_variance_sum_regrouping():
 
 def _rs_theta(mu, s2, alpha):
     """random-scale theta, found as the root of E[r^2] = mu^2 + s2 (the gamma MGF (1 - c theta)^(-alpha)
-    at c = 1), by bisection in theta on (0, 1): the moment equation, not the closed form of the code."""
+    at c = 1), by bisection in theta on (0, 1): the moment equation, not the closed form of the code.
+    """
     target = 1 + mp.mpf(s2) / mp.mpf(mu) ** 2
     lo, hi = mp.mpf(0), mp.mpf(1)
     for _ in range(450):  # 2^-450 < 10^-135
@@ -82,7 +87,8 @@ def _rs_theta(mu, s2, alpha):
 def _rs_moment(mu, s2, alpha, T, s):
     """E[P_T^s] for random-scale ratios: given v, log P_T ~ N(T(log mu - v/2), T v), so
     E[P_T^s | v] = mu^(sT) exp(c v) with c = T s(s-1)/2, and v ~ Gamma(alpha, theta) has the moment
-    generating function E[exp(c v)] = (1 - c theta)^(-alpha) for c < 1/theta, infinite beyond."""
+    generating function E[exp(c v)] = (1 - c theta)^(-alpha) for c < 1/theta, infinite beyond.
+    """
     mu, s = mp.mpf(mu), mp.mpf(s)
     if s2 == 0:
         return mu ** (s * T)
@@ -252,8 +258,9 @@ def _all_cases():
     yield from (("lognormal-mixture", None, None, {"components": c}) for c in MIXTURES)
 
 
-@pytest.mark.parametrize("name,mu,s2,params", list(_all_cases()))
+@pytest.mark.parametrize(("name", "mu", "s2", "params"), list(_all_cases()))
 def test_every_quantity_against_mpmath(name, mu, s2, params):
+    """Every quantity, linear and log10, matches the mpmath reference at each T."""
     fam = get_family(name, mu, s2, **params)
     for T in T_GRID:
         ref = reference(name, mu, s2, T, **params)
@@ -264,6 +271,7 @@ def test_every_quantity_against_mpmath(name, mu, s2, params):
 
 @pytest.mark.parametrize("name", ["lognormal", "gamma", "two-point"])
 def test_rel_se_matches_definition(name):
+    """The relative SE of the sample variances is sqrt((kurtosis - (n-3)/(n-1))/n)."""
     fam = get_family(name, 1.0, 0.1)
     for T in (1, 10, 100):
         ref = reference(name, 1.0, 0.1, T)
@@ -288,12 +296,14 @@ def test_design_note_numbers():
 
 
 def test_ar1_rho_zero_is_lognormal():
+    """AR(1) with rho = 0 gives the lognormal family's values exactly."""
     a, b = get_family("ar1", 1.3, 0.4, rho=0.0), get_family("lognormal", 1.3, 0.4)
     for q in theory.QUANTITIES:
         np.testing.assert_array_equal(theory.value(q, a, [1, 10, 1000]), theory.value(q, b, [1, 10, 1000]))
 
 
 def test_shapes_and_scalars():
+    """A scalar T gives a float, an array T an array of its shape."""
     fam = get_family("gamma", 1.0, 0.1)
     assert isinstance(theory.var_G(fam, 10), float)
     out = theory.var_G(fam, np.array([[1, 10], [100, 1000]]))
@@ -302,18 +312,20 @@ def test_shapes_and_scalars():
 
 
 def test_no_nan_beyond_float_range():
+    """Beyond float range values are inf or 0, never NaN, and log10 values stay finite."""
     fam = get_family("gamma", 2.0, 10.0)
     T = [10**5, 10**6]
     for q in ("var_P", "mean_P", "ess_frac_P", "var_ratio", "n_needed_P", "kurtosis_P"):
         lin = theory.value(q, fam, T)
         lg = theory.value(q, fam, T, log10=True)
-        assert not np.any(np.isnan(lin)) and np.all(np.isfinite(lg)), q
+        assert not np.any(np.isnan(lin)), q
+        assert np.all(np.isfinite(lg)), q
     assert np.all(np.isinf(theory.var_P(fam, T)))
     assert np.all(theory.ess_frac_P(fam, T) == 0.0)
 
 
 @pytest.mark.parametrize(
-    "call,match",
+    ("call", "match"),
     [
         (lambda f: theory.var_P(f, 0), "T must be integers >= 1, got 0"),
         (lambda f: theory.var_P(f, [1, 2.5]), "got 2.5"),
@@ -327,11 +339,13 @@ def test_no_nan_beyond_float_range():
     ],
 )
 def test_bad_input(call, match):
+    """Bad T, n, target, quantity or family raise ValueError naming the bad value."""
     with pytest.raises(ValueError, match=match):
         call(get_family("lognormal", 1.0, 0.1))
 
 
 def test_summary_columns_and_tidy():
+    """The summary has the table columns and its ratio; tidy holds the same exact values."""
     fam = get_family("lognormal", 1.0, 0.1)
     df = theory.summary(fam, [1, 10, 100, 1000])
     assert list(df.columns) == list(theory.TABLE_COLUMNS)
@@ -357,6 +371,7 @@ def _family(name, mu, s2):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FAMILY, st.floats(1.0, 2.0), S2, st.integers(1, 5000))
 def test_var_P_nonnegative_and_increasing_when_mu_at_least_one(name, mu, s2, T):
+    """For mu >= 1, Var(P_T) is non-negative and increases with T (hypothesis)."""
     fam = _family(name, mu, s2)
     lo, hi = theory.var_P(fam, [T, T + 1], log10=True)
     assert theory.var_P(fam, T) >= 0
@@ -366,6 +381,7 @@ def test_var_P_nonnegative_and_increasing_when_mu_at_least_one(name, mu, s2, T):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FAMILY, MU, S2)
 def test_var_G_vanishes_like_one_over_T(name, mu, s2):
+    """Var(G_T) decreases and T Var(G_T) approaches sigma_y^2 exp(2 mu_y) (hypothesis)."""
     fam = _family(name, mu, s2)
     T = np.array([10**4, 10**5, 10**6])
     v = theory.var_G(fam, T)
@@ -378,6 +394,7 @@ def test_var_G_vanishes_like_one_over_T(name, mu, s2):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FAMILY, MU, S2)
 def test_var_G_equals_var_P_at_T_one(name, mu, s2):
+    """At T = 1, Var(G_T) = Var(P_T) = sigma^2 (hypothesis)."""
     fam = _family(name, mu, s2)
     assert theory.var_G(fam, 1) == pytest.approx(theory.var_P(fam, 1), rel=1e-12)
     assert theory.var_P(fam, 1) == pytest.approx(fam.sigma2, rel=1e-12)
@@ -396,7 +413,8 @@ _COLUMN_QUANTITY = {"ratio": "var_ratio"}
 
 def _check_grid(name, shape, mus, s2s, Ts):
     """Every column of theory.grid against the reference, rows computed in float64 and with
-    mpmath alike; returns the fraction of rows computed in float64."""
+    mpmath alike; returns the fraction of rows computed in float64.
+    """
     floats = total = 0
     for mu in mus:
         reach = [s2 for s2 in s2s if name != "two-point" or s2 < mu**2]  # q = 1/2
@@ -418,16 +436,17 @@ def _check_grid(name, shape, mus, s2s, Ts):
     return floats / total
 
 
-@pytest.mark.parametrize("name,shape", GRID_FAMILIES)
+@pytest.mark.parametrize(("name", "shape"), GRID_FAMILIES)
 def test_grid_against_mpmath(name, shape):
     """A few dozen points per family over mu in [0.5, 2], sigma^2 in [1e-3, 10], T up to 1e6,
-    every column to 1e-9 (draws-needed columns included)."""
+    every column to 1e-9 (draws-needed columns included).
+    """
     frac = _check_grid(name, shape, [0.5, 1.3, 2.0], [1e-3, 0.05, 2.5, 10.0], [1, 7, 1000, 10**6])
     assert frac >= 0.8  # the float path, not the fallback, computes most of them (T = 1e6 corners fall back)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,shape", GRID_FAMILIES)
+@pytest.mark.parametrize(("name", "shape"), GRID_FAMILIES)
 def test_grid_against_mpmath_full(name, shape):
     mus = list(np.linspace(0.5, 2.0, 7))
     s2s = list(np.logspace(-3, 1, 9))
@@ -440,7 +459,9 @@ def test_grid_layout_and_shape_axes():
     assert len(df) == 2 * 3 * 2 * 2
     assert list(df.columns[:4]) == ["family", "mu", "sigma2", "q"]
     first = df.iloc[:2]
-    assert list(first["T"]) == [1, 10] and set(first["q"]) == {0.4} and set(first["sigma2"]) == {0.1}
+    assert list(first["T"]) == [1, 10]
+    assert set(first["q"]) == {0.4}
+    assert set(first["sigma2"]) == {0.1}
     assert list(df["mu"]) == [1.0] * 12 + [2.0] * 12
     one = get_family("two-point", 2.0, 0.3, q=0.5)
     row = df[(df["mu"] == 2.0) & (df["sigma2"] == 0.3) & (df["q"] == 0.5)]
@@ -448,7 +469,8 @@ def test_grid_layout_and_shape_axes():
     for col in theory.TABLE_COLUMNS:
         np.testing.assert_allclose(row[col].to_numpy(), want[col].to_numpy(), rtol=1e-13)
     default_q = theory.grid("two-point", mu=1.0, sigma2=0.1, T=10)  # the family's default q
-    assert "q" not in default_q and default_q["var_G"].iloc[0] == pytest.approx(
+    assert "q" not in default_q
+    assert default_q["var_G"].iloc[0] == pytest.approx(
         theory.var_G(get_family("two-point", 1.0, 0.1), 10), rel=1e-13
     )
 
@@ -528,7 +550,7 @@ def test_tidy_many_is_tidy_concatenated():
 
 
 @pytest.mark.parametrize(
-    "kwargs,match",
+    ("kwargs", "match"),
     [
         ({"family": "nope"}, "unknown family 'nope'"),
         ({"mu": -1.0}, "mu must be > 0, got -1.0"),
@@ -553,15 +575,17 @@ def test_random_scale_var_P_infinite_exactly_from_one_over_theta():
     assert fam.critical_T == pytest.approx(11.0, rel=1e-12)
     T = [10, 11, 12, 1000]
     v = theory.var_P(fam, T)
-    assert math.isfinite(v[0]) and np.all(np.isinf(v[1:]))
+    assert math.isfinite(v[0])
+    assert np.all(np.isinf(v[1:]))
     assert np.all(np.isinf(theory.var_P(fam, T[1:], log10=True)))
     assert np.all(np.isinf(theory.n_needed_P(fam, T[1:])))
     assert np.all(theory.ess_frac_P(fam, T[1:]) == 0.0)
     # the fourth moment goes first: kurtosis and draws needed are infinite from 6 T theta >= 1 on
-    assert math.isinf(theory.kurtosis_P(fam, 2)) and math.isfinite(theory.kurtosis_P(fam, 1))
+    assert math.isinf(theory.kurtosis_P(fam, 2))
+    assert math.isfinite(theory.kurtosis_P(fam, 1))
 
 
-@pytest.mark.parametrize("mu,s2,alpha", [(1.0, 0.1, 1.0), (0.8, 1e-3, 0.2), (1.5, 2.0, 5.0)])
+@pytest.mark.parametrize(("mu", "s2", "alpha"), [(1.0, 0.1, 1.0), (0.8, 1e-3, 0.2), (1.5, 2.0, 5.0)])
 def test_random_scale_var_G_levels_off(mu, s2, alpha):
     fam = get_family("random-scale", mu, s2, alpha=alpha)
     with mp.workdps(50):
@@ -576,7 +600,7 @@ def test_random_scale_var_G_levels_off(mu, s2, alpha):
     assert v[-1] > 0.5 * v[0]
 
 
-@pytest.mark.parametrize("mu,s2", [(1.0, 0.1), (0.7, 1e-3), (2.0, 3.0)])
+@pytest.mark.parametrize(("mu", "s2"), [(1.0, 0.1), (0.7, 1e-3), (2.0, 3.0)])
 def test_random_scale_alpha_to_infinity_is_lognormal(mu, s2):
     """Var(v) = alpha theta^2 -> 0: every quantity tends to the lognormal one, the gap like 1/alpha."""
     ln = get_family("lognormal", mu, s2)

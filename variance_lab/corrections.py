@@ -95,21 +95,21 @@ from variance_lab.families import Family, LogNormal
 from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, z_value
 
 __all__ = [
-    "KINDS",
     "COLUMNS",
-    "MC_COLUMNS",
     "DATA_COLUMNS",
+    "KINDS",
+    "MC_COLUMNS",
+    "MIN_ESS",
     "Correction",
-    "parse",
-    "parse_list",
-    "log_phi_diff",
-    "theory",
-    "find_T",
-    "simulate_corrections",
-    "evaluate",
     "apply_sequence",
     "apply_tokens",
-    "MIN_ESS",
+    "evaluate",
+    "find_T",
+    "log_phi_diff",
+    "parse",
+    "parse_list",
+    "simulate_corrections",
+    "theory",
 ]
 
 _INF = math.inf
@@ -336,7 +336,7 @@ def parse_list(text) -> list[Correction]:
 # truncated-lognormal moments in log space
 # --------------------------------------------------------------------------------------
 def _log_phi_quad(a: float, b: float) -> float:
-    """log of the integral of the standard normal density over [a, b] (b - a <= 1): Gauss-Legendre."""
+    """Log of the integral of the standard normal density over [a, b] (b - a <= 1): Gauss-Legendre."""
     half = 0.5 * (b - a)
     x = 0.5 * (a + b) + half * _GL_X
     return math.log(half) + float(special.logsumexp(-0.5 * x * x, b=_GL_W)) - _LOG_SQRT_2PI
@@ -386,7 +386,7 @@ def _log_moment(pieces, M: float, S: float, j: float) -> float:
 
 
 def _log_frac_out(a: float, b: float, M: float, S: float) -> float:
-    """log P(log X outside (a, b]) for log X ~ N(M, S^2)."""
+    """Log P(log X outside (a, b]) for log X ~ N(M, S^2)."""
     if S == 0.0:
         return 0.0 if not a < M <= b else -_INF
     return _log_tail_out((a - M) / S, (b - M) / S)

@@ -26,7 +26,7 @@ class CLIError(Exception):
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit status 2."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
+    def error(self, message: str):
         raise CLIError(f"{message} (see '{self.prog} --help')")
 
 
@@ -44,7 +44,8 @@ CLI_WORDS = (
 
 def cli_words(text: str) -> str:
     """``text`` with the API's keyword arguments replaced by the command line's options
-    (:data:`CLI_WORDS`) and tuples of choices written plainly (``('a', 'b')`` as ``a, b``)."""
+    (:data:`CLI_WORDS`) and tuples of choices written plainly (``('a', 'b')`` as ``a, b``).
+    """
     for api, cli in CLI_WORDS:
         text = text.replace(api, cli)
     return _CHOICES.sub(lambda m: ", ".join(x.strip(" '\"") for x in m.group(1).split(",")), text)
@@ -55,7 +56,8 @@ _CHOICES = re.compile(r"\((\s*'[\w.-]+'(?:\s*,\s*'[\w.-]+')+\s*)\)")
 
 def one_line(exc: BaseException) -> str:
     """The message of ``exc`` on one line in the command line's words (:func:`cli_words`);
-    a multi-line message is joined with ``; ``."""
+    a multi-line message is joined with ``; ``.
+    """
     text = str(exc).strip() or type(exc).__name__
     return cli_words("; ".join(part.strip() for part in text.splitlines() if part.strip()))
 
@@ -85,7 +87,8 @@ def int_grid(text: str, *, name: str = "--T", minimum: int | None = 1) -> list[i
 
 def int_arg(name: str, *, minimum: int | None = None):
     """An argparse type for one integer option by the one rule (:func:`variance_lab._validate.parse_integer`):
-    ``1e6`` and ``1000000`` are the same, ``1.5`` is refused with the reason."""
+    ``1e6`` and ``1000000`` are the same, ``1.5`` is refused with the reason.
+    """
 
     def parse(text: str) -> int:
         try:
@@ -134,7 +137,8 @@ def check_output(out: str | None, option: str = "--out", *, inputs=()) -> Path |
 
 def write_file(out: str | os.PathLike, write, option: str = "--out") -> Path:
     """:func:`~variance_lab._atomic.atomic_write` with an ``OSError`` turned into one line naming
-    ``option`` and the file (nothing is left behind: the temporary file is removed)."""
+    ``option`` and the file (nothing is left behind: the temporary file is removed).
+    """
     check_output(str(out), option)
     try:
         return atomic_write(out, write)
@@ -143,8 +147,10 @@ def write_file(out: str | os.PathLike, write, option: str = "--out") -> Path:
 
 
 def write_output(text: str, out: str | None) -> None:
-    """Print ``text``, or write it to ``out`` atomically (an existing file is only
-    replaced once the new text is complete)."""
+    """Print ``text``, or write it to ``out`` atomically.
+
+    An existing file is only replaced once the new text is complete.
+    """
     if out is None:
         sys.stdout.write(text)
         return
@@ -228,7 +234,10 @@ GRID_EPILOG = (
 
 
 def grid_arg(name: str, *, integer: bool = False, minimum: int | None = None):
-    """An argparse type parsing a grid (see variance_lab.sweep.grid); errors become one-line usage errors."""
+    """Return an argparse type parsing a grid (see variance_lab.sweep.grid).
+
+    Errors become one-line usage errors.
+    """
     from variance_lab.sweep import grid
 
     def parse(text: str):
@@ -254,7 +263,8 @@ def family_list(text: str) -> list[str]:
 
 def param_grid(text: str) -> tuple[str, object]:
     """``NAME=GRID`` for an extra family parameter (``rho=0:0.9:4``); text parameters take a
-    ``;``-separated list (``components=0.98:0:1e-8,0.02:-0.005:0.01;0.9:0:1e-8,0.1:0:1e-3``)."""
+    ``;``-separated list (``components=0.98:0:1e-8,0.02:-0.005:0.01;0.9:0:1e-8,0.1:0:1e-3``).
+    """
     from variance_lab.sweep import grid
 
     name, sep, values = text.partition("=")
@@ -376,7 +386,8 @@ def add_yes_arg(p: argparse.ArgumentParser) -> None:
 def monte_carlo_seconds(family, T, n: int, *, sampler: str, independent: bool = False, workers=None) -> float:
     """Rough wall time of one Monte Carlo run: its work units (from the chunk plan's
     :func:`~variance_lab.simulate.plan.path_draws`) at the measured
-    :data:`~variance_lab.simulate.plan.WORK_RATE` per core."""
+    :data:`~variance_lab.simulate.plan.WORK_RATE` per core.
+    """
     from variance_lab.simulate import resolve_sampler
     from variance_lab.simulate.executor import default_workers
     from variance_lab.simulate.plan import estimate_seconds, path_draws
@@ -399,7 +410,8 @@ def _duration(seconds: float) -> str:
 
 def confirm_long_run(seconds: float, what: str, args: argparse.Namespace) -> None:
     """Print the estimate of a long run on stderr; above :data:`LONG_RUN_S` go on only with
-    ``--yes`` or a "y" typed on a terminal, else raise :class:`CLIError` (nothing is started)."""
+    ``--yes`` or a "y" typed on a terminal, else raise :class:`CLIError` (nothing is started).
+    """
     if seconds < SHOW_ESTIMATE_S:
         return
     estimate = f"{what}: estimated Monte Carlo time about {_duration(seconds)} (rough)"

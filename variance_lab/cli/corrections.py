@@ -21,6 +21,7 @@ from variance_lab.cli._common import (
     write_output,
 )
 from variance_lab.report import corrections_table as report
+import itertools
 
 __all__ = ["add_command", "run"]
 
@@ -42,7 +43,7 @@ def _buckets(text: str | None, lengths):
     if edges != sorted(set(edges)) or edges[0] < 1:
         raise CLIError(f"--buckets {text!r}: expected increasing integers >= 1")
     top = max(int(lengths.max()), edges[-1])
-    return [(a, b - 1) for a, b in zip(edges, edges[1:], strict=False)] + [(edges[-1], top)]
+    return [(a, b - 1) for a, b in itertools.pairwise(edges)] + [(edges[-1], top)]
 
 
 def _family_text(family) -> str:

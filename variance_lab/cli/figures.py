@@ -64,6 +64,7 @@ def _only(args, figures_mod):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Write all or the chosen figures, or one again from its sidecar, and return 0."""
     from variance_lab.paper import figures as figures_mod
 
     if args.check:

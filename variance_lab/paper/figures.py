@@ -67,21 +67,21 @@ from variance_lab.sweep import plan
 from variance_lab.sweep.grid import parse_grid
 
 __all__ = [
-    "corrections_frame",
-    "FIGURES",
-    "default_params",
-    "figure_data",
-    "draw",
-    "make_figure",
-    "save_figure",
-    "make_all",
-    "from_sidecar",
-    "check",
-    "FORMATS",
     "DEFAULT_FORMATS",
     "DEFAULT_STYLE",
-    "sample_log_P",
+    "FIGURES",
+    "FORMATS",
+    "check",
+    "corrections_frame",
+    "default_params",
+    "draw",
+    "figure_data",
+    "from_sidecar",
     "histogram_frame",
+    "make_all",
+    "make_figure",
+    "sample_log_P",
+    "save_figure",
 ]
 
 #: PNG resolution (dots per inch); ``--quick`` uses :data:`QUICK_PNG_DPI`.
@@ -189,7 +189,7 @@ FIGURES = tuple(_defaults(True))
 
 
 def default_params(name: str, *, quick: bool = False) -> dict:
-    """The parameters of figure ``name`` (``quick``: small grids and few draws)."""
+    """Return the parameters of figure ``name`` (``quick``: small grids and few draws)."""
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
     params = _defaults(quick)[name]

@@ -15,7 +15,7 @@ import pandas as pd
 from variance_lab.report.table import FORMATS, format_number
 from variance_lab.report.table import render as render_table
 
-__all__ = ["FORMATS", "display_columns", "render", "find_T_line", "monte_carlo_notes"]
+__all__ = ["FORMATS", "display_columns", "find_T_line", "monte_carlo_notes", "render"]
 
 # Theory / data columns shown in markdown and LaTeX: column -> header (T is shown by report.table).
 _HEADERS = {

@@ -40,19 +40,17 @@ from variance_lab._atomic import atomic_write
 from variance_lab.report import style as sty
 
 __all__ = [
-    "variance_vs_T",
-    "approx_ratio",
-    "variance_panels",
-    "ratio_vs_T",
-    "heatmap",
-    "decay_boundary",
     "approx_error",
-    "relative_error_frame",
-    "frontier_frame",
-    "mc_frontier",
+    "approx_ratio",
+    "decay_boundary",
     "ess_vs_T",
+    "frontier_frame",
+    "heatmap",
     "log_histograms",
     "new_figure",
+    "ratio_vs_T",
+    "variance_panels",
+    "variance_vs_T",
     "write_images",
 ]
 
@@ -662,7 +660,7 @@ def decay_boundary(
             ax.contour(mus, s2s, z, levels=[0.0], colors="black", linewidths=1.0, linestyles="--", zorder=6)
         _mark_mu_1(ax, mus)
         _boundary(ax, mus, s2s)
-        handles, labels = ax.get_legend_handles_labels()
+        handles, _labels = ax.get_legend_handles_labels()
         handles.append(Line2D([], [], color="black", lw=1.0, ls="--", label="no change (contour)"))
         ax.legend(handles=handles, loc="lower left", framealpha=0.85, frameon=True, edgecolor="none")
         cbar = fig.colorbar(mesh, ax=ax)

@@ -118,7 +118,7 @@ class MixtureFit:
         )
 
     def predict(self, T, gspo_log_range, ppo_log_range) -> dict[str, np.ndarray]:
-        """ln E / ln Var of P_T and G_T (exact theory of the family) and clip probabilities at ``T``."""
+        """Ln E / ln Var of P_T and G_T (exact theory of the family) and clip probabilities at ``T``."""
         T = np.atleast_1d(np.asarray(T, dtype=np.int64))
         fam = self.family()
         out = {}
@@ -132,7 +132,8 @@ class MixtureFit:
     def _gspo_clip(self, T: int, log_range) -> float:
         r""":math:`P(\bar y \notin (\log a, \log b))` for the mean of :math:`T` tokens: exact over the
         component counts :math:`n \sim \mathrm{Multinomial}(T, w)`, given which
-        :math:`\bar y \sim N(\sum n_j m_j / T, \sum n_j v_j / T^2)`."""
+        :math:`\bar y \sim N(\sum n_j m_j / T, \sum n_j v_j / T^2)`.
+        """
         w, m, v = self.weights, self.means, self.variances
         counts = _compositions(T, w.size)
         logp = special.gammaln(T + 1) + np.sum(counts * np.log(w) - special.gammaln(counts + 1), axis=1)
@@ -155,7 +156,8 @@ def _compositions(T: int, K: int) -> np.ndarray:
 
 def _em(y: np.ndarray, w, m, v, floor: float, max_iter: int = 300, tol: float = 1e-3):
     """EM for a 1-D Gaussian mixture from (w, m, v), until the log-likelihood gains less than ``tol``
-    (or ``max_iter`` steps); returns (w, m, v, loglik)."""
+    (or ``max_iter`` steps); returns (w, m, v, loglik).
+    """
     ll_old = -math.inf
     y2 = y[:, None]
     for _ in range(max_iter):
@@ -308,7 +310,7 @@ class RandomScaleFit:
         return RandomScale(mu, mu * mu * math.expm1(-self.alpha * math.log1p(-th)), alpha=self.alpha)
 
     def predict(self, T, gspo_log_range, ppo_log_range, n_grid: int = 2000) -> dict[str, np.ndarray]:
-        r"""ln E / ln Var of :math:`P_T` and :math:`G_T`, and clip probabilities, at lengths ``T``.
+        r"""Ln E / ln Var of :math:`P_T` and :math:`G_T`, and clip probabilities, at lengths ``T``.
 
         :math:`\log E[P_T^s] = sTc - \alpha\log(1 - \theta(T) T s(s-1)/2)` (``inf`` where the
         bracket is not positive); the clip probabilities integrate the Gaussian ones given

@@ -37,10 +37,10 @@ __all__ = [
     "ALL_MODELS",
     "FITTED_MODELS",
     "PREDICTION_COLUMNS",
-    "wilson_interval",
+    "choose_model",
     "fitted_models",
     "prediction_columns",
-    "choose_model",
+    "wilson_interval",
 ]
 
 #: Every model, in the order of parsimony.
@@ -102,7 +102,7 @@ def _child_rng(seed, j: int) -> np.random.Generator:
 
 
 def _expected_sample_var(log_mean, log_var, counts) -> float:
-    r"""ln of :math:`\tfrac1n\sum_j c_j v_j + \tfrac{1}{n-1}\sum_j c_j (m_j - \bar m)^2` (log space)."""
+    r"""Ln of :math:`\tfrac1n\sum_j c_j v_j + \tfrac{1}{n-1}\sum_j c_j (m_j - \bar m)^2` (log space)."""
     counts = np.asarray(counts, dtype=np.float64)
     n = counts.sum()
     if n < 2 or np.any(np.isnan(log_var)) or np.any(np.isnan(log_mean)):

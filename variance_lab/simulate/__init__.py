@@ -47,13 +47,14 @@ from variance_lab.simulate.kernels import accumulate_log_p, draw_log_p, run_chun
 from variance_lab.simulate.plan import ChunkPlan, ChunkTask, check_seed, make_plan, make_tasks, path_draws
 
 __all__ = [
-    "simulate",
-    "run_accumulators",
-    "prepare",
+    "EXECUTORS",
+    "SAMPLER_CHOICES",
     "Accumulator",
     "AccumulatorSpec",
     "ChunkPlan",
     "ChunkTask",
+    "DaskMissingError",
+    "Engine",
     "accumulate_log_p",
     "draw_log_p",
     "draw_log_r",
@@ -61,13 +62,8 @@ __all__ = [
     "make_tasks",
     "merge",
     "merge_all",
-    "run_chunk",
-    "default_workers",
-    "SAMPLER_CHOICES",
+    "prepare",
     "resolve_sampler",
-    "EXECUTORS",
-    "DaskMissingError",
-    "Engine",
     "using_engine",
 ]
 

@@ -52,8 +52,8 @@ from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 __all__ = [
     "BLOCK_VALUES",
     "MAX_BLOCK",
-    "block_size",
     "BlockState",
+    "block_size",
     "new_state",
     "reduce_block",
     "to_accumulator",
@@ -357,7 +357,7 @@ class BlockState(NamedTuple):
     X : ndarray, shape (nT, B)
         Scratch: ``P`` transposed.
     shift, cref : ndarray, shape (2, nT)
-        Shift :math:`h` and :math:`e^{\\rho - h}` of :math:`P_T`, :math:`G_T`.
+        Shift :math:`h` and :math:`e^{\rho - h}` of :math:`P_T`, :math:`G_T`.
     sums : ndarray, shape (3, nT, 4)
         Power sums.
     tbuf : ndarray, shape (nT, cap)
@@ -408,7 +408,7 @@ def new_state(spec: AccumulatorSpec, keep: int) -> BlockState:
 
 
 def to_accumulator(spec: AccumulatorSpec, n_paths: int, st: BlockState, *, complete: bool) -> Accumulator:
-    """The chunk's accumulator from its filled state.
+    """Return the chunk's accumulator from its filled state.
 
     ``complete=False`` marks a tail cut to fewer than ``min(spec.tail, n_paths)`` values:
     its floor (the smallest value kept per T) goes into ``tail_floor``.

@@ -40,14 +40,14 @@ from variance_lab.simulate.draws import KNOWN_CODES, check_code, draw_log_r, dra
 from variance_lab.simulate.plan import ChunkTask, chunk_generator
 
 __all__ = [
-    "run_chunk",
-    "run_token",
+    "KNOWN_CODES",
     "SAMPLER_RUNNERS",
     "accumulate_log_p",
-    "draw_log_r",
     "draw_log_p",
+    "draw_log_r",
+    "run_chunk",
+    "run_token",
     "task_keep",
-    "KNOWN_CODES",
 ]
 
 
@@ -181,7 +181,7 @@ def run_chunk(task: ChunkTask) -> Accumulator:
 
 
 def draw_log_p(code: int, params, T, rng: np.random.Generator, n: int, *, sampler="token", independent=False):
-    r"""The values of :math:`\log P_T` the chunk kernels draw, as an ``(n, nT)`` matrix.
+    r"""Draw :math:`\log P_T` as the chunk kernels draw it, returned as an ``(n, nT)`` matrix.
 
     ``n`` paths from the stream ``rng`` exactly as a chunk of ``n`` paths draws them with
     ``sampler`` (``"token"`` or ``"aggregate"``), in path order: what

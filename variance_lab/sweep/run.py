@@ -15,7 +15,7 @@ from variance_lab.simulate import Engine, simulate, using_engine
 from variance_lab.sweep.cells import Cell, plan
 from variance_lab.sweep.store import DEFAULT_STORE, Store
 
-__all__ = ["compute", "compute_theory", "SweepInterrupted", "SweepResult", "sweep"]
+__all__ = ["SweepInterrupted", "SweepResult", "compute", "compute_theory", "sweep"]
 
 
 # --------------------------------------------------------------------------- compute

@@ -19,7 +19,7 @@ from variance_lab.theory.exact import DEFAULT_TARGET, exact_value
 from variance_lab.theory.fast import FAST_FAMILIES, moments, quantity
 from variance_lab.theory.quantities import check_target
 
-__all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "summary", "tidy", "tidy_many", "grid"]
+__all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "grid", "summary", "tidy", "tidy_many"]
 
 #: Columns of the comparison table (csv/json names), in order.
 TABLE_COLUMNS = (
