@@ -29,7 +29,7 @@ TARGET_POINTS_PER_S = 1e5
 
 
 def load() -> str:
-    """The 1-minute load average, as ``/proc/loadavg`` has it."""
+    """Return the 1-minute load average, as ``/proc/loadavg`` has it."""
     try:
         with open("/proc/loadavg") as fh:
             return fh.read().split()[0]
@@ -114,7 +114,7 @@ def slider(rep, repeats: int) -> None:
 
 
 def theory_sweep(rep, cells: int) -> None:
-    """A theory-only sweep: compute (plan and batch) apart from the store's writes."""
+    """Time a theory-only sweep: compute (plan and batch) apart from the store's writes."""
     from variance_lab.sweep import plan, sweep
     from variance_lab.sweep.run import compute_theory
 

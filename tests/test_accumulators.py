@@ -43,7 +43,7 @@ def test_merge_equals_all_at_once(cuts):
 
 
 def _rounding_bound(x, acc):
-    r"""What merging promises: per power sum, the rounding of two summations of the same terms.
+    r"""Return what merging promises: per power sum, the rounding of two summations of the same terms.
 
     Every term :math:`d_i^k` of a power sum (:math:`d_i = e^{y_i - h} - e^{\rho - h}` for
     :math:`P_T` and :math:`G_T`, :math:`y_i - T\mu_y` for :math:`\log P_T`) enters both the
@@ -79,9 +79,10 @@ def _rounding_bound(x, acc):
     data=st.data(),
 )
 def test_merge_of_chunks_cut_anywhere_equals_all_at_once(n, sigma2, T, seed, data):
-    """Any cut of the same paths into chunks (empty ones and single paths too), merged in
-    order: the same count, shifts and tail bits as all at once, and power sums within the
-    rounding of two summations of the same terms.
+    """Cut the same paths into chunks any way and merge them in order.
+
+    Empty chunks and single paths included: the same count, shifts and tail bits as all at
+    once, and power sums within the rounding of two summations of the same terms.
     """
     fam = LogNormal(1.0, sigma2)
     x, spec = (

@@ -215,6 +215,7 @@ def test_estimates_agree_with_closed_form():
 # ----------------------------------------------------------------------------- determinism
 @pytest.fixture(scope="module")
 def reference():
+    """Accumulators of an AR(1) run drawn by the aggregate sampler with one worker."""
     return run_accumulators(
         AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=3, engine=Engine(workers=1, sampler="aggregate")
     )
@@ -228,6 +229,7 @@ def _same(a, b):
 
 @pytest.mark.parametrize("workers", [2, 3])
 def test_bit_identical_for_any_workers(reference, workers):
+    """The aggregate sampler's accumulators are identical to the one-worker run for any worker count."""
     acc = run_accumulators(
         AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=3, engine=Engine(workers=workers, sampler="aggregate")
     )
@@ -245,6 +247,7 @@ def test_bit_identical_for_any_order_and_after_pickling(reference):
 
 
 def test_seed_changes_the_draws(reference):
+    """Another seed gives different accumulator sums."""
     other = run_accumulators(
         AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=4, engine=Engine(workers=2, sampler="aggregate")
     )

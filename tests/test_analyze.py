@@ -347,7 +347,10 @@ BOOT_FAMILIES = {0.0: get_family("lognormal", 1.0, 0.005), 0.5: get_family("ar1"
 
 
 def _bootstrap_hits(rho: float, seeds, n: int, T: int, n_boot: int):
-    """Runs whose bootstrap interval covers the exact Var(G_T), and log10 Var(P_T), of the family."""
+    """Count the runs whose bootstrap interval covers the exact values.
+
+    Those of Var(G_T) and of log10 Var(P_T), each of the family.
+    """
     fam = BOOT_FAMILIES[rho]
     var_G = theory.value("var_G", fam, T)
     log10_var_P = theory.value("var_P", fam, T, log10=True)
@@ -612,6 +615,7 @@ def test_huge_log_ratios_and_long_sequences_never_overflow():
 
 # --------------------------------------------------------------------------- small samples (issue #18)
 def test_small_buckets_say_too_few_and_do_not_vote():
+    """A bucket under 20 sequences is marked too few and does not enter the overall verdict."""
     from variance_lab.rollouts.analysis import MIN_BUCKET_SEQUENCES, TOO_FEW, overall_verdict
 
     assert MIN_BUCKET_SEQUENCES == 20
@@ -630,6 +634,7 @@ def test_small_buckets_say_too_few_and_do_not_vote():
 
 
 def test_autocorrelation_needs_enough_pairs():
+    """The autocorrelation refuses 11 pairs, works at the minimum, and analyze notes why it is undefined."""
     from variance_lab.rollouts.statistics import MIN_AUTOCORRELATION_PAIRS, autocorrelation
 
     rng = np.random.default_rng(0)

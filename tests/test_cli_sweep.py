@@ -120,7 +120,10 @@ def test_sweep_command_reports_and_exports(tmp_path, capsys, monkeypatch):
 
 # ----------------------------------------------------------------------------- killed and resumed
 def _sweep_argv(store, *, mc: bool, mu: str = "0.9,1.1") -> tuple[list[str], dict]:
-    """A sweep of a second or two: 8 theory cells, and 8 Monte Carlo cells when the engine exists."""
+    """Return the argv of a sweep of a second or two.
+
+    8 theory cells, and 8 Monte Carlo cells when the engine exists.
+    """
     grid = {"families": "lognormal,gamma", "mu": mu, "sigma2": "0.05,0.2", "T": "1:1000:log6"}
     grid["n"] = "0,2000" if mc else "0"
     argv = ["sweep", "--seed", "7", "--workers", "1", "--store", str(store), "--no-progress"]

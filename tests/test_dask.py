@@ -290,7 +290,7 @@ def test_bad_choice(choice, match):
 def test_unreachable_scheduler(monkeypatch):
     """An unreachable scheduler address raises ValueError naming it, after the connect timeout."""
     monkeypatch.setattr(dx, "CONNECT_TIMEOUT_S", 1)
-    with pytest.raises(ValueError, match="cannot reach the Dask scheduler 'tcp://127.0.0.1:9'"):
+    with pytest.raises(ValueError, match=r"cannot reach the Dask scheduler 'tcp://127\.0\.0\.1:9'"):
         simulate(FAM, [2], 100, progress=False, engine=Engine("dask", scheduler="tcp://127.0.0.1:9"))
 
 

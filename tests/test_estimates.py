@@ -169,6 +169,7 @@ def test_marginal_mean_from_unstable_variance():
 
 
 def test_verdict_level_rejects_other_reasons():
+    """verdict_level reads the level of a reason and refuses text without one."""
     assert verdict_level("") == "reliable"
     assert verdict_level("unreliable: x; y") == "unreliable"
     with pytest.raises(ValueError, match="does not start with a verdict level"):
@@ -177,6 +178,7 @@ def test_verdict_level_rejects_other_reasons():
 
 # --------------------------------------------------------------------------- PSIS threshold
 def test_khat_limit_and_min_n():
+    """khat_limit and log10_khat_min_n are inverse formulas with the stated edge values."""
     assert khat_limit(100) == pytest.approx(0.5)
     assert khat_limit(10**4) == 0.7
     assert khat_limit(2000) == pytest.approx(1 - 1 / math.log10(2000))
@@ -192,6 +194,7 @@ def test_khat_limit_and_min_n():
 
 
 def test_khat_columns_in_the_frame():
+    """The k-hat limit and draws-needed columns follow from k-hat; G_T's k-hat is the tail's over T."""
     fam, n = LogNormal(1.0, 0.1), 500
     df = simulate(fam, [1, 30], n, seed=4, workers=1, progress=False)
     for T in (1, 30):
@@ -213,15 +216,18 @@ def test_khat_columns_in_the_frame():
     ],
 )
 def test_nan_khat_says_why(fam, n, needle):
+    """A NaN k-hat comes with a marginal reason that says why."""
     df = simulate(fam, [1], n, seed=1, workers=1, progress=False)
     for stat in ("khat_P", "khat_G", "khat_min_n_P"):
         row = _get(df, 1, stat)
         assert np.isnan(row["value"])
-        assert verdict_level(row["reason"]) == "marginal" and needle in row["reason"], row["reason"]
+        assert verdict_level(row["reason"]) == "marginal", row["reason"]
+        assert needle in row["reason"], row["reason"]
 
 
 @pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f"{f.name}-{f.mu}-{f.sigma2}")
 def test_no_nan_khat_without_a_reason(fam):
+    """No k-hat is NaN without a reason, and a fittable tail gives none."""
     df = simulate(fam, [1, 3, 30], 3000, seed=8, workers=1, progress=False)
     khat = df[df["statistic"].isin(["khat_P", "khat_G"])]
     assert (khat["reason"][khat["value"].isna()] != "").all()
@@ -295,6 +301,7 @@ def test_rel_se_m4_of_G_at_large_T_keeps_its_digits():
 
 
 def test_rel_se_m4_bad_input():
+    """rel_se_m4 refuses an unknown statistic and n below 2."""
     with pytest.raises(ValueError, match="which"):
         rel_se_m4(LogNormal(1.0, 0.1), 1, 100, "X")
     with pytest.raises(ValueError, match="n must be an integer >= 2"):
@@ -347,6 +354,7 @@ def _ids(case):
 
 @pytest.mark.parametrize("case", MARGINAL_CASES, ids=_ids)
 def test_undercovering_cases_are_not_called_reliable(case):
+    """Cases whose intervals undercover get a marginal verdict, not reliable."""
     fam, T, stat, n = case
     df = simulate(fam, [T], n, seed=0, engine=Engine(workers=1, sampler="auto"), progress=False)
     assert verdict_level(_get(df, T, stat)["reason"]) == "marginal"

@@ -412,6 +412,7 @@ def test_shipped_data_set_reproduces_from_its_sidecar(tmp_path):
 # controlled mismatch: a bfloat16 sampler and its rollout_logp
 # --------------------------------------------------------------------------------------
 def test_sampler_log_probs_of_a_float64_model_are_its_scores(torch_mod):
+    """A float64 sampler's log-probs equal the model's scores, and a temperature changes them."""
     from variance_lab.experiment.model import sampler_log_probs, score
 
     model = _tiny_model(torch_mod).double()
@@ -425,6 +426,7 @@ def test_sampler_log_probs_of_a_float64_model_are_its_scores(torch_mod):
 
 
 def test_settings_reject_an_unknown_sampler_dtype():
+    """Settings refuse a sampler_dtype outside float32 and bfloat16."""
     from variance_lab.experiment.train import QUICK
 
     with pytest.raises(ValueError, match="sampler_dtype must be one of float32, bfloat16, got 'fp8'"):
@@ -432,6 +434,7 @@ def test_settings_reject_an_unknown_sampler_dtype():
 
 
 def test_bfloat16_sampler_records_rollout_logp(torch_mod, tmp_path):
+    """A bfloat16 sampler run records small nonzero mismatches in rollout_logp and its sidecar."""
     out = tmp_path / "bf16.jsonl.gz"
     argv = ["experiment", "run", "--quick", "--quiet", "--seed", "3", "--set", "sampler_dtype=bfloat16"]
     assert main([*argv, "--out", str(out)]) == 0

@@ -168,8 +168,10 @@ def test_families_are_hashable_values():
 
 # ---------------------------------------------------------------- random-scale, lognormal-mixture
 def test_random_scale_moments_by_simulating_its_definition():
-    """E[P_T^s] = mu^(sT) (1 - theta T s(s-1)/2)^(-alpha), checked against draws of the model as defined:
-    v ~ Gamma(alpha, theta), then log P_T | v ~ N(T (log mu - v/2), T v); within 4 standard errors.
+    """Check E[P_T^s] = mu^(sT) (1 - theta T s(s-1)/2)^(-alpha) against draws of the model.
+
+    The model as defined: v ~ Gamma(alpha, theta), then log P_T | v ~ N(T (log mu - v/2), T v);
+    within 4 standard errors.
     """
     fam = get_family("random-scale", 1.1, 0.05, alpha=0.7)
     rng = np.random.default_rng(np.random.SeedSequence(20261201))
@@ -184,6 +186,7 @@ def test_random_scale_moments_by_simulating_its_definition():
 
 
 def test_random_scale_parameters_and_errors():
+    """Random-scale derives theta from alpha, describes itself, and refuses alpha <= 0 and sampling."""
     fam = get_family("random-scale", 1.0, 0.1, alpha=2.0)
     assert fam.theta == pytest.approx(1 - 1.1**-0.5, rel=1e-14)
     assert fam.describe() == {"family": "random-scale", "mu": 1.0, "sigma2": 0.1, "alpha": 2.0}
@@ -214,6 +217,7 @@ def test_mixture_K_against_numerical_integration():
 
 
 def test_mixture_derives_mu_sigma2_and_describes_itself():
+    """A lognormal mixture derives mu and the log moments from its components, in either spelling."""
     fam = get_family("lognormal-mixture", components=MIX)
     mu = 0.98 * math.exp(5e-9) + 0.02 * math.exp(-0.005 + 0.005)
     assert fam.mu == pytest.approx(mu, rel=1e-15)
@@ -241,11 +245,13 @@ def test_mixture_derives_mu_sigma2_and_describes_itself():
     ],
 )
 def test_mixture_bad_components(kwargs, match):
+    """Bad mixture components raise ValueError with the expected message."""
     with pytest.raises(ValueError, match=match):
         get_family("lognormal-mixture", **kwargs)
 
 
 def test_mixture_has_no_sampler_yet():
+    """The lognormal mixture says it has no Monte Carlo sampler."""
     with pytest.raises(
         ValueError, match="Monte Carlo sampling of the lognormal-mixture family is not available"
     ):

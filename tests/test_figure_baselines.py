@@ -89,6 +89,7 @@ FIGURES = {
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
 def test_figure_matches_its_baseline(name, tmp_path):
+    """The figure matches its committed PNG baseline within the image tolerance."""
     fig = FIGURES[name]()
     actual = tmp_path / f"{name}.png"
     try:

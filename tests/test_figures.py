@@ -106,8 +106,10 @@ def test_only_and_bad_names(tmp_path, capsys):
 
 @pytest.mark.parametrize("existing", [False, True])
 def test_interrupted_figures_leave_no_partial_folder(tmp_path, monkeypatch, existing):
-    """Ctrl-C on the second figure: a new folder is not created, an existing one is untouched,
-    and the temporary build folder is gone.
+    """Ctrl-C on the second figure leaves no trace.
+
+    A new folder is not created, an existing one is untouched, and the temporary build folder
+    is gone.
     """
     out = tmp_path / "figs"
     if existing:
@@ -312,8 +314,10 @@ SAMPLE_FAMILIES = [
     ids=["lognormal", "gamma", "gamma-small-shape", "two-point", "ar1", "ar1-neg", "degenerate"],
 )
 def test_sample_log_P_every_family_draws_like_the_engine(fam):
-    """Every family: the engine's own draws (the paths a chunk draws from the same stream),
-    with E[log P_T] and Var(log P_T) of theory within 5 standard errors.
+    """Every family: the engine's own draws match theory.
+
+    The paths a chunk draws from the same stream, with E[log P_T] and Var(log P_T) of theory
+    within 5 standard errors.
     """
     from variance_lab.simulate import draw_log_p
 
@@ -336,6 +340,7 @@ def test_sample_log_P_every_family_draws_like_the_engine(fam):
 
 
 def test_sample_log_P_aggregate_sampler():
+    """The aggregate sampler's AR(1) log P_T variance is within 5 SE of the exact one; gamma is refused."""
     fam = get_family("ar1", 1.0, 0.1, rho=0.5)
     x = figs.sample_log_P(fam, [1, 10], 50_000, seed=1, sampler="aggregate")
     var = float(fam.var_sum_mp(10))
@@ -391,6 +396,7 @@ def small_frames(var_frame):
 
 
 def test_paper_style_text_is_at_least_7_pt_and_never_says_seed(small_frames):
+    """Paper style is one column wide, its text at least 7 pt and free of the word seed."""
     for name, (draw, frame, kwargs) in small_frames.items():
         fig = draw(frame, style="paper", **kwargs)
         assert fig.get_figwidth() == pytest.approx(style.COLUMN_WIDTH), name
@@ -403,6 +409,7 @@ def test_paper_style_text_is_at_least_7_pt_and_never_says_seed(small_frames):
 
 
 def test_plot_functions_respect_the_callers_rcparams(small_frames):
+    """Plot functions follow the caller's rcParams and leave the global ones unchanged."""
     before = dict(matplotlib.rcParams)
     for name, (draw, frame, kwargs) in small_frames.items():
         with plt.rc_context({"font.size": 13, "axes.labelsize": 13, "lines.linewidth": 2.7}):
@@ -419,6 +426,7 @@ def test_plot_functions_respect_the_callers_rcparams(small_frames):
 
 
 def test_style_names_and_files_apply(small_frames, tmp_path):
+    """A style name or a style file passed as style= is applied."""
     draw, frame, kwargs = small_frames["ess_vs_T"]
     assert draw(frame, style="ggplot", **kwargs).axes[0].get_facecolor()[:3] != (1.0, 1.0, 1.0)
     sheet = tmp_path / "big.mplstyle"
@@ -429,6 +437,7 @@ def test_style_names_and_files_apply(small_frames, tmp_path):
 
 
 def test_true_log_axes_with_real_values(var_frame, small_frames):
+    """Axes are log-scaled and carry the real values, so one's own data overlay in the same units."""
     fig = plots.variance_vs_T(var_frame, "var_P")
     ax = fig.axes[0]
     assert ax.get_yscale() == "log"
@@ -444,6 +453,7 @@ def test_true_log_axes_with_real_values(var_frame, small_frames):
 
 
 def test_kwargs_figsize_and_pyplot(var_frame, small_frames):
+    """Line keywords, figsize and cmap pass through and the figure is pyplot's current one."""
     fig = plots.variance_vs_T(var_frame, "var_G", lw=3.3, figsize=(5, 3))
     assert plt.gcf() is fig
     assert tuple(fig.get_size_inches()) == (5, 3)
@@ -455,6 +465,7 @@ def test_kwargs_figsize_and_pyplot(var_frame, small_frames):
 
 
 def test_series_differ_in_greyscale(small_frames):
+    """Every series differs in line style or marker, so figures read in greyscale."""
     for name in ("ratio_vs_T", "ess_vs_T", "mc_frontier"):
         draw, frame, kwargs = small_frames[name]
         lines = [
@@ -469,6 +480,7 @@ def test_series_differ_in_greyscale(small_frames):
 
 
 def test_variance_panels_show_approximations_as_ratios(var_frame):
+    """The ratio panel shows approximations over the exact Var(G_T); only Var(P_T) has a flagged point."""
     fig = plots.variance_panels(var_frame, n=1000)
     ratio_ax = fig.axes[2]
     naive = next(li for li in ratio_ax.get_lines() if li.get_label() == "$\\sigma^2/T$ (naive)")
@@ -482,6 +494,7 @@ def test_variance_panels_show_approximations_as_ratios(var_frame):
 
 
 def test_decay_boundary_colours_growth_and_decay_as_the_closed_form():
+    """decay_boundary's colours are log10 of the variance ratio from mpmath, signed by sigma^2 + mu^2 > 1."""
     import mpmath
 
     mus, s2s = (0.6, 0.8, 0.9, 1.0, 1.1), (0.01, 0.1, 0.3, 0.6)
@@ -504,6 +517,7 @@ def test_decay_boundary_colours_growth_and_decay_as_the_closed_form():
 
 # ----------------------------------------------------------------------------- the command's options
 def test_formats_dpi_and_style_options(tmp_path, capsys):
+    """``figures`` writes the asked formats at the asked dpi and style, and refuses unknown ones."""
     out = tmp_path / "f"
     args = ["figures", "--quick", "--only", "ratio_vs_T", "--out", str(out), "--no-progress"]
     assert cli.main([*args, "--format", "svg,eps,png", "--dpi", "50", "--style", "ggplot"]) == 0
@@ -524,6 +538,7 @@ def test_formats_dpi_and_style_options(tmp_path, capsys):
 
 
 def test_check_passes_on_a_rebuild_and_fails_on_a_mismatch(tmp_path, capsys):
+    """--check passes on a rebuild, reports changed data and versions, and writes no files."""
     out = tmp_path / "f"
     args = ["figures", "--quick", "--only", "ratio_vs_T,heatmap_var_G", "--out", str(out), "--no-progress"]
     assert cli.main(args) == 0
@@ -545,6 +560,7 @@ def test_check_passes_on_a_rebuild_and_fails_on_a_mismatch(tmp_path, capsys):
 
 
 def test_rebuilding_the_default_folder_needs_out_or_force(tmp_path, monkeypatch, capsys):
+    """Overwriting figures/ or rebuilding from a sidecar in place needs --force."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "ratio_vs_T.json").write_text("{}")
@@ -560,6 +576,7 @@ def test_rebuilding_the_default_folder_needs_out_or_force(tmp_path, monkeypatch,
 
 
 def test_from_sidecar_works_for_every_figure_in_help(quick, tmp_path, capsys):
+    """Every figure is in --help and the experiment figure rebuilds byte for byte from its sidecar."""
     with pytest.raises(SystemExit):
         cli.main(["figures", "--help"])
     helptext = " ".join(capsys.readouterr().out.split())
@@ -574,6 +591,7 @@ def test_from_sidecar_works_for_every_figure_in_help(quick, tmp_path, capsys):
 
 
 def test_the_readme_figures_example_runs(tmp_path):
+    """The README's figures example runs and writes a PDF."""
     import os
     import subprocess
     import sys

@@ -148,5 +148,6 @@ def test_name_list():
 
 @pytest.mark.parametrize("text", ["2.6", "1.5", "1,2.5", "1.5:10:3", "1:10.5:log3"])
 def test_integer_grids_refuse_fractions(text):
+    """Integer grids refuse fractional values, naming the option."""
     with pytest.raises(ValueError, match=r"--T: .* (is not an integer|not a number)"):
         parse_grid(text, name="--T", integer=True)

@@ -1,5 +1,7 @@
-"""Fitted ratio models (rollouts/models.py): recovery of known parameters within k standard errors,
-the marginal likelihood against quadrature, and predictions against the families' exact theory.
+"""Fitted ratio models (rollouts/models.py).
+
+Recovery of known parameters within k standard errors, the marginal likelihood against
+quadrature, and predictions against the families' exact theory.
 """
 
 import math
@@ -33,16 +35,19 @@ def random_scale_batch(seed, n=600, alpha=0.4, theta0=4e-4, beta=0.5, c=-1e-5, T
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_scale_recovered_within_its_standard_errors(seed):
+    """The random-scale fit recovers each true parameter within 4 of its standard errors."""
     batch, L = random_scale_batch(seed)
     fit = fit_random_scale(batch)
     T0 = float(np.median(L))
     truth = {"c": -1e-5, "alpha": 0.4, "theta0": 4e-4 * (T0 / 40.0) ** 0.5, "beta": 0.5}
     for name, want in truth.items():
         got, se = getattr(fit, name), getattr(fit, f"se_{name}")
-        assert se > 0 and abs(got - want) < K_SE * se, (name, got, want, se)
+        assert se > 0, (name, got, want, se)
+        assert abs(got - want) < K_SE * se, (name, got, want, se)
 
 
 def test_random_scale_without_length_recovers_the_family():
+    """Without length dependence beta is 0 and the fitted family carries the fitted alpha and theta."""
     batch, _ = random_scale_batch(7, beta=0.0)
     fit = fit_random_scale(batch, length_dependent=False)
     assert fit.beta == 0.0
@@ -83,6 +88,7 @@ def test_marginal_likelihood_against_quadrature():
 
 
 def test_random_scale_predictions_match_the_family_theory():
+    """Random-scale predictions equal the theory of the fitted family, infinite where it is."""
     batch, _ = random_scale_batch(4, beta=0.0)
     fit = fit_random_scale(batch, length_dependent=False)
     T = np.array([1, 10, 100, 1000])
@@ -113,6 +119,7 @@ MIX_TRUE = (np.array([0.9, 0.08, 0.02]), np.array([0.0, -1e-3, -0.01]), np.array
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_mixture_recovered_within_its_standard_errors(seed):
+    """The mixture fit picks 3 components and recovers weights, means and variances within 4 SE."""
     w, m, v = MIX_TRUE
     rng = np.random.default_rng(np.random.SeedSequence(seed))
     n = 30_000
@@ -126,10 +133,12 @@ def test_mixture_recovered_within_its_standard_errors(seed):
         (fit.means, fit.se_means, m, "m"),
         (fit.variances, fit.se_variances, v, "v"),
     ):
-        assert np.all(se > 0) and np.all(np.abs(est - want) < K_SE * se), (name, est, want, se)
+        assert np.all(se > 0), (name, est, want, se)
+        assert np.all(np.abs(est - want) < K_SE * se), (name, est, want, se)
 
 
 def test_mixture_bic_picks_one_component_for_gaussian_tokens():
+    """BIC picks one component for Gaussian log-ratios, recovered within 4 SE."""
     y = np.random.default_rng(np.random.SeedSequence(3)).normal(-1e-4, 0.01, 20_000)
     fit = fit_mixture(y)
     assert fit.n_components == 1
@@ -138,6 +147,7 @@ def test_mixture_bic_picks_one_component_for_gaussian_tokens():
 
 
 def test_mixture_predictions():
+    """Mixture predictions match the family theory and a simulated GSPO clip fraction within 4 binomial SE."""
     w, m, v = MIX_TRUE
     y = np.random.default_rng(np.random.SeedSequence(8)).normal(0, 0.01, 100)
     fit = fit_mixture(y, max_components=1)
@@ -171,5 +181,6 @@ def test_mixture_predictions():
     ],
 )
 def test_bad_input(call, match):
+    """Bad input to the fits raises ValueError with the expected message."""
     with pytest.raises(ValueError, match=match):
         call()

@@ -128,6 +128,7 @@ def test_chunk_tail_keep_small_runs_keep_everything():
 
 # --------------------------------------------------------------------------- work cap (issue #18)
 def test_path_draws():
+    """``path_draws`` counts the longest path's draws: family cost, independent paths, aggregate sampler."""
     from variance_lab.families import CODE_GAMMA, CODE_LOGNORMAL
     from variance_lab.simulate.plan import AGGREGATE_COST, TOKEN_COST, path_draws
 
@@ -141,6 +142,7 @@ def test_path_draws():
 @pytest.mark.parametrize("n", [2, 1000, 10**6, 10**9 + 7])
 @pytest.mark.parametrize("draws", [1, 1000, 10**4, 10**6, 10**9])
 def test_chunk_work_is_capped(n, draws):
+    """Chunks cover n and stay under MAX_CHUNK_DRAWS unless one path per chunk."""
     from variance_lab.simulate.plan import MAX_CHUNK_DRAWS
 
     plan = make_plan(n, draws=draws)
@@ -151,6 +153,7 @@ def test_chunk_work_is_capped(n, draws):
 
 
 def test_work_cap_keeps_small_runs_unchanged():
+    """The work cap leaves the plans of the README's runs unchanged."""
     # the README's table (n = 1e6, T <= 1000, lognormal) keeps its plan, and so its numbers
     assert make_plan(10**6, draws=1000) == make_plan(10**6)
     assert make_plan(10**5, draws=1000) == make_plan(10**5)

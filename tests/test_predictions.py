@@ -15,8 +15,9 @@ from variance_lab.rollouts.predictions import PREDICTION_COLUMNS, choose_model, 
 
 @pytest.mark.parametrize(("p", "n"), [(0.1, 352), (0.5, 77), (0.02, 400), (0.7, 419)])
 def test_wilson_interval_covers_at_its_level(p, n):
-    """Exact coverage, summed over the binomial law of k: within 2 points of 95 % (Wilson is close to nominal;
-    the law is discrete, so not exactly 95 %), and every interval holds k/n.
+    """Exact coverage, summed over the binomial law of k, is within 2 points of 95 %.
+
+    Wilson is close to nominal; the law is discrete, so not exactly 95 %. Every interval holds k/n.
     """
     k = np.arange(n + 1)
     lo, hi = wilson_interval(k, n)
@@ -26,6 +27,7 @@ def test_wilson_interval_covers_at_its_level(p, n):
 
 
 def test_wilson_interval_closed_form():
+    """wilson_interval(10, 100) equals the closed-form Wilson interval."""
     lo, hi = wilson_interval(10, 100)
     z = stats.norm.ppf(0.975)
     centre = (0.1 + z * z / 200) / (1 + z * z / 100)
@@ -45,8 +47,10 @@ def _random_scale_batch(seed, n=1200, alpha=0.3, theta=1e-3):
 
 
 def test_analyze_on_random_scale_rollouts_chooses_hier():
-    """Strong heterogeneity (alpha = 0.3), per-token variance 3e-4: hier's GSPO clip prediction inside the
-    Wilson interval in every bucket with 100+ sequences, iid's outside; the model chosen is hier.
+    """Strong heterogeneity: hier's GSPO clip prediction fits, iid's does not.
+
+    alpha = 0.3, per-token variance 3e-4: hier's prediction is inside the Wilson interval in
+    every bucket with 100+ sequences, iid's outside; the model chosen is hier.
     """
     res = analyze(_random_scale_batch(2027), seed=0, n_boot=200)
     t = res.table
@@ -70,12 +74,14 @@ def test_analyze_on_random_scale_rollouts_chooses_hier():
 
 
 def test_fit_models_off_leaves_the_columns_nan():
+    """With fit_models=False the prediction columns are NaN and no model is chosen."""
     res = analyze(_random_scale_batch(3, n=200), seed=0, n_boot=50, fit_models=False)
     assert res.table[list(PREDICTION_COLUMNS[:-2])].isna().all().all()
     assert res.summary()["best_model"] is None
 
 
 def test_choose_model_prefers_the_simplest_of_equals():
+    """choose_model counts the buckets each model fits and breaks ties toward the simplest."""
     import pandas as pd
 
     table = pd.DataFrame({"fits": ["iid,mix", "mix", "hier", "mix,hier"]})

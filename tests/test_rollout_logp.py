@@ -1,5 +1,7 @@
-"""The third log-prob set: ``rollout_logp`` (the inference engine's) in TokenBatch and the loaders,
-and the NeMo-RL preset on a file written the way NeMo-RL writes ``train_data_step{N}.jsonl``.
+"""The third log-prob set: ``rollout_logp`` (the inference engine's).
+
+In TokenBatch and the loaders, and the NeMo-RL preset on a file written the way NeMo-RL
+writes ``train_data_step{N}.jsonl``.
 """
 
 import json
@@ -32,6 +34,7 @@ def _batch(rng, n=20, holes=False):
     ],
 )
 def test_round_trip_keeps_rollout_logp(tmp_path, suffix, layout):
+    """Saving and loading keeps rollout_logp and the derived log-ratios."""
     batch = _batch(np.random.default_rng(1), holes=True)
     path = save_batch(batch, tmp_path / f"b{suffix}", npz_layout=layout)
     back = load_batch(path)
@@ -43,6 +46,7 @@ def test_round_trip_keeps_rollout_logp(tmp_path, suffix, layout):
 
 
 def test_files_without_it_work_as_before(tmp_path):
+    """A file without rollout_logp loads, and asking for the mismatch raises."""
     batch = TokenBatch.from_ragged([np.array([-1.0, -0.5])], [np.array([-1.2, -0.5])])
     back = load_batch(save_batch(batch, tmp_path / "b.jsonl"))
     assert not back.has_rollout
@@ -61,6 +65,7 @@ def test_files_without_it_work_as_before(tmp_path):
 )
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_validated_like_the_others(tmp_path, rollout, problem, suffix):
+    """A bad rollout_logp is refused naming the record, or dropped with on_bad='drop'."""
     recs = [
         {"id": "a", "logp": [-1.0, -2.0], "old_logp": [-1.0, -2.0], "rollout_logp": rollout},
         {"id": "b", "logp": [-1.0], "old_logp": [-1.0], "rollout_logp": [-1.0]},
@@ -75,11 +80,12 @@ def test_validated_like_the_others(tmp_path, rollout, problem, suffix):
 
 
 def test_a_record_missing_it_when_others_have_it(tmp_path):
+    """A record without rollout_logp among records with it is refused, naming its index."""
     recs = [
         {"logp": [-1.0], "old_logp": [-1.0], "rollout_logp": [-1.0]},
         {"logp": [-1.0], "old_logp": [-1.0]},
     ]
-    with pytest.raises(ValueError, match="index 1.*missing field 'rollout_logp'"):
+    with pytest.raises(ValueError, match=r"index 1.*missing field 'rollout_logp'"):
         load_batch(write_records(recs, tmp_path / "r.jsonl"))
 
 
@@ -101,6 +107,7 @@ def _nemo_rl_line(idx, gen, prev, mask, total):
 
 
 def test_nemo_rl_preset(tmp_path):
+    """The nemo-rl preset drops masked prompt tokens and reads the rollout and trainer log-probs."""
     # prompt tokens (mask 0) carry logprob 0 in both sets; response tokens are scored
     lines = [
         _nemo_rl_line(0, [0.0, 0.0, -0.5, -1.0], [0.0, 0.0, -0.4, -1.1], [0, 0, 1, 1], 6),
@@ -125,6 +132,7 @@ def test_nemo_rl_preset(tmp_path):
 
 
 def test_nemo_rl_preset_rejects_an_unwrapped_field(tmp_path):
+    """The nemo-rl preset refuses a field that is not a list holding one list."""
     line = _nemo_rl_line(0, [-0.5], [-0.4], [1], 1)
     line["prev_logprobs"] = [-0.4]
     path = tmp_path / "train_data_step1.jsonl"

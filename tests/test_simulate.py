@@ -198,8 +198,9 @@ def _run_large_T(slow: bool):
 
 
 def test_large_T_small_n_all_families():
-    """T up to 1e6 at n = 100 .. 10^4 over many seeds: no exception, no warning (pytest turns
-    warnings into errors), intervals in log space around their estimates.
+    """T up to 1e6 at n = 100 .. 10^4 over many seeds: no exception, no warning.
+
+    pytest turns warnings into errors; intervals are in log space around their estimates.
     """
     _run_large_T(slow=False)
 

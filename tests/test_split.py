@@ -21,6 +21,7 @@ def _batch(seed=0, n=400, s_mis=0.2, s_upd=0.05):
 
 
 def test_statistics_match_their_definitions():
+    """Each part's pooled statistics equal their definitions computed directly with NumPy."""
     batch = _batch()
     res = split_ratios(batch, [4, 16, 64])
     pooled = res.table[res.table.bucket == -1].set_index("part")
@@ -52,6 +53,7 @@ def test_statistics_match_their_definitions():
 
 @pytest.mark.parametrize(("s_mis", "s_upd", "dominant"), [(0.2, 0.05, "mismatch"), (0.02, 0.1, "update")])
 def test_which_part_dominates(s_mis, s_upd, dominant):
+    """The part with the larger variance dominates, with shares near the variances' fractions."""
     res = split_ratios(_batch(1, s_mis=s_mis, s_upd=s_upd))
     assert res.dominant == dominant
     # independent parts: shares are their variances over the sum, within sampling noise
@@ -62,6 +64,7 @@ def test_which_part_dominates(s_mis, s_upd, dominant):
 
 
 def test_analyze_carries_the_split_and_renders_it():
+    """``analyze`` carries the split into its summary, Markdown and JSON."""
     from variance_lab.report.analysis_table import render_analysis
 
     result = analyze(_batch(2), n_boot=50)
@@ -75,6 +78,7 @@ def test_analyze_carries_the_split_and_renders_it():
 
 
 def test_without_rollout_logp_nothing_changes():
+    """Without rollout_logp analyze has no split and split_ratios raises."""
     b = _batch(3)
     plain = TokenBatch.from_flat(b.logp, b.old_logp, b.lengths)
     result = analyze(plain, n_boot=0)
@@ -85,6 +89,7 @@ def test_without_rollout_logp_nothing_changes():
 
 
 def test_cli_analyze_nemo_rl_preset(tmp_path, capsys):
+    """``analyze --preset nemo-rl`` reports the dominating mismatch in Markdown and CSV."""
     rng = np.random.default_rng(4)
     lines = []
     for i in range(60):

@@ -119,8 +119,9 @@ def test_pareto_khat_undefined_cases():
 
 
 def _zhang_stephens_mp(log_x, dps=60):
-    """Zhang and Stephens' estimator (no prior) in mpmath, from log exceedances: an independent
-    high-precision reference whose exponentials never underflow.
+    """Zhang and Stephens' estimator (no prior) in mpmath, from log exceedances.
+
+    An independent high-precision reference whose exponentials never underflow.
     """
     import mpmath as mp
 
@@ -142,6 +143,7 @@ def _zhang_stephens_mp(log_x, dps=60):
 
 @pytest.mark.parametrize("spread", [1.0, 30.0, 300.0, 3000.0])
 def test_gpd_fit_log_matches_high_precision_reference(spread):
+    """gpd_fit_log stays finite and matches the mpmath Zhang-Stephens fit over wide log spreads."""
     # log exceedances spread over `spread` nats: beyond 745 every linear weight but the top
     # underflows to 0 (the T = 1e6 crash: 57 values from 2.5e-323 to 1)
     rng = np.random.default_rng(int(spread))
@@ -154,6 +156,7 @@ def test_gpd_fit_log_matches_high_precision_reference(spread):
 
 
 def test_gpd_fit_is_the_log_fit():
+    """gpd_fit equals gpd_fit_log on the logs."""
     x = sps.genpareto.rvs(0.3, scale=2.0, size=500, random_state=np.random.default_rng(2))
     k, sigma = stats.gpd_fit(x)
     k_log, log_sigma = stats.gpd_fit_log(np.log(x))

@@ -202,6 +202,7 @@ def test_put_is_one_transaction_and_never_duplicates(tmp_path):
 
 
 def test_theory_cells_in_one_batch_equal_one_at_a_time(tmp_path, monkeypatch):
+    """Theory cells computed in one batch equal one at a time, also when the batch fails and falls back."""
     import variance_lab.sweep.run as sweep_mod
 
     the_plan = plan(["lognormal", "two-point"], [0.9, 1.0], [0.01, 0.1], T_GRID, params={"q": [0.3, 0.5]})
@@ -375,6 +376,7 @@ def test_progress_bar_goes_to_stderr(tmp_path, capsys):
 
 
 def test_random_scale_alpha_and_mixture_components_are_grid_axes(tmp_path):
+    """The alpha and components parameters are grid axes; a mixture gives one cell per components."""
     assert extra_parameters("random-scale") == ("alpha",)
     assert extra_parameters("lognormal-mixture") == ("components",)
     mixes = ["0.98:0:1e-8,0.02:-0.005:0.01", "1:0:0.1"]

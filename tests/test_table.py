@@ -327,6 +327,7 @@ def test_monte_carlo_defaults_verdicts(capsys):
 
 # ---------------------------------------------------------------- random-scale and lognormal-mixture
 def test_random_scale_table_prints_inf_with_a_note(capsys):
+    """The random-scale table prints inf from T = 1/theta on with a note, and null in JSON."""
     rc, out, err = run_cli(
         capsys, "table", "--family", "random-scale", "--alpha", "1", "--n", "0", "--T", "10,11,1000"
     )
@@ -353,6 +354,7 @@ def test_random_scale_table_prints_inf_with_a_note(capsys):
 
 
 def test_mixture_table_derives_mu_and_sigma2(capsys):
+    """The mixture table's Var(P_1) is the sigma^2 derived from the components."""
     spec = "0.98:0:1e-8,0.02:-0.005:0.01"
     rc, out, err = run_cli(
         capsys, "table", "--family", "lognormal-mixture", "--components", spec, "--n", "0", "--format", "csv"
@@ -383,6 +385,7 @@ def test_mixture_table_derives_mu_and_sigma2(capsys):
     ],
 )
 def test_new_family_bad_input_is_one_line(argv, message, capsys):
+    """Bad random-scale or mixture arguments give one error line and exit status 2."""
     args = ["table", *argv] if "--n" in argv else ["table", *argv, "--n", "0"]
     rc, out, err = run_cli(capsys, *args)
     assert rc == 2

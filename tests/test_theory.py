@@ -73,8 +73,10 @@ def test_ar1_variance_sum_regrouping():
 
 
 def _rs_theta(mu, s2, alpha):
-    """random-scale theta, found as the root of E[r^2] = mu^2 + s2 (the gamma MGF (1 - c theta)^(-alpha)
-    at c = 1), by bisection in theta on (0, 1): the moment equation, not the closed form of the code.
+    """Find the random-scale theta as the root of E[r^2] = mu^2 + s2.
+
+    The gamma MGF (1 - c theta)^(-alpha) at c = 1, by bisection in theta on (0, 1): the moment
+    equation, not the closed form of the code.
     """
     target = 1 + mp.mpf(s2) / mp.mpf(mu) ** 2
     lo, hi = mp.mpf(0), mp.mpf(1)
@@ -85,9 +87,11 @@ def _rs_theta(mu, s2, alpha):
 
 
 def _rs_moment(mu, s2, alpha, T, s):
-    """E[P_T^s] for random-scale ratios: given v, log P_T ~ N(T(log mu - v/2), T v), so
-    E[P_T^s | v] = mu^(sT) exp(c v) with c = T s(s-1)/2, and v ~ Gamma(alpha, theta) has the moment
-    generating function E[exp(c v)] = (1 - c theta)^(-alpha) for c < 1/theta, infinite beyond.
+    """Return E[P_T^s] for random-scale ratios.
+
+    Given v, log P_T ~ N(T(log mu - v/2), T v), so E[P_T^s | v] = mu^(sT) exp(c v) with
+    c = T s(s-1)/2, and v ~ Gamma(alpha, theta) has the moment generating function
+    E[exp(c v)] = (1 - c theta)^(-alpha) for c < 1/theta, infinite beyond.
     """
     mu, s = mp.mpf(mu), mp.mpf(s)
     if s2 == 0:
@@ -135,6 +139,7 @@ def _n_needed(kurt, target):
 
 
 def reference(name, mu, s2, T, target=0.1, rho=None, alpha=None, components=None):
+    """Return the mpmath reference moments of P_T and G_T and the log moments for one case."""
     with mp.workdps(DPS):
         if name == "lognormal-mixture":  # mu and sigma2 derived from the components
             mu = _mix_moment(components, 1)
@@ -412,8 +417,10 @@ _COLUMN_QUANTITY = {"ratio": "var_ratio"}
 
 
 def _check_grid(name, shape, mus, s2s, Ts):
-    """Every column of theory.grid against the reference, rows computed in float64 and with
-    mpmath alike; returns the fraction of rows computed in float64.
+    """Check every column of theory.grid against the reference.
+
+    Rows computed in float64 and with mpmath alike; returns the fraction of rows computed in
+    float64.
     """
     floats = total = 0
     for mu in mus:
@@ -438,8 +445,10 @@ def _check_grid(name, shape, mus, s2s, Ts):
 
 @pytest.mark.parametrize(("name", "shape"), GRID_FAMILIES)
 def test_grid_against_mpmath(name, shape):
-    """A few dozen points per family over mu in [0.5, 2], sigma^2 in [1e-3, 10], T up to 1e6,
-    every column to 1e-9 (draws-needed columns included).
+    """Check a few dozen points per family against the reference.
+
+    mu in [0.5, 2], sigma^2 in [1e-3, 10], T up to 1e6, every column to 1e-9 (draws-needed
+    columns included).
     """
     frac = _check_grid(name, shape, [0.5, 1.3, 2.0], [1e-3, 0.05, 2.5, 10.0], [1, 7, 1000, 10**6])
     assert frac >= 0.8  # the float path, not the fallback, computes most of them (T = 1e6 corners fall back)
@@ -448,6 +457,7 @@ def test_grid_against_mpmath(name, shape):
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "shape"), GRID_FAMILIES)
 def test_grid_against_mpmath_full(name, shape):
+    """The full (mu, sigma^2, T) grid agrees with mpmath, at least 80 % of it from the float path."""
     mus = list(np.linspace(0.5, 2.0, 7))
     s2s = list(np.logspace(-3, 1, 9))
     Ts = [1, 2, 3, 5, 10, 30, 100, 1000, 10**4, 10**5, 10**6]
@@ -455,6 +465,7 @@ def test_grid_against_mpmath_full(name, shape):
 
 
 def test_grid_layout_and_shape_axes():
+    """The rows of ``grid`` follow its axes in order and equal summary for each point."""
     df = theory.grid("two-point", mu=[1.0, 2.0], sigma2=[0.1, 0.2, 0.3], q=[0.4, 0.5], T=[1, 10])
     assert len(df) == 2 * 3 * 2 * 2
     assert list(df.columns[:4]) == ["family", "mu", "sigma2", "q"]
@@ -476,18 +487,20 @@ def test_grid_layout_and_shape_axes():
 
 
 def test_grid_skips_unreachable_points_on_request():
+    """``grid`` refuses unreachable points unless skip_unreachable, and still refuses bad input."""
     kwargs = {"mu": [0.5, 1.0], "sigma2": [0.1, 0.5], "T": [1, 10]}
-    with pytest.raises(ValueError, match="two-point family cannot reach sigma2=0.5 with mu=0.5"):
+    with pytest.raises(ValueError, match=r"two-point family cannot reach sigma2=0\.5 with mu=0\.5"):
         theory.grid("two-point", **kwargs)
     df = theory.grid("two-point", skip_unreachable=True, **kwargs)
     assert sorted(set(zip(df["mu"], df["sigma2"], strict=True))) == [(0.5, 0.1), (1.0, 0.1), (1.0, 0.5)]
     with pytest.raises(ValueError, match="no reachable point in the grid: two-point family cannot reach"):
         theory.grid("two-point", mu=0.5, sigma2=0.5, T=1, skip_unreachable=True)
-    with pytest.raises(ValueError, match="sigma2 must be >= 0, got -1.0"):  # bad input is not skipped
+    with pytest.raises(ValueError, match=r"sigma2 must be >= 0, got -1\.0"):  # bad input is not skipped
         theory.grid("two-point", mu=1.0, sigma2=[0.1, -1.0], T=1, skip_unreachable=True)
 
 
 def test_grid_degenerate_ratio():
+    """``grid`` at sigma^2 = 0 equals the precise summary without falling back."""
     df = theory.grid("gamma", mu=[0.5, 2.0], sigma2=0.0, T=[1, 1000])
     want = pd.concat(
         [theory.summary(get_family("gamma", m, 0.0), [1, 1000], precise=True) for m in (0.5, 2.0)]
@@ -498,6 +511,7 @@ def test_grid_degenerate_ratio():
 
 
 def test_fallback_to_mpmath_is_marked(monkeypatch):
+    """Points that fail the float check fall back to mpmath and are marked precise."""
     from variance_lab.theory import fast
 
     fam = get_family("gamma", 0.7, 3.0)
@@ -512,6 +526,7 @@ def test_fallback_to_mpmath_is_marked(monkeypatch):
 
 
 def test_family_without_float_path_uses_mpmath(monkeypatch):
+    """A family without a float path is computed by mpmath and marked precise."""
     from variance_lab.theory import fast
 
     monkeypatch.delitem(fast.FAST_FAMILIES, "lognormal")
@@ -522,6 +537,7 @@ def test_family_without_float_path_uses_mpmath(monkeypatch):
 
 
 def test_precise_and_float_paths_agree():
+    """The float and mpmath paths agree for the summary and every quantity."""
     fam = get_family("two-point", 1.3, 0.4, q=0.3)
     T = [1, 3, 100, 10**5]
     a, b = theory.summary(fam, T), theory.summary(fam, T, precise=True)
@@ -534,6 +550,7 @@ def test_precise_and_float_paths_agree():
 
 
 def test_tidy_many_is_tidy_concatenated():
+    """tidy_many equals tidy per family concatenated, and refuses no families."""
     fams = [
         get_family("lognormal", 1.0, 0.1),
         get_family("gamma", 2.0, 0.5),
@@ -564,6 +581,7 @@ def test_tidy_many_is_tidy_concatenated():
     ],
 )
 def test_grid_bad_input(kwargs, match):
+    """``grid`` raises ValueError with the expected message on bad input."""
     args = {"family": "lognormal", "mu": 1.0, "sigma2": 0.1, "T": [1, 10], **kwargs}
     with pytest.raises(ValueError, match=match):
         theory.grid(args.pop("family"), **args)
@@ -571,6 +589,7 @@ def test_grid_bad_input(kwargs, match):
 
 # ---------------------------------------------------------------- random-scale
 def test_random_scale_var_P_infinite_exactly_from_one_over_theta():
+    """Random-scale Var(P_T) is infinite exactly from T = 1/theta on, the kurtosis from 6 T theta >= 1."""
     fam = get_family("random-scale", 1.0, 0.1, alpha=1.0)  # theta = 1 - 1.1^-1 = 1/11
     assert fam.critical_T == pytest.approx(11.0, rel=1e-12)
     T = [10, 11, 12, 1000]
@@ -587,6 +606,7 @@ def test_random_scale_var_P_infinite_exactly_from_one_over_theta():
 
 @pytest.mark.parametrize(("mu", "s2", "alpha"), [(1.0, 0.1, 1.0), (0.8, 1e-3, 0.2), (1.5, 2.0, 5.0)])
 def test_random_scale_var_G_levels_off(mu, s2, alpha):
+    """Random-scale Var(G_T) approaches its mpmath limit, the gap falling like 1/T."""
     fam = get_family("random-scale", mu, s2, alpha=alpha)
     with mp.workdps(50):
         theta = _rs_theta(mu, s2, alpha)
@@ -612,4 +632,5 @@ def test_random_scale_alpha_to_infinity_is_lognormal(mu, s2):
             got = theory.value(q, get_family("random-scale", mu, s2, alpha=alpha), T)
             gaps.append(np.max(np.abs(got / want - 1)))
         assert gaps[-1] < 1e-5, (q, gaps)
-        assert gaps[1] < gaps[0] / 50 and gaps[2] < gaps[1] / 50, (q, gaps)  # about 1/alpha
+        assert gaps[1] < gaps[0] / 50, (q, gaps)  # about 1/alpha
+        assert gaps[2] < gaps[1] / 50, (q, gaps)

@@ -470,8 +470,9 @@ class RandomScale(Family):
         return math.inf if self.degenerate else 1.0 / self.theta
 
     def var_G_limit(self) -> float:
-        r"""The level :math:`\mu^2[(1+\theta)^{-\alpha} - (1+\theta/2)^{-2\alpha}]` of
-        :math:`\operatorname{Var}(G_T)` as :math:`T \to \infty`.
+        r"""Return the limit of :math:`\operatorname{Var}(G_T)` as :math:`T \to \infty`.
+
+        It is :math:`\mu^2[(1+\theta)^{-\alpha} - (1+\theta/2)^{-2\alpha}]`.
         """
         with mpmath.workdps(40):
             th, a = self.theta_mp(), mpmath.mpf(self.alpha)
@@ -487,8 +488,10 @@ class RandomScale(Family):
         return self.cgf_sum_mp(1, s)
 
     def cgf_sum_mp(self, T: int, s) -> mpmath.mpf:
-        r""":math:`\log E[P_T^s] = sT\log\mu - \alpha\log(1 - \theta T s(s-1)/2)`, ``+inf``
-        where the bracket is not positive.
+        r"""Return the log moment of :math:`P_T`.
+
+        :math:`\log E[P_T^s] = sT\log\mu - \alpha\log(1 - \theta T s(s-1)/2)`, ``+inf`` where
+        the bracket is not positive.
         """
         s = mpmath.mpf(s)
         if self.degenerate:
@@ -506,6 +509,7 @@ class RandomScale(Family):
         raise _no_sampler(self.name)
 
     def describe(self) -> dict:
+        """Plain-dict description (family name, mu, sigma2 and alpha), for provenance."""
         return {**super().describe(), "alpha": self.alpha}
 
 
@@ -569,14 +573,16 @@ def parse_components(spec) -> tuple[tuple[float, float, float], ...]:
 
 
 def format_components(components) -> str:
-    """The canonical ``"w:m:v,..."`` text of parsed components (shortest round-trip floats)."""
+    """Return the canonical ``"w:m:v,..."`` text of parsed components (shortest round-trip floats)."""
     return ",".join(":".join(repr(float(x)) for x in c) for c in components)
 
 
 @dataclass(frozen=True)
 class LognormalMixture(Family):
-    r"""Heavy-tailed, sparse token ratios: each token's log-ratio comes from component
-    :math:`j`, :math:`N(m_j, v_j)`, with probability :math:`w_j`, independently.
+    r"""Heavy-tailed, sparse token ratios: a mixture of lognormals.
+
+    Each token's log-ratio comes from component :math:`j`, :math:`N(m_j, v_j)`, with probability
+    :math:`w_j`, independently.
 
     .. math::
 
@@ -600,6 +606,7 @@ class LognormalMixture(Family):
     text_parameters: ClassVar[tuple[str, ...]] = ("components",)
 
     def __post_init__(self) -> None:
+        """Parse the components and derive mu and sigma2 from them; a given mu or sigma2 must agree."""
         comps = parse_components(self.components)
         object.__setattr__(self, "components", comps)
         with mpmath.workdps(60):
@@ -629,8 +636,10 @@ class LognormalMixture(Family):
         return mpmath.log(mpmath.fsum(w * mpmath.exp(s * m + s * s * v / 2) for w, m, v in self._mp()))
 
     def _mp(self):
-        """Components as mpmath numbers, the weights normalised to sum to 1 at this precision
-        (float weights sum to 1 only up to rounding, and T K(1/T) would carry T times the error).
+        """Return the components as mpmath numbers, the weights normalised to sum to 1.
+
+        Normalised at this precision: float weights sum to 1 only up to rounding, and T K(1/T) would
+        carry T times the error.
         """
         total = mpmath.fsum(mpmath.mpf(w) for w, _, _ in self.components)
         return [(mpmath.mpf(w) / total, mpmath.mpf(m), mpmath.mpf(v)) for w, m, v in self.components]
@@ -644,6 +653,7 @@ class LognormalMixture(Family):
         raise _no_sampler(self.name)
 
     def describe(self) -> dict:
+        """Plain-dict description (family name, mu, sigma2 and canonical components), for provenance."""
         return {**super().describe(), "components": format_components(self.components)}
 
 

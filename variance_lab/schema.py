@@ -54,7 +54,7 @@ VERDICTS = ("reliable", "marginal", "unreliable")
 
 
 def verdict_level(reason: str) -> str:
-    """The verdict level of a tidy row from its ``reason``: one of :data:`VERDICTS`.
+    """Return the verdict level of a tidy row from its ``reason``: one of :data:`VERDICTS`.
 
     >>> verdict_level(""), verdict_level("marginal: the interval may cover less than its level")
     ('reliable', 'marginal')

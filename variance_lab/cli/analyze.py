@@ -88,6 +88,7 @@ def _save_figure(fig, target: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``variance-lab analyze``: analyze the file and write its table, summary and figure."""
     from variance_lab.report.analysis_table import render_analysis, split_lines, summary_lines
     from variance_lab.rollouts.analysis import analyze
 

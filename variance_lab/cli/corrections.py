@@ -8,6 +8,7 @@ question: from which length does a cap modify most (``--threshold``) of the sequ
 from __future__ import annotations
 
 import argparse
+import itertools
 
 from variance_lab import __version__
 from variance_lab.cli._common import (
@@ -21,7 +22,6 @@ from variance_lab.cli._common import (
     write_output,
 )
 from variance_lab.report import corrections_table as report
-import itertools
 
 __all__ = ["add_command", "run"]
 
@@ -114,6 +114,7 @@ def _other_ratio(batch, which: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``variance-lab corrections``: tabulate the corrections for a model or a data file."""
     from variance_lab import corrections
 
     try:

@@ -20,7 +20,10 @@ def _formats(text: str) -> list[str]:
 
 
 def _style(text: str):
-    """A matplotlib style name, ``paper`` (the package's), ``none`` (matplotlib's rcParams) or a file."""
+    """Parse a matplotlib style name or a style file.
+
+    ``paper`` is the package's style, ``none`` matplotlib's rcParams.
+    """
     import matplotlib.style
 
     if text == "none":

@@ -119,7 +119,7 @@ def clip_panel(ax, table: pd.DataFrame, *, legend: bool = True, style=None):
 def experiment_figure(
     table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, level: float = 0.95, figsize=None, style=None
 ) -> Figure:
-    """The three panels: Var(P_T), Var(G_T) and GSPO's clip fraction against T.
+    """Draw the three panels: Var(P_T), Var(G_T) and GSPO's clip fraction against T.
 
     Parameters
     ----------

@@ -307,7 +307,7 @@ def sampler_log_probs(
     temperature: float = 1.0,
     rows: int = 32,
 ) -> torch.Tensor:
-    r"""The log-probabilities of the sampler's own distribution, teacher-forced, in float64.
+    r"""Compute the log-probabilities of the sampler's own distribution, teacher-forced, in float64.
 
     :func:`generate` draws from :math:`\operatorname{softmax}(\ell / \tau)` with :math:`\ell` the
     model's log-probabilities in its own dtype (bfloat16 for a bfloat16 copy), turned to float64

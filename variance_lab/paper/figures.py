@@ -293,7 +293,7 @@ def _keep(frame: pd.DataFrame, statistics) -> pd.DataFrame:
 
 
 def figure_data(name: str, params: dict, *, engine: Engine | None = None) -> pd.DataFrame:
-    """The tidy data behind figure ``name`` with ``params`` (see :func:`default_params`).
+    """Compute the tidy data behind figure ``name`` with ``params`` (see :func:`default_params`).
 
     ``engine`` runs the Monte Carlo parts (default: threads on all cores); results do not
     depend on it.
@@ -693,7 +693,7 @@ def publish(build: Path, out: Path, written: Sequence[Path]) -> list[Path]:
 
 
 def read_sidecar(path: str | os.PathLike) -> dict:
-    """A figure sidecar's contents; ``ValueError`` naming the file when it is not one."""
+    """Read a figure sidecar's contents; ``ValueError`` naming the file when it is not one."""
     path = Path(path)
     try:
         sidecar = json.loads(path.read_text())

@@ -90,7 +90,10 @@ def summary_lines(summary: dict) -> list[str]:
 
 
 def model_lines(summary: dict) -> list[str]:
-    """The fitted models mix and hier with standard errors, and the model chosen on variances and clips."""
+    """List the fitted models mix and hier with standard errors.
+
+    And the model chosen on variances and clips.
+    """
     models = summary.get("models")
     if not models:
         return []
@@ -121,7 +124,10 @@ def model_lines(summary: dict) -> list[str]:
 
 
 def split_lines(split: dict | None) -> list[str]:
-    """The three-policy split (mismatch, update, total) as text lines: pooled rows and the verdict line."""
+    """Return the three-policy split (mismatch, update, total) as text lines.
+
+    The pooled rows and the verdict line.
+    """
     if not split:
         return []
     lines = [

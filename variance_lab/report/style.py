@@ -1,4 +1,4 @@
-"""House style of the figures: an opt-in paper style sheet, Okabe–Ito colours, log-axis helpers.
+"""House style of the figures: an opt-in paper style sheet, Okabe-Ito colours, log-axis helpers.
 
 Nothing here changes global state. Plot functions of :mod:`variance_lab.report` draw with
 the caller's :data:`matplotlib.rcParams` (so :func:`matplotlib.pyplot.rc_context` and
@@ -78,7 +78,7 @@ _SERIES = (
 
 
 def resolve(style):
-    """What :func:`matplotlib.style.context` takes for ``style`` (``"paper"``: :data:`STYLE_FILE`)."""
+    """Return what :func:`matplotlib.style.context` takes for ``style`` (``"paper"``: :data:`STYLE_FILE`)."""
     if isinstance(style, str) and style == "paper":
         return str(STYLE_FILE)
     return style

@@ -171,7 +171,9 @@ def errata(frame: pd.DataFrame, mu: float, sigma2: float) -> str:
 
 
 def infinite_variance_note(frame: pd.DataFrame, critical_T: float | None = None) -> str:
-    r"""A note for the rows where :math:`\operatorname{Var}(P_T)` is infinite; ``""`` when there are none.
+    r"""Return a note for the rows where :math:`\operatorname{Var}(P_T)` is infinite.
+
+    ``""`` when there are none.
 
     Parameters
     ----------

@@ -521,7 +521,7 @@ class AnalysisResult:
 
 
 def _split_summary(split: SplitResult | None) -> dict | None:
-    """The three-policy split as JSON-ready values (None without ``rollout_logp``)."""
+    """Return the three-policy split as JSON-ready values (None without ``rollout_logp``)."""
     if split is None:
         return None
     return {
@@ -533,7 +533,7 @@ def _split_summary(split: SplitResult | None) -> dict | None:
 
 
 def _try_autocorrelation(batch: TokenBatch, c: float) -> tuple[Autocorrelation | None, str]:
-    """The autocorrelation, or ``None`` and the reason it is undefined."""
+    """Return the autocorrelation, or ``None`` and the reason it is undefined."""
     try:
         return autocorrelation(batch, c=c), ""
     except ValueError as exc:  # too few neighbouring pairs, none at all, or constant log-ratios

@@ -449,7 +449,7 @@ class TokenBatch:
         return self.mismatch_log_ratio + self.log_ratio
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        """The batch's arrays (``rollout_logp`` only where present)."""
+        """Return the batch's arrays (``rollout_logp`` only where present)."""
         out = (self.logp, self.old_logp, self.offsets, self.positions, self.ids)
         return out if self.rollout_logp is None else (*out, self.rollout_logp)
 

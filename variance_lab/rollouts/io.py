@@ -171,7 +171,7 @@ def _record_array(
 
 
 def _record_fields(rec, names: dict[str, str], unwrap: bool = False) -> tuple[dict, str | None]:
-    """The arrays of one record (mask, rollout_logp may be None), or the record's first problem."""
+    """Return the arrays of one record (mask, rollout_logp may be None), or the record's first problem."""
     if not isinstance(rec, Mapping):
         return {}, "record is not a JSON object"
     arrays = {}
@@ -185,7 +185,7 @@ def _record_fields(rec, names: dict[str, str], unwrap: bool = False) -> tuple[di
 def _batch_from_records(
     records: Iterable, names: dict[str, str], on_bad: str, unwrap: bool = False
 ) -> TokenBatch:
-    """A batch from parsed records; a record with a bad field enters with length 0 and its problem.
+    """Build a batch from parsed records; a record with a bad field enters with length 0 and its problem.
 
     ``rollout_logp`` is optional for the file, but once one record has it, every record must.
     """

@@ -42,7 +42,6 @@ from variance_lab.simulate.aggregate import SAMPLER_CHOICES, resolve_sampler
 from variance_lab.simulate.dask_executor import EXECUTORS, DaskMissingError
 from variance_lab.simulate.draws import draw_log_r
 from variance_lab.simulate.engine import Engine, using_engine
-from variance_lab.simulate.executor import default_workers
 from variance_lab.simulate.kernels import accumulate_log_p, draw_log_p, run_chunk
 from variance_lab.simulate.plan import ChunkPlan, ChunkTask, check_seed, make_plan, make_tasks, path_draws
 
@@ -64,6 +63,7 @@ __all__ = [
     "merge_all",
     "prepare",
     "resolve_sampler",
+    "run_chunk",
     "using_engine",
 ]
 

@@ -337,7 +337,7 @@ def finish_tails(tbuf, tlen, keep, out):  # pragma: no cover - compiled
 
 
 class BlockState(NamedTuple):
-    """The arrays a kernel fills for one chunk, passed to the kernels as one argument.
+    r"""The arrays a kernel fills for one chunk, passed to the kernels as one argument.
 
     A NamedTuple of arrays (and one int): numba passes it to a compiled function as one
     typed value, and its fields are read like attributes. The grid and the references
@@ -349,11 +349,11 @@ class BlockState(NamedTuple):
     grid : ndarray of int64, shape (nT,)
         Sorted T grid.
     log_ref : ndarray, shape (2, nT)
-        References :math:`\\rho` of :math:`P_T`, :math:`G_T` (``-inf``: none).
+        References :math:`\rho` of :math:`P_T`, :math:`G_T` (``-inf``: none).
     ref_logp : ndarray, shape (nT,)
-        Centre of :math:`\\log P_T`.
+        Centre of :math:`\log P_T`.
     P : ndarray, shape (B, nT)
-        Fill buffer: row ``i`` holds path ``i``'s :math:`\\log P_T` at every T of the grid.
+        Fill buffer: row ``i`` holds path ``i``'s :math:`\log P_T` at every T of the grid.
     X : ndarray, shape (nT, B)
         Scratch: ``P`` transposed.
     shift, cref : ndarray, shape (2, nT)

@@ -176,7 +176,7 @@ def local_cluster(workers: int, **options):
 
 @contextlib.contextmanager
 def connect(scheduler: str):
-    """A client of the scheduler at an address or in a scheduler file; closed on exit.
+    """Open a client of the scheduler at an address or in a scheduler file; closed on exit.
 
     Parameters
     ----------

@@ -53,11 +53,11 @@ __all__ = [
 
 @kernel
 def _token_kernel(code, par, independent, n_paths, rng, st):  # pragma: no cover - compiled
-    """Simulate ``n_paths`` paths token by token and reduce them into the state ``st``.
+    r"""Simulate ``n_paths`` paths token by token and reduce them into the state ``st``.
 
     Paths go in batches of 4 (:func:`~variance_lab.simulate.draws.draw_raw4`), the last
     ``n_paths % 4`` one by one (AR(1): all one by one); each path writes its
-    :math:`\\log P_T` at every T into its row of the block buffer ``st.P``, and a full block
+    :math:`\log P_T` at every T into its row of the block buffer ``st.P``, and a full block
     is reduced at once (:func:`variance_lab.simulate.block.reduce_block`).
     """
     grid = st.grid
@@ -117,7 +117,7 @@ def _token_kernel(code, par, independent, n_paths, rng, st):  # pragma: no cover
 
 @kernel
 def _values_kernel(log_p_values, st):  # pragma: no cover - compiled
-    """Accumulate given values ``log_p_values[i, j]`` of :math:`\\log P_{T_j}`, a block of rows at a time."""
+    r"""Accumulate given values ``log_p_values[i, j]`` of :math:`\log P_{T_j}`, a block of rows at a time."""
     B = st.X.shape[1]
     n = log_p_values.shape[0]
     for start in range(0, n, B):

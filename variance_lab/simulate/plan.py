@@ -204,14 +204,15 @@ def path_draws(T, *, independent: bool = False, sampler: str = "token", code: in
 
 
 def estimate_seconds(n: int, draws: int, workers: int = 1) -> float:
-    """Rough wall time of ``n`` paths of ``draws`` work units each on ``workers`` cores
-    (:data:`WORK_RATE`): what the command line shows before a long run.
+    """Estimate the rough wall time of ``n`` paths of ``draws`` work units each.
+
+    On ``workers`` cores at :data:`WORK_RATE`: what the command line shows before a long run.
     """
     return float(n) * float(draws) / (WORK_RATE * max(1, int(workers)))
 
 
 def make_plan(n, chunk_size=None, sampler: str = "token", *, draws: int = 1) -> ChunkPlan:
-    r"""The chunk plan of ``n`` paths.
+    r"""Make the chunk plan of ``n`` paths.
 
     Parameters
     ----------

@@ -178,7 +178,7 @@ def extra_parameters(name: str) -> tuple[str, ...]:
 
 
 def _check_extra(family: str, key: str, value):
-    """A numeric extra parameter as a float; a text one (a mixture's components) in canonical form."""
+    """Return a numeric extra parameter as a float; a text one (a mixture's components) in canonical form."""
     if key in FAMILIES[family].text_parameters:
         return get_family(family, **{key: value}).describe()[key]
     return check_finite(key, value)

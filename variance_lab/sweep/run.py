@@ -48,7 +48,7 @@ def compute(cell: Cell, *, engine: Engine | None = None) -> tuple[pd.DataFrame, 
 
 
 def compute_theory(cells: Sequence[Cell]) -> dict[str, pd.DataFrame]:
-    """The tidy rows of many theory cells at once, ``{cell id: frame}``.
+    """Compute the tidy rows of many theory cells at once, ``{cell id: frame}``.
 
     One vectorised :func:`variance_lab.theory.tidy_many` call per (T grid, target) instead
     of one call per cell; each frame equals ``compute(cell)[0]`` (up to its index).
