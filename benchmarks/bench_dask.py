@@ -122,7 +122,7 @@ def run(n: int, tiny_tasks: int, repeats: int) -> dict:
 
 
 def render(record: dict) -> str:
-    """A Markdown table of the record, with the machine's load."""
+    """Return a Markdown table of the record, with the machine's load."""
     lines = [
         f"n = {record['n']:,} paths x T up to {max(SEED_GRID)} ({record['chunks']} chunks); "
         f"{record['tiny_tasks']} tiny tasks of {TINY_CHUNK} paths at T = 1; "

@@ -29,7 +29,7 @@ TARGET_POINTS_PER_S = 1e5
 
 
 def load() -> str:
-    """The 1-minute load average, as ``/proc/loadavg`` has it."""
+    """Return the 1-minute load average, as ``/proc/loadavg`` has it."""
     try:
         with open("/proc/loadavg") as fh:
             return fh.read().split()[0]
@@ -114,7 +114,7 @@ def slider(rep, repeats: int) -> None:
 
 
 def theory_sweep(rep, cells: int) -> None:
-    """A theory-only sweep: compute (plan and batch) apart from the store's writes."""
+    """Time a theory-only sweep: compute (plan and batch) apart from the store's writes."""
     from variance_lab.sweep import plan, sweep
     from variance_lab.sweep.run import compute_theory
 
@@ -127,7 +127,7 @@ def theory_sweep(rep, cells: int) -> None:
     the_plan, plan_wall, plan_cpu = _timed(lambda: plan("lognormal", mus, sigma2s, SEED_GRID))
     _, comp_wall, comp_cpu = _timed(lambda: compute_theory(the_plan.cells))
     with tempfile.TemporaryDirectory() as d:
-        res, wall, cpu = _timed(
+        res, wall, _cpu = _timed(
             lambda: sweep(
                 "lognormal", mus, sigma2s, SEED_GRID, 0, store=os.path.join(d, "s.sqlite"), progress=False
             )

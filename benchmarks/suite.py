@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @kernel
 def _bare(rng, n):  # pragma: no cover - compiled
-    """The bare limit: draw ``n`` standard normals from a Generator and sum them in a register."""
+    """Measure the bare limit: draw ``n`` standard normals from a Generator and sum them in a register."""
     s = 0.0
     for _ in range(n):
         s += rng.standard_normal()
@@ -68,6 +68,7 @@ def _bare(rng, n):  # pragma: no cover - compiled
 
 # ----------------------------------------------------------------------------- helpers
 def cores() -> int:
+    """Return the number of CPU cores this process may run on."""
     return len(os.sched_getaffinity(0))
 
 
@@ -93,6 +94,7 @@ def ratio(times, num: str, den: str, which: int = 0) -> float:
 
 
 def median(times, name: str, which: int = 0) -> float:
+    """Return the median over rounds of the ``which``-th time (0 wall, 1 CPU) recorded for ``name``."""
     return statistics.median(t[which] for t in times[name])
 
 
@@ -103,6 +105,7 @@ class Report:
         self.rows: list[dict] = []
 
     def add(self, section: str, what: str, value: float, unit: str = "", target: str = "", ok=None) -> None:
+        """Record one result row and print it, with its target and whether it was met."""
         row = {"section": section, "what": what, "value": value, "unit": unit, "target": target, "ok": ok}
         self.rows.append(row)
         flag = "" if ok is None else ("  ok" if ok else "  MISSED")
@@ -212,6 +215,7 @@ def throughput_and_scaling(rep: Report, n: int, repeats: int) -> None:
 
 
 def aggregate_vs_token(rep: Report, n: int, repeats: int, n_big: int) -> None:
+    """Time the token and aggregate samplers on the four-point grid with 1 and all workers."""
     fam, W = _lognormal(), cores()
     for s in ("token", "aggregate"):
         _run_acc(fam, SEED_GRID, 4096, workers=W, sampler=s)()
@@ -235,6 +239,7 @@ def aggregate_vs_token(rep: Report, n: int, repeats: int, n_big: int) -> None:
 
 
 def dense_vs_sparse(rep: Report, n: int, repeats: int) -> None:
+    """Time a dense grid (every T in 1..1000) against the four-point grid and compare."""
     fam, W = _lognormal(), cores()
     _run_acc(fam, DENSE_GRID, 4096, workers=W)()
     t = round_robin(
@@ -296,6 +301,7 @@ def _memory_run(n: int, sampler: str, T) -> dict:
 
 
 def memory(rep: Report, agg_ns, token_ns) -> None:
+    """Measure the peak resident memory of fresh processes over n, both samplers and a dense grid."""
     print(f"[memory] peak resident memory of a fresh process (imports included), T grid {SEED_GRID}")
     peaks = []
     for sampler, ns in (("aggregate", agg_ns), ("token", token_ns)):
@@ -327,6 +333,7 @@ def memory(rep: Report, agg_ns, token_ns) -> None:
 
 
 def table_cli(rep: Report, quick: bool) -> None:
+    """Time ``variance-lab table`` as a subprocess, start-up included, with each sampler."""
     exe = shutil.which("variance-lab", path=str(Path(sys.executable).parent)) or shutil.which("variance-lab")
     base = [exe] if exe else [sys.executable, "-m", "variance_lab.cli"]
     extra = ["--n", "100000"] if quick else []
@@ -372,6 +379,7 @@ def _machine() -> dict:
 
 
 def main(argv=None) -> int:
+    """Run the selected benchmark sections, print each result and count the targets met and missed."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: small sizes, 1 round")
     ap.add_argument("--only", default=None, help=f"comma list of sections: {', '.join(SECTIONS)}")

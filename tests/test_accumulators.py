@@ -34,6 +34,7 @@ def _assert_close(a, b):
 
 @pytest.mark.parametrize("cuts", [[500], [1, 2, 3], [100, 400, 401, 999], list(range(50, 1000, 50))])
 def test_merge_equals_all_at_once(cuts):
+    """Accumulators merged from any split of the draws equal one accumulated all at once."""
     T = (1, 10, 100)
     x, spec = _log_p(1000, T), _spec(T)
     whole = accumulate_log_p(x, spec)
@@ -42,7 +43,7 @@ def test_merge_equals_all_at_once(cuts):
 
 
 def _rounding_bound(x, acc):
-    r"""What merging promises: per power sum, the rounding of two summations of the same terms.
+    r"""Return what merging promises: per power sum, the rounding of two summations of the same terms.
 
     Every term :math:`d_i^k` of a power sum (:math:`d_i = e^{y_i - h} - e^{\rho - h}` for
     :math:`P_T` and :math:`G_T`, :math:`y_i - T\mu_y` for :math:`\log P_T`) enters both the
@@ -78,9 +79,11 @@ def _rounding_bound(x, acc):
     data=st.data(),
 )
 def test_merge_of_chunks_cut_anywhere_equals_all_at_once(n, sigma2, T, seed, data):
-    """Any cut of the same paths into chunks (empty ones and single paths too), merged in
-    order: the same count, shifts and tail bits as all at once, and power sums within the
-    rounding of two summations of the same terms."""
+    """Cut the same paths into chunks any way and merge them in order.
+
+    Empty chunks and single paths included: the same count, shifts and tail bits as all at
+    once, and power sums within the rounding of two summations of the same terms.
+    """
     fam = LogNormal(1.0, sigma2)
     x, spec = (
         _log_p(n, T, seed=seed, fam=fam),
@@ -99,6 +102,7 @@ def test_merge_of_chunks_cut_anywhere_equals_all_at_once(n, sigma2, T, seed, dat
 
 
 def test_merge_is_deterministic_and_order_sensitive_only_in_rounding():
+    """Merging is bit-identical when repeated and equal to rounding in reverse order."""
     T = (1, 10, 100)
     spec = _spec(T)
     parts = [accumulate_log_p(p, spec) for p in np.split(_log_p(900, T, seed=4), 3)]
@@ -109,6 +113,7 @@ def test_merge_is_deterministic_and_order_sensitive_only_in_rounding():
 
 
 def test_merge_with_empty_and_incompatible():
+    """An empty accumulator is a merge identity; incompatible specs and no parts raise."""
     spec = _spec()
     acc = accumulate_log_p(_log_p(10, (1, 10, 100)), spec)
     _assert_close(merge(spec.empty(), acc), acc)
@@ -120,6 +125,7 @@ def test_merge_with_empty_and_incompatible():
 
 
 def test_tail_is_the_largest_values():
+    """The merged tail sample holds exactly the largest values per T, in descending order."""
     T = (1, 10, 100)
     x, spec = _log_p(1000, T, seed=2), _spec(T, tail=37)
     acc = merge_all(accumulate_log_p(p, spec) for p in np.split(x, [10, 600]))
@@ -136,7 +142,7 @@ def _moments(acc, q, T_index):
 
 
 def test_values_spanning_thousands_of_orders_of_magnitude():
-    """log P from -3000 to +3000 (P from 1e-1303 to 1e1303): exact log10 moments."""
+    """Values of log P from -3000 to +3000 (P from 1e-1303 to 1e1303) give exact log10 moments."""
     rng = np.random.default_rng(8)
     x = rng.uniform(-3000, 3000, size=(400, 1))
     spec = AccumulatorSpec(
@@ -172,19 +178,24 @@ def test_centring_keeps_tiny_variance_of_G():
 
 
 def test_log_space_finite_at_T_1e5():
+    """At T = 1e5 shift, sums, tail and log moments stay finite, and the mean of log P is right."""
     fam = LogNormal(1.0, 0.1)
     acc = run_accumulators(fam, [1, 100_000], 64, seed=1, workers=1, progress=False)
-    assert np.all(np.isfinite(acc.shift)) and np.all(np.isfinite(acc.sums)) and np.all(np.isfinite(acc.tail))
+    assert np.all(np.isfinite(acc.shift))
+    assert np.all(np.isfinite(acc.sums))
+    assert np.all(np.isfinite(acc.tail))
     lmean, lvar = _moments(acc, P, 1)
-    assert math.isfinite(lmean) and math.isfinite(lvar)
+    assert math.isfinite(lmean)
+    assert math.isfinite(lvar)
     assert lmean < -1000  # a typical P_T at T = 1e5: exp(-4775), far below float64
-    d, m2, _, _ = central_moments(acc.sums[LOG_P, 1], acc.count)
+    d, _, _, _ = central_moments(acc.sums[LOG_P, 1], acc.count)
     assert abs(acc.spec.ref_logP[1] + d - 1e5 * fam.mean_log) < 5 * math.sqrt(1e5 * fam.var_log / 64)
 
 
 def test_two_point_log_p_is_exact_and_ties_in_tail():
+    """Two-point log P_T values in the tail are exactly k log a + (T - k) log b."""
     fam = TwoPoint(1.0, 0.1)
     acc = run_accumulators(fam, [3], 2000, seed=0, workers=1, progress=False)
-    code, (q, la, lb) = fam.sampler_params()
+    _, (_, la, lb) = fam.sampler_params()
     values = {k * la + (3 - k) * lb for k in range(4)}
     assert set(np.unique(acc.tail)) <= values

@@ -86,6 +86,7 @@ def _ar1_block_reference(s, rho, d, first):
 @pytest.mark.parametrize("rho", [0.0, 0.5, -0.7, 0.99, 0.999])
 @pytest.mark.parametrize("steps", [[1, 1, 3], [4, 9, 1], [25, 2]])
 def test_ar1_table_is_the_exact_conditional_law(rho, steps):
+    """The AR(1) aggregate table gives the exact conditional mean factors and Cholesky covariance."""
     s = 0.37
     grid = np.cumsum(steps)
     table = aggregate_table(4, [0.0, s, rho], grid, False)
@@ -100,6 +101,7 @@ def test_ar1_table_is_the_exact_conditional_law(rho, steps):
 
 @pytest.mark.parametrize("rho", [0.0, 0.6, -0.5, 0.999])
 def test_ar1_independent_table_is_the_sd_of_the_sum(rho):
+    """The independent AR(1) table holds the sd of the sum of T tokens, against mpmath."""
     fam = AR1(1.0, 0.2, rho=rho)
     code, par = fam.sampler_params()
     table = aggregate_table(code, par, GRID, True)
@@ -111,6 +113,7 @@ def test_ar1_independent_table_is_the_sd_of_the_sum(rho):
 
 
 def test_simple_tables():
+    """Lognormal and two-point tables hold sqrt of step sizes, or step sizes; tables are read-only."""
     np.testing.assert_array_equal(
         aggregate_table(1, [0.1, 0.2], GRID, False)[:, 0], np.sqrt(np.diff(GRID, prepend=0))
     )
@@ -125,6 +128,7 @@ def test_simple_tables():
 @pytest.mark.parametrize("independent", [False, True])
 @pytest.mark.parametrize("fam", [f for f in EXACT if f.name != "two-point"], ids=_ids)
 def test_continuous_samplers_agree_two_sample(fam, independent):
+    """Token and aggregate samplers pass a two-sample KS test at every T of the grid."""
     n = 6000
     tok = _samples(fam, "token", n, 11, independent)
     agg = _samples(fam, "aggregate", n, 12, independent)
@@ -136,16 +140,17 @@ def test_continuous_samplers_agree_two_sample(fam, independent):
 @pytest.mark.parametrize("independent", [False, True])
 @pytest.mark.parametrize("fam", [f for f in EXACT if f.name == "two-point"], ids=_ids)
 def test_two_point_samplers_agree_two_sample(fam, independent):
-    """log P_T = k log a + (T - k) log b: chi-square test of the counts k between samplers."""
+    """Two-point log P_T = k log a + (T - k) log b: chi-square test of the counts k between samplers."""
     n = 6000
-    code, (q, la, lb) = fam.sampler_params()
+    _, (_, la, lb) = fam.sampler_params()
     tok = _samples(fam, "token", n, 21, independent)
     agg = _samples(fam, "aggregate", n, 22, independent)
     for j, T in enumerate(GRID):
         k_tok = np.rint((tok[:, j] - T * lb) / (la - lb)).astype(int)
         k_agg = np.rint((agg[:, j] - T * lb) / (la - lb)).astype(int)
         np.testing.assert_allclose(agg[:, j], k_agg * la + (T - k_agg) * lb, rtol=0, atol=1e-9 * T)
-        assert k_agg.min() >= 0 and k_agg.max() <= T
+        assert k_agg.min() >= 0
+        assert k_agg.max() <= T
         values = np.union1d(k_tok, k_agg)
         table = np.array([[np.sum(k_tok == v) for v in values], [np.sum(k_agg == v) for v in values]])
         keep = table.sum(axis=0) >= 10  # pool sparse counts into one cell
@@ -184,13 +189,14 @@ def test_prefix_paths_have_the_ar1_covariance_across_T():
 
 
 def test_independent_aggregate_values_are_uncorrelated_across_T():
+    """Independent aggregate draws at different T have correlations within K_SE standard errors of 0."""
     x = _samples(LogNormal(1.0, 0.1), "aggregate", 20_000, 4, independent=True)
     r = np.corrcoef(x.T)[np.triu_indices(GRID.size, 1)]
     assert np.all(np.abs(r) < K_SE / np.sqrt(x.shape[0]))
 
 
 def test_estimates_agree_with_closed_form():
-    """simulate on Engine(sampler='auto') gives the exact E[G_T], Var(G_T) within K_SE predicted errors."""
+    """Simulate on Engine(sampler='auto') gives the exact E[G_T], Var(G_T) within K_SE predicted errors."""
     from variance_lab import theory
 
     fam = LogNormal(1.0, 0.1)
@@ -209,6 +215,7 @@ def test_estimates_agree_with_closed_form():
 # ----------------------------------------------------------------------------- determinism
 @pytest.fixture(scope="module")
 def reference():
+    """Accumulators of an AR(1) run drawn by the aggregate sampler with one worker."""
     return run_accumulators(
         AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=3, engine=Engine(workers=1, sampler="aggregate")
     )
@@ -222,6 +229,7 @@ def _same(a, b):
 
 @pytest.mark.parametrize("workers", [2, 3])
 def test_bit_identical_for_any_workers(reference, workers):
+    """The aggregate sampler's accumulators are identical to the one-worker run for any worker count."""
     acc = run_accumulators(
         AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=3, engine=Engine(workers=workers, sampler="aggregate")
     )
@@ -229,6 +237,7 @@ def test_bit_identical_for_any_workers(reference, workers):
 
 
 def test_bit_identical_for_any_order_and_after_pickling(reference):
+    """Chunks run in shuffled order after a pickle round trip merge to the reference bit for bit."""
     _, tasks = prepare(AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=3, sampler="aggregate")
     assert {t.sampler for t in tasks} == {"aggregate"}
     order = list(range(len(tasks)))
@@ -238,6 +247,7 @@ def test_bit_identical_for_any_order_and_after_pickling(reference):
 
 
 def test_seed_changes_the_draws(reference):
+    """Another seed gives different accumulator sums."""
     other = run_accumulators(
         AR1(1.0, 0.1, rho=0.5), GRID, 30_000, seed=4, engine=Engine(workers=2, sampler="aggregate")
     )
@@ -258,6 +268,7 @@ def test_chunk_is_what_draw_log_p_draws():
 
 # ----------------------------------------------------------------------------- choosing
 def test_resolution():
+    """``auto`` picks the aggregate sampler where an exact one exists, else the token sampler."""
     assert resolve_sampler("auto", LogNormal(1.0, 0.1).sampler_params()[0]) == "aggregate"
     assert resolve_sampler("auto", Gamma(1.0, 0.1).sampler_params()[0]) == "token"
     assert resolve_sampler("auto", Gamma(1.0, 0.0).sampler_params()[0]) == "aggregate"  # degenerate
@@ -266,6 +277,7 @@ def test_resolution():
 
 
 def test_gamma_has_no_aggregate_and_bad_names_fail():
+    """The aggregate sampler for gamma and an unknown sampler name raise; ``auto`` falls back to tokens."""
     with pytest.raises(ValueError, match="gamma family has no exact aggregate"):
         simulate(Gamma(1.0, 0.1), [1, 2], 100, engine=AGG, progress=False)
     with pytest.raises(ValueError, match="sampler must be one of"):
@@ -275,6 +287,7 @@ def test_gamma_has_no_aggregate_and_bad_names_fail():
 
 
 def test_degenerate_aggregate_is_exact():
+    """With sigma^2 = 0 the aggregate sampler gives zero variances and mean_G = mu exactly."""
     fam = LogNormal(1.5, 0.0)
     df = simulate(fam, [1, 10, 1000], 5000, engine=AGG, progress=False)
     var = df[df["statistic"].isin(["var_P", "var_G", "var_logP"])]["value"]
@@ -290,6 +303,7 @@ def test_the_two_sample_test_sees_a_wrong_law():
 
 
 def test_command_line_sampler(capsys, tmp_path):
+    """``--sampler`` on ``table`` and ``sweep``: accepted, refused with exit 2, failed cells reported."""
     from variance_lab.cli import main
 
     assert main(["table", "--n", "20000", "--sampler", "auto", "--format", "csv", "--workers", "1"]) == 0

@@ -7,13 +7,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.colors import to_hex  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+import pytest
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
 
-from variance_lab.report import style  # noqa: E402
-from variance_lab.report.analysis_figure import COINCIDE, MODEL_STYLE, analysis_figure  # noqa: E402
+from variance_lab.report import style
+from variance_lab.report.analysis_figure import COINCIDE, MODEL_STYLE, analysis_figure
 from variance_lab.rollouts.analysis import analyze
 from variance_lab.rollouts.batch import TokenBatch
 
@@ -28,7 +28,7 @@ def _close_figures():
 
 @pytest.fixture(scope="module")
 def result():
-    """A small AR(1) data set (rho = 0.5), lengths 8..255, analysed."""
+    """Return a small AR(1) data set (rho = 0.5), lengths 8..255, analysed."""
     rng = np.random.default_rng(40)
     n, width, rho, sd = 300, 255, 0.5, 0.1
     lengths = rng.integers(8, width + 1, n)
@@ -44,11 +44,13 @@ def result():
 
 
 def test_two_panels_one_column_with_labels_and_log_axes(result):
+    """The default figure: two panels one column wide, labelled log axes, Okabe-Ito lines, legend."""
     fig = analysis_figure(result.table, result.curves())
     assert isinstance(fig, Figure)
     top, bottom = fig.axes
     assert fig.get_size_inches()[0] == pytest.approx(style.COLUMN_WIDTH)
-    assert "P_T" in top.get_ylabel() and "G_T" in bottom.get_ylabel()
+    assert "P_T" in top.get_ylabel()
+    assert "G_T" in bottom.get_ylabel()
     assert "T" in bottom.get_xlabel()
     assert top.get_xscale() == bottom.get_xscale() == "log"
     # three prediction lines per panel in Okabe-Ito colours, or one line where they coincide
@@ -69,13 +71,15 @@ def test_two_panels_one_column_with_labels_and_log_axes(result):
         assert colours <= {c.upper() for c in style.OKABE_ITO}
     assert top.get_legend() is None
     labels = [t.get_text() for t in bottom.get_legend().get_texts()]
-    assert "autocorrelation-corrected" in labels and any("95% bootstrap" in lab for lab in labels)
+    assert "autocorrelation-corrected" in labels
+    assert any("95% bootstrap" in lab for lab in labels)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     assert buf.getvalue()[:4] == b"\x89PNG"
 
 
 def test_points_sit_at_the_observed_values(result):
+    """The plotted points are the buckets' observed log10 Var(G_T)."""
     fig = analysis_figure(result.table, result.curves(), panels=("G",), legend=False)
     (ax,) = fig.axes
     t = result.table.dropna(subset=["log10_var_G"])
@@ -86,20 +90,24 @@ def test_points_sit_at_the_observed_values(result):
 
 
 def test_unreliable_var_P_points_are_hollow(result):
+    """Points whose ESS of P_T is too small are drawn hollow and the legend explains it."""
     table = result.table.copy()
     table["ess_P"] = np.where(np.arange(len(table)) % 2 == 0, 1.0, table["n_seq"])
     fig = analysis_figure(table, result.curves(), panels=("P",), legend=False)
     faces = [line.get_markerfacecolor() for line in fig.axes[0].get_lines() if line.get_marker() == "o"]
-    assert "white" in faces and len(set(map(str, faces))) == 2
+    assert "white" in faces
+    assert len(set(map(str, faces))) == 2
     legend = analysis_figure(table, result.curves(), panels=("P",)).axes[0].get_legend()
     assert any("ESS" in t.get_text() for t in legend.get_texts())
 
 
 def test_draws_into_given_axes_or_figure(result):
+    """Given ``ax=`` or ``fig=``, the figure draws there and returns that figure."""
     fig = Figure()
     ax1, ax2 = fig.subplots(1, 2)
     assert analysis_figure(result.table, result.curves(), ax=[ax1, ax2]) is fig
-    assert ax1.get_lines() and ax2.get_lines()
+    assert ax1.get_lines()
+    assert ax2.get_lines()
     fig2 = Figure()
     assert analysis_figure(result.table, result.curves(), fig=fig2, panels=("G",)) is fig2
     assert len(fig2.axes) == 1
@@ -108,6 +116,7 @@ def test_draws_into_given_axes_or_figure(result):
 
 
 def test_bad_arguments(result):
+    """An unknown panel or the wrong number of axes raises ValueError."""
     with pytest.raises(ValueError, match="panels"):
         analysis_figure(result.table, result.curves(), panels=("Q",))
     with pytest.raises(ValueError, match="ax must hold 2 axes"):

@@ -9,6 +9,7 @@ from variance_lab._atomic import atomic_write
 
 
 def test_replaces_only_with_a_complete_file(tmp_path):
+    """An interrupted write leaves the old file and no temporary; a complete one replaces it."""
     target = tmp_path / "out.txt"
     target.write_text("old")
 
@@ -25,6 +26,7 @@ def test_replaces_only_with_a_complete_file(tmp_path):
 
 
 def test_permissions_follow_the_umask(tmp_path):
+    """The written file has the mode the umask gives (0o644 under 0o022)."""
     old = os.umask(0o022)
     try:
         target = atomic_write(tmp_path / "f.csv", lambda tmp: tmp.write_text("x"))
@@ -34,6 +36,7 @@ def test_permissions_follow_the_umask(tmp_path):
 
 
 def test_a_fifo_is_written_in_place_not_replaced(tmp_path):
+    """A named pipe is written through, not replaced by a regular file."""
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so that the writer does not block

@@ -1,5 +1,8 @@
-"""What every subcommand shares (variance_lab.cli._common): one integer rule, output checks,
-file-system errors as one line, the command line's words, the long-run estimate."""
+"""What every subcommand shares (variance_lab.cli._common).
+
+One integer rule, output checks, file-system errors as one line, the command line's words,
+the long-run estimate.
+"""
 
 import errno
 import os
@@ -36,6 +39,7 @@ def _value(args, option):
 
 @pytest.mark.parametrize(("prefix", "option"), INTEGER_OPTIONS)
 def test_every_integer_option_accepts_exact_integers(prefix, option):
+    """Every integer option parses 1e1, 10, 10.0 and 1_0 as the integer 10."""
     for text in ("1e1", "10", "10.0", "1_0"):
         value = _value(build_parser().parse_args([*prefix, option, text]), option)
         assert value in (10, [10]), (option, text, value)
@@ -43,9 +47,11 @@ def test_every_integer_option_accepts_exact_integers(prefix, option):
 
 @pytest.mark.parametrize(("prefix", "option"), INTEGER_OPTIONS)
 def test_every_integer_option_refuses_fractions(prefix, option, capsys):
+    """Every integer option refuses 1.5 with one line on stderr naming the option, exit status 2."""
     assert main([*prefix, option, "1.5"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "'1.5' is not an integer (integers are never rounded)" in err
+    assert err.count("\n") == 1
+    assert "'1.5' is not an integer (integers are never rounded)" in err
     assert option in err
 
 
@@ -53,10 +59,12 @@ def test_every_integer_option_refuses_fractions(prefix, option, capsys):
     ("prefix", "option"), [(p, o) for p, o in INTEGER_OPTIONS if o in ("--T", "--edges")]
 )
 def test_integer_lists_are_sorted_and_merged(prefix, option):
+    """Integer lists come back sorted with equal values merged."""
     assert _value(build_parser().parse_args([*prefix, option, "10,1e1,1,10.0"]), option) == [1, 10]
 
 
 def test_int_grid_errors_are_cli_errors():
+    """int_grid raises CLIError naming the option for a fraction and for a value below 1."""
     with pytest.raises(common.CLIError, match=r"--T: '1.5' is not an integer"):
         common.int_grid("1,1.5", name="--T")
     with pytest.raises(common.CLIError, match=r"--T: values must be integers >= 1, got 0"):
@@ -64,6 +72,7 @@ def test_int_grid_errors_are_cli_errors():
 
 
 def test_cli_words():
+    """cli_words turns API keyword wording (on_bad=, format=, sampler=) into command-line flags."""
     assert common.cli_words("x; pass on_bad='drop' to skip") == "x; pass --on-bad drop to skip"
     assert (
         common.cli_words("pass format= one of ('jsonl', 'parquet', 'npz')")
@@ -73,6 +82,7 @@ def test_cli_words():
 
 
 def test_check_output(tmp_path):
+    """check_output accepts a new file and refuses a directory, a missing folder and the input file."""
     assert common.check_output(None) is None
     assert common.check_output(str(tmp_path / "a.md")) == tmp_path / "a.md"
     with pytest.raises(common.CLIError, match="is a directory"):
@@ -100,6 +110,8 @@ def test_write_file_turns_a_read_only_file_system_into_one_line(tmp_path, monkey
 
 
 def test_os_errors_reach_the_user_as_one_line(capsys, monkeypatch):
+    """An OSError while writing reaches stderr as one line with exit status 2."""
+
     def refuse(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "somewhere")
 
@@ -109,6 +121,7 @@ def test_os_errors_reach_the_user_as_one_line(capsys, monkeypatch):
 
 
 def test_long_runs_need_yes(capsys):
+    """Runs over a minute print an estimate; over an hour they need --yes off a terminal."""
     args = build_parser().parse_args(["table"])
     common.confirm_long_run(10.0, "short", args)  # under a minute: silent
     assert capsys.readouterr().err == ""
@@ -125,6 +138,7 @@ def test_long_runs_need_yes(capsys):
 
 
 def test_monte_carlo_estimate_follows_the_plan():
+    """monte_carlo_seconds is n times the longest path's token cost over the workers' rate."""
     from variance_lab import get_family
     from variance_lab.simulate.plan import TOKEN_COST, WORK_RATE
 

@@ -16,14 +16,17 @@ COLUMNS = ["T", "correction", "level", "mean_w", "bias", "var_w", "ess_frac", "f
 
 
 def run_cli(capsys, *argv):
+    """Run the command line and return its exit status, stdout and stderr."""
     rc = main(list(argv))
     out, err = capsys.readouterr()
     return rc, out, err
 
 
 def test_csv_is_the_closed_form(capsys):
+    """The default CSV has the schema's columns and the closed-form mean weights."""
     rc, out, err = run_cli(capsys, "corrections", "--T", "10,100", "--format", "csv")
-    assert rc == 0 and err == ""
+    assert rc == 0
+    assert err == ""
     df = pd.read_csv(io.StringIO(out))
     assert list(df.columns[: len(COLUMNS)]) == COLUMNS
     assert df.shape[0] == 6  # 2 T x the 3 default corrections
@@ -32,6 +35,7 @@ def test_csv_is_the_closed_form(capsys):
 
 
 def test_find_T_line_and_column(capsys):
+    """--find-T prints the length find_T returns, or that a correction never reaches 50 %."""
     rc, out, _ = run_cli(
         capsys,
         "corrections",
@@ -50,6 +54,7 @@ def test_find_T_line_and_column(capsys):
 
 
 def test_monte_carlo_json_has_intervals_and_verdicts(capsys):
+    """Monte Carlo JSON rows hold the estimate in its interval and a verdict; gamma has no closed form."""
     rc, out, _ = run_cli(
         capsys,
         "corrections",
@@ -74,13 +79,16 @@ def test_monte_carlo_json_has_intervals_and_verdicts(capsys):
 
 
 def test_markdown_with_monte_carlo_notes(capsys):
+    """The Markdown output shows the interval column and a note for an unreliable cell."""
     rc, out, _ = run_cli(capsys, "corrections", "--n", "2000", "--T", "100", "--correction", "geo-rs:0.9:1.1")
     assert rc == 0
-    assert "MC mean_w [95% CI]" in out and "UNRELIABLE" in out
+    assert "MC mean_w [95% CI]" in out
+    assert "UNRELIABLE" in out
     assert "- T = 100, geo-rs:0.9:1.1: Monte Carlo is UNRELIABLE: effective sample size" in out
 
 
 def test_data_mismatch_ratio(tmp_path, capsys):
+    """--data with --ratio mismatch evaluates a correction per length bucket of the file."""
     rng = np.random.default_rng(2)
     lens = rng.integers(5, 40, size=50)
     old = [-rng.exponential(1.0, size=k) for k in lens]
@@ -114,7 +122,7 @@ def test_data_mismatch_ratio(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "argv, message",
+    ("argv", "message"),
     [
         (["--correction", "tis:-1"], "bad correction 'tis:-1'"),
         (["--family", "gamma"], "closed forms exist for lognormal ratios only"),
@@ -124,19 +132,27 @@ def test_data_mismatch_ratio(tmp_path, capsys):
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, message):
+    """Bad arguments give exit status 2, no stdout and one line on stderr with the message."""
     rc, out, err = run_cli(capsys, "corrections", *argv)
-    assert rc == 2 and out == ""
-    assert message in err and len(err.strip().splitlines()) == 1
+    assert rc == 2
+    assert out == ""
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_data_without_rollout_logp_and_ratio_mismatch(tmp_path, capsys):
+    """--ratio mismatch on a file without rollout_logp is refused with exit status 2."""
     batch = TokenBatch.from_ragged([np.array([-1.0, -2.0])], [np.array([-1.1, -2.0])])
     path = save_batch(batch, tmp_path / "b.npz")
     rc, _, err = run_cli(capsys, "corrections", "--data", str(path), "--ratio", "mismatch")
-    assert rc == 2 and "has no rollout_logp" in err
+    assert rc == 2
+    assert "has no rollout_logp" in err
 
 
 def test_out_file_is_written(tmp_path, capsys):
+    """--out writes the table to the file and nothing to stdout."""
     target = tmp_path / "c.md"
     rc, out, _ = run_cli(capsys, "corrections", "--T", "10", "--out", str(target))
-    assert rc == 0 and out == "" and "seq-mask:3" in target.read_text()
+    assert rc == 0
+    assert out == ""
+    assert "seq-mask:3" in target.read_text()

@@ -24,6 +24,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 @pytest.mark.parametrize("command", ["sweep", "export", "figures"])
 def test_help_lists_every_option_with_its_default(command, capsys):
+    """``--help`` of sweep, export and figures lists every option with its default."""
     parser = _subparsers(cli.build_parser())[command]
     with pytest.raises(SystemExit) as info:
         cli.main([command, "--help"])
@@ -36,10 +37,12 @@ def test_help_lists_every_option_with_its_default(command, capsys):
         formatted = parser.formatter_class(command)._expand_help(action)
         assert "(default: " in formatted, action.dest
     if command == "sweep":
-        assert "a:b:logN" in text and "a:b:N" in text  # the grid syntax is documented
+        assert "a:b:logN" in text
+        assert "a:b:N" in text  # the grid syntax is documented
 
 
 def test_top_level_help_lists_the_commands(capsys):
+    """The top-level ``--help`` names the sweep, export and figures commands."""
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     out = capsys.readouterr().out
@@ -74,34 +77,38 @@ def test_top_level_help_lists_the_commands(capsys):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, capsys, tmp_path, monkeypatch):
+    """Each bad argument gives exit status 2 and one stderr line, no traceback."""
     monkeypatch.chdir(tmp_path)
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("variance-lab: error: ") and err.count("\n") == 1, err
+    assert err.startswith("variance-lab: error: "), err
+    assert err.count("\n") == 1, err
     assert "Traceback" not in err
 
 
 def test_export_bad_suffix_and_junk_store(tmp_path, capsys, monkeypatch):
+    """A file that is not a store and an unknown output suffix are one-line errors."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "junk.sqlite").write_text("junk" * 1000)
     assert cli.main(["export", "junk.sqlite", "--out", "x.csv"]) == 2
     assert cli.main(["sweep", "--T", "1", "--no-progress"]) == 0
     assert cli.main(["export", "variance_lab.sqlite", "--out", "x.txt"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert "not a variance_lab store" in err[0] and ".csv or .parquet" in err[1]
+    assert "not a variance_lab store" in err[0]
+    assert ".csv or .parquet" in err[1]
 
 
 # ----------------------------------------------------------------------------- sweep and export
 def test_sweep_command_reports_and_exports(tmp_path, capsys, monkeypatch):
+    """``sweep`` reports computed, reused and unreachable cells; its export round-trips."""
     monkeypatch.chdir(tmp_path)
     argv = ["sweep", "--family", "lognormal,two-point", "--mu", "0.5,1", "--sigma2", "0.1,0.5"]
     argv += ["--T", "1:100:log3", "--no-progress", "--out", "rows.csv"]
     assert cli.main(argv) == 0
     out, err = capsys.readouterr()
     assert "7 cells: 7 computed, 0 reused from 'variance_lab.sqlite'; 1 unreachable" in out
-    assert (
-        "unreachable (family, mu, sigma2) points skipped: 1" in err and "two-point mu=0.5 sigma2=0.5" in err
-    )
+    assert "unreachable (family, mu, sigma2) points skipped: 1" in err
+    assert "two-point mu=0.5 sigma2=0.5" in err
     assert cli.main(argv) == 0
     assert "7 cells: 0 computed, 7 reused" in capsys.readouterr().out
     assert cli.main(["export", "variance_lab.sqlite", "--out", "all.parquet"]) == 0
@@ -113,7 +120,10 @@ def test_sweep_command_reports_and_exports(tmp_path, capsys, monkeypatch):
 
 # ----------------------------------------------------------------------------- killed and resumed
 def _sweep_argv(store, *, mc: bool, mu: str = "0.9,1.1") -> tuple[list[str], dict]:
-    """A sweep of a second or two: 8 theory cells, and 8 Monte Carlo cells when the engine exists."""
+    """Return the argv of a sweep of a second or two.
+
+    8 theory cells, and 8 Monte Carlo cells when the engine exists.
+    """
     grid = {"families": "lognormal,gamma", "mu": mu, "sigma2": "0.05,0.2", "T": "1:1000:log6"}
     grid["n"] = "0,2000" if mc else "0"
     argv = ["sweep", "--seed", "7", "--workers", "1", "--store", str(store), "--no-progress"]
@@ -164,6 +174,7 @@ def _wait_for_cells(proc, store, count: int, timeout: float = 120.0) -> int:
 
 
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
+    """A sweep killed with SIGKILL and rerun equals an uninterrupted run, one row set per cell."""
     mc = True
     store = tmp_path / "killed.sqlite"
     argv, kwargs = _sweep_argv(store, mc=mc)
@@ -200,6 +211,7 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
+    """Ctrl-C exits 130 with one line saying how many cells were kept, no traceback."""
     store = tmp_path / "s.sqlite"
     # theory cells are computed in one batch in milliseconds: 400 of them, so that the store's
     # writes (one commit per cell) are still under way when the interrupt comes
@@ -207,10 +219,11 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
     proc = _start(argv, tmp_path)
     _wait_for_cells(proc, store, 2)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("variance-lab: interrupted: ") and "run the same command again" in last
+    assert last.startswith("variance-lab: interrupted: ")
+    assert "run the same command again" in last
     kept = int(last.split("interrupted: ")[1].split(" of ")[0])
     assert kept == _finished(store) >= 2

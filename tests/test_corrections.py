@@ -1,5 +1,7 @@
-"""Corrections: spec parsing, closed forms against an independent mpmath reference, Monte Carlo
-against theory within 4 predicted standard errors, coverage of its intervals, and data.
+"""Corrections: spec parsing, closed forms, Monte Carlo, coverage and data.
+
+Closed forms against an independent mpmath reference, Monte Carlo against theory within 4
+predicted standard errors, coverage of its intervals, and data.
 
 The reference never calls the pieces under test: each weight is written out from its
 definition as a function of the base weight's log, and its moments are integrated against
@@ -24,7 +26,7 @@ ALL = (
 
 # ------------------------------------------------------------------------------- parsing
 @pytest.mark.parametrize(
-    "spec, kind, params",
+    ("spec", "kind", "params"),
     [
         ("seq-tis:3", "seq-tis", (3.0,)),
         ("seq-mask:0.5:2", "seq-mask", (0.5, 2.0)),
@@ -35,6 +37,7 @@ ALL = (
     ],
 )
 def test_parse(spec, kind, params):
+    """``parse`` reads a correction spec into its kind and parameters."""
     c = co.parse(spec)
     assert (c.kind, c.params) == (kind, params)
 
@@ -44,18 +47,20 @@ def test_parse(spec, kind, params):
     ["seq-tis", "seq-tis:-1", "seq-tis:x", "mask:3", "icepop:0.5", "geo-rs:2:1", "ppo:1.5", "", "tis:nan"],
 )
 def test_parse_bad_spec_names_it(spec):
+    """A bad correction spec raises ValueError naming the spec."""
     with pytest.raises(ValueError, match=repr(spec.strip()) if spec else "bad correction"):
         co.parse(spec)
 
 
 def test_parse_list_rejects_duplicates():
+    """parse_list refuses a correction given twice."""
     with pytest.raises(ValueError, match="'tis:2' given twice"):
         co.parse_list("tis:2,icepop:5,tis:2")
 
 
 # ------------------------------------------------------------------------------- log Phi difference
 @pytest.mark.parametrize(
-    "a, b",
+    ("a", "b"),
     [
         (-40.0, -39.0),
         (-40.0, -30.0),
@@ -71,6 +76,7 @@ def test_parse_list_rejects_duplicates():
     ],
 )
 def test_log_phi_diff_against_mpmath(a, b):
+    """log_phi_diff(a, b) matches log(Phi(b) - Phi(a)) at 50 digits."""
     with mp.workdps(50):
         ref = mp.log(mp.ncdf(b) - mp.ncdf(a))
     assert co.log_phi_diff(a, b) == pytest.approx(float(ref), rel=1e-12, abs=1e-14)
@@ -78,7 +84,7 @@ def test_log_phi_diff_against_mpmath(a, b):
 
 # ------------------------------------------------------------------------------- independent reference
 def _weight_fn(c, T):
-    """w as a function of x = log of the base weight, from the definitions in the issue."""
+    """W as a function of x = log of the base weight, from the definitions in the issue."""
     p = c.params
     k = c.kind
     if k in ("seq-tis", "tis"):
@@ -150,8 +156,9 @@ REFERENCE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("mu, s2, T", REFERENCE_CASES)
+@pytest.mark.parametrize(("mu", "s2", "T"), REFERENCE_CASES)
 def test_theory_against_mpmath_reference(mu, s2, T):
+    """Closed-form mean, variance, ESS and modified fraction match the mpmath reference to 1e-9."""
     fam = get_family("lognormal", mu, s2)
     df = co.theory(fam, [T], ALL)
     for row in df.itertuples(index=False):
@@ -186,26 +193,31 @@ def test_seq_tis_matches_the_printed_formula():
 
 
 def test_theory_large_T_stays_finite_in_log_space():
+    """At T = 10^6 log10 means stay finite; an overflowing variance is inf in linear units only."""
     fam = get_family("lognormal", 1.0, 0.1)
     df = co.theory(fam, [10**6], "seq-tis:3,geo-rs:0.9:1.1,icepop:5")
     assert np.all(np.isfinite(df.log10_mean_w))
     geo = df[df.correction == "geo-rs:0.9:1.1"].iloc[0]
-    assert math.isinf(geo.var_w) and geo.log10_var_w > 300  # kept P_T up to 1.1^(10^6)
+    assert math.isinf(geo.var_w)
+    assert geo.log10_var_w > 300
 
 
 def test_degenerate_ratio():
+    """With sigma^2 = 0 each correction acts on the constant weight exactly."""
     df = co.theory(get_family("lognormal", 1.2, 0.0), [10], "seq-tis:3,seq-mask:3,tis:2")
     assert df.mean_w.tolist() == pytest.approx([3.0, 0.0, 1.2])
     assert df.frac_modified.tolist() == [1.0, 1.0, 0.0]
 
 
 def test_theory_rejects_other_families():
+    """The closed forms refuse a non-lognormal family, naming it."""
     with pytest.raises(ValueError, match="'gamma'"):
         co.theory(get_family("gamma", 1.0, 0.1), [10], "tis:2")
 
 
 # ------------------------------------------------------------------------------- find_T
 def test_find_T_is_the_first_length_reaching_the_threshold():
+    """find_T returns the first length whose modified fraction reaches the threshold."""
     fam = get_family("lognormal", math.exp(0.012), 0.01)  # off-policy: a mean log-ratio > 0
     T = co.find_T(fam, "seq-mask:3", 0.5)
     df = co.theory(fam, [T - 1, T], "seq-mask:3")
@@ -216,6 +228,7 @@ def test_find_T_is_the_first_length_reaching_the_threshold():
 
 
 def test_find_T_none_on_policy_upper_cap():
+    """On-policy (mu = 1) an upper sequence cap never modifies half the sequences: find_T is None."""
     # mu = 1: P_T -> 0 almost surely, the fraction above an upper cap peaks and vanishes
     assert co.find_T(get_family("lognormal", 1.0, 0.1), "seq-mask:3") is None
 
@@ -225,6 +238,7 @@ MC_SPECS = "seq-tis:3,seq-mask:3,seq-mask:0.5:2,geo-rs:0.9:1.1,tis:2,icepop:2,pp
 
 
 def test_monte_carlo_within_4_se_of_theory():
+    """Reliable Monte Carlo means and fractions are within 4 SE of theory; geo-rs at T = 100 is flagged."""
     fam = get_family("lognormal", 1.0, 0.1)
     n = 20_000
     th = co.theory(fam, [1, 10, 100], MC_SPECS)
@@ -245,7 +259,8 @@ def test_monte_carlo_within_4_se_of_theory():
         checked += 1
     assert checked >= 20
     geo = mc[(mc.correction == "geo-rs:0.9:1.1") & (mc["T"] == 100)].iloc[0]
-    assert not geo.mc_reliable and "effective sample size" in geo.mc_reason
+    assert not geo.mc_reliable
+    assert "effective sample size" in geo.mc_reason
 
 
 def test_monte_carlo_gamma_token_tis_against_incomplete_gamma():
@@ -262,6 +277,7 @@ def test_monte_carlo_gamma_token_tis_against_incomplete_gamma():
 
 
 def test_monte_carlo_is_deterministic():
+    """Two Monte Carlo runs with one seed give equal frames."""
     fam = get_family("two-point", 1.0, 0.1)
     a = co.simulate_corrections(fam, [5, 50], "seq-tis:2,icepop:3", 1000, seed=11)
     b = co.simulate_corrections(fam, [5, 50], "seq-tis:2,icepop:3", 1000, seed=11)
@@ -284,16 +300,19 @@ def _assert_coverage(hits, trials):
 
 
 def test_interval_coverage_small():
+    """Monte Carlo intervals cover the closed-form mean at 95 % (binomial test, 60 seeds)."""
     _assert_coverage(_coverage(range(60), 2000), 60)
 
 
 @pytest.mark.slow
 def test_interval_coverage_full():
+    """Monte Carlo intervals cover the closed-form mean at 95 % (binomial test, 600 seeds)."""
     _assert_coverage(_coverage(range(1000, 1600), 2000), 600)
 
 
 # ------------------------------------------------------------------------------- data
 def test_evaluate_matches_a_plain_loop():
+    """The seq-mask, icepop and gmpo rows per bucket equal a plain Python loop."""
     rng = np.random.default_rng(5)
     lengths = rng.integers(1, 30, size=200)
     off = np.concatenate([[0], np.cumsum(lengths)])
@@ -318,5 +337,6 @@ def test_evaluate_matches_a_plain_loop():
 
 
 def test_evaluate_rejects_bad_offsets():
+    """``evaluate`` refuses offsets with an empty sequence."""
     with pytest.raises(ValueError, match="offsets"):
         co.evaluate(np.zeros(5), [0, 3, 3, 5], "tis:2")

@@ -30,6 +30,7 @@ DENSE = np.arange(1, 201)
 # ----------------------------------------------------------------------------- exponential
 @pytest.fixture(scope="module")
 def vexp():
+    """Return a jitted loop over the vectorised exp and expm1 helpers, clamped or not."""
     from numba import njit
 
     @njit
@@ -42,6 +43,7 @@ def vexp():
 
 @pytest.mark.parametrize("scale", [1e-12, 1e-4, 0.3, 5.0, 200.0])
 def test_exp_and_expm1_within_2_ulp(vexp, scale):
+    """The kernel exp and expm1 are within 2 ulp of NumPy's across scales."""
     w = np.random.default_rng(1).standard_normal(200_000) * scale
     w = w[(w > W_MIN) & (w < W_MAX)]
     out = np.empty_like(w)
@@ -51,13 +53,16 @@ def test_exp_and_expm1_within_2_ulp(vexp, scale):
 
 
 def test_exp_clamps_only_outside_its_range(vexp):
+    """The clamped exp and expm1 hold arguments to [-708, 709] and are exact inside."""
     w = np.array([-1e300, -800.0, -708.0, 0.0, 709.0, 800.0])
     out = np.empty_like(w)
     vexp(w, 0.0, True, out)
     assert out[0] == out[1] == out[2] == pytest.approx(math.exp(-708), rel=1e-15)
-    assert out[3] == 1.0 and out[4] == out[5] == pytest.approx(math.exp(709), rel=1e-15)
+    assert out[3] == 1.0
+    assert out[4] == out[5] == pytest.approx(math.exp(709), rel=1e-15)
     vexp(w, 1.0, True, out)
-    assert out[0] == -1.0 and out[3] == 0.0
+    assert out[0] == -1.0
+    assert out[3] == 0.0
 
 
 # ----------------------------------------------------------------------------- block reduction
@@ -78,6 +83,7 @@ def _reference_sums(x, spec):
 @pytest.mark.parametrize("n", [1, 15, 17, 1024, 3001])  # partial lanes, partial and several blocks
 @pytest.mark.parametrize("fam", [LogNormal(1.0, 0.1), LogNormal(0.9, 3.0)], ids=["centred", "wide"])
 def test_block_reduction_matches_value_by_value_sums(n, fam):
+    """Block reduction gives the same shift, sums (to rounding) and tail as value-by-value sums."""
     grid = np.array([1, 3, 10, 30, 100, 300])
     rng = np.random.default_rng(n)
     x = grid * fam.mean_log + np.sqrt(grid * fam.var_log) * rng.standard_normal((n, grid.size))
@@ -90,14 +96,20 @@ def test_block_reduction_matches_value_by_value_sums(n, fam):
 
 
 def test_block_size():
-    assert block_size(4) == 1024 and block_size(1000) % LANES == 0 and block_size(10**6) == 4
+    """Block sizes are whole batches of 4, lane multiples, and shrink as the grid grows."""
+    assert block_size(4) == 1024
+    assert block_size(1000) % LANES == 0
+    assert block_size(10**6) == 4
     for nT in (1, 3, 200, 1000, 5000):
         assert block_size(nT) % 4 == 0  # whole batches of the token kernel
 
 
 def test_dense_and_sparse_grids_read_the_same_paths():
-    """Token paths do not depend on the grid: a dense grid's accumulators at the sparse
-    grid's T equal the sparse run's (the same values; sums up to the block's rounding)."""
+    """Token paths do not depend on the grid.
+
+    A dense grid's accumulators at the sparse grid's T equal the sparse run's (the same
+    values; sums up to the block's rounding).
+    """
     fam = LogNormal(1.0, 0.2)
     sparse = [1, 10, 100, 200]
     a = run_accumulators(fam, DENSE, 20_000, seed=4, workers=2, progress=False)
@@ -110,6 +122,7 @@ def test_dense_and_sparse_grids_read_the_same_paths():
 
 @pytest.mark.parametrize("sampler", ["token", "aggregate"])
 def test_dense_grid_bit_identical_for_any_workers(sampler):
+    """On a dense grid both samplers give bit-identical accumulators for 1 and 2 workers."""
     fam = AR1(1.0, 0.1, rho=0.4)
     one = run_accumulators(
         fam, DENSE, 9000, seed=2, engine=Engine(workers=1, sampler=sampler), progress=False
@@ -134,6 +147,7 @@ def test_dense_grid_estimates_follow_the_closed_form():
 
 
 def test_degenerate_dense_grid_has_zero_variance():
+    """With sigma^2 = 0 every variance on a dense grid is exactly zero."""
     df = estimate(run_accumulators(LogNormal(2.0, 0.0), DENSE, 5000, progress=False), LogNormal(2.0, 0.0))
     assert (df[df["statistic"].isin(["var_P", "var_G", "var_logP"])]["value"] == 0.0).all()
 
@@ -141,6 +155,7 @@ def test_degenerate_dense_grid_has_zero_variance():
 # ----------------------------------------------------------------------------- the tail sample
 @pytest.mark.parametrize("kind", ["normal", "ties", "sorted", "reversed"])
 def test_compact_keeps_the_largest(kind):
+    """Compacting a tail buffer keeps its ``keep`` largest values and permutes the rest."""
     rng = np.random.default_rng(7)
     for _ in range(300):
         n = int(rng.integers(1, 400))
@@ -158,7 +173,8 @@ def test_compact_keeps_the_largest(kind):
         np.testing.assert_array_equal(np.sort(buf[1, :keep])[::-1], top)
         assert least == top[-1]
         np.testing.assert_array_equal(np.sort(buf[1, :n]), np.sort(x))  # a permutation
-        assert np.isnan(buf[0]).all() and np.isnan(buf[1, n:]).all()  # nothing else touched
+        assert np.isnan(buf[0]).all()
+        assert np.isnan(buf[1, n:]).all()  # nothing else touched
 
 
 def test_merged_tail_is_the_largest_of_all_paths():
@@ -181,7 +197,8 @@ def test_chunk_tail_keep_bound(n):
     for i in sorted({0, plan.n_chunks - 1}):
         c, M = plan.size(i), plan.tail
         k = chunk_tail_keep(n, c, M)
-        assert 1 <= k <= min(M, c) and k == plan.tail_keep(i)
+        assert 1 <= k <= min(M, c)
+        assert k == plan.tail_keep(i)
         if k < min(M, c):
             assert k >= M * c / n
             assert stats.hypergeom(n, M, c).logsf(k) < -TAIL_LOG_RISK
@@ -189,6 +206,7 @@ def test_chunk_tail_keep_bound(n):
 
 
 def test_incomplete_tail_is_detected_not_used():
+    """A merged tail that reaches below a part's floor is reported incomplete and refused."""
     fam = LogNormal(1.0, 0.1)
     spec = AccumulatorSpec.from_family(fam, [1, 2], tail=10)
     x = np.random.default_rng(0).standard_normal((40, 2))
@@ -197,7 +215,8 @@ def test_incomplete_tail_is_detected_not_used():
     cut = Accumulator(spec, 40, good.shift, good.sums, good.tail[:, :4], tail_floor=good.tail[:, 3].copy())
     other = accumulate_log_p(x[:5] - 10.0, spec)  # 5 small values: the merged tail reaches below the floor
     merged = merge_all([cut, other])
-    assert merged.tail.shape[1] == 9 and not merged.tail_complete().any()
+    assert merged.tail.shape[1] == 9
+    assert not merged.tail_complete().any()
     with pytest.raises(ValueError, match="tail sample of log P_T is incomplete at T = \\[1, 2\\]"):
         estimate(merged, fam)
     lucky = merge_all([cut, accumulate_log_p(x[:6] + 10.0, spec)])  # six above the floor: complete
@@ -205,9 +224,11 @@ def test_incomplete_tail_is_detected_not_used():
 
 
 def test_tail_is_finite_and_ordered_on_a_dense_grid():
+    """On a dense grid the tail sample is complete, finite and in descending order."""
     acc = run_accumulators(LogNormal(1.0, 0.5), DENSE, 30_000, seed=1, progress=False)
     assert acc.tail.shape == (DENSE.size, tail_size(30_000))
-    assert np.all(np.diff(acc.tail, axis=1) <= 0) and np.all(np.isfinite(acc.tail))
+    assert np.all(np.diff(acc.tail, axis=1) <= 0)
+    assert np.all(np.isfinite(acc.tail))
     assert acc.tail_complete().all()
 
 

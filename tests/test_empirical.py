@@ -18,7 +18,7 @@ from variance_lab.rollouts.statistics import (
 
 
 def _ar1(rng, n, L, rho, sigma2, mu=0.0):
-    """n stationary Gaussian AR(1) series of length L: mean mu, variance sigma2, lag-one correlation rho."""
+    """Return n stationary Gaussian AR(1) series of length L: mean mu, variance sigma2, lag-1 corr. rho."""
     sd = math.sqrt(sigma2)
     x = np.empty((n, L))
     x[:, 0] = rng.standard_normal(n) * sd
@@ -38,25 +38,30 @@ def _batch_from_log_ratios(rng, d, mask=None):
 # buckets
 # --------------------------------------------------------------------------------------
 def test_length_buckets_default_powers_of_two():
+    """Default length buckets are powers of two, the last one covering the longest sequence."""
     bucket, edges = length_buckets([1, 2, 3, 4, 7, 8, 100])
     assert edges.tolist() == [1, 2, 4, 8, 16, 32, 64, 128]
     assert bucket.tolist() == [0, 1, 1, 2, 2, 3, 6]
 
 
 def test_length_buckets_exact_and_custom():
+    """``exact`` gives one bucket per length; custom edges leave lengths outside as -1."""
     bucket, edges = length_buckets([5, 3, 5, 9], "exact")
-    assert edges.tolist() == [3, 5, 9, 10] and bucket.tolist() == [1, 0, 1, 2]
+    assert edges.tolist() == [3, 5, 9, 10]
+    assert bucket.tolist() == [1, 0, 1, 2]
     bucket, edges = length_buckets([1, 10, 20, 30], [10, 20, 30])
     assert bucket.tolist() == [-1, 0, 1, -1]
 
 
 @pytest.mark.parametrize("edges", ["log", [3], [5, 5], [0, 4], [1.5, 3.0]])
 def test_length_buckets_bad_edges(edges):
+    """Bad edges (an unknown name, one edge, not increasing, 0, non-integers) raise ValueError."""
     with pytest.raises(ValueError, match="edges must be"):
         length_buckets([1, 2], edges)
 
 
 def test_log_sample_var_matches_direct_and_shifts_exactly():
+    """The log of the sample variance of exp(a) matches NumPy and shifts by 2c exactly."""
     rng = np.random.default_rng(21)
     a = rng.normal(0, 1, 500)
     assert log_sample_var(a) == pytest.approx(math.log(np.var(np.exp(a), ddof=1)), rel=1e-12)
@@ -82,11 +87,13 @@ def _lognormal_batch(rng, lengths, n_per, sigma2=0.05, mu=-0.01):
 
 
 def test_bucket_variances_against_direct_computation():
+    """Bucket variances of P_T, G_T and log P_T match a direct computation; intervals hold them."""
     rng = np.random.default_rng(22)
     batch, rows = _lognormal_batch(rng, [4, 16, 64], 300)
     df = bucket_variances(batch, n_boot=300, seed=5)
     assert list(df.columns) == list(BUCKET_COLUMNS)
-    assert df["T_lo"].tolist() == [4, 16, 64] and df["n_seq"].tolist() == [300] * 3
+    assert df["T_lo"].tolist() == [4, 16, 64]
+    assert df["n_seq"].tolist() == [300] * 3
     for (_, row), r in zip(df.iterrows(), rows, strict=True):
         log_P = np.array([math.fsum(x) for x in r])
         P, G = np.exp(log_P), np.exp(log_P / r.shape[1])
@@ -100,6 +107,7 @@ def test_bucket_variances_against_direct_computation():
 
 
 def test_bucket_variances_reproducible_per_seed():
+    """Bootstrap intervals repeat for a seed, change with it, and are NaN without bootstrap."""
     batch, _ = _lognormal_batch(np.random.default_rng(23), [8, 32], 50)
     a = bucket_variances(batch, n_boot=100, seed=1)
     b = bucket_variances(batch, n_boot=100, seed=1)
@@ -107,24 +115,29 @@ def test_bucket_variances_reproducible_per_seed():
     assert a.equals(b)
     assert not np.array_equal(a["var_G_lo"], c["var_G_lo"])
     none = bucket_variances(batch, n_boot=0)
-    assert none["var_G_lo"].isna().all() and not none["var_G"].isna().any()
+    assert none["var_G_lo"].isna().all()
+    assert not none["var_G"].isna().any()
 
 
 def test_bucket_with_one_sequence_and_huge_log_P():
+    """One sequence gives NaN variances; log Var(P_T) near 1e7 stays exact and finite in log10."""
     d = np.full((3, 100_000), 50.0)
     d[1, :] = 49.0
     mask = np.ones(d.shape, dtype=bool)
     mask[2, 10:] = False
     df = bucket_variances(_batch_from_log_ratios(np.random.default_rng(24), d, mask), n_boot=50)
     big, small = df.iloc[1], df.iloc[0]
-    assert small["n_seq"] == 1 and math.isnan(small["var_G"])
+    assert small["n_seq"] == 1
+    assert math.isnan(small["var_G"])
     # Var(P) of {e^5e6, e^4.9e6}: log = 2 * 5e6 + log(1/2), far beyond float64
     assert big["log_var_P"] == pytest.approx(1e7 + math.log(0.5), rel=1e-15)
-    assert big["var_P"] == math.inf and math.isfinite(big["log10_var_P"])
+    assert big["var_P"] == math.inf
+    assert math.isfinite(big["log10_var_P"])
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [({"n_boot": -1}, "n_boot"), ({"level": 1.0}, "level")])
 def test_bucket_variances_bad_options(kwargs, message):
+    """A negative n_boot or a level of 1 raises ValueError naming it."""
     batch, _ = _lognormal_batch(np.random.default_rng(25), [4], 5)
     with pytest.raises(ValueError, match=message):
         bucket_variances(batch, **kwargs)
@@ -134,6 +147,7 @@ def test_bucket_variances_bad_options(kwargs, message):
 # fit and autocorrelation: recover the generating parameters within 3 standard errors
 # --------------------------------------------------------------------------------------
 def test_fit_iid_lognormal_recovers_sigma2():
+    """The fit recovers mu_y and sigma_y^2 of i.i.d. Gaussian log-ratios within k standard errors."""
     rng = np.random.default_rng(26)
     mu, sigma2 = -0.02, 0.09
     lengths = rng.integers(1, 400, 600)
@@ -158,6 +172,7 @@ def test_fit_iid_lognormal_recovers_sigma2():
 
 @pytest.mark.parametrize("rho", [0.0, 0.5])
 def test_ar1_recovers_rho_sigma2_and_tau(rho):
+    """On AR(1) log-ratios rho, sigma_y^2 and tau_int are recovered within k standard errors."""
     rng = np.random.default_rng(27)
     sigma2, n, L = 0.04, 800, 200
     batch = _batch_from_log_ratios(rng, _ar1(rng, n, L, rho, sigma2, mu=-0.01))
@@ -175,10 +190,12 @@ def test_ar1_recovers_rho_sigma2_and_tau(rho):
     assert abs(fit.sigma2_y - sigma2) < 3 * se_sigma2
     assert fit.se_sigma2_y == pytest.approx(se_sigma2, rel=0.15)
     assert abs(ac.tau_int - tau) < 3 * ac.se_tau_int
-    assert fit.tau_y == ac.tau_int and ac.window_found
+    assert fit.tau_y == ac.tau_int
+    assert ac.window_found
 
 
 def test_ar1_with_holes_uses_original_positions():
+    """Masked tokens keep their positions: the lag-one correlation is rho, not a mix of lags."""
     rng = np.random.default_rng(28)
     rho, n, L = 0.6, 500, 120
     mask = rng.random((n, L)) < 0.7
@@ -192,6 +209,7 @@ def test_ar1_with_holes_uses_original_positions():
 
 
 def test_autocovariance_matches_brute_force_pairs():
+    """The autocorrelation at each lag equals a brute-force mean over counted pairs."""
     rng = np.random.default_rng(29)
     lengths = [1, 2, 5, 9, 30]
     mask = [rng.random(m) < 0.75 for m in lengths]
@@ -217,6 +235,7 @@ def test_autocovariance_matches_brute_force_pairs():
 
 
 def test_var_sum_predicts_var_log_P_under_ar1():
+    """Var(log P_T) from the autocorrelations matches the AR(1) formula and the observed value."""
     rng = np.random.default_rng(30)
     rho, sigma2, n, L = 0.5, 0.04, 2000, 64
     batch = _batch_from_log_ratios(rng, _ar1(rng, n, L, rho, sigma2))
@@ -232,6 +251,7 @@ def test_var_sum_predicts_var_log_P_under_ar1():
 
 
 def test_autocorrelation_errors():
+    """Too few tokens, constant ratios, c <= 0 and max_lag < 1 raise ValueError."""
     single = TokenBatch.from_ragged([[-1.0], [-2.0]], [[-1.5], [-1.5]])
     with pytest.raises(ValueError, match="at least two tokens"):
         autocorrelation(single)
@@ -247,6 +267,7 @@ def test_autocorrelation_errors():
 
 @pytest.mark.parametrize("name", ["s.jsonl", "s.parquet", "s.npz"])
 def test_synthetic_ar1_through_each_file_format(tmp_path, name):
+    """AR(1) data saved and loaded in each file format gives rho and sigma_y^2 within 3 SE."""
     pytest.importorskip("pyarrow")
     rng = np.random.default_rng(31)
     rho, sigma2, n, L = 0.5, 0.04, 300, 100

@@ -53,6 +53,7 @@ def _predicted_se(fam, T, stat, n):
 
 @pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f"{f.name}-{f.mu}-{f.sigma2}")
 def test_agrees_with_closed_form_where_reliable(fam):
+    """Estimates flagged reliable are within 4 predicted standard errors of the closed form."""
     n, grid = 20_000, [1, 3, 10, 30]
     df = simulate(fam, grid, n, seed=2024, workers=1, progress=False)
     checked = 0
@@ -70,15 +71,18 @@ def test_agrees_with_closed_form_where_reliable(fam):
 
 
 def test_schema_and_statistics():
+    """Monte Carlo rows follow the tidy schema, intervals hold the values, ESS and SE match theory."""
     fam = LogNormal(1.0, 0.1)
     df = simulate(fam, [10, 1], 5000, seed=1, workers=1, progress=False)
     assert tuple(df.columns) == TIDY_COLUMNS
-    assert (df["method"] == "monte_carlo").all() and (df["family"] == "lognormal").all()
+    assert (df["method"] == "monte_carlo").all()
+    assert (df["family"] == "lognormal").all()
     assert df["T"].tolist() == [1] * len(STATISTICS) + [10] * len(STATISTICS)
     assert df["statistic"].tolist()[: len(STATISTICS)] == list(STATISTICS)
     for stat in ("mean_P", "var_P", "mean_G", "var_G"):
         row = _get(df, 10, stat)
-        assert row["lo"] < row["value"] < row["hi"] and row["se"] > 0
+        assert row["lo"] < row["value"] < row["hi"]
+        assert row["se"] > 0
         assert row["log10_value"] == pytest.approx(math.log10(abs(row["value"])))
     assert df["reliable"].dtype == bool
     assert ((df["reason"] == "") == df["reliable"]).all()
@@ -94,28 +98,36 @@ def test_verdict_var_P_unreliable_at_T100():
     df = simulate(fam, [10, 100], n, seed=3, workers=2, progress=False)
     row = _get(df, 100, "var_P")
     assert not row["reliable"]
-    assert "draws" in row["reason"] and "cannot confirm" in row["reason"]
+    assert "draws" in row["reason"]
+    assert "cannot confirm" in row["reason"]
     assert theory.n_needed_P(fam, 100) > n
     assert row["value"] < theory.var_P(fam, 100)
-    assert np.isfinite(row["value"]) and row["lo"] < row["value"] < row["hi"]  # shown, flagged
+    assert np.isfinite(row["value"])
+    assert row["lo"] < row["value"] < row["hi"]  # shown, flagged
     khat = _get(df, 100, "khat_P")
-    assert khat["value"] > 0.7 and not khat["reliable"] and "k-hat" in khat["reason"]
+    assert khat["value"] > 0.7
+    assert not khat["reliable"]
+    assert "k-hat" in khat["reason"]
     assert verdict_level(row["reason"]) == verdict_level(khat["reason"]) == "unreliable"
     assert _get(df, 100, "var_G")["reliable"]
     # T = 10: precise (theory needs ~1e4 draws), but the sample kurtosis is not stable
     var10 = _get(df, 10, "var_P")
-    assert verdict_level(var10["reason"]) == "marginal" and "fourth moment" in var10["reason"]
+    assert verdict_level(var10["reason"]) == "marginal"
+    assert "fourth moment" in var10["reason"]
 
 
 def test_unreliable_rows_at_T1000_stay_finite_in_log10():
+    """At T = 1000 the P_T rows are flagged unreliable and their log10 values stay finite."""
     df = simulate(LogNormal(1.0, 0.1), [1000], 4000, seed=5, workers=1, progress=False)
     no_n_suffices = (df["statistic"] == "khat_min_n_P") & (_get(df, 1000, "khat_P")["value"] >= 1)
     assert np.isfinite(df["log10_value"][~no_n_suffices]).all()
     assert (df["log10_value"][no_n_suffices] == np.inf).all()  # 10^(1/(1-k)) has no value for k >= 1
-    assert not _get(df, 1000, "var_P")["reliable"] and not _get(df, 1000, "mean_P")["reliable"]
+    assert not _get(df, 1000, "var_P")["reliable"]
+    assert not _get(df, 1000, "mean_P")["reliable"]
 
 
 def test_estimate_needs_two_paths():
+    """An accumulator of one path raises ValueError."""
     acc = run_accumulators(LogNormal(1.0, 0.1), [1], 2, workers=1, progress=False)
     acc.count = 1
     with pytest.raises(ValueError, match="at least 2"):
@@ -124,7 +136,7 @@ def test_estimate_needs_two_paths():
 
 # --------------------------------------------------------------------------- verdict levels
 def test_three_levels_each_meaning():
-    """reliable / marginal / unreliable, from one run, each for its documented cause."""
+    """Reliable / marginal / unreliable, from one run, each for its documented cause."""
     fam, n = LogNormal(1.0, 0.1), 20_000
     df = simulate(
         fam, [1, 10, 100], n, seed=11, engine=Engine(workers=1, sampler="aggregate"), progress=False
@@ -152,10 +164,12 @@ def test_marginal_mean_from_unstable_variance():
     row = _get(df, 10, "mean_P")
     assert _get(df, 10, "rel_se_mean_P")["value"] < 0.1
     assert _get(df, 10, "rel_se_var_P")["value"] > CALIBRATION_LIMIT
-    assert verdict_level(row["reason"]) == "marginal" and "sample variance" in row["reason"]
+    assert verdict_level(row["reason"]) == "marginal"
+    assert "sample variance" in row["reason"]
 
 
 def test_verdict_level_rejects_other_reasons():
+    """verdict_level reads the level of a reason and refuses text without one."""
     assert verdict_level("") == "reliable"
     assert verdict_level("unreliable: x; y") == "unreliable"
     with pytest.raises(ValueError, match="does not start with a verdict level"):
@@ -164,19 +178,23 @@ def test_verdict_level_rejects_other_reasons():
 
 # --------------------------------------------------------------------------- PSIS threshold
 def test_khat_limit_and_min_n():
+    """khat_limit and log10_khat_min_n are inverse formulas with the stated edge values."""
     assert khat_limit(100) == pytest.approx(0.5)
-    assert khat_limit(10**4) == 0.7 and khat_limit(2000) == pytest.approx(1 - 1 / math.log10(2000))
+    assert khat_limit(10**4) == 0.7
+    assert khat_limit(2000) == pytest.approx(1 - 1 / math.log10(2000))
     for S in (50, 300, 1000, 2000):  # the two formulas are inverses
         k = float(khat_limit(S))
         assert 10 ** log10_khat_min_n(k) == pytest.approx(S)
     assert log10_khat_min_n(0.5) == pytest.approx(2.0)
-    assert np.isinf(log10_khat_min_n(1.0)) and np.isinf(log10_khat_min_n(1.7))
+    assert np.isinf(log10_khat_min_n(1.0))
+    assert np.isinf(log10_khat_min_n(1.7))
     assert np.isnan(log10_khat_min_n(np.nan))
     with pytest.raises(ValueError, match="S > 1"):
         khat_limit(1)
 
 
 def test_khat_columns_in_the_frame():
+    """The k-hat limit and draws-needed columns follow from k-hat; G_T's k-hat is the tail's over T."""
     fam, n = LogNormal(1.0, 0.1), 500
     df = simulate(fam, [1, 30], n, seed=4, workers=1, progress=False)
     for T in (1, 30):
@@ -190,7 +208,7 @@ def test_khat_columns_in_the_frame():
 
 
 @pytest.mark.parametrize(
-    "fam,n,needle",
+    ("fam", "n", "needle"),
     [
         (TwoPoint(1.0, 0.1), 2000, "distinct value(s) among the largest"),
         (LogNormal(1.5, 0.0), 2000, "the largest weights are all equal"),
@@ -198,15 +216,18 @@ def test_khat_columns_in_the_frame():
     ],
 )
 def test_nan_khat_says_why(fam, n, needle):
+    """A NaN k-hat comes with a marginal reason that says why."""
     df = simulate(fam, [1], n, seed=1, workers=1, progress=False)
     for stat in ("khat_P", "khat_G", "khat_min_n_P"):
         row = _get(df, 1, stat)
         assert np.isnan(row["value"])
-        assert verdict_level(row["reason"]) == "marginal" and needle in row["reason"], row["reason"]
+        assert verdict_level(row["reason"]) == "marginal", row["reason"]
+        assert needle in row["reason"], row["reason"]
 
 
 @pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f"{f.name}-{f.mu}-{f.sigma2}")
 def test_no_nan_khat_without_a_reason(fam):
+    """No k-hat is NaN without a reason, and a fittable tail gives none."""
     df = simulate(fam, [1, 3, 30], 3000, seed=8, workers=1, progress=False)
     khat = df[df["statistic"].isin(["khat_P", "khat_G"])]
     assert (khat["reason"][khat["value"].isna()] != "").all()
@@ -280,6 +301,7 @@ def test_rel_se_m4_of_G_at_large_T_keeps_its_digits():
 
 
 def test_rel_se_m4_bad_input():
+    """rel_se_m4 refuses an unknown statistic and n below 2."""
     with pytest.raises(ValueError, match="which"):
         rel_se_m4(LogNormal(1.0, 0.1), 1, 100, "X")
     with pytest.raises(ValueError, match="n must be an integer >= 2"):
@@ -332,6 +354,7 @@ def _ids(case):
 
 @pytest.mark.parametrize("case", MARGINAL_CASES, ids=_ids)
 def test_undercovering_cases_are_not_called_reliable(case):
+    """Cases whose intervals undercover get a marginal verdict, not reliable."""
     fam, T, stat, n = case
     df = simulate(fam, [T], n, seed=0, engine=Engine(workers=1, sampler="auto"), progress=False)
     assert verdict_level(_get(df, T, stat)["reason"]) == "marginal"
@@ -374,6 +397,7 @@ def test_interval_coverage(case):
 
 
 def test_frames_concatenate_with_theory():
+    """Monte Carlo and theory frames concatenate into one tidy frame."""
     fam = TwoPoint(1.0, 0.1)
     both = pd.concat([theory.tidy(fam, [1, 5]), simulate(fam, [1, 5], 1000, progress=False)])
     assert set(both["method"]) >= {"exact", "monte_carlo"}

@@ -35,6 +35,7 @@ FIGURES = DEFAULT_DATA.parents[1] / "figures"
 # the task (no PyTorch)
 # --------------------------------------------------------------------------------------
 def test_problem_texts_and_reward():
+    """A problem's prompt, response and total; the reward is 1 only for the right final answer."""
     p = task.Problem((3, 5, 2, 7))
     assert p.prompt == "a3b5c2d7:"
     assert p.response == "a3+b5=8,8+c2=10,10+d7=17."
@@ -43,32 +44,39 @@ def test_problem_texts_and_reward():
     assert task.reward(p, p.response + "junk") == 1.0  # after the end token: ignored
     assert task.reward(p, "a3+b5=8,8+c2=10,10+d7=18.") == 0.0  # wrong final answer
     assert task.reward(p, "a3+b5=8,8+c2=10,10+d7=17") == 0.0  # truncated: no end token
-    assert task.reward(p, "17.") == 0.0 and task.reward(p, "=.") == 0.0 and task.reward(p, "=1+7.") == 0.0
+    assert task.reward(p, "17.") == 0.0
+    assert task.reward(p, "=.") == 0.0
+    assert task.reward(p, "=1+7.") == 0.0
     assert task.reward(p, "x=9,=17.") == 1.0  # only the final answer counts
     np.testing.assert_array_equal(task.rewards([p, p], [p.response, "."]), [1.0, 0.0])
 
 
 def test_problem_validation_and_vocabulary():
+    """Bad digit tuples raise; encode and decode round-trip and refuse text outside the vocabulary."""
     for bad in [(3,), (1, 10), tuple(range(1, 10)) * 6]:
         with pytest.raises(ValueError, match="digits"):
             task.Problem(bad)
     p = task.Problem(tuple(range(10)) * 5)
     ids = task.encode(p.prompt + p.response)
-    assert task.PAD not in ids and task.decode(ids) == p.prompt + p.response
+    assert task.PAD not in ids
+    assert task.decode(ids) == p.prompt + p.response
     assert task.decode([task.PAD, *ids, task.PAD]) == p.prompt + p.response
     with pytest.raises(ValueError, match="not in the task's vocabulary"):
         task.encode("a3 b5")
 
 
 def test_problems_are_deterministic_and_lengths_range_widely():
+    """Problems repeat for a seed, and terms and response lengths span the requested range."""
     a = task.make_problems(np.random.default_rng(5), 400, 2, 32)
     b = task.make_problems(np.random.default_rng(5), 400, 2, 32)
     assert a == b
     n = np.array([p.n for p in a])
-    assert n.min() == 2 and n.max() == 32
+    assert n.min() == 2
+    assert n.max() == 32
     assert 0.2 < np.mean(n < 6) < 0.5  # log-uniform: as many in 2..5 as in 6..17 or 18..32, roughly
     lengths = [len(p.response) for p in a]
-    assert min(lengths) == 8 and 250 < max(lengths) <= task.max_response_length(32)
+    assert min(lengths) == 8
+    assert 250 < max(lengths) <= task.max_response_length(32)
     assert all(len(p.response) <= task.max_response_length(p.n) for p in a)
     with pytest.raises(ValueError, match="n_min"):
         task.make_problems(np.random.default_rng(0), 3, 1, 5)
@@ -79,6 +87,7 @@ def test_problems_are_deterministic_and_lengths_range_widely():
 # --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def torch_mod():
+    """Return the torch module, or skip the test when PyTorch is not installed."""
     if not HAS_TORCH:
         pytest.skip("needs PyTorch")
     import torch
@@ -97,6 +106,7 @@ def _tiny_model(torch_mod, seed=0):
 
 @needs_torch
 def test_cached_forward_matches_full_forward(torch_mod):
+    """The forward pass in pieces through the key-value cache equals the full forward pass."""
     model = _tiny_model(torch_mod)
     idx = torch_mod.randint(1, len(task.VOCAB), (3, 20), generator=torch_mod.Generator().manual_seed(1))
     with torch_mod.no_grad():
@@ -109,6 +119,7 @@ def test_cached_forward_matches_full_forward(torch_mod):
 
 @needs_torch
 def test_generate_is_deterministic_and_respects_budgets(torch_mod):
+    """Generation repeats for a generator seed, stays within each budget and stops at the end token."""
     from variance_lab.experiment.model import generate, token_log_probs
 
     model = _tiny_model(torch_mod)
@@ -118,16 +129,19 @@ def test_generate_is_deterministic_and_respects_budgets(torch_mod):
     assert out[0] == out[1]
     eos = task.encode(task.EOS)[0]
     for resp, budget in zip(out[0], budgets, strict=True):
-        assert 1 <= len(resp) <= budget and task.PAD not in resp
+        assert 1 <= len(resp) <= budget
+        assert task.PAD not in resp
         assert eos not in resp[:-1]  # stops at the first end token
     lp = token_log_probs(model, prompts, out[0])
-    assert lp.shape == (3, max(map(len, out[0]))) and torch_mod.all(lp <= 0)
+    assert lp.shape == (3, max(map(len, out[0])))
+    assert torch_mod.all(lp <= 0)
     with pytest.raises(ValueError, match="max_len"):
         generate(model, prompts, [200, 1, 1], torch_mod.Generator())
 
 
 @needs_torch
 def test_gspo_objective_matches_the_toolkit(torch_mod):
+    """The training loss's GSPO log s, clip flags and loss equal the toolkit's sequence weights."""
     from variance_lab.experiment.train import gspo_loss
 
     rng = np.random.default_rng(3)
@@ -150,6 +164,7 @@ def test_gspo_objective_matches_the_toolkit(torch_mod):
 
 @needs_torch
 def test_gspo_clipping_stops_the_gradient(torch_mod):
+    """A clipped sequence gets zero gradient; an unclipped one with positive advantage ascends."""
     from variance_lab.experiment.train import gspo_loss
 
     old = torch_mod.full((2, 4), -1.0, dtype=torch_mod.float64)
@@ -158,10 +173,12 @@ def test_gspo_clipping_stops_the_gradient(torch_mod):
     loss, info = gspo_loss(new, old, mask, torch_mod.tensor([1.0, 1.0], dtype=torch_mod.float64))
     loss.backward()
     assert info["clipped"].tolist() == [True, False]
-    assert torch_mod.all(new.grad[0] == 0) and torch_mod.all(new.grad[1] < 0)  # ascent raises logp
+    assert torch_mod.all(new.grad[0] == 0)
+    assert torch_mod.all(new.grad[1] < 0)  # ascent raises logp
 
 
 def test_group_advantages():
+    """Group advantages are standardised rewards per group, zero for a group of equal rewards."""
     pytest.importorskip("torch")
     from variance_lab.experiment.train import group_advantages
 
@@ -171,21 +188,22 @@ def test_group_advantages():
 
 
 def test_settings_validation():
+    """Settings round-trip through a dict; each out-of-range or unknown setting raises ValueError."""
     pytest.importorskip("torch")
     from variance_lab.experiment.train import FULL, QUICK, Settings
 
     assert Settings.from_dict(QUICK.to_dict()) == QUICK
-    for bad in [
-        {"n_max": 60},
-        {"n_min": 1},
-        {"threads": 0},
-        {"sft_steps": 1.5},
-        {"d_model": 30, "n_head": 4},
-        {"pg_minibatches": 20},
-        {"clip_low": 1.0},
-        {"pg_lr": 0.0},
+    for bad, message in [
+        ({"n_max": 60}, r"need 2 <= n_min <= n_max <= "),
+        ({"n_min": 1}, r"need 2 <= n_min <= n_max <= "),
+        ({"threads": 0}, r"settings threads out of range"),
+        ({"sft_steps": 1.5}, r"settings sft_steps must be integers"),
+        ({"d_model": 30, "n_head": 4}, r"n_head=4 must divide d_model=30"),
+        ({"pg_minibatches": 20}, r"pg_minibatches must not exceed pg_prompts"),
+        ({"clip_low": 1.0}, r"need 0 < clip_low < 1"),
+        ({"pg_lr": 0.0}, r"learning rates > 0"),
     ]:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=message):
             replace(FULL, **bad)
     with pytest.raises(ValueError, match="unknown settings: bogus"):
         Settings.from_dict({**FULL.to_dict(), "bogus": 1})
@@ -196,6 +214,7 @@ def test_settings_validation():
 # --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory, torch_mod):
+    """Run the quick experiment once for the module and return the path of its data set."""
     out = tmp_path_factory.mktemp("quick") / "rollouts.jsonl.gz"
     assert main(["experiment", "run", "--quick", "--quiet", "--seed", "3", "--out", str(out)]) == 0
     return out
@@ -203,11 +222,16 @@ def quick_run(tmp_path_factory, torch_mod):
 
 @needs_torch
 def test_quick_run_writes_a_valid_data_set(quick_run):
+    """The quick run writes 48 valid sequences and a sidecar whose hash and summary match them."""
     batch = load_batch(quick_run)  # raises on any bad sequence
-    assert batch.n_dropped == 0 and len(batch) == 48
+    assert batch.n_dropped == 0
+    assert len(batch) == 48
     side = read_sidecar(sidecar_path(quick_run))
-    assert side["seed"] == 3 and side["quick"] is True and side["settings"]["seed"] == 3
-    assert side["summary"]["n_tokens"] == batch.n_tokens and side["summary"]["var_log_ratio"] > 0
+    assert side["seed"] == 3
+    assert side["quick"] is True
+    assert side["settings"]["seed"] == 3
+    assert side["summary"]["n_tokens"] == batch.n_tokens
+    assert side["summary"]["var_log_ratio"] > 0
     with gzip.open(quick_run, "rt") as fh:
         records = [json.loads(line) for line in fh]
     assert numbers_sha256(records) == side["numbers_sha256"]
@@ -220,12 +244,15 @@ def test_quick_run_writes_a_valid_data_set(quick_run):
 
 @needs_torch
 def test_rerun_from_the_sidecar_reproduces_the_numbers(quick_run, tmp_path, capsys):
+    """A rerun from the sidecar's settings reproduces the data set exactly."""
     again = tmp_path / "again.jsonl.gz"
     args = ["experiment", "run", "--quiet", "--settings", str(sidecar_path(quick_run)), "--out", str(again)]
     assert main(args) == 0
     assert "wrote 48 sequences" in capsys.readouterr().out
     cmp = compare_files(quick_run, again)
-    assert cmp["same_ids"] and cmp["same_lengths"] and cmp["max_abs_diff"] == 0.0
+    assert cmp["same_ids"]
+    assert cmp["same_lengths"]
+    assert cmp["max_abs_diff"] == 0.0
     assert (
         read_sidecar(sidecar_path(again))["numbers_sha256"]
         == read_sidecar(sidecar_path(quick_run))["numbers_sha256"]
@@ -234,6 +261,7 @@ def test_rerun_from_the_sidecar_reproduces_the_numbers(quick_run, tmp_path, caps
 
 @needs_torch
 def test_another_seed_gives_other_numbers(quick_run, tmp_path):
+    """Another seed gives another numbers hash."""
     from variance_lab.experiment.collect import run
     from variance_lab.experiment.train import QUICK
 
@@ -244,11 +272,13 @@ def test_another_seed_gives_other_numbers(quick_run, tmp_path):
 
 @needs_torch
 def test_run_restores_torch_settings(torch_mod, tmp_path):
+    """``deterministic_torch`` sets one thread and deterministic algorithms, then restores both."""
     from variance_lab.experiment.train import deterministic_torch
 
     before = torch_mod.get_num_threads(), torch_mod.are_deterministic_algorithms_enabled()
     with deterministic_torch(1):
-        assert torch_mod.get_num_threads() == 1 and torch_mod.are_deterministic_algorithms_enabled()
+        assert torch_mod.get_num_threads() == 1
+        assert torch_mod.are_deterministic_algorithms_enabled()
     assert (torch_mod.get_num_threads(), torch_mod.are_deterministic_algorithms_enabled()) == before
 
 
@@ -266,6 +296,7 @@ def test_run_restores_torch_settings(torch_mod, tmp_path):
     ],
 )
 def test_run_errors_are_one_line(args, message, capsys, monkeypatch, tmp_path):
+    """Each bad ``experiment run`` option gives exit status 2 and one stderr line naming it."""
     pytest.importorskip("torch")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.json").write_text("{}")
@@ -273,29 +304,37 @@ def test_run_errors_are_one_line(args, message, capsys, monkeypatch, tmp_path):
     argv = ["experiment", "run", *args] + (["--quick"] if both else [])
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert message in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
 
 
 def test_without_torch_the_run_names_the_extra(monkeypatch, capsys):
+    """Without PyTorch, ``experiment run`` is one stderr line naming the extra to install."""
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     assert main(["experiment", "run", "--quick"]) == 2
     err = capsys.readouterr().err
-    assert "pip install 'variance_lab[experiment]'" in err and err.count("\n") == 1
+    assert "pip install 'variance_lab[experiment]'" in err
+    assert err.count("\n") == 1
 
 
 # --------------------------------------------------------------------------------------
 # the shipped data set and its figure (no PyTorch)
 # --------------------------------------------------------------------------------------
 def test_shipped_data_set_is_valid_and_matches_its_sidecar():
+    """The shipped data set loads cleanly, matches its sidecar's hash and rewards, under 4 MB."""
     side = read_sidecar(SHIPPED_SIDECAR)
-    assert side["quick"] is False and side["seed"] == side["settings"]["seed"]
+    assert side["quick"] is False
+    assert side["seed"] == side["settings"]["seed"]
     assert DEFAULT_DATA.stat().st_size < 4e6
     with gzip.open(DEFAULT_DATA, "rt") as fh:
         records = [json.loads(line) for line in fh]
     assert numbers_sha256(records) == side["numbers_sha256"]
     batch = load_batch(DEFAULT_DATA)
-    assert batch.n_dropped == 0 and len(batch) == side["summary"]["n_sequences"]
-    assert batch.lengths.min() < 16 and batch.lengths.max() > 256  # a handful to a few hundred tokens
+    assert batch.n_dropped == 0
+    assert len(batch) == side["summary"]["n_sequences"]
+    assert batch.lengths.min() < 16
+    assert batch.lengths.max() > 256  # a handful to a few hundred tokens
     for rec in records[:50]:
         assert (
             task.reward(task.Problem(tuple(int(c) for c in rec["prompt"][1:-1:2])), rec["response"])
@@ -304,6 +343,7 @@ def test_shipped_data_set_is_valid_and_matches_its_sidecar():
 
 
 def test_analysis_of_the_shipped_data_and_its_figure(tmp_path):
+    """The shipped data's figure writes its five files, with findings and a finite bucket table."""
     paths = save_experiment_figure(tmp_path, n_boot=200)
     assert [p.name for p in paths] == [
         f"{FIGURE_NAME}.pdf",
@@ -318,11 +358,14 @@ def test_analysis_of_the_shipped_data_and_its_figure(tmp_path):
     assert side["data_set"]["numbers_sha256"] == read_sidecar(SHIPPED_SIDECAR)["numbers_sha256"]
     assert side["analysis"]["n_sequences"] == read_sidecar(SHIPPED_SIDECAR)["summary"]["n_sequences"]
     table = __import__("pandas").read_csv(paths[2])
-    assert len(table) >= 5 and (table["n_seq"] > 20).all()
-    assert (table["var_G"] > 0).all() and np.isfinite(table["log10_var_P"]).all()
+    assert len(table) >= 5
+    assert (table["n_seq"] > 20).all()
+    assert (table["var_G"] > 0).all()
+    assert np.isfinite(table["log10_var_P"]).all()
 
 
 def test_resampled_clip_matches_iid_data_and_findings_count_tails():
+    """On i.i.d. data the resampled clip fraction matches the observed one; findings count tails."""
     rng = np.random.default_rng(8)
     lengths = np.repeat([4, 40, 400], 300)
     d = [rng.normal(0.0, 1e-3, t) for t in lengths]
@@ -330,11 +373,13 @@ def test_resampled_clip_matches_iid_data_and_findings_count_tails():
     observed = [sequence_weights(batch).clipped_gspo[lengths == t].mean() for t in (4, 40, 400)]
     np.testing.assert_allclose(resampled_clip(batch, n_rep=50, edges=[1, 10, 100, 1000]), observed, atol=0.06)
     found = token_findings(batch)
-    assert abs(found["kurtosis"] - 3.0) < 0.2 and found["tail_tokens"]["fraction"] < 1e-3
+    assert abs(found["kurtosis"] - 3.0) < 0.2
+    assert found["tail_tokens"]["fraction"] < 1e-3
     assert 0.01 < found["top_sequences"]["1%"] < found["top_sequences"]["10%"] < 1.0
 
 
 def test_committed_figure_belongs_to_the_shipped_data():
+    """The committed experiment figure's sidecar names the shipped data set and its files exist."""
     side = json.loads((FIGURES / f"{FIGURE_NAME}.json").read_text())
     assert side["data_set"]["numbers_sha256"] == read_sidecar(SHIPPED_SIDECAR)["numbers_sha256"]
     for name in side["files"].values():
@@ -342,6 +387,7 @@ def test_committed_figure_belongs_to_the_shipped_data():
 
 
 def test_figure_command(tmp_path, capsys):
+    """``experiment figure`` writes five files; a missing data file is exit status 2."""
     assert main(["experiment", "figure", "--out", str(tmp_path), "--n-boot", "20"]) == 0
     assert "wrote 5 files" in capsys.readouterr().out
     assert main(["experiment", "figure", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)]) == 2
@@ -353,10 +399,12 @@ def test_figure_command(tmp_path, capsys):
 @pytest.mark.slow
 @needs_torch
 def test_shipped_data_set_reproduces_from_its_sidecar(tmp_path):
+    """A full run from the shipped sidecar reproduces the shipped data set to 1e-9."""
     out = tmp_path / DEFAULT_DATA.name
     assert main(["experiment", "run", "--quiet", "--settings", str(SHIPPED_SIDECAR), "--out", str(out)]) == 0
     cmp = compare_files(DEFAULT_DATA, out)
-    assert cmp["same_ids"] and cmp["same_lengths"]
+    assert cmp["same_ids"]
+    assert cmp["same_lengths"]
     assert cmp["max_abs_diff"] <= 1e-9 or cmp["max_rel_diff"] <= 1e-9, cmp
 
 
@@ -364,6 +412,7 @@ def test_shipped_data_set_reproduces_from_its_sidecar(tmp_path):
 # controlled mismatch: a bfloat16 sampler and its rollout_logp
 # --------------------------------------------------------------------------------------
 def test_sampler_log_probs_of_a_float64_model_are_its_scores(torch_mod):
+    """A float64 sampler's log-probs equal the model's scores, and a temperature changes them."""
     from variance_lab.experiment.model import sampler_log_probs, score
 
     model = _tiny_model(torch_mod).double()
@@ -377,6 +426,7 @@ def test_sampler_log_probs_of_a_float64_model_are_its_scores(torch_mod):
 
 
 def test_settings_reject_an_unknown_sampler_dtype():
+    """Settings refuse a sampler_dtype outside float32 and bfloat16."""
     from variance_lab.experiment.train import QUICK
 
     with pytest.raises(ValueError, match="sampler_dtype must be one of float32, bfloat16, got 'fp8'"):
@@ -384,6 +434,7 @@ def test_settings_reject_an_unknown_sampler_dtype():
 
 
 def test_bfloat16_sampler_records_rollout_logp(torch_mod, tmp_path):
+    """A bfloat16 sampler run records small nonzero mismatches in rollout_logp and its sidecar."""
     out = tmp_path / "bf16.jsonl.gz"
     argv = ["experiment", "run", "--quick", "--quiet", "--seed", "3", "--set", "sampler_dtype=bfloat16"]
     assert main([*argv, "--out", str(out)]) == 0
@@ -391,7 +442,9 @@ def test_bfloat16_sampler_records_rollout_logp(torch_mod, tmp_path):
     assert batch.has_rollout
     mis = batch.mismatch_log_ratio
     # bfloat16 keeps 8 bits of mantissa: the sampler's log-probs differ from float64 ones, a little
-    assert 0 < np.abs(mis).max() < 0.5 and np.count_nonzero(mis) > 0.5 * mis.size
+    assert 0 < np.abs(mis).max() < 0.5
+    assert np.count_nonzero(mis) > 0.5 * mis.size
     side = read_sidecar(sidecar_path(out))
-    assert side["settings"]["sampler_dtype"] == "bfloat16" and "rollout_logp" in side["fields"]
+    assert side["settings"]["sampler_dtype"] == "bfloat16"
+    assert "rollout_logp" in side["fields"]
     assert side["summary"]["var_mismatch_log_ratio"] == pytest.approx(mis.var(ddof=1), rel=1e-9)

@@ -1,5 +1,6 @@
 """Families: K(s) against scipy numerical integration, log-moments, reach, bad input."""
 
+import itertools
 import math
 
 import mpmath
@@ -17,7 +18,7 @@ PARAMS = [(0.5, 0.05), (1.0, 0.1), (1.0, 0.9), (2.0, 1.0), (1.5, 1e-4)]
 
 
 def _scipy_dist(family):
-    """An independent scipy.stats distribution of r with the family's mu, sigma2."""
+    """Return an independent scipy.stats distribution of r with the family's mu, sigma2."""
     mu, s2 = family.mu, family.sigma2
     if isinstance(family, LogNormal):
         v = math.log(1 + s2 / mu**2)
@@ -28,7 +29,7 @@ def _scipy_dist(family):
 
 
 def _log_moment_by_quadrature(dist, s):
-    """log E[r^s] = log of the integral over y = log r of exp(s y) f_r(e^y) e^y, by scipy quad."""
+    """Return log E[r^s], the log of the integral over y = log r of exp(s y) f_r(e^y) e^y, by scipy quad."""
     centre = math.log(dist.median())
     f = lambda y: math.exp(s * y + y + dist.logpdf(math.exp(y)) - s * centre)  # noqa: E731
     kw = {"epsabs": 0, "epsrel": 1e-13, "limit": 500}
@@ -36,15 +37,16 @@ def _log_moment_by_quadrature(dist, s):
     # peak, about dist.std()/dist.mean() wide in log r, gets its own pieces.
     w = min(1.0, dist.std() / dist.mean())
     edges = [centre - 200, centre - 40 * w, centre - w, centre, centre + w, centre + 40 * w, centre + 200]
-    pieces = [integrate.quad(f, a, b, **kw) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    pieces = [integrate.quad(f, a, b, **kw) for a, b in itertools.pairwise(edges)]
     val = sum(p[0] for p in pieces)
     err = sum(p[1] for p in pieces)
     return math.log(val) + s * centre, err / val  # log-moment and quad's own error bound on it
 
 
 @pytest.mark.parametrize("cls", [LogNormal, Gamma])
-@pytest.mark.parametrize("mu,sigma2", PARAMS)
+@pytest.mark.parametrize(("mu", "sigma2"), PARAMS)
 def test_K_matches_quadrature(cls, mu, sigma2):
+    """K(s) of lognormal and gamma matches scipy quadrature of the distribution's density."""
     fam = cls(mu, sigma2)
     dist = _scipy_dist(fam)
     # Moments of the scipy distribution itself are mu and sigma2: an independent check
@@ -60,8 +62,9 @@ def test_K_matches_quadrature(cls, mu, sigma2):
     assert np.all(np.abs(got - ref) <= np.maximum(1e-10 * np.abs(ref), 10 * err) + 1e-14)
 
 
-@pytest.mark.parametrize("mu,sigma2,q", [(1.0, 0.1, 0.5), (2.0, 3.0, 0.5), (1.0, 0.5, 0.8)])
+@pytest.mark.parametrize(("mu", "sigma2", "q"), [(1.0, 0.1, 0.5), (2.0, 3.0, 0.5), (1.0, 0.5, 0.8)])
 def test_two_point_K_matches_direct_sum(mu, sigma2, q):
+    """The two-point K(s) equals log(q a^s + (1 - q) b^s), with mean mu and variance sigma^2."""
     fam = TwoPoint(mu, sigma2, q=q)
     _, (q_, la, lb) = fam.sampler_params()
     a, b = math.exp(la), math.exp(lb)
@@ -72,8 +75,9 @@ def test_two_point_K_matches_direct_sum(mu, sigma2, q):
 
 
 @pytest.mark.parametrize("name", FREE)
-@pytest.mark.parametrize("mu,sigma2", [(1.0, 0.1), (0.7, 0.2), (2.0, 1e-4)])
+@pytest.mark.parametrize(("mu", "sigma2"), [(1.0, 0.1), (0.7, 0.2), (2.0, 1e-4)])
 def test_K_and_K_mp_agree_and_log_moments(name, mu, sigma2):
+    """K and K_mp agree; K(1), K(2), mean_log and var_log match mu, sigma^2 and mpmath derivatives."""
     fam = get_family(name, mu, sigma2)
     assert fam.K(0.0) == pytest.approx(0.0, abs=1e-15)
     assert fam.K(1.0) == pytest.approx(math.log(mu), rel=1e-12, abs=1e-14)
@@ -90,25 +94,31 @@ def test_K_and_K_mp_agree_and_log_moments(name, mu, sigma2):
 
 @pytest.mark.parametrize("name", FREE)
 def test_degenerate_sigma2_zero(name):
+    """With sigma^2 = 0 each family is the point mass at mu, with sampler code 0."""
     fam = get_family(name, 1.3, 0.0)
     assert fam.degenerate
     np.testing.assert_allclose(fam.K([0.5, 2.0]), [0.5 * math.log(1.3), 2 * math.log(1.3)], rtol=1e-15)
     assert fam.var_log == 0.0
     code, params = fam.sampler_params()
-    assert code == 0 and params[0] == pytest.approx(math.log(1.3))
+    assert code == 0
+    assert params[0] == pytest.approx(math.log(1.3))
 
 
 def test_sampler_params_codes():
+    """Each family's sampler code and gamma's shape and log scale."""
     assert LogNormal(1, 0.1).sampler_params()[0] == 1
     code, (k, log_scale) = Gamma(2.0, 0.5).sampler_params()
-    assert code == 2 and k == pytest.approx(8.0) and log_scale == pytest.approx(math.log(0.25))
+    assert code == 2
+    assert k == pytest.approx(8.0)
+    assert log_scale == pytest.approx(math.log(0.25))
     assert TwoPoint(1, 0.1).sampler_params()[0] == 3
 
 
 def test_two_point_reach():
+    """Two-point families beyond the reachable sigma^2 or with q outside (0, 1) raise ValueError."""
     with pytest.raises(ValueError, match=r"cannot reach sigma2=1\.0"):
         TwoPoint(1.0, 1.0)
-    with pytest.raises(ValueError, match="sigma2=4.01"):
+    with pytest.raises(ValueError, match=r"sigma2=4\.01"):
         TwoPoint(1.0, 4.01, q=0.8)  # limit is mu**2 q / (1 - q) = 4
     TwoPoint(1.0, 3.99, q=0.8)
     with pytest.raises(ValueError, match="q must lie in"):
@@ -116,7 +126,7 @@ def test_two_point_reach():
 
 
 @pytest.mark.parametrize(
-    "args,match",
+    ("args", "match"),
     [
         (("lognormal", 0.0, 0.1), "mu must be > 0, got 0.0"),
         (("gamma", -1.0, 0.1), r"mu must be > 0, got -1\.0"),
@@ -128,14 +138,18 @@ def test_two_point_reach():
     ],
 )
 def test_bad_input(args, match):
+    """Bad mu, sigma^2 or family name raises ValueError naming the bad value."""
     with pytest.raises(ValueError, match=match):
         get_family(*args)
 
 
 def test_ar1_parameters():
+    """The AR(1) family's sampler parameters and marginal moments; rho on other families raises."""
     fam = get_family("ar1", 1.0, 0.1, rho=0.5)
-    code, (m, sd, rho) = fam.sampler_params()
-    assert code == 4 and rho == 0.5 and sd == pytest.approx(math.sqrt(math.log(1.1)))
+    code, (_, sd, rho) = fam.sampler_params()
+    assert code == 4
+    assert rho == 0.5
+    assert sd == pytest.approx(math.sqrt(math.log(1.1)))
     assert fam.K(2.0) == pytest.approx(math.log(1.1), rel=1e-13)  # marginal moments
     with pytest.raises(ValueError, match=r"rho must lie in \(-1, 1\), got 1\.0"):
         get_family("ar1", 1.0, 0.1, rho=1.0)
@@ -146,6 +160,7 @@ def test_ar1_parameters():
 
 
 def test_families_are_hashable_values():
+    """Families with equal parameters are equal and hash alike; different families differ."""
     assert LogNormal(1, 0.1) == LogNormal(1.0, 0.1)
     assert hash(Gamma(1, 0.1)) == hash(Gamma(1.0, 0.1))
     assert LogNormal(1, 0.1) != Gamma(1, 0.1)
@@ -153,8 +168,11 @@ def test_families_are_hashable_values():
 
 # ---------------------------------------------------------------- random-scale, lognormal-mixture
 def test_random_scale_moments_by_simulating_its_definition():
-    """E[P_T^s] = mu^(sT) (1 - theta T s(s-1)/2)^(-alpha), checked against draws of the model as defined:
-    v ~ Gamma(alpha, theta), then log P_T | v ~ N(T (log mu - v/2), T v); within 4 standard errors."""
+    """Check E[P_T^s] = mu^(sT) (1 - theta T s(s-1)/2)^(-alpha) against draws of the model.
+
+    The model as defined: v ~ Gamma(alpha, theta), then log P_T | v ~ N(T (log mu - v/2), T v);
+    within 4 standard errors.
+    """
     fam = get_family("random-scale", 1.1, 0.05, alpha=0.7)
     rng = np.random.default_rng(np.random.SeedSequence(20261201))
     n = 400_000
@@ -168,6 +186,7 @@ def test_random_scale_moments_by_simulating_its_definition():
 
 
 def test_random_scale_parameters_and_errors():
+    """Random-scale derives theta from alpha, describes itself, and refuses alpha <= 0 and sampling."""
     fam = get_family("random-scale", 1.0, 0.1, alpha=2.0)
     assert fam.theta == pytest.approx(1 - 1.1**-0.5, rel=1e-14)
     assert fam.describe() == {"family": "random-scale", "mu": 1.0, "sigma2": 0.1, "alpha": 2.0}
@@ -198,6 +217,7 @@ def test_mixture_K_against_numerical_integration():
 
 
 def test_mixture_derives_mu_sigma2_and_describes_itself():
+    """A lognormal mixture derives mu and the log moments from its components, in either spelling."""
     fam = get_family("lognormal-mixture", components=MIX)
     mu = 0.98 * math.exp(5e-9) + 0.02 * math.exp(-0.005 + 0.005)
     assert fam.mu == pytest.approx(mu, rel=1e-15)
@@ -207,11 +227,12 @@ def test_mixture_derives_mu_sigma2_and_describes_itself():
     assert fam.mean_log == pytest.approx(-1e-4, rel=1e-12)
     assert fam.var_log == pytest.approx(0.98 * (1e-8 + 1e-8) + 0.02 * (0.01 + 0.0049**2), rel=1e-12)
     one = get_family("lognormal-mixture", components="1:0.2:0")
-    assert one.degenerate and one.mu == pytest.approx(math.exp(0.2), rel=1e-15)
+    assert one.degenerate
+    assert one.mu == pytest.approx(math.exp(0.2), rel=1e-15)
 
 
 @pytest.mark.parametrize(
-    "kwargs,match",
+    ("kwargs", "match"),
     [
         ({"components": "0.5:0:1e-8,0.4:0:0.01"}, "weights must sum to 1, got 0.9"),
         ({"components": "1:0"}, "component '1:0' must be weight:mean:variance"),
@@ -224,11 +245,13 @@ def test_mixture_derives_mu_sigma2_and_describes_itself():
     ],
 )
 def test_mixture_bad_components(kwargs, match):
+    """Bad mixture components raise ValueError with the expected message."""
     with pytest.raises(ValueError, match=match):
         get_family("lognormal-mixture", **kwargs)
 
 
 def test_mixture_has_no_sampler_yet():
+    """The lognormal mixture says it has no Monte Carlo sampler."""
     with pytest.raises(
         ValueError, match="Monte Carlo sampling of the lognormal-mixture family is not available"
     ):

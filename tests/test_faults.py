@@ -1,6 +1,8 @@
-"""Fault injection through the real command line (issue #18): every case runs
-``python -m variance_lab.cli`` in a subprocess and checks the exit status, that standard error is
-one line without a traceback, and that no file was written or changed where none may be.
+"""Fault injection through the real command line (issue #18).
+
+Every case runs ``python -m variance_lab.cli`` in a subprocess and checks the exit status,
+that standard error is one line without a traceback, and that no file was written or changed
+where none may be.
 
 Small sizes by default; the long cases (token draws at T = 1e6, Ctrl-C mid-run) are slow tests.
 """
@@ -47,13 +49,15 @@ def assert_clean_error(proc, *needles, status=2):
     assert proc.returncode == status, (proc.returncode, err)
     assert proc.stdout == "", proc.stdout
     assert "Traceback" not in err
-    assert err.count("\n") == 1 and err.startswith("variance-lab: error: "), err
+    assert err.count("\n") == 1, err
+    assert err.startswith("variance-lab: error: "), err
     for needle in needles:
         assert needle in err, (needle, err)
 
 
 @pytest.fixture
 def folder(tmp_path):
+    """Return a folder holding an earlier result and a good JSONL file."""
     (tmp_path / "keep.md").write_text("an earlier result\n")
     (tmp_path / "good.jsonl").write_text("".join(json.dumps(GOOD) + "\n" for _ in range(4)))
     return tmp_path
@@ -116,6 +120,7 @@ DEFAULT_CASES = (
     "name", [n if n in DEFAULT_CASES else pytest.param(n, marks=pytest.mark.slow) for n in CASES]
 )
 def test_clean_error_and_nothing_written(folder, name):
+    """Each fault case ends in a clean one-line error and leaves the folder unchanged."""
     argv, needles = CASES[name]
     (folder / "empty.sqlite").write_bytes(b"")
     before = snapshot(folder)
@@ -125,6 +130,7 @@ def test_clean_error_and_nothing_written(folder, name):
 
 @pytest.mark.slow
 def test_bad_sequence_names_the_option(folder):
+    """A NaN log-prob is refused with a hint to pass --on-bad drop, writing nothing."""
     bad = {"logp": [-0.5, float("nan")], "old_logp": [-0.6, -0.9]}
     (folder / "bad.jsonl").write_text(json.dumps(GOOD) + "\n" + json.dumps(bad) + "\n")
     before = snapshot(folder)
@@ -135,14 +141,18 @@ def test_bad_sequence_names_the_option(folder):
 # --------------------------------------------------------------------------- runs that work
 @pytest.mark.slow
 def test_integer_rule_accepts_exact_integers_and_merges_duplicates(folder):
+    """``table`` and ``sweep`` accept 1e1 and 10.0 as 10 and merge duplicate lengths."""
     proc = cli("table", "--T", "10,1e1,10.0", "--n", "1e3", "--format", "csv", "--no-progress", cwd=folder)
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
     assert [ln.split(",")[0] for ln in proc.stdout.splitlines()[1:]] == ["10"]
     proc = cli("sweep", "--T", "10,10", "--n", "0", "--store", "s.sqlite", cwd=folder)
-    assert proc.returncode == 0 and "1 cells" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 cells" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_export_reads_a_store_without_writing_it(folder):
+    """``export`` writes only the output file and says how many rows; the store stays unchanged."""
     from variance_lab.sweep import load_table, sweep
 
     sweep("lognormal", 1.0, 0.1, [1, 10], 0, store=folder / "s.sqlite", progress=False)
@@ -150,14 +160,17 @@ def test_export_reads_a_store_without_writing_it(folder):
     proc = cli("export", "s.sqlite", "--out", "x.csv", cwd=folder)
     assert proc.returncode == 0, proc.stderr
     rows = len(load_table(folder / "x.csv"))
-    assert rows > 0 and proc.stdout == f"wrote {rows} rows to x.csv\n"
+    assert rows > 0
+    assert proc.stdout == f"wrote {rows} rows to x.csv\n"
     assert snapshot(folder) == before | {"x.csv": (folder / "x.csv").read_bytes()}  # the store unchanged
 
 
 def test_large_T_table_prints_log_space_intervals(folder):
     """T = 1e6 with the aggregate sampler: the estimate lies inside its own interval, both in log10."""
     proc = cli("table", "--T", "1e6", "--n", "1000", "--sampler", "aggregate", cwd=folder)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr and proc.stderr == "", proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == "", proc.stderr
     row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| 1000000 |"))
     number = r"(\d\.\d+)e-(\d+)"
     found = re.search(rf"\| {number} \[{number}, {number}\] \| UNRELIABLE", row)
@@ -168,23 +181,29 @@ def test_large_T_table_prints_log_space_intervals(folder):
 
 
 def test_small_samples_say_too_few(folder):
+    """``analyze`` on the README's ten sequences says too few for the verdict and autocorrelation."""
     readme = README.read_text()
     block = readme[readme.index("```jsonl\n") + len("```jsonl\n") :]
     (folder / "ten.jsonl").write_text(block[: block.index("```")])
     proc = cli("analyze", "ten.jsonl", cwd=folder)
     assert proc.returncode == 0, proc.stderr
     assert "Verdict over all buckets (their vote): too few sequences" in proc.stdout
-    assert "Autocorrelation: undefined (too few sequences" in proc.stdout and "tau_int" not in proc.stdout
+    assert "Autocorrelation: undefined (too few sequences" in proc.stdout
+    assert "tau_int" not in proc.stdout
 
 
 def test_writers_say_what_they_wrote_and_stay_quiet(folder):
+    """Writing to files prints only what was written, on stderr, and no progress bar."""
     proc = cli("table", "--T", "1,10", "--n", "2000", "--out", "t.md", cwd=folder)
-    assert proc.returncode == 0 and proc.stdout == ""
+    assert proc.returncode == 0
+    assert proc.stdout == ""
     assert proc.stderr == "variance-lab: wrote the table to t.md\n"  # no progress bar off a terminal
     proc = cli("analyze", "good.jsonl", "--out", "a.md", "--figure", "a.png", "--n-boot", "10", cwd=folder)
     assert proc.returncode == 0, proc.stderr
-    assert "wrote the table to a.md" in proc.stderr and "wrote the figure to a.png" in proc.stderr
-    assert (folder / "a.md").is_file() and (folder / "a.png").is_file()
+    assert "wrote the table to a.md" in proc.stderr
+    assert "wrote the figure to a.png" in proc.stderr
+    assert (folder / "a.md").is_file()
+    assert (folder / "a.png").is_file()
 
 
 # --------------------------------------------------------------------------- long cases
@@ -192,7 +211,8 @@ def test_writers_say_what_they_wrote_and_stay_quiet(folder):
 def test_token_draws_at_T_1e6_do_not_crash(folder):
     """The issue's crash: ``table --T 1000000 --n 1000`` (seed 0, token sampler)."""
     proc = cli("table", "--T", "1000000", "--n", "1000", "--format", "csv", cwd=folder, timeout=600)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout.splitlines()[1].startswith("1000000,")
 
 
@@ -220,5 +240,6 @@ def test_ctrl_c_is_prompt_at_T_1e6(folder, family):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert time.monotonic() - start < 5.0
-    assert proc.returncode == 130 and err == "variance-lab: interrupted\n", (proc.returncode, err)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err == "variance-lab: interrupted\n", (proc.returncode, err)
     assert snapshot(folder) == before

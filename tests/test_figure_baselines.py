@@ -19,14 +19,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.testing.compare import compare_images  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+from matplotlib.testing.compare import compare_images
 
-from variance_lab import theory  # noqa: E402
-from variance_lab.families import get_family  # noqa: E402
-from variance_lab.report import figures as plots  # noqa: E402
+from variance_lab import theory
+from variance_lab.families import get_family
+from variance_lab.report import figures as plots
 
 BASELINE = Path(__file__).parent / "baseline"
 UPDATE_ENV = "VARIANCE_LAB_UPDATE_BASELINES"
@@ -89,6 +89,7 @@ FIGURES = {
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
 def test_figure_matches_its_baseline(name, tmp_path):
+    """The figure matches its committed PNG baseline within the image tolerance."""
     fig = FIGURES[name]()
     actual = tmp_path / f"{name}.png"
     try:

@@ -7,18 +7,18 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.text import Text  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 
-from variance_lab import __version__, cli, theory  # noqa: E402
-from variance_lab.families import get_family  # noqa: E402
-from variance_lab.paper import figures as figs  # noqa: E402
-from variance_lab.report import figures as plots  # noqa: E402
-from variance_lab.report import style  # noqa: E402
+from variance_lab import __version__, cli, theory
+from variance_lab.families import get_family
+from variance_lab.paper import figures as figs
+from variance_lab.report import figures as plots
+from variance_lab.report import style
 
 
 @pytest.fixture(autouse=True)
@@ -38,13 +38,18 @@ def quick(tmp_path_factory):
 
 # ----------------------------------------------------------------------------- the command
 def test_quick_writes_every_figure(quick):
+    """The quick run writes every figure as PDF, PNG, CSV and a complete sidecar, nothing else."""
     for name in figs.FIGURES:
         pdf, png = (quick / f"{name}.pdf").read_bytes(), (quick / f"{name}.png").read_bytes()
-        assert pdf.startswith(b"%PDF-") and len(pdf) > 5000, name
-        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000, name
+        assert pdf.startswith(b"%PDF-"), name
+        assert len(pdf) > 5000, name
+        assert png.startswith(b"\x89PNG\r\n\x1a\n"), name
+        assert len(png) > 5000, name
         sidecar = json.loads((quick / f"{name}.json").read_text())
-        assert sidecar["figure"] == name and sidecar["version"] == __version__
-        assert sidecar["quick"] is True and sidecar["description"]
+        assert sidecar["figure"] == name
+        assert sidecar["version"] == __version__
+        assert sidecar["quick"] is True
+        assert sidecar["description"]
         for key in ("params", "seed", "n", "versions", "png_dpi", "reproduce"):
             assert key in sidecar, (name, key)
         data = (quick / f"{name}.csv").read_bytes()
@@ -57,6 +62,7 @@ def test_quick_writes_every_figure(quick):
 
 
 def test_sidecar_params_reproduce_the_data(quick):
+    """Each sidecar's parameters regenerate data with the recorded SHA-256."""
     for name in figs.FIGURES:
         sidecar = json.loads((quick / f"{name}.json").read_text())
         data = figs.figure_data(name, sidecar["params"])
@@ -65,6 +71,7 @@ def test_sidecar_params_reproduce_the_data(quick):
 
 @pytest.mark.parametrize("name", ["variance_vs_T", "heatmap_var_P", "decay_boundary"])
 def test_from_sidecar_reproduces_the_files_byte_for_byte(quick, tmp_path, capsys, name):
+    """``figures --from-sidecar`` rewrites a figure's four files byte for byte."""
     assert cli.main(["figures", "--from-sidecar", str(quick / f"{name}.json"), "--out", str(tmp_path)]) == 0
     assert "wrote 4 files" in capsys.readouterr().out
     for ext in ("png", "pdf", "csv", "json"):
@@ -72,14 +79,17 @@ def test_from_sidecar_reproduces_the_files_byte_for_byte(quick, tmp_path, capsys
 
 
 def test_monte_carlo_points_are_in_the_figures(quick):
+    """The variance figure's data holds the Monte Carlo points, Var(P_1000) flagged unreliable."""
     data = pd.read_csv(quick / "variance_vs_T.csv", keep_default_na=False)
     mc = data[data["method"] == "monte_carlo"]
-    assert set(mc["statistic"]) == {"var_P", "var_G"} and len(mc) == 8
+    assert set(mc["statistic"]) == {"var_P", "var_G"}
+    assert len(mc) == 8
     big = mc[(mc["statistic"] == "var_P") & (mc["T"] == 1000)]
     assert not big["reliable"].astype(str).eq("True").any()  # 2000 draws cannot see Var(P_1000)
 
 
 def test_only_and_bad_names(tmp_path, capsys):
+    """``--only`` writes just that figure; unknown names and bad sidecars are errors."""
     assert (
         cli.main(["figures", "--quick", "--only", "ratio_vs_T", "--out", str(tmp_path), "--no-progress"]) == 0
     )
@@ -96,8 +106,11 @@ def test_only_and_bad_names(tmp_path, capsys):
 
 @pytest.mark.parametrize("existing", [False, True])
 def test_interrupted_figures_leave_no_partial_folder(tmp_path, monkeypatch, existing):
-    """Ctrl-C on the second figure: a new folder is not created, an existing one is untouched,
-    and the temporary build folder is gone."""
+    """Ctrl-C on the second figure leaves no trace.
+
+    A new folder is not created, an existing one is untouched, and the temporary build folder
+    is gone.
+    """
     out = tmp_path / "figs"
     if existing:
         out.mkdir()
@@ -127,6 +140,7 @@ def _theory(family, T, names):
 
 @pytest.fixture(scope="module")
 def var_frame():
+    """Return exact curves and four Monte Carlo rows (one unreliable) for lognormal(1, 0.1)."""
     fam = get_family("lognormal", 1.0, 0.1)
     frame = _theory(
         fam, [1, 10, 100, 1000], ["var_P", "var_G", "var_G_lognormal", "var_G_delta", "var_G_seed"]
@@ -158,13 +172,15 @@ def _hollow_markers(ax) -> int:
 
 
 def test_variance_vs_T_draws_unreliable_points_hollow(var_frame):
+    """Unreliable Monte Carlo points are hollow; axes and legend carry the expected labels."""
     fig = Figure()
     ax = fig.add_subplot()
     assert plots.variance_vs_T(var_frame, "var_P", ax=ax) is fig
     assert _hollow_markers(ax) >= 1
     labels = ax.get_legend_handles_labels()[1]
     assert any("exact" in label for label in labels)
-    assert "sequence length" in ax.get_xlabel() and "Var" in ax.get_ylabel()
+    assert "sequence length" in ax.get_xlabel()
+    assert "Var" in ax.get_ylabel()
     assert ax.get_xscale() == "log"
     fig2 = Figure()
     ax2 = fig2.add_subplot()
@@ -175,6 +191,7 @@ def test_variance_vs_T_draws_unreliable_points_hollow(var_frame):
 
 
 def test_every_plot_function_takes_ax_or_fig_and_returns_the_figure(var_frame):
+    """Every plot function draws into a given ``ax`` or ``fig`` and returns its figure."""
     fam = get_family("lognormal", 1.0, 0.1)
     ratio = pd.concat(
         [_theory(get_family("lognormal", m, 0.1), [1, 10, 100], ["var_ratio"]) for m in (0.9, 1.1)]
@@ -200,19 +217,22 @@ def test_every_plot_function_takes_ax_or_fig_and_returns_the_figure(var_frame):
         ax = fig.add_subplot()
         assert draw(frame, ax=ax, **kwargs) is fig
         assert isinstance(draw(frame, **kwargs), Figure)
-        assert ax.get_xlabel() and ax.get_ylabel()
+        assert ax.get_xlabel()
+        assert ax.get_ylabel()
     for draw, frame, panels in [
         (plots.variance_panels, var_frame, 3),
         (plots.approx_error, var_frame, 1),  # one panel per family
         (plots.log_histograms, hist, 2),
     ]:
         fig = Figure()
-        assert draw(frame, fig=fig) is fig and len(fig.axes) == panels
+        assert draw(frame, fig=fig) is fig
+        assert len(fig.axes) == panels
         fresh = draw(frame)
         assert fresh.get_figwidth() == pytest.approx(style.COLUMN_WIDTH)
 
 
 def test_heatmap_marks_mu_1_and_leaves_unreachable_points_blank():
+    """The heatmap draws a line at mu = 1, masks unreachable cells and refuses several T."""
     frames = []
     for m in (0.8, 1.0, 1.2):
         for s2 in (0.1, 0.7, 1.2):
@@ -232,6 +252,7 @@ def test_heatmap_marks_mu_1_and_leaves_unreachable_points_blank():
 
 
 def test_relative_error_frame_knows_where_approximations_are_exact():
+    """Relative errors vanish where an approximation is exact and shrink with T for gamma."""
     names = ["var_G", "var_G_lognormal", "var_G_delta", "var_G_seed"]
     frames = [_theory(get_family(f, 1.0, 0.1), [1, 10, 100], names) for f in ("lognormal", "gamma")]
     err = plots.relative_error_frame(pd.concat(frames))
@@ -244,6 +265,7 @@ def test_relative_error_frame_knows_where_approximations_are_exact():
 
 
 def test_frontier_matches_theory_n_needed():
+    """The frontier's largest T per budget n agrees with theory.n_needed_P."""
     fam = get_family("lognormal", 1.0, 0.1)
     Ts = list(range(1, 61))
     front = plots.frontier_frame(_theory(fam, Ts, ["n_needed_P"]), [10.0, 1e4, 1e8, 1e30])
@@ -253,13 +275,15 @@ def test_frontier_matches_theory_n_needed():
         if not ok:
             assert np.isnan(t_max)
         else:
-            assert t_max == max(ok) and beyond == (max(ok) == Ts[-1])
+            assert t_max == max(ok)
+            assert beyond == (max(ok) == Ts[-1])
     # about 1e4 draws at T = 10 (design notes)
     assert front.loc[front["n"] == 1e4, "T_max"].item() in (9, 10, 11)
 
 
 # ----------------------------------------------------------------------------- raw draws
 def test_sample_log_P_moments_and_determinism():
+    """Sampled log P_T has the right mean and variance, and depends on the seed, not grid order."""
     fam = get_family("gamma", 1.0, 0.2)
     a = figs.sample_log_P(fam, [1, 5, 20], 20000, seed=3)
     b = figs.sample_log_P(fam, [20, 1, 5], 20000, seed=3)
@@ -290,8 +314,11 @@ SAMPLE_FAMILIES = [
     ids=["lognormal", "gamma", "gamma-small-shape", "two-point", "ar1", "ar1-neg", "degenerate"],
 )
 def test_sample_log_P_every_family_draws_like_the_engine(fam):
-    """Every family: the engine's own draws (the paths a chunk draws from the same stream),
-    with E[log P_T] and Var(log P_T) of theory within 5 standard errors."""
+    """Every family: the engine's own draws match theory.
+
+    The paths a chunk draws from the same stream, with E[log P_T] and Var(log P_T) of theory
+    within 5 standard errors.
+    """
     from variance_lab.simulate import draw_log_p
 
     T, n = [1, 5, 20], 20_000
@@ -313,6 +340,7 @@ def test_sample_log_P_every_family_draws_like_the_engine(fam):
 
 
 def test_sample_log_P_aggregate_sampler():
+    """The aggregate sampler's AR(1) log P_T variance is within 5 SE of the exact one; gamma is refused."""
     fam = get_family("ar1", 1.0, 0.1, rho=0.5)
     x = figs.sample_log_P(fam, [1, 10], 50_000, seed=1, sampler="aggregate")
     var = float(fam.var_sum_mp(10))
@@ -323,8 +351,9 @@ def test_sample_log_P_aggregate_sampler():
 
 
 def test_sample_log_P_other_families():
+    """Two-point samples take the two values; degenerate ones are T log mu; T = 0 raises."""
     two = get_family("two-point", 1.0, 0.1)
-    _, (q, la, lb) = two.sampler_params()
+    _, (_, la, lb) = two.sampler_params()
     x = figs.sample_log_P(two, [1], 1000, seed=0)[:, 0]
     assert set(np.round(x, 12)) == {round(la, 12), round(lb, 12)}
     flat = figs.sample_log_P(get_family("lognormal", 1.2, 0.0), [3], 10)
@@ -367,6 +396,7 @@ def small_frames(var_frame):
 
 
 def test_paper_style_text_is_at_least_7_pt_and_never_says_seed(small_frames):
+    """Paper style is one column wide, its text at least 7 pt and free of the word seed."""
     for name, (draw, frame, kwargs) in small_frames.items():
         fig = draw(frame, style="paper", **kwargs)
         assert fig.get_figwidth() == pytest.approx(style.COLUMN_WIDTH), name
@@ -379,6 +409,7 @@ def test_paper_style_text_is_at_least_7_pt_and_never_says_seed(small_frames):
 
 
 def test_plot_functions_respect_the_callers_rcparams(small_frames):
+    """Plot functions follow the caller's rcParams and leave the global ones unchanged."""
     before = dict(matplotlib.rcParams)
     for name, (draw, frame, kwargs) in small_frames.items():
         with plt.rc_context({"font.size": 13, "axes.labelsize": 13, "lines.linewidth": 2.7}):
@@ -395,18 +426,22 @@ def test_plot_functions_respect_the_callers_rcparams(small_frames):
 
 
 def test_style_names_and_files_apply(small_frames, tmp_path):
+    """A style name or a style file passed as style= is applied."""
     draw, frame, kwargs = small_frames["ess_vs_T"]
     assert draw(frame, style="ggplot", **kwargs).axes[0].get_facecolor()[:3] != (1.0, 1.0, 1.0)
     sheet = tmp_path / "big.mplstyle"
     sheet.write_text("axes.labelsize: 17\n")
     assert draw(frame, style=str(sheet), **kwargs).axes[0].xaxis.label.get_fontsize() == 17
-    assert style.STYLE_FILE.is_file() and style.RC["font.size"] >= style.MIN_FONT_PT
+    assert style.STYLE_FILE.is_file()
+    assert style.RC["font.size"] >= style.MIN_FONT_PT
 
 
 def test_true_log_axes_with_real_values(var_frame, small_frames):
+    """Axes are log-scaled and carry the real values, so one's own data overlay in the same units."""
     fig = plots.variance_vs_T(var_frame, "var_P")
     ax = fig.axes[0]
-    assert ax.get_yscale() == "log" and ax.get_xscale() == "log"
+    assert ax.get_yscale() == "log"
+    assert ax.get_xscale() == "log"
     exact = var_frame[(var_frame["statistic"] == "var_P") & (var_frame["method"] == "exact")].sort_values("T")
     line = next(li for li in ax.get_lines() if li.get_label().startswith("exact"))
     np.testing.assert_allclose(line.get_ydata(), theory.var_P(get_family("lognormal", 1.0, 0.1), exact["T"]))
@@ -418,8 +453,10 @@ def test_true_log_axes_with_real_values(var_frame, small_frames):
 
 
 def test_kwargs_figsize_and_pyplot(var_frame, small_frames):
+    """Line keywords, figsize and cmap pass through and the figure is pyplot's current one."""
     fig = plots.variance_vs_T(var_frame, "var_G", lw=3.3, figsize=(5, 3))
-    assert plt.gcf() is fig and tuple(fig.get_size_inches()) == (5, 3)
+    assert plt.gcf() is fig
+    assert tuple(fig.get_size_inches()) == (5, 3)
     exact = next(li for li in fig.axes[0].get_lines() if li.get_label() == "exact")
     assert exact.get_linewidth() == 3.3
     draw, frame, kwargs = small_frames["heatmap"]
@@ -428,6 +465,7 @@ def test_kwargs_figsize_and_pyplot(var_frame, small_frames):
 
 
 def test_series_differ_in_greyscale(small_frames):
+    """Every series differs in line style or marker, so figures read in greyscale."""
     for name in ("ratio_vs_T", "ess_vs_T", "mc_frontier"):
         draw, frame, kwargs = small_frames[name]
         lines = [
@@ -442,6 +480,7 @@ def test_series_differ_in_greyscale(small_frames):
 
 
 def test_variance_panels_show_approximations_as_ratios(var_frame):
+    """The ratio panel shows approximations over the exact Var(G_T); only Var(P_T) has a flagged point."""
     fig = plots.variance_panels(var_frame, n=1000)
     ratio_ax = fig.axes[2]
     naive = next(li for li in ratio_ax.get_lines() if li.get_label() == "$\\sigma^2/T$ (naive)")
@@ -455,6 +494,7 @@ def test_variance_panels_show_approximations_as_ratios(var_frame):
 
 
 def test_decay_boundary_colours_growth_and_decay_as_the_closed_form():
+    """decay_boundary's colours are log10 of the variance ratio from mpmath, signed by sigma^2 + mu^2 > 1."""
     import mpmath
 
     mus, s2s = (0.6, 0.8, 0.9, 1.0, 1.1), (0.01, 0.1, 0.3, 0.6)
@@ -477,12 +517,14 @@ def test_decay_boundary_colours_growth_and_decay_as_the_closed_form():
 
 # ----------------------------------------------------------------------------- the command's options
 def test_formats_dpi_and_style_options(tmp_path, capsys):
+    """``figures`` writes the asked formats at the asked dpi and style, and refuses unknown ones."""
     out = tmp_path / "f"
     args = ["figures", "--quick", "--only", "ratio_vs_T", "--out", str(out), "--no-progress"]
     assert cli.main([*args, "--format", "svg,eps,png", "--dpi", "50", "--style", "ggplot"]) == 0
     assert sorted(p.suffix for p in out.iterdir()) == [".csv", ".eps", ".json", ".png", ".svg"]
     sidecar = json.loads((out / "ratio_vs_T.json").read_text())
-    assert sidecar["png_dpi"] == 50 and sidecar["style"] == "ggplot"
+    assert sidecar["png_dpi"] == 50
+    assert sidecar["style"] == "ggplot"
     assert (out / "ratio_vs_T.svg").read_text().lstrip().startswith("<?xml")
     assert (out / "ratio_vs_T.eps").read_bytes().startswith(b"%!PS")
     from PIL import Image
@@ -496,6 +538,7 @@ def test_formats_dpi_and_style_options(tmp_path, capsys):
 
 
 def test_check_passes_on_a_rebuild_and_fails_on_a_mismatch(tmp_path, capsys):
+    """--check passes on a rebuild, reports changed data and versions, and writes no files."""
     out = tmp_path / "f"
     args = ["figures", "--quick", "--only", "ratio_vs_T,heatmap_var_G", "--out", str(out), "--no-progress"]
     assert cli.main(args) == 0
@@ -509,13 +552,15 @@ def test_check_passes_on_a_rebuild_and_fails_on_a_mismatch(tmp_path, capsys):
     side.write_text(json.dumps(meta))
     assert cli.main(["figures", "--check", "--from-sidecar", str(side)]) == 1
     err = capsys.readouterr().err
-    assert "data SHA-256 differs" in err and "numpy version differs" in err
+    assert "data SHA-256 differs" in err
+    assert "numpy version differs" in err
     after = {p.name: p.read_bytes() for p in out.iterdir()}
     assert after.keys() == before.keys()
     assert all(after[k] == before[k] for k in before if k != "ratio_vs_T.json"), "--check wrote files"
 
 
 def test_rebuilding_the_default_folder_needs_out_or_force(tmp_path, monkeypatch, capsys):
+    """Overwriting figures/ or rebuilding from a sidecar in place needs --force."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "ratio_vs_T.json").write_text("{}")
@@ -531,6 +576,7 @@ def test_rebuilding_the_default_folder_needs_out_or_force(tmp_path, monkeypatch,
 
 
 def test_from_sidecar_works_for_every_figure_in_help(quick, tmp_path, capsys):
+    """Every figure is in --help and the experiment figure rebuilds byte for byte from its sidecar."""
     with pytest.raises(SystemExit):
         cli.main(["figures", "--help"])
     helptext = " ".join(capsys.readouterr().out.split())
@@ -545,6 +591,7 @@ def test_from_sidecar_works_for_every_figure_in_help(quick, tmp_path, capsys):
 
 
 def test_the_readme_figures_example_runs(tmp_path):
+    """The README's figures example runs and writes a PDF."""
     import os
     import subprocess
     import sys

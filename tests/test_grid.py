@@ -25,6 +25,7 @@ from variance_lab.sweep.grid import parse_grid, parse_int_grid, parse_name_list
     ],
 )
 def test_real_grids(text, expected):
+    """Lists and ranges parse into sorted, deduplicated float grids rounded to 12 digits."""
     out = parse_grid(text)
     assert out.dtype == np.float64
     assert out.tolist() == expected
@@ -36,6 +37,7 @@ _value = st.floats(-1e6, 1e6, allow_nan=False).map(lambda v: float(f"{v:.6g}"))
 @settings(max_examples=60, deadline=None)
 @given(st.lists(_value, min_size=1, max_size=12))
 def test_comma_lists_are_sorted_and_deduplicated(values):
+    """Any comma list parses to its sorted distinct values."""
     out = parse_grid(",".join(repr(v) for v in values))
     assert out.tolist() == sorted(set(values))
 
@@ -43,6 +45,7 @@ def test_comma_lists_are_sorted_and_deduplicated(values):
 @settings(max_examples=60, deadline=None)
 @given(_value, _value, st.integers(2, 50))
 def test_linear_ranges_keep_their_ends_and_spacing(a, b, count):
+    """A linear range a:b:N keeps both ends and equal spacing."""
     out = parse_grid(f"{a!r}:{b!r}:{count}")
     expected = np.unique([float(f"{v:.12g}") for v in np.linspace(a, b, count)]) if a != b else [a]
     assert out[0] == min(a, b)
@@ -53,6 +56,7 @@ def test_linear_ranges_keep_their_ends_and_spacing(a, b, count):
 @settings(max_examples=60, deadline=None)
 @given(st.floats(1e-6, 1e6), st.floats(1e-6, 1e6), st.integers(2, 40))
 def test_log_ranges_are_geometric(a, b, count):
+    """A log range a:b:logN has N points with a constant ratio between both ends."""
     a, b = float(f"{a:.6g}"), float(f"{b:.6g}")
     out = parse_grid(f"{a!r}:{b!r}:log{count}")
     if a == b:
@@ -65,6 +69,7 @@ def test_log_ranges_are_geometric(a, b, count):
 
 
 def test_log_range_is_geometric():
+    """``1:1000:log4`` is 1, 10, 100, 1000."""
     out = parse_grid("1:1000:log4")
     np.testing.assert_allclose(out, [1, 10, 100, 1000], rtol=1e-12)
 
@@ -82,12 +87,14 @@ def test_log_range_is_geometric():
     ],
 )
 def test_integer_grids(text, expected):
+    """Integer grids round, then deduplicate."""
     out = parse_grid(text, integer=True)
     assert out.dtype == np.int64
     assert out.tolist() == expected
 
 
 def test_int_grid_minimum():
+    """Integer grids below their minimum raise ValueError naming the option and value."""
     assert parse_int_grid("0,5", name="--n", minimum=0).tolist() == [0, 5]
     with pytest.raises(ValueError, match=r"--T: values must be integers >= 1, got 0"):
         parse_int_grid("0,1", name="--T", minimum=1)
@@ -115,6 +122,7 @@ def test_int_grid_minimum():
     ],
 )
 def test_bad_grids(text, message):
+    """Each malformed grid raises a one-line ValueError that starts with the option name."""
     with pytest.raises(ValueError, match=r"^--mu: ") as info:
         parse_grid(text, name="--mu")
     assert message in str(info.value)
@@ -122,11 +130,13 @@ def test_bad_grids(text, message):
 
 
 def test_non_string_is_an_error():
+    """A grid that is not a string raises ValueError."""
     with pytest.raises(ValueError, match="empty grid"):
         parse_grid(None)  # type: ignore[arg-type]
 
 
 def test_name_list():
+    """Name lists are deduplicated in order; an unknown name raises ValueError listing the choices."""
     choices = ["lognormal", "gamma", "two-point"]
     assert parse_name_list("gamma, lognormal,gamma", name="--family", choices=choices) == [
         "gamma",
@@ -138,5 +148,6 @@ def test_name_list():
 
 @pytest.mark.parametrize("text", ["2.6", "1.5", "1,2.5", "1.5:10:3", "1:10.5:log3"])
 def test_integer_grids_refuse_fractions(text):
+    """Integer grids refuse fractional values, naming the option."""
     with pytest.raises(ValueError, match=r"--T: .* (is not an integer|not a number)"):
         parse_grid(text, name="--T", integer=True)

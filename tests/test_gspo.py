@@ -22,7 +22,7 @@ REL = 1e-12
 
 
 def _pair(d, rng, scale=3.0):
-    """New and old log-probs (both <= 0) with the given token log-ratios d = new - old."""
+    """Return new and old log-probs (both <= 0) with the given token log-ratios d = new - old."""
     base = rng.exponential(scale, d.size)
     new = -base + np.minimum(d, 0.0)
     old = -base - np.maximum(d, 0.0)
@@ -73,6 +73,7 @@ def _check_identities(w, i, ref):
 # identities
 # --------------------------------------------------------------------------------------
 def test_identities_random_ragged_batch():
+    """On a random ragged batch every weight satisfies its identities against an fsum reference."""
     rng = np.random.default_rng(1)
     lengths = rng.integers(1, 400, size=60)
     d = [rng.normal(0.0, 0.5, n) for n in lengths]
@@ -89,6 +90,7 @@ _token = st.tuples(st.floats(-50, 50), st.floats(0, 200))  # (log-ratio, extra d
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(_token, min_size=1, max_size=40), min_size=1, max_size=6))
 def test_identities_property(seqs):
+    """For any small ragged batch every weight satisfies its identities (hypothesis)."""
     new = [np.array([-b + min(d, 0.0) for d, b in seq]) for seq in seqs]
     old = [np.array([-b - max(d, 0.0) for d, b in seq]) for seq in seqs]
     w = sequence_weights(TokenBatch.from_ragged(new, old))
@@ -110,6 +112,7 @@ def _adversarial(rng):
 
 
 def test_identities_adversarial_lengths_and_ratios():
+    """Extreme lengths and log-ratios keep log P_T finite and every identity exact."""
     rng = np.random.default_rng(2)
     seqs = list(_adversarial(rng))
     pairs = [_pair(x, rng, scale=20.0) for x in seqs]
@@ -121,6 +124,7 @@ def test_identities_adversarial_lengths_and_ratios():
 
 
 def test_identities_padded_with_holes():
+    """Padded sequences with holes read only masked-in tokens; identities and lengths hold."""
     rng = np.random.default_rng(3)
     n, L = 6, 3000
     d = rng.uniform(-50, 50, (n, L))
@@ -138,16 +142,19 @@ def test_identities_padded_with_holes():
 
 
 def test_huge_perplexities_overflow_to_inf_without_warning():
+    """Perplexities beyond float64 are inf without a warning; their ratio s stays exact."""
     new = np.full(10, -800.0)
     old = np.full(10, -790.0)
     w = sequence_weights(TokenBatch.from_ragged([new], [old]))
-    assert w.log_ppl_old[0] == pytest.approx(790.0) and w.ppl_old[0] == math.inf
+    assert w.log_ppl_old[0] == pytest.approx(790.0)
+    assert w.ppl_old[0] == math.inf
     assert w.ppl_new[0] == math.inf
     assert w.ppl_ratio[0] == pytest.approx(math.exp(-10.0), rel=1e-14)
     assert w.s[0] == pytest.approx(math.exp(-10.0), rel=1e-14)
 
 
 def test_segment_sums_match_fsum_under_cancellation():
+    """Segment sums are within 2 ulp of fsum even under heavy cancellation."""
     rng = np.random.default_rng(4)
     lengths = np.array([1, 2, 5, 1000, 50_000])
     x = rng.normal(0, 1, lengths.sum()) * 10.0 ** rng.integers(-8, 9, lengths.sum())
@@ -185,6 +192,7 @@ def test_segment_sums_property_arbitrary_cuts(segments):
 
 
 def test_segment_sums_rejects_empty_segments():
+    """An empty segment raises ValueError."""
     with pytest.raises(ValueError, match="non-empty"):
         segment_sums(np.array([1.0]), np.array([0, 0, 1]))
 
@@ -193,6 +201,7 @@ def test_segment_sums_rejects_empty_segments():
 # GSPO-token, GMPO, clipping
 # --------------------------------------------------------------------------------------
 def test_gspo_token_weight_value_is_s_on_every_token():
+    """GSPO's token weight is the sequence's s on every one of its tokens."""
     rng = np.random.default_rng(5)
     pairs = [_pair(rng.normal(0, 0.3, n), rng) for n in (1, 4, 9)]
     batch = TokenBatch.from_ragged([p[0] for p in pairs], [p[1] for p in pairs])
@@ -202,6 +211,7 @@ def test_gspo_token_weight_value_is_s_on_every_token():
 
 
 def test_gmpo_weight_against_reference():
+    """GMPO's weight is exp of the mean clipped log-ratio; without clipping it is GSPO's s."""
     rng = np.random.default_rng(6)
     d = rng.normal(0, 1.0, 500)
     new, old = _pair(d, rng)
@@ -215,6 +225,7 @@ def test_gmpo_weight_against_reference():
 
 
 def test_clip_fractions_by_hand():
+    """PPO and GSPO clip counts and fractions on a hand-made batch, for two sets of ranges."""
     # ratios 1, 1.3 (out), 0.7 (out), 1.15 (in): s = 1.0465**(1/4) = 1.011 (out) / 1.0002 three times (in)
     d1 = np.log([1.0, 1.3, 0.7, 1.15])
     d2 = np.full(3, math.log(1.0002))
@@ -227,17 +238,20 @@ def test_clip_fractions_by_hand():
     assert w.clipped_gspo.tolist() == [True, False]
     assert w.gspo_clip_frac == pytest.approx(0.5)
     narrow = sequence_weights(batch, gspo_range=(0.9999, 1.0001), ppo_range=(0.5, 2.0))
-    assert narrow.clipped_gspo.tolist() == [True, True] and narrow.ppo_clip_frac == 0.0
+    assert narrow.clipped_gspo.tolist() == [True, True]
+    assert narrow.ppo_clip_frac == 0.0
 
 
 @pytest.mark.parametrize("bad", [(1.1, 1.2), (0.0, 1.2), (0.8, 0.9), (0.8,), "ab", (0.8, math.inf)])
 def test_clip_range_validation(bad):
+    """A PPO clip range that is not two finite numbers with 0 < low < 1 < high raises ValueError."""
     batch = TokenBatch.from_ragged([[-1.0]], [[-1.0]])
     with pytest.raises(ValueError, match="ppo_range"):
         sequence_weights(batch, ppo_range=bad)
 
 
 def test_to_frame_columns_and_values():
+    """``to_frame`` has the documented columns and the values of a hand-made sequence."""
     batch = TokenBatch.from_ragged([[-1.0, -2.0]], [[-1.5, -1.5]], ids=["only"])
     df = sequence_weights(batch).to_frame()
     assert list(df.columns) == [
@@ -259,14 +273,19 @@ def test_to_frame_columns_and_values():
         "token_clip_frac",
     ]
     row = df.iloc[0]
-    assert row["id"] == "only" and row["length"] == 2 and row["log_P"] == 0.0 and row["s"] == 1.0
-    assert row["ppl_old"] == pytest.approx(math.exp(1.5)) and row["ppl_new"] == pytest.approx(math.exp(1.5))
+    assert row["id"] == "only"
+    assert row["length"] == 2
+    assert row["log_P"] == 0.0
+    assert row["s"] == 1.0
+    assert row["ppl_old"] == pytest.approx(math.exp(1.5))
+    assert row["ppl_new"] == pytest.approx(math.exp(1.5))
 
 
 # --------------------------------------------------------------------------------------
 # building batches
 # --------------------------------------------------------------------------------------
 def test_padded_ragged_and_flat_agree():
+    """Padded, ragged and flat constructors give the same batch, positions included."""
     rng = np.random.default_rng(7)
     new, old = _pair(rng.normal(0, 0.2, 20), rng)
     new, old = new.reshape(4, 5), old.reshape(4, 5)
@@ -279,20 +298,25 @@ def test_padded_ragged_and_flat_agree():
             assert np.array_equal(getattr(a, name), getattr(other, name)), name
     assert a.lengths.tolist() == [3, 1, 5, 2]
     assert a.positions.tolist() == [0, 1, 3, 0, 0, 1, 2, 3, 4, 1, 2]
-    assert len(a) == 4 and a.n_tokens == 11 and a.n_dropped == 0
+    assert len(a) == 4
+    assert a.n_tokens == 11
+    assert a.n_dropped == 0
     np.testing.assert_array_equal(a.sequence(3)[0], new[3, 1:3])
 
 
 def test_batch_is_read_only_and_select_keeps_order():
+    """Batch arrays are read-only, and ``select`` keeps the order of the indices it is given."""
     batch = TokenBatch.from_ragged([[-1.0], [-2.0, -3.0], [-4.0]], [[-1.0], [-2.0, -2.0], [-4.0]])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="read-only"):
         batch.logp[0] = 0.0
     sub = batch.select([2, 1])
-    assert sub.ids.tolist() == [2, 1] and sub.logp.tolist() == [-4.0, -2.0, -3.0]
+    assert sub.ids.tolist() == [2, 1]
+    assert sub.logp.tolist() == [-4.0, -2.0, -3.0]
     assert sub.select(np.array([False, True])).ids.tolist() == [1]
 
 
 def test_zero_log_prob_is_allowed():
+    """A log-probability of exactly 0 (or -0) is accepted."""
     batch = TokenBatch.from_ragged([[0.0, -1.0]], [[-0.0, 0.0]])
     assert sequence_weights(batch).log_P[0] == -1.0
 
@@ -325,6 +349,7 @@ BAD_CASES = {
 
 @pytest.mark.parametrize("kind", list(BAD_CASES))
 def test_bad_sequence_raises_naming_it(kind):
+    """Each kind of bad sequence raises ValueError naming its id and index."""
     (new, old), mask, message = BAD_CASES[kind]
     masks = None if mask is None else [[1, 1], mask, [1, 1]]
     with pytest.raises(ValueError, match=rf"bad sequence id='b' \(index 1\): {message}"):
@@ -333,33 +358,40 @@ def test_bad_sequence_raises_naming_it(kind):
 
 @pytest.mark.parametrize("kind", list(BAD_CASES))
 def test_bad_sequence_dropped_and_reported(kind):
+    """With ``on_bad='drop'`` each kind of bad sequence is dropped and reported with its reason."""
     (new, old), mask, message = BAD_CASES[kind]
     masks = None if mask is None else [[1, 1], mask, [1, 1]]
     batch = TokenBatch.from_ragged(
         [GOOD[0], new, GOOD[1]], [GOOD[1], old, GOOD[1]], masks, ids=["a", "b", "c"], on_bad="drop"
     )
-    assert batch.ids.tolist() == ["a", "c"] and batch.n_dropped == 1
+    assert batch.ids.tolist() == ["a", "c"]
+    assert batch.n_dropped == 1
     (dropped,) = batch.dropped
-    assert dropped.index == 1 and dropped.id == "b"
+    assert dropped.index == 1
+    assert dropped.id == "b"
     assert re.search(message, dropped.reason)
 
 
 def test_bad_values_under_mask_zero_are_ignored():
+    """NaN and infinite values under a zero mask are never read."""
     batch = TokenBatch.from_padded([[-1.0, math.nan, 5.0]], [[-1.0, -math.inf, math.inf]], [[1, 0, 0]])
     assert batch.logp.tolist() == [-1.0]
 
 
 def test_first_bad_sequence_reported_with_count_of_the_rest():
+    """The error names the first bad sequence and counts the others."""
     with pytest.raises(ValueError, match=r"index 0\): logp\[0\] is NaN; 2 more bad sequence\(s\)"):
         TokenBatch.from_ragged([[math.nan], [1.0], [-1.0], []], [[-1.0], [-1.0], [-1.0], []])
 
 
 def test_everything_dropped_is_an_error():
+    """Dropping every sequence raises ValueError."""
     with pytest.raises(ValueError, match=r"no valid sequence left \(2 dropped\)"):
         TokenBatch.from_ragged([[math.nan], [1.0]], [[-1.0], [-1.0]], on_bad="drop")
 
 
 def test_several_problems_in_one_sequence_report_the_most_basic():
+    """A sequence with several problems is reported for the first: logp before old_logp."""
     batch = TokenBatch.from_ragged([[math.nan, 1.0], [-1.0]], [[-1.0, math.nan], [-1.0]], on_bad="drop")
     assert batch.dropped[0].reason == "logp[0] is NaN"  # logp before old_logp, first token first
 
@@ -372,11 +404,13 @@ def test_several_problems_in_one_sequence_report_the_most_basic():
     ],
 )
 def test_batch_level_errors(kwargs, message):
+    """An unknown on_bad and ids of the wrong length raise ValueError."""
     with pytest.raises(ValueError, match=message):
         TokenBatch.from_ragged([[-1.0], [-1.0]], [[-1.0], [-1.0]], **kwargs)
 
 
 def test_padded_shape_errors():
+    """Mismatched shapes, counts and non-numeric values raise ValueError naming the problem."""
     with pytest.raises(ValueError, match="2-D of one shape"):
         TokenBatch.from_padded(np.zeros((2, 3)), np.zeros((2, 4)))
     with pytest.raises(ValueError, match="mask must have the shape"):

@@ -46,6 +46,7 @@ def _same(a, b):
 @pytest.mark.parametrize("ids", [None, "str"])
 @pytest.mark.parametrize("holes", [True, False])
 def test_round_trip(tmp_path, name, layout, ids, holes):
+    """Every file format and layout round-trips a batch, with or without ids and holes."""
     rng = np.random.default_rng(11)
     batch = _batch(rng, ids=[f"seq-{i}" for i in range(7)] if ids else None, holes=holes)
     path = save_batch(batch, tmp_path / name, npz_layout=layout)
@@ -53,6 +54,7 @@ def test_round_trip(tmp_path, name, layout, ids, holes):
 
 
 def test_round_trip_mixed_ids_jsonl_keeps_types(tmp_path):
+    """JSONL keeps mixed int and string ids; Parquet turns them into strings."""
     rng = np.random.default_rng(12)
     batch = _batch(rng, ids=np.array([1, "b", 3, "d", 5, "f", 7], dtype=object))
     _same(batch, load_batch(save_batch(batch, tmp_path / "m.jsonl")))
@@ -61,6 +63,7 @@ def test_round_trip_mixed_ids_jsonl_keeps_types(tmp_path):
 
 
 def test_format_override_and_detection(tmp_path):
+    """The format is detected from the suffix or given; unknown suffixes and formats raise."""
     batch = _batch(np.random.default_rng(13))
     path = save_batch(batch, tmp_path / "rollouts.txt", format="jsonl")
     _same(batch, load_batch(path, format="jsonl"))
@@ -79,23 +82,27 @@ def test_format_override_and_detection(tmp_path):
 
 
 def test_jsonl_layout_is_plain_and_skips_blank_lines(tmp_path):
+    """JSONL records are plain objects; blank lines are skipped and ids default to the index."""
     path = tmp_path / "b.jsonl"
     path.write_text(
         '{"id": "a", "logp": [-0.5, -1.0], "old_logp": [-0.6, -0.9]}\n\n'
         '{"logp": [-2.0], "old_logp": [-2.0], "mask": [1]}\n'
     )
     batch = load_batch(path)
-    assert batch.ids.dtype == object and batch.ids.tolist() == ["a", 1]
+    assert batch.ids.dtype == object
+    assert batch.ids.tolist() == ["a", 1]
     assert batch.logp.tolist() == [-0.5, -1.0, -2.0]
 
 
 def test_gzip_jsonl_is_compressed(tmp_path):
+    """A ``.jsonl.gz`` file is written gzip-compressed."""
     path = save_batch(_batch(np.random.default_rng(14)), tmp_path / "b.jsonl.gz")
     with gzip.open(path, "rt") as fh:
         assert json.loads(fh.readline())["id"] == 0
 
 
 def test_field_names_can_be_mapped(tmp_path):
+    """Other field names (verl's) load through ``fields``; an unknown key raises."""
     path = tmp_path / "verl.jsonl"
     path.write_text(
         json.dumps(
@@ -105,7 +112,8 @@ def test_field_names_can_be_mapped(tmp_path):
     )
     fields = {"logp": "log_probs", "old_logp": "old_log_probs", "mask": "response_mask", "id": "uid"}
     batch = load_batch(path, fields=fields)
-    assert batch.ids.tolist() == ["u1"] and batch.logp.tolist() == [-1.0]
+    assert batch.ids.tolist() == ["u1"]
+    assert batch.logp.tolist() == [-1.0]
     with pytest.raises(ValueError, match="unknown field 'logprob'"):
         load_batch(path, fields={"logprob": "x"})
 
@@ -132,16 +140,20 @@ def _records(bad):
 @pytest.mark.parametrize("kind", list(BAD))
 @pytest.mark.parametrize(("name", "layout"), [("b.jsonl", "padded"), ("b.parquet", ""), ("b.npz", "flat")])
 def test_bad_data_in_files(tmp_path, kind, name, layout):
+    """Bad data in each format raises naming the sequence, or is dropped with ``on_bad='drop'``."""
     bad, message = BAD[kind]
     path = write_records(_records(bad), tmp_path / name, npz_layout=layout or "padded")
     with pytest.raises(ValueError, match=rf"bad sequence id='r1' \(index 1\): {message}"):
         load_batch(path)
     batch = load_batch(path, on_bad="drop")
-    assert batch.ids.tolist() == ["r0", "r2"] and batch.n_dropped == 1
-    assert batch.dropped[0].index == 1 and batch.dropped[0].id == "r1"
+    assert batch.ids.tolist() == ["r0", "r2"]
+    assert batch.n_dropped == 1
+    assert batch.dropped[0].index == 1
+    assert batch.dropped[0].id == "r1"
 
 
 def test_jsonl_writes_nan_and_infinity_tokens(tmp_path):
+    """JSONL writes a NaN log-probability as the bare token NaN."""
     path = write_records(_records(BAD["nan"][0]), tmp_path / "b.jsonl")
     assert "NaN" in path.read_text()
 
@@ -157,6 +169,7 @@ def test_jsonl_writes_nan_and_infinity_tokens(tmp_path):
     ],
 )
 def test_bad_records_in_jsonl(tmp_path, record, message):
+    """Missing, null, non-numeric and nested fields raise naming the record, or are dropped."""
     path = write_records([{"id": "r0", **OK}, {"id": "r1", **record}], tmp_path / "b.jsonl")
     with pytest.raises(ValueError, match=rf"id='r1' \(index 1\): {message}"):
         load_batch(path)
@@ -164,6 +177,7 @@ def test_bad_records_in_jsonl(tmp_path, record, message):
 
 
 def test_record_that_is_not_an_object(tmp_path):
+    """A JSONL line that is not an object raises naming its index."""
     path = tmp_path / "b.jsonl"
     path.write_text('[1, 2]\n{"logp": [-1.0], "old_logp": [-1.0]}\n')
     with pytest.raises(ValueError, match=r"index 0\): record is not a JSON object"):
@@ -171,13 +185,15 @@ def test_record_that_is_not_an_object(tmp_path):
 
 
 def test_malformed_json_names_the_line(tmp_path):
+    """Malformed JSON raises naming the file and line, even with ``on_bad='drop'``."""
     path = tmp_path / "b.jsonl"
     path.write_text('{"logp": [-1.0], "old_logp": [-1.0]}\n\n{"logp": [-1.0\n')
-    with pytest.raises(ValueError, match="b.jsonl: line 3: invalid JSON"):
+    with pytest.raises(ValueError, match=r"b\.jsonl: line 3: invalid JSON"):
         load_batch(path, on_bad="drop")
 
 
 def test_parquet_null_rows_and_entries(tmp_path):
+    """Null Parquet fields and entries raise or drop with their reason; a null mask counts all."""
     records = [
         {"id": "r0", **OK, "mask": None},
         {"id": "r1", "logp": [-1.0], "old_logp": None},
@@ -188,10 +204,12 @@ def test_parquet_null_rows_and_entries(tmp_path):
         load_batch(path)
     batch = load_batch(path, on_bad="drop")
     assert [d.reason for d in batch.dropped] == ["field 'old_logp' is null", "logp[1] is NaN"]
-    assert batch.ids.tolist() == ["r0"] and batch.lengths.tolist() == [2]  # null mask: all count
+    assert batch.ids.tolist() == ["r0"]
+    assert batch.lengths.tolist() == [2]  # null mask: all count
 
 
 def test_parquet_wrong_column_type(tmp_path):
+    """A Parquet column of the wrong type or a missing column raises ValueError."""
     pq.write_table(pa.table({"logp": [1.0], "old_logp": [[-1.0]]}), tmp_path / "w.parquet")
     with pytest.raises(ValueError, match="column 'logp' must be a list of numbers"):
         load_batch(tmp_path / "w.parquet")
@@ -201,6 +219,7 @@ def test_parquet_wrong_column_type(tmp_path):
 
 
 def test_npz_padded_layout_and_errors(tmp_path):
+    """The padded NPZ layout loads; flat arrays without lengths and missing arrays raise."""
     np.savez(
         tmp_path / "p.npz",
         logp=np.array([[-1.0, -2.0], [-3.0, 0.0]]),
@@ -209,7 +228,8 @@ def test_npz_padded_layout_and_errors(tmp_path):
         id=np.array(["a", "b"]),
     )
     batch = load_batch(tmp_path / "p.npz")
-    assert batch.lengths.tolist() == [2, 1] and batch.ids.tolist() == ["a", "b"]
+    assert batch.lengths.tolist() == [2, 1]
+    assert batch.ids.tolist() == ["a", "b"]
     np.savez(tmp_path / "q.npz", logp=np.zeros(3), old_logp=np.zeros(3))
     with pytest.raises(ValueError, match="1-D flat arrays with 'lengths'"):
         load_batch(tmp_path / "q.npz")
@@ -221,6 +241,7 @@ def test_npz_padded_layout_and_errors(tmp_path):
 
 
 def test_load_rejects_bad_options(tmp_path):
+    """Unknown on_bad and npz_layout values and a file without records raise ValueError."""
     path = save_batch(_batch(np.random.default_rng(15)), tmp_path / "o.jsonl")
     with pytest.raises(ValueError, match="on_bad must be one of"):
         load_batch(path, on_bad="ignore")

@@ -28,6 +28,7 @@ FAMILIES = [
 
 @pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f"{f.name}-{f.sigma2}")
 def test_draws_have_the_family_log_moments(fam):
+    """Each family's draws of log r have its mean, variance and mean of r within tolerance."""
     code, par = fam.sampler_params()
     n = 200_000
     y = draw_log_r(code, par, np.random.default_rng(5), n)
@@ -39,6 +40,7 @@ def test_draws_have_the_family_log_moments(fam):
 
 
 def test_lognormal_draws_follow_numpy_stream():
+    """Lognormal draws are m + s z with z NumPy's standard normals for the same seed."""
     fam = LogNormal(1.0, 0.3)
     code, (m, s) = fam.sampler_params()
     y = draw_log_r(code, np.array([m, s]), np.random.default_rng(9), 1000)
@@ -47,6 +49,7 @@ def test_lognormal_draws_follow_numpy_stream():
 
 
 def test_tiny_gamma_shape_never_underflows():
+    """A gamma shape of 0.01 keeps log r finite below -746, where r itself underflows."""
     fam = Gamma(1.0, 100.0)  # shape 0.01: P(Gamma(0.01) < 1e-323) = P(U**100 < e**-745) ~ 6e-4
     code, par = fam.sampler_params()
     y = draw_log_r(code, par, np.random.default_rng(1), 100_000)
@@ -56,6 +59,7 @@ def test_tiny_gamma_shape_never_underflows():
 
 
 def test_two_point_values_and_frequency():
+    """Two-point draws take only the two values, the first with frequency q."""
     fam = TwoPoint(1.0, 0.2, q=0.3)
     code, par = fam.sampler_params()
     y = draw_log_r(code, par, np.random.default_rng(2), 100_000)
@@ -65,6 +69,7 @@ def test_two_point_values_and_frequency():
 
 
 def test_degenerate_is_constant():
+    """A degenerate family has sampler code 0 and draws log mu every time."""
     fam = LogNormal(1.5, 0.0)
     code, par = fam.sampler_params()
     assert code == 0
@@ -79,8 +84,11 @@ def _assert_same_accumulator(a, b, rtol=1e-11):
 
 
 def _reference_log_p(rng, n_paths, grid, m, s, independent):
-    """log P_T of the chunk's paths, drawn as the kernel draws them: batches of 4 paths,
-    token-major within a batch (paths 0, 1, 2, 3, 0, 1, ...), then the rest one by one."""
+    """Return log P_T of the chunk's paths, drawn as the kernel draws them.
+
+    Batches of 4 paths, token-major within a batch (paths 0, 1, 2, 3, 0, 1, ...), then the
+    rest one by one.
+    """
     rows = []
     for batch in [4] * (n_paths // 4) + [1] * (n_paths % 4):
         sums, prev, out = np.zeros(batch), 0, []
@@ -107,6 +115,7 @@ def test_chunk_kernel_matches_reference_draws(independent):
 
 
 def test_run_chunk_is_pure():
+    """Running the same chunk twice gives identical accumulators."""
     _, tasks = prepare(Gamma(1.0, 0.5), [2, 30], 5000, seed=11)
     a, b = run_chunk(tasks[1]), run_chunk(tasks[1])
     for x, y in ((a.shift, b.shift), (a.sums, b.sums), (a.tail, b.tail)):
@@ -114,6 +123,7 @@ def test_run_chunk_is_pure():
 
 
 def test_accumulate_log_p_checks_shape():
+    """A log P array of the wrong width raises; an empty one gives a count of 0."""
     spec = AccumulatorSpec.from_family(LogNormal(1.0, 0.1), [1, 2], tail=5)
     with pytest.raises(ValueError, match="shape"):
         accumulate_log_p(np.zeros((3, 3)), spec)
@@ -121,6 +131,7 @@ def test_accumulate_log_p_checks_shape():
 
 
 def test_ar1_draws_are_a_stationary_ar1_path():
+    """AR(1) draws have the family's mean, variance and lag-one correlation rho."""
     fam = AR1(1.0, 0.2, rho=0.6)
     code, par = fam.sampler_params()
     y = draw_log_r(code, par, np.random.default_rng(4), 200_000)
@@ -132,6 +143,7 @@ def test_ar1_draws_are_a_stationary_ar1_path():
 
 @pytest.mark.parametrize("independent", [False, True])
 def test_ar1_paths_have_the_variance_of_the_sum(independent):
+    """AR(1) paths' sample Var(log P_T) is the family's variance of the sum."""
     fam = AR1(1.0, 0.1, rho=0.8)
     acc = run_accumulators(fam, [1, 5, 40], 20_000, seed=2, independent=independent, progress=False)
     _, m2, _, _ = central_moments(acc.sums[LOG_P], acc.count)
@@ -140,5 +152,6 @@ def test_ar1_paths_have_the_variance_of_the_sum(independent):
 
 
 def test_unknown_sampler_code():
+    """An unknown sampler code raises ValueError naming it."""
     with pytest.raises(ValueError, match="unknown sampler code 9"):
         draw_log_r(9, np.zeros(3), np.random.default_rng(0), 3)

@@ -1,5 +1,7 @@
-"""The package's layout rules, checked on its source: no import cycle, no private name taken
-across modules, few modules at the top, and nothing that imports the command line.
+"""The package's layout rules, checked on its source.
+
+No import cycle, no private name taken across modules, few modules at the top, and nothing
+that imports the command line.
 
 Imports are read from the syntax tree, function-level imports included; importing ``a.b.c``
 also runs the ``__init__`` of the subpackage ``a.b``, so that edge counts too (the root
@@ -31,7 +33,7 @@ MODULES = _modules()
 
 
 def _owner(name: str) -> str | None:
-    """The longest known module that ``name`` (a dotted path) lies in."""
+    """Return the longest known module that ``name`` (a dotted path) lies in."""
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
@@ -112,21 +114,25 @@ def _cycles() -> list[list[str]]:
 
 
 def test_no_import_cycle():
+    """No cycle in the package's import graph, function-level imports included."""
     assert _cycles() == []
 
 
 def test_no_private_name_taken_from_another_module():
+    """No module imports a private ``_name`` from another module."""
     taken = {m: GRAPH[m][1] for m in GRAPH if GRAPH[m][1]}
     assert taken == {}
 
 
 def test_few_modules_at_the_top():
+    """The package has at most MAX_TOP_LEVEL_MODULES top-level modules."""
     top = [p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"]
     assert len(top) <= MAX_TOP_LEVEL_MODULES, sorted(top)
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith(f"{ROOT}.cli")))
 def test_nothing_imports_the_command_line(module):
+    """No module outside ``cli`` imports the command line."""
     assert not any(t == f"{ROOT}.cli" or t.startswith(f"{ROOT}.cli.") for t in GRAPH[module][0])
 
 

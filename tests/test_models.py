@@ -1,5 +1,8 @@
-"""Fitted ratio models (rollouts/models.py): recovery of known parameters within k standard errors,
-the marginal likelihood against quadrature, and predictions against the families' exact theory."""
+"""Fitted ratio models (rollouts/models.py).
+
+Recovery of known parameters within k standard errors, the marginal likelihood against
+quadrature, and predictions against the families' exact theory.
+"""
 
 import math
 
@@ -32,26 +35,31 @@ def random_scale_batch(seed, n=600, alpha=0.4, theta0=4e-4, beta=0.5, c=-1e-5, T
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_scale_recovered_within_its_standard_errors(seed):
+    """The random-scale fit recovers each true parameter within 4 of its standard errors."""
     batch, L = random_scale_batch(seed)
     fit = fit_random_scale(batch)
     T0 = float(np.median(L))
     truth = {"c": -1e-5, "alpha": 0.4, "theta0": 4e-4 * (T0 / 40.0) ** 0.5, "beta": 0.5}
     for name, want in truth.items():
         got, se = getattr(fit, name), getattr(fit, f"se_{name}")
-        assert se > 0 and abs(got - want) < K_SE * se, (name, got, want, se)
+        assert se > 0, (name, got, want, se)
+        assert abs(got - want) < K_SE * se, (name, got, want, se)
 
 
 def test_random_scale_without_length_recovers_the_family():
+    """Without length dependence beta is 0 and the fitted family carries the fitted alpha and theta."""
     batch, _ = random_scale_batch(7, beta=0.0)
     fit = fit_random_scale(batch, length_dependent=False)
-    assert fit.beta == 0.0 and fit.se_beta == 0.0
+    assert fit.beta == 0.0
+    assert fit.se_beta == 0.0
     assert abs(fit.alpha - 0.4) < K_SE * fit.se_alpha
     fam = fit.family(100)
-    assert fam.alpha == fit.alpha and fam.theta == pytest.approx(fit.theta0, rel=1e-10)
+    assert fam.alpha == fit.alpha
+    assert fam.theta == pytest.approx(fit.theta0, rel=1e-10)
 
 
 def _log_joint(u, y, c, alpha, theta):
-    """log of Gamma(alpha, theta) density of v = e^u times v (du = dv / v) times prod N(y; c - v/2, v)."""
+    """Log of Gamma(alpha, theta) density of v = e^u times v (du = dv / v) times prod N(y; c - v/2, v)."""
     v = math.exp(u)
     log_gamma = alpha * u - v / theta - math.lgamma(alpha) - alpha * math.log(theta)
     return log_gamma - 0.5 * float(np.sum(np.log(2 * math.pi * v) + (y - c + v / 2) ** 2 / v))
@@ -80,6 +88,7 @@ def test_marginal_likelihood_against_quadrature():
 
 
 def test_random_scale_predictions_match_the_family_theory():
+    """Random-scale predictions equal the theory of the fitted family, infinite where it is."""
     batch, _ = random_scale_batch(4, beta=0.0)
     fit = fit_random_scale(batch, length_dependent=False)
     T = np.array([1, 10, 100, 1000])
@@ -110,22 +119,26 @@ MIX_TRUE = (np.array([0.9, 0.08, 0.02]), np.array([0.0, -1e-3, -0.01]), np.array
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_mixture_recovered_within_its_standard_errors(seed):
+    """The mixture fit picks 3 components and recovers weights, means and variances within 4 SE."""
     w, m, v = MIX_TRUE
     rng = np.random.default_rng(np.random.SeedSequence(seed))
     n = 30_000
     comp = rng.choice(3, size=n, p=w)
     y = m[comp] + np.sqrt(v[comp]) * rng.standard_normal(n)
     fit = fit_mixture(y)
-    assert fit.n_components == 3 and min(fit.bic, key=fit.bic.get) == 3
+    assert fit.n_components == 3
+    assert min(fit.bic, key=fit.bic.get) == 3
     for est, se, want, name in (
         (fit.weights, fit.se_weights, w, "w"),
         (fit.means, fit.se_means, m, "m"),
         (fit.variances, fit.se_variances, v, "v"),
     ):
-        assert np.all(se > 0) and np.all(np.abs(est - want) < K_SE * se), (name, est, want, se)
+        assert np.all(se > 0), (name, est, want, se)
+        assert np.all(np.abs(est - want) < K_SE * se), (name, est, want, se)
 
 
 def test_mixture_bic_picks_one_component_for_gaussian_tokens():
+    """BIC picks one component for Gaussian log-ratios, recovered within 4 SE."""
     y = np.random.default_rng(np.random.SeedSequence(3)).normal(-1e-4, 0.01, 20_000)
     fit = fit_mixture(y)
     assert fit.n_components == 1
@@ -134,6 +147,7 @@ def test_mixture_bic_picks_one_component_for_gaussian_tokens():
 
 
 def test_mixture_predictions():
+    """Mixture predictions match the family theory and a simulated GSPO clip fraction within 4 binomial SE."""
     w, m, v = MIX_TRUE
     y = np.random.default_rng(np.random.SeedSequence(8)).normal(0, 0.01, 100)
     fit = fit_mixture(y, max_components=1)
@@ -158,7 +172,7 @@ def test_mixture_predictions():
 
 
 @pytest.mark.parametrize(
-    "call,match",
+    ("call", "match"),
     [
         (lambda: fit_mixture(np.zeros(50)), "constant"),
         (lambda: fit_mixture(np.ones(5)), "at least 10"),
@@ -167,5 +181,6 @@ def test_mixture_predictions():
     ],
 )
 def test_bad_input(call, match):
+    """Bad input to the fits raises ValueError with the expected message."""
     with pytest.raises(ValueError, match=match):
         call()

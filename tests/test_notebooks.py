@@ -22,11 +22,13 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
+    """The four notebooks 01 to 04 are there."""
     assert [p.name[:3] for p in NOTEBOOKS] == ["01_", "02_", "03_", "04_"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_stored_without_outputs(path):
+    """Notebooks are stored without outputs, counts or widget state, and open with a question."""
     nb = json.loads(path.read_text())
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] == "code":
@@ -35,14 +37,18 @@ def test_stored_without_outputs(path):
         assert "execution" not in cell.get("metadata", {}), f"{path.name} cell {i} stores execution times"
     assert "widgets" not in nb.get("metadata", {}), f"{path.name} stores widget state"
     first = nb["cells"][0]
-    assert first["cell_type"] == "markdown" and "question" in "".join(first["source"]).lower()
+    assert first["cell_type"] == "markdown"
+    assert "question" in "".join(first["source"]).lower()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_reads_its_sizes_from_one_place(path):
+    """Each notebook takes its sizes from ``paper.sizes`` and draws no randomness itself."""
     source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
-    assert "from variance_lab.paper.sizes import" in source and "sizes(QUICK)" in source
-    assert "np.random.seed" not in source and "default_rng" not in source, "randomness only through the API"
+    assert "from variance_lab.paper.sizes import" in source
+    assert "sizes(QUICK)" in source
+    assert "np.random.seed" not in source, "randomness only through the API"
+    assert "default_rng" not in source, "randomness only through the API"
 
 
 def _parameters_cell(nb):
@@ -55,6 +61,7 @@ def _parameters_cell(nb):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_one_parameters_cell_drives_the_notebook(path):
+    """The parameters cell holds only assignments, including QUICK, each used later and never reassigned."""
     nb = nbformat.read(path, as_version=4)
     cell = _parameters_cell(nb)
     tree = ast.parse(cell.source)
@@ -69,16 +76,19 @@ def test_one_parameters_cell_drives_the_notebook(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_names_the_source_documents_not_the_seed(path):
+    """The notebook names the derivation and the perplexity-entropy paper, never the seed."""
     nb = nbformat.read(path, as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "Where these numbers come from" in text
-    assert "the derivation" in text and "perplexity-entropy paper" in text
+    assert "the derivation" in text
+    assert "perplexity-entropy paper" in text
     assert not re.search(r"\bthe seed\b(?!s)", text, re.I), "say 'the derivation', not 'the seed'"
     labels = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "seed's" not in labels
 
 
 def test_notebooks_are_ruff_clean():
+    """``ruff check`` passes on the notebooks folder."""
     folder = NOTEBOOKS[0].parent
     done = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", str(folder)], capture_output=True, text=True
@@ -88,6 +98,7 @@ def test_notebooks_are_ruff_clean():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_executes_in_quick_mode(path, monkeypatch, tmp_path):
+    """Each notebook runs in quick mode without errors or warnings, shows figures, concludes."""
     monkeypatch.setenv("VARIANCE_LAB_QUICK", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("VARIANCE_LAB_NOTEBOOK_OUT", str(tmp_path))

@@ -13,24 +13,28 @@ from variance_lab.rollouts.analysis import ANALYSIS_COLUMNS, analyze
 from variance_lab.rollouts.predictions import PREDICTION_COLUMNS, choose_model, wilson_interval
 
 
-@pytest.mark.parametrize("p,n", [(0.1, 352), (0.5, 77), (0.02, 400), (0.7, 419)])
+@pytest.mark.parametrize(("p", "n"), [(0.1, 352), (0.5, 77), (0.02, 400), (0.7, 419)])
 def test_wilson_interval_covers_at_its_level(p, n):
-    """Exact coverage, summed over the binomial law of k: within 2 points of 95 % (Wilson is close to nominal;
-    the law is discrete, so not exactly 95 %), and every interval holds k/n."""
+    """Exact coverage, summed over the binomial law of k, is within 2 points of 95 %.
+
+    Wilson is close to nominal; the law is discrete, so not exactly 95 %. Every interval holds k/n.
+    """
     k = np.arange(n + 1)
     lo, hi = wilson_interval(k, n)
     coverage = float(np.sum(stats.binom.pmf(k, n, p) * ((lo <= p) & (p <= hi))))
     assert abs(coverage - 0.95) < 0.02, coverage
-    assert np.all((0 <= lo) & (lo <= k / n) & (k / n <= hi) & (hi <= 1))
+    assert np.all((lo >= 0) & (lo <= k / n) & (k / n <= hi) & (hi <= 1))
 
 
 def test_wilson_interval_closed_form():
+    """wilson_interval(10, 100) equals the closed-form Wilson interval."""
     lo, hi = wilson_interval(10, 100)
     z = stats.norm.ppf(0.975)
     centre = (0.1 + z * z / 200) / (1 + z * z / 100)
     half = z * math.sqrt(0.1 * 0.9 / 100 + z * z / 40000) / (1 + z * z / 100)
     assert (float(lo), float(hi)) == pytest.approx((centre - half, centre + half), rel=1e-14)
-    assert float(lo) == pytest.approx(0.0552, abs=1e-4) and float(hi) == pytest.approx(0.1744, abs=1e-4)
+    assert float(lo) == pytest.approx(0.0552, abs=1e-4)
+    assert float(hi) == pytest.approx(0.1744, abs=1e-4)
 
 
 def _random_scale_batch(seed, n=1200, alpha=0.3, theta=1e-3):
@@ -43,8 +47,11 @@ def _random_scale_batch(seed, n=1200, alpha=0.3, theta=1e-3):
 
 
 def test_analyze_on_random_scale_rollouts_chooses_hier():
-    """Strong heterogeneity (alpha = 0.3), per-token variance 3e-4: hier's GSPO clip prediction inside the
-    Wilson interval in every bucket with 100+ sequences, iid's outside; the model chosen is hier."""
+    """Strong heterogeneity: hier's GSPO clip prediction fits, iid's does not.
+
+    alpha = 0.3, per-token variance 3e-4: hier's prediction is inside the Wilson interval in
+    every bucket with 100+ sequences, iid's outside; the model chosen is hier.
+    """
     res = analyze(_random_scale_batch(2027), seed=0, n_boot=200)
     t = res.table
     assert list(t.columns) == list(ANALYSIS_COLUMNS)
@@ -55,10 +62,8 @@ def test_analyze_on_random_scale_rollouts_chooses_hier():
     assert not inside("gspo_clip_pred_iid").any()
     assert res.fitted["best_model"] == "hier"
     s = res.summary()
-    assert (
-        s["best_model"] == "hier"
-        and abs(s["models"]["hier"]["alpha"] - 0.3) < 4 * s["models"]["hier"]["se_alpha"]
-    )
+    assert s["best_model"] == "hier"
+    assert abs(s["models"]["hier"]["alpha"] - 0.3) < 4 * s["models"]["hier"]["se_alpha"]
     doc = json.loads(render_analysis(t, s, "json"))
     keys = set(doc["buckets"][0])
     for m in ("iid", "emp", "corr", "mix", "hier"):
@@ -69,12 +74,14 @@ def test_analyze_on_random_scale_rollouts_chooses_hier():
 
 
 def test_fit_models_off_leaves_the_columns_nan():
+    """With fit_models=False the prediction columns are NaN and no model is chosen."""
     res = analyze(_random_scale_batch(3, n=200), seed=0, n_boot=50, fit_models=False)
     assert res.table[list(PREDICTION_COLUMNS[:-2])].isna().all().all()
     assert res.summary()["best_model"] is None
 
 
 def test_choose_model_prefers_the_simplest_of_equals():
+    """choose_model counts the buckets each model fits and breaks ties toward the simplest."""
     import pandas as pd
 
     table = pd.DataFrame({"fits": ["iid,mix", "mix", "hier", "mix,hier"]})

@@ -1,5 +1,8 @@
-"""The third log-prob set: ``rollout_logp`` (the inference engine's) in TokenBatch and the loaders,
-and the NeMo-RL preset on a file written the way NeMo-RL writes ``train_data_step{N}.jsonl``."""
+"""The third log-prob set: ``rollout_logp`` (the inference engine's).
+
+In TokenBatch and the loaders, and the NeMo-RL preset on a file written the way NeMo-RL
+writes ``train_data_step{N}.jsonl``.
+"""
 
 import json
 
@@ -21,7 +24,7 @@ def _batch(rng, n=20, holes=False):
 
 
 @pytest.mark.parametrize(
-    "suffix, layout",
+    ("suffix", "layout"),
     [
         (".jsonl", "padded"),
         (".parquet", "padded"),
@@ -31,6 +34,7 @@ def _batch(rng, n=20, holes=False):
     ],
 )
 def test_round_trip_keeps_rollout_logp(tmp_path, suffix, layout):
+    """Saving and loading keeps rollout_logp and the derived log-ratios."""
     batch = _batch(np.random.default_rng(1), holes=True)
     path = save_batch(batch, tmp_path / f"b{suffix}", npz_layout=layout)
     back = load_batch(path)
@@ -42,15 +46,17 @@ def test_round_trip_keeps_rollout_logp(tmp_path, suffix, layout):
 
 
 def test_files_without_it_work_as_before(tmp_path):
+    """A file without rollout_logp loads, and asking for the mismatch raises."""
     batch = TokenBatch.from_ragged([np.array([-1.0, -0.5])], [np.array([-1.2, -0.5])])
     back = load_batch(save_batch(batch, tmp_path / "b.jsonl"))
-    assert not back.has_rollout and back.rollout_logp is None
+    assert not back.has_rollout
+    assert back.rollout_logp is None
     with pytest.raises(ValueError, match="no rollout_logp"):
         back.mismatch_log_ratio  # noqa: B018
 
 
 @pytest.mark.parametrize(
-    "rollout, problem",
+    ("rollout", "problem"),
     [
         ([-0.1, float("nan")], "rollout_logp[1] is NaN"),
         ([-0.1, 0.5], "rollout_logp[1] = 0.5 is > 0"),
@@ -59,6 +65,7 @@ def test_files_without_it_work_as_before(tmp_path):
 )
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_validated_like_the_others(tmp_path, rollout, problem, suffix):
+    """A bad rollout_logp is refused naming the record, or dropped with on_bad='drop'."""
     recs = [
         {"id": "a", "logp": [-1.0, -2.0], "old_logp": [-1.0, -2.0], "rollout_logp": rollout},
         {"id": "b", "logp": [-1.0], "old_logp": [-1.0], "rollout_logp": [-1.0]},
@@ -68,15 +75,17 @@ def test_validated_like_the_others(tmp_path, rollout, problem, suffix):
         load_batch(path)
     assert problem in str(info.value)
     kept = load_batch(path, on_bad="drop")
-    assert kept.ids.tolist() == ["b"] and problem in kept.dropped[0].reason
+    assert kept.ids.tolist() == ["b"]
+    assert problem in kept.dropped[0].reason
 
 
 def test_a_record_missing_it_when_others_have_it(tmp_path):
+    """A record without rollout_logp among records with it is refused, naming its index."""
     recs = [
         {"logp": [-1.0], "old_logp": [-1.0], "rollout_logp": [-1.0]},
         {"logp": [-1.0], "old_logp": [-1.0]},
     ]
-    with pytest.raises(ValueError, match="index 1.*missing field 'rollout_logp'"):
+    with pytest.raises(ValueError, match=r"index 1.*missing field 'rollout_logp'"):
         load_batch(write_records(recs, tmp_path / "r.jsonl"))
 
 
@@ -98,6 +107,7 @@ def _nemo_rl_line(idx, gen, prev, mask, total):
 
 
 def test_nemo_rl_preset(tmp_path):
+    """The nemo-rl preset drops masked prompt tokens and reads the rollout and trainer log-probs."""
     # prompt tokens (mask 0) carry logprob 0 in both sets; response tokens are scored
     lines = [
         _nemo_rl_line(0, [0.0, 0.0, -0.5, -1.0], [0.0, 0.0, -0.4, -1.1], [0, 0, 1, 1], 6),
@@ -112,7 +122,8 @@ def test_nemo_rl_preset(tmp_path):
     path = tmp_path / "train_data_step3.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     batch = load_batch(path, preset="nemo-rl")
-    assert batch.ids.tolist() == [0, 1] and batch.lengths.tolist() == [2, 5]
+    assert batch.ids.tolist() == [0, 1]
+    assert batch.lengths.tolist() == [2, 5]
     np.testing.assert_allclose(batch.rollout_logp, [-0.5, -1.0, -0.2, -0.3, -0.1, -2.0, -0.7])
     np.testing.assert_allclose(batch.mismatch_log_ratio, [0.1, -0.1, -0.05, 0.0, 0.0, 0.1, 0.0], atol=1e-15)
     np.testing.assert_array_equal(batch.log_ratio, 0.0)  # the dump's trainer log-probs are pi_old
@@ -121,6 +132,7 @@ def test_nemo_rl_preset(tmp_path):
 
 
 def test_nemo_rl_preset_rejects_an_unwrapped_field(tmp_path):
+    """The nemo-rl preset refuses a field that is not a list holding one list."""
     line = _nemo_rl_line(0, [-0.5], [-0.4], [1], 1)
     line["prev_logprobs"] = [-0.4]
     path = tmp_path / "train_data_step1.jsonl"

@@ -28,15 +28,18 @@ def _assert_identical(a, b):
 
 @pytest.fixture(scope="module")
 def reference():
+    """Return the one-worker accumulator that the tests below compare against."""
     return run_accumulators(FAM, GRID, N, seed=7, workers=1, progress=False)
 
 
 @pytest.mark.parametrize("workers", [2, 3])
 def test_bit_identical_for_any_workers(reference, workers):
+    """Results are bit-identical for 2 and 3 workers."""
     _assert_identical(run_accumulators(FAM, GRID, N, seed=7, workers=workers, progress=False), reference)
 
 
 def test_bit_identical_for_any_assignment(reference):
+    """Chunks computed in a shuffled order merge to the reference bit for bit."""
     _, tasks = prepare(FAM, GRID, N, seed=7)
     order = list(range(len(tasks)))
     random.Random(0).shuffle(order)
@@ -45,12 +48,14 @@ def test_bit_identical_for_any_assignment(reference):
 
 
 def test_frames_identical_for_any_workers():
+    """Tidy frames from 1 and 2 workers are identical."""
     one = simulate(Gamma(1.0, 0.3), GRID, N, seed=1, workers=1, progress=False)
     two = simulate(Gamma(1.0, 0.3), GRID, N, seed=1, workers=2, progress=False)
     pd.testing.assert_frame_equal(one, two, check_exact=True)
 
 
 def test_same_seed_same_arrays_different_seed_differs(reference):
+    """The same seed repeats the arrays; another seed changes sums and tail."""
     _assert_identical(run_accumulators(FAM, GRID, N, seed=7, workers=2, progress=False), reference)
     other = run_accumulators(FAM, GRID, N, seed=8, workers=2, progress=False)
     assert not np.array_equal(other.sums, reference.sums)
@@ -58,6 +63,7 @@ def test_same_seed_same_arrays_different_seed_differs(reference):
 
 
 def test_independent_paths_differ_from_prefix_paths(reference):
+    """Independent paths draw other tokens than prefix paths, for the same count."""
     ind = run_accumulators(FAM, GRID, N, seed=7, workers=2, independent=True, progress=False)
     assert ind.count == reference.count
     for j in range(len(GRID)):  # every path after the first one draws other tokens
@@ -65,21 +71,28 @@ def test_independent_paths_differ_from_prefix_paths(reference):
 
 
 def test_provenance():
+    """The frame's provenance records seed, n, workers, chunks, family, T, draws and version."""
     df = simulate(TwoPoint(1.0, 0.1, q=0.4), [3, 1], 5000, seed=12, workers=2, progress=False)
     prov = df.attrs["provenance"]
-    assert prov["seed"] == 12 and prov["n"] == 5000 and prov["workers"] == 2
-    assert prov["n_chunks"] * prov["chunk_size"] >= 5000 and prov["wall_time_s"] > 0
+    assert prov["seed"] == 12
+    assert prov["n"] == 5000
+    assert prov["workers"] == 2
+    assert prov["n_chunks"] * prov["chunk_size"] >= 5000
+    assert prov["wall_time_s"] > 0
     assert prov["family"] == {"family": "two-point", "mu": 1.0, "sigma2": 0.1, "q": 0.4}
-    assert prov["T"] == [1, 3] and prov["draws"] == 5000 * 3
+    assert prov["T"] == [1, 3]
+    assert prov["draws"] == 5000 * 3
     assert isinstance(prov["version"], str)
 
 
 def test_default_workers_is_all_cores():
+    """Without ``workers`` the run uses at least one worker (all cores)."""
     df = simulate(FAM, [2], 100, progress=False)
     assert df.attrs["provenance"]["workers"] >= 1
 
 
 def test_progress_bar(capsys):
+    """The progress bar shows only when asked, or automatically for long runs."""
     simulate(FAM, [2], 3000, workers=1, progress=False)
     assert capsys.readouterr().err == ""
     simulate(FAM, [2], 3000, workers=1, progress=None)  # auto: too short to show
@@ -89,12 +102,13 @@ def test_progress_bar(capsys):
 
 
 def test_run_tasks_rejects_nothing_to_do():
+    """Running no tasks raises ValueError."""
     with pytest.raises(ValueError, match="at least one task"):
         run_tasks([], workers=1)
 
 
 @pytest.mark.parametrize(
-    "kwargs,match",
+    ("kwargs", "match"),
     [
         ({"n": 1}, "n must be.*1"),
         ({"n": 0}, "n must be.*0"),
@@ -113,6 +127,7 @@ def test_run_tasks_rejects_nothing_to_do():
     ],
 )
 def test_bad_input(kwargs, match):
+    """Each bad argument of ``simulate`` raises ValueError naming the bad value."""
     args = {"family": FAM, "T": [1, 2], "n": 100, **kwargs}
     with pytest.raises(ValueError, match=match):
         simulate(args.pop("family"), args.pop("T"), args.pop("n"), progress=False, **args)
@@ -183,8 +198,10 @@ def _run_large_T(slow: bool):
 
 
 def test_large_T_small_n_all_families():
-    """T up to 1e6 at n = 100 .. 10^4 over many seeds: no exception, no warning (pytest turns
-    warnings into errors), intervals in log space around their estimates."""
+    """T up to 1e6 at n = 100 .. 10^4 over many seeds: no exception, no warning.
+
+    pytest turns warnings into errors; intervals are in log space around their estimates.
+    """
     _run_large_T(slow=False)
 
 

@@ -21,6 +21,7 @@ def _batch(seed=0, n=400, s_mis=0.2, s_upd=0.05):
 
 
 def test_statistics_match_their_definitions():
+    """Each part's pooled statistics equal their definitions computed directly with NumPy."""
     batch = _batch()
     res = split_ratios(batch, [4, 16, 64])
     pooled = res.table[res.table.bucket == -1].set_index("part")
@@ -50,8 +51,9 @@ def test_statistics_match_their_definitions():
     assert res.table[res.table.bucket >= 0].groupby("part").n_seq.sum().tolist() == [400, 400, 400]
 
 
-@pytest.mark.parametrize("s_mis, s_upd, dominant", [(0.2, 0.05, "mismatch"), (0.02, 0.1, "update")])
+@pytest.mark.parametrize(("s_mis", "s_upd", "dominant"), [(0.2, 0.05, "mismatch"), (0.02, 0.1, "update")])
 def test_which_part_dominates(s_mis, s_upd, dominant):
+    """The part with the larger variance dominates, with shares near the variances' fractions."""
     res = split_ratios(_batch(1, s_mis=s_mis, s_upd=s_upd))
     assert res.dominant == dominant
     # independent parts: shares are their variances over the sum, within sampling noise
@@ -62,27 +64,32 @@ def test_which_part_dominates(s_mis, s_upd, dominant):
 
 
 def test_analyze_carries_the_split_and_renders_it():
+    """``analyze`` carries the split into its summary, Markdown and JSON."""
     from variance_lab.report.analysis_table import render_analysis
 
     result = analyze(_batch(2), n_boot=50)
     summary = result.summary()
     assert summary["split"]["dominant"] == "mismatch"
     text = render_analysis(result.table, summary, "markdown")
-    assert "Three policies" in text and "The mismatch pi_old/mu_rollout dominates" in text
+    assert "Three policies" in text
+    assert "The mismatch pi_old/mu_rollout dominates" in text
     doc = json.loads(render_analysis(result.table, summary, "json"))
     assert doc["summary"]["split"]["rows"][0]["part"] == "mismatch"
 
 
 def test_without_rollout_logp_nothing_changes():
+    """Without rollout_logp analyze has no split and split_ratios raises."""
     b = _batch(3)
     plain = TokenBatch.from_flat(b.logp, b.old_logp, b.lengths)
     result = analyze(plain, n_boot=0)
-    assert result.split is None and result.summary()["split"] is None
+    assert result.split is None
+    assert result.summary()["split"] is None
     with pytest.raises(ValueError, match="needs rollout_logp"):
         split_ratios(plain)
 
 
 def test_cli_analyze_nemo_rl_preset(tmp_path, capsys):
+    """``analyze --preset nemo-rl`` reports the dominating mismatch in Markdown and CSV."""
     rng = np.random.default_rng(4)
     lines = []
     for i in range(60):
@@ -92,8 +99,8 @@ def test_cli_analyze_nemo_rl_preset(tmp_path, capsys):
         lines.append(
             {
                 "idx": i,
-                "generation_logprobs": [[0.0] + gen],
-                "prev_logprobs": [[0.0] + prev],
+                "generation_logprobs": [[0.0, *gen]],
+                "prev_logprobs": [[0.0, *prev]],
                 "token_loss_mask": [[0] + [1] * k],
                 "rewards": [1.0],
             }
@@ -106,5 +113,7 @@ def test_cli_analyze_nemo_rl_preset(tmp_path, capsys):
     assert "The mismatch pi_old/mu_rollout dominates: 100 %" in out
     rc = main(["analyze", str(path), "--preset", "nemo-rl", "--n-boot", "0", "--table-format", "csv"])
     out, err = capsys.readouterr()
-    assert rc == 0 and "Three policies" in err and "Three policies" not in out
+    assert rc == 0
+    assert "Three policies" in err
+    assert "Three policies" not in out
     assert io.StringIO(out).readline().startswith("bucket")

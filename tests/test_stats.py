@@ -10,6 +10,7 @@ from variance_lab import stats
 
 
 def test_central_moments_from_power_sums():
+    """Central moments from power sums about any reference match direct ones."""
     rng = np.random.default_rng(0)
     x = 3.0 + rng.gamma(2.0, size=10_000)
     c = 4.7  # any fixed reference near the mean
@@ -23,12 +24,16 @@ def test_central_moments_from_power_sums():
 
 
 def test_central_moments_vectorised_and_clipped():
+    """Central moments work on stacked sums, and zero data give zero moments."""
     sums = np.zeros((2, 3, 4))
-    d, m2, m3, m4 = stats.central_moments(sums, 5)
-    assert d.shape == m2.shape == (2, 3) and np.all(m2 == 0) and np.all(m4 == 0)
+    d, m2, _, m4 = stats.central_moments(sums, 5)
+    assert d.shape == m2.shape == (2, 3)
+    assert np.all(m2 == 0)
+    assert np.all(m4 == 0)
 
 
 def test_z_value():
+    """The normal quantile for a 95 % level; levels outside (0, 1) or non-numbers raise."""
     assert stats.z_value(0.95) == pytest.approx(1.959963984540054)
     for bad in (0, 1, 1.5, -0.1, True, "0.95"):
         with pytest.raises(ValueError, match="ci"):
@@ -36,6 +41,7 @@ def test_z_value():
 
 
 def test_var_interval():
+    """The variance interval is log-symmetric with the kurtosis-based standard error; zero stays zero."""
     v, kurt, n = 2.0, 3.0, 1000
     lo, hi, se = stats.var_interval(v, kurt, n)
     rho = math.sqrt((kurt - (n - 3) / (n - 1)) / n)
@@ -48,17 +54,20 @@ def test_var_interval():
 
 
 def test_var_se_normal_data():
+    """For normal data (kurtosis 3) the relative SE is sqrt(2/n); a kurtosis below (n-3)/(n-1) gives 0."""
     assert stats.var_se(3.0, 10**6) == pytest.approx(math.sqrt(2 / 10**6), rel=1e-5)
     assert stats.var_se(0.5, 100) == 0.0  # clipped, never NaN
 
 
 def test_mean_interval():
+    """The mean interval is symmetric, with the SE sqrt(var/n) and the normal quantile."""
     lo, hi, se = stats.mean_interval(1.0, 4.0, 100, 0.9)
     assert se == pytest.approx(0.2)
     assert hi - 1.0 == pytest.approx(1.0 - lo) == pytest.approx(0.2 * 1.6448536269514722)
 
 
 def test_ess_fraction():
+    """Kong's ESS fraction is 1 for equal weights and 1/n for one dominant weight."""
     w = np.ones(10)
     assert stats.ess_fraction(w.mean(), np.mean(w**2)) == pytest.approx(1.0)
     w = np.array([1e6] + [1.0] * 99)
@@ -67,6 +76,7 @@ def test_ess_fraction():
 
 @pytest.mark.parametrize("k", [-0.2, 0.0, 0.5, 0.9])
 def test_gpd_fit_agrees_with_scipy(k):
+    """The generalised Pareto fit agrees with the true k and scipy's maximum likelihood fit."""
     x = sps.genpareto.rvs(k, scale=2.0, size=3000, random_state=np.random.default_rng(1))
     k_hat, sigma = stats.gpd_fit(x, prior=False)
     k_mle, _, s_mle = sps.genpareto.fit(x, floc=0)
@@ -76,6 +86,7 @@ def test_gpd_fit_agrees_with_scipy(k):
 
 
 def test_gpd_fit_needs_data():
+    """Too few exceedances raise ValueError."""
     with pytest.raises(ValueError, match="exceedances"):
         stats.gpd_fit([1.0, 2.0])
     with pytest.raises(ValueError, match="exceedances"):
@@ -89,15 +100,18 @@ def _psis_tail(logw):
 
 
 def test_pareto_khat_orders_tails():
+    """k-hat is small for light tails, large for heavy ones, and 0.8 for a Pareto(1/0.8) tail."""
     rng = np.random.default_rng(4)
     light = stats.pareto_khat(_psis_tail(0.3 * rng.standard_normal(10**5)))
     heavy = stats.pareto_khat(_psis_tail(3.0 * rng.standard_normal(10**5)))
     pareto = stats.pareto_khat(_psis_tail(np.log(sps.pareto.rvs(1 / 0.8, size=10**5, random_state=rng))))
-    assert light < 0.3 and heavy > stats.KHAT_THRESHOLD
+    assert light < 0.3
+    assert heavy > stats.KHAT_THRESHOLD
     assert pareto == pytest.approx(0.8, abs=0.1)  # Pareto with tail index 1/0.8: k = 0.8
 
 
 def test_pareto_khat_undefined_cases():
+    """k-hat is NaN for too few, tied or non-finite tail values."""
     assert math.isnan(stats.pareto_khat([1.0, 2.0, 3.0]))
     assert math.isnan(stats.pareto_khat(np.zeros(50)))  # all tied: no exceedances
     assert math.isnan(stats.pareto_khat([0.0] * 40 + [1.0] * 10))  # one distinct exceedance
@@ -105,8 +119,10 @@ def test_pareto_khat_undefined_cases():
 
 
 def _zhang_stephens_mp(log_x, dps=60):
-    """Zhang and Stephens' estimator (no prior) in mpmath, from log exceedances: an independent
-    high-precision reference whose exponentials never underflow."""
+    """Zhang and Stephens' estimator (no prior) in mpmath, from log exceedances.
+
+    An independent high-precision reference whose exponentials never underflow.
+    """
     import mpmath as mp
 
     with mp.workdps(dps):
@@ -127,21 +143,25 @@ def _zhang_stephens_mp(log_x, dps=60):
 
 @pytest.mark.parametrize("spread", [1.0, 30.0, 300.0, 3000.0])
 def test_gpd_fit_log_matches_high_precision_reference(spread):
+    """gpd_fit_log stays finite and matches the mpmath Zhang-Stephens fit over wide log spreads."""
     # log exceedances spread over `spread` nats: beyond 745 every linear weight but the top
     # underflows to 0 (the T = 1e6 crash: 57 values from 2.5e-323 to 1)
     rng = np.random.default_rng(int(spread))
     log_x = -spread * rng.random(40)
     k_hat, log_sigma = stats.gpd_fit_log(log_x, prior=False)
-    assert math.isfinite(k_hat) and math.isfinite(log_sigma)
+    assert math.isfinite(k_hat)
+    assert math.isfinite(log_sigma)
     # the grid posterior drops weights below 10 eps, the reference keeps them: agreement to 1e-9
     assert k_hat == pytest.approx(_zhang_stephens_mp(log_x), rel=1e-9, abs=1e-12)
 
 
 def test_gpd_fit_is_the_log_fit():
+    """gpd_fit equals gpd_fit_log on the logs."""
     x = sps.genpareto.rvs(0.3, scale=2.0, size=500, random_state=np.random.default_rng(2))
     k, sigma = stats.gpd_fit(x)
     k_log, log_sigma = stats.gpd_fit_log(np.log(x))
-    assert k == k_log and sigma == pytest.approx(math.exp(log_sigma), rel=1e-15)
+    assert k == k_log
+    assert sigma == pytest.approx(math.exp(log_sigma), rel=1e-15)
 
 
 def test_pareto_khat_never_raises_on_spread_tails():
@@ -152,4 +172,5 @@ def test_pareto_khat_never_raises_on_spread_tails():
         for seed in range(20):
             logw = 309.0 * np.random.default_rng(seed).standard_normal(n)
             khat = stats.pareto_khat(np.sort(logw)[-tail_size(n) :])
-            assert math.isfinite(khat) and khat > stats.KHAT_THRESHOLD
+            assert math.isfinite(khat)
+            assert khat > stats.KHAT_THRESHOLD

@@ -28,6 +28,7 @@ T_GRID = [1, 10, 100]
 
 # ----------------------------------------------------------------------------- cells and plans
 def test_cell_identity_is_sha256_of_canonical_key():
+    """A cell's id is the SHA-256 of its canonical JSON key: version, family, T and code."""
     family = get_family("lognormal", 1.0, 0.1)
     cell = Cell("theory", family, (1, 10), options=(("target", 0.1),))
     key = cell.key()
@@ -42,6 +43,7 @@ def test_cell_identity_is_sha256_of_canonical_key():
 
 
 def test_cell_identity_changes_with_everything_that_matters():
+    """Changing n, seed, T, a parameter, the family, an option or the method changes the id."""
     fam = get_family("lognormal", 1.0, 0.1)
     mc = (("ci", 0.95), ("independent", False))
     base = Cell("monte_carlo", fam, (1, 10), 1000, 0, mc)
@@ -63,6 +65,7 @@ def test_cell_identity_changes_with_everything_that_matters():
 
 
 def test_other_code_is_another_cell(monkeypatch):
+    """A changed code fingerprint gives another cell id."""
     import variance_lab.sweep.cells as sweep_mod
 
     cell = Cell("theory", get_family("lognormal", 1.0, 0.1), (1, 10))
@@ -73,12 +76,14 @@ def test_other_code_is_another_cell(monkeypatch):
 
 
 def test_plan_cells_and_unreachable_points():
+    """The plan holds one theory and one Monte Carlo cell per reachable point, lists the rest."""
     p = plan(["lognormal", "two-point"], [1.0, 0.5], [0.1, 0.5], T_GRID, [0, 1000], seed=3)
     # two-point (q = 1/2) needs sigma2 < mu^2: mu = 0.5, sigma2 = 0.5 is out of reach.
     assert [(u["family"], u["mu"], u["sigma2"]) for u in p.unreachable] == [("two-point", 0.5, 0.5)]
     assert "cannot reach" in p.unreachable[0]["reason"]
     kinds = [c.kind for c in p.cells]
-    assert kinds.count("theory") == 7 and kinds.count("monte_carlo") == 7
+    assert kinds.count("theory") == 7
+    assert kinds.count("monte_carlo") == 7
     assert {c.n for c in p.cells if c.kind == "monte_carlo"} == {1000}
     assert {c.seed for c in p.cells if c.kind == "theory"} == {None}
     assert all(c.T == (1, 10, 100) for c in p.cells)
@@ -104,11 +109,13 @@ def test_plan_cells_and_unreachable_points():
     ],
 )
 def test_plan_bad_input(kwargs, message):
+    """Each bad sweep argument raises ValueError naming it."""
     with pytest.raises(ValueError, match=message):
         plan(**{"T": T_GRID, **kwargs})
 
 
 def test_extra_parameters_are_swept_per_family():
+    """Extra parameters (two-point's q) are swept only for the families that take them."""
     assert extra_parameters("two-point") == ("q",)
     assert extra_parameters("lognormal") == ()
     p = plan(["lognormal", "two-point"], 1.0, 0.1, T_GRID, params={"q": [0.3, 0.5]})
@@ -127,14 +134,19 @@ def _rows_per_cell(path) -> dict[str, int]:
 
 
 def test_theory_sweep_stores_tidy_rows_with_provenance(tmp_path):
+    """A theory sweep stores theory.tidy's rows once per cell, with provenance, in a WAL store."""
     store = tmp_path / "s.sqlite"
     result = sweep(["lognormal", "two-point"], [0.9, 1.0], [0.1, 1.0], T_GRID, store=store, progress=False)
-    assert len(result.cells) == 6 and len(result.computed) == 6 and not result.reused
-    assert len(result.unreachable) == 2 and not result.failed
+    assert len(result.cells) == 6
+    assert len(result.computed) == 6
+    assert not result.reused
+    assert len(result.unreachable) == 2
+    assert not result.failed
     frame = result.frame
     assert tuple(frame.columns) == STORE_COLUMNS
     assert set(frame["method"]) == {"exact", "lognormal", "delta", "seed"}
-    assert (frame["n"] == 0).all() and frame["seed"].isna().all()
+    assert (frame["n"] == 0).all()
+    assert frame["seed"].isna().all()
     assert (frame["version"] == __version__).all()
     assert frame["created"].str.match(r"\d{4}-\d\d-\d\dT").all()
     # one row per (family, mu, sigma2, T, statistic, method)
@@ -151,13 +163,16 @@ def test_theory_sweep_stores_tidy_rows_with_provenance(tmp_path):
 
 
 def test_rerun_reuses_finished_cells(tmp_path):
+    """A rerun reuses finished cells and computes only new points and new T grids."""
     store = tmp_path / "s.sqlite"
     first = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=store, progress=False)
     again = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=store, progress=False)
-    assert not again.computed and sorted(again.reused) == sorted(first.cells)
+    assert not again.computed
+    assert sorted(again.reused) == sorted(first.cells)
     pd.testing.assert_frame_equal(first.frame, again.frame)
     bigger = sweep("lognormal", [0.9, 1.0, 1.1], 0.1, T_GRID, store=store, progress=False)
-    assert len(bigger.computed) == 1 and len(bigger.reused) == 2
+    assert len(bigger.computed) == 1
+    assert len(bigger.reused) == 2
     assert sorted(bigger.frame["mu"].unique()) == [0.9, 1.0, 1.1]
     new_T = sweep("lognormal", [0.9, 1.0], 0.1, [1, 10], store=store, progress=False)
     assert len(new_T.computed) == 2  # a new T grid is a new cell
@@ -165,6 +180,7 @@ def test_rerun_reuses_finished_cells(tmp_path):
 
 
 def test_put_is_one_transaction_and_never_duplicates(tmp_path):
+    """Storing a cell is one transaction: a repeat is refused, a duplicate row aborts the cell."""
     cell = plan("lognormal", 1.0, 0.1, T_GRID).cells[0]
     frame, prov = compute(cell)
     with Store(tmp_path / "s.sqlite") as db:
@@ -180,11 +196,13 @@ def test_put_is_one_transaction_and_never_duplicates(tmp_path):
             db.put(other, broken, prov, 0.1)  # a duplicate row aborts the whole cell
         assert db.finished() == {cell.id}
         cells = db.cells()
-    assert len(cells) == 1 and json.loads(cells["key"][0])["T"] == T_GRID
+    assert len(cells) == 1
+    assert json.loads(cells["key"][0])["T"] == T_GRID
     assert json.loads(cells["provenance"][0]) == {"engine": "theory"}
 
 
 def test_theory_cells_in_one_batch_equal_one_at_a_time(tmp_path, monkeypatch):
+    """Theory cells computed in one batch equal one at a time, also when the batch fails and falls back."""
     import variance_lab.sweep.run as sweep_mod
 
     the_plan = plan(["lognormal", "two-point"], [0.9, 1.0], [0.01, 0.1], T_GRID, params={"q": [0.3, 0.5]})
@@ -202,12 +220,14 @@ def test_theory_cells_in_one_batch_equal_one_at_a_time(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep_mod, "compute_theory", broken)
     single = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "b.sqlite", progress=False)
-    assert len(single.computed) == 2 and not single.failed
+    assert len(single.computed) == 2
+    assert not single.failed
     cols = [c for c in STORE_COLUMNS if c != "created"]  # the commit time differs
     pd.testing.assert_frame_equal(batched.frame[cols], single.frame[cols])
 
 
 def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
+    """A failing cell is reported, not stored, and computed on the next run."""
     import variance_lab.sweep.run as sweep_mod
 
     real = sweep_mod.compute
@@ -220,15 +240,19 @@ def test_failed_cells_are_reported_not_stored(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep_mod, "compute", flaky)
     monkeypatch.setattr(sweep_mod, "compute_theory", lambda cells: {})  # one cell at a time
     result = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "s.sqlite", progress=False)
-    assert len(result.failed) == 1 and result.failed[0]["error"] == "boom"
-    assert "mu=0.9" in result.failed[0]["label"] and "1 failed" in result.summary()
+    assert len(result.failed) == 1
+    assert result.failed[0]["error"] == "boom"
+    assert "mu=0.9" in result.failed[0]["label"]
+    assert "1 failed" in result.summary()
     assert set(result.frame["mu"]) == {1.0}
     monkeypatch.setattr(sweep_mod, "compute", real)
     retry = sweep("lognormal", [0.9, 1.0], 0.1, T_GRID, store=tmp_path / "s.sqlite", progress=False)
-    assert len(retry.computed) == 1 and not retry.failed
+    assert len(retry.computed) == 1
+    assert not retry.failed
 
 
 def test_interrupt_keeps_finished_cells(tmp_path, monkeypatch):
+    """Ctrl-C raises SweepInterrupted saying how many cells finished; those stay stored."""
     import variance_lab.sweep.run as sweep_mod
 
     real, calls = sweep_mod.compute, []
@@ -250,6 +274,7 @@ def test_interrupt_keeps_finished_cells(tmp_path, monkeypatch):
 
 
 def test_store_errors(tmp_path):
+    """A missing or junk store, a folder as store and a missing folder raise ValueError."""
     with pytest.raises(ValueError, match="does not exist"):
         load_store(tmp_path / "missing.sqlite")
     (tmp_path / "junk.sqlite").write_text("not a database, not at all" * 100)
@@ -257,11 +282,12 @@ def test_store_errors(tmp_path):
         load_store(tmp_path / "junk.sqlite")
     with pytest.raises(ValueError, match="is a directory"):
         sweep(store=tmp_path, progress=False)
-    with pytest.raises(ValueError, match="folder .* does not exist"):
+    with pytest.raises(ValueError, match=r"folder .* does not exist"):
         sweep(store=tmp_path / "no" / "s.sqlite", progress=False)
 
 
 def test_other_schema_version_is_refused(tmp_path):
+    """A store of another schema version is refused."""
     store = tmp_path / "s.sqlite"
     sweep("lognormal", 1.0, 0.1, [1], store=store, progress=False)
     with sqlite3.connect(store) as conn:
@@ -283,6 +309,7 @@ def _check_round_trip(store, tmp_path):
 
 
 def test_export_round_trips_theory(tmp_path):
+    """Theory rows round-trip through export, infinities and missing intervals included."""
     store = tmp_path / "s.sqlite"
     sweep(["lognormal", "gamma"], [0.9, 1.1], [0.1], [1, 10, 1000, 100000], store=store, progress=False)
     frame = _check_round_trip(store, tmp_path)
@@ -293,34 +320,43 @@ def test_export_round_trips_theory(tmp_path):
 
 
 def test_export_errors(tmp_path):
+    """An unknown suffix or a missing folder raises, leaving no temporary file."""
     store = tmp_path / "s.sqlite"
     sweep("lognormal", 1.0, 0.1, [1], store=store, progress=False)
-    with pytest.raises(ValueError, match="use a .csv or .parquet name"):
+    with pytest.raises(ValueError, match=r"use a \.csv or \.parquet name"):
         export(store, tmp_path / "x.txt")
-    with pytest.raises(ValueError, match="folder .* does not exist"):
+    with pytest.raises(ValueError, match=r"folder .* does not exist"):
         export(store, tmp_path / "no" / "x.csv")
     assert not list(tmp_path.glob(".*tmp"))
 
 
 # ----------------------------------------------------------------------------- Monte Carlo cells
 def test_changes_recompute_only_affected_cells(tmp_path):
+    """A new seed, n or mu recomputes only the cells it affects; results are bit-identical."""
     store = tmp_path / "s.sqlite"
     kw = {"T": [1, 10, 50], "store": store, "progress": False, "workers": 1}
     base = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=1, **kw)
     kinds = {c.id: c.kind for c in plan("lognormal", [0.9, 1.0], 0.1, [1, 10, 50], [0, 500], seed=1).cells}
-    assert len(base.computed) == 4 and {kinds[c] for c in base.computed} == {"theory", "monte_carlo"}
+    assert len(base.computed) == 4
+    assert {kinds[c] for c in base.computed} == {"theory", "monte_carlo"}
     mc = base.frame[base.frame["method"] == "monte_carlo"]
-    assert set(mc["n"]) == {500} and set(mc["seed"]) == {1} and mc["lo"].notna().any()
+    assert set(mc["n"]) == {500}
+    assert set(mc["seed"]) == {1}
+    assert mc["lo"].notna().any()
 
     same = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=1, **kw)
-    assert not same.computed and len(same.reused) == 4
+    assert not same.computed
+    assert len(same.reused) == 4
 
     new_seed = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 500], seed=2, **kw)
-    assert len(new_seed.computed) == 2 and len(new_seed.reused) == 2  # Monte Carlo only
+    assert len(new_seed.computed) == 2
+    assert len(new_seed.reused) == 2  # Monte Carlo only
     new_n = sweep("lognormal", [0.9, 1.0], 0.1, n=[0, 600], seed=1, **kw)
-    assert len(new_n.computed) == 2 and len(new_n.reused) == 2
+    assert len(new_n.computed) == 2
+    assert len(new_n.reused) == 2
     new_mu = sweep("lognormal", [0.9, 1.05], 0.1, n=[0, 500], seed=1, **kw)
-    assert len(new_mu.computed) == 2 and len(new_mu.reused) == 2  # the cells at mu = 1.05 only
+    assert len(new_mu.computed) == 2
+    assert len(new_mu.reused) == 2  # the cells at mu = 1.05 only
     assert set(load_store(store)["mu"]) == {0.9, 1.0, 1.05}
 
     # Same seed and n in another store: bit-identical numbers (workers do not matter).
@@ -331,12 +367,16 @@ def test_changes_recompute_only_affected_cells(tmp_path):
 
 
 def test_progress_bar_goes_to_stderr(tmp_path, capsys):
+    """The sweep's progress bar goes to stderr, nothing to stdout."""
     sweep("lognormal", [0.9, 1.0], 0.1, [1, 2], store=tmp_path / "s.sqlite", progress=True)
     captured = capsys.readouterr()
-    assert "sweep" in captured.err and "2/2" in captured.err and captured.out == ""
+    assert "sweep" in captured.err
+    assert "2/2" in captured.err
+    assert captured.out == ""
 
 
 def test_random_scale_alpha_and_mixture_components_are_grid_axes(tmp_path):
+    """The alpha and components parameters are grid axes; a mixture gives one cell per components."""
     assert extra_parameters("random-scale") == ("alpha",)
     assert extra_parameters("lognormal-mixture") == ("components",)
     mixes = ["0.98:0:1e-8,0.02:-0.005:0.01", "1:0:0.1"]
@@ -369,7 +409,8 @@ def test_random_scale_alpha_and_mixture_components_are_grid_axes(tmp_path):
     frame = result.frame.query("statistic == 'var_P' and method == 'exact'")
     rs = frame[frame["family"] == "random-scale"].sort_values("T")
     assert json.loads(rs["params"].iloc[0]) == {"alpha": 0.05}
-    assert np.isinf(rs["value"].iloc[1]) and np.isinf(rs["log10_value"].iloc[1])  # T = 100 >= 1/theta
+    assert np.isinf(rs["value"].iloc[1])
+    assert np.isinf(rs["log10_value"].iloc[1])
     mix = frame[frame["family"] == "lognormal-mixture"].sort_values("T")
     want = theory.var_P(get_family("lognormal-mixture", components=mixes[0]), [1, 100])
     np.testing.assert_array_equal(mix["value"].to_numpy(), want)

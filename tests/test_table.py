@@ -36,12 +36,14 @@ SPEC_COLUMNS = [
 
 
 def run_cli(capsys, *argv):
+    """Run the command line with ``argv`` and return its status, stdout and stderr."""
     rc = main(list(argv))
     out, err = capsys.readouterr()
     return rc, out, err
 
 
 def test_default_is_the_seed_table_with_a_million_draws():
+    """The table's defaults are the derivation's parameters and T grid, with 1e6 draws."""
     from variance_lab.cli import build_parser
     from variance_lab.cli._common import family_from_args
 
@@ -52,8 +54,10 @@ def test_default_is_the_seed_table_with_a_million_draws():
 
 
 def test_default_markdown_table(capsys):
+    """The default markdown table holds the exact values and the errata against the derivation."""
     rc, out, err = run_cli(capsys, "table", "--n", "0")
-    assert rc == 0 and err == ""
+    assert rc == 0
+    assert err == ""
     lines = out.splitlines()
     rows = [ln for ln in lines if ln.startswith("| 1") and ln.count("|") > 10]
     assert [r.split("|")[1].strip() for r in rows[:4]] == ["1", "10", "100", "1000"]
@@ -63,6 +67,7 @@ def test_default_markdown_table(capsys):
 
 
 def test_csv_columns_and_values(capsys):
+    """CSV has the documented columns, 17-digit values, inf beyond float range and finite log10."""
     rc, out, _ = run_cli(capsys, "table", "--n", "0", "--format", "csv", "--T", "1,10,1000000")
     assert rc == 0
     rows = list(csv.DictReader(io.StringIO(out)))
@@ -74,34 +79,41 @@ def test_csv_columns_and_values(capsys):
 
 
 def test_json_columns_and_overflow_is_null(capsys):
+    """JSON has the documented columns; an overflowing value is null beside its log10."""
     rc, out, _ = run_cli(
         capsys, "table", "--n", "0", "--format", "json", "--T", "10,1000000", "--family", "gamma"
     )
     assert rc == 0
     rows = json.loads(out)
     assert list(rows[0])[: len(SPEC_COLUMNS)] == SPEC_COLUMNS
-    assert rows[1]["var_P"] is None and rows[1]["log10_var_P"] == pytest.approx(41392.685158, rel=1e-9)
+    assert rows[1]["var_P"] is None
+    assert rows[1]["log10_var_P"] == pytest.approx(41392.685158, rel=1e-9)
     assert rows[0]["var_G"] == pytest.approx(theory.var_G(get_family("gamma", 1, 0.1), 10), rel=1e-15)
 
 
 def test_latex(capsys):
+    """The LaTeX format is one tabular with escaped column names."""
     rc, out, _ = run_cli(capsys, "table", "--n", "0", "--format", "latex")
     assert rc == 0
-    assert out.startswith(r"\begin{tabular}") and out.rstrip().endswith(r"\end{tabular}")
+    assert out.startswith(r"\begin{tabular}")
+    assert out.rstrip().endswith(r"\end{tabular}")
     assert r"Var(P\_T)" in out
 
 
 def test_out_file_written_and_kept_on_error(tmp_path, capsys):
+    """``--out`` writes the file, and a later failing run leaves it and no temporary."""
     target = tmp_path / "table.md"
     assert run_cli(capsys, "table", "--n", "0", "--out", str(target))[0] == 0
     first = target.read_text()
     assert "Errata" in first
-    rc, out, err = run_cli(capsys, "table", "--out", str(target), "--mu", "-1")
-    assert rc == 2 and target.read_text() == first  # nothing already written is lost
+    rc, _, _ = run_cli(capsys, "table", "--out", str(target), "--mu", "-1")
+    assert rc == 2
+    assert target.read_text() == first  # nothing already written is lost
     assert not [p for p in tmp_path.iterdir() if p.name != "table.md"]  # no temp files left
 
 
 def test_errata_only_for_seed_parameters():
+    """Errata appear only for the derivation's parameters and its printed T values."""
     fam = get_family("lognormal", 1.0, 0.2)
     assert errata(theory.summary(fam, [10]), 1.0, 0.2) == ""
     assert errata(theory.summary(get_family("lognormal", 1, 0.1), [7]), 1.0, 0.1) == ""
@@ -109,7 +121,7 @@ def test_errata_only_for_seed_parameters():
 
 
 @pytest.mark.parametrize(
-    "value,log10,text",
+    ("value", "log10", "text"),
     [
         (0.1, -1.0, "0.1"),
         (13779.6, 4.14, "1.378e+04"),
@@ -121,16 +133,18 @@ def test_errata_only_for_seed_parameters():
     ],
 )
 def test_format_number(value, log10, text):
+    """Numbers are formatted from their value or, beyond float range, from their log10."""
     assert format_number(value, log10) == text
 
 
 def test_render_rejects_unknown_format():
+    """An unknown table format raises ValueError naming it."""
     with pytest.raises(ValueError, match="unknown table format 'html'"):
         render(theory.summary(get_family("lognormal", 1, 0.1), [1]), "html")
 
 
 @pytest.mark.parametrize(
-    "argv,needle",
+    ("argv", "needle"),
     [
         (["table", "--mu", "0"], "mu must be > 0, got 0.0"),
         (["table", "--mu", "nan"], "mu must be finite, got nan"),
@@ -148,12 +162,17 @@ def test_render_rejects_unknown_format():
     ],
 )
 def test_cli_bad_input_one_line_exit_2(capsys, argv, needle):
+    """Each bad ``table`` argument gives exit status 2 and one stderr line naming it."""
     rc, out, err = run_cli(capsys, *argv)
-    assert rc == 2 and out == ""
-    assert err.count("\n") == 1 and needle in err and err.startswith("variance-lab: error: ")
+    assert rc == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert needle in err
+    assert err.startswith("variance-lab: error: ")
 
 
 def test_console_script_subprocess_no_traceback():
+    """As a subprocess, bad input is exit status 2 and exactly one stderr line."""
     proc = subprocess.run(
         [sys.executable, "-m", "variance_lab.cli", "table", "--mu", "-2"],
         capture_output=True,
@@ -166,6 +185,7 @@ def test_console_script_subprocess_no_traceback():
 
 
 def test_version(capsys):
+    """``--version`` prints the program name and version and exits 0."""
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
@@ -202,6 +222,7 @@ MC_COLUMNS = [
 
 
 def test_monte_carlo_columns_csv(capsys):
+    """Monte Carlo columns: intervals around values, verdicts by T, agreement where reliable."""
     rc, out, _ = run_cli(capsys, "table", "--n", "20000", "--seed", "3", "--workers", "2", "--format", "csv")
     assert rc == 0
     rows = list(csv.DictReader(io.StringIO(out)))
@@ -211,7 +232,8 @@ def test_monte_carlo_columns_csv(capsys):
     assert [r["mc_verdict_P"] for r in rows] == ["reliable", "marginal", "unreliable", "unreliable"]
     assert [r["mc_reliable_P"] for r in rows] == ["True", "False", "False", "False"]
     assert all(r["mc_reliable_G"] == "True" and r["mc_verdict_G"] == "reliable" for r in rows)
-    assert rows[0]["mc_reason_P"] == "" and rows[1]["mc_reason_P"].startswith("marginal: ")
+    assert rows[0]["mc_reason_P"] == ""
+    assert rows[1]["mc_reason_P"].startswith("marginal: ")
     limit = 1 - 1 / math.log10(20000)
     for r in rows:
         assert float(r["mc_khat_limit_P"]) == float(r["mc_khat_limit_G"]) == pytest.approx(min(limit, 0.7))
@@ -233,36 +255,47 @@ def test_monte_carlo_columns_csv(capsys):
 
 
 def test_monte_carlo_columns_json_and_workers_do_not_matter(capsys):
+    """JSON Monte Carlo columns are identical for 1 and 2 workers and change with the seed."""
     args = ["table", "--n", "5000", "--seed", "9", "--T", "1,50", "--format", "json"]
     rc, one, _ = run_cli(capsys, *args, "--workers", "1")
     rc2, two, _ = run_cli(capsys, *args, "--workers", "2")
-    assert rc == rc2 == 0 and one == two
+    assert rc == rc2 == 0
+    assert one == two
     rows = json.loads(one)
     assert list(rows[0])[-len(MC_COLUMNS) :] == MC_COLUMNS
-    assert rows[0]["mc_reliable_P"] is True and isinstance(rows[0]["mc_var_G"], float)
+    assert rows[0]["mc_reliable_P"] is True
+    assert isinstance(rows[0]["mc_var_G"], float)
     rc, other, _ = run_cli(capsys, *args[:4], "10", *args[5:])
-    assert rc == 0 and other != one  # another seed, other numbers
+    assert rc == 0
+    assert other != one  # another seed, other numbers
 
 
 def test_monte_carlo_markdown_says_plainly(capsys):
+    """The markdown table flags Var(P_T) at T = 100 and 1000 as unreliable and says why."""
     rc, out, _ = run_cli(capsys, "table", "--n", "20000", "--seed", "1")
     assert rc == 0
-    assert "MC verdict Var(P_T)" in out and "MC Var(G_T) [95% CI]" in out
+    assert "MC verdict Var(P_T)" in out
+    assert "MC Var(G_T) [95% CI]" in out
     table = [ln for ln in out.splitlines() if ln.startswith("| ") and "reliable" in ln]
     rows = {ln.split("|")[1].strip(): ln for ln in table}
-    assert "UNRELIABLE" not in rows["1"] and "UNRELIABLE" not in rows["10"]
-    assert "marginal" in rows["10"] and "marginal" not in rows["1"]
-    assert "UNRELIABLE" in rows["100"] and "UNRELIABLE" in rows["1000"]
+    assert "UNRELIABLE" not in rows["1"]
+    assert "UNRELIABLE" not in rows["10"]
+    assert "marginal" in rows["10"]
+    assert "marginal" not in rows["1"]
+    assert "UNRELIABLE" in rows["100"]
+    assert "UNRELIABLE" in rows["1000"]
     line = next(ln for ln in out.splitlines() if ln.startswith("- T = 10: Monte Carlo Var(P_T)"))
-    assert "is marginal: precise enough" in line and "fourth moment" in line
+    assert "is marginal: precise enough" in line
+    assert "fourth moment" in line
     for T in (100, 1000):
         line = next(ln for ln in out.splitlines() if ln.startswith(f"- T = {T}: Monte Carlo Var(P_T)"))
-        assert "cannot confirm the closed form with that many draws" in line and "n = 20000" in line
+        assert "cannot confirm the closed form with that many draws" in line
+        assert "n = 20000" in line
     assert "Errata against the derivation's printed table" in out
 
 
 @pytest.mark.parametrize(
-    "argv,needle",
+    ("argv", "needle"),
     [
         (["table", "--n", "1"], "n must be an integer >= 2, got 1"),
         (["table", "--n", "-5"], "argument --n: values must be integers >= 0, got '-5'"),
@@ -275,13 +308,17 @@ def test_monte_carlo_markdown_says_plainly(capsys):
     ],
 )
 def test_monte_carlo_bad_input_one_line_exit_2(capsys, argv, needle):
+    """Bad Monte Carlo arguments give exit status 2 and one stderr line naming them."""
     rc, out, err = run_cli(capsys, *argv)
-    assert rc == 2 and out == ""
-    assert err.count("\n") == 1 and needle in err
+    assert rc == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert needle in err
 
 
 @pytest.mark.slow
 def test_monte_carlo_defaults_verdicts(capsys):
+    """With the default 1e6 draws, Var(P_T) is reliable at T = 1 and 10 only."""
     rc, out, _ = run_cli(capsys, "table", "--format", "csv")
     assert rc == 0
     rows = list(csv.DictReader(io.StringIO(out)))
@@ -290,13 +327,16 @@ def test_monte_carlo_defaults_verdicts(capsys):
 
 # ---------------------------------------------------------------- random-scale and lognormal-mixture
 def test_random_scale_table_prints_inf_with_a_note(capsys):
+    """The random-scale table prints inf from T = 1/theta on with a note, and null in JSON."""
     rc, out, err = run_cli(
         capsys, "table", "--family", "random-scale", "--alpha", "1", "--n", "0", "--T", "10,11,1000"
     )
-    assert rc == 0 and err == ""
+    assert rc == 0
+    assert err == ""
     assert "alpha = 1" in out.splitlines()[0]
     rows = [line for line in out.splitlines() if line.startswith("| 1")]
-    assert rows[1].split(" | ")[1] == "inf" and rows[2].split(" | ")[1] == "inf"  # Var(P_T) at T = 11, 1000
+    assert rows[1].split(" | ")[1] == "inf"
+    assert rows[2].split(" | ")[1] == "inf"
     assert rows[0].split(" | ")[1] == "10"  # (1 - theta T)^-1 - 1 at theta = 1/11, T = 10
     assert "Var(P_T) is infinite at T = 11, 1000: E[P_T^2] diverges for every T >= 1/theta = 11." in out
     rc, out, _ = run_cli(
@@ -309,15 +349,18 @@ def test_random_scale_table_prints_inf_with_a_note(capsys):
     rc, out, _ = run_cli(
         capsys, "table", "--family", "random-scale", "--n", "0", "--T", "11", "--format", "json"
     )
-    assert json.loads(out)[0]["var_P"] is None and math.isfinite(json.loads(out)[0]["var_G"])
+    assert json.loads(out)[0]["var_P"] is None
+    assert math.isfinite(json.loads(out)[0]["var_G"])
 
 
 def test_mixture_table_derives_mu_and_sigma2(capsys):
+    """The mixture table's Var(P_1) is the sigma^2 derived from the components."""
     spec = "0.98:0:1e-8,0.02:-0.005:0.01"
     rc, out, err = run_cli(
         capsys, "table", "--family", "lognormal-mixture", "--components", spec, "--n", "0", "--format", "csv"
     )
-    assert rc == 0 and err == ""
+    assert rc == 0
+    assert err == ""
     fam = get_family("lognormal-mixture", components=spec)
     row = next(csv.DictReader(io.StringIO(out)))
     assert float(row["var_P"]) == pytest.approx(fam.sigma2, rel=1e-12)  # T = 1: Var(P_1) = sigma^2
@@ -325,7 +368,7 @@ def test_mixture_table_derives_mu_and_sigma2(capsys):
 
 
 @pytest.mark.parametrize(
-    "argv,message",
+    ("argv", "message"),
     [
         (["--family", "lognormal-mixture"], "needs --components"),
         (
@@ -342,8 +385,11 @@ def test_mixture_table_derives_mu_and_sigma2(capsys):
     ],
 )
 def test_new_family_bad_input_is_one_line(argv, message, capsys):
+    """Bad random-scale or mixture arguments give one error line and exit status 2."""
     args = ["table", *argv] if "--n" in argv else ["table", *argv, "--n", "0"]
     rc, out, err = run_cli(capsys, *args)
-    assert rc == 2 and out == ""
-    assert len(err.strip().splitlines()) == 1 and err.startswith("variance-lab: error:")
+    assert rc == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("variance-lab: error:")
     assert __import__("re").search(message, err), err

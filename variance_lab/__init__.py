@@ -13,4 +13,4 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 from variance_lab import theory
 from variance_lab.families import FAMILIES, Family, Gamma, LogNormal, TwoPoint, get_family
 
-__all__ = ["FAMILIES", "Family", "Gamma", "LogNormal", "TwoPoint", "get_family", "theory", "__version__"]
+__all__ = ["FAMILIES", "Family", "Gamma", "LogNormal", "TwoPoint", "__version__", "get_family", "theory"]

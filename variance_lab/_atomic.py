@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Callable
@@ -47,9 +48,10 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
 
 
 def _remove_quietly(tmp: Path) -> None:
-    """Remove a temporary file if it is there; a clean-up that fails (a read-only file system,
-    a folder such as ``/proc`` that refuses even the look-up) must not hide the first error."""
-    try:
+    """Remove a temporary file if it is there.
+
+    A clean-up that fails (a read-only file system, a folder such as ``/proc`` that refuses even
+    the look-up) must not hide the first error.
+    """
+    with contextlib.suppress(OSError):
         tmp.unlink(missing_ok=True)
-    except OSError:
-        pass

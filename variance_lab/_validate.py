@@ -8,12 +8,12 @@ import numbers
 import numpy as np
 
 __all__ = [
-    "check_finite",
-    "check_positive",
     "check_T",
+    "check_finite",
     "check_n",
-    "check_workers",
+    "check_positive",
     "check_seed",
+    "check_workers",
     "parse_integer",
 ]
 

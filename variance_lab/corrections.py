@@ -95,21 +95,21 @@ from variance_lab.families import Family, LogNormal
 from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, z_value
 
 __all__ = [
-    "KINDS",
     "COLUMNS",
-    "MC_COLUMNS",
     "DATA_COLUMNS",
+    "KINDS",
+    "MC_COLUMNS",
+    "MIN_ESS",
     "Correction",
-    "parse",
-    "parse_list",
-    "log_phi_diff",
-    "theory",
-    "find_T",
-    "simulate_corrections",
-    "evaluate",
     "apply_sequence",
     "apply_tokens",
-    "MIN_ESS",
+    "evaluate",
+    "find_T",
+    "log_phi_diff",
+    "parse",
+    "parse_list",
+    "simulate_corrections",
+    "theory",
 ]
 
 _INF = math.inf
@@ -219,7 +219,7 @@ class Correction:
         return "token" if self.base == "r" else "sequence"
 
     def log_bounds(self, T: int = 1) -> tuple[float, float]:
-        """The interval of the base weight's log where ``w`` equals it unmodified."""
+        """Return the interval of the base weight's log where ``w`` equals it unmodified."""
         p, k = self.params, self.kind
         if k in ("seq-tis", "tis"):
             return -_INF, math.log(p[0])
@@ -245,7 +245,7 @@ class Correction:
         return p[0], p[1]
 
     def pieces(self, T: int = 1) -> list[tuple[float, float, float, float]]:
-        r"""The weight as pieces ``(a, b, log c, p)``: :math:`w = c X^p` for :math:`a < \log X \le b`.
+        r"""Return the weight as pieces ``(a, b, log c, p)``: :math:`w = c X^p` for :math:`a < \log X \le b`.
 
         ``X`` is the base weight (for ``gmpo``: one token's ratio, whose clipped log is
         averaged). Where no piece covers :math:`\log X`, :math:`w = 0` (masked).
@@ -336,7 +336,7 @@ def parse_list(text) -> list[Correction]:
 # truncated-lognormal moments in log space
 # --------------------------------------------------------------------------------------
 def _log_phi_quad(a: float, b: float) -> float:
-    """log of the integral of the standard normal density over [a, b] (b - a <= 1): Gauss-Legendre."""
+    """Log of the integral of the standard normal density over [a, b] (b - a <= 1): Gauss-Legendre."""
     half = 0.5 * (b - a)
     x = 0.5 * (a + b) + half * _GL_X
     return math.log(half) + float(special.logsumexp(-0.5 * x * x, b=_GL_W)) - _LOG_SQRT_2PI
@@ -386,7 +386,7 @@ def _log_moment(pieces, M: float, S: float, j: float) -> float:
 
 
 def _log_frac_out(a: float, b: float, M: float, S: float) -> float:
-    """log P(log X outside (a, b]) for log X ~ N(M, S^2)."""
+    """Log P(log X outside (a, b]) for log X ~ N(M, S^2)."""
     if S == 0.0:
         return 0.0 if not a < M <= b else -_INF
     return _log_tail_out((a - M) / S, (b - M) / S)
@@ -494,13 +494,13 @@ def theory(family: Family, T, corrections) -> pd.DataFrame:
 
 
 def _find_target(c: Correction, family: Family, T: float) -> float:
-    """The quantity :func:`find_T` watches: per-sequence for sequence level, any-token otherwise."""
+    """Return the quantity :func:`find_T` watches: per-sequence for sequence level, any-token otherwise."""
     _, _, lf, _ = _log_moments_at(c, family, T)
     return _frac_seq_any(c, lf, T)
 
 
 def find_T(family: Family, correction, threshold: float = 0.5, *, T_max: int = 10**7) -> int | None:
-    r"""The smallest length T at which a correction modifies at least ``threshold`` of the sequences.
+    r"""Find the smallest length T at which a correction modifies at least ``threshold`` of the sequences.
 
     "Modifies" is ``frac_modified`` for a sequence-level correction (the fraction of
     sequences truncated or masked) and ``frac_seq_any`` for a token-level one (the fraction
@@ -551,7 +551,7 @@ def find_T(family: Family, correction, threshold: float = 0.5, *, T_max: int = 1
 # weights from log-ratios (shared by Monte Carlo and data)
 # --------------------------------------------------------------------------------------
 def apply_sequence(c: Correction, log_p: np.ndarray, T) -> tuple[np.ndarray, np.ndarray]:
-    r"""A sequence-level correction's weights from :math:`\log P_T` values.
+    r"""Compute a sequence-level correction's weights from :math:`\log P_T` values.
 
     Parameters
     ----------
@@ -595,12 +595,12 @@ def _apply_pieces(c: Correction, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def apply_tokens(c: Correction, log_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A token-level correction's per-token weights (GMPO: its clipped log-ratios) and modified flags.
+    r"""Compute a token-level correction's per-token weights and modified flags (GMPO: clipped log-ratios).
 
     Returns
     -------
     (w, modified) : tuple of ndarray
-        For ``gmpo`` ``w`` is :math:`\\operatorname{clip}(\\log r, -\\epsilon, \\epsilon)`, whose
+        For ``gmpo`` ``w`` is :math:`\operatorname{clip}(\log r, -\epsilon, \epsilon)`, whose
         mean over a sequence is the log of its weight.
     """
     if c.level != "token":
@@ -788,7 +788,7 @@ def simulate_corrections(
 # data
 # --------------------------------------------------------------------------------------
 def evaluate(log_r, offsets, corrections, *, buckets=None, ci: float = 0.95) -> pd.DataFrame:
-    r"""The corrections applied to measured token log-ratios, per length bucket.
+    r"""Apply the corrections to measured token log-ratios, per length bucket.
 
     Parameters
     ----------

@@ -32,17 +32,17 @@ from scipy import special
 from variance_lab._validate import check_finite, check_positive
 
 __all__ = [
-    "Family",
-    "LogNormal",
-    "Gamma",
-    "TwoPoint",
     "AR1",
-    "RandomScale",
-    "LognormalMixture",
-    "parse_components",
-    "format_components",
     "FAMILIES",
+    "Family",
+    "Gamma",
+    "LogNormal",
+    "LognormalMixture",
+    "RandomScale",
+    "TwoPoint",
+    "format_components",
     "get_family",
+    "parse_components",
 ]
 
 # Kernel dispatch codes (see variance_lab.simulate); the degenerate ratio r = mu has
@@ -75,6 +75,7 @@ class Family(ABC):
     text_parameters: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
+        """Check mu > 0 and a finite sigma2 >= 0, and that the family can reach them."""
         object.__setattr__(self, "mu", check_positive("mu", self.mu))
         sigma2 = check_finite("sigma2", self.sigma2)
         if sigma2 < 0:
@@ -93,7 +94,7 @@ class Family(ABC):
 
     @abstractmethod
     def _K_mp(self, s: mpmath.mpf) -> mpmath.mpf:
-        """mpmath K(s) for sigma2 > 0, at the current working precision."""
+        """Return K(s) in mpmath for sigma2 > 0, at the current working precision."""
 
     @abstractmethod
     def _log_moments_mp(self) -> tuple[mpmath.mpf, mpmath.mpf]:
@@ -161,7 +162,7 @@ class Family(ABC):
             return float(self.log_moments_mp()[1])
 
     def sampler_params(self) -> tuple[int, np.ndarray]:
-        """What a kernel needs to draw ``log r``: an integer code and a float64 vector.
+        """Return what a kernel needs to draw ``log r``: an integer code and a float64 vector.
 
         ============  =======================================================
         code          parameters
@@ -188,8 +189,9 @@ class Family(ABC):
 
 @dataclass(frozen=True)
 class LogNormal(Family):
-    r"""Lognormal ratio: :math:`\log r \sim N(m, v)` with
-    :math:`v = \log(1 + \sigma^2/\mu^2)` and :math:`m = \log\mu - v/2`.
+    r"""Lognormal ratio: :math:`\log r \sim N(m, v)`.
+
+    Here :math:`v = \log(1 + \sigma^2/\mu^2)` and :math:`m = \log\mu - v/2`.
 
     :math:`K(s) = s m + s^2 v / 2`. Reaches every :math:`\mu > 0, \sigma^2 \ge 0`.
     """
@@ -230,6 +232,7 @@ class Gamma(Family):
 
     @property
     def shape(self) -> float:
+        """Shape parameter k = mu^2 / sigma^2 of the gamma distribution of r."""
         return self.mu**2 / self.sigma2
 
     def _K(self, s):
@@ -346,6 +349,7 @@ class TwoPoint(Family):
         return CODE_TWO_POINT, np.array([self.q, math.log(a), math.log(b)])
 
     def describe(self) -> dict:
+        """Plain-dict description (family name, mu, sigma2 and q), for provenance."""
         return {**super().describe(), "q": self.q}
 
 
@@ -388,6 +392,7 @@ class AR1(LogNormal):
         return v * (T * (1 + rho) / (1 - rho) - 2 * rho * (1 - rho**T) / (1 - rho) ** 2)
 
     def cgf_sum_mp(self, T: int, s) -> mpmath.mpf:
+        r""":math:`\log E[e^{s \log P_T}] = s T m + s^2 V_T / 2`, :math:`m = E[\log r]`: Gaussian."""
         m, _ = self.log_moments_mp()
         s = mpmath.mpf(s)
         return s * T * m + s * s * self.var_sum_mp(T) / 2
@@ -397,6 +402,7 @@ class AR1(LogNormal):
         return CODE_AR1, np.array([m, math.sqrt(v), self.rho])
 
     def describe(self) -> dict:
+        """Plain-dict description (family name, mu, sigma2 and rho), for provenance."""
         return {**super().describe(), "rho": self.rho}
 
 
@@ -464,8 +470,10 @@ class RandomScale(Family):
         return math.inf if self.degenerate else 1.0 / self.theta
 
     def var_G_limit(self) -> float:
-        r"""The level :math:`\mu^2[(1+\theta)^{-\alpha} - (1+\theta/2)^{-2\alpha}]` of
-        :math:`\operatorname{Var}(G_T)` as :math:`T \to \infty`."""
+        r"""Return the limit of :math:`\operatorname{Var}(G_T)` as :math:`T \to \infty`.
+
+        It is :math:`\mu^2[(1+\theta)^{-\alpha} - (1+\theta/2)^{-2\alpha}]`.
+        """
         with mpmath.workdps(40):
             th, a = self.theta_mp(), mpmath.mpf(self.alpha)
             return float(mpmath.mpf(self.mu) ** 2 * ((1 + th) ** -a - (1 + th / 2) ** (-2 * a)))
@@ -480,8 +488,11 @@ class RandomScale(Family):
         return self.cgf_sum_mp(1, s)
 
     def cgf_sum_mp(self, T: int, s) -> mpmath.mpf:
-        r""":math:`\log E[P_T^s] = sT\log\mu - \alpha\log(1 - \theta T s(s-1)/2)`, ``+inf``
-        where the bracket is not positive."""
+        r"""Return the log moment of :math:`P_T`.
+
+        :math:`\log E[P_T^s] = sT\log\mu - \alpha\log(1 - \theta T s(s-1)/2)`, ``+inf`` where
+        the bracket is not positive.
+        """
         s = mpmath.mpf(s)
         if self.degenerate:
             return s * T * mpmath.log(self.mu)
@@ -498,6 +509,7 @@ class RandomScale(Family):
         raise _no_sampler(self.name)
 
     def describe(self) -> dict:
+        """Plain-dict description (family name, mu, sigma2 and alpha), for provenance."""
         return {**super().describe(), "alpha": self.alpha}
 
 
@@ -561,14 +573,16 @@ def parse_components(spec) -> tuple[tuple[float, float, float], ...]:
 
 
 def format_components(components) -> str:
-    """The canonical ``"w:m:v,..."`` text of parsed components (shortest round-trip floats)."""
+    """Return the canonical ``"w:m:v,..."`` text of parsed components (shortest round-trip floats)."""
     return ",".join(":".join(repr(float(x)) for x in c) for c in components)
 
 
 @dataclass(frozen=True)
 class LognormalMixture(Family):
-    r"""Heavy-tailed, sparse token ratios: each token's log-ratio comes from component
-    :math:`j`, :math:`N(m_j, v_j)`, with probability :math:`w_j`, independently.
+    r"""Heavy-tailed, sparse token ratios: a mixture of lognormals.
+
+    Each token's log-ratio comes from component :math:`j`, :math:`N(m_j, v_j)`, with probability
+    :math:`w_j`, independently.
 
     .. math::
 
@@ -592,6 +606,7 @@ class LognormalMixture(Family):
     text_parameters: ClassVar[tuple[str, ...]] = ("components",)
 
     def __post_init__(self) -> None:
+        """Parse the components and derive mu and sigma2 from them; a given mu or sigma2 must agree."""
         comps = parse_components(self.components)
         object.__setattr__(self, "components", comps)
         with mpmath.workdps(60):
@@ -621,8 +636,11 @@ class LognormalMixture(Family):
         return mpmath.log(mpmath.fsum(w * mpmath.exp(s * m + s * s * v / 2) for w, m, v in self._mp()))
 
     def _mp(self):
-        """Components as mpmath numbers, the weights normalised to sum to 1 at this precision
-        (float weights sum to 1 only up to rounding, and T K(1/T) would carry T times the error)."""
+        """Return the components as mpmath numbers, the weights normalised to sum to 1.
+
+        Normalised at this precision: float weights sum to 1 only up to rounding, and T K(1/T) would
+        carry T times the error.
+        """
         total = mpmath.fsum(mpmath.mpf(w) for w, _, _ in self.components)
         return [(mpmath.mpf(w) / total, mpmath.mpf(m), mpmath.mpf(v)) for w, m, v in self.components]
 
@@ -635,6 +653,7 @@ class LognormalMixture(Family):
         raise _no_sampler(self.name)
 
     def describe(self) -> dict:
+        """Plain-dict description (family name, mu, sigma2 and canonical components), for provenance."""
         return {**super().describe(), "components": format_components(self.components)}
 
 

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-__all__ = ["TIDY_COLUMNS", "METHODS", "VERDICTS", "verdict_level", "json_safe"]
+__all__ = ["METHODS", "TIDY_COLUMNS", "VERDICTS", "json_safe", "verdict_level"]
 
 TIDY_COLUMNS = (
     "family",
@@ -54,7 +54,7 @@ VERDICTS = ("reliable", "marginal", "unreliable")
 
 
 def verdict_level(reason: str) -> str:
-    """The verdict level of a tidy row from its ``reason``: one of :data:`VERDICTS`.
+    """Return the verdict level of a tidy row from its ``reason``: one of :data:`VERDICTS`.
 
     >>> verdict_level(""), verdict_level("marginal: the interval may cover less than its level")
     ('reliable', 'marginal')
@@ -73,7 +73,7 @@ def verdict_level(reason: str) -> str:
 
 
 def json_safe(value):
-    """A value JSON can hold, recursively: the one converter every JSON writer uses.
+    """Return a value JSON can hold, recursively: the one converter every JSON writer uses.
 
     NumPy scalars become Python ones (``np.bool_`` to ``bool``), arrays become lists, tuples
     lists, dictionary keys strings, and NaN and infinities ``None`` (JSON has no such

@@ -13,16 +13,15 @@ import numpy as np
 from scipy import special as _special
 
 __all__ = [
+    "KHAT_THRESHOLD",
     "central_moments",
-    "z_value",
-    "mean_interval",
-    "var_se",
-    "var_interval",
     "ess_fraction",
     "gpd_fit",
     "gpd_fit_log",
     "pareto_khat",
-    "KHAT_THRESHOLD",
+    "var_interval",
+    "var_se",
+    "z_value",
 ]
 
 #: Pareto k-hat above which importance-sampling estimates are unreliable (Vehtari et al.).
@@ -78,7 +77,7 @@ def z_value(ci: float) -> float:
 
 
 def mean_interval(mean, var, n: int, ci: float = 0.95):
-    r"""Normal (CLT) interval of a mean: :math:`\bar x \pm z\sqrt{s^2/n}`.
+    r"""Return the normal (CLT) interval of a mean: :math:`\bar x \pm z\sqrt{s^2/n}`.
 
     Returns
     -------
@@ -145,7 +144,8 @@ def var_interval(var, kurt, n: int, ci: float = 0.95):
 
 
 def ess_fraction(mean, second_moment):
-    r"""Kong's effective sample size over :math:`n`, from moments of the weights:
+    r"""Kong's effective sample size over :math:`n`, from moments of the weights.
+
     :math:`(\sum w)^2 / (n \sum w^2) = \bar w^2 / \overline{w^2}`.
 
     Both arguments may be in any common unit (a shifted log scale cancels).

@@ -13,14 +13,14 @@ from variance_lab import __version__
 from variance_lab.cli import analyze, corrections, experiment, export, figures, sweep, table
 from variance_lab.cli._common import PROG, CLIError, Parser, one_line, os_error_line
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 #: Subcommand modules in the order ``--help`` lists them.
 COMMANDS = (table, sweep, export, figures, analyze, corrections, experiment)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``variance-lab`` and its subcommands."""
+    """Return the argument parser of ``variance-lab`` and its subcommands."""
     parser = Parser(
         prog=PROG,
         description="Variance of sequence-level importance ratios: the product P_T against "

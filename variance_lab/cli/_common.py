@@ -26,7 +26,7 @@ class CLIError(Exception):
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit status 2."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
+    def error(self, message: str):
         raise CLIError(f"{message} (see '{self.prog} --help')")
 
 
@@ -43,8 +43,11 @@ CLI_WORDS = (
 
 
 def cli_words(text: str) -> str:
-    """``text`` with the API's keyword arguments replaced by the command line's options
-    (:data:`CLI_WORDS`) and tuples of choices written plainly (``('a', 'b')`` as ``a, b``)."""
+    """Return ``text`` in the command line's words.
+
+    The API's keyword arguments are replaced by the command line's options (:data:`CLI_WORDS`)
+    and tuples of choices written plainly (``('a', 'b')`` as ``a, b``).
+    """
     for api, cli in CLI_WORDS:
         text = text.replace(api, cli)
     return _CHOICES.sub(lambda m: ", ".join(x.strip(" '\"") for x in m.group(1).split(",")), text)
@@ -54,14 +57,16 @@ _CHOICES = re.compile(r"\((\s*'[\w.-]+'(?:\s*,\s*'[\w.-]+')+\s*)\)")
 
 
 def one_line(exc: BaseException) -> str:
-    """The message of ``exc`` on one line in the command line's words (:func:`cli_words`);
-    a multi-line message is joined with ``; ``."""
+    """Return the message of ``exc`` on one line in the command line's words.
+
+    The words are those of :func:`cli_words`; a multi-line message is joined with ``; ``.
+    """
     text = str(exc).strip() or type(exc).__name__
     return cli_words("; ".join(part.strip() for part in text.splitlines() if part.strip()))
 
 
 def os_error_line(exc: OSError) -> str:
-    """An ``OSError`` as one line: the file, then the system's reason (``Read-only file system``)."""
+    """Format an ``OSError`` as one line: the file, then the system's reason (``Read-only file system``)."""
     reason = exc.strerror or one_line(exc)
     if exc.filename is None:
         return f"cannot write or read a file: {reason}"
@@ -69,7 +74,7 @@ def os_error_line(exc: OSError) -> str:
 
 
 def int_grid(text: str, *, name: str = "--T", minimum: int | None = 1) -> list[int]:
-    """A grid of integers (``1,10,100``, ``1:1000:log20``, ``1e6``) by the one rule of every command.
+    """Parse a grid of integers (``1,10,100``, ``1:1000:log20``, ``1e6``) by the one rule of every command.
 
     :func:`variance_lab.sweep.grid.parse_int_grid`: single values and range ends must be exact
     integers (``1e6`` is accepted, ``1.5`` refused with the reason), duplicates are merged and
@@ -84,8 +89,11 @@ def int_grid(text: str, *, name: str = "--T", minimum: int | None = 1) -> list[i
 
 
 def int_arg(name: str, *, minimum: int | None = None):
-    """An argparse type for one integer option by the one rule (:func:`variance_lab._validate.parse_integer`):
-    ``1e6`` and ``1000000`` are the same, ``1.5`` is refused with the reason."""
+    """Return an argparse type for one integer option by the one rule.
+
+    The rule of :func:`variance_lab._validate.parse_integer`: ``1e6`` and ``1000000`` are the
+    same, ``1.5`` is refused with the reason.
+    """
 
     def parse(text: str) -> int:
         try:
@@ -133,8 +141,11 @@ def check_output(out: str | None, option: str = "--out", *, inputs=()) -> Path |
 
 
 def write_file(out: str | os.PathLike, write, option: str = "--out") -> Path:
-    """:func:`~variance_lab._atomic.atomic_write` with an ``OSError`` turned into one line naming
-    ``option`` and the file (nothing is left behind: the temporary file is removed)."""
+    """Write with :func:`~variance_lab._atomic.atomic_write`, an ``OSError`` as one line.
+
+    The line names ``option`` and the file (nothing is left behind: the temporary file is
+    removed).
+    """
     check_output(str(out), option)
     try:
         return atomic_write(out, write)
@@ -143,8 +154,10 @@ def write_file(out: str | os.PathLike, write, option: str = "--out") -> Path:
 
 
 def write_output(text: str, out: str | None) -> None:
-    """Print ``text``, or write it to ``out`` atomically (an existing file is only
-    replaced once the new text is complete)."""
+    """Print ``text``, or write it to ``out`` atomically.
+
+    An existing file is only replaced once the new text is complete.
+    """
     if out is None:
         sys.stdout.write(text)
         return
@@ -196,7 +209,10 @@ FAMILY_OPTIONS = ("q", "rho", "alpha", "components")
 
 
 def family_from_args(args: argparse.Namespace):
-    """The family named by ``--family --mu --sigma2`` and, where given, ``--q --rho --alpha --components``."""
+    """Return the family named by ``--family --mu --sigma2``.
+
+    Where given, ``--q --rho --alpha --components`` too.
+    """
     extra = {k: getattr(args, k) for k in FAMILY_OPTIONS if getattr(args, k, None) is not None}
     name = args.family
     if name in FAMILIES and FAMILIES[name].derived_moments:
@@ -214,7 +230,7 @@ def family_from_args(args: argparse.Namespace):
 
 
 def family_extras(family) -> list[tuple[str, object]]:
-    """The family's parameters besides mu and sigma2, as (name, value) pairs, for titles."""
+    """Return the family's parameters besides mu and sigma2, as (name, value) pairs, for titles."""
     return [(k, v) for k, v in family.describe().items() if k not in ("family", "mu", "sigma2")]
 
 
@@ -228,7 +244,10 @@ GRID_EPILOG = (
 
 
 def grid_arg(name: str, *, integer: bool = False, minimum: int | None = None):
-    """An argparse type parsing a grid (see variance_lab.sweep.grid); errors become one-line usage errors."""
+    """Return an argparse type parsing a grid (see variance_lab.sweep.grid).
+
+    Errors become one-line usage errors.
+    """
     from variance_lab.sweep import grid
 
     def parse(text: str):
@@ -253,8 +272,11 @@ def family_list(text: str) -> list[str]:
 
 
 def param_grid(text: str) -> tuple[str, object]:
-    """``NAME=GRID`` for an extra family parameter (``rho=0:0.9:4``); text parameters take a
-    ``;``-separated list (``components=0.98:0:1e-8,0.02:-0.005:0.01;0.9:0:1e-8,0.1:0:1e-3``)."""
+    """Parse ``NAME=GRID`` for an extra family parameter (``rho=0:0.9:4``).
+
+    Text parameters take a ``;``-separated list
+    (``components=0.98:0:1e-8,0.02:-0.005:0.01;0.9:0:1e-8,0.1:0:1e-3``).
+    """
     from variance_lab.sweep import grid
 
     name, sep, values = text.partition("=")
@@ -322,7 +344,7 @@ def add_sampler_arg(p: argparse.ArgumentParser) -> None:
 
 
 def engine_from_args(args: argparse.Namespace):
-    """The :class:`~variance_lab.simulate.Engine` of ``--executor/--scheduler/--workers/--sampler``.
+    """Return the :class:`~variance_lab.simulate.Engine` of ``--executor/--scheduler/--workers/--sampler``.
 
     Options a subcommand does not have take the engine's defaults. Raises ``ValueError``
     (exit status 2) for a contradictory choice, or a Dask executor without Dask.
@@ -374,9 +396,11 @@ def add_yes_arg(p: argparse.ArgumentParser) -> None:
 
 
 def monte_carlo_seconds(family, T, n: int, *, sampler: str, independent: bool = False, workers=None) -> float:
-    """Rough wall time of one Monte Carlo run: its work units (from the chunk plan's
-    :func:`~variance_lab.simulate.plan.path_draws`) at the measured
-    :data:`~variance_lab.simulate.plan.WORK_RATE` per core."""
+    """Estimate the rough wall time of one Monte Carlo run.
+
+    Its work units (from the chunk plan's :func:`~variance_lab.simulate.plan.path_draws`) at
+    the measured :data:`~variance_lab.simulate.plan.WORK_RATE` per core.
+    """
     from variance_lab.simulate import resolve_sampler
     from variance_lab.simulate.executor import default_workers
     from variance_lab.simulate.plan import estimate_seconds, path_draws
@@ -398,8 +422,11 @@ def _duration(seconds: float) -> str:
 
 
 def confirm_long_run(seconds: float, what: str, args: argparse.Namespace) -> None:
-    """Print the estimate of a long run on stderr; above :data:`LONG_RUN_S` go on only with
-    ``--yes`` or a "y" typed on a terminal, else raise :class:`CLIError` (nothing is started)."""
+    """Print the estimate of a long run on stderr.
+
+    Above :data:`LONG_RUN_S` go on only with ``--yes`` or a "y" typed on a terminal, else raise
+    :class:`CLIError` (nothing is started).
+    """
     if seconds < SHOW_ESTIMATE_S:
         return
     estimate = f"{what}: estimated Monte Carlo time about {_duration(seconds)} (rough)"
@@ -426,7 +453,7 @@ def report_list(title: str, items: list[str], limit: int = 10) -> None:
 
 
 def load_rollouts(file: str, *, format: str | None = None, on_bad: str = "raise", preset: str | None = None):
-    """The token batch of a rollout file; a missing or unreadable file is a one-line :class:`CLIError`.
+    """Load the token batch of a rollout file; a missing or unreadable file is a one-line :class:`CLIError`.
 
     ``preset`` names a framework's field names (:data:`variance_lab.rollouts.io.PRESETS`).
     """

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from variance_lab.cli._common import PROG, CLIError, check_output, int_arg, int_grid, write_file, write_output
 
-__all__ = ["add_command", "run", "FIGURE_SUFFIXES"]
+__all__ = ["FIGURE_SUFFIXES", "add_command", "run"]
 
 FIGURE_SUFFIXES = (".pdf", ".png", ".svg")
 
@@ -47,7 +47,7 @@ def _level(text: str) -> float:
 
 
 def _load(args: argparse.Namespace):
-    """The batch of ``args.file``; a missing or unreadable file is a one-line error."""
+    """Load the batch of ``args.file``; a missing or unreadable file is a one-line error."""
     from variance_lab.rollouts.io import load_batch
 
     path = Path(args.file)
@@ -88,6 +88,7 @@ def _save_figure(fig, target: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``variance-lab analyze``: analyze the file and write its table, summary and figure."""
     from variance_lab.report.analysis_table import render_analysis, split_lines, summary_lines
     from variance_lab.rollouts.analysis import analyze
 

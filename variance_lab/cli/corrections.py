@@ -8,6 +8,7 @@ question: from which length does a cap modify most (``--threshold``) of the sequ
 from __future__ import annotations
 
 import argparse
+import itertools
 
 from variance_lab import __version__
 from variance_lab.cli._common import (
@@ -42,7 +43,7 @@ def _buckets(text: str | None, lengths):
     if edges != sorted(set(edges)) or edges[0] < 1:
         raise CLIError(f"--buckets {text!r}: expected increasing integers >= 1")
     top = max(int(lengths.max()), edges[-1])
-    return [(a, b - 1) for a, b in zip(edges, edges[1:], strict=False)] + [(edges[-1], top)]
+    return [(a, b - 1) for a, b in itertools.pairwise(edges)] + [(edges[-1], top)]
 
 
 def _family_text(family) -> str:
@@ -113,6 +114,7 @@ def _other_ratio(batch, which: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``variance-lab corrections``: tabulate the corrections for a model or a data file."""
     from variance_lab import corrections
 
     try:

@@ -15,7 +15,7 @@ from variance_lab._validate import parse_integer
 from variance_lab.cli._common import PROG, CLIError, int_arg
 from variance_lab.rollouts.io import detect_format
 
-__all__ = ["add_command", "parse_assignment", "settings_from_args", "TORCH_HINT"]
+__all__ = ["TORCH_HINT", "add_command", "parse_assignment", "settings_from_args"]
 
 #: What to install for ``experiment run``.
 TORCH_HINT = "pip install 'variance_lab[experiment]'"
@@ -51,7 +51,7 @@ def _coerce(name: str, value: str, default):
 
 
 def settings_from_args(args: argparse.Namespace):
-    """The run's settings: a sidecar's (``--settings``) or the preset, then ``--seed`` and ``--set``.
+    """Return the run's settings: a sidecar's (``--settings``) or the preset, then ``--seed`` and ``--set``.
 
     Parameters
     ----------

@@ -8,6 +8,7 @@ from variance_lab.cli._common import CLIError, check_output, one_line
 
 
 def run(args: argparse.Namespace) -> int:
+    """Export the sweep store to ``--out``, say how many rows were written, and return 0."""
     from variance_lab import sweep as sweep_mod
 
     check_output(args.out, inputs=(args.store,))

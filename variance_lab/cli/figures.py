@@ -20,7 +20,10 @@ def _formats(text: str) -> list[str]:
 
 
 def _style(text: str):
-    """A matplotlib style name, ``paper`` (the package's), ``none`` (matplotlib's rcParams) or a file."""
+    """Parse a matplotlib style name or a style file.
+
+    ``paper`` is the package's style, ``none`` matplotlib's rcParams.
+    """
     import matplotlib.style
 
     if text == "none":
@@ -64,6 +67,7 @@ def _only(args, figures_mod):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Write all or the chosen figures, or one again from its sidecar, and return 0."""
     from variance_lab.paper import figures as figures_mod
 
     if args.check:

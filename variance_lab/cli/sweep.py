@@ -31,6 +31,7 @@ from variance_lab.families import FAMILIES
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the sweep, report skipped points and failed cells, and return 0, 1 (a failure) or 130."""
     from variance_lab import sweep as sweep_mod
 
     check_output(args.out)

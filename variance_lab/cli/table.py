@@ -29,6 +29,7 @@ from variance_lab.report import table as table_report
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``variance-lab table``: exact theory, with Monte Carlo columns when n > 0."""
     check_output(args.out)
     family = family_from_args(args)
     T = [int(t) for t in args.T]

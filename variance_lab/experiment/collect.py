@@ -47,13 +47,13 @@ from variance_lab.experiment.train import (
 )
 from variance_lab.rollouts.io import detect_format, write_records
 
-__all__ = ["collect", "summarize", "write_dataset", "run"]
+__all__ = ["collect", "run", "summarize", "write_dataset"]
 
 SIDECAR_VERSION = 1
 
 
 def _problem_rows(settings: Settings) -> list[Problem]:
-    """The data set's problems, each repeated ``data_samples`` times (a group per problem)."""
+    """Return the data set's problems, each repeated ``data_samples`` times (a group per problem)."""
     rng = np.random.default_rng(streams(settings.seed)["data_prompts"])
     problems = make_problems(rng, settings.data_prompts, settings.n_min, settings.n_max)
     return [p for p in problems for _ in range(settings.data_samples)]

@@ -32,16 +32,16 @@ from variance_lab.rollouts.weights import GSPO_RANGE, log_clip_range, sequence_w
 from variance_lab.schema import json_safe
 
 __all__ = [
-    "FIGURE_NAME",
     "DEFAULT_DATA",
+    "FIGURE_NAME",
     "TOKEN_CLASSES",
+    "analyze_data",
     "clip_panel",
     "experiment_figure",
     "load_data",
-    "analyze_data",
     "resampled_clip",
-    "token_findings",
     "save_experiment_figure",
+    "token_findings",
 ]
 
 #: Base name of the figure's files.
@@ -119,7 +119,7 @@ def clip_panel(ax, table: pd.DataFrame, *, legend: bool = True, style=None):
 def experiment_figure(
     table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, level: float = 0.95, figsize=None, style=None
 ) -> Figure:
-    """The three panels: Var(P_T), Var(G_T) and GSPO's clip fraction against T.
+    """Draw the three panels: Var(P_T), Var(G_T) and GSPO's clip fraction against T.
 
     Parameters
     ----------
@@ -168,7 +168,7 @@ def _figure_legend(fig, axes) -> None:
 
 
 def load_data(data=None) -> tuple[TokenBatch, list[dict] | None]:
-    """The batch of a data set (default the shipped one) and, for JSONL, its raw records.
+    """Load the batch of a data set (default the shipped one) and, for JSONL, its raw records.
 
     Parameters
     ----------
@@ -328,7 +328,7 @@ def _by_reward(batch: TokenBatch, reward: np.ndarray) -> dict:
 
 
 def _data_fingerprint(path: Path) -> dict:
-    """The data set's own sidecar fields that identify it (seed, settings, numbers' SHA-256)."""
+    """Return the data set's own sidecar fields that identify it (seed, settings, numbers' SHA-256)."""
     from variance_lab.experiment.files import sidecar_path
 
     side = sidecar_path(path)

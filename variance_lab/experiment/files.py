@@ -16,7 +16,7 @@ import numpy as np
 
 from variance_lab.rollouts.io import load_batch
 
-__all__ = ["SIDECAR_KIND", "sidecar_path", "numbers_sha256", "read_sidecar", "compare_files"]
+__all__ = ["SIDECAR_KIND", "compare_files", "numbers_sha256", "read_sidecar", "sidecar_path"]
 
 #: The ``kind`` field of a data set's sidecar.
 SIDECAR_KIND = "variance_lab.experiment rollouts"
@@ -24,7 +24,7 @@ _DATA_SUFFIXES = (".jsonl.gz", ".ndjson.gz", ".jsonl", ".ndjson", ".parquet", ".
 
 
 def sidecar_path(path) -> Path:
-    """The sidecar of a data file: its name without the data suffix, plus ``.json``.
+    """Return the sidecar of a data file: its name without the data suffix, plus ``.json``.
 
     Parameters
     ----------

@@ -31,12 +31,12 @@ from variance_lab.experiment.task import EOS, PAD, VOCAB, encode
 __all__ = [
     "ModelConfig",
     "TinyGPT",
-    "token_log_probs",
     "generate",
-    "pad_batch",
     "length_chunks",
-    "score",
+    "pad_batch",
     "sampler_log_probs",
+    "score",
+    "token_log_probs",
 ]
 
 _EOS_ID = encode(EOS)[0]
@@ -64,6 +64,7 @@ class ModelConfig:
     vocab: int = len(VOCAB)
 
     def __post_init__(self):
+        """Check that every size is >= 1 and that n_head divides d_model."""
         if min(self.d_model, self.n_layer, self.n_head, self.d_ff, self.max_len) < 1:
             raise ValueError(f"model sizes must be >= 1, got {self}")
         if self.d_model % self.n_head:
@@ -185,7 +186,7 @@ class TinyGPT(nn.Module):
         return logits.masked_fill(is_pad, float("-inf")).log_softmax(dim=-1)
 
     def new_cache(self, batch: int, length: int) -> list[dict]:
-        """An empty key/value cache for ``batch`` rows and ``length`` positions.
+        """Return an empty key/value cache for ``batch`` rows and ``length`` positions.
 
         Parameters
         ----------
@@ -207,7 +208,7 @@ class TinyGPT(nn.Module):
 
 
 def length_chunks(lengths, rows: int) -> list[list[int]]:
-    """Indices sorted by length (stable), cut into chunks of at most ``rows``.
+    """Return the indices sorted by length (stable), cut into chunks of at most ``rows``.
 
     Padding to the longest row of a chunk then wastes little, and attention (quadratic in
     the length) is paid mostly by the chunks of long rows.
@@ -243,7 +244,7 @@ def pad_batch(seqs: list[list[int]]) -> torch.Tensor:
 
 
 def token_log_probs(model: TinyGPT, prompts: list[list[int]], responses: list[list[int]]) -> torch.Tensor:
-    """Teacher-forced log-probabilities of each response token given its prompt.
+    r"""Teacher-forced log-probabilities of each response token given its prompt.
 
     Parameters
     ----------
@@ -254,7 +255,7 @@ def token_log_probs(model: TinyGPT, prompts: list[list[int]], responses: list[li
     Returns
     -------
     Tensor, shape ``(B, longest response)``
-        ``out[i, j]`` is :math:`\\log\\pi(y_j | x, y_{<j})` for ``j < len(responses[i])``, 0 after.
+        ``out[i, j]`` is :math:`\log\pi(y_j | x, y_{<j})` for ``j < len(responses[i])``, 0 after.
         Differentiable when gradients are enabled.
     """
     seqs = [p + r for p, r in zip(prompts, responses, strict=True)]
@@ -306,7 +307,7 @@ def sampler_log_probs(
     temperature: float = 1.0,
     rows: int = 32,
 ) -> torch.Tensor:
-    r"""The log-probabilities of the sampler's own distribution, teacher-forced, in float64.
+    r"""Compute the log-probabilities of the sampler's own distribution, teacher-forced, in float64.
 
     :func:`generate` draws from :math:`\operatorname{softmax}(\ell / \tau)` with :math:`\ell` the
     model's log-probabilities in its own dtype (bfloat16 for a bfloat16 copy), turned to float64

@@ -24,19 +24,19 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "TAGS",
-    "PAD",
     "EOS",
-    "SEP",
-    "VOCAB",
     "N_MAX",
+    "PAD",
+    "SEP",
+    "TAGS",
+    "VOCAB",
     "Problem",
-    "make_problems",
-    "encode",
     "decode",
+    "encode",
+    "make_problems",
+    "max_response_length",
     "reward",
     "rewards",
-    "max_response_length",
 ]
 
 #: Term tags, in order; a problem has at most ``len(TAGS)`` terms.
@@ -68,6 +68,7 @@ class Problem:
     terms: tuple[int, ...]
 
     def __post_init__(self):
+        """Check that the problem has 2..N_MAX terms, each a digit 0..9."""
         if not 2 <= len(self.terms) <= N_MAX or any(not 0 <= t <= 9 for t in self.terms):
             raise ValueError(f"a problem needs 2..{N_MAX} digits 0..9, got {self.terms!r}")
 
@@ -83,12 +84,12 @@ class Problem:
 
     @property
     def prompt(self) -> str:
-        """``a3b5c2d7:``"""
+        """The prompt, such as ``a3b5c2d7:`` for the terms (3, 5, 2, 7)."""
         return "".join(f"{TAGS[i]}{t}" for i, t in enumerate(self.terms)) + SEP
 
     @property
     def response(self) -> str:
-        """The correct response, ``a3+b5=8,8+c2=10,10+d7=17.``"""
+        """The correct response, such as ``a3+b5=8,8+c2=10,10+d7=17.`` for (3, 5, 2, 7)."""
         a, b = self.terms[0], self.terms[1]
         steps = [f"{TAGS[0]}{a}+{TAGS[1]}{b}={a + b}"]
         total = a + b

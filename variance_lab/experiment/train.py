@@ -60,20 +60,20 @@ from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.weights import PPO_RANGE, sequence_weights
 
 __all__ = [
-    "Settings",
     "FULL",
     "QUICK",
     "STREAMS",
+    "Settings",
+    "TrainResult",
+    "deterministic_torch",
+    "evaluate",
+    "group_advantages",
+    "gspo_loss",
+    "pg_iteration",
+    "sample_responses",
+    "sft",
     "streams",
     "torch_generator",
-    "deterministic_torch",
-    "gspo_loss",
-    "group_advantages",
-    "sft",
-    "sample_responses",
-    "evaluate",
-    "pg_iteration",
-    "TrainResult",
     "train",
 ]
 
@@ -143,6 +143,7 @@ class Settings:
     sampler_dtype: str = "float32"
 
     def __post_init__(self):
+        """Check that the settings are integers where they must be and in range."""
         ints = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
         bad = [k for k, v in ints.items() if isinstance(v, bool) or not isinstance(v, int)]
         if bad:
@@ -178,7 +179,7 @@ class Settings:
         self.model_config()  # validates the model size and n range
 
     def model_config(self) -> ModelConfig:
-        """The model size, with room for the longest prompt plus its response budget.
+        """Return the model size, with room for the longest prompt plus its response budget.
 
         Returns
         -------
@@ -192,7 +193,7 @@ class Settings:
         )
 
     def to_dict(self) -> dict:
-        """The settings as a plain dict (for the JSON sidecar).
+        """Return the settings as a plain dict (for the JSON sidecar).
 
         Returns
         -------
@@ -202,7 +203,7 @@ class Settings:
 
     @classmethod
     def from_dict(cls, values: dict) -> Settings:
-        """Settings from a dict such as :meth:`to_dict` wrote; unknown keys are an error.
+        """Return the settings from a dict such as :meth:`to_dict` wrote; unknown keys are an error.
 
         Parameters
         ----------
@@ -263,7 +264,7 @@ def streams(seed: int) -> dict[str, np.random.SeedSequence]:
 
 
 def torch_generator(ss: np.random.SeedSequence) -> torch.Generator:
-    """A CPU :class:`torch.Generator` seeded from a seed sequence.
+    """Return a CPU :class:`torch.Generator` seeded from a seed sequence.
 
     Parameters
     ----------
@@ -382,7 +383,7 @@ MICRO_ROWS = 8
 
 
 def _sft_chunk_loss(logp: torch.Tensor, rows: list[int], lengths: list[int]) -> torch.Tensor:
-    """Summed negative log-likelihood of a chunk's response tokens."""
+    """Return the summed negative log-likelihood of a chunk's response tokens."""
     return -(logp * _mask(lengths, logp.shape[1], logp.dtype)).sum()
 
 
@@ -513,7 +514,7 @@ def evaluate(model: TinyGPT, problems: list[Problem], generator: torch.Generator
 # GSPO
 # --------------------------------------------------------------------------------------
 def _batch_weights(logp: torch.Tensor, old_logp: torch.Tensor, lengths: list[int], settings: Settings):
-    """The toolkit's sequence weights of a padded batch (float64 copies of the numbers)."""
+    """Return the toolkit's sequence weights of a padded batch (float64 copies of the numbers)."""
     mask = _mask(lengths, logp.shape[1], torch.float64).numpy()
     batch = TokenBatch.from_padded(logp.detach().double().numpy(), old_logp.detach().double().numpy(), mask)
     return sequence_weights(

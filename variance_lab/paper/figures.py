@@ -67,21 +67,21 @@ from variance_lab.sweep import plan
 from variance_lab.sweep.grid import parse_grid
 
 __all__ = [
-    "corrections_frame",
-    "FIGURES",
-    "default_params",
-    "figure_data",
-    "draw",
-    "make_figure",
-    "save_figure",
-    "make_all",
-    "from_sidecar",
-    "check",
-    "FORMATS",
     "DEFAULT_FORMATS",
     "DEFAULT_STYLE",
-    "sample_log_P",
+    "FIGURES",
+    "FORMATS",
+    "check",
+    "corrections_frame",
+    "default_params",
+    "draw",
+    "figure_data",
+    "from_sidecar",
     "histogram_frame",
+    "make_all",
+    "make_figure",
+    "sample_log_P",
+    "save_figure",
 ]
 
 #: PNG resolution (dots per inch); ``--quick`` uses :data:`QUICK_PNG_DPI`.
@@ -189,7 +189,7 @@ FIGURES = tuple(_defaults(True))
 
 
 def default_params(name: str, *, quick: bool = False) -> dict:
-    """The parameters of figure ``name`` (``quick``: small grids and few draws)."""
+    """Return the parameters of figure ``name`` (``quick``: small grids and few draws)."""
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
     params = _defaults(quick)[name]
@@ -293,7 +293,7 @@ def _keep(frame: pd.DataFrame, statistics) -> pd.DataFrame:
 
 
 def figure_data(name: str, params: dict, *, engine: Engine | None = None) -> pd.DataFrame:
-    """The tidy data behind figure ``name`` with ``params`` (see :func:`default_params`).
+    """Compute the tidy data behind figure ``name`` with ``params`` (see :func:`default_params`).
 
     ``engine`` runs the Monte Carlo parts (default: threads on all cores); results do not
     depend on it.
@@ -693,7 +693,7 @@ def publish(build: Path, out: Path, written: Sequence[Path]) -> list[Path]:
 
 
 def read_sidecar(path: str | os.PathLike) -> dict:
-    """A figure sidecar's contents; ``ValueError`` naming the file when it is not one."""
+    """Read a figure sidecar's contents; ``ValueError`` naming the file when it is not one."""
     path = Path(path)
     try:
         sidecar = json.loads(path.read_text())

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from variance_lab.sweep.grid import parse_grid
 
-__all__ = ["QUICK_ENV", "OUT_ENV", "Sizes", "QUICK", "FULL", "is_quick", "sizes", "output_dir"]
+__all__ = ["FULL", "OUT_ENV", "QUICK", "QUICK_ENV", "Sizes", "is_quick", "output_dir", "sizes"]
 
 QUICK_ENV = "VARIANCE_LAB_QUICK"
 OUT_ENV = "VARIANCE_LAB_NOTEBOOK_OUT"
@@ -117,7 +117,7 @@ FULL = Sizes(
 
 
 def is_quick(environ=None) -> bool:
-    """True when ``VARIANCE_LAB_QUICK`` asks for quick sizes (``1``, ``true``, ``yes``, ``on``).
+    """Return True when ``VARIANCE_LAB_QUICK`` asks for quick sizes (``1``, ``true``, ``yes``, ``on``).
 
     Raises
     ------
@@ -134,7 +134,7 @@ def is_quick(environ=None) -> bool:
 
 
 def sizes(quick: bool | None = None) -> Sizes:
-    """The notebook sizes: :data:`QUICK` or :data:`FULL`.
+    """Return the notebook sizes: :data:`QUICK` or :data:`FULL`.
 
     Parameters
     ----------
@@ -147,7 +147,7 @@ def sizes(quick: bool | None = None) -> Sizes:
 
 
 def output_dir(environ=None) -> Path | None:
-    """The folder named by ``VARIANCE_LAB_NOTEBOOK_OUT`` (created), or ``None`` when unset or empty."""
+    """Return the folder named by ``VARIANCE_LAB_NOTEBOOK_OUT`` (created), or ``None`` when unset or empty."""
     env = os.environ if environ is None else environ
     value = env.get(OUT_ENV, "")
     if not value:

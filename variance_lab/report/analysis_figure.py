@@ -31,7 +31,7 @@ from matplotlib.lines import Line2D
 from variance_lab.report import style
 from variance_lab.report import style as _style
 
-__all__ = ["analysis_figure", "ESS_RELIABLE", "MODEL_STYLE", "COINCIDE"]
+__all__ = ["COINCIDE", "ESS_RELIABLE", "MODEL_STYLE", "analysis_figure"]
 
 #: Predictions that differ by less than this (relative) everywhere in a panel are drawn as one line.
 COINCIDE = 0.1
@@ -39,7 +39,7 @@ COINCIDE = 0.1
 #: A Var(P_T) point is drawn hollow when ess_P < ESS_RELIABLE * n_seq.
 ESS_RELIABLE = 0.1
 
-#: Line style and legend label of each prediction (Okabe–Ito colours).
+#: Line style and legend label of each prediction (Okabe-Ito colours).
 MODEL_STYLE = {
     "iid": {
         "color": style.color(1),

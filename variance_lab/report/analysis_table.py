@@ -23,7 +23,7 @@ import pandas as pd
 from variance_lab.report.table import format_number
 from variance_lab.schema import json_safe
 
-__all__ = ["FORMATS", "render_analysis", "summary_lines", "split_lines", "model_lines", "VERDICT_NOTE"]
+__all__ = ["FORMATS", "VERDICT_NOTE", "model_lines", "render_analysis", "split_lines", "summary_lines"]
 
 FORMATS = ("markdown", "csv", "json")
 
@@ -48,7 +48,7 @@ def _se(value, se) -> str:
 
 
 def summary_lines(summary: dict) -> list[str]:
-    """The fit, autocorrelation, dropped sequences, clip fractions and verdict as text lines."""
+    """Return the fit, autocorrelation, dropped sequences, clip fractions and verdict as text lines."""
     f, a, c = summary["fit"], summary["autocorrelation"], summary["clip"]
     lines = [
         f"Sequences: {summary['n_sequences']:,} ({summary['n_tokens']:,} tokens, lengths "
@@ -90,7 +90,10 @@ def summary_lines(summary: dict) -> list[str]:
 
 
 def model_lines(summary: dict) -> list[str]:
-    """The fitted models mix and hier with standard errors, and the model chosen on variances and clips."""
+    """List the fitted models mix and hier with standard errors.
+
+    And the model chosen on variances and clips.
+    """
     models = summary.get("models")
     if not models:
         return []
@@ -121,7 +124,10 @@ def model_lines(summary: dict) -> list[str]:
 
 
 def split_lines(split: dict | None) -> list[str]:
-    """The three-policy split (mismatch, update, total) as text lines: pooled rows and the verdict line."""
+    """Return the three-policy split (mismatch, update, total) as text lines.
+
+    The pooled rows and the verdict line.
+    """
     if not split:
         return []
     lines = [
@@ -147,12 +153,12 @@ def split_lines(split: dict | None) -> list[str]:
 
 
 def _fixed(value) -> str:
-    """A log10 value with 3 decimals."""
+    """Format a log10 value with 3 decimals."""
     return f"{value:.3f}" if math.isfinite(value) else "n/a"
 
 
 def _sci(value) -> str:
-    """A variance in scientific notation, 4 significant digits."""
+    """Format a variance in scientific notation, 4 significant digits."""
     return f"{value:.3e}" if math.isfinite(value) else "n/a"
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 from variance_lab.report.table import FORMATS, format_number
 from variance_lab.report.table import render as render_table
 
-__all__ = ["FORMATS", "display_columns", "render", "find_T_line", "monte_carlo_notes"]
+__all__ = ["FORMATS", "display_columns", "find_T_line", "monte_carlo_notes", "render"]
 
 # Theory / data columns shown in markdown and LaTeX: column -> header (T is shown by report.table).
 _HEADERS = {
@@ -57,7 +57,7 @@ def _interval(frame, col, pct) -> tuple[str, list[str]]:
 
 
 def display_columns(frame: pd.DataFrame, *, ci: float = 0.95) -> dict[str, list[str]]:
-    """Formatted columns for markdown/LaTeX: header -> strings (every column but ``T``)."""
+    """Format the columns for markdown/LaTeX: header -> strings (every column but ``T``)."""
     pct = f"{100 * ci:g}%"
     out = {h: _fmt(frame, c) for c, h in _HEADERS.items() if c in frame}
     if "mean_w_lo" in frame and "mc_mean_w" not in frame:  # data rows
@@ -76,7 +76,7 @@ def display_columns(frame: pd.DataFrame, *, ci: float = 0.95) -> dict[str, list[
 
 
 def find_T_line(correction: str, level: str, T, threshold: float, family_text: str) -> str:
-    """The one-line answer: from which length a correction modifies ``threshold`` of the sequences."""
+    """Return the one-line answer: from which length a correction modifies ``threshold`` of the sequences."""
     what = "of sequences truncated or masked" if level == "sequence" else "of sequences with a modified token"
     share = f"{100 * threshold:g} %"
     if T is None:

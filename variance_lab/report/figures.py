@@ -1,4 +1,4 @@
-"""Publication figures, drawn from tidy frames only.
+r"""Publication figures, drawn from tidy frames only.
 
 Every function takes a tidy frame (:mod:`variance_lab.schema`; the histogram takes a
 frame of histogram bins) and either ``ax=`` (one panel) or ``fig=`` (several panels). When
@@ -10,7 +10,7 @@ see :mod:`variance_lab.paper.figures` for the data behind each figure.
 Styling. The functions draw with the caller's rcParams, so :func:`matplotlib.pyplot.rc_context`
 and style sheets apply; ``style="paper"`` applies the package's paper style sheet
 (:data:`variance_lab.report.style.STYLE_FILE`) and any other ``style`` is a matplotlib
-style name or file. Colours are the Okabe–Ito palette, and every series also differs in
+style name or file. Colours are the Okabe-Ito palette, and every series also differs in
 line style or marker, so the figures read in greyscale. Extra ``**kwargs`` go to the main
 artists (the exact lines, the heat map's mesh, the histogram steps).
 
@@ -20,9 +20,9 @@ T = 10^4 and more) cannot be drawn that way; they are left out of the line (thei
 ``log10_value`` stays in the data).
 
 Names. Var(G_T) has three approximations: the lognormal approximation
-:math:`(e^{\\sigma_y^2/T} - 1)\\,e^{2\\mu_y + \\sigma_y^2/T}` (exact for lognormal ratios),
-its small-:math:`x` form :math:`\\sigma_y^2 e^{2\\mu_y}/T`, and the naive
-:math:`\\sigma^2/T` printed in the source derivation's table. Monte Carlo points carry their
+:math:`(e^{\sigma_y^2/T} - 1)\,e^{2\mu_y + \sigma_y^2/T}` (exact for lognormal ratios),
+its small-:math:`x` form :math:`\sigma_y^2 e^{2\mu_y}/T`, and the naive
+:math:`\sigma^2/T` printed in the source derivation's table. Monte Carlo points carry their
 interval as error bars and are drawn hollow when flagged unreliable.
 """
 
@@ -40,19 +40,17 @@ from variance_lab._atomic import atomic_write
 from variance_lab.report import style as sty
 
 __all__ = [
-    "variance_vs_T",
-    "approx_ratio",
-    "variance_panels",
-    "ratio_vs_T",
-    "heatmap",
-    "decay_boundary",
     "approx_error",
-    "relative_error_frame",
-    "frontier_frame",
-    "mc_frontier",
+    "approx_ratio",
+    "decay_boundary",
     "ess_vs_T",
+    "frontier_frame",
+    "heatmap",
     "log_histograms",
     "new_figure",
+    "ratio_vs_T",
+    "variance_panels",
+    "variance_vs_T",
     "write_images",
 ]
 
@@ -85,7 +83,7 @@ REL_ERROR_FLOOR = 1e-12
 
 # ----------------------------------------------------------------------------- helpers
 def new_figure(figsize=None, default=(sty.COLUMN_WIDTH, 2.4)):
-    """A new figure through :mod:`matplotlib.pyplot` (constrained layout), ``figsize`` or ``default``.
+    """Make a new figure through :mod:`matplotlib.pyplot` (constrained layout), ``figsize`` or ``default``.
 
     Created with pyplot so that ``plt.gcf()``, ``plt.savefig`` and notebooks' inline display
     see it; close it with ``plt.close(fig)`` when done.
@@ -163,7 +161,7 @@ def _params_text(key: tuple[str, float, float]) -> str:
 
 
 def _common_text(keys, varying: set[str]) -> str:
-    """The parameters all series share, e.g. ``lognormal, mu=1`` when only sigma^2 varies."""
+    """Return the parameters all series share, e.g. ``lognormal, mu=1`` when only sigma^2 varies."""
     if not keys:
         return ""
     family, mu, sigma2 = keys[0]
@@ -505,7 +503,7 @@ def _mark_mu_1(ax, mus) -> None:
 
 
 def _boundary(ax, mus, s2s) -> None:
-    """The curve sigma^2 = 1 - mu^2 (below it, with mu < 1, Var(P_T) decays)."""
+    """Draw the curve sigma^2 = 1 - mu^2 (below it, with mu < 1, Var(P_T) decays)."""
     mu_line = np.linspace(max(mus.min(), 0.0), min(mus.max(), 1.0), 200)
     s2_line = 1 - mu_line**2
     keep = (s2_line >= s2s.min()) & (s2_line <= s2s.max())
@@ -544,7 +542,7 @@ def heatmap(
     style=None,
     **kwargs,
 ) -> Figure:
-    r"""An exact statistic over a mu x sigma^2 grid at one T: colour in decades, contours, mu = 1.
+    r"""Plot an exact statistic over a mu x sigma^2 grid at one T: colour in decades, contours, mu = 1.
 
     The colour is :math:`\log_{10}` of the statistic (so a colour bar can span 60 decades);
     the colour bar is labelled in powers of ten (:func:`~variance_lab.report.style.log10_axis`).
@@ -662,7 +660,7 @@ def decay_boundary(
             ax.contour(mus, s2s, z, levels=[0.0], colors="black", linewidths=1.0, linestyles="--", zorder=6)
         _mark_mu_1(ax, mus)
         _boundary(ax, mus, s2s)
-        handles, labels = ax.get_legend_handles_labels()
+        handles, _labels = ax.get_legend_handles_labels()
         handles.append(Line2D([], [], color="black", lw=1.0, ls="--", label="no change (contour)"))
         ax.legend(handles=handles, loc="lower left", framealpha=0.85, frameon=True, edgecolor="none")
         cbar = fig.colorbar(mesh, ax=ax)
@@ -796,7 +794,7 @@ def frontier_frame(frame: pd.DataFrame, n) -> pd.DataFrame:
 def mc_frontier(
     frame: pd.DataFrame, n=None, *, ax=None, target: float | None = 0.1, figsize=None, style=None, **kwargs
 ) -> Figure:
-    """The Monte Carlo reliability frontier: largest T where n draws give Var(P_T) to 10 %.
+    """Plot the Monte Carlo reliability frontier: largest T where n draws give Var(P_T) to 10 %.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""House style of the figures: an opt-in paper style sheet, Okabe–Ito colours, log-axis helpers.
+"""House style of the figures: an opt-in paper style sheet, Okabe-Ito colours, log-axis helpers.
 
 Nothing here changes global state. Plot functions of :mod:`variance_lab.report` draw with
 the caller's :data:`matplotlib.rcParams` (so :func:`matplotlib.pyplot.rc_context` and
@@ -20,23 +20,22 @@ import numpy as np
 from matplotlib import ticker
 
 __all__ = [
-    "OKABE_ITO",
     "COLUMN_WIDTH",
-    "SEQUENTIAL_CMAP",
     "DIVERGING_CMAP",
-    "STYLE_FILE",
-    "RC",
     "ERRORBAR",
-    "paper",
-    "use",
-    "resolve",
+    "MIN_FONT_PT",
+    "RC",
+    "SEQUENTIAL_CMAP",
+    "STYLE_FILE",
+    "clip_log10",
     "color",
     "line_style",
     "log10_axis",
-    "clip_log10",
+    "paper",
     "power10",
+    "resolve",
     "small_font",
-    "MIN_FONT_PT",
+    "use",
 ]
 
 #: Smallest text size of any figure, points (journals ask for 7-8 pt at print size).
@@ -79,7 +78,7 @@ _SERIES = (
 
 
 def resolve(style):
-    """What :func:`matplotlib.style.context` takes for ``style`` (``"paper"``: :data:`STYLE_FILE`)."""
+    """Return what :func:`matplotlib.style.context` takes for ``style`` (``"paper"``: :data:`STYLE_FILE`)."""
     if isinstance(style, str) and style == "paper":
         return str(STYLE_FILE)
     return style
@@ -111,14 +110,14 @@ def line_style(i: int) -> dict:
 
 
 def color(i: int) -> str:
-    """The ``i``-th Okabe–Ito colour (cycling)."""
+    """Return the ``i``-th Okabe-Ito colour (cycling)."""
     return OKABE_ITO[i % len(OKABE_ITO)]
 
 
 def _power_of_ten(value: float, _pos=None) -> str:
     if not math.isfinite(value) or abs(value - round(value)) > 1e-9:
         return ""
-    return f"$10^{{{int(round(value))}}}$"
+    return f"$10^{{{round(value)}}}$"
 
 
 def log10_axis(ax, which: str = "y") -> None:

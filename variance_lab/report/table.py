@@ -16,15 +16,14 @@ import pandas as pd
 from variance_lab.schema import json_safe, verdict_level
 
 __all__ = [
-    "SEED_PRINTED",
     "FORMATS",
     "MC_COLUMNS",
-    "format_number",
-    "render",
+    "SEED_PRINTED",
     "errata",
     "infinite_variance_note",
-    "with_monte_carlo",
     "monte_carlo_notes",
+    "render",
+    "with_monte_carlo",
 ]
 
 FORMATS = ("markdown", "latex", "csv", "json")
@@ -66,7 +65,7 @@ _LOG_TWIN = {
 
 
 def format_number(value: float, log10: float | None = None, digits: int = 4) -> str:
-    """A number in ``digits`` significant digits; beyond float range, from its log10.
+    """Format a number in ``digits`` significant digits; beyond float range, from its log10.
 
     >>> format_number(float("inf"), 41392.685158)
     '4.843e+41392'
@@ -172,7 +171,9 @@ def errata(frame: pd.DataFrame, mu: float, sigma2: float) -> str:
 
 
 def infinite_variance_note(frame: pd.DataFrame, critical_T: float | None = None) -> str:
-    r"""A note for the rows where :math:`\operatorname{Var}(P_T)` is infinite; ``""`` when there are none.
+    r"""Return a note for the rows where :math:`\operatorname{Var}(P_T)` is infinite.
+
+    ``""`` when there are none.
 
     Parameters
     ----------
@@ -298,7 +299,7 @@ def _verdict(levels) -> list[str]:
 
 
 def with_monte_carlo(frame: pd.DataFrame, mc: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFrame:
-    """The comparison frame with the Monte Carlo columns :data:`MC_COLUMNS` appended.
+    """Return the comparison frame with the Monte Carlo columns :data:`MC_COLUMNS` appended.
 
     Parameters
     ----------

@@ -136,17 +136,17 @@ from variance_lab.rollouts.weights import (
 )
 
 __all__ = [
-    "MODELS",
-    "MODEL_LABELS",
-    "VERDICTS",
-    "TOO_FEW",
-    "MIN_BUCKET_SEQUENCES",
     "ANALYSIS_COLUMNS",
     "CURVE_COLUMNS",
-    "verdict",
-    "overall_verdict",
+    "MIN_BUCKET_SEQUENCES",
+    "MODELS",
+    "MODEL_LABELS",
+    "TOO_FEW",
+    "VERDICTS",
     "AnalysisResult",
     "analyze",
+    "overall_verdict",
+    "verdict",
 ]
 
 
@@ -244,7 +244,7 @@ class _Models:
         return np.maximum(self.acf.var_sum(T) * (self.fit.sigma2_y / self.acf.gamma0), 0.0)
 
     def log_moments(self, model: str, T) -> dict[str, np.ndarray]:
-        """ln E and ln Var of P_T and of G_T at each length T under ``model``."""
+        """Return ln E and ln Var of P_T and of G_T at each length T under ``model``."""
         T = np.asarray(T, dtype=np.float64)
         if model == "emp":
             mP, vP = self.cgf.log_moments(T, 1.0)
@@ -273,7 +273,7 @@ def _normal_outside(mean, sd, log_range) -> np.ndarray:
 
 
 def _expected_sample_var(log_mean, log_var, counts) -> float:
-    r"""ln E[sample variance] (ddof=1) of independent draws, ``counts[j]`` with ln mean and ln variance [j].
+    r"""Return ln E[sample variance] (ddof=1) of independent draws, ``counts[j]`` with ln mean, ln var [j].
 
     :math:`\tfrac1n\sum_j c_j v_j + \tfrac{1}{n-1}\sum_j c_j (m_j - \bar m)^2`, in log space.
     """
@@ -317,7 +317,7 @@ def _score(pred: float, point: float, lo: float, hi: float) -> float:
 def verdict(
     score_iid: float, score_emp: float, score_corr: float, *, tol: float = 1.0, margin: float = 2.0
 ) -> str:
-    """The prediction one bucket's data support, from the three scores.
+    """Return the prediction one bucket's data support, from the three scores.
 
     The predictions are taken in the order of parsimony ``iid`` (i.i.d. lognormal), ``emp``
     (i.i.d. from the empirical distribution), ``corr`` (autocorrelation-corrected). The
@@ -352,7 +352,7 @@ def verdict(
 
 
 def overall_verdict(verdicts) -> str:
-    """The vote of the buckets: i.i.d. (either kind), corrected or none; ties to i.i.d., then corrected.
+    """Return the buckets' vote: i.i.d. (either kind), corrected or none; ties to i.i.d., then corrected.
 
     Parameters
     ----------
@@ -521,7 +521,7 @@ class AnalysisResult:
 
 
 def _split_summary(split: SplitResult | None) -> dict | None:
-    """The three-policy split as JSON-ready values (None without ``rollout_logp``)."""
+    """Return the three-policy split as JSON-ready values (None without ``rollout_logp``)."""
     if split is None:
         return None
     return {
@@ -533,7 +533,7 @@ def _split_summary(split: SplitResult | None) -> dict | None:
 
 
 def _try_autocorrelation(batch: TokenBatch, c: float) -> tuple[Autocorrelation | None, str]:
-    """The autocorrelation, or ``None`` and the reason it is undefined."""
+    """Return the autocorrelation, or ``None`` and the reason it is undefined."""
     try:
         return autocorrelation(batch, c=c), ""
     except ValueError as exc:  # too few neighbouring pairs, none at all, or constant log-ratios

@@ -23,7 +23,7 @@ import numpy as np
 
 from variance_lab.stats import exp_quiet
 
-__all__ = ["ON_BAD", "DroppedSequence", "check_on_bad", "segment_offsets", "TokenBatch", "build_batch"]
+__all__ = ["ON_BAD", "DroppedSequence", "TokenBatch", "build_batch", "check_on_bad", "segment_offsets"]
 
 
 #: Allowed values of the ``on_bad`` option.
@@ -42,12 +42,14 @@ class DroppedSequence(NamedTuple):
 # validation of raw input: vectorised per-token flags, reported per sequence
 # --------------------------------------------------------------------------------------
 def check_on_bad(on_bad: str) -> str:
+    """Return ``on_bad`` if it is one of ON_BAD, else raise ValueError naming it."""
     if on_bad not in ON_BAD:
         raise ValueError(f"on_bad must be one of {ON_BAD}, got {on_bad!r}")
     return on_bad
 
 
 def segment_offsets(lengths: np.ndarray) -> np.ndarray:
+    """Return the offsets [0, cumsum(lengths)] of consecutive segments of these lengths."""
     out = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=out[1:])
     return out
@@ -66,7 +68,7 @@ def _first_per_segment(flags: np.ndarray, seg: np.ndarray, starts: np.ndarray):
 
 
 def _keep_segments(x: np.ndarray | None, lengths: np.ndarray, keep: np.ndarray):
-    """The elements of flat ``x`` that belong to the kept segments."""
+    """Return the elements of flat ``x`` that belong to the kept segments."""
     if x is None:
         return None
     return x[np.repeat(keep, lengths)]
@@ -83,7 +85,7 @@ def _describe_value(name: str, pos: int, value: float, policy: str) -> str:
 
 
 def _bad_tokens(x: np.ndarray, counted: np.ndarray) -> np.ndarray:
-    """Counted tokens whose log-prob is NaN, +-inf or > 0 (NaN compares False, hence ~(<= 0))."""
+    """Flag counted tokens whose log-prob is NaN, +-inf or > 0 (NaN compares False, hence ~(<= 0))."""
     with np.errstate(invalid="ignore"):
         ok = (x <= 0.0) & (x > -np.inf)
     return counted & ~ok
@@ -145,7 +147,7 @@ def _report(problems: dict[int, str], ids: np.ndarray, on_bad: str) -> tuple[Dro
 
 
 def _py(x):
-    """A NumPy scalar as the plain Python value (for messages and records)."""
+    """Return a NumPy scalar as the plain Python value (for messages and records)."""
     return x.item() if isinstance(x, np.generic) else x
 
 
@@ -166,7 +168,7 @@ def _as_float(name: str, x) -> np.ndarray:
 
 
 def _as_mask(x) -> np.ndarray:
-    """A mask as float64, so that values other than 0/1 can be reported rather than coerced."""
+    """Return a mask as float64, so that values other than 0/1 can be reported rather than coerced."""
     arr = np.asarray(x)
     if arr.dtype == bool:
         return arr.astype(np.float64)
@@ -395,6 +397,7 @@ class TokenBatch:
 
     # -- views ----------------------------------------------------------------------------
     def __len__(self) -> int:
+        """Return the number of sequences."""
         return self.offsets.size - 1
 
     @property
@@ -446,7 +449,7 @@ class TokenBatch:
         return self.mismatch_log_ratio + self.log_ratio
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        """The batch's arrays (``rollout_logp`` only where present)."""
+        """Return the batch's arrays (``rollout_logp`` only where present)."""
         out = (self.logp, self.old_logp, self.offsets, self.positions, self.ids)
         return out if self.rollout_logp is None else (*out, self.rollout_logp)
 
@@ -461,7 +464,7 @@ class TokenBatch:
         return self.logp[a:b], self.old_logp[a:b]
 
     def select(self, index) -> TokenBatch:
-        """A new batch with the sequences ``index`` (integer indices or a boolean mask), in order."""
+        """Return a new batch with the sequences ``index`` (integer indices or a boolean mask), in order."""
         index = np.arange(len(self))[np.asarray(index)]
         if index.size == 0:
             raise ValueError("select needs at least one sequence")
@@ -562,8 +565,11 @@ def build_batch(
     rollout_logp=None,
     rollout_lengths=None,
 ) -> TokenBatch:
-    """:meth:`TokenBatch.from_flat`, plus ``known``: problems found upstream (a loader's missing or
-    null fields), by sequence index; such sequences are passed with length 0 and take precedence."""
+    """:meth:`TokenBatch.from_flat`, plus ``known``: problems found upstream, by sequence index.
+
+    ``known`` holds a loader's missing or null fields; such sequences are passed with length 0
+    and take precedence.
+    """
     on_bad = check_on_bad(on_bad)
     arrays = _checked_sizes(logp, old_logp, mask, lengths, old_lengths, mask_lengths)
     roll, roll_lens = _checked_rollout(rollout_logp, rollout_lengths, arrays[3])

@@ -33,7 +33,7 @@ def _log_expm1(x):
 
 
 def logsumexp(a, log_w=None) -> float:
-    """log sum_j exp(a_j + log_w_j), ``-inf`` entries allowed (all ``-inf`` gives ``-inf``)."""
+    """Return log sum_j exp(a_j + log_w_j), ``-inf`` entries allowed (all ``-inf`` gives ``-inf``)."""
     a = np.asarray(a, dtype=np.float64) + (0.0 if log_w is None else log_w)
     top = float(np.max(a))
     if not math.isfinite(top):

@@ -66,7 +66,7 @@ import numpy as np
 
 from variance_lab.rollouts.batch import TokenBatch, build_batch, check_on_bad, segment_offsets
 
-__all__ = ["FORMATS", "FIELDS", "PRESETS", "detect_format", "load_batch", "save_batch", "write_records"]
+__all__ = ["FIELDS", "FORMATS", "PRESETS", "detect_format", "load_batch", "save_batch", "write_records"]
 
 FORMATS = ("jsonl", "parquet", "npz")
 #: Canonical field names; ``fields=`` maps them to a file's own names.
@@ -92,7 +92,7 @@ _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq"
 
 
 def detect_format(path, format: str | None = None) -> str:
-    """The file format: ``format`` if given, else from the file name's extension.
+    """Return the file format: ``format`` if given, else from the file name's extension.
 
     Parameters
     ----------
@@ -171,7 +171,7 @@ def _record_array(
 
 
 def _record_fields(rec, names: dict[str, str], unwrap: bool = False) -> tuple[dict, str | None]:
-    """The arrays of one record (mask, rollout_logp may be None), or the record's first problem."""
+    """Return the arrays of one record (mask, rollout_logp may be None), or the record's first problem."""
     if not isinstance(rec, Mapping):
         return {}, "record is not a JSON object"
     arrays = {}
@@ -185,7 +185,7 @@ def _record_fields(rec, names: dict[str, str], unwrap: bool = False) -> tuple[di
 def _batch_from_records(
     records: Iterable, names: dict[str, str], on_bad: str, unwrap: bool = False
 ) -> TokenBatch:
-    """A batch from parsed records; a record with a bad field enters with length 0 and its problem.
+    """Build a batch from parsed records; a record with a bad field enters with length 0 and its problem.
 
     ``rollout_logp`` is optional for the file, but once one record has it, every record must.
     """
@@ -279,7 +279,7 @@ def _parquet_list_column(table, name: str):
 
 
 def _null_mask_counts_all(values, lengths, is_null, logp_lengths):
-    """A null mask (row) means every token counts, as an absent one: fill it with ones."""
+    """Fill null masks (rows) with ones: a null mask means every token counts, as an absent one."""
     if not is_null.any():
         return values, lengths, is_null
     lengths = np.where(is_null, logp_lengths, lengths)
@@ -486,7 +486,7 @@ def _write_npz_flat(path: Path, flat, lens, ids, layout: str) -> None:
         if f == "rollout_logp" and f not in flat:
             continue
         arr = np.zeros(inside.shape)
-        arr[inside] = flat[f] if f in flat else 1.0  # the mask marks the padding
+        arr[inside] = flat.get(f, 1.0)  # the mask marks the padding
         out[f] = arr.astype(np.int8) if f == "mask" and np.all((arr == 0) | (arr == 1)) else arr
     np.savez_compressed(path, **out)
 
@@ -530,7 +530,7 @@ def save_batch(batch: TokenBatch, path, *, format: str | None = None, npz_layout
 
 
 def _plain(value):
-    """A record's field as JSON/Arrow can take it: arrays to lists, everything else as is."""
+    """Return a record's field as JSON/Arrow can take it: arrays to lists, everything else as is."""
     return value.tolist() if isinstance(value, np.ndarray | np.generic) else value
 
 

@@ -101,6 +101,7 @@ class MixtureFit:
 
     @property
     def n_components(self) -> int:
+        """Return the number of fitted components."""
         return int(self.weights.size)
 
     @property
@@ -112,13 +113,13 @@ class MixtureFit:
         )
 
     def family(self) -> LognormalMixture:
-        """The fitted ``lognormal-mixture`` family."""
+        """Return the fitted ``lognormal-mixture`` family."""
         return LognormalMixture(
             None, None, components=tuple(zip(self.weights, self.means, self.variances, strict=True))
         )
 
     def predict(self, T, gspo_log_range, ppo_log_range) -> dict[str, np.ndarray]:
-        """ln E / ln Var of P_T and G_T (exact theory of the family) and clip probabilities at ``T``."""
+        """Ln E / ln Var of P_T and G_T (exact theory of the family) and clip probabilities at ``T``."""
         T = np.atleast_1d(np.asarray(T, dtype=np.int64))
         fam = self.family()
         out = {}
@@ -130,9 +131,12 @@ class MixtureFit:
         return out
 
     def _gspo_clip(self, T: int, log_range) -> float:
-        r""":math:`P(\bar y \notin (\log a, \log b))` for the mean of :math:`T` tokens: exact over the
-        component counts :math:`n \sim \mathrm{Multinomial}(T, w)`, given which
-        :math:`\bar y \sim N(\sum n_j m_j / T, \sum n_j v_j / T^2)`."""
+        r"""Return the clip probability of the mean of :math:`T` tokens.
+
+        :math:`P(\bar y \notin (\log a, \log b))`, exact over the component counts
+        :math:`n \sim \mathrm{Multinomial}(T, w)`, given which
+        :math:`\bar y \sim N(\sum n_j m_j / T, \sum n_j v_j / T^2)`.
+        """
         w, m, v = self.weights, self.means, self.variances
         counts = _compositions(T, w.size)
         logp = special.gammaln(T + 1) + np.sum(counts * np.log(w) - special.gammaln(counts + 1), axis=1)
@@ -154,8 +158,11 @@ def _compositions(T: int, K: int) -> np.ndarray:
 
 
 def _em(y: np.ndarray, w, m, v, floor: float, max_iter: int = 300, tol: float = 1e-3):
-    """EM for a 1-D Gaussian mixture from (w, m, v), until the log-likelihood gains less than ``tol``
-    (or ``max_iter`` steps); returns (w, m, v, loglik)."""
+    """Run EM for a 1-D Gaussian mixture from (w, m, v).
+
+    Until the log-likelihood gains less than ``tol`` (or ``max_iter`` steps); returns
+    (w, m, v, loglik).
+    """
     ll_old = -math.inf
     y2 = y[:, None]
     for _ in range(max_iter):
@@ -188,7 +195,7 @@ def _mixture_start(y: np.ndarray, K: int, floor: float, variant: int):
 
 
 def _mixture_se(y, w, m, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Standard errors of (w, m, v) from the outer product of per-token scores.
+    """Compute the standard errors of (w, m, v) from the outer product of per-token scores.
 
     The scores are taken in the well-scaled parameters (w_1..w_{K-1}, m_j / sd_j, log v_j), with
     w_K = 1 - sum of the rest, and mapped back: se(m_j) = sd_j se(m_j / sd_j), se(v_j) = v_j se(log v_j).
@@ -300,7 +307,7 @@ class RandomScaleFit:
         return self.theta0 * (np.asarray(T, dtype=np.float64) / self.T0) ** self.beta
 
     def family(self, T: int) -> RandomScale:
-        """The ``random-scale`` family of sequences of length ``T`` (needs theta(T) < 1)."""
+        """Return the ``random-scale`` family of sequences of length ``T`` (needs theta(T) < 1)."""
         th = float(self.theta(T))
         if not th < 1:
             raise ValueError(f"theta(T={T}) = {th!r} >= 1: E[r^2] is infinite, no random-scale family")
@@ -308,7 +315,7 @@ class RandomScaleFit:
         return RandomScale(mu, mu * mu * math.expm1(-self.alpha * math.log1p(-th)), alpha=self.alpha)
 
     def predict(self, T, gspo_log_range, ppo_log_range, n_grid: int = 2000) -> dict[str, np.ndarray]:
-        r"""ln E / ln Var of :math:`P_T` and :math:`G_T`, and clip probabilities, at lengths ``T``.
+        r"""Ln E / ln Var of :math:`P_T` and :math:`G_T`, and clip probabilities, at lengths ``T``.
 
         :math:`\log E[P_T^s] = sTc - \alpha\log(1 - \theta(T) T s(s-1)/2)` (``inf`` where the
         bracket is not positive); the clip probabilities integrate the Gaussian ones given

@@ -1,5 +1,6 @@
-r"""Per-bucket predictions of the fitted models (``mix``, ``hier``), clip-fraction intervals, and the
-choice of model on variances and clip fractions together.
+r"""Per-bucket predictions of the fitted models (``mix``, ``hier``).
+
+Clip-fraction intervals, and the choice of model on variances and clip fractions together.
 
 Used by :func:`variance_lab.rollouts.analysis.analyze`; see :mod:`variance_lab.rollouts.models` for
 the two models. For every length bucket this adds
@@ -37,10 +38,10 @@ __all__ = [
     "ALL_MODELS",
     "FITTED_MODELS",
     "PREDICTION_COLUMNS",
-    "wilson_interval",
+    "choose_model",
     "fitted_models",
     "prediction_columns",
-    "choose_model",
+    "wilson_interval",
 ]
 
 #: Every model, in the order of parsimony.
@@ -96,13 +97,16 @@ def _bootstrap_ratio(num: np.ndarray, den: np.ndarray, n_boot: int, level: float
 
 
 def _child_rng(seed, j: int) -> np.random.Generator:
-    """A Generator for bucket ``j``, independent of the streams analyze's bootstrap spawns from ``seed``."""
+    """Return a Generator for bucket ``j``.
+
+    It is independent of the streams analyze's bootstrap spawns from ``seed``.
+    """
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     return np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, 10_000 + j)))
 
 
 def _expected_sample_var(log_mean, log_var, counts) -> float:
-    r"""ln of :math:`\tfrac1n\sum_j c_j v_j + \tfrac{1}{n-1}\sum_j c_j (m_j - \bar m)^2` (log space)."""
+    r"""Ln of :math:`\tfrac1n\sum_j c_j v_j + \tfrac{1}{n-1}\sum_j c_j (m_j - \bar m)^2` (log space)."""
     counts = np.asarray(counts, dtype=np.float64)
     n = counts.sum()
     if n < 2 or np.any(np.isnan(log_var)) or np.any(np.isnan(log_mean)):
@@ -155,7 +159,7 @@ def prediction_columns(
     level: float,
     seed,
 ) -> pd.DataFrame:
-    """The :data:`PREDICTION_COLUMNS` of each row of the analysis ``table`` (module docstring)."""
+    """Compute the :data:`PREDICTION_COLUMNS` of each row of the analysis ``table`` (module docstring)."""
     mix, hier = fits
     lengths = batch.lengths
     g_seq, p_seq = _per_sequence_clips(batch, g_range, p_range)
@@ -210,7 +214,9 @@ def _fits(row: dict, model: str) -> bool:
 
 
 def choose_model(table: pd.DataFrame) -> tuple[str, dict]:
-    """The model that fits the most buckets (ties: the simplest); and each model's count of buckets fitted.
+    """Return the model that fits the most buckets (ties: the simplest).
+
+    And each model's count of buckets fitted.
 
     Parameters
     ----------

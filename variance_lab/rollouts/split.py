@@ -43,7 +43,7 @@ from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE, log_clip_range, segment_sums
 from variance_lab.stats import exp_quiet
 
-__all__ = ["PARTS", "SPLIT_COLUMNS", "DEFAULT_CHECKS", "SplitResult", "split_ratios"]
+__all__ = ["DEFAULT_CHECKS", "PARTS", "SPLIT_COLUMNS", "SplitResult", "split_ratios"]
 
 #: The three parts, in the order of the frame.
 PARTS = ("mismatch", "update", "total")

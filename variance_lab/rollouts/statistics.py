@@ -34,14 +34,14 @@ from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE, segment_sums, s
 from variance_lab.stats import exp_quiet
 
 __all__ = [
+    "BUCKET_COLUMNS",
+    "Autocorrelation",
+    "LogRatioFit",
+    "autocorrelation",
+    "bucket_variances",
+    "fit_log_ratios",
     "length_buckets",
     "log_sample_var",
-    "bucket_variances",
-    "LogRatioFit",
-    "fit_log_ratios",
-    "Autocorrelation",
-    "autocorrelation",
-    "BUCKET_COLUMNS",
 ]
 
 _LN10 = math.log(10.0)
@@ -468,7 +468,7 @@ def _autocorrelation(x: np.ndarray, batch: TokenBatch, c: float, max_lag: int | 
         if last < 1:
             raise ValueError("autocorrelation needs two counted tokens one position apart")
         window, tau, found = _sokal_window(acf, c)
-        if found or K >= top or last < K:
+        if found or top <= K or last < K:
             break
         K = min(top, 4 * K)
     rho = float(acf[1])

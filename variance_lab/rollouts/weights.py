@@ -45,14 +45,14 @@ from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.stats import exp_quiet
 
 __all__ = [
+    "GMPO_RANGE",
     "GSPO_RANGE",
     "PPO_RANGE",
-    "GMPO_RANGE",
-    "segment_sums",
-    "log_clip_range",
     "SequenceWeights",
-    "sequence_weights",
     "gspo_token_weights",
+    "log_clip_range",
+    "segment_sums",
+    "sequence_weights",
 ]
 
 
@@ -72,7 +72,7 @@ GMPO_RANGE = (math.exp(-0.4), math.exp(0.4))
 # summation
 # --------------------------------------------------------------------------------------
 def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    r"""Sums of ``x`` over the segments ``[offsets[i], offsets[i+1])``, accurate to about 1 ulp.
+    r"""Return the sums of ``x`` over the segments ``[offsets[i], offsets[i+1])``, accurate to about 1 ulp.
 
     Each value is split exactly as :math:`x = h + l`, with :math:`h` a multiple of
     :math:`2^g` and :math:`|l| \le 2^{g-1}`, where :math:`2^g` is chosen from
@@ -185,7 +185,7 @@ class SequenceWeights:
 
     @property
     def log10_P(self) -> np.ndarray:
-        """:math:`\\log_{10} P`."""
+        r""":math:`\log_{10} P`."""
         return self.log_P / math.log(10.0)
 
     @property
@@ -200,8 +200,11 @@ class SequenceWeights:
 
     @property
     def ppl_ratio(self) -> np.ndarray:
-        r""":math:`\mathrm{PPL}_{old}/\mathrm{PPL}_{new}`, as :math:`e^{\Delta H}` with
-        :math:`\Delta H` from the interleaved sum: finite even where both perplexities overflow."""
+        r""":math:`\mathrm{PPL}_{old}/\mathrm{PPL}_{new}`, as :math:`e^{\Delta H}`.
+
+        :math:`\Delta H` comes from the interleaved sum: finite even where both perplexities
+        overflow.
+        """
         return exp_quiet(self.log_G)
 
     @property

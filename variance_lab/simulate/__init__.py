@@ -42,18 +42,18 @@ from variance_lab.simulate.aggregate import SAMPLER_CHOICES, resolve_sampler
 from variance_lab.simulate.dask_executor import EXECUTORS, DaskMissingError
 from variance_lab.simulate.draws import draw_log_r
 from variance_lab.simulate.engine import Engine, using_engine
-from variance_lab.simulate.executor import default_workers
 from variance_lab.simulate.kernels import accumulate_log_p, draw_log_p, run_chunk
 from variance_lab.simulate.plan import ChunkPlan, ChunkTask, check_seed, make_plan, make_tasks, path_draws
 
 __all__ = [
-    "simulate",
-    "run_accumulators",
-    "prepare",
+    "EXECUTORS",
+    "SAMPLER_CHOICES",
     "Accumulator",
     "AccumulatorSpec",
     "ChunkPlan",
     "ChunkTask",
+    "DaskMissingError",
+    "Engine",
     "accumulate_log_p",
     "draw_log_p",
     "draw_log_r",
@@ -61,13 +61,9 @@ __all__ = [
     "make_tasks",
     "merge",
     "merge_all",
-    "run_chunk",
-    "default_workers",
-    "SAMPLER_CHOICES",
+    "prepare",
     "resolve_sampler",
-    "EXECUTORS",
-    "DaskMissingError",
-    "Engine",
+    "run_chunk",
     "using_engine",
 ]
 

@@ -52,7 +52,7 @@ from numba.extending import intrinsic
 
 from variance_lab.simulate._jit import kernel
 
-__all__ = ["exp_minus", "exp_minus_clamped", "W_MIN", "W_MAX"]
+__all__ = ["W_MAX", "W_MIN", "exp_minus", "exp_minus_clamped"]
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # fdlibm's ln2_hi: 11 trailing zero bits
@@ -70,7 +70,7 @@ _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13 = (
 
 @intrinsic
 def _bits(typingctx, x):  # pragma: no cover - compiled
-    """The IEEE-754 bits of a float64, as an int64 (a free bit cast)."""
+    """Return the IEEE-754 bits of a float64, as an int64 (a free bit cast)."""
     sig = types.int64(types.float64)
 
     def codegen(context, builder, signature, args):
@@ -81,7 +81,7 @@ def _bits(typingctx, x):  # pragma: no cover - compiled
 
 @intrinsic
 def _from_bits(typingctx, x):  # pragma: no cover - compiled
-    """The float64 whose IEEE-754 bits are the int64 ``x`` (a free bit cast)."""
+    """Return the float64 whose IEEE-754 bits are the int64 ``x`` (a free bit cast)."""
     sig = types.float64(types.int64)
 
     def codegen(context, builder, signature, args):
@@ -92,7 +92,7 @@ def _from_bits(typingctx, x):  # pragma: no cover - compiled
 
 @kernel
 def exp_minus(w, minus):  # pragma: no cover - compiled
-    """:math:`e^w - \\text{minus}` (minus is 0 or 1) for ``w`` in ``[-708, W_MAX]`` (not checked)."""
+    r""":math:`e^w - \text{minus}` (minus is 0 or 1) for ``w`` in ``[-708, W_MAX]`` (not checked)."""
     kd = w * _LOG2E + _SHIFTER
     k = kd - _SHIFTER
     r = (w - k * _LN2_HI) - k * _LN2_LO

@@ -56,7 +56,7 @@ from variance_lab._validate import check_T
 from variance_lab.families import Family
 from variance_lab.simulate._jit import kernel
 
-__all__ = ["AccumulatorSpec", "Accumulator", "merge", "merge_into", "merge_all", "P", "G", "LOG_P"]
+__all__ = ["LOG_P", "Accumulator", "AccumulatorSpec", "G", "P", "merge", "merge_all", "merge_into"]
 
 #: Index of each accumulated quantity in ``sums`` (and in ``shift``, ``log_ref``).
 P, G, LOG_P = 0, 1, 2
@@ -88,7 +88,7 @@ class AccumulatorSpec:
 
     @classmethod
     def from_family(cls, family: Family, T, tail: int) -> AccumulatorSpec:
-        r"""References from the family's cumulant generating function of :math:`\log P_T`.
+        r"""Compute the references from the family's cumulant generating function of :math:`\log P_T`.
 
         :math:`\rho_P = \log E[P_T]` and :math:`\rho_G = \log E[G_T]`
         (``family.cgf_sum_mp`` at :math:`s = 1` and :math:`1/T`), each used only where the
@@ -109,7 +109,7 @@ class AccumulatorSpec:
         return cls(T=grid, log_ref=log_ref, ref_logP=grid.astype(float) * family.mean_log, tail=int(tail))
 
     def empty(self) -> Accumulator:
-        """An accumulator of zero paths."""
+        """Return an accumulator of zero paths."""
         nT = self.T.size
         return Accumulator(
             spec=self,
@@ -120,7 +120,7 @@ class AccumulatorSpec:
         )
 
     def compatible(self, other: AccumulatorSpec) -> bool:
-        """True when accumulators of the two specs can be merged."""
+        """Return True when accumulators of the two specs can be merged."""
         return self is other or (
             self.tail == other.tail
             and np.array_equal(self.T, other.T)
@@ -131,7 +131,7 @@ class AccumulatorSpec:
 
 @dataclass(eq=False)
 class Accumulator:
-    """Moments and tail of ``count`` paths at every T of ``spec.T`` (see the module docstring).
+    r"""Moments and tail of ``count`` paths at every T of ``spec.T`` (see the module docstring).
 
     Attributes
     ----------
@@ -142,9 +142,9 @@ class Accumulator:
         :math:`h` of :math:`P_T` and :math:`G_T`.
     sums : ndarray, shape (3, nT, 4)
         Power sums :math:`S_1..S_4` of the deviations of :math:`P_T`, :math:`G_T`,
-        :math:`\\log P_T`.
+        :math:`\log P_T`.
     tail : ndarray, shape (nT, m)
-        The largest ``m = min(spec.tail, count)`` values of :math:`\\log P_T`, descending
+        The largest ``m = min(spec.tail, count)`` values of :math:`\log P_T`, descending
         (when :meth:`tail_complete`; a chunk's own tail may be shorter, see ``tail_floor``).
     tail_floor : ndarray, shape (nT,), or None
         Per T, the largest value a chunk may have dropped from its tail (its smallest kept
@@ -160,6 +160,7 @@ class Accumulator:
 
     @property
     def T(self) -> np.ndarray:
+        """Sequence lengths T of the grid, in the spec's order."""
         return self.spec.T
 
     def centre(self) -> np.ndarray:
@@ -169,11 +170,11 @@ class Accumulator:
         return np.where(np.isneginf(self.spec.log_ref), 0.0, c)
 
     def merge(self, other: Accumulator) -> Accumulator:
-        """This accumulator merged with ``other`` (a new object; see :func:`merge`)."""
+        """Return this accumulator merged with ``other`` (a new object; see :func:`merge`)."""
         return merge(self, other)
 
     def tail_complete(self) -> np.ndarray:
-        r"""Per T: is ``tail`` exactly the largest ``min(spec.tail, count)`` values of all paths?
+        r"""Return, per T, whether ``tail`` is exactly the largest ``min(spec.tail, count)`` values.
 
         True when nothing was dropped, or when the tail is full and its smallest value is
         at or above ``tail_floor`` (every dropped value is then at or below the kept
@@ -191,8 +192,11 @@ class Accumulator:
 
 
 def _var_log_p(family: Family, T: int) -> float:
-    r""":math:`\operatorname{Var}(\log P_T)`: :math:`T\sigma_y^2` for i.i.d. ratios, the family's
-    ``var_sum_mp(T)`` where it has one (correlated ratios, AR(1))."""
+    r""":math:`\operatorname{Var}(\log P_T)` under ``family``.
+
+    :math:`T\sigma_y^2` for i.i.d. ratios, the family's ``var_sum_mp(T)`` where it has one
+    (correlated ratios, AR(1)).
+    """
     var_sum = getattr(family, "var_sum_mp", None)
     return float(var_sum(T)) if var_sum is not None else T * family.var_log
 

@@ -71,11 +71,11 @@ from variance_lab.simulate.draws import AGGREGATE_CODES, aggregate_paths
 
 __all__ = [
     "EXACT_CODES",
+    "SAMPLER_CHOICES",
+    "aggregate_table",
     "has_exact_aggregate",
     "resolve_sampler",
-    "aggregate_table",
     "run_aggregate",
-    "SAMPLER_CHOICES",
 ]
 
 #: Family codes whose sum of log-ratios the aggregate sampler draws exactly.
@@ -86,12 +86,12 @@ SAMPLER_CHOICES = ("token", "aggregate", "auto")
 
 
 def has_exact_aggregate(code: int) -> bool:
-    """True when the family of sampler ``code`` has an exact aggregate sampler."""
+    """Return True when the family of sampler ``code`` has an exact aggregate sampler."""
     return int(code) in EXACT_CODES
 
 
 def resolve_sampler(sampler, code: int, family_name: str = "") -> str:
-    """The sampler a run uses: ``"token"`` or ``"aggregate"``.
+    """Return the sampler a run uses: ``"token"`` or ``"aggregate"``.
 
     ``"auto"`` is aggregate where it is exact (every family but gamma), token elsewhere;
     ``"aggregate"`` for a family without an exact aggregate raises ``ValueError``.

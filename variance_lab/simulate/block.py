@@ -52,8 +52,8 @@ from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 __all__ = [
     "BLOCK_VALUES",
     "MAX_BLOCK",
-    "block_size",
     "BlockState",
+    "block_size",
     "new_state",
     "reduce_block",
     "to_accumulator",
@@ -337,7 +337,7 @@ def finish_tails(tbuf, tlen, keep, out):  # pragma: no cover - compiled
 
 
 class BlockState(NamedTuple):
-    """The arrays a kernel fills for one chunk, passed to the kernels as one argument.
+    r"""The arrays a kernel fills for one chunk, passed to the kernels as one argument.
 
     A NamedTuple of arrays (and one int): numba passes it to a compiled function as one
     typed value, and its fields are read like attributes. The grid and the references
@@ -349,15 +349,15 @@ class BlockState(NamedTuple):
     grid : ndarray of int64, shape (nT,)
         Sorted T grid.
     log_ref : ndarray, shape (2, nT)
-        References :math:`\\rho` of :math:`P_T`, :math:`G_T` (``-inf``: none).
+        References :math:`\rho` of :math:`P_T`, :math:`G_T` (``-inf``: none).
     ref_logp : ndarray, shape (nT,)
-        Centre of :math:`\\log P_T`.
+        Centre of :math:`\log P_T`.
     P : ndarray, shape (B, nT)
-        Fill buffer: row ``i`` holds path ``i``'s :math:`\\log P_T` at every T of the grid.
+        Fill buffer: row ``i`` holds path ``i``'s :math:`\log P_T` at every T of the grid.
     X : ndarray, shape (nT, B)
         Scratch: ``P`` transposed.
     shift, cref : ndarray, shape (2, nT)
-        Shift :math:`h` and :math:`e^{\\rho - h}` of :math:`P_T`, :math:`G_T`.
+        Shift :math:`h` and :math:`e^{\rho - h}` of :math:`P_T`, :math:`G_T`.
     sums : ndarray, shape (3, nT, 4)
         Power sums.
     tbuf : ndarray, shape (nT, cap)
@@ -408,7 +408,7 @@ def new_state(spec: AccumulatorSpec, keep: int) -> BlockState:
 
 
 def to_accumulator(spec: AccumulatorSpec, n_paths: int, st: BlockState, *, complete: bool) -> Accumulator:
-    """The chunk's accumulator from its filled state.
+    """Return the chunk's accumulator from its filled state.
 
     ``complete=False`` marks a tail cut to fewer than ``min(spec.tail, n_paths)`` values:
     its floor (the smallest value kept per T) goes into ``tail_floor``.

@@ -147,7 +147,7 @@ def check_scheduler(scheduler) -> str:
 # --------------------------------------------------------------------------- clusters
 @contextlib.contextmanager
 def local_cluster(workers: int, **options):
-    """A ``LocalCluster`` of ``workers`` one-thread processes and its client; closed on exit.
+    """Start a ``LocalCluster`` of ``workers`` one-thread processes and its client; closed on exit.
 
     Parameters
     ----------
@@ -176,7 +176,7 @@ def local_cluster(workers: int, **options):
 
 @contextlib.contextmanager
 def connect(scheduler: str):
-    """A client of the scheduler at an address or in a scheduler file; closed on exit.
+    """Open a client of the scheduler at an address or in a scheduler file; closed on exit.
 
     Parameters
     ----------
@@ -320,7 +320,7 @@ class _DaskRun:
 
 # --------------------------------------------------------------------------- numba on workers
 def kernel_cache_stats() -> dict[str, dict[str, int]]:
-    """numba cache hits and misses of the engine's kernels in this process.
+    """Return numba's cache hits and misses of the engine's kernels in this process.
 
     Run it on every worker with ``client.run(kernel_cache_stats)``: a worker that loaded
     its kernels from the on-disk cache shows hits and no misses. Every module of

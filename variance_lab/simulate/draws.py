@@ -49,15 +49,15 @@ from variance_lab.families import CODE_AR1, CODE_DEGENERATE, CODE_GAMMA, CODE_LO
 from variance_lab.simulate._jit import kernel
 
 __all__ = [
-    "KNOWN_CODES",
     "AGGREGATE_CODES",
+    "KNOWN_CODES",
+    "aggregate_paths",
     "check_code",
+    "draw_log_r",
     "draw_raw",
+    "draw_raw4",
     "log_p",
     "token4",
-    "draw_raw4",
-    "aggregate_paths",
-    "draw_log_r",
 ]
 
 #: Sampler codes the kernels draw from (:meth:`variance_lab.families.Family.sampler_params`).

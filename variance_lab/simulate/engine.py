@@ -110,7 +110,7 @@ class _Connection:
 
 
 class Engine:
-    """How Monte Carlo chunks run: executor, workers and sampler, validated at once.
+    r"""How Monte Carlo chunks run: executor, workers and sampler, validated at once.
 
     A cluster is started (``dask-local``) or reached (``dask``) on first use and kept for
     every later run on the engine, until :meth:`close` (or the end of a ``with`` block).
@@ -128,7 +128,7 @@ class Engine:
         this process may use. Never changes the result.
     sampler : {"token", "aggregate", "auto"}, default "token"
         ``"token"`` draws every token's ratio (the reference, every family);
-        ``"aggregate"`` draws :math:`\\log P_T` at the grid points from its exact law
+        ``"aggregate"`` draws :math:`\log P_T` at the grid points from its exact law
         (:mod:`variance_lab.simulate.aggregate`; not for gamma); ``"auto"``: aggregate
         where it is exact, token elsewhere. The same law, other bits.
 
@@ -154,13 +154,16 @@ class Engine:
         self._conn = _Connection(client)
 
     def __repr__(self) -> str:
+        """Show the executor, its workers or scheduler, and the sampler."""
         where = f"workers={self.workers}" if self.workers is not None else f"scheduler={self.scheduler!r}"
         return f"Engine({self.name!r}, {where}, sampler={self.sampler!r})"
 
     def __enter__(self) -> Engine:
+        """Return this engine; leaving the ``with`` block closes it."""
         return self
 
     def __exit__(self, *exc) -> None:
+        """Close what this engine opened (:meth:`close`)."""
         self.close()
 
     def close(self) -> None:
@@ -185,7 +188,10 @@ class Engine:
         return conn.client
 
     def with_sampler(self, sampler: str) -> Engine:
-        """This engine with another sampler: the same executor and the same cluster (shared, not copied)."""
+        """Return this engine with another sampler.
+
+        The same executor and the same cluster (shared, not copied).
+        """
         sampler = check_sampler(sampler)
         if sampler == self.sampler:
             return self
@@ -226,7 +232,7 @@ class Engine:
 
 @contextlib.contextmanager
 def using_engine(engine: Engine | None = None, workers: int | None = None) -> Iterator[Engine]:
-    """The engine a call runs on: ``engine``, or a threads engine of ``workers`` made (and closed) here.
+    """Yield the engine a call runs on: ``engine``, or a threads engine of ``workers`` made (and closed) here.
 
     ``workers=`` is the short form of ``engine=Engine(workers=...)`` for the common call;
     giving both is an error.

@@ -105,15 +105,15 @@ from variance_lab.schema import TIDY_COLUMNS, VERDICTS, verdict_level
 from variance_lab.simulate.accumulators import LOG_P, Accumulator, G, P
 
 __all__ = [
-    "estimate",
+    "CALIBRATION_LIMIT",
     "STATISTICS",
     "VERDICTS",
-    "CALIBRATION_LIMIT",
-    "verdict_level",
+    "estimate",
     "khat_limit",
-    "log10_khat_min_n",
     "khat_reason",
+    "log10_khat_min_n",
     "rel_se_m4",
+    "verdict_level",
 ]
 
 #: Statistics reported per T, in row order.
@@ -296,7 +296,7 @@ def _row(stat, value, log10_value, lo=np.nan, hi=np.nan, se=np.nan):
 
 
 def _exp_part(acc: Accumulator, q: int, name: str, ci: float) -> list[dict]:
-    """mean and var rows (arrays over T) of P_T (q = P) or G_T (q = G), in log space."""
+    """Return the mean and var rows (arrays over T) of P_T (q = P) or G_T (q = G), in log space."""
     n = acc.count
     h = acc.shift[q]
     c = acc.centre()[q]

@@ -18,7 +18,7 @@ from variance_lab.simulate.accumulators import Accumulator, merge_into
 from variance_lab.simulate.kernels import run_chunk
 from variance_lab.simulate.plan import ChunkTask
 
-__all__ = ["default_workers", "run_tasks", "make_progress"]
+__all__ = ["default_workers", "make_progress", "run_tasks"]
 
 #: Seconds before an automatic progress bar appears.
 PROGRESS_DELAY_S = 1.0
@@ -33,7 +33,7 @@ def default_workers() -> int:
 
 
 def make_progress(progress, total: int, desc: str):
-    """A progress bar over ``total`` paths, or ``None``.
+    """Return a progress bar over ``total`` paths, or ``None``.
 
     ``progress=None`` (auto): a ``tqdm.auto`` bar (a widget in notebooks, text in a
     terminal, and text in a notebook without ``ipywidgets``) that appears only once the

@@ -40,24 +40,24 @@ from variance_lab.simulate.draws import KNOWN_CODES, check_code, draw_log_r, dra
 from variance_lab.simulate.plan import ChunkTask, chunk_generator
 
 __all__ = [
-    "run_chunk",
-    "run_token",
+    "KNOWN_CODES",
     "SAMPLER_RUNNERS",
     "accumulate_log_p",
-    "draw_log_r",
     "draw_log_p",
+    "draw_log_r",
+    "run_chunk",
+    "run_token",
     "task_keep",
-    "KNOWN_CODES",
 ]
 
 
 @kernel
 def _token_kernel(code, par, independent, n_paths, rng, st):  # pragma: no cover - compiled
-    """Simulate ``n_paths`` paths token by token and reduce them into the state ``st``.
+    r"""Simulate ``n_paths`` paths token by token and reduce them into the state ``st``.
 
     Paths go in batches of 4 (:func:`~variance_lab.simulate.draws.draw_raw4`), the last
     ``n_paths % 4`` one by one (AR(1): all one by one); each path writes its
-    :math:`\\log P_T` at every T into its row of the block buffer ``st.P``, and a full block
+    :math:`\log P_T` at every T into its row of the block buffer ``st.P``, and a full block
     is reduced at once (:func:`variance_lab.simulate.block.reduce_block`).
     """
     grid = st.grid
@@ -117,7 +117,7 @@ def _token_kernel(code, par, independent, n_paths, rng, st):  # pragma: no cover
 
 @kernel
 def _values_kernel(log_p_values, st):  # pragma: no cover - compiled
-    """Accumulate given values ``log_p_values[i, j]`` of :math:`\\log P_{T_j}`, a block of rows at a time."""
+    r"""Accumulate given values ``log_p_values[i, j]`` of :math:`\log P_{T_j}`, a block of rows at a time."""
     B = st.X.shape[1]
     n = log_p_values.shape[0]
     for start in range(0, n, B):
@@ -181,7 +181,7 @@ def run_chunk(task: ChunkTask) -> Accumulator:
 
 
 def draw_log_p(code: int, params, T, rng: np.random.Generator, n: int, *, sampler="token", independent=False):
-    r"""The values of :math:`\log P_T` the chunk kernels draw, as an ``(n, nT)`` matrix.
+    r"""Draw :math:`\log P_T` as the chunk kernels draw it, returned as an ``(n, nT)`` matrix.
 
     ``n`` paths from the stream ``rng`` exactly as a chunk of ``n`` paths draws them with
     ``sampler`` (``"token"`` or ``"aggregate"``), in path order: what

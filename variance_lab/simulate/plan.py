@@ -27,27 +27,27 @@ from variance_lab._validate import check_n, check_seed
 from variance_lab.simulate.accumulators import AccumulatorSpec
 
 __all__ = [
-    "MIN_CHUNK",
+    "AGGREGATE_CHUNK",
+    "AGGREGATE_COST",
     "MAX_CHUNK",
     "MAX_CHUNK_DRAWS",
-    "TOKEN_COST",
-    "AGGREGATE_COST",
-    "WORK_RATE",
-    "path_draws",
-    "estimate_seconds",
-    "TARGET_CHUNKS",
-    "AGGREGATE_CHUNK",
+    "MIN_CHUNK",
+    "SAMPLERS",
+    "TAIL_LOG_RISK",
     "TAIL_MAX",
+    "TARGET_CHUNKS",
+    "TOKEN_COST",
+    "WORK_RATE",
     "ChunkPlan",
     "ChunkTask",
-    "make_plan",
-    "make_tasks",
-    "tail_size",
-    "chunk_tail_keep",
-    "TAIL_LOG_RISK",
-    "SAMPLERS",
     "check_seed",
     "chunk_generator",
+    "chunk_tail_keep",
+    "estimate_seconds",
+    "make_plan",
+    "make_tasks",
+    "path_draws",
+    "tail_size",
 ]
 
 #: Bounds of the default chunk size (paths per chunk) and the number of chunks aimed at.
@@ -132,7 +132,7 @@ def chunk_tail_keep(n: int, chunk: int, tail: int) -> int:
 
 @dataclass(frozen=True)
 class ChunkPlan:
-    """``n`` paths cut into ``n_chunks`` chunks of ``chunk_size`` (the last one may be smaller).
+    r"""``n`` paths cut into ``n_chunks`` chunks of ``chunk_size`` (the last one may be smaller).
 
     Attributes
     ----------
@@ -141,9 +141,9 @@ class ChunkPlan:
     chunk_size : int
         Paths per chunk.
     n_chunks : int
-        :math:`\\lceil n / \\text{chunk\\_size} \\rceil`.
+        :math:`\lceil n / \text{chunk\_size} \rceil`.
     tail : int
-        Tail values of :math:`\\log P_T` kept per T (:func:`tail_size`).
+        Tail values of :math:`\log P_T` kept per T (:func:`tail_size`).
     """
 
     n: int
@@ -204,13 +204,15 @@ def path_draws(T, *, independent: bool = False, sampler: str = "token", code: in
 
 
 def estimate_seconds(n: int, draws: int, workers: int = 1) -> float:
-    """Rough wall time of ``n`` paths of ``draws`` work units each on ``workers`` cores
-    (:data:`WORK_RATE`): what the command line shows before a long run."""
+    """Estimate the rough wall time of ``n`` paths of ``draws`` work units each.
+
+    On ``workers`` cores at :data:`WORK_RATE`: what the command line shows before a long run.
+    """
     return float(n) * float(draws) / (WORK_RATE * max(1, int(workers)))
 
 
 def make_plan(n, chunk_size=None, sampler: str = "token", *, draws: int = 1) -> ChunkPlan:
-    r"""The chunk plan of ``n`` paths.
+    r"""Make the chunk plan of ``n`` paths.
 
     Parameters
     ----------
@@ -253,7 +255,7 @@ def make_plan(n, chunk_size=None, sampler: str = "token", *, draws: int = 1) -> 
 
 
 def chunk_generator(seed: int, index: int) -> np.random.Generator:
-    """The Generator of chunk ``index``: ``PCG64(SeedSequence(seed).spawn(...)[index])``.
+    """Return the Generator of chunk ``index``: ``PCG64(SeedSequence(seed).spawn(...)[index])``.
 
     ``SeedSequence(seed).spawn(k)[i]`` is ``SeedSequence(seed, spawn_key=(i,))`` for every
     ``k > i``, so a worker builds its chunk's stream from ``(seed, index)`` alone.
@@ -310,7 +312,7 @@ def make_tasks(
     independent: bool,
     sampler: str = "token",
 ):
-    """The plan's chunk tasks, in chunk order (``sampler``: ``"token"`` or ``"aggregate"``)."""
+    """Return the plan's chunk tasks, in chunk order (``sampler``: ``"token"`` or ``"aggregate"``)."""
     seed = check_seed(seed)
     if sampler not in SAMPLERS:
         raise ValueError(f"a task's sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")

@@ -81,6 +81,7 @@ __all__ = [
     "Store",
     "SweepInterrupted",
     "SweepResult",
+    "check_table_path",
     "code_fingerprint",
     "compute",
     "export",
@@ -90,5 +91,4 @@ __all__ = [
     "plan",
     "sweep",
     "write_table",
-    "check_table_path",
 ]

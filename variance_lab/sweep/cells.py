@@ -21,7 +21,7 @@ from variance_lab import __version__, theory
 from variance_lab._validate import check_finite, check_positive, check_seed, check_T
 from variance_lab.families import FAMILIES, Family, get_family
 
-__all__ = ["SCHEMA_VERSION", "RESULT_SOURCES", "code_fingerprint", "Cell", "Plan", "extra_parameters", "plan"]
+__all__ = ["RESULT_SOURCES", "SCHEMA_VERSION", "Cell", "Plan", "code_fingerprint", "extra_parameters", "plan"]
 
 
 #: Version of the store layout; part of every cell identity.
@@ -178,7 +178,7 @@ def extra_parameters(name: str) -> tuple[str, ...]:
 
 
 def _check_extra(family: str, key: str, value):
-    """A numeric extra parameter as a float; a text one (a mixture's components) in canonical form."""
+    """Return a numeric extra parameter as a float; a text one (a mixture's components) in canonical form."""
     if key in FAMILIES[family].text_parameters:
         return get_family(family, **{key: value}).describe()[key]
     return check_finite(key, value)

@@ -10,7 +10,7 @@ import pandas as pd
 from variance_lab._atomic import atomic_write
 from variance_lab.sweep.store import FLOAT_COLUMNS, STR_COLUMNS, load_store, normalise_frame
 
-__all__ = ["EXPORT_FORMATS", "check_table_path", "write_table", "export", "load_table"]
+__all__ = ["EXPORT_FORMATS", "check_table_path", "export", "load_table", "write_table"]
 
 
 # --------------------------------------------------------------------------- export

@@ -15,7 +15,7 @@ from variance_lab.simulate import Engine, simulate, using_engine
 from variance_lab.sweep.cells import Cell, plan
 from variance_lab.sweep.store import DEFAULT_STORE, Store
 
-__all__ = ["compute", "compute_theory", "SweepInterrupted", "SweepResult", "sweep"]
+__all__ = ["SweepInterrupted", "SweepResult", "compute", "compute_theory", "sweep"]
 
 
 # --------------------------------------------------------------------------- compute
@@ -48,7 +48,7 @@ def compute(cell: Cell, *, engine: Engine | None = None) -> tuple[pd.DataFrame, 
 
 
 def compute_theory(cells: Sequence[Cell]) -> dict[str, pd.DataFrame]:
-    """The tidy rows of many theory cells at once, ``{cell id: frame}``.
+    """Compute the tidy rows of many theory cells at once, ``{cell id: frame}``.
 
     One vectorised :func:`variance_lab.theory.tidy_many` call per (T grid, target) instead
     of one call per cell; each frame equals ``compute(cell)[0]`` (up to its index).

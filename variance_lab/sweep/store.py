@@ -19,7 +19,7 @@ from variance_lab import __version__
 from variance_lab.schema import TIDY_COLUMNS, json_safe
 from variance_lab.sweep.cells import SCHEMA_VERSION, Cell
 
-__all__ = ["DEFAULT_STORE", "STORE_EXTRA_COLUMNS", "STORE_COLUMNS", "Store", "load_store"]
+__all__ = ["DEFAULT_STORE", "STORE_COLUMNS", "STORE_EXTRA_COLUMNS", "Store", "load_store"]
 
 
 #: Store path used when none is given, relative to the working directory.
@@ -165,9 +165,11 @@ class Store:
             raise sqlite3.DatabaseError(f"schema version {row[0]}, this version reads {SCHEMA_VERSION}")
 
     def __enter__(self) -> Store:
+        """Return the store, for use in a ``with`` block."""
         return self
 
     def __exit__(self, *exc) -> None:
+        """Close the store's connection on leaving the ``with`` block."""
         self.close()
 
     def close(self) -> None:
@@ -262,7 +264,7 @@ def _text(v) -> str:
 
 
 def normalise_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Fixed dtypes and a content order, so that equal stores give equal frames."""
+    """Give the frame fixed dtypes and a content order, so that equal stores give equal frames."""
     out = pd.DataFrame(index=range(len(frame)))
     src = frame.reset_index(drop=True)
     for col in STORE_COLUMNS:

@@ -55,7 +55,7 @@ import mpmath
 
 from variance_lab.families import Family
 
-__all__ = ["QUANTITIES", "DEFAULT_TARGET", "exact_value"]
+__all__ = ["DEFAULT_TARGET", "QUANTITIES", "exact_value"]
 
 DEFAULT_TARGET = 0.1
 

@@ -62,14 +62,14 @@ import numpy as np
 from scipy import special
 
 __all__ = [
-    "within_tolerance",
     "FAST_FAMILIES",
+    "LOG_SLACK",
     "TOLERANCE",
     "TOLERANCE_LOG",
-    "LOG_SLACK",
     "Moments",
     "moments",
     "quantity",
+    "within_tolerance",
 ]
 
 U = np.finfo(float).eps / 2  # unit roundoff
@@ -99,8 +99,11 @@ _FACT = np.array([float(math.factorial(j)) for j in range(_J + 1)])
 
 
 def _series_diffs(coef: list, x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    r"""(:math:`\sum_{j=n}^{J} c_j A_{jn} x^j`, estimate of its error): ``coef[j]`` are Taylor
-    coefficients in ``x`` (``coef[0]`` unused)."""
+    r"""Return a Taylor sum and an estimate of its error.
+
+    The sum is :math:`\sum_{j=n}^{J} c_j A_{jn} x^j`; ``coef[j]`` are Taylor coefficients in
+    ``x`` (``coef[0]`` unused).
+    """
     acc = np.zeros(np.broadcast(x, coef[-1]).shape)
     mag = np.zeros_like(acc)
     for j in range(_J, n - 1, -1):
@@ -124,7 +127,7 @@ def _diffs(values: list, errors: list, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pick(a: tuple, b: tuple) -> tuple:
-    """The (value, error) pair with the smaller error, elementwise."""
+    """Return the (value, error) pair with the smaller error, elementwise."""
     use_a = a[1] <= b[1]
     return np.where(use_a, a[0], b[0]), np.where(use_a, a[1], b[1])
 
@@ -162,8 +165,10 @@ def _ar1_sum(rho, T):
 
 
 def _ar1(mu, s2, T, shape):
-    """AR(1) log-ratios: the lognormal parts plus the correlation terms (exactly the
-    lognormal's numbers at rho = 0)."""
+    """Compute AR(1) log-ratios: the lognormal parts plus the correlation terms.
+
+    Exactly the lognormal's numbers at rho = 0.
+    """
     out = _lognormal(mu, s2, T, shape)
     v = out["k2"]
     S, eS = _ar1_sum(np.asarray(shape["rho"], dtype=float), T)
@@ -189,8 +194,11 @@ def _log1p_series(c, coef_of_n, n0: int):
 
 
 def _p_side_from_moments(T, l2, l3, l4, el):
-    r"""(w, r3, u, g) and error estimates from :math:`l_k = \log E[(r/\mu)^k]` with absolute
-    errors ``el``; :math:`g = f_4 - 2f_2 = T(l_4 - 2l_2)`."""
+    r"""Compute (w, r3, u, g) and error estimates from the log moments.
+
+    From :math:`l_k = \log E[(r/\mu)^k]` with absolute errors ``el``;
+    :math:`g = f_4 - 2f_2 = T(l_4 - 2l_2)`.
+    """
     w = T * l2
     r3 = T * (l3 - 3 * l2)
     u = T * (l4 - 4 * l3 + 6 * l2)
@@ -366,7 +374,7 @@ def _two_point(mu, s2, T, shape):
         val, err = _series_diffs(h, xs, n)
         err = np.where(ok, T * (err + n * np.abs(val) * ed / np.abs(d)), np.inf)
         out[key], out[f"e{key}"] = _pick((T * plain[n][0], T * plain[n][1]), (T * val, err))
-    h2 = [0.0 * q] + [0.0 * q] + h[2:]
+    h2 = [0.0 * q, 0.0 * q, *h[2:]]
     tail, etail = _series_diffs(h2, xs, 1)  # sum_{j >= 2} h_j x^j
     b_series = gap + T * tail
     e_series = (
@@ -447,8 +455,11 @@ def _log_kurtosis(w, r3, u, ew, er3, eu, g=None, eg=None):
 
 
 def within_tolerance(ln, err) -> np.ndarray:
-    """Whether an error estimate ``err`` of a natural log ``ln`` is within :data:`TOLERANCE`
-    (:data:`TOLERANCE_LOG` beyond float range) plus :data:`LOG_SLACK` per unit of ``|ln|``."""
+    """Tell whether an error estimate ``err`` of a natural log ``ln`` is within tolerance.
+
+    Within :data:`TOLERANCE` (:data:`TOLERANCE_LOG` beyond float range) plus :data:`LOG_SLACK`
+    per unit of ``|ln|``.
+    """
     size = np.abs(ln)
     with np.errstate(invalid="ignore"):
         allowed = np.where(size < _FLOAT_RANGE, TOLERANCE, TOLERANCE_LOG) + LOG_SLACK * size
@@ -456,10 +467,13 @@ def within_tolerance(ln, err) -> np.ndarray:
 
 
 class Moments:
-    """Log-space results of :func:`moments` for every point: ``ln[name]`` (natural log of
-    ``|value|``), ``sign[name]``, ``err[name]`` (estimated error of ``ln``), per quantity;
-    ``ok`` marks the points whose every estimate is within tolerance; ``linear[name]``, where
-    given, holds linear values known exactly (NaN elsewhere), which ``exp(ln)`` would round."""
+    """Log-space results of :func:`moments` for every point.
+
+    ``ln[name]`` (natural log of ``|value|``), ``sign[name]``, ``err[name]`` (estimated error of
+    ``ln``), per quantity; ``ok`` marks the points whose every estimate is within tolerance;
+    ``linear[name]``, where given, holds linear values known exactly (NaN elsewhere), which
+    ``exp(ln)`` would round.
+    """
 
     def __init__(self, ln: dict, sign: dict, err: dict, ok: np.ndarray, linear: dict | None = None) -> None:
         self.ln, self.sign, self.err, self.ok = ln, sign, err, ok
@@ -480,7 +494,7 @@ def _side(p: dict, x: str, lm, elm):
 
 
 def _rel_se(lk, elk, n: int):
-    """log of sqrt((kurt - (n-3)/(n-1)) / n) and its error estimate."""
+    """Log of sqrt((kurt - (n-3)/(n-1)) / n) and its error estimate."""
     rn = (n - 3) / (n - 1)
     with np.errstate(all="ignore"):
         kurt = np.exp(np.minimum(lk, 700))
@@ -490,7 +504,7 @@ def _rel_se(lk, elk, n: int):
 
 
 def _n_needed(lk, elk, target: float):
-    """log of the root n of rse(n) = target, and its error estimate."""
+    """Log of the root n of rse(n) = target, and its error estimate."""
     e2 = target * target
     with np.errstate(all="ignore"):
         y = np.exp(-lk)  # 1 / kurtosis
@@ -587,8 +601,11 @@ def moments(name: str, mu, sigma2, T, shape: dict, *, n: int = 2, target: float 
 
 
 def _exact_linear(mu, s2, T) -> dict:
-    """Linear values with a closed form in the inputs: sigma^2 / T, and at T = 1 (where
-    P_1 = G_1 = r) the mean mu, the variances sigma^2 and their ratio 1."""
+    """Return the linear values with a closed form in the inputs.
+
+    sigma^2 / T, and at T = 1 (where P_1 = G_1 = r) the mean mu, the variances sigma^2 and their
+    ratio 1.
+    """
     first = T == 1
     nan = np.full(np.broadcast(mu, s2, T).shape, np.nan)
     at_one = {

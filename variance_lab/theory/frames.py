@@ -1,5 +1,7 @@
-"""Theory as data frames: the comparison table of one family, its tidy long form, and
-:func:`grid`, the table over the Cartesian product of parameter arrays.
+"""Theory as data frames.
+
+The comparison table of one family, its tidy long form, and :func:`grid`, the table over the
+Cartesian product of parameter arrays.
 
 All three compute with the float64 path and recompute with mpmath only the points whose
 error estimate is not within tolerance (see :mod:`variance_lab.theory.quantities`);
@@ -19,7 +21,7 @@ from variance_lab.theory.exact import DEFAULT_TARGET, exact_value
 from variance_lab.theory.fast import FAST_FAMILIES, moments, quantity
 from variance_lab.theory.quantities import check_target
 
-__all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "summary", "tidy", "tidy_many", "grid"]
+__all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "grid", "summary", "tidy", "tidy_many"]
 
 #: Columns of the comparison table (csv/json names), in order.
 TABLE_COLUMNS = (
@@ -105,7 +107,7 @@ def _table(cols: dict, T) -> dict:
 
 
 def summary(family: Family, T, *, target: float = DEFAULT_TARGET, precise: bool = False) -> pd.DataFrame:
-    """The exact comparison table: one row per T, columns :data:`TABLE_COLUMNS`.
+    """Compute the exact comparison table: one row per T, columns :data:`TABLE_COLUMNS`.
 
     Parameters
     ----------
@@ -132,8 +134,9 @@ def summary(family: Family, T, *, target: float = DEFAULT_TARGET, precise: bool 
 def tidy(
     family: Family, T, *, target: float = DEFAULT_TARGET, quantities=None, precise: bool = False
 ) -> pd.DataFrame:
-    """Theory in the tidy long schema (:mod:`variance_lab.schema`): one row per
-    (T, statistic, method), exact values and the derivation's approximations.
+    """Compute theory in the tidy long schema (:mod:`variance_lab.schema`).
+
+    One row per (T, statistic, method), exact values and the derivation's approximations.
 
     Parameters
     ----------
@@ -238,7 +241,7 @@ def grid(
     skip_unreachable: bool = False,
     **shape,
 ) -> pd.DataFrame:
-    r"""The comparison table over the Cartesian product of parameter arrays, in float64.
+    r"""Compute the comparison table over the Cartesian product of parameter arrays, in float64.
 
     One row per (mu, sigma2, shape..., T), in that nesting order (T innermost), with every
     column of :func:`summary`. Values are computed in vectorised float64 and carry an error

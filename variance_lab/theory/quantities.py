@@ -19,28 +19,28 @@ from variance_lab.theory.exact import DEFAULT_TARGET, QUANTITIES, exact_value
 from variance_lab.theory.fast import FAST_FAMILIES, Moments, moments, quantity
 
 __all__ = [
-    "QUANTITIES",
     "DEFAULT_TARGET",
-    "family_moments",
-    "check_target",
-    "value",
-    "var_P",
-    "mean_P",
-    "var_G",
-    "mean_G",
+    "QUANTITIES",
     "bias_G",
-    "mse_G",
-    "var_G_lognormal",
-    "var_G_delta",
-    "var_G_seed",
-    "var_ratio",
+    "check_target",
     "ess_frac_P",
-    "kurtosis_P",
+    "family_moments",
     "kurtosis_G",
-    "rel_se_var_P",
-    "rel_se_var_G",
-    "n_needed_P",
+    "kurtosis_P",
+    "mean_G",
+    "mean_P",
+    "mse_G",
     "n_needed_G",
+    "n_needed_P",
+    "rel_se_var_G",
+    "rel_se_var_P",
+    "value",
+    "var_G",
+    "var_G_delta",
+    "var_G_lognormal",
+    "var_G_seed",
+    "var_P",
+    "var_ratio",
 ]
 
 
@@ -54,8 +54,10 @@ def check_target(target) -> float:
 def family_moments(
     family: Family, T: np.ndarray, *, n: int = 2, target: float = DEFAULT_TARGET
 ) -> Moments | None:
-    """The float path's :class:`~variance_lab.theory.fast.Moments` of ``family`` at ``T``
-    (1-D), or None for a family without a float path."""
+    """Return the float path's :class:`~variance_lab.theory.fast.Moments`.
+
+    Those of ``family`` at ``T`` (1-D), or None for a family without a float path.
+    """
     if family.name not in FAST_FAMILIES:
         return None
     shape = {k: getattr(family, k) for k in FAST_FAMILIES[family.name][1]}
@@ -72,7 +74,7 @@ def value(
     target: float = DEFAULT_TARGET,
     precise: bool = False,
 ):
-    """Any quantity of :data:`QUANTITIES` at the lengths ``T``.
+    r"""Any quantity of :data:`QUANTITIES` at the lengths ``T``.
 
     Parameters
     ----------
@@ -83,7 +85,7 @@ def value(
     T : int or array_like of int
         Sequence lengths, integers >= 1.
     log10 : bool
-        Return :math:`\\log_{10}` of the absolute value instead (exact where the linear
+        Return :math:`\log_{10}` of the absolute value instead (exact where the linear
         value over- or underflows float64).
     n : int
         Draws, for the ``rel_se_*`` quantities.
@@ -160,8 +162,11 @@ kurtosis_G = _doc_fn("kurtosis_G", r":math:`m_4/v^2` of :math:`G_T` (NaN when :m
 
 
 def rel_se_var_P(family: Family, T, n: int, *, log10: bool = False, precise: bool = False):
-    r"""Relative standard error of the sample variance of ``n`` draws of :math:`P_T`:
-    :math:`\sqrt{(\kappa - (n-3)/(n-1))/n}`, :math:`\kappa = m_4/v^2` (0 when :math:`\sigma^2 = 0`)."""
+    r"""Compute the relative standard error of the sample variance of ``n`` draws of :math:`P_T`.
+
+    :math:`\sqrt{(\kappa - (n-3)/(n-1))/n}`, :math:`\kappa = m_4/v^2` (0 when
+    :math:`\sigma^2 = 0`).
+    """
     return value("rel_se_var_P", family, T, n=n, log10=log10, precise=precise)
 
 
@@ -173,8 +178,11 @@ def rel_se_var_G(family: Family, T, n: int, *, log10: bool = False, precise: boo
 def n_needed_P(
     family: Family, T, target: float = DEFAULT_TARGET, *, log10: bool = False, precise: bool = False
 ):
-    r"""Draws for which the sample variance of :math:`P_T` has relative standard error ``target``
-    (about :math:`(\kappa - 1)/\text{target}^2`; 2 when :math:`\sigma^2 = 0`)."""
+    r"""Compute the draws needed for a relative standard error ``target``.
+
+    Those of the sample variance of :math:`P_T`: about :math:`(\kappa - 1)/\text{target}^2`;
+    2 when :math:`\sigma^2 = 0`.
+    """
     return value("n_needed_P", family, T, target=target, log10=log10, precise=precise)
 
 
