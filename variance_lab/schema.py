@@ -18,7 +18,7 @@ lo, hi         confidence interval (NaN for exact values)
 se             standard error (NaN for exact values)
 reliable       bool; False flags an estimate whose interval or value cannot be trusted
 reason         why an estimate is flagged ('' when reliable); it starts with the
-               verdict level, ``marginal: `` or ``unreliable: `` (:data:`VERDICTS`,
+               verdict level, ``"marginal: "`` or ``"unreliable: "`` (:data:`VERDICTS`,
                :func:`verdict_level`)
 =============  ======================================================================
 """

@@ -2,18 +2,18 @@
 
 One record per sequence, with the fields
 
-==========  ========================================================================
-field       meaning
-==========  ========================================================================
-logp        token log-probs under the new (current) policy, a list of floats <= 0
-old_logp    token log-probs under the old (sampling) policy, same length
-mask        optional, same length; 1 = response token that counts, 0 = ignore it
-            (prompt, padding, tool output). Values under a 0 are never checked.
-id          optional string or integer; default the record's index (0-based)
-rollout_    optional, same length: the inference engine's log-probs (the sampler,
-logp        e.g. vLLM), checked like the others. Files without it load as before; with
-            it ``analyze`` splits the ratio into mismatch and update.
-==========  ========================================================================
+============  ========================================================================
+field         meaning
+============  ========================================================================
+logp          token log-probs under the new (current) policy, a list of floats <= 0
+old_logp      token log-probs under the old (sampling) policy, same length
+mask          optional, same length; 1 = response token that counts, 0 = ignore it
+              (prompt, padding, tool output). Values under a 0 are never checked.
+id            optional string or integer; default the record's index (0-based)
+rollout_logp  optional, same length: the inference engine's log-probs (the sampler,
+              e.g. vLLM), checked like the others. Files without it load as before; with
+              it ``analyze`` splits the ratio into mismatch and update.
+============  ========================================================================
 
 Formats, chosen from the file name (``.jsonl``, ``.ndjson``, ``.jsonl.gz``, ``.ndjson.gz``,
 ``.parquet``, ``.pq``, ``.npz``) or by ``format=``:

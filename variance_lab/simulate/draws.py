@@ -11,17 +11,14 @@ sampler lives in one place.
 (its *raw* sum), and turned into :math:`\log P_t` only at the grid points
 (:func:`log_p`):
 
-=======================  ====================================  =====================================
-code                     summed per token                      :math:`\log P_t`
-=======================  ====================================  =====================================
-``CODE_DEGENERATE``      nothing                               :math:`t \log\mu`
-``CODE_LOGNORMAL``       :math:`Z \sim N(0, 1)`                :math:`t m + s \sum Z`
-``CODE_GAMMA``           :math:`\log \Gamma_k`, :math:`\Gamma_k \sim \mathrm{Gamma}(k, 1)`
-                                                               :math:`t \log\theta + \sum \log\Gamma_k`
-``CODE_TWO_POINT``       :math:`1\{U < q\}`                    :math:`c \log a + (t - c)\log b`
-``CODE_AR1``             :math:`e_t = \rho e_{t-1} + s\sqrt{1-\rho^2} Z_t`,
-                         :math:`e_1 = s Z_1` (stationary)      :math:`t m + \sum e`
-=======================  ====================================  =====================================
+* ``CODE_DEGENERATE``: nothing summed; :math:`\log P_t = t \log\mu`.
+* ``CODE_LOGNORMAL``: :math:`Z \sim N(0, 1)` summed; :math:`\log P_t = t m + s \sum Z`.
+* ``CODE_GAMMA``: :math:`\log \Gamma_k` summed, :math:`\Gamma_k \sim \mathrm{Gamma}(k, 1)`;
+  :math:`\log P_t = t \log\theta + \sum \log\Gamma_k`.
+* ``CODE_TWO_POINT``: :math:`1\{U < q\}` summed (count :math:`c`);
+  :math:`\log P_t = c \log a + (t - c)\log b`.
+* ``CODE_AR1``: :math:`e_t = \rho e_{t-1} + s\sqrt{1-\rho^2} Z_t`, :math:`e_1 = s Z_1`
+  (stationary) summed; :math:`\log P_t = t m + \sum e`.
 
 The parameters ``par`` are those of :meth:`variance_lab.families.Family.sampler_params`:
 ``[log mu]``, ``[m, s]``, ``[k, log theta]``, ``[q, log a, log b]``, ``[m, s, rho]``.

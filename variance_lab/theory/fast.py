@@ -78,7 +78,7 @@ U = np.finfo(float).eps / 2  # unit roundoff
 #: 1e-9 in log10 is 2.3e-9 in the natural log).
 TOLERANCE = 2e-10
 TOLERANCE_LOG = 1.5e-9
-#: Extra allowance per unit of |log value|: float64 holds a log of size L only to about 1.1e-16 L.
+#: Extra allowance per unit of the log's magnitude: float64 holds a log of size L to about 1.1e-16 L.
 LOG_SLACK = 4e-16
 _FLOAT_RANGE = 745.0  # |ln value| beyond which the linear value is inf or 0.0
 _J = 24  # series terms
