@@ -26,6 +26,7 @@ from variance_lab._atomic import atomic_write
 from variance_lab.experiment.task import TAGS
 from variance_lab.report import style
 from variance_lab.report import style as _style
+from variance_lab.report.figures import versions
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.rollouts.weights import GSPO_RANGE, log_clip_range, sequence_weights
@@ -414,7 +415,7 @@ def save_experiment_figure(
         "quick": quick,
         "style": None if style is None else str(style),
         "version": __version__,
-        "versions": _versions(),
+        "versions": versions(),
         "files": {k: p.name for k, p in names.items() if k != "json"},
         "png_dpi": dpi,
         "data_sha256": {k: hashlib.sha256(t.encode()).hexdigest() for k, t in texts.items()},
@@ -422,16 +423,3 @@ def save_experiment_figure(
     }
     atomic_write(names["json"], lambda tmp: tmp.write_text(json.dumps(sidecar, indent=1) + "\n"))
     return [names[k] for k in (*formats, "csv", "curves", "json")]
-
-
-def _versions() -> dict:
-    import platform
-
-    import matplotlib
-
-    return {
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "pandas": pd.__version__,
-        "matplotlib": matplotlib.__version__,
-    }

@@ -29,8 +29,10 @@ interval as error bars and are drawn hollow when flagged unreliable.
 from __future__ import annotations
 
 import math
+import platform
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -51,6 +53,7 @@ __all__ = [
     "ratio_vs_T",
     "variance_panels",
     "variance_vs_T",
+    "versions",
     "write_images",
 ]
 
@@ -106,6 +109,22 @@ def write_images(fig, out: str | Path, name: str, formats, dpi: int) -> list[Pat
         atomic_write(path, lambda tmp, ext=ext, kwargs=kwargs: fig.savefig(tmp, format=ext, **kwargs))
         paths.append(path)
     return paths
+
+
+def versions() -> dict:
+    """Return the versions of Python, NumPy, pandas and matplotlib, for a figure's sidecar.
+
+    Returns
+    -------
+    dict
+        ``{"python": ..., "numpy": ..., "pandas": ..., "matplotlib": ...}``, version strings.
+    """
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "matplotlib": matplotlib.__version__,
+    }
 
 
 def _axes(ax, figsize, height: float = 2.4):
