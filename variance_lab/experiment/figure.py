@@ -133,7 +133,7 @@ def experiment_figure(
     figsize : (float, float), optional
         Size of a new figure (default 3.4 x 7.0 in).
     style : None, str or dict
-        ``None``: the caller's rcParams; ``"paper"``: the package's paper style.
+        As for :func:`clip_panel`.
 
     Returns
     -------
