@@ -24,8 +24,8 @@ from matplotlib.figure import Figure
 from variance_lab import __version__
 from variance_lab._atomic import atomic_write
 from variance_lab.experiment.task import TAGS
-from variance_lab.report import style
 from variance_lab.report import style as _style
+from variance_lab.report.analysis_figure import MODEL_STYLE
 from variance_lab.report.figures import versions
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.statistics import length_buckets
@@ -51,25 +51,14 @@ FIGURE_NAME = "experiment_variance"
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "data" / "arith_rollouts.jsonl.gz"
 PNG_DPI = 200
 
+#: Line of each predicted clip fraction: the style of its model in the analysis figure, no sparse markers.
 _CLIP_STYLE = {
-    "gspo_clip_pred_iid": {
-        "color": style.color(1),
-        "ls": "--",
-        "marker": "s",
-        "label": "i.i.d. lognormal fit",
-    },
-    "gspo_clip_pred": {
-        "color": style.color(3),
-        "ls": "-",
-        "marker": "^",
-        "label": "autocorrelation-corrected",
-    },
-    "gspo_clip_resampled": {
-        "color": style.color(4),
-        "ls": ":",
-        "marker": "v",
-        "label": "i.i.d. empirical",
-    },
+    col: {k: v for k, v in MODEL_STYLE[model].items() if k != "markevery"}
+    for col, model in (
+        ("gspo_clip_pred_iid", "iid"),
+        ("gspo_clip_pred", "corr"),
+        ("gspo_clip_resampled", "emp"),
+    )
 }
 #: Token classes of a response, by character (see :func:`token_findings`).
 TOKEN_CLASSES = {"digit": "0123456789", "tag": TAGS, "plus": "+", "equals": "=", "comma": ",", "end": "."}
