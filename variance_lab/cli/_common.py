@@ -385,14 +385,17 @@ LONG_RUN_S = 3600.0
 SHOW_ESTIMATE_S = 60.0
 
 
-def add_yes_arg(p: argparse.ArgumentParser) -> None:
-    """``--yes``: start a run estimated to take longer than :data:`LONG_RUN_S` without asking."""
-    p.add_argument(
-        "--yes",
-        action="store_true",
-        help="start a Monte Carlo run estimated to take more than an hour without asking (without it "
-        "such a run asks on a terminal and is refused elsewhere)",
-    )
+#: Help of ``--yes``.
+YES_HELP = (
+    "start a Monte Carlo run estimated to take more than an hour without asking (without it "
+    "such a run asks on a terminal and is refused elsewhere)"
+)
+
+
+def add_long_run_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--no-progress`` and ``--yes`` (start a run longer than :data:`LONG_RUN_S` without asking)."""
+    add_progress_arg(p)
+    p.add_argument("--yes", action="store_true", help=YES_HELP)
 
 
 def monte_carlo_seconds(family, T, n: int, *, sampler: str, independent: bool = False, workers=None) -> float:

@@ -10,9 +10,8 @@ from variance_lab.cli._common import (
     PROG,
     add_executor_args,
     add_family_args,
-    add_progress_arg,
+    add_long_run_args,
     add_sampler_arg,
-    add_yes_arg,
     check_output,
     confirm_long_run,
     engine_from_args,
@@ -109,6 +108,5 @@ def add_command(sub) -> None:
     )
     p.add_argument("--format", default="markdown", choices=table_report.FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
-    add_progress_arg(p)
-    add_yes_arg(p)
+    add_long_run_args(p)
     p.set_defaults(func=run)
