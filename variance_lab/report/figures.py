@@ -219,18 +219,7 @@ def _mc_points(ax, rows: pd.DataFrame, color: str, x: str = "T", scale=None, mar
         y, lo, hi = y / scale, lo / scale, hi / scale
     xs = rows[x].to_numpy(float)
     ok = rows["reliable"].astype(str).isin(["True", "true", "1"]).to_numpy()
-    for mask, face in ((ok, color), (~ok, "white")):
-        if not mask.any():
-            continue
-        ax.errorbar(
-            xs[mask],
-            y[mask],
-            yerr=[y[mask] - lo[mask], hi[mask] - y[mask]],
-            color=color,
-            mfc=face,
-            mec=color,
-            **{**sty.ERRORBAR, "fmt": marker},
-        )
+    sty.errorbar_points(ax, xs, y, lo, hi, ok, color, marker)
     return bool((~ok).any())
 
 
