@@ -132,7 +132,6 @@ def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
     from variance_lab import sweep as sweep_mod
 
-    fmt = argparse.ArgumentDefaultsHelpFormatter
     p = sub.add_parser(
         "sweep",
         help="run a parameter grid into a resumable SQLite store",
@@ -142,7 +141,7 @@ def add_command(sub) -> None:
         "family cannot reach (two-point with sigma2 >= mu^2) are listed and skipped. Ctrl-C stops "
         "cleanly, keeping finished cells.",
         epilog=GRID_EPILOG,
-        formatter_class=fmt,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
         "--family", type=family_list, default="lognormal", help=f"comma list of: {', '.join(FAMILIES)}"
