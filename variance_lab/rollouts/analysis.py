@@ -557,11 +557,9 @@ def _bucket_predictions(models: _Models, T: np.ndarray, g_range, base: dict) -> 
     return row
 
 
-def _observed_rows(batch, edges, n_boot, level, seed, gspo_range, ppo_range) -> pd.DataFrame:
-    """bucket_variances plus the lengths' order statistics and log10 interval ends of Var(G)."""
-    obs = bucket_variances(
-        batch, edges, n_boot=n_boot, level=level, seed=seed, gspo_range=gspo_range, ppo_range=ppo_range
-    )
+def _observed_rows(batch, edges, boot: dict, gspo_range, ppo_range) -> pd.DataFrame:
+    """bucket_variances (bootstrap settings ``boot``) plus log10 interval ends of Var(G)."""
+    obs = bucket_variances(batch, edges, gspo_range=gspo_range, ppo_range=ppo_range, **boot)
     with np.errstate(divide="ignore"):
         obs["log10_var_G_lo"] = np.log10(obs["var_G_lo"].to_numpy(float))
         obs["log10_var_G_hi"] = np.log10(obs["var_G_hi"].to_numpy(float))
@@ -638,7 +636,8 @@ def analyze(
     """
     g_range = log_clip_range(gspo_range, "gspo_range")
     p_range = log_clip_range(ppo_range, "ppo_range")
-    obs = _observed_rows(batch, edges, n_boot, level, seed, gspo_range, ppo_range)
+    boot = {"n_boot": n_boot, "level": level, "seed": seed}  # one bootstrap for observed and predicted
+    obs = _observed_rows(batch, edges, boot, gspo_range, ppo_range)
     fit = fit_log_ratios(batch, c=c)
     acf, acf_note = _try_autocorrelation(batch, c)
     models = _Models(fit, acf, EmpiricalCGF(batch.log_ratio))
@@ -672,9 +671,7 @@ def analyze(
             g_range=g_range,
             p_range=p_range,
             ppo_normal=ppo_pred,
-            n_boot=n_boot,
-            level=level,
-            seed=seed,
+            **boot,
         )
         table[list(PREDICTION_COLUMNS)] = extra
         fitted["best_model"], fitted["fits"] = choose_model(table)
