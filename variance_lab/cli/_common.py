@@ -153,6 +153,12 @@ def write_file(out: str | os.PathLike, write, option: str = "--out") -> Path:
         raise CLIError(f"{option} {str(out)!r}: cannot write it: {exc.strerror or one_line(exc)}") from None
 
 
+def say_wrote(what: str, path: str | None) -> None:
+    """Say on standard error that ``what`` was written to ``path``; nothing when ``path`` is None."""
+    if path is not None:
+        print(f"{PROG}: wrote {what} to {path}", file=sys.stderr)
+
+
 def write_output(text: str, out: str | None) -> None:
     """Print ``text``, or write it to ``out`` atomically.
 

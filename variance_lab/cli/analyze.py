@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 from variance_lab.cli._common import (
-    PROG,
     CLIError,
     check_output,
     int_arg,
     int_grid,
     load_rollouts,
+    say_wrote,
     write_file,
     write_output,
 )
@@ -93,13 +93,12 @@ def run(args: argparse.Namespace) -> int:
     write_output(render_analysis(result.table, summary, args.table_format, title=title), args.out)
     if args.table_format == "csv":  # keep the CSV parseable: the summary goes to stderr
         print("\n".join(summary_lines(summary) + split_lines(summary.get("split"))), file=sys.stderr)
-    if args.out is not None:
-        print(f"{PROG}: wrote the table to {args.out}", file=sys.stderr)
+    say_wrote("the table", args.out)
     if args.figure is not None:
         from variance_lab.report.analysis_figure import analysis_figure
 
         _save_figure(analysis_figure(result.table, result.curves(), level=args.level), args.figure)
-        print(f"{PROG}: wrote the figure to {args.figure}", file=sys.stderr)
+        say_wrote("the figure", args.figure)
     return 0
 
 

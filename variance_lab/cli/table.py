@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from variance_lab import __version__, theory
 from variance_lab.cli._common import (
-    PROG,
     add_executor_args,
     add_family_args,
     add_long_run_args,
@@ -21,6 +19,7 @@ from variance_lab.cli._common import (
     grid_arg,
     int_arg,
     monte_carlo_seconds,
+    say_wrote,
     show_progress,
     write_output,
 )
@@ -67,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
     )
     text = table_report.render(frame, args.format, title=title, notes=notes)
     write_output(text, args.out)
-    if args.out is not None:
-        print(f"{PROG}: wrote the table to {args.out}", file=sys.stderr)
+    say_wrote("the table", args.out)
     return 0
 
 
