@@ -26,7 +26,6 @@ from variance_lab.rollouts.analysis import (
     CURVE_COLUMNS,
     MIN_BUCKET_SEQUENCES,
     _expected_sample_var,
-    _score,
     analyze,
     overall_verdict,
     verdict,
@@ -34,6 +33,7 @@ from variance_lab.rollouts.analysis import (
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.cgf import EmpiricalCGF
 from variance_lab.rollouts.io import load_batch, save_batch
+from variance_lab.rollouts.predictions import interval_score
 from variance_lab.rollouts.statistics import bucket_variances
 
 SIGMA2, N_SEQ = 0.01, 1000
@@ -284,11 +284,11 @@ def test_overall_verdict_is_the_vote_of_the_buckets(votes, expected):
 
 def test_score_in_interval_half_widths():
     """The score is the log distance to the observation in interval half-widths, NaN without one."""
-    assert _score(math.log(3.0), math.log(2.0), math.log(1.0), math.log(4.0)) == pytest.approx(
+    assert interval_score(math.log(3.0), math.log(2.0), math.log(1.0), math.log(4.0)) == pytest.approx(
         math.log(1.5) / math.log(2.0)
     )
-    assert _score(0.0, 1.0, 0.5, 3.0) == pytest.approx(-2.0)
-    assert math.isnan(_score(0.0, 1.0, math.nan, math.nan))
+    assert interval_score(0.0, 1.0, 0.5, 3.0) == pytest.approx(-2.0)
+    assert math.isnan(interval_score(0.0, 1.0, math.nan, math.nan))
 
 
 def test_clip_fractions_observed_against_predicted():

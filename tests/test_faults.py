@@ -26,11 +26,10 @@ GOOD = {"logp": [-0.5, -1.0, -0.2], "old_logp": [-0.6, -0.9, -0.25]}
 
 def cli(*argv, cwd, timeout=300, stdin=subprocess.DEVNULL):
     """Run the command line in a subprocess (stdin not a terminal, stderr a pipe)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(
         [sys.executable, "-m", "variance_lab.cli", *map(str, argv)],
         cwd=cwd,
-        env=env,
+        env=dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")),
         stdin=stdin,
         capture_output=True,
         text=True,

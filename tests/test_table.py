@@ -16,22 +16,12 @@ from variance_lab.report.table import SEED_PRINTED, errata, format_number, rende
 
 LOGNORMAL = get_family("lognormal", 1.0, 0.1)
 
+#: The columns the issue specifies, written out here (not imported) so that the test is independent.
 SPEC_COLUMNS = [
-    "T",
-    "var_P",
-    "log10_var_P",
-    "var_G",
-    "log10_var_G",
-    "var_G_lognormal",
-    "var_G_delta",
-    "var_G_seed",
-    "mean_G",
-    "bias_G",
-    "mse_G",
-    "ratio",
-    "ess_frac_P",
-    "n_needed_P",
-    "n_needed_G",
+    *("T", "var_P", "log10_var_P", "var_G", "log10_var_G"),  # exact
+    *("var_G_lognormal", "var_G_delta", "var_G_seed"),  # the derivation's approximations
+    *("mean_G", "bias_G", "mse_G", "ratio"),  # bias of G_T and the variance ratio
+    *("ess_frac_P", "n_needed_P", "n_needed_G"),  # reliability of plain Monte Carlo
 ]
 
 

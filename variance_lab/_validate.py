@@ -14,6 +14,7 @@ __all__ = [
     "check_positive",
     "check_seed",
     "check_workers",
+    "parse_float",
     "parse_integer",
 ]
 
@@ -98,13 +99,33 @@ def check_seed(seed) -> int:
     return int(seed)
 
 
-def _integer_from_float(raw: str, name: str) -> int:
+def parse_float(raw: str, name: str, context: str = "") -> float:
+    """Return the text ``raw`` as a finite float, or raise ``ValueError`` naming ``name`` and ``raw``.
+
+    Parameters
+    ----------
+    raw : str
+        A number in any notation :func:`float` reads (``1e6``, ``0.5``).
+    name : str
+        The option or field named in the error message.
+    context : str
+        Appended to the message, e.g. ``" in '1,x,3'"``.
+
+    Returns
+    -------
+    float
+    """
     try:
         number = float(raw)
     except ValueError:
-        raise ValueError(f"{name}: not a number: {raw!r}") from None
+        raise ValueError(f"{name}: not a number: {raw!r}{context}") from None
     if not math.isfinite(number):
-        raise ValueError(f"{name}: values must be finite, got {raw!r}")
+        raise ValueError(f"{name}: values must be finite, got {raw!r}{context}")
+    return number
+
+
+def _integer_from_float(raw: str, name: str) -> int:
+    number = parse_float(raw, name)
     if not number.is_integer():
         raise ValueError(f"{name}: {raw!r} is not an integer (integers are never rounded)")
     return int(number)

@@ -100,6 +100,7 @@ __all__ = [
     "KINDS",
     "MC_COLUMNS",
     "MIN_ESS",
+    "WEIGHT_COLUMNS",
     "Correction",
     "apply_sequence",
     "apply_tokens",
@@ -129,21 +130,11 @@ KINDS = {
     "gmpo": ("token", "G", (0, 1)),
 }
 
+#: Statistics of the corrected weights w shared by :data:`COLUMNS` and :data:`DATA_COLUMNS`.
+WEIGHT_COLUMNS = ("bias", "var_w", "ess_frac", "frac_modified", "frac_seq_any", "mean_base")
+
 #: Columns of :func:`theory` (and the first columns of every corrections frame).
-COLUMNS = (
-    "T",
-    "correction",
-    "level",
-    "mean_w",
-    "bias",
-    "var_w",
-    "ess_frac",
-    "frac_modified",
-    "frac_seq_any",
-    "mean_base",
-    "log10_mean_w",
-    "log10_var_w",
-)
+COLUMNS = ("T", "correction", "level", "mean_w", *WEIGHT_COLUMNS, "log10_mean_w", "log10_var_w")
 
 #: Monte Carlo columns added by :func:`simulate_corrections`.
 MC_COLUMNS = (
@@ -162,21 +153,7 @@ MC_COLUMNS = (
 )
 
 #: Columns of :func:`evaluate` (corrections on measured token log-ratios).
-DATA_COLUMNS = (
-    "T",
-    "correction",
-    "level",
-    "n_seq",
-    "mean_w",
-    "mean_w_lo",
-    "mean_w_hi",
-    "bias",
-    "var_w",
-    "ess_frac",
-    "frac_modified",
-    "frac_seq_any",
-    "mean_base",
-)
+DATA_COLUMNS = ("T", "correction", "level", "n_seq", "mean_w", "mean_w_lo", "mean_w_hi", *WEIGHT_COLUMNS)
 
 #: GSPO's default clip range of s (Zheng et al. 2025) and GMPO's log-space clip.
 GSPO_DEFAULT = (3e-4, 4e-4)

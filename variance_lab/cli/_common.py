@@ -153,6 +153,12 @@ def write_file(out: str | os.PathLike, write, option: str = "--out") -> Path:
         raise CLIError(f"{option} {str(out)!r}: cannot write it: {exc.strerror or one_line(exc)}") from None
 
 
+def say_wrote(what: str, path: str | None) -> None:
+    """Say on standard error that ``what`` was written to ``path``; nothing when ``path`` is None."""
+    if path is not None:
+        print(f"{PROG}: wrote {what} to {path}", file=sys.stderr)
+
+
 def write_output(text: str, out: str | None) -> None:
     """Print ``text``, or write it to ``out`` atomically.
 
@@ -385,14 +391,17 @@ LONG_RUN_S = 3600.0
 SHOW_ESTIMATE_S = 60.0
 
 
-def add_yes_arg(p: argparse.ArgumentParser) -> None:
-    """``--yes``: start a run estimated to take longer than :data:`LONG_RUN_S` without asking."""
-    p.add_argument(
-        "--yes",
-        action="store_true",
-        help="start a Monte Carlo run estimated to take more than an hour without asking (without it "
-        "such a run asks on a terminal and is refused elsewhere)",
-    )
+#: Help of ``--yes``.
+YES_HELP = (
+    "start a Monte Carlo run estimated to take more than an hour without asking (without it "
+    "such a run asks on a terminal and is refused elsewhere)"
+)
+
+
+def add_long_run_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--no-progress`` and ``--yes`` (start a run longer than :data:`LONG_RUN_S` without asking)."""
+    add_progress_arg(p)
+    p.add_argument("--yes", action="store_true", help=YES_HELP)
 
 
 def monte_carlo_seconds(family, T, n: int, *, sampler: str, independent: bool = False, workers=None) -> float:

@@ -12,10 +12,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-import zipfile
 from pathlib import Path
 
-from variance_lab.cli._common import PROG, CLIError, check_output, int_arg, int_grid, write_file, write_output
+from variance_lab.cli._common import (
+    CLIError,
+    check_output,
+    int_arg,
+    int_grid,
+    load_rollouts,
+    say_wrote,
+    write_file,
+    write_output,
+)
 
 __all__ = ["FIGURE_SUFFIXES", "add_command", "run"]
 
@@ -48,28 +56,10 @@ def _level(text: str) -> float:
 
 def _load(args: argparse.Namespace):
     """Load the batch of ``args.file``; a missing or unreadable file is a one-line error."""
-    from variance_lab.rollouts.io import load_batch
-
-    path = Path(args.file)
-    if path.is_dir():
+    if Path(args.file).is_dir():
         raise CLIError(f"{args.file}: is a directory, not a file of token log-probs")
-    if not path.is_file():
-        raise CLIError(f"{args.file}: no such file")
-    errors: tuple[type[BaseException], ...] = (OSError, zipfile.BadZipFile, EOFError)
-    try:
-        import pyarrow as pa
-
-        errors += (pa.ArrowException,)
-    except ImportError:  # pragma: no cover - pyarrow is in the dev extra
-        pass
     fmt = None if args.format == "auto" else args.format
-    try:
-        return load_batch(path, format=fmt, on_bad=args.on_bad, preset=args.preset)
-    except errors as exc:
-        raise CLIError(
-            f"{args.file}: cannot read it as {fmt or 'its extension says'}: "
-            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-        ) from None
+    return load_rollouts(args.file, format=fmt, on_bad=args.on_bad, preset=args.preset)
 
 
 def _check_figure(target: str | None, source: str) -> None:
@@ -103,13 +93,12 @@ def run(args: argparse.Namespace) -> int:
     write_output(render_analysis(result.table, summary, args.table_format, title=title), args.out)
     if args.table_format == "csv":  # keep the CSV parseable: the summary goes to stderr
         print("\n".join(summary_lines(summary) + split_lines(summary.get("split"))), file=sys.stderr)
-    if args.out is not None:
-        print(f"{PROG}: wrote the table to {args.out}", file=sys.stderr)
+    say_wrote("the table", args.out)
     if args.figure is not None:
         from variance_lab.report.analysis_figure import analysis_figure
 
         _save_figure(analysis_figure(result.table, result.curves(), level=args.level), args.figure)
-        print(f"{PROG}: wrote the figure to {args.figure}", file=sys.stderr)
+        say_wrote("the figure", args.figure)
     return 0
 
 

@@ -24,14 +24,13 @@ def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
     from variance_lab import sweep as sweep_mod
 
-    fmt = argparse.ArgumentDefaultsHelpFormatter
     p = sub.add_parser(
         "export",
         help="write a sweep store to CSV or Parquet",
         description="Every row of a sweep store (tidy columns plus n, seed, cell, version, created) "
         "to one CSV or Parquet file, written atomically. The store is opened read-only: it is never "
         "written, and a file that is not a store is an error.",
-        formatter_class=fmt,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("store", help="the SQLite store")
     p.add_argument("--out", required=True, help="output file, .csv or .parquet")

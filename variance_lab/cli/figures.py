@@ -105,7 +105,6 @@ def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
     from variance_lab.paper import figures as figures_mod
 
-    fmt = argparse.ArgumentDefaultsHelpFormatter
     p = sub.add_parser(
         "figures",
         help="regenerate every figure (images, data CSV and JSON sidecar), or check them",
@@ -115,7 +114,7 @@ def add_command(sub) -> None:
         + ". --from-sidecar rebuilds any of them from its JSON sidecar; --check rebuilds in a temporary "
         "folder and compares data SHA-256 and versions with the sidecars, writing nothing (exit 1 on a "
         "mismatch). Writing into the committed figures/ folder needs --out figures or --force.",
-        formatter_class=fmt,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
         "--out",

@@ -11,9 +11,8 @@ from variance_lab.cli._common import (
     PROG,
     CLIError,
     add_executor_args,
-    add_progress_arg,
+    add_long_run_args,
     add_sampler_arg,
-    add_yes_arg,
     check_output,
     confirm_long_run,
     engine_from_args,
@@ -41,19 +40,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with engine_from_args(args) as engine:
             result = sweep_mod.sweep(
-                args.family,
-                args.mu,
-                args.sigma2,
-                args.T,
-                args.n,
-                seed=args.seed,
+                *_grid(args),
                 store=args.store,
                 engine=engine,
-                independent=args.independent,
-                ci=args.ci,
-                target=args.target,
-                params=dict(args.param or []),
                 progress=show_progress(args),
+                **_cell_options(args),
             )
     except sweep_mod.SweepInterrupted as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
@@ -82,6 +73,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grid(args: argparse.Namespace) -> tuple:
+    """Return the grid axes of :func:`variance_lab.sweep.plan` and ``sweep``: families, mu, sigma2, T, n."""
+    return args.family, args.mu, args.sigma2, args.T, args.n
+
+
+def _cell_options(args: argparse.Namespace) -> dict:
+    """Return the keywords that ``plan`` and ``sweep`` share: seed, independent, ci, target, params."""
+    return {
+        "seed": args.seed,
+        "independent": args.independent,
+        "ci": args.ci,
+        "target": args.target,
+        "params": dict(args.param or []),
+    }
+
+
 def _finished(store: str) -> set[str]:
     """Cells already in ``store`` (read-only; none when it is missing or not a store yet)."""
     from variance_lab.sweep import Store
@@ -97,19 +104,7 @@ def _finished(store: str) -> set[str]:
 
 def _confirm(args: argparse.Namespace, sweep_mod) -> None:
     """Estimate the Monte Carlo cells still to run; a long sweep needs ``--yes`` (confirm_long_run)."""
-    the_plan = sweep_mod.plan(
-        args.family,
-        args.mu,
-        args.sigma2,
-        args.T,
-        args.n,
-        seed=args.seed,
-        independent=args.independent,
-        ci=args.ci,
-        target=args.target,
-        params=dict(args.param or []),
-        sampler=args.sampler,
-    )
+    the_plan = sweep_mod.plan(*_grid(args), sampler=args.sampler, **_cell_options(args))
     todo = [c for c in the_plan.cells if c.kind == "monte_carlo"]
     if not todo:
         return
@@ -137,7 +132,6 @@ def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
     from variance_lab import sweep as sweep_mod
 
-    fmt = argparse.ArgumentDefaultsHelpFormatter
     p = sub.add_parser(
         "sweep",
         help="run a parameter grid into a resumable SQLite store",
@@ -147,7 +141,7 @@ def add_command(sub) -> None:
         "family cannot reach (two-point with sigma2 >= mu^2) are listed and skipped. Ctrl-C stops "
         "cleanly, keeping finished cells.",
         epilog=GRID_EPILOG,
-        formatter_class=fmt,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
         "--family", type=family_list, default="lognormal", help=f"comma list of: {', '.join(FAMILIES)}"
@@ -188,6 +182,5 @@ def add_command(sub) -> None:
     add_executor_args(p)
     p.add_argument("--store", default=sweep_mod.DEFAULT_STORE, help="SQLite store, created when missing")
     p.add_argument("--out", default=None, help="also write this sweep's rows to a .csv or .parquet file")
-    add_progress_arg(p)
-    add_yes_arg(p)
+    add_long_run_args(p)
     p.set_defaults(func=run)

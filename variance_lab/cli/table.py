@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from variance_lab import __version__, theory
 from variance_lab.cli._common import (
-    PROG,
     add_executor_args,
     add_family_args,
-    add_progress_arg,
+    add_long_run_args,
     add_sampler_arg,
-    add_yes_arg,
     check_output,
     confirm_long_run,
     engine_from_args,
@@ -22,6 +19,7 @@ from variance_lab.cli._common import (
     grid_arg,
     int_arg,
     monte_carlo_seconds,
+    say_wrote,
     show_progress,
     write_output,
 )
@@ -68,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
     )
     text = table_report.render(frame, args.format, title=title, notes=notes)
     write_output(text, args.out)
-    if args.out is not None:
-        print(f"{PROG}: wrote the table to {args.out}", file=sys.stderr)
+    say_wrote("the table", args.out)
     return 0
 
 
@@ -109,6 +106,5 @@ def add_command(sub) -> None:
     )
     p.add_argument("--format", default="markdown", choices=table_report.FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
-    add_progress_arg(p)
-    add_yes_arg(p)
+    add_long_run_args(p)
     p.set_defaults(func=run)

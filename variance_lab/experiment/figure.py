@@ -24,8 +24,9 @@ from matplotlib.figure import Figure
 from variance_lab import __version__
 from variance_lab._atomic import atomic_write
 from variance_lab.experiment.task import TAGS
-from variance_lab.report import style
 from variance_lab.report import style as _style
+from variance_lab.report.analysis_figure import MODEL_STYLE
+from variance_lab.report.figures import versions
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.rollouts.weights import GSPO_RANGE, log_clip_range, sequence_weights
@@ -50,25 +51,14 @@ FIGURE_NAME = "experiment_variance"
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "data" / "arith_rollouts.jsonl.gz"
 PNG_DPI = 200
 
+#: Line of each predicted clip fraction: the style of its model in the analysis figure, no sparse markers.
 _CLIP_STYLE = {
-    "gspo_clip_pred_iid": {
-        "color": style.color(1),
-        "ls": "--",
-        "marker": "s",
-        "label": "i.i.d. lognormal fit",
-    },
-    "gspo_clip_pred": {
-        "color": style.color(3),
-        "ls": "-",
-        "marker": "^",
-        "label": "autocorrelation-corrected",
-    },
-    "gspo_clip_resampled": {
-        "color": style.color(4),
-        "ls": ":",
-        "marker": "v",
-        "label": "i.i.d. empirical",
-    },
+    col: {k: v for k, v in MODEL_STYLE[model].items() if k != "markevery"}
+    for col, model in (
+        ("gspo_clip_pred_iid", "iid"),
+        ("gspo_clip_pred", "corr"),
+        ("gspo_clip_resampled", "emp"),
+    )
 }
 #: Token classes of a response, by character (see :func:`token_findings`).
 TOKEN_CLASSES = {"digit": "0123456789", "tag": TAGS, "plus": "+", "equals": "=", "comma": ",", "end": "."}
@@ -132,7 +122,7 @@ def experiment_figure(
     figsize : (float, float), optional
         Size of a new figure (default 3.4 x 7.0 in).
     style : None, str or dict
-        ``None``: the caller's rcParams; ``"paper"``: the package's paper style.
+        As for :func:`clip_panel`.
 
     Returns
     -------
@@ -414,7 +404,7 @@ def save_experiment_figure(
         "quick": quick,
         "style": None if style is None else str(style),
         "version": __version__,
-        "versions": _versions(),
+        "versions": versions(),
         "files": {k: p.name for k, p in names.items() if k != "json"},
         "png_dpi": dpi,
         "data_sha256": {k: hashlib.sha256(t.encode()).hexdigest() for k, t in texts.items()},
@@ -422,16 +412,3 @@ def save_experiment_figure(
     }
     atomic_write(names["json"], lambda tmp: tmp.write_text(json.dumps(sidecar, indent=1) + "\n"))
     return [names[k] for k in (*formats, "csv", "curves", "json")]
-
-
-def _versions() -> dict:
-    import platform
-
-    import matplotlib
-
-    return {
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "pandas": pd.__version__,
-        "matplotlib": matplotlib.__version__,
-    }

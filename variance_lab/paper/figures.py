@@ -46,13 +46,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import secrets
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pandas as pd
 
@@ -458,15 +456,6 @@ def _write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-def _versions() -> dict:
-    return {
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "pandas": pd.__version__,
-        "matplotlib": matplotlib.__version__,
-    }
-
-
 def _style_name(style) -> str | None:
     """How the sidecar records ``style``: its name, or the path of a style file."""
     if style is None or isinstance(style, str | os.PathLike):
@@ -487,7 +476,7 @@ def _sidecar(name: str, params: dict, data_text: str, quick: bool, dpi: int, for
         "quick": quick,
         "style": _style_name(style),
         "version": __version__,
-        "versions": _versions(),
+        "versions": plots.versions(),
         "files": {**files, "data": f"{name}.csv"},
         "png_dpi": dpi,
         "data_sha256": hashlib.sha256(data_text.encode()).hexdigest(),

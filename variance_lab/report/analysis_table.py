@@ -180,56 +180,42 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _variance_rows(table: pd.DataFrame) -> list[list[str]]:
-    rows = []
-    for r in table.itertuples(index=False):
-        rows.append(
-            [
-                f"{r.T_lo}-{r.T_hi}",
-                str(r.n_seq),
-                _interval(r.log10_var_P, r.log10_var_P_lo, r.log10_var_P_hi, _fixed),
-                *(_fixed(v) for v in (r.log10_var_P_iid, r.log10_var_P_emp, r.log10_var_P_corr)),
-                _fmt(r.ess_P, 3),
-                _interval(r.var_G, r.var_G_lo, r.var_G_hi, _sci),
-                *(_sci(v) for v in (r.var_G_iid, r.var_G_emp, r.var_G_corr)),
-                " / ".join(_score(v) for v in (r.score_iid, r.score_emp, r.score_corr)),
-                r.verdict,
-            ]
-        )
-    return rows
+def _bucket_rows(table: pd.DataFrame, cells) -> list[list[str]]:
+    """Return one row per length bucket: ``T_lo-T_hi``, the sequence count, then ``cells(row)``."""
+    return [[f"{r.T_lo}-{r.T_hi}", str(r.n_seq), *cells(r)] for r in table.itertuples(index=False)]
 
 
-def _clip_rows(table: pd.DataFrame) -> list[list[str]]:
+def _variance_cells(r) -> list[str]:
+    """Return the variance table's cells of bucket ``r``: Var(P_T), Var(G_T), scores and verdict."""
     return [
-        [
-            f"{r.T_lo}-{r.T_hi}",
-            str(r.n_seq),
-            _fmt(r.gspo_clip_frac),
-            _fmt(r.gspo_clip_pred),
-            _fmt(r.gspo_clip_pred_iid),
-            _fmt(r.ppo_clip_frac),
-            _fmt(r.ppo_clip_pred),
-        ]
-        for r in table.itertuples(index=False)
+        _interval(r.log10_var_P, r.log10_var_P_lo, r.log10_var_P_hi, _fixed),
+        *(_fixed(v) for v in (r.log10_var_P_iid, r.log10_var_P_emp, r.log10_var_P_corr)),
+        _fmt(r.ess_P, 3),
+        _interval(r.var_G, r.var_G_lo, r.var_G_hi, _sci),
+        *(_sci(v) for v in (r.var_G_iid, r.var_G_emp, r.var_G_corr)),
+        " / ".join(_score(v) for v in (r.score_iid, r.score_emp, r.score_corr)),
+        r.verdict,
     ]
 
 
-def _model_clip_rows(table: pd.DataFrame) -> list[list[str]]:
-    rows = []
-    for r in table.itertuples(index=False):
-        rows.append(
-            [
-                f"{r.T_lo}-{r.T_hi}",
-                str(r.n_seq),
-                _interval(r.gspo_clip_frac, r.gspo_clip_frac_lo, r.gspo_clip_frac_hi, _fmt),
-                *(_fmt(getattr(r, f"gspo_clip_pred_{m}")) for m in ("iid", "corr", "mix", "hier")),
-                _interval(r.ppo_clip_frac, r.ppo_clip_frac_lo, r.ppo_clip_frac_hi, _fmt),
-                *(_fmt(getattr(r, f"ppo_clip_pred_{m}")) for m in ("iid", "mix", "hier")),
-                *(_sci(getattr(r, f"var_G_{m}")) for m in ("mix", "hier")),
-                str(r.best_model),
-            ]
-        )
-    return rows
+def _clip_cells(r) -> list[str]:
+    """Return the clip table's cells of bucket ``r``: GSPO and PPO clip fractions, observed and predicted."""
+    return [
+        _fmt(v)
+        for v in (r.gspo_clip_frac, r.gspo_clip_pred, r.gspo_clip_pred_iid, r.ppo_clip_frac, r.ppo_clip_pred)
+    ]
+
+
+def _model_clip_cells(r) -> list[str]:
+    """Return the model table's cells of bucket ``r``: clip fractions per model, Var(G_T), best model."""
+    return [
+        _interval(r.gspo_clip_frac, r.gspo_clip_frac_lo, r.gspo_clip_frac_hi, _fmt),
+        *(_fmt(getattr(r, f"gspo_clip_pred_{m}")) for m in ("iid", "corr", "mix", "hier")),
+        _interval(r.ppo_clip_frac, r.ppo_clip_frac_lo, r.ppo_clip_frac_hi, _fmt),
+        *(_fmt(getattr(r, f"ppo_clip_pred_{m}")) for m in ("iid", "mix", "hier")),
+        *(_sci(getattr(r, f"var_G_{m}")) for m in ("mix", "hier")),
+        str(r.best_model),
+    ]
 
 
 def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
@@ -254,16 +240,16 @@ def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
     parts += [
         *summary_lines(summary),
         "",
-        _markdown_table(var_header, _variance_rows(table)),
+        _markdown_table(var_header, _bucket_rows(table, _variance_cells)),
         "",
-        _markdown_table(clip_header, _clip_rows(table)),
+        _markdown_table(clip_header, _bucket_rows(table, _clip_cells)),
         "",
     ]
     if summary.get("models"):
         pct = f"{100 * summary['level']:g}%"
         header = ["T", "n", f"GSPO clip [{pct}]", "iid", "corr", "mix", "hier", f"PPO clip [{pct}]", "iid"]
         header += ["mix", "hier", "Var(G) mix", "Var(G) hier", "best model"]
-        parts += [_markdown_table(header, _model_clip_rows(table)), ""]
+        parts += [_markdown_table(header, _bucket_rows(table, _model_clip_cells)), ""]
     parts += [
         VERDICT_NOTE,
     ]

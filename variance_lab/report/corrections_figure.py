@@ -28,17 +28,7 @@ def _points(ax, rows: pd.DataFrame, color: str) -> None:
     x, y = rows["T"].to_numpy(float), rows["value"].to_numpy(float)
     lo = np.where(np.isnan(rows["lo"]), y, rows["lo"])
     hi = np.where(np.isnan(rows["hi"]), y, rows["hi"])
-    for mask, face in ((ok, color), (~ok, "white")):
-        if mask.any():
-            ax.errorbar(
-                x[mask],
-                y[mask],
-                yerr=[y[mask] - lo[mask], hi[mask] - y[mask]],
-                color=color,
-                mfc=face,
-                mec=color,
-                **style.ERRORBAR,
-            )
+    style.errorbar_points(ax, x, y, lo, hi, ok, color)
 
 
 def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "") -> Figure:

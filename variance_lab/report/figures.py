@@ -29,8 +29,10 @@ interval as error bars and are drawn hollow when flagged unreliable.
 from __future__ import annotations
 
 import math
+import platform
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -51,6 +53,7 @@ __all__ = [
     "ratio_vs_T",
     "variance_panels",
     "variance_vs_T",
+    "versions",
     "write_images",
 ]
 
@@ -106,6 +109,22 @@ def write_images(fig, out: str | Path, name: str, formats, dpi: int) -> list[Pat
         atomic_write(path, lambda tmp, ext=ext, kwargs=kwargs: fig.savefig(tmp, format=ext, **kwargs))
         paths.append(path)
     return paths
+
+
+def versions() -> dict:
+    """Return the versions of Python, NumPy, pandas and matplotlib, for a figure's sidecar.
+
+    Returns
+    -------
+    dict
+        ``{"python": ..., "numpy": ..., "pandas": ..., "matplotlib": ...}``, version strings.
+    """
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "matplotlib": matplotlib.__version__,
+    }
 
 
 def _axes(ax, figsize, height: float = 2.4):
@@ -200,18 +219,7 @@ def _mc_points(ax, rows: pd.DataFrame, color: str, x: str = "T", scale=None, mar
         y, lo, hi = y / scale, lo / scale, hi / scale
     xs = rows[x].to_numpy(float)
     ok = rows["reliable"].astype(str).isin(["True", "true", "1"]).to_numpy()
-    for mask, face in ((ok, color), (~ok, "white")):
-        if not mask.any():
-            continue
-        ax.errorbar(
-            xs[mask],
-            y[mask],
-            yerr=[y[mask] - lo[mask], hi[mask] - y[mask]],
-            color=color,
-            mfc=face,
-            mec=color,
-            **{**sty.ERRORBAR, "fmt": marker},
-        )
+    sty.errorbar_points(ax, xs, y, lo, hi, ok, color, marker)
     return bool((~ok).any())
 
 

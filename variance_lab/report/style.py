@@ -29,6 +29,7 @@ __all__ = [
     "STYLE_FILE",
     "clip_log10",
     "color",
+    "errorbar_points",
     "line_style",
     "log10_axis",
     "paper",
@@ -112,6 +113,35 @@ def line_style(i: int) -> dict:
 def color(i: int) -> str:
     """Return the ``i``-th Okabe-Ito colour (cycling)."""
     return OKABE_ITO[i % len(OKABE_ITO)]
+
+
+def errorbar_points(ax, x, y, lo, hi, reliable, color: str, marker: str | None = None) -> None:
+    """Draw points ``y`` with interval bars ``[lo, hi]``: filled where ``reliable``, hollow elsewhere.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    x, y, lo, hi : numpy.ndarray
+        Positions, values and interval ends, one per point (``lo <= y <= hi``).
+    reliable : numpy.ndarray of bool
+        Points drawn filled; the others get a white face.
+    color : str
+        Colour of markers, edges and bars.
+    marker : str, optional
+        Marker (:data:`ERRORBAR`'s ``"o"`` by default).
+    """
+    kw = ERRORBAR if marker is None else {**ERRORBAR, "fmt": marker}
+    for mask, face in ((reliable, color), (~reliable, "white")):
+        if mask.any():
+            ax.errorbar(
+                x[mask],
+                y[mask],
+                yerr=[y[mask] - lo[mask], hi[mask] - y[mask]],
+                color=color,
+                mfc=face,
+                mec=color,
+                **kw,
+            )
 
 
 def _power_of_ten(value: float, _pos=None) -> str:

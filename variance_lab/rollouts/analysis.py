@@ -117,6 +117,7 @@ from variance_lab.rollouts.predictions import (
     PREDICTION_COLUMNS,
     choose_model,
     fitted_models,
+    interval_score,
     prediction_columns,
 )
 from variance_lab.rollouts.split import SplitResult, split_ratios
@@ -303,17 +304,6 @@ def _expected_sample_var_linear(mean, var, counts) -> float:
 # --------------------------------------------------------------------------------------
 # scores and verdicts
 # --------------------------------------------------------------------------------------
-def _score(pred: float, point: float, lo: float, hi: float) -> float:
-    """Signed distance of ln pred from ln point in units of the interval's half-width on that side."""
-    if not all(math.isfinite(v) for v in (point, lo, hi)) or math.isnan(pred):
-        return math.nan
-    diff = pred - point
-    half = (hi - point) if diff >= 0 else (point - lo)
-    if diff == 0:
-        return 0.0
-    return diff / half if half > 0 else math.copysign(math.inf, diff)
-
-
 def verdict(
     score_iid: float, score_emp: float, score_corr: float, *, tol: float = 1.0, margin: float = 2.0
 ) -> str:
@@ -550,7 +540,7 @@ def _bucket_predictions(models: _Models, T: np.ndarray, g_range, base: dict) -> 
         ln_g = _expected_sample_var(mom["mean_G"], mom["var_G"], counts)
         with np.errstate(over="ignore"):  # inf beyond float64; the log10 twin stays finite
             row[f"var_G_{model}"], row[f"log10_var_G_{model}"] = float(np.exp(ln_g)), ln_g / _LN10
-        row[f"score_{model}"] = _score(
+        row[f"score_{model}"] = interval_score(
             ln_g, *(base[k] * _LN10 for k in ("log10_var_G", "log10_var_G_lo", "log10_var_G_hi"))
         )
     for model in ("iid", "corr"):
@@ -567,11 +557,9 @@ def _bucket_predictions(models: _Models, T: np.ndarray, g_range, base: dict) -> 
     return row
 
 
-def _observed_rows(batch, edges, n_boot, level, seed, gspo_range, ppo_range) -> pd.DataFrame:
-    """bucket_variances plus the lengths' order statistics and log10 interval ends of Var(G)."""
-    obs = bucket_variances(
-        batch, edges, n_boot=n_boot, level=level, seed=seed, gspo_range=gspo_range, ppo_range=ppo_range
-    )
+def _observed_rows(batch, edges, boot: dict, gspo_range, ppo_range) -> pd.DataFrame:
+    """bucket_variances (bootstrap settings ``boot``) plus log10 interval ends of Var(G)."""
+    obs = bucket_variances(batch, edges, gspo_range=gspo_range, ppo_range=ppo_range, **boot)
     with np.errstate(divide="ignore"):
         obs["log10_var_G_lo"] = np.log10(obs["var_G_lo"].to_numpy(float))
         obs["log10_var_G_hi"] = np.log10(obs["var_G_hi"].to_numpy(float))
@@ -648,7 +636,8 @@ def analyze(
     """
     g_range = log_clip_range(gspo_range, "gspo_range")
     p_range = log_clip_range(ppo_range, "ppo_range")
-    obs = _observed_rows(batch, edges, n_boot, level, seed, gspo_range, ppo_range)
+    boot = {"n_boot": n_boot, "level": level, "seed": seed}  # one bootstrap for observed and predicted
+    obs = _observed_rows(batch, edges, boot, gspo_range, ppo_range)
     fit = fit_log_ratios(batch, c=c)
     acf, acf_note = _try_autocorrelation(batch, c)
     models = _Models(fit, acf, EmpiricalCGF(batch.log_ratio))
@@ -682,9 +671,7 @@ def analyze(
             g_range=g_range,
             p_range=p_range,
             ppo_normal=ppo_pred,
-            n_boot=n_boot,
-            level=level,
-            seed=seed,
+            **boot,
         )
         table[list(PREDICTION_COLUMNS)] = extra
         fitted["best_model"], fitted["fits"] = choose_model(table)

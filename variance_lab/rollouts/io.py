@@ -390,6 +390,8 @@ def load_batch(
     Returns
     -------
     TokenBatch
+        The counted tokens of the good sequences; with ``on_bad="drop"`` the bad ones are listed in
+        its ``dropped``.
 
     Raises
     ------
@@ -491,9 +493,12 @@ def _write_npz_flat(path: Path, flat, lens, ids, layout: str) -> None:
     np.savez_compressed(path, **out)
 
 
-def _check_layout(npz_layout: str) -> None:
+def _target(path, format: str | None, npz_layout: str) -> tuple[Path, str]:
+    """Check ``npz_layout`` and return the file to write and its format (from the extension by default)."""
     if npz_layout not in ("padded", "flat"):
         raise ValueError(f"npz_layout must be 'padded' or 'flat', got {npz_layout!r}")
+    path = Path(path)
+    return path, detect_format(path, format)
 
 
 def save_batch(batch: TokenBatch, path, *, format: str | None = None, npz_layout: str = "padded") -> Path:
@@ -516,9 +521,7 @@ def save_batch(batch: TokenBatch, path, *, format: str | None = None, npz_layout
     -------
     Path
     """
-    _check_layout(npz_layout)
-    path = Path(path)
-    fmt = detect_format(path, format)
+    path, fmt = _target(path, format, npz_layout)
     flat, lens, ids = _batch_flat(batch)
     if fmt == "jsonl":
         _write_jsonl_flat(path, flat, lens, ids)
@@ -592,9 +595,7 @@ def write_records(
     -------
     Path
     """
-    _check_layout(npz_layout)
-    path = Path(path)
-    fmt = detect_format(path, format)
+    path, fmt = _target(path, format, npz_layout)
     records = [dict(rec) for rec in records]
     if fmt == "jsonl":
         _write_jsonl_records(path, records)

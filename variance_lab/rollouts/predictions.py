@@ -40,6 +40,7 @@ __all__ = [
     "PREDICTION_COLUMNS",
     "choose_model",
     "fitted_models",
+    "interval_score",
     "prediction_columns",
     "wilson_interval",
 ]
@@ -121,8 +122,14 @@ def _expected_sample_var(log_mean, log_var, counts) -> float:
     return float(np.logaddexp(within, between))
 
 
-def _score(ln_pred: float, point: float, lo: float, hi: float) -> float:
-    """Signed distance of ln pred from ln point in half-widths of the interval on that side (ln values)."""
+def interval_score(ln_pred: float, point: float, lo: float, hi: float) -> float:
+    r"""Return the signed distance of ``ln_pred`` from ``point`` in half-widths of the interval.
+
+    All four are ln values. The score is :math:`(\ln p - x) / (h - x)` when the prediction
+    lies above the point ``x`` (``h`` the upper end) and :math:`(\ln p - x) / (x - l)` when below
+    (``l`` the lower end): :math:`|s| \le 1` means inside the interval. A zero-width side gives
+    :math:`\pm\infty`, a non-finite interval or a NaN prediction NaN.
+    """
     if not all(math.isfinite(v) for v in (point, lo, hi)) or math.isnan(ln_pred):
         return math.nan
     diff = ln_pred - point
@@ -187,7 +194,7 @@ def prediction_columns(
             row[f"ppo_clip_pred_{name}"] = float(
                 np.sum(counts * uniq * pred["ppo_clip"]) / np.sum(counts * uniq)
             )
-            row[f"score_{name}"] = _score(ln_g, *obs_G)
+            row[f"score_{name}"] = interval_score(ln_g, *obs_G)
         row["gspo_clip_pred_emp"] = math.nan
         row["gspo_clip_pred_corr"] = base["gspo_clip_pred"]
         row["ppo_clip_pred_iid"] = row["ppo_clip_pred_corr"] = ppo_normal

@@ -68,26 +68,34 @@ _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13 = (
 )
 
 
-@intrinsic
-def _bits(typingctx, x):  # pragma: no cover - compiled
-    """Return the IEEE-754 bits of a float64, as an int64 (a free bit cast)."""
-    sig = types.int64(types.float64)
+def _bitcast(source, target, name: str):
+    """Return a numba intrinsic that reinterprets the bits of a ``source`` value as ``target`` (free).
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
+    Parameters
+    ----------
+    source, target : numba.types.Type
+        Types of equal width (here float64 and int64, IEEE-754 bits).
+    name : str
+        The intrinsic's name.
 
-    return sig, codegen
+    Returns
+    -------
+    numba.extending.intrinsic
+    """
+
+    def typer(typingctx, x):  # pragma: no cover - compiled
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(target))
+
+        return target(source), codegen
+
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
 
 
-@intrinsic
-def _from_bits(typingctx, x):  # pragma: no cover - compiled
-    """Return the float64 whose IEEE-754 bits are the int64 ``x`` (a free bit cast)."""
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-
-    return sig, codegen
+#: The IEEE-754 bits of a float64, as an int64, and back.
+_bits = _bitcast(types.float64, types.int64, "_bits")
+_from_bits = _bitcast(types.int64, types.float64, "_from_bits")
 
 
 @kernel

@@ -28,12 +28,11 @@ sorted, whether they come from ranges or are typed twice (``10,10`` is one lengt
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
 
-from variance_lab._validate import parse_integer
+from variance_lab._validate import parse_float, parse_integer
 
 __all__ = ["GRID_HELP", "parse_grid", "parse_int_grid", "parse_name_list"]
 
@@ -48,13 +47,7 @@ _SIG_DIGITS = 12
 
 
 def _number(text: str, name: str, whole: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{name}: not a number: {text.strip()!r} in {whole!r}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{name}: values must be finite, got {text.strip()!r} in {whole!r}")
-    return value
+    return parse_float(text.strip(), name, f" in {whole!r}")
 
 
 def _integer(text: str, name: str, whole: str) -> float:

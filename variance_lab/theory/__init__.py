@@ -1,18 +1,10 @@
 r"""Exact and approximate moments of :math:`P_T` and :math:`G_T`, for any family and any T.
 
-For i.i.d. ratios with log-moment function :math:`K(s) = \log E[r^s]`:
-
-.. math::
-
-    E[P_T^k] = e^{T K(k)}, \qquad
-    \operatorname{Var}(P_T) = e^{2TK(1)} \operatorname{expm1}\bigl(T(K(2) - 2K(1))\bigr)
-                            = (\sigma^2 + \mu^2)^T - \mu^{2T},
-
-    E[G_T^k] = e^{T K(k/T)}, \qquad
-    \operatorname{Var}(G_T) = e^{2TK(1/T)} \operatorname{expm1}\bigl(T K(2/T) - 2T K(1/T)\bigr),
-
-the derivation's approximations, bias, MSE, Kong's ESS, kurtosis and the draws plain
-Monte Carlo needs (:mod:`variance_lab.theory.exact` has the formulas).
+For i.i.d. ratios with log-moment function :math:`K(s) = \log E[r^s]`, the moments
+:math:`E[P_T^k] = e^{T K(k)}` and :math:`E[G_T^k] = e^{T K(k/T)}` give the exact variances
+of :math:`P_T` and :math:`G_T`, the derivation's approximations, bias, MSE, Kong's ESS,
+kurtosis and the draws plain Monte Carlo needs (:mod:`variance_lab.theory.exact` writes
+the formulas out).
 
 Two paths compute them:
 

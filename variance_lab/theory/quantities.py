@@ -18,30 +18,8 @@ from variance_lab.families import Family
 from variance_lab.theory.exact import DEFAULT_TARGET, QUANTITIES, exact_value
 from variance_lab.theory.fast import FAST_FAMILIES, Moments, moments, quantity
 
-__all__ = [
-    "DEFAULT_TARGET",
-    "QUANTITIES",
-    "bias_G",
-    "check_target",
-    "ess_frac_P",
-    "family_moments",
-    "kurtosis_G",
-    "kurtosis_P",
-    "mean_G",
-    "mean_P",
-    "mse_G",
-    "n_needed_G",
-    "n_needed_P",
-    "rel_se_var_G",
-    "rel_se_var_P",
-    "value",
-    "var_G",
-    "var_G_delta",
-    "var_G_lognormal",
-    "var_G_seed",
-    "var_P",
-    "var_ratio",
-]
+#: One function per name of :data:`QUANTITIES` (defined below), and the helpers.
+__all__ = ["DEFAULT_TARGET", "QUANTITIES", "check_target", "family_moments", "value", *QUANTITIES]
 
 
 def check_target(target) -> float:
