@@ -320,8 +320,7 @@ def approx_ratio(frame: pd.DataFrame, *, ax=None, legend: bool = True, figsize=N
         ``monte_carlo``.
     ax : matplotlib.axes.Axes, optional
     legend : bool
-    figsize : (float, float), optional
-    style : None, str or dict
+    figsize, style
         As for :func:`variance_vs_T`.
     **kwargs
         Passed to every approximation line's :meth:`~matplotlib.axes.Axes.plot`.
@@ -329,6 +328,7 @@ def approx_ratio(frame: pd.DataFrame, *, ax=None, legend: bool = True, figsize=N
     Returns
     -------
     matplotlib.figure.Figure
+        The figure of ``ax`` (or a new one): one panel, each approximation over the exact value.
     """
     with sty.use(style):
         fig, ax = _axes(ax, figsize, 2.0)
@@ -412,8 +412,7 @@ def ratio_vs_T(
         One panel, full range only.
     zoom : int or None
         Largest T of the zoomed panel; None for one panel.
-    figsize : (float, float), optional
-    style : None, str or dict
+    figsize, style
         As for :func:`variance_vs_T`.
     **kwargs
         Passed to every line's :meth:`~matplotlib.axes.Axes.plot`.
@@ -573,8 +572,7 @@ def heatmap(
         Labelled contours at whole decades.
     boundary : bool
         Draw :math:`\sigma^2 = 1 - \mu^2`.
-    figsize : (float, float), optional
-    style : None, str or dict
+    figsize, style
         As for :func:`variance_vs_T`.
     **kwargs
         Passed to :meth:`~matplotlib.axes.Axes.pcolormesh` (``cmap``, ``vmin``, ``vmax``, ...).
@@ -635,8 +633,7 @@ def decay_boundary(
     T : (int, int), optional
         The two lengths (default: the frame's smallest and largest).
     ax : matplotlib.axes.Axes, optional
-    figsize : (float, float), optional
-    style : None, str or dict
+    figsize, style
         As for :func:`variance_vs_T`.
     **kwargs
         Passed to :meth:`~matplotlib.axes.Axes.pcolormesh`.
@@ -813,8 +810,7 @@ def mc_frontier(
     ax : matplotlib.axes.Axes, optional
     target : float, optional
         The target relative error the rows were computed for (axis label only).
-    figsize : (float, float), optional
-    style : None, str or dict
+    figsize, style
         As for :func:`variance_vs_T`.
     **kwargs
         Passed to every frontier line's :meth:`~matplotlib.axes.Axes.plot`.
@@ -865,8 +861,7 @@ def ess_vs_T(
     n : int, optional
         Draws of the Monte Carlo points: draws the floor 1/n (one draw holds all weight)
         and names n in the title.
-    figsize : (float, float), optional
-    style : None, str or dict
+    figsize, style
         As for :func:`variance_vs_T`.
     **kwargs
         Passed to every exact line's :meth:`~matplotlib.axes.Axes.plot`.
@@ -874,6 +869,7 @@ def ess_vs_T(
     Returns
     -------
     matplotlib.figure.Figure
+        The figure of ``ax`` (or a new one) with Kong's ESS fraction of the weights against T.
     """
     with sty.use(style):
         fig, ax = _axes(ax, figsize, 2.9)
@@ -926,8 +922,7 @@ def log_histograms(
     fig : matplotlib.figure.Figure, optional
     title : str, optional
         Figure title (the family, its parameters and the draws: the bins do not carry them).
-    figsize : (float, float), optional
-    style : None, str or dict
+    figsize, style
         As for :func:`variance_vs_T`.
     **kwargs
         Passed to every :meth:`~matplotlib.axes.Axes.stairs`.
