@@ -417,7 +417,9 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
     if name == "log_histograms":
         return plots.log_histograms(data, title=_histogram_title(params), style=style)
     if name == "corrections_vs_T":
-        title = f"{params['family']}, mu = {params['mu']:g}, sigma^2 = {params['sigma2']:g}"
+        title = f"{params['family']}, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$"
+        if params.get("n"):
+            title += f"; Monte Carlo $n = {int(params['n']):,}$ draws".replace(",", "{,}")
         with report_style.use(style):
             return corrections_figure.corrections_vs_T(data, title=title)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
