@@ -23,12 +23,12 @@ _LABELS = {
 }
 
 
-def _points(ax, rows: pd.DataFrame, color: str) -> None:
+def _points(ax, rows: pd.DataFrame, color: str, marker: str) -> None:
     ok = rows["reliable"].to_numpy(bool)
     x, y = rows["T"].to_numpy(float), rows["value"].to_numpy(float)
     lo = np.where(np.isnan(rows["lo"]), y, rows["lo"])
     hi = np.where(np.isnan(rows["hi"]), y, rows["hi"])
-    style.errorbar_points(ax, x, y, lo, hi, ok, color)
+    style.errorbar_points(ax, x, y, lo, hi, ok, color, marker=marker)
 
 
 def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "") -> Figure:
@@ -54,11 +54,12 @@ def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "") -> Figur
         for ax, stat in zip(axes, ("rel_bias", "ess_frac"), strict=True):
             rows = frame[frame["statistic"] == stat]
             for i, c in enumerate(corrections):
-                col = style.color(i + 1)
+                series = style.line_style(i)  # colour, line style and marker: apart in greyscale too
+                col = series["color"]
                 sub = rows[rows["correction"] == c].sort_values("T")
                 exact = sub[sub["method"] == "exact"]
-                ax.plot(exact["T"], exact["value"], color=col, label=c)
-                _points(ax, sub[sub["method"] == "monte_carlo"], col)
+                ax.plot(exact["T"], exact["value"], color=col, ls=series["ls"], label=c)
+                _points(ax, sub[sub["method"] == "monte_carlo"], col, series["marker"])
                 meas = sub[sub["method"] == "experiment"]
                 if not meas.empty:
                     ax.plot(meas["T"], meas["value"], ls="", marker="x", color=col, ms=4)
@@ -66,7 +67,10 @@ def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "") -> Figur
             ax.set_xlabel("sequence length $T$")
             ax.set_ylabel(_LABELS[stat])
         axes[1].set_ylim(-0.02, 1.02)
-        handles, _ = axes[0].get_legend_handles_labels()
+        handles = [
+            Line2D([], [], color=st["color"], ls=st["ls"], marker=st["marker"], ms=3.2, label=c)
+            for c, st in ((c, style.line_style(i)) for i, c in enumerate(corrections))
+        ]
         handles += [
             Line2D([], [], marker="o", ls="", color="0.2", label="Monte Carlo"),
             Line2D([], [], marker="o", ls="", color="0.2", mfc="white", label="Monte Carlo, unreliable"),
