@@ -606,3 +606,20 @@ def test_the_readme_figures_example_runs(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "variance.pdf").read_bytes().startswith(b"%PDF-")
+
+
+def test_corrections_figure_is_readable_and_greyscale_safe():
+    """corrections_vs_T in the paper style: text at least 7 pt, one line style per correction."""
+    from variance_lab.report import corrections_figure
+
+    params = {**figs.default_params("corrections_vs_T", quick=True), "n": 0}
+    frame = figs.figure_data("corrections_vs_T", params)
+    with style.use("paper"):
+        fig = corrections_figure.corrections_vs_T(frame, title="lognormal")
+    fig.canvas.draw()
+    texts = [t for t in fig.findobj(Text) if t.get_text().strip()]
+    assert texts
+    assert min(t.get_fontsize() for t in texts) >= style.MIN_FONT_PT
+    handles = [h for h in fig.legends[0].legend_handles if h.get_label() in params["corrections"]]
+    assert len(handles) == len(params["corrections"])
+    assert len({h.get_marker() for h in handles}) == len(handles)  # apart without colour
