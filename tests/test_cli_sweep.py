@@ -175,9 +175,8 @@ def _wait_for_cells(proc, store, count: int, timeout: float = 120.0) -> int:
 
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
     """A sweep killed with SIGKILL and rerun equals an uninterrupted run, one row set per cell."""
-    mc = True
     store = tmp_path / "killed.sqlite"
-    argv, kwargs = _sweep_argv(store, mc=mc)
+    argv, kwargs = _sweep_argv(store, mc=True)
     total = len(plan(**kwargs).cells)
 
     proc = _start(argv, tmp_path)
@@ -206,8 +205,7 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
     per_cell = resumed.groupby("cell").size()
     assert len(per_cell) == total
     assert not resumed.duplicated(["cell", "T", "statistic", "method"]).any()
-    if mc:
-        assert (resumed["method"] == "monte_carlo").any()
+    assert (resumed["method"] == "monte_carlo").any()
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):

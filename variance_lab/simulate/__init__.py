@@ -63,7 +63,9 @@ __all__ = [
     "merge_all",
     "prepare",
     "resolve_sampler",
+    "run_accumulators",
     "run_chunk",
+    "simulate",
     "using_engine",
 ]
 
