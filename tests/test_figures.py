@@ -614,8 +614,7 @@ def test_corrections_figure_is_readable_and_greyscale_safe():
 
     params = {**figs.default_params("corrections_vs_T", quick=True), "n": 0}
     frame = figs.figure_data("corrections_vs_T", params)
-    with style.use("paper"):
-        fig = corrections_figure.corrections_vs_T(frame, title="lognormal")
+    fig = corrections_figure.corrections_vs_T(frame, title="lognormal", style="paper")
     fig.canvas.draw()
     texts = [t for t in fig.findobj(Text) if t.get_text().strip()]
     assert texts

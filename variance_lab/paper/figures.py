@@ -420,8 +420,7 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
         title = f"{params['family']}, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$"
         if params.get("n"):
             title += f"; Monte Carlo $n = {int(params['n']):,}$ draws".replace(",", "{,}")
-        with report_style.use(style):
-            return corrections_figure.corrections_vs_T(data, title=title)
+        return corrections_figure.corrections_vs_T(data, title=title, style=style)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
 
 

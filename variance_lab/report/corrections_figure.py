@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from variance_lab.report import style
+from variance_lab.report import style as sty
 
 __all__ = ["corrections_vs_T"]
 
@@ -28,10 +28,10 @@ def _points(ax, rows: pd.DataFrame, color: str, marker: str) -> None:
     x, y = rows["T"].to_numpy(float), rows["value"].to_numpy(float)
     lo = np.where(np.isnan(rows["lo"]), y, rows["lo"])
     hi = np.where(np.isnan(rows["hi"]), y, rows["hi"])
-    style.errorbar_points(ax, x, y, lo, hi, ok, color, marker=marker)
+    sty.errorbar_points(ax, x, y, lo, hi, ok, color, marker=marker)
 
 
-def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "") -> Figure:
+def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "", style=None) -> Figure:
     """Two panels against T (log scale): relative bias and ESS fraction, one colour per correction.
 
     Parameters
@@ -41,6 +41,9 @@ def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "") -> Figur
     fig : matplotlib.figure.Figure, optional
     title : str
         Figure title (the family and its parameters).
+    style : None, str or dict
+        As for :func:`variance_lab.report.style.use`: ``None`` draws with the caller's
+        rcParams, ``"paper"`` with the package's paper style.
 
     Returns
     -------
@@ -48,13 +51,13 @@ def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "") -> Figur
     """
     if fig is None:
         fig = Figure(figsize=(7.0, 2.9))
-    with style.paper():
+    with sty.use(style):
         axes = fig.subplots(1, 2)
         corrections = list(dict.fromkeys(frame["correction"]))
         for ax, stat in zip(axes, ("rel_bias", "ess_frac"), strict=True):
             rows = frame[frame["statistic"] == stat]
             for i, c in enumerate(corrections):
-                series = style.line_style(i)  # colour, line style and marker: apart in greyscale too
+                series = sty.line_style(i)  # colour, line style and marker: apart in greyscale too
                 col = series["color"]
                 sub = rows[rows["correction"] == c].sort_values("T")
                 exact = sub[sub["method"] == "exact"]
@@ -69,7 +72,7 @@ def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "") -> Figur
         axes[1].set_ylim(-0.02, 1.02)
         handles = [
             Line2D([], [], color=st["color"], ls=st["ls"], marker=st["marker"], ms=3.2, label=c)
-            for c, st in ((c, style.line_style(i)) for i, c in enumerate(corrections))
+            for c, st in ((c, sty.line_style(i)) for i, c in enumerate(corrections))
         ]
         handles += [
             Line2D([], [], marker="o", ls="", color="0.2", label="Monte Carlo"),
