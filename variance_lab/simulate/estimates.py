@@ -227,7 +227,7 @@ def _log10_m4_rel_sd(family: Family, T: int, q: int) -> float:
         s = mpmath.mpf(1) if q == P else mpmath.mpf(1) / T
         raw = _raw_moments(family, T, s)
         mu = [
-            mpmath.fsum(mpmath.binomial(j, i) * raw[i] * (-1) ** (j - i) for i in range(j + 1))
+            mpmath.fsum(math.comb(j, i) * raw[i] * (-1) ** (j - i) for i in range(j + 1))
             for j in range(9)
         ]
         a = mu[8] - mu[4] ** 2 - 8 * mu[3] * mu[5] + 16 * mu[2] * mu[3] ** 2
