@@ -314,7 +314,9 @@ def _coverage(fam, T, stat, n, seeds, sampler="auto"):
     hits = reliable = 0
     exact = theory.value(stat, fam, T)
     for seed in seeds:
-        acc = run_accumulators(fam, [T], n, seed=seed, workers=1, progress=False, sampler=sampler)
+        acc = run_accumulators(
+            fam, [T], n, seed=seed, engine=Engine(workers=1, sampler=sampler), progress=False
+        )
         row = _get(estimate(acc, fam), T, stat)
         if row["reliable"]:
             reliable += 1
