@@ -226,10 +226,7 @@ def _log10_m4_rel_sd(family: Family, T: int, q: int) -> float:
     with mpmath.workdps(40 + extra):
         s = mpmath.mpf(1) if q == P else mpmath.mpf(1) / T
         raw = _raw_moments(family, T, s)
-        mu = [
-            mpmath.fsum(math.comb(j, i) * raw[i] * (-1) ** (j - i) for i in range(j + 1))
-            for j in range(9)
-        ]
+        mu = [mpmath.fsum(math.comb(j, i) * raw[i] * (-1) ** (j - i) for i in range(j + 1)) for j in range(9)]
         a = mu[8] - mu[4] ** 2 - 8 * mu[3] * mu[5] + 16 * mu[2] * mu[3] ** 2
         if not a > 0:
             return -math.inf
