@@ -75,6 +75,8 @@ __all__ = [
     "FIGURES",
     "FORMATS",
     "check",
+    "clip_analysis",
+    "clip_columns",
     "clip_frame",
     "corrections_frame",
     "default_params",
@@ -403,25 +405,21 @@ def corrections_frame(params: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def clip_frame(params: dict) -> pd.DataFrame:
-    """Compute the per-bucket clip fractions of a rollouts data set: observed, intervals, predictions.
+def clip_analysis(params: dict):
+    """Run :func:`variance_lab.rollouts.analysis.analyze` on the data set of the ``clip_fractions`` figure.
 
-    Runs :func:`variance_lab.rollouts.analysis.analyze` (``n_boot``, ``level``, ``seed`` from
-    ``params``) on ``params["data"]``, a file name in the source tree's ``data/`` folder (the
-    shipped ``arith_rollouts.jsonl.gz``) or a path, and keeps the bucket columns and every
-    ``*_clip_frac*`` and ``*_clip_pred*`` column, so that a model or a kind of clip added to the
-    analysis is carried without a change here.
+    ``params["data"]`` is a file name in the source tree's ``data/`` folder (the shipped
+    ``arith_rollouts.jsonl.gz``) or a path; ``n_boot``, ``level`` and ``seed`` are the
+    bootstrap's.
 
     Returns
     -------
-    pandas.DataFrame
-        Columns ``bucket``, ``T_lo``, ``T_hi``, ``n_seq``, ``T_mean``, then the clip columns in
-        the analysis table's order.
+    variance_lab.rollouts.analysis.AnalysisResult
 
     Raises
     ------
     ValueError
-        When the data file is missing or not a rollouts file.
+        When the data file is missing or not a rollouts file (naming it).
     """
     from variance_lab.experiment.figure import DEFAULT_DATA, load_data
     from variance_lab.rollouts.analysis import analyze
@@ -430,12 +428,30 @@ def clip_frame(params: dict) -> pd.DataFrame:
     if not path.is_absolute() and path.parent == Path():
         path = DEFAULT_DATA.parent / path
     batch, _ = load_data(path)
-    table = analyze(
+    return analyze(
         batch, n_boot=int(params["n_boot"]), level=float(params["level"]), seed=int(params["seed"])
-    ).table
+    )
+
+
+def clip_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """Keep the bucket columns and every ``*_clip_frac*`` and ``*_clip_pred*`` column of an analysis table.
+
+    So a model or a kind of clip added to the analysis is carried without a change here.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``bucket``, ``T_lo``, ``T_hi``, ``n_seq``, ``T_mean``, then the clip columns in
+        the table's order.
+    """
     keep = ["bucket", "T_lo", "T_hi", "n_seq", "T_mean"]
     keep += [c for c in table.columns if "_clip_frac" in c or "_clip_pred" in c]
     return table[keep].reset_index(drop=True)
+
+
+def clip_frame(params: dict) -> pd.DataFrame:
+    """Compute the data of the ``clip_fractions`` figure: :func:`clip_columns` of :func:`clip_analysis`."""
+    return clip_columns(clip_analysis(params).table)
 
 
 def _histogram_title(params: dict) -> str:
