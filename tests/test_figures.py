@@ -69,7 +69,7 @@ def test_sidecar_params_reproduce_the_data(quick):
         assert hashlib.sha256(data.to_csv(index=False).encode()).hexdigest() == sidecar["data_sha256"], name
 
 
-@pytest.mark.parametrize("name", ["variance_vs_T", "heatmap_var_P", "decay_boundary"])
+@pytest.mark.parametrize("name", ["variance_vs_T", "heatmap_var_P", "decay_boundary", "clip_fractions"])
 def test_from_sidecar_reproduces_the_files_byte_for_byte(quick, tmp_path, capsys, name):
     """``figures --from-sidecar`` rewrites a figure's four files byte for byte."""
     assert cli.main(["figures", "--from-sidecar", str(quick / f"{name}.json"), "--out", str(tmp_path)]) == 0
@@ -622,3 +622,23 @@ def test_corrections_figure_is_readable_and_greyscale_safe():
     handles = [h for h in fig.legends[0].legend_handles if h.get_label() in params["corrections"]]
     assert len(handles) == len(params["corrections"])
     assert len({h.get_marker() for h in handles}) == len(handles)  # apart without colour
+
+
+def test_clip_fractions_is_the_analysis_of_the_shipped_data(quick):
+    """clip_fractions: analyze's clip columns of the shipped data, every model; a missing file is named."""
+    from variance_lab.rollouts.predictions import ALL_MODELS
+
+    sidecar = json.loads((quick / "clip_fractions.json").read_text())
+    assert sidecar["params"]["data"] == "arith_rollouts.jsonl.gz"
+    data = pd.read_csv(quick / "clip_fractions.csv")
+    for kind in ("gspo", "ppo"):
+        for col in (f"{kind}_clip_frac", f"{kind}_clip_frac_lo", f"{kind}_clip_frac_hi"):
+            assert col in data
+        for m in ALL_MODELS:
+            assert f"{kind}_clip_pred_{m}" in data
+    assert (data["gspo_clip_frac_lo"] <= data["gspo_clip_frac"]).all()
+    assert (data["gspo_clip_frac"] <= data["gspo_clip_frac_hi"]).all()
+    assert data["n_seq"].sum() == 2048  # every sequence of the data set lies in a bucket
+    params = {**sidecar["params"], "data": "no_such_rollouts.jsonl.gz"}
+    with pytest.raises(ValueError, match="no_such_rollouts"):
+        figs.figure_data("clip_fractions", params)
