@@ -166,26 +166,26 @@ class Family(ABC):
     def sampler_params(self) -> tuple[int, np.ndarray]:
         """Return what a kernel needs to draw ``log r``: an integer code and a float64 vector.
 
-        ============  =======================================================
-        code          parameters
-        ============  =======================================================
-        0 degenerate  ``[log mu]``
-        1 lognormal   ``[mean_log, sd_log]``: ``log r = m + s Z``
-        2 gamma       ``[shape k, log scale]``: ``r = scale * Gamma(k, 1)``
-        3 two-point   ``[q, log a, log b]``: ``log r = log a`` with probability q
-        4 ar1         ``[m, s, rho]``: ``Y_1 = m + s Z_1``,
-                      ``Y_t = m + rho (Y_{t-1} - m) + s sqrt(1 - rho^2) Z_t``
-        5 random-     ``[log mu, alpha, theta]``: per sequence
-          scale       ``v = theta Gamma(alpha, 1)``, then
-                      ``Y_t = log mu - v/2 + sqrt(v) Z_t``
-        6 mixture     ``[K, c_1..c_K, m_1..m_K, s_1..s_K, p_1..p_K]`` (length
-                      ``1 + 4K``): cumulative weights ``c_j = w_1 + .. + w_j``
-                      (``c_K = 1``), component means and sds (``s_j = sqrt v_j``),
-                      and ``p_j = w_j / (w_j + .. + w_K)``, the probability of
-                      component j given that none of 1..j-1 was chosen
-                      (``p_K = 1``): ``Y = m_j + s_j Z`` with ``j`` the first
-                      index with ``U < c_j``
-        ============  =======================================================
+        ==============  =======================================================
+        code            parameters
+        ==============  =======================================================
+        0 degenerate    ``[log mu]``
+        1 lognormal     ``[mean_log, sd_log]``: ``log r = m + s Z``
+        2 gamma         ``[shape k, log scale]``: ``r = scale * Gamma(k, 1)``
+        3 two-point     ``[q, log a, log b]``: ``log r = log a`` with probability q
+        4 ar1           ``[m, s, rho]``: ``Y_1 = m + s Z_1``,
+                        ``Y_t = m + rho (Y_{t-1} - m) + s sqrt(1 - rho^2) Z_t``
+        5 random-scale  ``[log mu, alpha, theta]``: per sequence
+                        ``v = theta Gamma(alpha, 1)``, then
+                        ``Y_t = log mu - v/2 + sqrt(v) Z_t``
+        6 mixture       ``[K, c_1..c_K, m_1..m_K, s_1..s_K, p_1..p_K]`` (length
+                        ``1 + 4K``): cumulative weights ``c_j = w_1 + .. + w_j``
+                        (``c_K = 1``), component means and sds (``s_j = sqrt v_j``),
+                        and ``p_j = w_j / (w_j + .. + w_K)``, the probability of
+                        component j given that none of 1..j-1 was chosen
+                        (``p_K = 1``): ``Y = m_j + s_j Z`` with ``j`` the first
+                        index with ``U < c_j``
+        ==============  =======================================================
         """
         if self.degenerate:
             return CODE_DEGENERATE, np.array([math.log(self.mu)])
