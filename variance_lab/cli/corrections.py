@@ -48,7 +48,9 @@ def _buckets(text: str | None, lengths):
 
 def _family_text(family) -> str:
     extra = "".join(
-        f", {k} = {v:g}" for k, v in family.describe().items() if k not in ("family", "mu", "sigma2")
+        f", {k} = {v:g}" if isinstance(v, float) else f", {k} = {v}"  # a mixture's components are text
+        for k, v in family.describe().items()
+        if k not in ("family", "mu", "sigma2")
     )
     return f"{family.name}, mu = {family.mu:g}, sigma^2 = {family.sigma2:g}{extra}"
 
