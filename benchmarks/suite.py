@@ -262,6 +262,52 @@ def aggregate_vs_token(rep: Report, n: int, repeats: int, n_big: int) -> None:
     big = round_robin({"a": _run_acc(fam, SEED_GRID, n_big, workers=W, sampler="aggregate")}, repeats)
     what = f"aggregate sampler, paths/s at n = {n_big:.0e}, {W} workers (wall)"
     rep.add("aggregate", what, n_big / median(big, "a"), "1/s")
+    two_point_draws(rep, n, repeats)
+
+
+def _two_point_draws(n: int, grid, *, table: bool):
+    """Draw ``n`` two-point aggregate paths at ``grid`` (no reduction): by table, or all by ``binomial``."""
+    from variance_lab import TwoPoint
+    from variance_lab.simulate.aggregate import aggregate_table
+    from variance_lab.simulate.draws import aggregate_paths
+
+    code, par = TwoPoint(1.0, 0.1, q=0.3).sampler_params()
+    grid = np.asarray(grid, dtype=np.int64)
+    tab = aggregate_table(code, par, grid, False).copy()
+    if not table:
+        tab[:, 1] = 0.0  # no inversion table: every step through Generator.binomial, as before
+    out = np.empty((1024, grid.size))
+    rng = np.random.default_rng(1)
+    aggregate_paths(code, par, grid, tab, False, rng, out, 4)  # compile / load
+
+    def run():
+        for _ in range(n // out.shape[0]):
+            aggregate_paths(code, par, grid, tab, False, rng, out, out.shape[0])
+
+    return run
+
+
+def two_point_draws(rep: Report, n: int, repeats: int) -> None:
+    """Two-point aggregate draws per second: the inversion table against ``Generator.binomial``, 1 thread."""
+    grids = {"4-point": SEED_GRID, "dense": DENSE_GRID}
+    sizes = {"4-point": n, "dense": max(1024, n // 250)}
+    contenders = {}
+    for g, grid in grids.items():
+        for how in ("table", "binomial"):
+            contenders[f"{g}, {how}"] = _two_point_draws(sizes[g], grid, table=how == "table")
+    t = round_robin(contenders, repeats)
+    print("[aggregate] two-point (q = 0.3) aggregate draws, no reduction, 1 thread")
+    for g, grid in grids.items():
+        draws = sizes[g] // 1024 * 1024 * len(grid)
+        for how in ("table", "binomial"):
+            rep.add(
+                "aggregate",
+                f"two-point draws/s, {g} grid, {how} (CPU)",
+                draws / median(t, f"{g}, {how}", 1),
+                "1/s",
+            )
+        r = ratio(t, f"{g}, table", f"{g}, binomial", 1)
+        rep.add("aggregate", f"  two-point, {g} grid: table / binomial speed (CPU)", r, "x")
 
 
 def dense_vs_sparse(rep: Report, n: int, repeats: int) -> None:
