@@ -62,8 +62,9 @@ the Generator's ``binomial`` (NumPy's inversion / BTPE algorithms), exact in law
 steps did before. The table draws 3.1e7 counts/s against binomial's 6.6e6 on the
 derivation's grid 1, 10, 100, 1000 (4.6 x) and 2.0e7 on every T from 1 to 1000 (1.7 x)
 (``python -m benchmarks --only aggregate``, one thread, CPU time, shared 2-core machine).
-For steps where NumPy's ``binomial`` itself inverts (:math:`\Delta q < 30`) the counts
-are the same as before, uniform for uniform; the longer steps draw other counts.
+Where NumPy's ``binomial`` itself inverts (:math:`q \le 1/2` and :math:`\Delta q < 30`)
+the counts come out as before, uniform for uniform (up to rounding at the CDF's steps);
+elsewhere the same seed now draws other counts from the same law.
 
 Draws and the paths they feed are fixed by the chunk alone (one path at a time, grid
 points in order), so the sampler keeps the engine's determinism: bit-identical results
