@@ -159,7 +159,7 @@ class Accumulator:
     tail_floor: np.ndarray | None = None
     #: Room for the whole tail, ``(nT, spec.tail)``, of a running accumulator whose ``tail``
     #: is still growing: ``tail`` is then its first columns (:func:`merge_into`).
-    _room: np.ndarray | None = field(default=None, repr=False)
+    _room: np.ndarray | None = field(default=None, init=False, repr=False)
 
     @property
     def T(self) -> np.ndarray:
