@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine with python3, pip and make:
-#   make table   -- virtual environment, install, print the seed's comparison table
+#   make table   -- virtual environment, install, print the derivation's comparison table
 #   make test    -- virtual environment with the dev extra, run the test suite
 PYTHON ?= python3
 VENV   ?= .venv

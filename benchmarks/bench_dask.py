@@ -10,7 +10,7 @@ workers import the package and load the kernels from numba's cache). Then, round
 for ``--repeats`` rounds so that a burst of load from other processes does not land on
 one contender only:
 
-* **scaling**: lognormal, the seed's T grid (1, 10, 100, 1000), ``--n`` paths in chunks of
+* **scaling**: lognormal, the derivation's T grid (1, 10, 100, 1000), ``--n`` paths in chunks of
   the default plan (64 chunks of 8,192 paths at the default n): wall time, token draws per
   second, and speed-up over one thread;
 * **overhead**: ``--tiny-tasks`` chunks of 256 paths at T = 1 (next to no compute): wall

@@ -136,6 +136,89 @@ def test_random_scale_and_mixture_tables():
     mix = [2, 0.5, 1.0, 0.0, 0.1, 0.1, 0.2, 0.5, 1.0]
     np.testing.assert_array_equal(aggregate_table(6, mix, GRID, False)[:, 0], steps)
     np.testing.assert_array_equal(aggregate_table(6, mix, GRID, True)[:, 0], GRID)
+# ----------------------------------------------------------------------------- two-point inversion
+TWO_POINT_STEPS = (1, 9, 90, 900)
+
+
+@pytest.mark.parametrize("q", [0.3, 0.5, 0.93])
+def test_two_point_table_is_the_binomial_cdf(q):
+    """Each step's table is the Binomial(Delta, q) CDF (40-digit mpmath sums) and a valid guide."""
+    table = aggregate_table(3, [q, 0.1, -0.1], np.cumsum(TWO_POINT_STEPS), False)
+    with mpmath.workdps(40):
+        for j, d in enumerate(TWO_POINT_STEPS):
+            assert table[j, 0] == d
+            assert table[j, 1] == d + 1
+            F = table[j, 2 : d + 3]
+            guide = table[j, d + 3 : 2 * d + 4].astype(int)
+            mq = mpmath.mpf(q)
+            pmf = [mpmath.binomial(d, k) * mq**k * (1 - mq) ** (d - k) for k in range(d + 1)]
+            exact = np.array([float(v) for v in np.cumsum(pmf)])
+            assert np.max(np.abs(F - exact)) <= 1.2e-16, d  # correctly rounded: half an ulp
+            assert F[-1] == 1.0
+            assert np.all(np.diff(F) >= 0)
+            for i, g in enumerate(guide):  # g = the first k with F(k) > i / (d + 1)
+                assert F[g] > i / (d + 1)
+                assert g == 0 or F[g - 1] <= i / (d + 1)
+
+
+def test_two_point_long_steps_have_no_table():
+    """Steps above the cap (or the memory budget) keep size 0: the kernel calls binomial there."""
+    from variance_lab.simulate.aggregate import TWO_POINT_TABLE_MAX, TWO_POINT_TABLE_VALUES
+
+    grid = np.array([5, 5 + TWO_POINT_TABLE_MAX + 1])
+    table = aggregate_table(3, [0.5, 0.1, -0.1], grid, False)
+    assert table[:, 1].tolist() == [6.0, 0.0]
+    assert table.shape[1] == 2 + 2 * 6
+    many = np.arange(1, 4001) * 64  # 4,000 steps of 64: the budget lowers the cap below 64
+    wide = aggregate_table(3, [0.5, 0.1, -0.1], many, False)
+    assert wide.size <= max(5 * many.size, TWO_POINT_TABLE_VALUES)
+    assert np.all(wide[1:, 1] == 0.0)
+    assert wide[0, 1] == 0.0
+
+
+@pytest.mark.parametrize("q", [0.3, 0.5])
+def test_two_point_inversion_draws_the_binomial_law(q):
+    """Counts K drawn through the table (and, past the cap, binomial): mean, variance, chi-square.
+
+    Mean and variance within 4 predicted standard errors of Delta q and Delta q (1 - q); a
+    chi-square goodness-of-fit test against ``scipy.stats.binom`` (cells of expected count
+    below 5 pooled) at the fixed ALPHA.
+    """
+    n = 60_000
+    fam = TwoPoint(1.0, 0.1 if q == 0.5 else 0.05, q=q)
+    _, (q_, la, lb) = fam.sampler_params()
+    for d in (*TWO_POINT_STEPS, 2000):
+        x = _samples(fam, "aggregate", n, 30 + d, independent=True, grid=np.array([d]))[:, 0]
+        counts = np.rint((x - d * lb) / (la - lb)).astype(int)
+        mean, var = d * q_, d * q_ * (1 - q_)
+        kappa = 3 + (1 - 6 * q_ * (1 - q_)) / var  # binomial kurtosis
+        assert abs(counts.mean() - mean) < 4 * np.sqrt(var / n), d
+        assert abs(counts.var(ddof=1) - var) < 4 * var * np.sqrt((kappa - (n - 3) / (n - 1)) / n), d
+        lo, hi = stats.binom.ppf([1e-9, 1 - 1e-9], d, q_).astype(int)
+        ks = np.arange(lo, hi + 1)
+        expected = n * stats.binom.pmf(ks, d, q_)
+        observed = np.array([np.sum(counts == k) for k in ks])
+        observed[0] += np.sum(counts < lo)
+        observed[-1] += np.sum(counts > hi)
+        keep = expected >= 5
+        obs = np.append(observed[keep], observed[~keep].sum())
+        exp = np.append(expected[keep], n - expected[keep].sum())
+        if exp[-1] < 1e-9:
+            obs, exp = obs[:-1], exp[:-1]
+        exp = exp * n / exp.sum()
+        assert stats.chisquare(obs, exp).pvalue > ALPHA, d
+
+
+def test_two_point_aggregate_is_reproducible_for_any_workers():
+    """Same seed, same accumulators bit for bit, 1 or 2 workers; the table path draws them."""
+    fam = TwoPoint(1.0, 0.1, q=0.3)
+    grid = [1, 10, 100, 1000]
+    runs = [
+        run_accumulators(fam, grid, 150_000, seed=8, engine=Engine(workers=w, sampler="aggregate"))
+        for w in (1, 2, 1)
+    ]
+    for acc in runs[1:]:
+        _same(acc, runs[0])
 
 
 # ----------------------------------------------------------------------------- same law as token

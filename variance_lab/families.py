@@ -1,7 +1,7 @@
 r"""Distributions of the per-token importance ratio :math:`r > 0`.
 
 Every family is parametrised by the mean :math:`\mu = E[r] > 0` and the variance
-:math:`\sigma^2 = \operatorname{Var}(r) \ge 0` of the ratio (the seed's parameters),
+:math:`\sigma^2 = \operatorname{Var}(r) \ge 0` of the ratio (the derivation's parameters),
 and exposes the log-moment function
 
 .. math::

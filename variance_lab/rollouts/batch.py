@@ -232,6 +232,7 @@ class TokenBatch:
         mask_lengths=None,
         ids=None,
         on_bad: str = "raise",
+        known: Mapping[int, str] | None = None,
         rollout_logp=None,
         rollout_lengths=None,
     ) -> TokenBatch:
@@ -254,6 +255,9 @@ class TokenBatch:
         on_bad : {"raise", "drop"}
             What to do with a bad sequence: raise ``ValueError`` naming it and its first
             problem, or leave it out and list it in :attr:`dropped`.
+        known : mapping of int to str, optional
+            Problems found upstream, by sequence index (a loader's missing or null fields;
+            such sequences are passed with length 0); they take precedence.
         rollout_logp : array_like of float, 1-D, optional
             The inference engine's token log-probs (:attr:`rollout_logp`), checked like
             ``logp``; ``rollout_lengths`` where its lengths may differ (a mismatch is bad data).
@@ -267,17 +271,22 @@ class TokenBatch:
         ValueError
             Bad data with ``on_bad="raise"``; inconsistent array sizes; no sequence left.
         """
-        return build_batch(
-            logp,
-            old_logp,
-            lengths,
-            old_lengths=old_lengths,
-            mask=mask,
-            mask_lengths=mask_lengths,
-            ids=ids,
-            on_bad=on_bad,
-            rollout_logp=rollout_logp,
-            rollout_lengths=rollout_lengths,
+        on_bad = check_on_bad(on_bad)
+        arrays = _checked_sizes(logp, old_logp, mask, lengths, old_lengths, mask_lengths)
+        roll, roll_lens = _checked_rollout(rollout_logp, rollout_lengths, arrays[3])
+        ids = _as_ids(ids, arrays[3].size)
+        problems = _mismatches(*arrays[3:], roll_lens)
+        logp, old_logp, mask, lengths, index = _without(problems, *arrays)
+        if roll is not None:
+            keep = np.ones(roll_lens.size, dtype=bool)
+            keep[list(problems)] = False
+            roll = _keep_segments(roll, roll_lens, keep)
+        found = _problems(logp, old_logp, mask, lengths, roll)
+        problems.update({int(index[k]): v for k, v in found.items()})
+        problems.update(known or {})
+        dropped = _report(problems, ids, on_bad)
+        return cls._assemble(
+            logp, old_logp, mask, lengths, ids[index], index, problems, dropped, rollout_logp=roll
         )
 
     @classmethod
@@ -309,20 +318,12 @@ class TokenBatch:
                 raise ValueError(f"{name} has {len(seqs)} sequences, logp has {n}")
         parts = [_flatten(name, seqs) for name, seqs in (("logp", logp), ("old_logp", old_logp))]
         (flat, lens), (old_flat, old_lens) = parts
-        mask_flat, mask_lens = (None, None) if mask is None else _flatten("mask", mask, is_mask=True)
-        roll, roll_lens = (None, None) if rollout_logp is None else _flatten("rollout_logp", rollout_logp)
-        return cls.from_flat(
-            flat,
-            old_flat,
-            lens,
-            old_lengths=old_lens,
-            mask=mask_flat,
-            mask_lengths=mask_lens,
-            ids=ids,
-            on_bad=on_bad,
-            rollout_logp=roll,
-            rollout_lengths=roll_lens,
-        )
+        optional = {}  # each given sequence list, flattened, with its own lengths
+        if mask is not None:
+            optional["mask"], optional["mask_lengths"] = _flatten("mask", mask, is_mask=True)
+        if rollout_logp is not None:
+            optional["rollout_logp"], optional["rollout_lengths"] = _flatten("rollout_logp", rollout_logp)
+        return cls.from_flat(flat, old_flat, lens, old_lengths=old_lens, ids=ids, on_bad=on_bad, **optional)
 
     @classmethod
     def from_padded(
@@ -551,39 +552,11 @@ def _checked_rollout(rollout_logp, rollout_lengths, lengths):
     return roll, lens
 
 
-def build_batch(
-    logp,
-    old_logp,
-    lengths,
-    *,
-    old_lengths=None,
-    mask=None,
-    mask_lengths=None,
-    ids=None,
-    on_bad: str = "raise",
-    known: Mapping[int, str] | None = None,
-    rollout_logp=None,
-    rollout_lengths=None,
-) -> TokenBatch:
-    """:meth:`TokenBatch.from_flat`, plus ``known``: problems found upstream, by sequence index.
+def build_batch(logp, old_logp, lengths, **options) -> TokenBatch:
+    """:meth:`TokenBatch.from_flat` as a function: the loaders' entry point (they pass ``known``).
 
-    ``known`` holds a loader's missing or null fields; such sequences are passed with length 0
-    and take precedence.
+    See Also
+    --------
+    TokenBatch.from_flat : the arguments, ``known`` included.
     """
-    on_bad = check_on_bad(on_bad)
-    arrays = _checked_sizes(logp, old_logp, mask, lengths, old_lengths, mask_lengths)
-    roll, roll_lens = _checked_rollout(rollout_logp, rollout_lengths, arrays[3])
-    ids = _as_ids(ids, arrays[3].size)
-    problems = _mismatches(*arrays[3:], roll_lens)
-    logp, old_logp, mask, lengths, index = _without(problems, *arrays)
-    if roll is not None:
-        keep = np.ones(roll_lens.size, dtype=bool)
-        keep[list(problems)] = False
-        roll = _keep_segments(roll, roll_lens, keep)
-    found = _problems(logp, old_logp, mask, lengths, roll)
-    problems.update({int(index[k]): v for k, v in found.items()})
-    problems.update(known or {})
-    dropped = _report(problems, ids, on_bad)
-    return TokenBatch._assemble(
-        logp, old_logp, mask, lengths, ids[index], index, problems, dropped, rollout_logp=roll
-    )
+    return TokenBatch.from_flat(logp, old_logp, lengths, **options)

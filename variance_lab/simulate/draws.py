@@ -61,7 +61,9 @@ laws are written out there): lognormal :math:`N(\Delta m, \Delta s^2)`, two-poin
 the block sum and the last deviation, random-scale :math:`v` at the path start and then
 :math:`N(\Delta(\log\mu - v/2), \Delta v)` per step, mixture the component counts by
 sequential binomials and then one :math:`N(\sum_j c_j m_j, \sum_j c_j s_j^2)`, degenerate
-nothing drawn. Gamma has none.
+nothing drawn. Gamma has none. The
+two-point count is drawn by inversion of a tabulated CDF (one uniform,
+:func:`_binomial_from_table`) where the table has the step, else by ``binomial``.
 """
 
 from __future__ import annotations
@@ -236,12 +238,32 @@ def draw_raw4(code, par, rng, m):  # pragma: no cover - compiled
 # aggregate draws
 # --------------------------------------------------------------------------------------
 @kernel
+def _binomial_from_table(table, j, u):  # pragma: no cover - compiled
+    r"""Return the two-point count :math:`K = \min\{k : u < F(k)\}` of grid step ``j`` (as a float).
+
+    Row ``j`` of the two-point table (:func:`variance_lab.simulate.aggregate.aggregate_table`)
+    holds ``size`` CDF values :math:`F(0..\Delta)` from column 2 and the guide
+    ``g[i] = min{k : F(k) > i/size}`` after them: the search starts at
+    ``g[floor(u size)]`` and moves up while :math:`F(k) \le u` (about one step), or down
+    while :math:`F(k-1) > u` (only where rounding put ``u size`` one bucket high).
+    """
+    size = np.int64(table[j, 1])
+    k = np.int64(table[j, 2 + size + min(np.int64(u * size), size - 1)])
+    while table[j, 2 + k] <= u:
+        k += 1
+    while k > 0 and table[j, 1 + k] > u:
+        k -= 1
+    return float(k)
+
+
+@kernel
 def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma: no cover - compiled
     r"""``b`` paths' :math:`\log P_T` at every grid point by aggregate draws, into ``out[:b, :]``.
 
     ``table`` holds the per-step coefficients of
     :func:`variance_lab.simulate.aggregate.aggregate_table` (lognormal: :math:`\sqrt{\Delta}`;
-    two-point and mixture: :math:`\Delta`; AR(1): :math:`\alpha, \beta, \ell_{11}, \ell_{21}, \ell_{22}`;
+    two-point: :math:`\Delta` and its inversion table; mixture: :math:`\Delta`;
+    AR(1): :math:`\alpha, \beta, \ell_{11}, \ell_{21}, \ell_{22}`;
     random-scale: :math:`\Delta, \sqrt{\Delta}`).
     Paths one after another, grid points in order; with ``independent`` each point is
     drawn afresh. A block of paths per call, not one: a call with array arguments costs
@@ -260,7 +282,10 @@ def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma
         for i in range(b):
             raw = 0.0
             for j in range(nT):
-                k = float(rng.binomial(np.int64(table[j, 0]), par[0]))
+                if table[j, 1] > 0.0:  # an inversion table: one uniform
+                    k = _binomial_from_table(table, j, rng.random())
+                else:
+                    k = float(rng.binomial(np.int64(table[j, 0]), par[0]))
                 raw = k if independent else raw + k
                 out[i, j] = log_p(code, par, grid[j], raw)
     elif code == CODE_AR1:  # raw = sum of deviations, e = the last one

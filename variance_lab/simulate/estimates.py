@@ -461,7 +461,7 @@ def _verdicts(
         lneed = np.atleast_1d(theory.value(f"n_needed_{x}", family, T, target=target, log10=True))
         lrse = lcol[f"rel_se_mean_{x}"]
         rse_var, rse_m4, khat = col[f"rel_se_var_{x}"], col[f"rel_se_m4_{x}"], col[f"khat_{x}"]
-        tails = acc.tail if x == "P" else acc.tail / T[:, None].astype(float)
+        scale = np.ones(nT) if x == "P" else T.astype(float)  # one row at a time: no second nT x M tail
         for j in range(nT):
             if infinite[x][j]:
                 bad[f"var_{x}"][j].append(
@@ -512,8 +512,9 @@ def _verdicts(
                         f"at S = {n}: {x}_T too heavy-tailed for this many draws ({asks})"
                     )
             elif math.isnan(khat[j]):
-                weak[f"khat_{x}"][j].append(khat_reason(tails[j], n))
-                weak[f"khat_min_n_{x}"][j].append(khat_reason(tails[j], n))
+                why = khat_reason(acc.tail[j] / scale[j], n)
+                weak[f"khat_{x}"][j].append(why)
+                weak[f"khat_min_n_{x}"][j].append(why)
 
     def reason(b, w):
         if b:

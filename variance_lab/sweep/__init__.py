@@ -5,7 +5,7 @@ Cells
 A sweep is cut into **cells**, the unit of work, of storage and of resumption:
 
 * a **theory cell** is one ``(family, mu, sigma2)`` point over the sweep's whole T grid:
-  exact values and the seed's approximations (:func:`variance_lab.theory.tidy`);
+  exact values and the derivation's approximations (:func:`variance_lab.theory.tidy`);
 * a **Monte Carlo cell** is one ``(family, mu, sigma2, n, seed)`` point over the whole
   T grid: :func:`variance_lab.simulate.simulate` runs one path of ``max(T)`` tokens per
   draw and reads it at every T of the grid, so its numbers at one T depend on the
