@@ -136,6 +136,8 @@ def test_random_scale_and_mixture_tables():
     mix = [2, 0.5, 1.0, 0.0, 0.1, 0.1, 0.2, 0.5, 1.0]
     np.testing.assert_array_equal(aggregate_table(6, mix, GRID, False)[:, 0], steps)
     np.testing.assert_array_equal(aggregate_table(6, mix, GRID, True)[:, 0], GRID)
+
+
 # ----------------------------------------------------------------------------- two-point inversion
 TWO_POINT_STEPS = (1, 9, 90, 900)
 
