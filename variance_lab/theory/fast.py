@@ -70,6 +70,7 @@ __all__ = [
     "TOLERANCE",
     "TOLERANCE_LOG",
     "Moments",
+    "mixture_components",
     "moments",
     "quantity",
     "within_tolerance",
@@ -554,21 +555,26 @@ def _mixture_cumulants(w, d, v):
     r"""Taylor coefficients :math:`h_n = \kappa_n/n!` of :math:`\log M(s)`, n = 0.._J, and errors.
 
     :math:`M(s) = \sum_j w_j e^{s d_j + s^2 v_j/2}` (the moment generating function of
-    :math:`\log r - c`): its coefficients are exact finite sums per component, and
+    :math:`\log r - c`; components on the last axis): its coefficients are finite sums per
+    component, :math:`e_n = (d e_{n-1} + v e_{n-2})/n` (from :math:`f' = (d + vs) f`), and
     :math:`h` follows from :math:`M' = M (\log M)'` (with :math:`M(0) = 1`).
     """
-    a, amag = [1.0], [1.0]
+    e_prev, e = np.zeros_like(d), np.ones_like(d)
+    m_prev, mag_e = np.zeros_like(d), np.ones_like(d)
+    one = np.ones(d.shape[:-1])
+    a, amag = [one], [one]
     for n in range(1, _J + 1):
-        terms = [(v / 2) ** i / _FACT[i] * d ** (n - 2 * i) / _FACT[n - 2 * i] for i in range(n // 2 + 1)]
-        a.append(float(np.sum(w * np.sum(terms, axis=0))))
-        amag.append(float(np.sum(w * np.sum(np.abs(terms), axis=0))))
-    h, eh = [0.0], [0.0]
+        e_prev, e = e, (d * e + v * e_prev) / n
+        m_prev, mag_e = mag_e, (np.abs(d) * mag_e + v * m_prev) / n
+        a.append(np.sum(w * e, axis=-1))
+        amag.append(np.sum(w * mag_e, axis=-1))
+    h, eh = [0.0 * one], [0.0 * one]
     for n in range(1, _J + 1):
-        acc, mag, err = n * a[n], n * amag[n], 0.0
+        acc, mag, err = n * a[n], n * amag[n], 0.0 * one
         for m in range(1, n):
-            acc -= m * h[m] * a[n - m]
-            mag += m * abs(h[m]) * amag[n - m]
-            err += m * (eh[m] * amag[n - m] + abs(h[m]) * 4 * U * n * amag[n - m])
+            acc = acc - m * h[m] * a[n - m]
+            mag = mag + m * np.abs(h[m]) * amag[n - m]
+            err = err + m * (eh[m] * amag[n - m] + np.abs(h[m]) * 4 * U * n * amag[n - m])
         h.append(acc / n)
         eh.append((err + 4 * U * n * mag) / n)
     return h, eh
@@ -579,37 +585,52 @@ def _mixture_logmgf(w, d, v, s):
     s = np.asarray(s, dtype=float)[..., None]
     b = s * d + s * s * v / 2
     eb = 3 * U * (np.abs(s * d) + s * s * v / 2)
+    J = w.shape[-1]
     with np.errstate(all="ignore"):
         em1 = np.expm1(b)
         S = np.sum(w * em1, axis=-1)
-        eS = np.sum(w * (4 * U * np.abs(em1) + np.exp(b) * eb), axis=-1) + len(w) * U * np.sum(
+        eS = np.sum(w * (4 * U * np.abs(em1) + np.exp(b) * eb), axis=-1) + J * U * np.sum(
             w * np.abs(em1), axis=-1
         )
         k1 = np.log1p(S)
         e1 = eS / (1 + S) + U * np.abs(k1)
         e1 = np.where(np.isfinite(k1) & np.isfinite(e1) & (S > -0.5), e1, np.inf)
-        bmax = np.max(b, axis=-1)
+        bmax = np.max(np.where(w > 0, b, -np.inf), axis=-1)  # padding (w = 0) never sets the shift
         t = w * np.exp(b - bmax[..., None])
         tot = np.sum(t, axis=-1)
         k2 = bmax + np.log(tot)
-        e2 = U * (np.abs(bmax) + np.abs(k2)) + np.sum(t * (eb + (len(w) + 2) * U), axis=-1) / tot
+        e2 = U * (np.abs(bmax) + np.abs(k2)) + np.sum(t * (eb + (J + 2) * U), axis=-1) / tot
     return _pick((k1, e1), (k2, e2))
 
 
+def mixture_components(mixtures) -> np.ndarray:
+    """Stack mixtures' components into one array, ``(len(mixtures), J, 3)``, J the most components.
+
+    Shorter mixtures are padded with components of weight 0, which change nothing; the float
+    path then computes many mixtures in one vectorised call.
+    """
+    parsed = [parse_components(c) for c in mixtures]
+    out = np.zeros((len(parsed), max(len(c) for c in parsed), 3))
+    for i, c in enumerate(parsed):
+        out[i, : len(c)] = c
+    return out
+
+
 def _mixture(mu, s2, T, shape):
-    comps = np.asarray(parse_components(shape["components"]), dtype=float)
-    total = math.fsum(comps[:, 0])
-    w, m, v = comps[:, 0] / total, comps[:, 1], comps[:, 2]
-    c = math.fsum(w * m)  # E[log r], rounded; the cumulants are those of log r - c
-    d = m - c
+    comps = shape["components"]
+    if not isinstance(comps, np.ndarray):  # one mixture: a spec or parsed components
+        comps = np.asarray(parse_components(comps), dtype=float)
+    w, m, v = comps[..., 0], comps[..., 1], comps[..., 2]  # parameter shape + (components,)
+    w = w / np.sum(w, axis=-1, keepdims=True)
+    c = np.sum(w * m, axis=-1)  # E[log r], rounded; the cumulants are those of log r - c
+    d = np.where(w > 0, m - c[..., None], 0.0)
     h, eh = _mixture_cumulants(w, d, v)
     lmu = np.log(mu)
-    k2 = math.fsum(w * (v + d * d)) - h[1] ** 2
-    out = {"gap": c - lmu + h[1], "egap": 2 * U * (abs(c) + np.abs(lmu)) + eh[1]}
+    k2 = np.sum(w * (v + d * d), axis=-1) - h[1] ** 2
+    out = {"gap": c - lmu + h[1], "egap": 2 * U * (np.abs(c) + np.abs(lmu)) + eh[1]}
     out["k2"] = k2 + 0 * lmu
     out["ek2"] = 4 * U * k2 + 0 * lmu
-    one = np.ones_like(np.asarray(T, dtype=float))
-    ones = one * np.ones_like(lmu)
+    ones = np.ones(np.broadcast(T, c, lmu).shape)
     # P_T: plain differences of T log M(k), or the cumulant series at step 1
     K, eK = [0.0], [0.0]
     for k in (1, 2, 3, 4):
@@ -617,12 +638,11 @@ def _mixture(mu, s2, T, shape):
         K.append(val)
         eK.append(err)
     out["lmP"] = T * (c + K[1])
-    out["elmP"] = T * (eK[1] + U * abs(c)) + U * np.abs(out["lmP"])
-    herr = list(eh)
+    out["elmP"] = T * (eK[1] + U * np.abs(c)) + U * np.abs(out["lmP"])
     for n, key in ((2, "wP"), (3, "r3P"), (4, "uP")):
         pv, pe = _diffs(K, eK, n)
         sv, se = _series_diffs(h, ones, n)
-        sev, _ = _series_diffs(herr, ones, n)
+        sev, _ = _series_diffs(eh, ones, n)
         se = se + sev + _series_tail(h, ones, n)
         out[key], out[f"e{key}"] = _pick((T * pv, T * pe), (T * sv, T * se))
     g_plain = (T * (K[4] - 2 * K[2]), T * (eK[4] + 2 * eK[2] + 2 * U * (np.abs(K[4]) + 2 * np.abs(K[2]))))
@@ -641,13 +661,14 @@ def _mixture(mu, s2, T, shape):
     for n, key in ((2, "wG"), (3, "r3G"), (4, "uG")):
         pv, pe = _diffs(KG, eKG, n)
         sv, se = _series_diffs(h, x, n)
-        sev, _ = _series_diffs(herr, x, n)
+        sev, _ = _series_diffs(eh, x, n)
         se = se + sev + _series_tail(h, x, n)
         out[key], out[f"e{key}"] = _pick((T * pv, T * pe), (T * sv, T * se))
-    b_plain = (c - lmu + T * KG[1], 2 * U * (abs(c) + np.abs(lmu)) + T * eKG[1] + U * np.abs(T * KG[1]))
-    h2 = [0.0, 0.0, *h[2:]]
+    b_plain = (c - lmu + T * KG[1], 2 * U * (np.abs(c) + np.abs(lmu)) + T * eKG[1] + U * np.abs(T * KG[1]))
+    zero = 0.0 * h[1]
+    h2 = [zero, zero, *h[2:]]
     tail, etail = _series_diffs(h2, x, 1)
-    tail_e, _ = _series_diffs([0.0, 0.0, *eh[2:]], x, 1)
+    tail_e, _ = _series_diffs([zero, zero, *eh[2:]], x, 1)
     etail = etail + tail_e + _series_tail(h2, x, 1)
     b_series = (out["gap"] + T * tail, out["egap"] + T * etail + 2 * U * np.abs(T * tail))
     out["bG"], out["ebG"] = _pick(b_plain, b_series)
@@ -859,7 +880,7 @@ def moments(name: str, mu, sigma2, T, shape: dict, *, n: int = 2, target: float 
             lk, ek = (lkP, ekP) if x_ == "P" else (lkG, ekG)
             put(f"rel_se_var_{x_}", *_rel_se(lk, ek, n))
             put(f"n_needed_{x_}", *_n_needed(lk, ek, target))
-        per_call = FAMILIES[name].text_parameters  # one value per call (a mixture's components)
+        per_call = FAMILIES[name].text_parameters  # components: parameter shape + (J, 3), not broadcast
         shape_all = np.broadcast(mu, s2, T, *(v for k, v in shape.items() if k not in per_call)).shape
         _infinite(ln, sign, err, p, shape_all)
         if np.any(degenerate):

@@ -18,7 +18,7 @@ import pandas as pd
 from variance_lab._validate import check_finite, check_positive, check_T
 from variance_lab.families import FAMILIES, Family, get_family
 from variance_lab.theory.exact import DEFAULT_TARGET, exact_value
-from variance_lab.theory.fast import FAST_FAMILIES, moments, quantity
+from variance_lab.theory.fast import FAST_FAMILIES, mixture_components, moments, quantity
 from variance_lab.theory.quantities import check_target
 
 __all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "grid", "summary", "tidy", "tidy_many"]
@@ -80,26 +80,21 @@ def _evaluate(families: list, Ts: np.ndarray, names, target: float, precise: boo
     groups: dict[str, list[int]] = {}
     for i, f in enumerate(families):
         groups.setdefault(f.name, []).append(i)
-    for name, all_idx in groups.items():
+    for name, idx in groups.items():
         if precise or name not in FAST_FAMILIES:
             continue
-        # a text parameter (a mixture's components) is not an array axis: one call per family
-        per_family = bool(FAMILIES[name].text_parameters)
-        for idx in [[i] for i in all_idx] if per_family else [all_idx]:
-            fam = [families[i] for i in idx]
-            params = {
-                k: np.array([getattr(f, k) for f in fam], dtype=float)[:, None] for k in ("mu", "sigma2")
-            }
-            shape = {
-                k: getattr(fam[0], k)
-                if per_family
-                else np.array([getattr(f, k) for f in fam], dtype=float)[:, None]
-                for k in FAST_FAMILIES[name][1]
-            }
-            m = moments(name, params["mu"], params["sigma2"], Ts[None, :].astype(float), shape, target=target)
-            slow[idx] = ~np.broadcast_to(m.ok, (len(idx), M))
-            for q, lg in out:
-                out[q, lg][idx] = np.broadcast_to(quantity(m, q, log10=lg), (len(idx), M))
+        fam = [families[i] for i in idx]
+        params = {k: np.array([getattr(f, k) for f in fam], dtype=float)[:, None] for k in ("mu", "sigma2")}
+        shape = {}
+        for k in FAST_FAMILIES[name][1]:
+            if k == "components":  # mixtures: one array (families, 1, J, 3), padded with weight 0
+                shape[k] = mixture_components([f.components for f in fam])[:, None]
+            else:
+                shape[k] = np.array([getattr(f, k) for f in fam], dtype=float)[:, None]
+        m = moments(name, params["mu"], params["sigma2"], Ts[None, :].astype(float), shape, target=target)
+        slow[idx] = ~np.broadcast_to(m.ok, (len(idx), M))
+        for q, lg in out:
+            out[q, lg][idx] = np.broadcast_to(quantity(m, q, log10=lg), (len(idx), M))
     for i, j in zip(*np.nonzero(slow), strict=True):
         for q, lg in out:
             out[q, lg][i, j] = exact_value(q, families[i], Ts[j], log10=lg, target=target)
@@ -276,8 +271,8 @@ def grid(
         The family's extra parameters (``q`` for two-point, ``rho`` for ar1, ``alpha`` for
         random-scale), each an axis of the product; a family's default is used where one is
         not given. ``components`` of ``lognormal-mixture`` is one mixture (``"w:m:v,..."`` or a
-        sequence of triples) or a list of them; the float path loops over the mixtures, each
-        vectorised over T.
+        sequence of triples) or a list of them; the float path computes them all in one
+        vectorised call (components padded with weight 0).
 
     Returns
     -------
@@ -355,8 +350,8 @@ def _text_axis(name: str, values) -> list:
 def _grid_derived(family: str, Ts, target, precise, mu, sigma2, shape) -> pd.DataFrame:
     """:func:`grid` of a family whose mu and sigma2 follow from its parameters (a mixture).
 
-    One family per point of the product of the parameter axes; the float path is called once per
-    family (a mixture's components are not an array axis).
+    One family per point of the product of the parameter axes; the float path computes them in
+    one call (mixtures padded to the same number of components).
     """
     if mu is not None or sigma2 is not None:
         raise ValueError(f"{family} derives mu and sigma2 from its parameters: leave mu and sigma2 unset")
