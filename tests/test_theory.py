@@ -733,16 +733,20 @@ def test_random_scale_boundary_falls_back_to_mpmath():
 @pytest.mark.slow
 @pytest.mark.parametrize("alpha", RS_ALPHAS)
 def test_grid_random_scale_against_mpmath_full(alpha):
-    """The full (mu, sigma^2, T) grid of random-scale agrees with mpmath."""
+    """The full (mu, sigma^2, T) grid of random-scale agrees with mpmath.
+
+    sigma^2 avoids 1: with mu = alpha = 1, theta = 1/2 exactly and T = 2 sits on the bracket's
+    zero, where E[P_2^2] is infinite but no finite-precision reference can tell.
+    """
     mus = list(np.linspace(0.5, 2.0, 4))
-    s2s = list(np.logspace(-3, 1, 5))
+    s2s = list(np.geomspace(1e-3, 10.0, 6))
     Ts = [1, 2, 3, 5, 10, 30, 100, 1000, 10**4, 10**5, 10**6]
     df = theory.grid("random-scale", mu=mus, sigma2=s2s, alpha=alpha, T=Ts)
     assert _check_rows(df, "random-scale", ["alpha"]) >= 0.8
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("components", [*GRID_MIXTURES, *MIXTURES])
+@pytest.mark.parametrize("components", list(dict.fromkeys([*GRID_MIXTURES, *MIXTURES])))
 def test_grid_mixture_against_mpmath_full(components):
     """Every T of the full grid for each mixture agrees with mpmath."""
     Ts = [1, 2, 3, 5, 10, 30, 100, 1000, 10**4, 10**5, 10**6]

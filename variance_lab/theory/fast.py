@@ -50,6 +50,16 @@ exceeds :data:`TOLERANCE` (the relative error allowed, plus a slack proportional
 the log's size for values far beyond float range) is reported as not certified, and
 :mod:`variance_lab.theory` recomputes it with mpmath.
 
+Two families are not of that i.i.d. form. ``random-scale`` has, exactly,
+:math:`C(s) = sT\log\mu - \alpha\log(1 - \theta T s(s-1)/2)` (the tokens of a sequence share
+its variance), infinite where the bracket is not positive: its differences come from exact
+:math:`\log(1 + x)` series (integer coefficients for :math:`P_T`, rational ones in :math:`T`
+for :math:`G_T`), and a moment that diverges gives ``inf`` (``0`` for the ESS fraction) as in
+the mpmath path; where float64 cannot tell the bracket's sign the point is not certified.
+``lognormal-mixture`` takes its cumulants from the exact Taylor coefficients of its moment
+generating function about :math:`E[\log r]`; many mixtures are computed in one call, their
+components padded with weight 0 (:func:`mixture_components`).
+
 Families with a float path are those of :data:`FAST_FAMILIES`; any other family is
 computed with mpmath throughout.
 """
@@ -819,7 +829,9 @@ def moments(name: str, mu, sigma2, T, shape: dict, *, n: int = 2, target: float 
     mu, sigma2, T : array_like
         Broadcastable arrays; ``sigma2 > 0`` (the degenerate ratio is not handled here).
     shape : dict
-        Extra family parameters as broadcastable arrays (``q``, ``rho``).
+        Extra family parameters as broadcastable arrays (``q``, ``rho``, ``alpha``);
+        ``components`` is one mixture, or an array of the parameters' shape + ``(J, 3)``
+        (:func:`mixture_components`).
     n, target : int, float
         Draws (``rel_se_*``) and target relative error (``n_needed_*``).
 
