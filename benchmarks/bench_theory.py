@@ -24,7 +24,13 @@ import numpy as np
 SEED_GRID = (1, 10, 100, 1000)
 
 #: (family, shape) timed; each over mu x sigma2 x T of the issue's accuracy domain.
-FAMILIES = (("lognormal", {}), ("gamma", {}), ("two-point", {"q": 0.5}), ("ar1", {"rho": 0.5}))
+FAMILIES = (
+    ("lognormal", {}),
+    ("gamma", {}),
+    ("two-point", {"q": 0.5}),
+    ("ar1", {"rho": 0.5}),
+    ("random-scale", {"alpha": 1.0}),
+)
 TARGET_POINTS_PER_S = 1e5
 
 
@@ -55,6 +61,43 @@ def grid_speed(rep, quick: bool, repeats: int) -> None:
     """Float path against mpmath, points per second, per family, in one run."""
     for name, shape in FAMILIES:
         _family_speed(rep, name, shape, quick, repeats)
+    _mixture_speed(rep, quick, repeats)
+
+
+def _mixtures(count: int) -> list[str]:
+    """Two-component mixtures like the issue's: a narrow bulk and a sparse wide component."""
+    out = []
+    for p in np.geomspace(1e-3, 0.3, count).tolist():
+        v = 0.01 + 0.5 * p
+        out.append(f"{1 - p!r}:0:1e-8,{p!r}:{-v / 2!r}:{v!r}")
+    return out
+
+
+def _mixture_speed(rep, quick: bool, repeats: int) -> None:
+    """lognormal-mixture: one float call per mixture (vectorised over T) against mpmath."""
+    from variance_lab import theory
+
+    comps = _mixtures(20 if quick else 200)
+    Ts = _axes("lognormal-mixture", quick)[2]
+    points = len(comps) * len(Ts)
+    theory.grid("lognormal-mixture", components=comps[:2], T=Ts)  # imports, caches
+    runs = [_timed(lambda: theory.grid("lognormal-mixture", components=comps, T=Ts)) for _ in range(repeats)]
+    df = runs[-1][0]
+    fast_wall, fast_cpu = float(np.median([r[1] for r in runs])), float(np.median([r[2] for r in runs]))
+    slow = comps[:: max(1, len(comps) // (4 if quick else 12))]
+    _, _, slow_cpu = _timed(lambda: theory.grid("lognormal-mixture", components=slow, T=Ts, precise=True))
+    slow_pts = len(slow) * len(Ts)
+    print(
+        f"[theory] lognormal-mixture: {len(comps)} mixtures x {len(Ts)} T (1..1e6) = {points} points; "
+        f"mpmath on {slow_pts} of them (load {load()})"
+    )
+    name = "lognormal-mixture"
+    rate_cpu = points / fast_cpu
+    rep.add("theory", f"{name}: theory.grid points/s (CPU time)", rate_cpu, "1/s")
+    rep.add("theory", f"{name}: theory.grid points/s (wall)", points / fast_wall, "1/s")
+    rep.add("theory", f"{name}: mpmath (precise=True) points/s (CPU time)", slow_pts / slow_cpu, "1/s")
+    rep.add("theory", f"{name}: float path / mpmath speed (CPU time)", rate_cpu / (slow_pts / slow_cpu), "x")
+    rep.add("theory", f"{name}: share of points certified in float64", 1.0 - float(df["precise"].mean()), "")
 
 
 def _family_speed(rep, name: str, shape: dict, quick: bool, repeats: int) -> None:

@@ -6,6 +6,7 @@ forms variances and fourth central moments by plain subtraction at a precision t
 survives the cancellation. Log-moments come from numerical differentiation of log E[r^s].
 """
 
+import functools
 import math
 
 import mpmath as mp
@@ -76,8 +77,14 @@ def _rs_theta(mu, s2, alpha):
     """Find the random-scale theta as the root of E[r^2] = mu^2 + s2.
 
     The gamma MGF (1 - c theta)^(-alpha) at c = 1, by bisection in theta on (0, 1): the moment
-    equation, not the closed form of the code.
+    equation, not the closed form of the code. Cached per precision (the bisection is the
+    reference's slow part).
     """
+    return _rs_theta_at(float(mu), float(s2), float(alpha), mp.mp.prec)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rs_theta_at(mu, s2, alpha, prec):
     target = 1 + mp.mpf(s2) / mp.mpf(mu) ** 2
     lo, hi = mp.mpf(0), mp.mpf(1)
     for _ in range(450):  # 2^-450 < 10^-135
@@ -634,3 +641,114 @@ def test_random_scale_alpha_to_infinity_is_lognormal(mu, s2):
         assert gaps[-1] < 1e-5, (q, gaps)
         assert gaps[1] < gaps[0] / 50, (q, gaps)  # about 1/alpha
         assert gaps[2] < gaps[1] / 50, (q, gaps)
+
+
+# ---------------------------------------------------------------- float path: random-scale, mixtures
+RS_ALPHAS = [0.1, 1.0, 10.0, 1e4]
+GRID_MIXTURES = [
+    "0.98:0:1e-8,0.02:-0.005:0.01",  # the issue's sparse heavy-tailed tokens
+    "0.5:-0.1:0.05,0.3:0.05:0.2,0.2:0.2:0",  # three components, one a point mass
+    "0.6:-0.3:0.4,0.4:0.4:1",  # wide components (sigma^2 = 5.0)
+]
+
+
+def _check_rows(df, name, shape_keys):
+    """Check every table column of ``df`` against the reference; return the share computed in float64."""
+    for row in df.to_dict("records"):
+        params = {k: row[k] for k in shape_keys}
+        ref = reference(name, row["mu"], row["sigma2"], int(row["T"]), **params)
+        for col in theory.TABLE_COLUMNS[1:]:
+            base = col.removeprefix("log10_")
+            q = _COLUMN_QUANTITY.get(base, base)
+            if q not in ref:  # var_ratio when Var(G_T) = 0
+                assert math.isnan(row[col]), (col, row)
+            elif col.startswith("log10_"):
+                _check_log(q, row[col], ref[q], REL)
+            else:
+                _check_lin(q, row[col], ref[q], REL)
+    return 1.0 - float(df["precise"].mean())
+
+
+def test_grid_random_scale_against_mpmath():
+    """random-scale in float64: every column to 1e-9, alpha an axis, infinite moments as mpmath has them.
+
+    mu in {0.5, 2}, sigma^2 in {1e-3, 10}, alpha from 0.1 (theta near 1) to 1e4 (near lognormal),
+    T from 1 to 1e6, so Var(P_T) and the fourth moment are infinite on part of the grid.
+    """
+    df = theory.grid(
+        "random-scale", mu=[0.5, 2.0], sigma2=[1e-3, 10.0], alpha=RS_ALPHAS, T=[1, 2, 10, 1000, 10**6]
+    )
+    assert list(df.columns) == ["family", "mu", "sigma2", "alpha", *theory.TABLE_COLUMNS, "precise"]
+    assert np.isinf(df["var_P"]).sum() > 10  # beyond 1/theta
+    assert _check_rows(df, "random-scale", ["alpha"]) >= 0.9
+
+
+@pytest.mark.parametrize("components", GRID_MIXTURES)
+def test_grid_mixture_against_mpmath(components):
+    """lognormal-mixture in float64: every column to 1e-9 for T from 1 to 1e6, mu and sigma^2 derived."""
+    df = theory.grid("lognormal-mixture", components=components, T=[1, 2, 10, 1000, 10**6])
+    fam = get_family("lognormal-mixture", components=components)
+    assert list(df.columns) == ["family", "mu", "sigma2", "components", *theory.TABLE_COLUMNS, "precise"]
+    assert set(df["mu"]) == {fam.mu}
+    assert set(df["sigma2"]) == {fam.sigma2}
+    assert _check_rows(df, "lognormal-mixture", ["components"]) >= 0.8
+
+
+def test_grid_alpha_axis_and_mixture_list():
+    """Random-scale's alpha is an axis like q; a list of mixtures gives one block of rows each."""
+    df = theory.grid("random-scale", mu=1.0, sigma2=0.1, T=[10, 1000], alpha=[0.5, 1, 2])
+    assert list(df["alpha"]) == [0.5, 0.5, 1.0, 1.0, 2.0, 2.0]
+    for alpha in (0.5, 1, 2):
+        want = theory.summary(get_family("random-scale", 1.0, 0.1, alpha=alpha), [10, 1000])
+        got = df[df["alpha"] == alpha]
+        for col in theory.TABLE_COLUMNS:
+            np.testing.assert_array_equal(got[col].to_numpy(), want[col].to_numpy())
+    mix = theory.grid("lognormal-mixture", components=GRID_MIXTURES[:2], T=[1, 10])
+    assert len(mix) == 4
+    for comps, block in zip(GRID_MIXTURES[:2], (mix.iloc[:2], mix.iloc[2:]), strict=True):
+        fam = get_family("lognormal-mixture", components=comps)
+        assert set(block["components"]) == {fam.describe()["components"]}
+        np.testing.assert_array_equal(block["var_G"].to_numpy(), theory.var_G(fam, [1, 10]))
+    with pytest.raises(ValueError, match="lognormal-mixture derives mu and sigma2"):
+        theory.grid("lognormal-mixture", mu=1.0, components=GRID_MIXTURES[0], T=1)
+    with pytest.raises(ValueError, match="needs mu and sigma2"):
+        theory.grid("random-scale", T=1, alpha=1.0)
+
+
+def test_random_scale_boundary_falls_back_to_mpmath():
+    """At theta T = 1 float64 cannot tell the sign of the bracket: that row falls back to mpmath.
+
+    alpha = 1, mu = 1, sigma^2 = 0.1: theta = 1/11 up to rounding, so T = 11 is flagged precise
+    and equals the mpmath path; its neighbours are computed in float64.
+    """
+    df = theory.grid("random-scale", mu=1.0, sigma2=0.1, alpha=1.0, T=[10, 11, 12])
+    assert list(df["precise"]) == [False, True, False]
+    want = theory.summary(get_family("random-scale", 1.0, 0.1, alpha=1.0), [10, 11, 12], precise=True)
+    for col in theory.TABLE_COLUMNS:
+        np.testing.assert_allclose(df[col].to_numpy(), want[col].to_numpy(), rtol=1e-9)
+    assert np.isinf(df["var_P"].iloc[2])
+    assert np.isfinite(df["var_P"].iloc[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alpha", RS_ALPHAS)
+def test_grid_random_scale_against_mpmath_full(alpha):
+    """The full (mu, sigma^2, T) grid of random-scale agrees with mpmath.
+
+    sigma^2 avoids 1: with mu = alpha = 1, theta = 1/2 exactly and T = 2 sits on the bracket's
+    zero, where E[P_2^2] is infinite but no finite-precision reference can tell.
+    """
+    mus = list(np.linspace(0.5, 2.0, 4))
+    s2s = list(np.geomspace(1e-3, 10.0, 6))
+    Ts = [1, 2, 3, 5, 10, 30, 100, 1000, 10**4, 10**5, 10**6]
+    df = theory.grid("random-scale", mu=mus, sigma2=s2s, alpha=alpha, T=Ts)
+    assert _check_rows(df, "random-scale", ["alpha"]) >= 0.8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("components", list(dict.fromkeys([*GRID_MIXTURES, *MIXTURES])))
+def test_grid_mixture_against_mpmath_full(components):
+    """Every T of the full grid for each mixture agrees with mpmath."""
+    Ts = [1, 2, 3, 5, 10, 30, 100, 1000, 10**4, 10**5, 10**6]
+    df = theory.grid("lognormal-mixture", components=components, T=Ts)
+    assert _check_rows(df, "lognormal-mixture", ["components"]) >= 0.8

@@ -50,16 +50,29 @@ exceeds :data:`TOLERANCE` (the relative error allowed, plus a slack proportional
 the log's size for values far beyond float range) is reported as not certified, and
 :mod:`variance_lab.theory` recomputes it with mpmath.
 
+Two families are not of that i.i.d. form. ``random-scale`` has, exactly,
+:math:`C(s) = sT\log\mu - \alpha\log(1 - \theta T s(s-1)/2)` (the tokens of a sequence share
+its variance), infinite where the bracket is not positive: its differences come from exact
+:math:`\log(1 + x)` series (integer coefficients for :math:`P_T`, rational ones in :math:`T`
+for :math:`G_T`), and a moment that diverges gives ``inf`` (``0`` for the ESS fraction) as in
+the mpmath path; where float64 cannot tell the bracket's sign the point is not certified.
+``lognormal-mixture`` takes its cumulants from the exact Taylor coefficients of its moment
+generating function about :math:`E[\log r]`; many mixtures are computed in one call, their
+components padded with weight 0 (:func:`mixture_components`).
+
 Families with a float path are those of :data:`FAST_FAMILIES`; any other family is
 computed with mpmath throughout.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 from scipy import special
+
+from variance_lab.families import FAMILIES, parse_components
 
 __all__ = [
     "FAST_FAMILIES",
@@ -67,6 +80,7 @@ __all__ = [
     "TOLERANCE",
     "TOLERANCE_LOG",
     "Moments",
+    "mixture_components",
     "moments",
     "quantity",
     "within_tolerance",
@@ -114,6 +128,14 @@ def _series_diffs(coef: list, x: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
     value = acc * xn
     last = np.abs(coef[_J] * _A[_J, n] * x**_J)
     return value, 4 * last + 8 * U * mag * np.abs(xn)
+
+
+def _series_tail(coef: list, x: np.ndarray, n: int) -> np.ndarray:
+    """Return four times the last four terms of :func:`_series_diffs`' sum: a truncation estimate.
+
+    It stays large where the series does not converge (a lone small last term is not enough).
+    """
+    return 4 * sum(np.abs(coef[j] * _A[j, n] * x**j) for j in range(_J - 3, _J + 1))
 
 
 def _diffs(values: list, errors: list, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -384,12 +406,293 @@ def _two_point(mu, s2, T, shape):
     return out
 
 
+# -------------------------------------------------------------------- random-scale
+# C(s) = sT log mu + D(s), D(s) = -alpha log1p(-theta T s(s-1)/2): not T K(s), the tokens of a
+# sequence share its variance. P_T (s = k): D = -alpha log1p(-c_k theta T), c_k = k(k-1)/2;
+# G_T (s = k/T): D = -alpha log1p(theta g_k), g_k = k(T-k)/(2T). Both are log1p series in theta.
+_RS_TERMS = 40  # series terms, P side (6 theta T <= 1/2)
+_RS_TERMS_G = 40  # series terms, G side (theta <= 0.2, |g_k| <= 2)
+_RS_C = (0, 0, 1, 3, 6)
+
+
+def _rs_p_coef() -> dict:
+    r"""Exact :math:`\Delta^m[c_k^n]` at 0 (step 1), n = 1.._RS_TERMS, and ``g``: :math:`c_4^n - 2c_2^n`."""
+    out = {}
+    for m in (2, 3, 4):
+        out[m] = np.array(
+            [
+                float(sum(math.comb(m, j) * (-1) ** (m - j) * _RS_C[j] ** n for j in range(m + 1)))
+                for n in range(1, _RS_TERMS + 1)
+            ]
+        )
+    out["g"] = np.array([float(6**n - 2) for n in range(1, _RS_TERMS + 1)])
+    return out
+
+
+_RS_P = _rs_p_coef()
+
+
+@functools.lru_cache(maxsize=4096)
+def _rs_g_coef(T: int) -> np.ndarray:
+    r"""Exact :math:`\Delta^m[g_k^n]` (m = 2, 3, 4; n = 1.._RS_TERMS_G), rounded once to float64.
+
+    :math:`g_k = k(T-k)/(2T)`: integer numerators over :math:`(2T)^n`, so the differences, which
+    cancel to order :math:`1/T` and beyond, carry no rounding error (Python's int division
+    rounds correctly).
+    """
+    gk = [k * (T - k) for k in range(5)]
+    out = np.empty((3, _RS_TERMS_G))
+    for i, m in enumerate((2, 3, 4)):
+        for n in range(1, _RS_TERMS_G + 1):
+            num = sum(math.comb(m, j) * (-1) ** (m - j) * gk[j] ** n for j in range(1, m + 1))
+            out[i, n - 1] = num / (2 * T) ** n
+    return out
+
+
+def _log1p_sum(coef, y, alpha, erel):
+    r"""``alpha * sum_n coef[n-1] y^n / n`` with an error estimate (``erel``: relative error of y)."""
+    acc = np.zeros_like(y)
+    mag = np.zeros_like(y)
+    dmag = np.zeros_like(y)
+    ay = np.abs(y)
+    for n in range(len(coef), 0, -1):
+        acc = acc * y + coef[n - 1] / n
+        mag = mag * ay + abs(coef[n - 1]) / n
+        dmag = dmag * ay + abs(coef[n - 1])  # sum n |term|
+    last = abs(coef[-1]) / len(coef) * ay ** len(coef)
+    value = alpha * acc * y
+    err = alpha * (4 * last + ay * (6 * U * mag + erel * dmag)) + 2 * U * np.abs(value)
+    return value, err
+
+
+def _rs_logs(z, e_ind, e_cor, alpha):
+    r""":math:`D = -\alpha\log(1 + z)`, its error, ``inf`` flags and :math:`\partial D/\partial\log z`.
+
+    ``e_ind`` is the relative error of ``z`` that is independent between the points of one
+    difference, ``e_cor`` the one they share (that of :math:`\theta`): its effect on a difference
+    is that difference of the derivatives :math:`E = -\alpha z/(1+z)`, which cancel as the
+    values do. Where :math:`1 + z \le 0` certainly, the flag is set; where its sign is within
+    rounding of 0, the error is ``inf``. Both get the placeholder value 0.
+    """
+    b = 1 + z
+    ez = np.abs(z) * e_ind
+    sure = np.abs(z) * (e_ind + e_cor) + 2 * U
+    finite = b > sure
+    inf = b < -sure
+    bs = np.where(finite, b, 1.0)
+    lg = np.log1p(np.where(finite, z, 0.0))
+    D = -alpha * lg
+    eD = alpha * (ez / bs + U * np.abs(lg)) + U * np.abs(D)
+    E = np.where(finite, -alpha * z / bs, 0.0)
+    return np.where(finite, D, 0.0), np.where(finite, eD, np.where(inf, 0.0, np.inf)), inf, E
+
+
+def _rs_diffs(D, eD, E, e_cor, n):
+    """n-th difference of D (``_diffs``) with the shared error ``e_cor`` propagated through E."""
+    val, err = _diffs(D, eD, n)
+    dE, _ = _diffs(E, [0.0] * len(E), n)
+    return val, err + e_cor * np.abs(dE)
+
+
+def _random_scale(mu, s2, T, shape):
+    alpha = np.asarray(shape["alpha"], dtype=float)
+    L = np.log1p(s2 / (mu * mu))  # -alpha log(1 - theta) = L
+    theta = -np.expm1(-L / alpha)
+    eth = 8 * U  # relative error of theta
+    lmu = np.log(mu)
+    out = {"lmP": T * lmu, "elmP": 1.5 * U * np.abs(T * lmu)}
+    out["gap"] = -alpha * theta / 2
+    out["egap"] = 10 * U * np.abs(out["gap"])
+    out["k2"] = alpha * theta * (1 + theta / 4)
+    out["ek2"] = 12 * U * out["k2"]
+    # P_T: D_k = -alpha log1p(-c_k y), y = theta T
+    y = theta * T
+    ey = eth + U
+    D, eD, E, inf = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], {}
+    for k in (2, 3, 4):
+        d, e, inf[k], dd = _rs_logs(-_RS_C[k] * y, U, ey, alpha)
+        D.append(d)
+        eD.append(e)
+        E.append(dd)
+    D[2] = np.where(T == 1, L, D[2])  # 1 - theta = (1 + sigma^2/mu^2)^(-1/alpha): no cancellation
+    eD[2] = np.where(T == 1, 2 * U * L, eD[2])
+    E[2] = np.where(T == 1, 0.0, E[2])
+    plain = {n: _rs_diffs(D[: n + 1], eD[: n + 1], E[: n + 1], ey, n) for n in (3, 4)}
+    plain["w"] = (D[2], eD[2] + ey * np.abs(E[2]))
+    plain["g"] = (
+        D[4] - 2 * D[2],
+        eD[4] + 2 * eD[2] + 2 * U * (np.abs(D[4]) + 2 * np.abs(D[2])) + ey * np.abs(E[4] - 2 * E[2]),
+    )
+    plain["r3"], plain["u"] = plain.pop(3), plain.pop(4)
+    ok = 6 * y <= 0.5
+    ys = np.where(ok, y, 0.0)
+    for key, coef in (("w", _RS_P[2]), ("r3", _RS_P[3]), ("u", _RS_P[4]), ("g", _RS_P["g"])):
+        val, err = _log1p_sum(coef, ys, alpha, ey)
+        out[f"{key}P"], out[f"e{key}P"] = _pick(plain[key], (val, np.where(ok, err, np.inf)))
+    out["inf2P"] = inf[2]
+    out["inf4P"] = inf[4] | inf[3] | inf[2]
+    # G_T: D_k = -alpha log1p(theta g_k), g_k = k (T - k) / (2T)
+    DG, eDG, EG, infG = [0.0], [0.0], [0.0], {}
+    for k in (1, 2, 3, 4):
+        g = k * (T - k) / (2 * T)
+        d, e, infG[k], dd = _rs_logs(theta * g, 4 * U, eth, alpha)
+        DG.append(d)
+        eDG.append(e)
+        EG.append(dd)
+    out["bG"], out["ebG"] = DG[1], eDG[1] + eth * np.abs(EG[1])
+    okG = theta <= 0.2
+    Ts = np.broadcast_to(T, np.broadcast(T, theta).shape)
+    if np.any(okG & (Ts > 1)):
+        uniq, inv = np.unique(Ts, return_inverse=True)
+        coefs = np.stack([_rs_g_coef(int(t)) for t in uniq])[inv.reshape(Ts.shape)]  # (..., 3, n)
+    else:
+        coefs = None
+    th = np.broadcast_to(np.where(okG, theta, 0.0), Ts.shape)
+    for i, (n, key) in enumerate(((2, "wG"), (3, "r3G"), (4, "uG"))):
+        pl = _rs_diffs(DG[: n + 1], eDG[: n + 1], EG[: n + 1], eth, n)
+        if coefs is None:
+            out[key], out[f"e{key}"] = pl
+            continue
+        # alpha sum_n (-theta)^n Delta^m[g^n] / n
+        val, err = _log1p_sum(np.moveaxis(coefs[..., i, :], -1, 0), -th, alpha, eth)
+        out[key], out[f"e{key}"] = _pick(pl, (val, np.where(okG, err, np.inf)))
+    out["inf4G"] = np.where(T == 1, out["inf4P"], infG[4])
+    return out
+
+
+# ------------------------------------------------------------------ lognormal mixture
+def _mixture_cumulants(w, d, v):
+    r"""Taylor coefficients :math:`h_n = \kappa_n/n!` of :math:`\log M(s)`, n = 0.._J, and errors.
+
+    :math:`M(s) = \sum_j w_j e^{s d_j + s^2 v_j/2}` (the moment generating function of
+    :math:`\log r - c`; components on the last axis): its coefficients are finite sums per
+    component, :math:`e_n = (d e_{n-1} + v e_{n-2})/n` (from :math:`f' = (d + vs) f`), and
+    :math:`h` follows from :math:`M' = M (\log M)'` (with :math:`M(0) = 1`).
+    """
+    e_prev, e = np.zeros_like(d), np.ones_like(d)
+    m_prev, mag_e = np.zeros_like(d), np.ones_like(d)
+    one = np.ones(d.shape[:-1])
+    a, amag = [one], [one]
+    for n in range(1, _J + 1):
+        e_prev, e = e, (d * e + v * e_prev) / n
+        m_prev, mag_e = mag_e, (np.abs(d) * mag_e + v * m_prev) / n
+        a.append(np.sum(w * e, axis=-1))
+        amag.append(np.sum(w * mag_e, axis=-1))
+    h, eh = [0.0 * one], [0.0 * one]
+    for n in range(1, _J + 1):
+        acc, mag, err = n * a[n], n * amag[n], 0.0 * one
+        for m in range(1, n):
+            acc = acc - m * h[m] * a[n - m]
+            mag = mag + m * np.abs(h[m]) * amag[n - m]
+            err = err + m * (eh[m] * amag[n - m] + np.abs(h[m]) * 4 * U * n * amag[n - m])
+        h.append(acc / n)
+        eh.append((err + 4 * U * n * mag) / n)
+    return h, eh
+
+
+def _mixture_logmgf(w, d, v, s):
+    r""":math:`\log M(s)` (``_mixture_cumulants``) at ``s`` and its error: log1p or logsumexp form."""
+    s = np.asarray(s, dtype=float)[..., None]
+    b = s * d + s * s * v / 2
+    eb = 3 * U * (np.abs(s * d) + s * s * v / 2)
+    J = w.shape[-1]
+    with np.errstate(all="ignore"):
+        em1 = np.expm1(b)
+        S = np.sum(w * em1, axis=-1)
+        eS = np.sum(w * (4 * U * np.abs(em1) + np.exp(b) * eb), axis=-1) + J * U * np.sum(
+            w * np.abs(em1), axis=-1
+        )
+        k1 = np.log1p(S)
+        e1 = eS / (1 + S) + U * np.abs(k1)
+        e1 = np.where(np.isfinite(k1) & np.isfinite(e1) & (S > -0.5), e1, np.inf)
+        bmax = np.max(np.where(w > 0, b, -np.inf), axis=-1)  # padding (w = 0) never sets the shift
+        t = w * np.exp(b - bmax[..., None])
+        tot = np.sum(t, axis=-1)
+        k2 = bmax + np.log(tot)
+        e2 = U * (np.abs(bmax) + np.abs(k2)) + np.sum(t * (eb + (J + 2) * U), axis=-1) / tot
+    return _pick((k1, e1), (k2, e2))
+
+
+def mixture_components(mixtures) -> np.ndarray:
+    """Stack mixtures' components into one array, ``(len(mixtures), J, 3)``, J the most components.
+
+    Shorter mixtures are padded with components of weight 0, which change nothing; the float
+    path then computes many mixtures in one vectorised call.
+    """
+    parsed = [parse_components(c) for c in mixtures]
+    out = np.zeros((len(parsed), max(len(c) for c in parsed), 3))
+    for i, c in enumerate(parsed):
+        out[i, : len(c)] = c
+    return out
+
+
+def _mixture(mu, s2, T, shape):
+    comps = shape["components"]
+    if not isinstance(comps, np.ndarray):  # one mixture: a spec or parsed components
+        comps = np.asarray(parse_components(comps), dtype=float)
+    w, m, v = comps[..., 0], comps[..., 1], comps[..., 2]  # parameter shape + (components,)
+    w = w / np.sum(w, axis=-1, keepdims=True)
+    c = np.sum(w * m, axis=-1)  # E[log r], rounded; the cumulants are those of log r - c
+    d = np.where(w > 0, m - c[..., None], 0.0)
+    h, eh = _mixture_cumulants(w, d, v)
+    lmu = np.log(mu)
+    k2 = np.sum(w * (v + d * d), axis=-1) - h[1] ** 2
+    out = {"gap": c - lmu + h[1], "egap": 2 * U * (np.abs(c) + np.abs(lmu)) + eh[1]}
+    out["k2"] = k2 + 0 * lmu
+    out["ek2"] = 4 * U * k2 + 0 * lmu
+    ones = np.ones(np.broadcast(T, c, lmu).shape)
+    # P_T: plain differences of T log M(k), or the cumulant series at step 1
+    K, eK = [0.0], [0.0]
+    for k in (1, 2, 3, 4):
+        val, err = _mixture_logmgf(w, d, v, k * ones)
+        K.append(val)
+        eK.append(err)
+    out["lmP"] = T * (c + K[1])
+    out["elmP"] = T * (eK[1] + U * np.abs(c)) + U * np.abs(out["lmP"])
+    for n, key in ((2, "wP"), (3, "r3P"), (4, "uP")):
+        pv, pe = _diffs(K, eK, n)
+        sv, se = _series_diffs(h, ones, n)
+        sev, _ = _series_diffs(eh, ones, n)
+        se = se + sev + _series_tail(h, ones, n)
+        out[key], out[f"e{key}"] = _pick((T * pv, T * pe), (T * sv, T * se))
+    g_plain = (T * (K[4] - 2 * K[2]), T * (eK[4] + 2 * eK[2] + 2 * U * (np.abs(K[4]) + 2 * np.abs(K[2]))))
+    g_parts = (
+        4 * out["wP"] + 4 * out["r3P"] + out["uP"],
+        4 * out["ewP"] + 4 * out["er3P"] + out["euP"] + 8 * U * np.abs(out["wP"]),
+    )
+    out["gP"], out["egP"] = _pick(g_plain, g_parts)
+    # G_T: step 1/T
+    x = ones / T
+    KG, eKG = [0.0], [0.0]
+    for k in (1, 2, 3, 4):
+        val, err = _mixture_logmgf(w, d, v, k * x)
+        KG.append(val)
+        eKG.append(err)
+    for n, key in ((2, "wG"), (3, "r3G"), (4, "uG")):
+        pv, pe = _diffs(KG, eKG, n)
+        sv, se = _series_diffs(h, x, n)
+        sev, _ = _series_diffs(eh, x, n)
+        se = se + sev + _series_tail(h, x, n)
+        out[key], out[f"e{key}"] = _pick((T * pv, T * pe), (T * sv, T * se))
+    b_plain = (c - lmu + T * KG[1], 2 * U * (np.abs(c) + np.abs(lmu)) + T * eKG[1] + U * np.abs(T * KG[1]))
+    zero = 0.0 * h[1]
+    h2 = [zero, zero, *h[2:]]
+    tail, etail = _series_diffs(h2, x, 1)
+    tail_e, _ = _series_diffs([zero, zero, *eh[2:]], x, 1)
+    etail = etail + tail_e + _series_tail(h2, x, 1)
+    b_series = (out["gap"] + T * tail, out["egap"] + T * etail + 2 * U * np.abs(T * tail))
+    out["bG"], out["ebG"] = _pick(b_plain, b_series)
+    return out
+
+
 #: Families with a float path, and their extra parameters.
 FAST_FAMILIES = {
     "lognormal": (_lognormal, ()),
     "gamma": (_gamma, ()),
     "two-point": (_two_point, ("q",)),
     "ar1": (_ar1, ("rho",)),
+    "random-scale": (_random_scale, ("alpha",)),
+    "lognormal-mixture": (_mixture, ("components",)),
 }
 
 
@@ -526,7 +829,9 @@ def moments(name: str, mu, sigma2, T, shape: dict, *, n: int = 2, target: float 
     mu, sigma2, T : array_like
         Broadcastable arrays; ``sigma2 > 0`` (the degenerate ratio is not handled here).
     shape : dict
-        Extra family parameters as broadcastable arrays (``q``, ``rho``).
+        Extra family parameters as broadcastable arrays (``q``, ``rho``, ``alpha``);
+        ``components`` is one mixture, or an array of the parameters' shape + ``(J, 3)``
+        (:func:`mixture_components`).
     n, target : int, float
         Draws (``rel_se_*``) and target relative error (``n_needed_*``).
 
@@ -587,7 +892,9 @@ def moments(name: str, mu, sigma2, T, shape: dict, *, n: int = 2, target: float 
             lk, ek = (lkP, ekP) if x_ == "P" else (lkG, ekG)
             put(f"rel_se_var_{x_}", *_rel_se(lk, ek, n))
             put(f"n_needed_{x_}", *_n_needed(lk, ek, target))
-        shape_all = np.broadcast(mu, s2, T, *shape.values()).shape
+        per_call = FAMILIES[name].text_parameters  # components: parameter shape + (J, 3), not broadcast
+        shape_all = np.broadcast(mu, s2, T, *(v for k, v in shape.items() if k not in per_call)).shape
+        _infinite(ln, sign, err, p, shape_all)
         if np.any(degenerate):
             _degenerate(ln, sign, err, np.broadcast_to(degenerate, shape_all), T * lmu, lmu)
         ok = np.ones(shape_all, dtype=bool)
@@ -598,6 +905,28 @@ def moments(name: str, mu, sigma2, T, shape: dict, *, n: int = 2, target: float 
                 good = good | nan_ok
             ok &= np.broadcast_to(good, shape_all)
     return Moments(ln, sign, err, ok, _exact_linear(mu, s2, T))
+
+
+def _infinite(ln: dict, sign: dict, err: dict, p: dict, shape) -> None:
+    r"""Set the quantities that an infinite moment makes infinite, exactly as the mpmath path does.
+
+    A family kernel flags ``inf2P`` (:math:`E[P_T^2] = \infty`) and ``inf4P``, ``inf4G``
+    (fourth moment infinite; random-scale beyond :math:`1/(6\theta T)`). Then the kurtosis, the
+    relative standard error and the draws needed are ``inf``; with ``inf2P`` also
+    :math:`\operatorname{Var}(P_T)` and the variance ratio (``inf``) and the ESS fraction (0).
+    """
+    flags = {x: np.broadcast_to(p.get(f"inf4{x}", False), shape) for x in ("P", "G")}
+    inf2 = np.broadcast_to(p.get("inf2P", False), shape)
+    if not (inf2.any() or flags["P"].any() or flags["G"].any()):
+        return
+    todo = [
+        (f"{q}_{x}", flags[x], math.inf) for x in ("P", "G") for q in ("kurtosis", "rel_se_var", "n_needed")
+    ]
+    todo += [("var_P", inf2, math.inf), ("var_ratio", inf2, math.inf), ("ess_frac_P", inf2, -math.inf)]
+    for key, where, value in todo:
+        ln[key] = np.where(where, value, np.broadcast_to(ln[key], shape))
+        sign[key] = np.where(where, 1.0, np.broadcast_to(sign[key], shape))
+        err[key] = np.where(where, 0.0, np.broadcast_to(err[key], shape))
 
 
 def _exact_linear(mu, s2, T) -> dict:

@@ -18,7 +18,7 @@ import pandas as pd
 from variance_lab._validate import check_finite, check_positive, check_T
 from variance_lab.families import FAMILIES, Family, get_family
 from variance_lab.theory.exact import DEFAULT_TARGET, exact_value
-from variance_lab.theory.fast import FAST_FAMILIES, moments, quantity
+from variance_lab.theory.fast import FAST_FAMILIES, mixture_components, moments, quantity
 from variance_lab.theory.quantities import check_target
 
 __all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "grid", "summary", "tidy", "tidy_many"]
@@ -85,9 +85,12 @@ def _evaluate(families: list, Ts: np.ndarray, names, target: float, precise: boo
             continue
         fam = [families[i] for i in idx]
         params = {k: np.array([getattr(f, k) for f in fam], dtype=float)[:, None] for k in ("mu", "sigma2")}
-        shape = {
-            k: np.array([getattr(f, k) for f in fam], dtype=float)[:, None] for k in FAST_FAMILIES[name][1]
-        }
+        shape = {}
+        for k in FAST_FAMILIES[name][1]:
+            if k == "components":  # mixtures: one array (families, 1, J, 3), padded with weight 0
+                shape[k] = mixture_components([f.components for f in fam])[:, None]
+            else:
+                shape[k] = np.array([getattr(f, k) for f in fam], dtype=float)[:, None]
         m = moments(name, params["mu"], params["sigma2"], Ts[None, :].astype(float), shape, target=target)
         slow[idx] = ~np.broadcast_to(m.ok, (len(idx), M))
         for q, lg in out:
@@ -233,8 +236,8 @@ def _axis(name: str, values) -> np.ndarray:
 def grid(
     family: str,
     *,
-    mu,
-    sigma2,
+    mu=None,
+    sigma2=None,
     T,
     target: float = DEFAULT_TARGET,
     precise: bool = False,
@@ -253,7 +256,8 @@ def grid(
     family : str
         Family name (:data:`variance_lab.families.FAMILIES`).
     mu, sigma2 : float or array_like
-        Means and variances of the per-token ratio.
+        Means and variances of the per-token ratio. Unset for ``lognormal-mixture``, which
+        derives both from its components (the ``mu`` and ``sigma2`` columns then hold them).
     T : int or array_like of int
         Sequence lengths, integers >= 1.
     target : float
@@ -264,8 +268,11 @@ def grid(
         Leave out the parameter points the family cannot reach (two-point with
         ``sigma2 >= mu**2 q / (1 - q)``) instead of raising.
     **shape : float or array_like
-        The family's extra parameters (``q`` for two-point, ``rho`` for ar1), each an axis
-        of the product; a family's default is used where one is not given.
+        The family's extra parameters (``q`` for two-point, ``rho`` for ar1, ``alpha`` for
+        random-scale), each an axis of the product; a family's default is used where one is
+        not given. ``components`` of ``lognormal-mixture`` is one mixture (``"w:m:v,..."`` or a
+        sequence of triples) or a list of them; the float path computes them all in one
+        vectorised call (components padded with weight 0).
 
     Returns
     -------
@@ -290,6 +297,10 @@ def grid(
         raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
     target = check_target(target)
     Ts = np.atleast_1d(check_T(T)).ravel()
+    if FAMILIES[family].derived_moments:
+        return _grid_derived(family, Ts, target, precise, mu, sigma2, shape)
+    if mu is None or sigma2 is None:
+        raise ValueError(f"grid of the {family} family needs mu and sigma2")
     axes = {"mu": _axis("mu", mu), "sigma2": _axis("sigma2", sigma2)}
     axes.update({k: _axis(k, v) for k, v in shape.items()})
     combos = list(itertools.product(*axes.values()))
@@ -317,6 +328,41 @@ def grid(
     frame = {"family": family}
     for k in axes:
         frame[k] = np.repeat([getattr(f, k) for f in fams], M)
+    frame.update(_table({k: v.ravel() for k, v in cols.items()}, np.tile(Ts, len(fams))))
+    frame["precise"] = slow.ravel()
+    return pd.DataFrame(frame)
+
+
+def _text_axis(name: str, values) -> list:
+    """Return a text parameter's values: one spec (a string, or number triples) or a list of them."""
+    if isinstance(values, str):
+        return [values]
+    values = list(values)
+    if values and all(
+        isinstance(c, list | tuple) and all(isinstance(x, int | float) for x in c) for c in values
+    ):
+        return [tuple(values)]  # one mixture given as triples
+    if not values:
+        raise ValueError(f"{name} must not be empty")
+    return values
+
+
+def _grid_derived(family: str, Ts, target, precise, mu, sigma2, shape) -> pd.DataFrame:
+    """:func:`grid` of a family whose mu and sigma2 follow from its parameters (a mixture).
+
+    One family per point of the product of the parameter axes; the float path computes them in
+    one call (mixtures padded to the same number of components).
+    """
+    if mu is not None or sigma2 is not None:
+        raise ValueError(f"{family} derives mu and sigma2 from its parameters: leave mu and sigma2 unset")
+    text = FAMILIES[family].text_parameters
+    axes = {k: _text_axis(k, v) if k in text else _axis(k, v) for k, v in shape.items()}
+    fams = [get_family(family, **dict(zip(axes, c, strict=True))) for c in itertools.product(*axes.values())]
+    cols, slow = _evaluate(fams, Ts, _TABLE_QUANTITIES, target, precise)
+    M = len(Ts)
+    frame = {"family": family}
+    for k in ("mu", "sigma2", *axes):
+        frame[k] = np.repeat([f.describe()[k] for f in fams], M)
     frame.update(_table({k: v.ravel() for k, v in cols.items()}, np.tile(Ts, len(fams))))
     frame["precise"] = slow.ravel()
     return pd.DataFrame(frame)
