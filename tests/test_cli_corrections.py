@@ -156,3 +156,22 @@ def test_out_file_is_written(tmp_path, capsys):
     assert rc == 0
     assert out == ""
     assert "seq-mask:3" in target.read_text()
+
+
+def test_random_scale_and_mixture_rows_say_quadrature_or_sum(capsys):
+    """random-scale and lognormal-mixture need no --n: rows from quadrature or sums, method in the csv."""
+    rc, out, _ = run_cli(
+        capsys, "corrections", "--family", "random-scale", "--alpha", "2", "--T", "10",
+        "--correction", "seq-tis:3,tis:2", "--format", "csv",
+    )  # fmt: skip
+    assert rc == 0
+    df = pd.read_csv(io.StringIO(out))
+    ref = co.theory(get_family("random-scale", 1.0, 0.1, alpha=2.0), [10], "seq-tis:3,tis:2")
+    assert df.method.tolist() == ["quadrature", "quadrature"]
+    np.testing.assert_allclose(df.mean_w, ref.mean_w, rtol=1e-12)
+    rc, out, _ = run_cli(
+        capsys, "corrections", "--family", "lognormal-mixture", "--components", "0.9:0:0.01,0.1:-0.1:0.3",
+        "--T", "10", "--correction", "seq-mask:3,icepop:2", "--format", "csv",
+    )  # fmt: skip
+    assert rc == 0
+    assert pd.read_csv(io.StringIO(out)).method.tolist() == ["multinomial sum", "closed form"]

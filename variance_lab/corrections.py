@@ -88,18 +88,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, special
+from scipy import integrate, optimize, special
 
 from variance_lab._validate import check_n, check_seed, check_T
-from variance_lab.families import Family, LogNormal
+from variance_lab.families import Family, LogNormal, LognormalMixture, RandomScale
 from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, z_value
 
 __all__ = [
     "COLUMNS",
     "DATA_COLUMNS",
     "KINDS",
+    "MAX_COUNT_TERMS",
     "MC_COLUMNS",
     "MIN_ESS",
+    "MIXTURE_TAIL_MASS",
+    "TAIL_MASS",
     "WEIGHT_COLUMNS",
     "Correction",
     "apply_sequence",
@@ -134,7 +137,16 @@ KINDS = {
 WEIGHT_COLUMNS = ("bias", "var_w", "ess_frac", "frac_modified", "frac_seq_any", "mean_base")
 
 #: Columns of :func:`theory` (and the first columns of every corrections frame).
-COLUMNS = ("T", "correction", "level", "mean_w", *WEIGHT_COLUMNS, "log10_mean_w", "log10_var_w")
+COLUMNS = (
+    "T",
+    "correction",
+    "level",
+    "mean_w",
+    *WEIGHT_COLUMNS,
+    "log10_mean_w",
+    "log10_var_w",
+    "method",
+)
 
 #: Monte Carlo columns added by :func:`simulate_corrections`.
 MC_COLUMNS = (
@@ -369,9 +381,8 @@ def _log_frac_out(a: float, b: float, M: float, S: float) -> float:
     return _log_tail_out((a - M) / S, (b - M) / S)
 
 
-def _gauss(family: Family, base: str, T: float) -> tuple[float, float]:
-    """(M, S) of the log of the base weight for the lognormal family."""
-    m, v = family.mean_log, family.var_log
+def _gauss(m: float, v: float, base: str, T: float) -> tuple[float, float]:
+    """(M, S) of the log of the base weight when the token log-ratios are i.i.d. N(m, v)."""
     if base == "P":
         return T * m, math.sqrt(T * v)
     if base == "G":
@@ -392,7 +403,11 @@ def _check_lognormal(family) -> Family:
 
 def _log_moments_at(c: Correction, family: Family, T: float) -> tuple[float, float, float, float]:
     """(log E[w], log E[w^2], log frac_modified, log E[base]) of one correction at length T."""
-    m, v = family.mean_log, family.var_log
+    return _log_moments_gauss(c, family.mean_log, family.var_log, T)
+
+
+def _log_moments_gauss(c: Correction, m: float, v: float, T: float) -> tuple[float, float, float, float]:
+    """:func:`_log_moments_at` for i.i.d. token log-ratios N(m, v)."""
     if c.kind == "gmpo":
         M, S = m, math.sqrt(v)
         pieces = c.pieces()
@@ -400,14 +415,18 @@ def _log_moments_at(c: Correction, family: Family, T: float) -> tuple[float, flo
         l2 = T * _log_moment(pieces, M, S, 2.0 / T)
         a, b = c.log_bounds()
         return l1, l2, _log_frac_out(a, b, M, S), m + v / (2 * T)
-    M, S = _gauss(family, c.base, T)
+    M, S = _gauss(m, v, c.base, T)
+    return (*_log_moments_MS(c, M, S, T), M + 0.5 * S * S)
+
+
+def _log_moments_MS(c: Correction, M: float, S: float, T: float) -> tuple[float, float, float]:
+    """(log E[w], log E[w^2], log frac_modified) when the log of the base weight is N(M, S^2)."""
     pieces = c.pieces(T)
     a, b = c.log_bounds(T)
     return (
         _log_moment(pieces, M, S, 1.0),
         _log_moment(pieces, M, S, 2.0),
         _log_frac_out(a, b, M, S),
-        M + 0.5 * S * S,
     )
 
 
@@ -421,6 +440,12 @@ def _frac_seq_any(c: Correction, log_frac: float, T: float) -> float:
 
 def _row(c: Correction, family: Family, T: int) -> dict:
     l1, l2, lf, lbase = _log_moments_at(c, family, T)
+    return _row_from_logs(c, T, (l1, l2, lf, lbase), _frac_seq_any(c, lf, T), "closed form")
+
+
+def _row_from_logs(c: Correction, T: int, logs, frac_seq_any: float, method: str) -> dict:
+    """Build a :func:`theory` row from (log E[w], log E[w^2], log frac_modified, log E[base])."""
+    l1, l2, lf, lbase = logs
     mean_w, mean_base = math.exp(l1) if l1 < 709 else _INF, math.exp(lbase) if lbase < 709 else _INF
     if l1 == -_INF:
         var_w, log10_var, ess = 0.0, -_INF, math.nan
@@ -438,21 +463,203 @@ def _row(c: Correction, family: Family, T: int) -> dict:
         "var_w": var_w,
         "ess_frac": ess,
         "frac_modified": math.exp(lf),
-        "frac_seq_any": _frac_seq_any(c, lf, T),
+        "frac_seq_any": frac_seq_any,
         "mean_base": mean_base,
         "log10_mean_w": l1 / math.log(10),
         "log10_var_w": log10_var,
+        "method": method,
     }
 
 
+# --------------------------------------------------------------------------------------
+# random-scale and lognormal-mixture ratios: quadrature and multinomial sums
+# --------------------------------------------------------------------------------------
+#: Probability mass left out of the numerical integrals and sums (each side of the gamma law of v;
+#: in all of the multinomial count distribution).
+TAIL_MASS = 1e-20
+MIXTURE_TAIL_MASS = 1e-14
+#: Most multinomial count vectors a lognormal-mixture row may sum over.
+MAX_COUNT_TERMS = 200_000
+
+
+def _log1mexp(x: float) -> float:
+    r""":math:`\log(1 - e^x)` for :math:`x \le 0`, accurate on both sides of :math:`-\log 2`."""
+    if x == 0.0:
+        return -_INF
+    if x == -_INF:
+        return 0.0
+    return math.log(-math.expm1(x)) if x > -0.6931471805599453 else math.log1p(-math.exp(x))
+
+
+def _log_any(c: Correction, lf: float, T: float) -> float:
+    """Log of the probability that a sequence has a modified weight, given i.i.d. tokens."""
+    if c.level == "sequence":
+        return lf
+    return _log1mexp(T * math.log1p(-math.exp(lf))) if lf < 0 else 0.0
+
+
+def _scale_logs(c: Correction, log_mu: float, v: float, T: float) -> np.ndarray:
+    """(log E[w|v], log E[w^2|v], log frac|v, log any|v) for random-scale ratios given the variance v."""
+    l1, l2, lf, _ = _log_moments_gauss(c, log_mu - 0.5 * v, v, T)
+    return np.array([l1, l2, lf, _log_any(c, lf, T)])
+
+
+def _random_scale_row(c: Correction, family, T: int) -> dict:
+    r"""One row for random-scale ratios by quadrature over the sequence's variance v.
+
+    Given :math:`v` the tokens are i.i.d. :math:`N(\log\mu - v/2, v)`, so every conditional
+    moment is the lognormal closed form; the four quantities are integrated against
+    :math:`v \sim \mathrm{Gamma}(\alpha, \theta)` in :math:`t = \log v` (smooth, no
+    endpoint singularity for :math:`\alpha < 1`) by ``scipy.integrate.quad_vec``
+    (Gauss-Kronrod 21, relative tolerance 1e-12), each scaled by its largest value on a
+    65-point grid so nothing under- or overflows.
+    """
+    log_mu = math.log(family.mu)
+    if family.degenerate:
+        logs = _scale_logs(c, log_mu, 0.0, T)
+    else:
+        a, th = family.alpha, family.theta
+        const = -special.gammaln(a) - a * math.log(th)
+        t_lo = math.log(th) + (math.log(TAIL_MASS) + special.gammaln(a + 1)) / a
+        t_hi = math.log(th * special.gammainccinv(a, TAIL_MASS))
+
+        def f(t):
+            return _scale_logs(c, log_mu, math.exp(t), T) + (a * t - math.exp(t) / th + const)
+
+        grid = np.linspace(t_lo, t_hi, 65)
+        vals = np.array([f(t) for t in grid])
+        shift = np.where(np.isfinite(vals).any(axis=0), np.max(vals, axis=0), 0.0)
+        # a weight growing with v (E[P_T^2 | v] = mu^(2T) e^(Tv)) can outweigh the gamma tail: widen
+        # the range until the scaled integrand is below 1e-18 at both ends
+        for _ in range(60):
+            if np.all(f(t_hi) - shift < -41.4):
+                break
+            t_hi += 0.5
+        for _ in range(60):
+            if np.all(f(t_lo) - shift < -41.4):
+                break
+            t_lo -= 1.0
+        res, _ = integrate.quad_vec(
+            lambda t: np.exp(f(t) - shift), t_lo, t_hi, epsabs=0.0, epsrel=1e-12, norm="max", limit=2000
+        )
+        with np.errstate(divide="ignore"):
+            logs = shift + np.log(res)
+    l1, l2, lf, lany = (float(x) for x in logs)
+    # E[b]: E[P_T^s] = mu^(sT) (1 - theta T s (s - 1) / 2)^(-alpha) at s = 1 (P_T, r) and s = 1/T (G_T)
+    if c.base == "P":
+        lbase = T * log_mu
+    elif c.base == "G":
+        lbase = log_mu - family.alpha * math.log1p(family.theta * (1.0 - 1.0 / T) / 2.0)
+    else:
+        lbase = log_mu
+    return _row_from_logs(c, T, (l1, l2, lf, lbase), math.exp(lany), "quadrature")
+
+
+def _count_terms(weights, T: int, tilts=()) -> tuple[np.ndarray, np.ndarray]:
+    """Multinomial count vectors of T tokens over the components, and their log-probabilities.
+
+    Counts are enumerated component by component from their conditional binomial laws, each cut
+    to the central range that leaves at most ``MIXTURE_TAIL_MASS / (2J)`` on either side under
+    the law itself and under each tilted law (component weights times ``exp(tilt_j)``: the laws
+    under which E[P_T] and E[P_T^2] are sums), so at most :data:`MIXTURE_TAIL_MASS` of the mass
+    of each of them is left out.
+    """
+    from scipy import stats
+
+    w = np.asarray(weights, dtype=float)
+    J = w.size
+    eps = MIXTURE_TAIL_MASS / (2 * J)
+    laws = [np.log(w)] + [np.log(w) + np.asarray(t, dtype=float) for t in tilts]
+    counts = np.zeros((1, 0), dtype=np.int64)
+    logp = np.zeros(1)
+    left = np.full(1, T, dtype=np.int64)
+    for j in range(J - 1):
+        lo, hi = left.copy(), np.zeros_like(left)
+        for lw in laws:
+            qt = float(np.exp(lw[j] - special.logsumexp(lw[j:])))
+            lo = np.minimum(lo, stats.binom.ppf(eps, left, qt).astype(np.int64))
+            hi = np.maximum(hi, stats.binom.isf(eps, left, qt).astype(np.int64))
+        lo, hi = np.maximum(lo - 1, 0), np.minimum(hi + 1, left)
+        sizes = hi - lo + 1
+        if int(sizes.sum()) > MAX_COUNT_TERMS:
+            raise ValueError(
+                f"lognormal-mixture at T = {T}: more than {MAX_COUNT_TERMS:,} count vectors to sum; "
+                "use simulate_corrections (Monte Carlo) there"
+            )
+        q = min(1.0, float(w[j]) / float(w[j:].sum()))
+        rep = np.repeat(np.arange(left.size), sizes)
+        k = np.concatenate([np.arange(a, b + 1) for a, b in zip(lo, hi, strict=True)])
+        logp = logp[rep] + stats.binom.logpmf(k, left[rep], q)
+        counts = np.column_stack([counts[rep], k])
+        left = left[rep] - k
+    return np.column_stack([counts, left]), logp
+
+
+def _mixture_row(c: Correction, family, T: int) -> dict:
+    """One row for lognormal-mixture ratios: exact sums over components or over the count vectors."""
+    w, m, v = (np.array(x, dtype=float) for x in zip(*family.components, strict=True))
+    logw = np.log(w)
+    if c.level == "token" or c.kind == "gmpo":
+        per = np.array(
+            [_log_moments_gauss(c, mj, vj, 1 if c.kind != "gmpo" else T) for mj, vj in zip(m, v, strict=True)]
+        )
+        if c.kind == "gmpo":  # E[w^k] = (sum_j w_j E_j[exp(k/T clip(log r))])^T
+            pieces = c.pieces()
+            l1, l2 = (
+                T
+                * float(
+                    special.logsumexp(
+                        [
+                            lw + _log_moment(pieces, mj, math.sqrt(vj), k / T)
+                            for lw, mj, vj in zip(logw, m, v, strict=True)
+                        ]
+                    )
+                )
+                for k in (1.0, 2.0)
+            )
+            lbase = T * float(family.K(1.0 / T))
+        else:
+            l1, l2 = (float(special.logsumexp(logw + per[:, i])) for i in (0, 1))
+            lbase = float(family.K(1.0))
+        lf = float(special.logsumexp(logw + per[:, 2]))
+        return _row_from_logs(c, T, (l1, l2, lf, lbase), _frac_seq_any(c, lf, T), "closed form")
+    tilts = [] if c.base == "G" else [k * m + 0.5 * k * k * v for k in (1.0, 2.0)]  # E[P_T^k] laws
+    counts, logp = _count_terms(w, T, tilts)
+    M, V = counts @ m, counts @ v
+    if c.base == "G":
+        M, V = M / T, V / (T * T)
+    S = np.sqrt(V)
+    logs = np.array([_log_moments_MS(c, float(Mi), float(Si), T) for Mi, Si in zip(M, S, strict=True)])
+    l1, l2, lf = (float(special.logsumexp(logp + logs[:, i])) for i in range(3))
+    lbase = T * float(family.K(1.0)) if c.base == "P" else T * float(family.K(1.0 / T))
+    return _row_from_logs(c, T, (l1, l2, lf, lbase), math.exp(lf), "multinomial sum")
+
+
 def theory(family: Family, T, corrections) -> pd.DataFrame:
-    r"""Closed-form effect of each correction at each T, for lognormal ratios.
+    r"""Effect of each correction at each T without Monte Carlo: closed forms, quadrature or exact sums.
+
+    - ``lognormal``: truncated-lognormal closed forms (``method`` "closed form").
+    - ``random-scale``: given the sequence's variance :math:`v`, :math:`\log P_T \sim
+      N(T(\log\mu - v/2), Tv)` and every token is :math:`N(\log\mu - v/2, v)`, so each
+      conditional moment is the closed form; it is integrated over :math:`v \sim
+      \mathrm{Gamma}(\alpha, \theta)` numerically (``method`` "quadrature": adaptive
+      Gauss-Kronrod in :math:`\log v`, relative tolerance 1e-12, the law of :math:`v` cut
+      where :data:`TAIL_MASS` = 1e-20 is left on each side, so the absolute error is at most
+      about :math:`2\cdot10^{-20}\sup w^j` beyond the quadrature's own). ``frac_seq_any``
+      integrates :math:`1 - (1 - p(v))^T` (tokens are dependent through :math:`v`).
+    - ``lognormal-mixture``: token-level corrections (and GMPO) are exact finite sums over the
+      components (``method`` "closed form"); for sequence-level ones, given the counts
+      :math:`n_j` of tokens from each component :math:`\log P_T \sim N(\sum_j n_j m_j,
+      \sum_j n_j v_j)`, and the closed forms are summed over the multinomial law of the counts
+      (``method`` "multinomial sum"), cut where the mass left out is below
+      :data:`MIXTURE_TAIL_MASS` = 1e-14 (at most :data:`MAX_COUNT_TERMS` count vectors, else
+      ``ValueError``: use :func:`simulate_corrections`).
 
     Parameters
     ----------
-    family : LogNormal
-        The per-token ratio (only the lognormal family has these closed forms; others
-        raise ``ValueError``: use :func:`simulate_corrections`).
+    family : LogNormal, RandomScale or LognormalMixture
+        The per-token ratio; other families raise ``ValueError`` (use
+        :func:`simulate_corrections`).
     T : int or array_like of int
         Sequence lengths >= 1.
     corrections : str or list
@@ -461,13 +668,26 @@ def theory(family: Family, T, corrections) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per (T, correction) in that order, columns :data:`COLUMNS`.
+        One row per (T, correction) in that order, columns :data:`COLUMNS` (``method`` last).
     """
-    family = _check_lognormal(family)
+    row = _row_function(family)
     grid = check_T(T, grid=True)
     cs = parse_list(corrections)
-    rows = [_row(c, family, int(t)) for t in grid for c in cs]
+    rows = [row(c, family, int(t)) for t in grid for c in cs]
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _row_function(family):
+    """Return the row builder of a family with a non-Monte Carlo theory; ``ValueError`` otherwise."""
+    if not isinstance(family, Family):
+        raise ValueError(f"family must be a variance_lab Family, got {family!r}")
+    builders = {LogNormal: _row, RandomScale: _random_scale_row, LognormalMixture: _mixture_row}
+    if type(family) not in builders:
+        raise ValueError(
+            f"the corrections' theory covers the lognormal, random-scale and lognormal-mixture families, "
+            f"not {family.name!r}; use simulate_corrections (Monte Carlo) for it"
+        )
+    return builders[type(family)]
 
 
 def _find_target(c: Correction, family: Family, T: float) -> float:

@@ -48,7 +48,9 @@ def _buckets(text: str | None, lengths):
 
 def _family_text(family) -> str:
     extra = "".join(
-        f", {k} = {v:g}" for k, v in family.describe().items() if k not in ("family", "mu", "sigma2")
+        f", {k} = {v:g}" if isinstance(v, int | float) else f", {k} = {v}"
+        for k, v in family.describe().items()
+        if k not in ("family", "mu", "sigma2")
     )
     return f"{family.name}, mu = {family.mu:g}, sigma^2 = {family.sigma2:g}{extra}"
 
@@ -59,14 +61,22 @@ def _model(args, cs) -> tuple:
     family = family_from_args(args)
     T = int_grid(args.T, name="--T", minimum=1)
     lognormal = family.name == "lognormal"
-    if not lognormal and args.n == 0:
+    has_theory = family.name in ("lognormal", "random-scale", "lognormal-mixture")
+    if not has_theory and args.n == 0:
         raise CLIError(
-            f"--family {family.name}: closed forms exist for lognormal ratios only; pass --n N (Monte Carlo)"
+            f"--family {family.name}: closed forms exist for lognormal ratios only (quadrature for "
+            "random-scale and lognormal-mixture); pass --n N (Monte Carlo)"
         )
     if args.n == 1 or args.n < 0:
         raise CLIError(f"--n must be 0 (theory only) or >= 2, got {args.n}")
-    frame = corrections.theory(family, T, cs) if lognormal else None
-    notes, source = [], "closed form" if lognormal else ""
+    try:
+        frame = corrections.theory(family, T, cs) if has_theory else None
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    source = {"lognormal": "closed form", "random-scale": "quadrature over the scale"}.get(family.name, "")
+    if family.name == "lognormal-mixture":
+        source = "closed form (token level) and multinomial sums (sequence level)"
+    notes = []
     if args.n:
         mc = corrections.simulate_corrections(family, T, cs, args.n, seed=args.seed)
         frame = mc if frame is None else frame.merge(mc, on=["T", "correction", "level"], validate="1:1")

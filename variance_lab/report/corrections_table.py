@@ -30,12 +30,13 @@ _HEADERS = {
     "frac_modified": "frac. modified",
     "frac_seq_any": "frac. seq. touched",
     "find_T": "T at which >= threshold modified",
+    "method": "method",
 }
 _LOG_TWIN = {"mean_w": "log10_mean_w", "var_w": "log10_var_w"}
 
 
 def _fmt(frame: pd.DataFrame, col: str) -> list[str]:
-    if col == "correction" or col == "level":
+    if col in ("correction", "level", "method"):
         return [str(v) for v in frame[col]]
     if col == "T_min":
         return [f"{int(a)}-{int(b)}" for a, b in zip(frame["T_min"], frame["T_max"], strict=True)]
