@@ -175,3 +175,25 @@ def test_random_scale_and_mixture_rows_say_quadrature_or_sum(capsys):
     )  # fmt: skip
     assert rc == 0
     assert pd.read_csv(io.StringIO(out)).method.tolist() == ["multinomial sum", "closed form"]
+
+
+def test_data_buckets_show_interval_and_prediction(tmp_path, capsys):
+    """--data: each bucket's modified fraction with its 95 % interval, the fitted lognormal's prediction."""
+    rng = np.random.default_rng(4)
+    lens = rng.integers(5, 30, size=200)
+    old = [-rng.exponential(1.0, size=int(n)) for n in lens]
+    new = [np.minimum(o + rng.normal(0.0, 0.1, size=o.size), 0.0) for o in old]
+    path = save_batch(TokenBatch.from_ragged(new, old), tmp_path / "b.npz")
+    args = ("corrections", "--data", str(path), "--correction", "seq-mask:1.5,tis:1.1", "--buckets", "5,15")
+    rc, out, _ = run_cli(capsys, *args, "--format", "csv")
+    assert rc == 0
+    df = pd.read_csv(io.StringIO(out))
+    assert (df.frac_modified_lo <= df.frac_modified).all()
+    assert (df.frac_modified <= df.frac_modified_hi).all()
+    inside = (df.frac_modified_lo <= df.pred_frac_modified) & (df.pred_frac_modified <= df.frac_modified_hi)
+    assert df.pred_inside.tolist() == inside.tolist()
+    rc, out, _ = run_cli(capsys, *args)
+    assert "prediction inside" in out
+    assert "the lognormal fitted to these log-ratios" in out
+    rc, out, _ = run_cli(capsys, *args, "--predict", "none", "--format", "csv")
+    assert "pred_frac_modified" not in out

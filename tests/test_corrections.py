@@ -555,3 +555,45 @@ def test_mixture_too_many_count_vectors_is_refused():
     fam = get_family("lognormal-mixture", components="0.3:0:0.01,0.3:0.01:0.02,0.4:-0.01:0.03")
     with pytest.raises(ValueError, match="simulate_corrections"):
         co.theory(fam, [10**6], "seq-tis:3")
+
+
+def test_evaluate_frac_modified_intervals():
+    """Sequence level: Wilson's interval (as scipy's binomtest); token level: a bootstrap around the value."""
+    rng = np.random.default_rng(9)
+    lengths = rng.integers(5, 40, size=300)
+    off = np.concatenate([[0], np.cumsum(lengths)])
+    log_r = rng.normal(0.0, 0.4, size=off[-1])
+    df = co.evaluate(log_r, off, "seq-mask:1.5,icepop:1.5,gmpo:0.5", seed=3)
+    seq = df[df.correction == "seq-mask:1.5"].iloc[0]
+    k = round(seq.frac_modified * seq.n_seq)
+    ref = stats.binomtest(k, int(seq.n_seq)).proportion_ci(0.95, method="wilson")
+    assert (seq.frac_modified_lo, seq.frac_modified_hi) == pytest.approx((ref.low, ref.high), rel=1e-12)
+    for name in ("icepop:1.5", "gmpo:0.5"):
+        row = df[df.correction == name].iloc[0]
+        assert row.frac_modified_lo < row.frac_modified < row.frac_modified_hi
+        # the bootstrap width is that of the ratio estimator's normal interval within 20 %
+        mods = co.apply_tokens(co.parse(name), log_r)[1]
+        nmod = np.add.reduceat(mods.astype(float), off[:-1])
+        resid = nmod - row.frac_modified * lengths
+        se = math.sqrt(float(np.sum(resid**2))) / lengths.sum()
+        assert row.frac_modified_hi - row.frac_modified_lo == pytest.approx(2 * 1.959964 * se, rel=0.2)
+    again = co.evaluate(log_r, off, "seq-mask:1.5,icepop:1.5,gmpo:0.5", seed=3)
+    assert again.equals(df)
+
+
+def test_evaluate_prediction_of_a_fitted_lognormal():
+    """On lognormal data the fitted lognormal's modified fractions lie inside the observed intervals."""
+    rng = np.random.default_rng(12)
+    lengths = np.repeat([10, 40], 1500)
+    off = np.concatenate([[0], np.cumsum(lengths)])
+    log_r = rng.normal(-0.02, 0.2, size=off[-1])
+    fam = co.fit_lognormal(log_r)
+    assert fam.mean_log == pytest.approx(log_r.mean(), rel=1e-12)
+    assert fam.var_log == pytest.approx(log_r.var(ddof=1), rel=1e-12)
+    df = co.evaluate(log_r, off, "seq-mask:1.2,tis:1.3", buckets=[(10, 10), (40, 40)], predict=fam)
+    th = co.theory(fam, [10, 40], "seq-mask:1.2,tis:1.3")
+    assert df.pred_frac_modified.to_numpy() == pytest.approx(th.frac_modified.to_numpy(), rel=1e-12)
+    assert df.pred_inside.all()
+    # a wrong model is caught: a lognormal 4x too wide
+    wide = get_family("lognormal", fam.mu, fam.mu**2 * math.expm1(4 * fam.var_log))
+    assert not co.evaluate(log_r, off, "tis:1.3", predict=wide).pred_inside.any()

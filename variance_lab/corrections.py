@@ -102,6 +102,8 @@ __all__ = [
     "MC_COLUMNS",
     "MIN_ESS",
     "MIXTURE_TAIL_MASS",
+    "N_BOOT",
+    "PREDICTION_COLUMNS",
     "TAIL_MASS",
     "WEIGHT_COLUMNS",
     "Correction",
@@ -109,6 +111,7 @@ __all__ = [
     "apply_tokens",
     "evaluate",
     "find_T",
+    "fit_lognormal",
     "log_phi_diff",
     "parse",
     "parse_list",
@@ -165,7 +168,25 @@ MC_COLUMNS = (
 )
 
 #: Columns of :func:`evaluate` (corrections on measured token log-ratios).
-DATA_COLUMNS = ("T", "correction", "level", "n_seq", "mean_w", "mean_w_lo", "mean_w_hi", *WEIGHT_COLUMNS)
+DATA_COLUMNS = (
+    "T",
+    "correction",
+    "level",
+    "n_seq",
+    "mean_w",
+    "mean_w_lo",
+    "mean_w_hi",
+    *WEIGHT_COLUMNS,
+    "frac_modified_lo",
+    "frac_modified_hi",
+)
+
+#: Columns :func:`evaluate` adds with ``predict=``: the model's modified fraction and whether it
+#: lies inside the observed interval.
+PREDICTION_COLUMNS = ("pred_frac_modified", "pred_inside")
+
+#: Bootstrap replicates of the token-level modified fraction's interval (:func:`evaluate`).
+N_BOOT = 2000
 
 #: GSPO's default clip range of s (Zheng et al. 2025) and GMPO's log-space clip.
 GSPO_DEFAULT = (3e-4, 4e-4)
@@ -984,7 +1005,32 @@ def simulate_corrections(
 # --------------------------------------------------------------------------------------
 # data
 # --------------------------------------------------------------------------------------
-def evaluate(log_r, offsets, corrections, *, buckets=None, ci: float = 0.95) -> pd.DataFrame:
+def fit_lognormal(log_r) -> LogNormal:
+    r"""Fit the lognormal family to measured token log-ratios: their pooled mean and unbiased variance.
+
+    :math:`\log r \sim N(\bar y, s_y^2)`: :math:`\mu = e^{\bar y + s_y^2/2}`,
+    :math:`\sigma^2 = \mu^2(e^{s_y^2} - 1)`.
+    """
+    y = np.asarray(log_r, dtype=float).ravel()
+    if y.size < 2 or not np.all(np.isfinite(y)):
+        raise ValueError(f"fit_lognormal needs >= 2 finite log-ratios, got {y.size}")
+    m, v = float(y.mean()), float(y.var(ddof=1))
+    mu = math.exp(m + v / 2)
+    return LogNormal(mu, mu * mu * math.expm1(v))
+
+
+def _wilson(k: float, n: int, z: float) -> tuple[float, float]:
+    """Wilson's score interval of a binomial proportion k/n."""
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (0.0 if k == 0 else max(mid - half, 0.0)), (1.0 if k == n else min(mid + half, 1.0))
+
+
+def evaluate(
+    log_r, offsets, corrections, *, buckets=None, ci: float = 0.95, predict=None, seed: int = 0
+) -> pd.DataFrame:
     r"""Apply the corrections to measured token log-ratios, per length bucket.
 
     Parameters
@@ -998,6 +1044,14 @@ def evaluate(log_r, offsets, corrections, *, buckets=None, ci: float = 0.95) -> 
     buckets : list of (int, int), optional
         Inclusive length ranges; default one bucket with every sequence.
     ci : float
+    predict : Family, optional
+        A model with a :func:`theory` (for example :func:`fit_lognormal` of the same log-ratios):
+        adds :data:`PREDICTION_COLUMNS`, its ``frac_modified`` for the bucket (sequence level:
+        the mean over the bucket's sequences of the prediction at each one's length; token
+        level and GMPO: per token, which for these models does not depend on T) and whether it
+        lies inside ``[frac_modified_lo, frac_modified_hi]``.
+    seed : int
+        Root seed of the bootstrap (token-level intervals).
 
     Returns
     -------
@@ -1005,7 +1059,10 @@ def evaluate(log_r, offsets, corrections, *, buckets=None, ci: float = 0.95) -> 
         One row per (bucket, correction), columns :data:`DATA_COLUMNS` plus ``T_min``,
         ``T_max`` (the bucket's lengths; ``T`` is its median length). Sequence-level weights
         are per sequence; token-level ones per token (interval from the per-sequence sums,
-        a ratio estimator); GMPO per sequence.
+        a ratio estimator); GMPO per sequence. ``frac_modified_lo``/``_hi``: a ``ci`` interval
+        of the modified fraction, Wilson's score interval for a sequence-level correction
+        (sequences are independent), a percentile bootstrap over sequences (:data:`N_BOOT`
+        replicates, tokens of one sequence kept together) for a token-level one and GMPO.
     """
     log_r = np.asarray(log_r, dtype=float)
     off = np.asarray(offsets, dtype=np.int64)
@@ -1015,21 +1072,56 @@ def evaluate(log_r, offsets, corrections, *, buckets=None, ci: float = 0.95) -> 
         raise ValueError("log_r holds non-finite values")
     cs = parse_list(corrections)
     z = z_value(ci)
+    seed = check_seed(seed)
     lengths = np.diff(off)
     if buckets is None:
         buckets = [(int(lengths.min()), int(lengths.max()))]
     log_p = np.add.reduceat(log_r, off[:-1])
+    pred = _predictions(predict, cs, lengths) if predict is not None else None
     rows = []
-    for lo, hi in buckets:
+    for index, (lo, hi) in enumerate(buckets):
         sel = (lengths >= lo) & (lengths <= hi)
         if not sel.any():
             continue
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
         for c in cs:
-            rows.append({**_data_row(c, log_r, off, lengths, log_p, sel, z), "T_min": lo, "T_max": hi})
-    return pd.DataFrame(rows, columns=[*DATA_COLUMNS, "T_min", "T_max"])
+            row = _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci)
+            if pred is not None:
+                p = float(np.mean(pred[c.spec][sel])) if c.level == "sequence" else float(pred[c.spec])
+                row["pred_frac_modified"] = p
+                row["pred_inside"] = bool(row["frac_modified_lo"] <= p <= row["frac_modified_hi"])
+            rows.append({**row, "T_min": lo, "T_max": hi})
+    extra = list(PREDICTION_COLUMNS) if pred is not None else []
+    return pd.DataFrame(rows, columns=[*DATA_COLUMNS, "T_min", "T_max", *extra])
 
 
-def _data_row(c, log_r, off, lengths, log_p, sel, z) -> dict:
+def _predictions(family, cs, lengths) -> dict:
+    """Predicted frac_modified: per sequence (at its length) for sequence level, one number per token."""
+    out = {}
+    seq = [c for c in cs if c.level == "sequence"]
+    if seq:
+        grid = np.unique(lengths)
+        th = theory(family, grid, seq)
+        for c in seq:
+            f = th[th.correction == c.spec].set_index("T").frac_modified
+            out[c.spec] = f.reindex(lengths).to_numpy(float)
+    tok = [c for c in cs if c.level == "token"]
+    if tok:
+        th = theory(family, [1], tok)
+        out.update(dict(zip(th.correction, th.frac_modified.astype(float), strict=True)))
+    return out
+
+
+def _boot_ratio(num: np.ndarray, den: np.ndarray, rng, ci: float) -> tuple[float, float]:
+    """Percentile bootstrap interval of sum(num) / sum(den), resampling sequences."""
+    n = num.size
+    idx = rng.integers(0, n, size=(N_BOOT, n))
+    ratio = num[idx].sum(axis=1) / den[idx].sum(axis=1)
+    lo, hi = np.quantile(ratio, [(1 - ci) / 2, (1 + ci) / 2])
+    return float(lo), float(hi)
+
+
+def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci) -> dict:
     L = lengths[sel]
     seq_idx = np.flatnonzero(sel)
     if c.level == "sequence" or c.kind == "gmpo":
@@ -1037,11 +1129,13 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z) -> dict:
             w, mod = apply_sequence(c, log_p[sel], L)
             frac = float(mod.mean())
             any_ = frac
+            frac_ci = _wilson(float(mod.sum()), mod.size, z)
         else:
             zt, modt = apply_tokens(c, log_r)
             w = np.exp(np.add.reduceat(zt, off[:-1])[sel] / L)
             nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
             frac, any_ = float(nmod.sum() / L.sum()), float((nmod > 0).mean())
+            frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci)
         base = np.exp(log_p[sel] / L) if c.base == "G" else np.exp(log_p[sel])
         n = w.size
         mean = float(w.mean())
@@ -1061,6 +1155,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z) -> dict:
         se = math.sqrt(float(np.sum(resid * resid))) / ntok if L.size > 1 else math.nan
         ess = mean * mean / float(np.mean(wt[tok] ** 2)) if np.any(wt[tok] > 0) else math.nan
         frac, any_ = float(nmod.sum() / ntok), float((nmod > 0).mean())
+        frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci)
         base_mean = float(np.exp(log_r[tok]).mean())
         n = L.size
     return {
@@ -1077,4 +1172,6 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z) -> dict:
         "frac_modified": frac,
         "frac_seq_any": any_,
         "mean_base": base_mean,
+        "frac_modified_lo": frac_ci[0],
+        "frac_modified_hi": frac_ci[1],
     }

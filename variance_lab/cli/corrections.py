@@ -107,12 +107,28 @@ def _data(args, cs) -> tuple:
     log_r, label = batch.log_ratio, "update log(pi_theta/pi_old)"
     if args.ratio != "update":
         log_r, label = _other_ratio(batch, args.ratio)
-    frame = corrections.evaluate(log_r, batch.offsets, cs, buckets=_buckets(args.buckets, batch.lengths))
+    model = corrections.fit_lognormal(log_r) if args.predict == "lognormal" else None
+    frame = corrections.evaluate(
+        log_r, batch.offsets, cs, buckets=_buckets(args.buckets, batch.lengths), predict=model
+    )
     title = (
         f"Corrections on {args.data}: {len(batch):,} sequences, token ratio {label} "
         f"(variance_lab {__version__})"
     )
-    return frame, title, []
+    notes = [
+        "frac. modified [95% CI]: Wilson's score interval for sequence-level corrections (sequences are "
+        f"independent), a bootstrap over sequences ({corrections.N_BOOT:,} replicates, seed 0) for "
+        "token-level ones and GMPO."
+    ]
+    if model is not None:
+        inside = int(frame["pred_inside"].sum())
+        notes.append(
+            f"predicted: the lognormal fitted to these log-ratios (mean {model.mean_log:.4g}, variance "
+            f"{model.var_log:.4g}; mu = {model.mu:.4g}, sigma^2 = {model.sigma2:.4g}); sequence level: "
+            "averaged over the bucket's lengths. The prediction lies inside the interval in "
+            f"{inside} of {len(frame)} rows."
+        )
+    return frame, title, ["\n".join(notes)]
 
 
 def _other_ratio(batch, which: str):
@@ -186,6 +202,13 @@ def add_command(sub) -> None:
         "pi_old/mu_rollout or pi_theta/mu_rollout (both need rollout_logp)",
     )
     p.add_argument("--buckets", default=None, help="--data: length bucket edges, e.g. 1,64,256")
+    p.add_argument(
+        "--predict",
+        default="lognormal",
+        choices=("lognormal", "none"),
+        help="--data: beside each observed modified fraction, the prediction of this model fitted to the "
+        "same log-ratios, and whether it lies inside the 95%% interval",
+    )
     p.add_argument("--on-bad", default="raise", choices=("raise", "drop"), help="--data: bad sequences")
     p.add_argument(
         "--preset",

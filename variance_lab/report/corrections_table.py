@@ -65,6 +65,13 @@ def display_columns(frame: pd.DataFrame, *, ci: float = 0.95) -> dict[str, list[
         header, values = _interval(frame, "mean_w", pct)
         out["E[w]"] = values
         out = {(f"E[w] [{pct} CI]" if k == "E[w]" else k): v for k, v in out.items()}
+    if "frac_modified_lo" in frame and "mc_mean_w" not in frame:  # data rows: observed interval
+        _, values = _interval(frame, "frac_modified", pct)
+        out = {(f"frac. modified [{pct} CI]" if k == "frac. modified" else k): v for k, v in out.items()}
+        out[f"frac. modified [{pct} CI]"] = values
+    if "pred_frac_modified" in frame:
+        out["predicted frac. modified"] = [format_number(v) for v in frame["pred_frac_modified"]]
+        out["prediction inside"] = ["yes" if ok else "NO" for ok in frame["pred_inside"]]
     if "mc_mean_w" in frame:
         for col in ("mc_mean_w", "mc_frac_modified"):
             header, values = _interval(frame, col, pct)
