@@ -597,3 +597,35 @@ def test_evaluate_prediction_of_a_fitted_lognormal():
     # a wrong model is caught: a lognormal 4x too wide
     wide = get_family("lognormal", fam.mu, fam.mu**2 * math.expm1(4 * fam.var_log))
     assert not co.evaluate(log_r, off, "tis:1.3", predict=wide).pred_inside.any()
+
+
+def test_bucket_bootstrap_values_and_intervals():
+    """bucket_bootstrap's values equal a plain computation, its intervals hold them, one seed one frame."""
+    rng = np.random.default_rng(21)
+    lengths = rng.integers(3, 30, size=400)
+    off = np.concatenate([[0], np.cumsum(lengths)])
+    log_r = rng.normal(-0.01, 0.15, size=off[-1])
+    specs = "seq-tis:1.5,tis:1.2,gmpo:0.1"
+    df = co.bucket_bootstrap(log_r, off, specs, [(3, 14), (15, 29)], n_boot=400, seed=1)
+    assert len(df) == 6
+    seqs = [log_r[off[i] : off[i + 1]] for i in range(lengths.size)]
+    sel = [s for s in seqs if s.size >= 15]
+    P = np.array([math.exp(s.sum()) for s in sel])
+    w = np.minimum(P, 1.5)
+    row = df[(df.T_min == 15) & (df.correction == "seq-tis:1.5")].iloc[0]
+    assert row.rel_bias == pytest.approx(w.sum() / P.sum() - 1, rel=1e-12)
+    assert row.ess_frac == pytest.approx(w.sum() ** 2 / (w.size * (w * w).sum()), rel=1e-12)
+    toks = np.exp(np.concatenate(sel))
+    wt = np.minimum(toks, 1.2)
+    row = df[(df.T_min == 15) & (df.correction == "tis:1.2")].iloc[0]
+    assert row.rel_bias == pytest.approx(wt.sum() / toks.sum() - 1, rel=1e-12)
+    assert row.ess_frac == pytest.approx(wt.sum() ** 2 / (wt.size * (wt * wt).sum()), rel=1e-12)
+    G = np.array([math.exp(s.mean()) for s in sel])
+    g = np.array([math.exp(np.clip(s, -0.1, 0.1).mean()) for s in sel])
+    row = df[(df.T_min == 15) & (df.correction == "gmpo:0.1")].iloc[0]
+    assert row.rel_bias == pytest.approx(g.sum() / G.sum() - 1, rel=1e-12)
+    assert (df.rel_bias_lo <= df.rel_bias).all()
+    assert (df.rel_bias <= df.rel_bias_hi).all()
+    assert (df.rel_bias_hi > df.rel_bias_lo).all()
+    assert (df.ess_frac_lo < df.ess_frac_hi).all()
+    assert co.bucket_bootstrap(log_r, off, specs, [(3, 14), (15, 29)], n_boot=400, seed=1).equals(df)

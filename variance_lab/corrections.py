@@ -95,6 +95,7 @@ from variance_lab.families import Family, LogNormal, LognormalMixture, RandomSca
 from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, z_value
 
 __all__ = [
+    "BOOTSTRAP_COLUMNS",
     "COLUMNS",
     "DATA_COLUMNS",
     "KINDS",
@@ -109,6 +110,7 @@ __all__ = [
     "Correction",
     "apply_sequence",
     "apply_tokens",
+    "bucket_bootstrap",
     "evaluate",
     "find_T",
     "fit_lognormal",
@@ -1093,6 +1095,110 @@ def evaluate(
             rows.append({**row, "T_min": lo, "T_max": hi})
     extra = list(PREDICTION_COLUMNS) if pred is not None else []
     return pd.DataFrame(rows, columns=[*DATA_COLUMNS, "T_min", "T_max", *extra])
+
+
+#: Columns of :func:`bucket_bootstrap`.
+BOOTSTRAP_COLUMNS = (
+    "T",
+    "T_min",
+    "T_max",
+    "correction",
+    "n_seq",
+    "rel_bias",
+    "rel_bias_lo",
+    "rel_bias_hi",
+    "ess_frac",
+    "ess_frac_lo",
+    "ess_frac_hi",
+)
+
+
+def bucket_bootstrap(
+    log_r, offsets, corrections, buckets, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0
+) -> pd.DataFrame:
+    r"""Relative bias and ESS fraction of each correction per length bucket, with bootstrap intervals.
+
+    In a bucket, with :math:`w` the corrected and :math:`b` the uncorrected weights (per
+    sequence for sequence-level corrections and GMPO, per token for token-level ones, as in
+    :func:`evaluate`): ``rel_bias`` :math:`= \sum w / \sum b - 1` and ``ess_frac``
+    :math:`= (\sum w)^2 / (N \sum w^2)` over its :math:`N` weights. The ``ci`` intervals are
+    percentile bootstraps over sequences (``n_boot`` resamples of the bucket's sequences, the
+    tokens of one sequence kept together), from ``SeedSequence(seed, spawn_key=(bucket,))``.
+
+    Parameters
+    ----------
+    log_r, offsets, corrections
+        As for :func:`evaluate`.
+    buckets : list of (int, int)
+        Inclusive length ranges; empty buckets are left out.
+    n_boot : int
+    ci : float
+    seed : int
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`BOOTSTRAP_COLUMNS`; ``T`` is the bucket's median length.
+    """
+    log_r = np.asarray(log_r, dtype=float)
+    off = np.asarray(offsets, dtype=np.int64)
+    if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != log_r.size or np.any(np.diff(off) < 1):
+        raise ValueError("offsets must rise from 0 to len(log_r) in steps >= 1 (one sequence each)")
+    if not np.all(np.isfinite(log_r)):
+        raise ValueError("log_r holds non-finite values")
+    cs = parse_list(corrections)
+    n_boot = check_n(n_boot, minimum=1)
+    seed = check_seed(seed)
+    z_value(ci)
+    lengths = np.diff(off)
+    log_p = np.add.reduceat(log_r, off[:-1])
+    sums = {}
+    for c in cs:  # per sequence: (sum w, sum w^2, sum b, number of weights)
+        if c.level == "sequence" or c.kind == "gmpo":
+            if c.level == "sequence":
+                w, _ = apply_sequence(c, log_p, lengths)
+            else:
+                zt, _ = apply_tokens(c, log_r)
+                w = np.exp(np.add.reduceat(zt, off[:-1]) / lengths)
+            b = np.exp(log_p / lengths) if c.base == "G" else np.exp(log_p)
+            sums[c.spec] = (w, w * w, b, np.ones_like(w))
+        else:
+            wt, _ = apply_tokens(c, log_r)
+            red = [np.add.reduceat(x, off[:-1]) for x in (wt, wt * wt, np.exp(log_r))]
+            sums[c.spec] = (*red, lengths.astype(float))
+    rows = []
+    q = [(1 - ci) / 2, (1 + ci) / 2]
+    for index, (lo, hi) in enumerate(buckets):
+        sel = np.flatnonzero((lengths >= lo) & (lengths <= hi))
+        if not sel.size:
+            continue
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
+        idx = sel[rng.integers(0, sel.size, size=(n_boot, sel.size))]
+        for c in cs:
+            w1, w2, b, k = sums[c.spec]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rb = w1[sel].sum() / b[sel].sum() - 1
+                ess = w1[sel].sum() ** 2 / (k[sel].sum() * w2[sel].sum())
+                rb_boot = w1[idx].sum(axis=1) / b[idx].sum(axis=1) - 1
+                ess_boot = w1[idx].sum(axis=1) ** 2 / (k[idx].sum(axis=1) * w2[idx].sum(axis=1))
+            rb_lo, rb_hi = np.nanquantile(rb_boot, q) if np.isfinite(rb_boot).any() else (math.nan,) * 2
+            e_lo, e_hi = np.nanquantile(ess_boot, q) if np.isfinite(ess_boot).any() else (math.nan,) * 2
+            rows.append(
+                {
+                    "T": float(np.median(lengths[sel])),
+                    "T_min": int(lo),
+                    "T_max": int(hi),
+                    "correction": c.spec,
+                    "n_seq": int(sel.size),
+                    "rel_bias": float(rb),
+                    "rel_bias_lo": float(rb_lo),
+                    "rel_bias_hi": float(rb_hi),
+                    "ess_frac": float(ess),
+                    "ess_frac_lo": float(e_lo),
+                    "ess_frac_hi": float(e_hi),
+                }
+            )
+    return pd.DataFrame(rows, columns=list(BOOTSTRAP_COLUMNS))
 
 
 def _predictions(family, cs, lengths) -> dict:
