@@ -74,11 +74,20 @@ would cancel), and ``logsumexp`` over the pieces, so nothing overflows at
 :math:`T = 10^6`. GMPO: :math:`E[w^k] = (E[e^{(k/T) \operatorname{clip}(\log r, -\epsilon,
 \epsilon)}])^T`, the same pieces with a fractional power.
 
+**Random-scale and lognormal-mixture ratios** (:func:`theory`, no Monte Carlo): given a
+sequence's variance :math:`v` (random scale) or its component counts (mixture) the log-ratios
+are Gaussian, so the closed forms above hold conditionally; they are integrated over
+:math:`v \sim \mathrm{Gamma}(\alpha, \theta)` by adaptive quadrature or summed over the
+multinomial law of the counts (cut where less than :data:`MIXTURE_TAIL_MASS` is left). Each
+row's ``method`` says which.
+
 **Monte Carlo** (:func:`simulate_corrections`, every family) draws token log-ratios with the
 engine's kernels (:func:`variance_lab.simulate.kernels.draw_log_r`), one
 ``np.random.Generator`` per chunk from ``SeedSequence(seed)``, and gives intervals and a
 verdict. **Data** (:func:`evaluate`) applies the same transformations to measured token
-log-ratios.
+log-ratios, with intervals of the modified fractions and, optionally, a fitted model's
+predictions beside them; :func:`bucket_bootstrap` gives the relative bias and ESS fraction per
+length bucket with bootstrap intervals.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """``variance-lab corrections``: what TIS, masks, Geo-RS and the clips do to the weights, by length.
 
-Closed forms for lognormal ratios, Monte Carlo for every family (``--n``), or the corrections
-applied to the token log-ratios of a rollout file (``--data``). ``--find-T`` answers the one
+Closed forms for lognormal ratios (quadrature or exact sums for random-scale and
+lognormal-mixture), Monte Carlo for every family (``--n``), or the corrections applied to the token
+log-ratios of a rollout file (``--data``: per bucket, the modified fraction's 95 % interval beside
+the fitted lognormal's prediction). ``--find-T`` answers the one
 question: from which length does a cap modify most (``--threshold``) of the sequences?
 """
 
@@ -163,7 +165,8 @@ def add_command(sub) -> None:
         help="what TIS, masks, Geo-RS and the clips do to the weights, by length",
         description="Per (T, correction): the mean corrected weight, its bias against the uncorrected "
         "mean, its variance, Kong's ESS fraction and the fraction of sequences (sequence level) or tokens "
-        "(token level) truncated, clipped or masked. Closed forms for lognormal ratios; Monte Carlo "
+        "(token level) truncated, clipped or masked. Closed forms for lognormal ratios, quadrature or exact "
+        "sums for random-scale and lognormal-mixture; Monte Carlo "
         "columns with intervals and a verdict with --n; measured token log-ratios with --data. "
         "Corrections: seq-tis:C, seq-mask:C, seq-mask:LO:HI, geo-rs:LO:HI, gspo[:EL:EH], tis:C, "
         "icepop:B, cispo:EPS (or cispo:EL:EH), ppo:EPS (or ppo:EL:EH), gmpo[:EPS].",
