@@ -197,3 +197,8 @@ def test_data_buckets_show_interval_and_prediction(tmp_path, capsys):
     assert "the lognormal fitted to these log-ratios" in out
     rc, out, _ = run_cli(capsys, *args, "--predict", "none", "--format", "csv")
     assert "pred_frac_modified" not in out
+    rc, out, _ = run_cli(capsys, *args, "--predict", "mixture", "--format", "csv")
+    assert rc == 0
+    mix = pd.read_csv(io.StringIO(out))
+    assert mix.pred_frac_modified.between(0, 1).all()
+    assert not np.allclose(mix.pred_frac_modified, df.pred_frac_modified)  # another model, other numbers

@@ -413,6 +413,64 @@ def _log_frac_out(a: float, b: float, M: float, S: float) -> float:
     return _log_tail_out((a - M) / S, (b - M) / S)
 
 
+def _log_phi_diff_vec(a, b) -> np.ndarray:
+    """:func:`log_phi_diff` elementwise over arrays, by the same branches."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    out = np.full(a.shape, -_INF)
+    ok = a < b
+    narrow = ok & (b - a <= 1.0)
+    left = ok & ~narrow & (b <= 0)
+    right = ok & ~narrow & ~left & (a >= 0)
+    mid = ok & ~narrow & ~left & ~right
+    if narrow.any():
+        aa, bb = a[narrow], b[narrow]
+        half = 0.5 * (bb - aa)
+        x = (0.5 * (aa + bb))[:, None] + half[:, None] * _GL_X
+        out[narrow] = np.log(half) + special.logsumexp(-0.5 * x * x, b=_GL_W, axis=1) - _LOG_SQRT_2PI
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if left.any():
+            la, lb = special.log_ndtr(a[left]), special.log_ndtr(b[left])
+            out[left] = lb + np.log(-np.expm1(la - lb))
+        if right.any():
+            la, lb = special.log_ndtr(-a[right]), special.log_ndtr(-b[right])
+            out[right] = la + np.log(-np.expm1(lb - la))
+    if mid.any():
+        r2 = math.sqrt(2)
+        out[mid] = np.log(0.5 * (special.erf(b[mid] / r2) + special.erf(-a[mid] / r2)))
+    return out
+
+
+def _logsumexp_rows(terms: np.ndarray) -> np.ndarray:
+    """Log-sum-exp over the first axis, -inf where every term is -inf."""
+    mx = terms.max(axis=0)
+    safe = np.where(np.isfinite(mx), mx, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.where(np.isfinite(mx), safe + np.log(np.exp(terms - safe).sum(axis=0)), -_INF)
+
+
+def _log_moment_vec(pieces, M: np.ndarray, S: np.ndarray, j: float) -> np.ndarray:
+    """:func:`_log_moment` elementwise over arrays of (M, S)."""
+    terms = []
+    pos = S > 0
+    Ss = np.where(pos, S, 1.0)
+    for a, b, logc, p in pieces:
+        k = p * j
+        shift = M + k * Ss * Ss
+        mass = _log_phi_diff_vec((a - shift) / Ss, (b - shift) / Ss)
+        t = j * logc + k * M + 0.5 * k * k * Ss * Ss + mass
+        degenerate = np.where((a < M) & (b >= M), j * logc + k * M, -_INF)
+        terms.append(np.where(pos, t, degenerate))
+    return _logsumexp_rows(np.array(terms))
+
+
+def _log_frac_out_vec(a: float, b: float, M: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """:func:`_log_frac_out` elementwise over arrays of (M, S)."""
+    pos = S > 0
+    Ss = np.where(pos, S, 1.0)
+    tail = np.logaddexp(special.log_ndtr((a - M) / Ss), special.log_ndtr(-(b - M) / Ss))
+    return np.where(pos, tail, np.where((a < M) & (b >= M), -_INF, 0.0))
+
+
 def _gauss(m: float, v: float, base: str, T: float) -> tuple[float, float]:
     """(M, S) of the log of the base weight when the token log-ratios are i.i.d. N(m, v)."""
     if base == "P":
@@ -661,8 +719,13 @@ def _mixture_row(c: Correction, family, T: int) -> dict:
     if c.base == "G":
         M, V = M / T, V / (T * T)
     S = np.sqrt(V)
-    logs = np.array([_log_moments_MS(c, float(Mi), float(Si), T) for Mi, Si in zip(M, S, strict=True)])
-    l1, l2, lf = (float(special.logsumexp(logp + logs[:, i])) for i in range(3))
+    pieces, (a, b) = c.pieces(T), c.log_bounds(T)
+    logs = (
+        _log_moment_vec(pieces, M, S, 1.0),
+        _log_moment_vec(pieces, M, S, 2.0),
+        _log_frac_out_vec(a, b, M, S),
+    )
+    l1, l2, lf = (float(_logsumexp_rows((logp + x)[:, None])[0]) for x in logs)
     lbase = T * float(family.K(1.0)) if c.base == "P" else T * float(family.K(1.0 / T))
     return _row_from_logs(c, T, (l1, l2, lf, lbase), math.exp(lf), "multinomial sum")
 

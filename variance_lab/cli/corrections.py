@@ -109,7 +109,7 @@ def _data(args, cs) -> tuple:
     log_r, label = batch.log_ratio, "update log(pi_theta/pi_old)"
     if args.ratio != "update":
         log_r, label = _other_ratio(batch, args.ratio)
-    model = corrections.fit_lognormal(log_r) if args.predict == "lognormal" else None
+    model, described = _fitted_model(args.predict, log_r)
     frame = corrections.evaluate(
         log_r, batch.offsets, cs, buckets=_buckets(args.buckets, batch.lengths), predict=model
     )
@@ -125,12 +125,34 @@ def _data(args, cs) -> tuple:
     if model is not None:
         inside = int(frame["pred_inside"].sum())
         notes.append(
-            f"predicted: the lognormal fitted to these log-ratios (mean {model.mean_log:.4g}, variance "
-            f"{model.var_log:.4g}; mu = {model.mu:.4g}, sigma^2 = {model.sigma2:.4g}); sequence level: "
-            "averaged over the bucket's lengths. The prediction lies inside the interval in "
-            f"{inside} of {len(frame)} rows."
+            f"predicted: {described}; sequence level: averaged over the bucket's lengths. The prediction "
+            f"lies inside the interval in {inside} of {len(frame)} rows."
         )
     return frame, title, ["\n".join(notes)]
+
+
+def _fitted_model(which: str, log_r):
+    """Fit the model whose modified fractions are printed beside the data's; return it and its description."""
+    from variance_lab import corrections
+    from variance_lab.families import get_family
+    from variance_lab.rollouts.models import fit_mixture
+
+    if which == "lognormal":
+        m = corrections.fit_lognormal(log_r)
+        return m, (
+            f"the lognormal fitted to these log-ratios (mean {m.mean_log:.4g}, variance {m.var_log:.4g}; "
+            f"mu = {m.mu:.4g}, sigma^2 = {m.sigma2:.4g})"
+        )
+    if which == "mixture":
+        fit = fit_mixture(log_r)
+        comps = ", ".join(
+            f"{w:.3g}:{m:.3g}:{v:.3g}" for w, m, v in zip(fit.weights, fit.means, fit.variances, strict=True)
+        )
+        return get_family("lognormal-mixture", components=fit.components), (
+            f"the {fit.n_components}-component lognormal mixture fitted to these log-ratios by EM "
+            f"(weight:mean:variance {comps})"
+        )
+    return None, ""
 
 
 def _other_ratio(batch, which: str):
@@ -208,9 +230,10 @@ def add_command(sub) -> None:
     p.add_argument(
         "--predict",
         default="lognormal",
-        choices=("lognormal", "none"),
+        choices=("lognormal", "mixture", "none"),
         help="--data: beside each observed modified fraction, the prediction of this model fitted to the "
-        "same log-ratios, and whether it lies inside the 95%% interval",
+        "same log-ratios (mixture: 1 to 3 lognormal components by EM and BIC), and whether it lies inside "
+        "the 95%% interval",
     )
     p.add_argument("--on-bad", default="raise", choices=("raise", "drop"), help="--data: bad sequences")
     p.add_argument(
