@@ -124,6 +124,20 @@ def test_simple_tables():
     assert not aggregate_table(0, [0.1], GRID, False).flags.writeable  # cached: read-only
 
 
+def test_random_scale_and_mixture_tables():
+    """Random-scale: step sizes and their square roots; mixture: step sizes (token counts per step)."""
+    steps = np.diff(GRID, prepend=0)
+    rs = aggregate_table(5, [0.0, 1.0, 0.1], GRID, False)
+    np.testing.assert_array_equal(rs[:, 0], steps)
+    np.testing.assert_array_equal(rs[:, 1], np.sqrt(steps))
+    np.testing.assert_array_equal(
+        aggregate_table(5, [0.0, 1.0, 0.1], GRID, True)[:, :2], np.c_[GRID, np.sqrt(GRID)]
+    )
+    mix = [2, 0.5, 1.0, 0.0, 0.1, 0.1, 0.2, 0.5, 1.0]
+    np.testing.assert_array_equal(aggregate_table(6, mix, GRID, False)[:, 0], steps)
+    np.testing.assert_array_equal(aggregate_table(6, mix, GRID, True)[:, 0], GRID)
+
+
 # ----------------------------------------------------------------------------- same law as token
 @pytest.mark.parametrize("independent", [False, True])
 @pytest.mark.parametrize("fam", [f for f in EXACT if f.name != "two-point"], ids=_ids)
@@ -273,7 +287,7 @@ def test_resolution():
     assert resolve_sampler("auto", Gamma(1.0, 0.1).sampler_params()[0]) == "token"
     assert resolve_sampler("auto", Gamma(1.0, 0.0).sampler_params()[0]) == "aggregate"  # degenerate
     assert resolve_sampler("token", 1) == "token"
-    assert [has_exact_aggregate(c) for c in range(5)] == [True, True, False, True, True]
+    assert [has_exact_aggregate(c) for c in range(7)] == [True, True, False, True, True, True, True]
 
 
 def test_gamma_has_no_aggregate_and_bad_names_fail():

@@ -202,3 +202,19 @@ def test_data_buckets_show_interval_and_prediction(tmp_path, capsys):
     mix = pd.read_csv(io.StringIO(out))
     assert mix.pred_frac_modified.between(0, 1).all()
     assert not np.allclose(mix.pred_frac_modified, df.pred_frac_modified)  # another model, other numbers
+
+
+@pytest.mark.parametrize(
+    ("family", "extra", "title"),
+    [
+        ("random-scale", ["--alpha", "0.5"], "alpha = 0.5"),
+        ("lognormal-mixture", ["--components", "0.9:0:0.001,0.1:-0.05:0.1"], "components = 0.9:0.0:0.001"),
+    ],
+)
+def test_monte_carlo_for_the_new_families(capsys, family, extra, title):
+    """Random-scale and mixture corrections by Monte Carlo: exit 0, the title names their parameters."""
+    rc, out, err = run_cli(capsys, "corrections", "--family", family, *extra, "--n", "500", "--T", "5,50")
+    assert rc == 0, err
+    assert err == ""
+    assert title in out.splitlines()[0]
+    assert out.count("| 50 |") == 3  # the 3 default corrections at T = 50

@@ -629,3 +629,20 @@ def test_bucket_bootstrap_values_and_intervals():
     assert (df.rel_bias_hi > df.rel_bias_lo).all()
     assert (df.ess_frac_lo < df.ess_frac_hi).all()
     assert co.bucket_bootstrap(log_r, off, specs, [(3, 14), (15, 29)], n_boot=400, seed=1).equals(df)
+
+
+def test_monte_carlo_random_scale_draws_one_variance_per_sequence():
+    """Random-scale, one v per sequence: masked fraction E_v[Phi((T(log mu - v/2) - log C) / sqrt(T v))]."""
+    from scipy import integrate
+
+    fam = get_family("random-scale", 1.0, 0.1, alpha=0.5)
+    T, C, n = 20, 2.0, 4000
+
+    def f(v):
+        return stats.norm.sf((math.log(C) + T * v / 2) / math.sqrt(T * v)) * stats.gamma.pdf(
+            v, fam.alpha, scale=fam.theta
+        )
+
+    p = integrate.quad(f, 0, np.inf, epsabs=0, epsrel=1e-10, limit=200)[0]
+    mc = co.simulate_corrections(fam, [T], "seq-mask:2", n, seed=5).iloc[0]
+    assert abs(mc.mc_frac_modified - p) <= 4 * math.sqrt(p * (1 - p) / n)

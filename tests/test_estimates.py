@@ -403,3 +403,27 @@ def test_frames_concatenate_with_theory():
     fam = TwoPoint(1.0, 0.1)
     both = pd.concat([theory.tidy(fam, [1, 5]), simulate(fam, [1, 5], 1000, progress=False)])
     assert set(both["method"]) >= {"exact", "monte_carlo"}
+
+
+def test_infinite_theory_gives_honest_verdicts():
+    """Random-scale, theta = 1/11: where Var(P_T) or E[P_T^4] is infinite the verdicts say so; no interval."""
+    from variance_lab.families import RandomScale
+
+    fam = RandomScale(1.0, 0.1, alpha=1.0)
+    n = 5000
+    assert np.isinf(rel_se_m4(fam, [1, 10, 100], n, "P")).all()  # E[P_1^8] is already infinite
+    assert np.isfinite(rel_se_m4(fam, [100], n, "G")).all()
+    df = simulate(fam, [1, 10, 100], n, seed=3, workers=1, progress=False)
+    var100 = _get(df, 100, "var_P")
+    assert not var100["reliable"]
+    assert var100["reason"].startswith("unreliable: Var(P_T) is infinite (E[P_T^2] diverges)")
+    assert np.isfinite(var100["value"])  # the sample variance as measured, ...
+    assert np.isnan([var100["lo"], var100["hi"], var100["se"]]).all()  # ... with no interval
+    assert df.attrs["log10_interval"]["var_P"]["lo"][2] != df.attrs["log10_interval"]["var_P"]["lo"][2]  # NaN
+    assert "Var(P_T) is infinite: the sample mean converges more slowly" in _get(df, 100, "mean_P")["reason"]
+    assert _get(df, 10, "var_P")["reason"].startswith("unreliable: E[P_T^4] is infinite")
+    assert "relative standard error is infinite" in _get(df, 1, "var_P")["reason"]
+    assert verdict_level(_get(df, 1, "var_P")["reason"]) == "marginal"
+    var_g = _get(df, 100, "var_G")
+    assert np.isfinite([var_g["lo"], var_g["hi"]]).all()
+    assert "infinite" not in var_g["reason"]

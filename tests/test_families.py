@@ -186,15 +186,36 @@ def test_random_scale_moments_by_simulating_its_definition():
 
 
 def test_random_scale_parameters_and_errors():
-    """Random-scale derives theta from alpha, describes itself, and refuses alpha <= 0 and sampling."""
+    """Random-scale derives theta from alpha, describes itself, refuses alpha <= 0, and has a sampler."""
     fam = get_family("random-scale", 1.0, 0.1, alpha=2.0)
     assert fam.theta == pytest.approx(1 - 1.1**-0.5, rel=1e-14)
     assert fam.describe() == {"family": "random-scale", "mu": 1.0, "sigma2": 0.1, "alpha": 2.0}
     assert math.isinf(fam.K(4.0 + 1e-9 + math.sqrt(1 + 8 / fam.theta) / 2))  # bracket <= 0
     with pytest.raises(ValueError, match=r"alpha must be > 0, got -1\.0"):
         get_family("random-scale", 1.0, 0.1, alpha=-1.0)
-    with pytest.raises(ValueError, match="Monte Carlo sampling of the random-scale family is not available"):
-        fam.sampler_params()
+    code, par = fam.sampler_params()
+    assert code == 5
+    np.testing.assert_array_equal(par, [0.0, 2.0, fam.theta])
+
+
+def test_random_scale_var_sum_against_quadrature():
+    """Var(log P_T) = T alpha theta + T^2 alpha theta^2 / 4 against quadrature over v of E[. | v]."""
+    fam = get_family("random-scale", 1.3, 0.2, alpha=0.7)
+    a, th = fam.alpha, fam.theta
+    for T in (1, 10, 1000):
+        m = T * math.log(1.3)
+
+        def moment(k, T=T, m=m):
+            # E[(log P_T)^k | v] for log P_T | v ~ N(m - T v / 2, T v), k = 1, 2
+            def f(v):
+                mean = m - T * v / 2
+                return (mean if k == 1 else mean * mean + T * v) * stats.gamma.pdf(v, a, scale=th)
+
+            return integrate.quad(f, 0, np.inf, epsabs=0, epsrel=1e-12, limit=200)[0]
+
+        var = moment(2) - moment(1) ** 2
+        assert float(fam.var_sum_mp(T)) == pytest.approx(var, rel=1e-8)
+    assert float(fam.var_sum_mp(1)) == pytest.approx(fam.var_log, rel=1e-14)
 
 
 MIX = "0.98:0:1e-8,0.02:-0.005:0.01"
@@ -250,9 +271,14 @@ def test_mixture_bad_components(kwargs, match):
         get_family("lognormal-mixture", **kwargs)
 
 
-def test_mixture_has_no_sampler_yet():
-    """The lognormal mixture says it has no Monte Carlo sampler."""
-    with pytest.raises(
-        ValueError, match="Monte Carlo sampling of the lognormal-mixture family is not available"
-    ):
-        get_family("lognormal-mixture", components=MIX).sampler_params()
+def test_mixture_sampler_params():
+    """The mixture's sampler vector: K, cumulative weights (last exactly 1), means, sds, conditional ones."""
+    code, par = get_family(
+        "lognormal-mixture", components="0.25:0.1:0.04,0.25:0:0,0.5:-0.2:0.09"
+    ).sampler_params()
+    assert code == 6
+    np.testing.assert_allclose(
+        par, [3, 0.25, 0.5, 1.0, 0.1, 0.0, -0.2, 0.2, 0.0, 0.3, 0.25, 1 / 3, 1.0], rtol=1e-15
+    )
+    assert par[3] == 1.0
+    assert par[-1] == 1.0

@@ -27,6 +27,7 @@ from matplotlib.testing.compare import compare_images
 from variance_lab import theory
 from variance_lab.families import get_family
 from variance_lab.report import figures as plots
+from variance_lab.report.clip_figure import clip_figure
 
 BASELINE = Path(__file__).parent / "baseline"
 UPDATE_ENV = "VARIANCE_LAB_UPDATE_BASELINES"
@@ -104,6 +105,34 @@ def _corrections_vs_T():
     return corrections_figure.corrections_vs_T(pd.DataFrame(rows), title="lognormal", style="paper")
 
 
+def _clip_fractions():
+    """Observed against predicted clip fractions from a fixed per-bucket table (five models and a new one)."""
+    obs = {"gspo": [0.1, 0.35, 0.54, 0.41, 0.69], "ppo": [9e-4, 2e-3, 2.4e-3, 1e-3, 0.0]}
+    table = pd.DataFrame(
+        {
+            "gspo_clip_frac": obs["gspo"],
+            "gspo_clip_frac_lo": [0.075, 0.3, 0.49, 0.36, 0.58],
+            "gspo_clip_frac_hi": [0.14, 0.4, 0.59, 0.46, 0.78],
+            "gspo_clip_pred_iid": [0.95, 0.92, 0.88, 0.83, 0.71],
+            "gspo_clip_pred_emp": [float("nan")] * 5,
+            "gspo_clip_pred_corr": [0.94, 0.91, 0.87, 0.82, 0.70],
+            "gspo_clip_pred_mix": [0.5, 0.75, 0.84, 0.82, 0.71],
+            "gspo_clip_pred_hier": [0.62, 0.56, 0.5, 0.44, 0.34],
+            "gspo_clip_pred_comb": [0.15, 0.3, 0.5, 0.45, 0.6],
+            "ppo_clip_frac": obs["ppo"],
+            "ppo_clip_frac_lo": [0.0, 1e-3, 1.8e-3, 7.8e-4, 0.0],
+            "ppo_clip_frac_hi": [2.1e-3, 3e-3, 3.1e-3, 1.5e-3, 4e-4],
+            "ppo_clip_pred_iid": [1.5e-31] * 5,
+            "ppo_clip_pred_emp": [1e-3] * 5,
+            "ppo_clip_pred_corr": [1.5e-31] * 5,
+            "ppo_clip_pred_mix": [5e-5] * 5,
+            "ppo_clip_pred_hier": [5.2e-5, 4.5e-5, 4e-5, 3.6e-5, 3.2e-5],
+            "ppo_clip_pred_comb": [8e-4, 1.5e-3, 2e-3, 1.2e-3, 3e-4],
+        }
+    )
+    return clip_figure(table, style="paper")
+
+
 FIGURES = {
     "corrections_vs_T": _corrections_vs_T,
     "variance_panels": _variance_panels,
@@ -112,6 +141,7 @@ FIGURES = {
     "decay_boundary": _decay_boundary,
     "approx_error": _approx_error,
     "mc_frontier": _mc_frontier,
+    "clip_fractions": _clip_fractions,
 }
 
 

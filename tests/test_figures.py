@@ -69,7 +69,7 @@ def test_sidecar_params_reproduce_the_data(quick):
         assert hashlib.sha256(data.to_csv(index=False).encode()).hexdigest() == sidecar["data_sha256"], name
 
 
-@pytest.mark.parametrize("name", ["variance_vs_T", "heatmap_var_P", "decay_boundary"])
+@pytest.mark.parametrize("name", ["variance_vs_T", "heatmap_var_P", "decay_boundary", "clip_fractions"])
 def test_from_sidecar_reproduces_the_files_byte_for_byte(quick, tmp_path, capsys, name):
     """``figures --from-sidecar`` rewrites a figure's four files byte for byte."""
     assert cli.main(["figures", "--from-sidecar", str(quick / f"{name}.json"), "--out", str(tmp_path)]) == 0
@@ -649,3 +649,23 @@ def test_corrections_figure_experiment_rows():
     none = figs.figure_data("corrections_vs_T", {**params, "data": None})
     assert not none.method.str.startswith("experiment").any()
     assert len(figs.draw("corrections_vs_T", none, params).axes) == 2
+
+
+def test_clip_fractions_is_the_analysis_of_the_shipped_data(quick):
+    """clip_fractions: analyze's clip columns of the shipped data, every model; a missing file is named."""
+    from variance_lab.rollouts.predictions import ALL_MODELS
+
+    sidecar = json.loads((quick / "clip_fractions.json").read_text())
+    assert sidecar["params"]["data"] == "arith_rollouts.jsonl.gz"
+    data = pd.read_csv(quick / "clip_fractions.csv")
+    for kind in ("gspo", "ppo"):
+        for col in (f"{kind}_clip_frac", f"{kind}_clip_frac_lo", f"{kind}_clip_frac_hi"):
+            assert col in data
+        for m in ALL_MODELS:
+            assert f"{kind}_clip_pred_{m}" in data
+    assert (data["gspo_clip_frac_lo"] <= data["gspo_clip_frac"]).all()
+    assert (data["gspo_clip_frac"] <= data["gspo_clip_frac_hi"]).all()
+    assert data["n_seq"].sum() == 2048  # every sequence of the data set lies in a bucket
+    params = {**sidecar["params"], "data": "no_such_rollouts.jsonl.gz"}
+    with pytest.raises(ValueError, match="no_such_rollouts"):
+        figs.figure_data("clip_fractions", params)

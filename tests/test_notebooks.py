@@ -1,6 +1,6 @@
 """Every notebook is stored without outputs and runs top to bottom in quick mode.
 
-Quick mode (``VARIANCE_LAB_QUICK=1``, :mod:`variance_lab.paper.sizes`) keeps the four runs to
+Quick mode (``VARIANCE_LAB_QUICK=1``, :mod:`variance_lab.paper.sizes`) keeps the five runs to
 seconds each; a notebook writes its files to ``VARIANCE_LAB_NOTEBOOK_OUT`` (a temporary
 folder here). Each notebook must show its figures as images, print no warnings, and end
 with a conclusion rendered from its own numbers.
@@ -22,8 +22,8 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
-    """The four notebooks 01 to 04 are there."""
-    assert [p.name[:3] for p in NOTEBOOKS] == ["01_", "02_", "03_", "04_"]
+    """The five notebooks 01 to 05 are there."""
+    assert [p.name[:3] for p in NOTEBOOKS] == ["01_", "02_", "03_", "04_", "05_"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -414,3 +414,26 @@ def test_random_scale_alpha_and_mixture_components_are_grid_axes(tmp_path):
     mix = frame[frame["family"] == "lognormal-mixture"].sort_values("T")
     want = theory.var_P(get_family("lognormal-mixture", components=mixes[0]), [1, 100])
     np.testing.assert_array_equal(mix["value"].to_numpy(), want)
+
+
+def test_random_scale_and_mixture_monte_carlo_cells(tmp_path):
+    """With n > 0 both new families get Monte Carlo cells; random-scale's infinite Var(P_T) is flagged."""
+    result = sweep(
+        ["random-scale", "lognormal-mixture"],
+        1.0,
+        0.1,
+        [1, 100],
+        2000,
+        store=tmp_path / "s.sqlite",
+        params={"alpha": [1.0], "components": ["0.98:0:1e-8,0.02:-0.005:0.01"]},
+        workers=1,
+        progress=False,
+    )
+    mc = result.frame.query("method == 'monte_carlo' and statistic == 'var_P'")
+    assert sorted(set(mc["family"])) == ["lognormal-mixture", "random-scale"]
+    rs = mc[mc["family"] == "random-scale"].set_index("T")
+    assert rs.loc[100, "reason"].startswith("unreliable: Var(P_T) is infinite")
+    assert np.isnan(rs.loc[100, "lo"])
+    mix = mc[mc["family"] == "lognormal-mixture"].set_index("T")
+    exact = theory.var_P(get_family("lognormal-mixture", components="0.98:0:1e-8,0.02:-0.005:0.01"), 100)
+    assert mix.loc[100, "lo"] < exact < mix.loc[100, "hi"]

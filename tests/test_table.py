@@ -368,10 +368,7 @@ def test_mixture_table_derives_mu_and_sigma2(capsys):
         (["--family", "lognormal-mixture", "--components", "1:0"], "must be weight:mean:variance"),
         (["--family", "lognormal-mixture", "--components", "1:0:0.1", "--sigma2", "0.1"], "drop --sigma2"),
         (["--family", "random-scale", "--alpha", "-2"], r"alpha must be > 0, got -2\.0"),
-        (
-            ["--family", "random-scale", "--n", "100"],
-            "Monte Carlo sampling of the random-scale family is not available",
-        ),
+        (["--family", "random-scale", "--alpha", "0", "--n", "100"], r"alpha must be > 0, got 0\.0"),
     ],
 )
 def test_new_family_bad_input_is_one_line(argv, message, capsys):
@@ -383,3 +380,61 @@ def test_new_family_bad_input_is_one_line(argv, message, capsys):
     assert len(err.strip().splitlines()) == 1
     assert err.startswith("variance-lab: error:")
     assert __import__("re").search(message, err), err
+
+
+def test_random_scale_monte_carlo_says_infinite(capsys):
+    """Random-scale Monte Carlo: from T = 1/theta = 11 on the Var(P_T) verdict says infinite; no interval."""
+    rc, out, err = run_cli(
+        capsys,
+        "table",
+        "--family",
+        "random-scale",
+        "--alpha",
+        "1",
+        "--n",
+        "20000",
+        "--T",
+        "1,10,100",
+        "--format",
+        "csv",
+        "--workers",
+        "1",
+    )
+    assert rc == 0
+    assert err == ""
+    rows = {int(r["T"]): r for r in csv.DictReader(io.StringIO(out))}
+    r100 = rows[100]
+    assert math.isinf(float(r100["var_P"]))  # theory
+    assert math.isfinite(float(r100["mc_var_P"]))  # the sample variance, as measured ...
+    assert r100["mc_var_P_lo"] == r100["mc_var_P_hi"] == ""  # ... with no interval (NaN)
+    assert r100["mc_verdict_P"] == "unreliable"
+    assert r100["mc_reason_P"].startswith("unreliable: Var(P_T) is infinite (E[P_T^2] diverges)")
+    assert rows[10]["mc_reason_P"].startswith("unreliable: E[P_T^4] is infinite")  # Var finite, its se not
+    assert rows[100]["mc_verdict_G"] != "unreliable"  # Var(G_T) finite: estimated
+    assert float(r100["mc_var_G_lo"]) < float(r100["var_G"]) < float(r100["mc_var_G_hi"])
+
+
+def test_mixture_monte_carlo_table(capsys):
+    """Monte Carlo of a mixture: Var(G_T) estimates reliable and their intervals hold the exact value."""
+    spec = "0.98:0:1e-8,0.02:-0.005:0.01"
+    rc, out, err = run_cli(
+        capsys,
+        "table",
+        "--family",
+        "lognormal-mixture",
+        "--components",
+        spec,
+        "--n",
+        "20000",
+        "--T",
+        "10,100",
+        "--format",
+        "csv",
+        "--workers",
+        "1",
+    )
+    assert rc == 0
+    assert err == ""
+    for r in csv.DictReader(io.StringIO(out)):
+        assert r["mc_verdict_G"] == "reliable", r["mc_reason_G"]
+        assert float(r["mc_var_G_lo"]) < float(r["var_G"]) < float(r["mc_var_G_hi"]), r["T"]

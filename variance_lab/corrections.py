@@ -100,7 +100,14 @@ import pandas as pd
 from scipy import integrate, optimize, special
 
 from variance_lab._validate import check_n, check_seed, check_T
-from variance_lab.families import Family, LogNormal, LognormalMixture, RandomScale
+from variance_lab.families import (
+    CODE_AR1,
+    CODE_RANDOM_SCALE,
+    Family,
+    LogNormal,
+    LognormalMixture,
+    RandomScale,
+)
 from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, z_value
 
 __all__ = [
@@ -980,10 +987,10 @@ class _Sums:
 
 
 def _draw_tokens(code: int, params: np.ndarray, rng: np.random.Generator, n: int, T: int) -> np.ndarray:
-    """(n, T) token log-ratios: one call for i.i.d. families, one stationary path per row for AR(1)."""
+    """(n, T) token log-ratios: one call for i.i.d. families, one path per row for AR(1) and random-scale."""
     from variance_lab.simulate.kernels import draw_log_r
 
-    if code == 4:  # AR(1): each row its own path
+    if code in (CODE_AR1, CODE_RANDOM_SCALE):  # each row its own path (its own state, or its own v)
         return np.stack([draw_log_r(code, params, rng, T) for _ in range(n)])
     return draw_log_r(code, params, rng, n * T).reshape(n, T)
 

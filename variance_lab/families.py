@@ -52,6 +52,8 @@ CODE_LOGNORMAL = 1
 CODE_GAMMA = 2
 CODE_TWO_POINT = 3
 CODE_AR1 = 4
+CODE_RANDOM_SCALE = 5
+CODE_MIXTURE = 6
 
 
 @dataclass(frozen=True)
@@ -164,19 +166,26 @@ class Family(ABC):
     def sampler_params(self) -> tuple[int, np.ndarray]:
         """Return what a kernel needs to draw ``log r``: an integer code and a float64 vector.
 
-        ============  =======================================================
-        code          parameters
-        ============  =======================================================
-        0 degenerate  ``[log mu]``
-        1 lognormal   ``[mean_log, sd_log]``: ``log r = m + s Z``
-        2 gamma       ``[shape k, log scale]``: ``r = scale * Gamma(k, 1)``
-        3 two-point   ``[q, log a, log b]``: ``log r = log a`` with probability q
-        4 ar1         ``[m, s, rho]``: ``Y_1 = m + s Z_1``,
-                      ``Y_t = m + rho (Y_{t-1} - m) + s sqrt(1 - rho^2) Z_t``
-        ============  =======================================================
-
-        ``random-scale`` and ``lognormal-mixture`` have no sampler yet (``ValueError``,
-        unless ``sigma2 == 0``).
+        ==============  =======================================================
+        code            parameters
+        ==============  =======================================================
+        0 degenerate    ``[log mu]``
+        1 lognormal     ``[mean_log, sd_log]``: ``log r = m + s Z``
+        2 gamma         ``[shape k, log scale]``: ``r = scale * Gamma(k, 1)``
+        3 two-point     ``[q, log a, log b]``: ``log r = log a`` with probability q
+        4 ar1           ``[m, s, rho]``: ``Y_1 = m + s Z_1``,
+                        ``Y_t = m + rho (Y_{t-1} - m) + s sqrt(1 - rho^2) Z_t``
+        5 random-scale  ``[log mu, alpha, theta]``: per sequence
+                        ``v = theta Gamma(alpha, 1)``, then
+                        ``Y_t = log mu - v/2 + sqrt(v) Z_t``
+        6 mixture       ``[K, c_1..c_K, m_1..m_K, s_1..s_K, p_1..p_K]`` (length
+                        ``1 + 4K``): cumulative weights ``c_j = w_1 + .. + w_j``
+                        (``c_K = 1``), component means and sds (``s_j = sqrt v_j``),
+                        and ``p_j = w_j / (w_j + .. + w_K)``, the probability of
+                        component j given that none of 1..j-1 was chosen
+                        (``p_K = 1``): ``Y = m_j + s_j Z`` with ``j`` the first
+                        index with ``U < c_j``
+        ==============  =======================================================
         """
         if self.degenerate:
             return CODE_DEGENERATE, np.array([math.log(self.mu)])
@@ -406,13 +415,6 @@ class AR1(LogNormal):
         return {**super().describe(), "rho": self.rho}
 
 
-def _no_sampler(name: str) -> ValueError:
-    return ValueError(
-        f"Monte Carlo sampling of the {name} family is not available yet; its theory is exact "
-        "(use n = 0, --n 0 on the command line)"
-    )
-
-
 @dataclass(frozen=True)
 class RandomScale(Family):
     r"""Sequence-level heterogeneity: each sequence draws its own log-ratio variance.
@@ -505,8 +507,21 @@ class RandomScale(Family):
         th, a = self.theta_mp(), mpmath.mpf(self.alpha)
         return mpmath.log(self.mu) - a * th / 2, a * th + a * th * th / 4
 
+    def var_sum_mp(self, T: int) -> mpmath.mpf:
+        r""":math:`\operatorname{Var}(\log P_T) = T\alpha\theta + T^2\alpha\theta^2/4` (mpmath).
+
+        Given :math:`v`, :math:`\log P_T \sim N(T(\log\mu - v/2), Tv)`; with
+        :math:`E[v] = \alpha\theta` and :math:`\operatorname{Var}(v) = \alpha\theta^2`,
+        :math:`\operatorname{Var}(\log P_T) = T E[v] + T^2 \operatorname{Var}(v)/4`: the tokens
+        of one sequence share :math:`v`, so it grows like :math:`T^2`, not :math:`T`.
+        """
+        if self.degenerate:
+            return mpmath.mpf(0)
+        th, a = self.theta_mp(), mpmath.mpf(self.alpha)
+        return T * a * th + T * T * a * th * th / 4
+
     def _sampler_params(self):
-        raise _no_sampler(self.name)
+        return CODE_RANDOM_SCALE, np.array([math.log(self.mu), self.alpha, self.theta])
 
     def describe(self) -> dict:
         """Plain-dict description (family name, mu, sigma2 and alpha), for provenance."""
@@ -650,7 +665,15 @@ class LognormalMixture(Family):
         return mean, mpmath.fsum(w * (v + (m - mean) ** 2) for w, m, v in comps)
 
     def _sampler_params(self):
-        raise _no_sampler(self.name)
+        w = [c[0] for c in self.components]
+        k = len(w)
+        cum = [math.fsum(w[: j + 1]) for j in range(k)]
+        cum[-1] = 1.0  # a uniform U < 1 always finds a component
+        cond = [w[j] / math.fsum(w[j:]) for j in range(k)]
+        cond[-1] = 1.0
+        means = [c[1] for c in self.components]
+        sds = [math.sqrt(c[2]) for c in self.components]
+        return CODE_MIXTURE, np.array([float(k), *cum, *means, *sds, *cond])
 
     def describe(self) -> dict:
         """Plain-dict description (family name, mu, sigma2 and canonical components), for provenance."""

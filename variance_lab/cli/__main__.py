@@ -4,4 +4,5 @@ import sys
 
 from variance_lab.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # the docs' autosummary imports this module: do not run the CLI then
+    sys.exit(main())

@@ -343,7 +343,7 @@ def add_sampler_arg(p: argparse.ArgumentParser) -> None:
         choices=SAMPLERS,
         default="token",
         help="Monte Carlo sampling: every token (the reference, all families); log P_T drawn at the T "
-        "grid points from its exact law (aggregate: lognormal, two-point, ar1; one or two draws per "
+        "grid points from its exact law (aggregate: every family but gamma; one or two draws per "
         "grid point instead of max(T) per path: the same law, other draws); auto: aggregate where "
         "exact, token for gamma",
     )

@@ -50,7 +50,7 @@ def _buckets(text: str | None, lengths):
 
 def _family_text(family) -> str:
     extra = "".join(
-        f", {k} = {v:g}" if isinstance(v, int | float) else f", {k} = {v}"
+        f", {k} = {v:g}" if isinstance(v, int | float) else f", {k} = {v}"  # a mixture's components are text
         for k, v in family.describe().items()
         if k not in ("family", "mu", "sigma2")
     )

@@ -34,6 +34,11 @@ Figures (:data:`FIGURES`):
     (:func:`variance_lab.corrections.simulate_corrections`); below, the bfloat16 experiment's
     measured points per length bucket (``data``, with bootstrap intervals) against the
     lognormal fitted to its log-ratios.
+``clip_fractions``
+    Observed against predicted GSPO and PPO clip fractions per length bucket of the shipped
+    data set (``data/arith_rollouts.jsonl.gz``), one marker per model of
+    :func:`variance_lab.rollouts.analysis.analyze` (:func:`clip_frame`,
+    :func:`variance_lab.report.clip_figure.clip_figure`).
 
 The data come from :mod:`variance_lab.theory` and the Monte Carlo engine
 (:func:`variance_lab.simulate.simulate`; raw draws through the engine's own samplers,
@@ -59,7 +64,7 @@ import pandas as pd
 from variance_lab import __version__, corrections, theory
 from variance_lab._atomic import atomic_write
 from variance_lab.families import Family, get_family
-from variance_lab.report import corrections_figure
+from variance_lab.report import clip_figure, corrections_figure
 from variance_lab.report import figures as plots
 from variance_lab.report import style as report_style
 from variance_lab.simulate import Engine, draw_log_p, resolve_sampler, simulate, using_engine
@@ -72,6 +77,9 @@ __all__ = [
     "FIGURES",
     "FORMATS",
     "check",
+    "clip_analysis",
+    "clip_columns",
+    "clip_frame",
     "corrections_frame",
     "default_params",
     "draw",
@@ -186,6 +194,12 @@ def _defaults(quick: bool) -> dict[str, dict]:
             "buckets": [8, 16, 32, 64, 128, 256],
             "data_T": _ints("8:346:log12" if quick else "8:346:log40"),
             "n_boot": 200 if quick else 2000,
+        },
+        "clip_fractions": {
+            "data": "arith_rollouts.jsonl.gz",  # in data/ of the source tree (clip_frame)
+            "n_boot": 200 if quick else 1000,
+            "seed": 0,
+            "level": 0.95,
         },
     }
 
@@ -339,6 +353,8 @@ def _figure_data(name: str, params: dict, engine: Engine) -> pd.DataFrame:
         return _keep(_concat(frames), ["ess_frac_P"])
     if name == "corrections_vs_T":
         return corrections_frame(p)
+    if name == "clip_fractions":
+        return clip_frame(p)
     family = get_family(p["family"], p["mu"], p["sigma2"])
     draws = sample_log_P(family, p["T"], int(p["n"]), seed=int(p["seed"]), sampler=p.get("sampler", "token"))
     return histogram_frame(draws, p["T"], p["bins"])
@@ -463,6 +479,55 @@ def _experiment_rows(p: dict) -> list[dict]:
     return rows
 
 
+def clip_analysis(params: dict):
+    """Run :func:`variance_lab.rollouts.analysis.analyze` on the data set of the ``clip_fractions`` figure.
+
+    ``params["data"]`` is a file name in the source tree's ``data/`` folder (the shipped
+    ``arith_rollouts.jsonl.gz``) or a path; ``n_boot``, ``level`` and ``seed`` are the
+    bootstrap's.
+
+    Returns
+    -------
+    variance_lab.rollouts.analysis.AnalysisResult
+
+    Raises
+    ------
+    ValueError
+        When the data file is missing or not a rollouts file (naming it).
+    """
+    from variance_lab.experiment.figure import DEFAULT_DATA, load_data
+    from variance_lab.rollouts.analysis import analyze
+
+    path = Path(params["data"])
+    if not path.is_absolute() and path.parent == Path():
+        path = DEFAULT_DATA.parent / path
+    batch, _ = load_data(path)
+    return analyze(
+        batch, n_boot=int(params["n_boot"]), level=float(params["level"]), seed=int(params["seed"])
+    )
+
+
+def clip_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """Keep the bucket columns and every ``*_clip_frac*`` and ``*_clip_pred*`` column of an analysis table.
+
+    So a model or a kind of clip added to the analysis is carried without a change here.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``bucket``, ``T_lo``, ``T_hi``, ``n_seq``, ``T_mean``, then the clip columns in
+        the table's order.
+    """
+    keep = ["bucket", "T_lo", "T_hi", "n_seq", "T_mean"]
+    keep += [c for c in table.columns if "_clip_frac" in c or "_clip_pred" in c]
+    return table[keep].reset_index(drop=True)
+
+
+def clip_frame(params: dict) -> pd.DataFrame:
+    """Compute the data of the ``clip_fractions`` figure: :func:`clip_columns` of :func:`clip_analysis`."""
+    return clip_columns(clip_analysis(params).table)
+
+
 def _histogram_title(params: dict) -> str:
     n = f"{int(params['n']):,}".replace(",", "{,}")
     return f"{params['family']}, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$; $n = {n}$ draws"
@@ -500,6 +565,8 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
             style=style,
             experiment_title="bf16 experiment, per length bucket: measured and lognormal fit",
         )
+    if name == "clip_fractions":
+        return clip_figure.clip_figure(data, level=float(params["level"]), style=style)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
 
 
@@ -606,6 +673,14 @@ class _DOCS:
         "(points with intervals; hollow: flagged unreliable); (c, d) the bfloat16 experiment's mismatch "
         "ratio per length bucket (points at the median length, 95 % bootstrap intervals over "
         "sequences) against the lognormal fitted to its pooled token log-ratios (lines)."
+    )
+    clip_fractions = (
+        "Observed against predicted clip fractions per length bucket of the shipped arithmetic-task "
+        "rollouts: left, GSPO's fraction of sequences with G_T outside its range (95 % Wilson interval), "
+        "right, PPO's fraction of tokens outside its range (95 % bootstrap interval over sequences), "
+        "log axes; one marker per model of the analysis (i.i.d. lognormal, i.i.d. empirical, "
+        "autocorrelation-corrected, token mixture, random scale, and any other it has); grey: "
+        "predicted = observed."
     )
 
 

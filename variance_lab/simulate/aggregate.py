@@ -14,6 +14,10 @@ degenerate    :math:`\Delta \log\mu` (nothing drawn)
 lognormal     :math:`\Delta m + s\sqrt{\Delta}\,Z`, i.e. :math:`N(\Delta m, \Delta s^2)`
 two-point     :math:`K \log a + (\Delta - K) \log b`, :math:`K \sim \mathrm{Binomial}(\Delta, q)`
 AR(1)         :math:`\Delta m + S`, with :math:`(S, L)` bivariate normal given the state (below)
+random-scale  :math:`\Delta(\log\mu - v/2) + \sqrt{\Delta v}\,Z`, i.e.
+              :math:`N(\Delta(\log\mu - v/2), \Delta v)` given the path's :math:`v` (below)
+mixture       :math:`\sum_j C_j m_j + \sqrt{\sum_j C_j s_j^2}\,Z` with the component counts
+              :math:`(C_1, \dots, C_K) \sim \mathrm{Multinomial}(\Delta, w)` (below)
 gamma         none: the sum of logs of gamma variates has no law to draw from; token only
 ============  ========================================================================
 
@@ -51,6 +55,21 @@ when :math:`\rho \to 1`).
 **Two-point.** :math:`K` comes from the Generator's ``binomial`` (NumPy's inversion /
 BTPE algorithms), exact in law.
 
+**Random-scale.** A path draws its variance :math:`v = \theta\,\Gamma_\alpha` once, at its
+first grid point (``independent``: afresh at every grid point, each a new sequence); given
+:math:`v` its tokens are i.i.d. :math:`N(\log\mu - v/2, v)`, so the block's sum is
+:math:`N(\Delta(\log\mu - v/2), \Delta v)` and the blocks are independent given :math:`v`:
+one normal per grid point. Read over the grid, the path has the joint law of the token
+path: :math:`\operatorname{Cov}(\log P_{T_1}, \log P_{T_2}) = T_1 E[v] + T_1 T_2
+\operatorname{Var}(v)/4` for :math:`T_1 \le T_2`.
+
+**Mixture.** Given which component each of the :math:`\Delta` tokens came from, the block's
+sum is Gaussian with the counted means and variances added up; the counts are
+multinomial, drawn as sequential binomials :math:`C_j \sim \mathrm{Binomial}(\Delta -
+C_1 - \dots - C_{j-1}, p_j)`, :math:`p_j = w_j/(w_j + \dots + w_K)`, the last component
+taking what is left (and none drawn once nothing is left). :math:`K + 1` draws per grid
+point at most, whatever :math:`\Delta`.
+
 Draws and the paths they feed are fixed by the chunk alone (one path at a time, grid
 points in order), so the sampler keeps the engine's determinism: bit-identical results
 for any number of workers. The two samplers give different bits but the same law; the
@@ -64,7 +83,7 @@ from functools import lru_cache
 import mpmath
 import numpy as np
 
-from variance_lab.families import CODE_AR1, CODE_LOGNORMAL, CODE_TWO_POINT
+from variance_lab.families import CODE_AR1, CODE_LOGNORMAL, CODE_MIXTURE, CODE_RANDOM_SCALE, CODE_TWO_POINT
 from variance_lab.simulate._jit import kernel
 from variance_lab.simulate.block import BlockState, reduce_block
 from variance_lab.simulate.draws import AGGREGATE_CODES, aggregate_paths
@@ -153,8 +172,11 @@ def _table_cached(code: int, params: bytes, grid: bytes, independent: bool) -> n
     out = np.zeros((T.size, 5))
     if code == CODE_LOGNORMAL:
         out[:, 0] = np.sqrt(steps.astype(np.float64))
-    elif code == CODE_TWO_POINT:
+    elif code in (CODE_TWO_POINT, CODE_MIXTURE):
         out[:, 0] = steps
+    elif code == CODE_RANDOM_SCALE:
+        out[:, 0] = steps
+        out[:, 1] = np.sqrt(steps.astype(np.float64))
     elif code == CODE_AR1:
         out = _ar1_rows(float(par[1]), float(par[2]), [int(d) for d in steps], independent)
     out.setflags(write=False)
@@ -165,7 +187,8 @@ def aggregate_table(code: int, params, grid, independent: bool) -> np.ndarray:
     r"""Per grid step, what the aggregate kernel needs: an array of shape ``(nT, 5)``.
 
     Steps are :math:`\Delta_j = T_j - T_{j-1}` (``independent``: :math:`T_j`).
-    Lognormal: column 0 is :math:`\sqrt{\Delta_j}`; two-point: column 0 is :math:`\Delta_j`;
+    Lognormal: column 0 is :math:`\sqrt{\Delta_j}`; two-point and mixture: column 0 is
+    :math:`\Delta_j`; random-scale: columns 0 and 1 are :math:`\Delta_j` and :math:`\sqrt{\Delta_j}`;
     AR(1): :math:`[\alpha, \beta, \ell_{11}, \ell_{21}, \ell_{22}]` (module docstring;
     ``independent``: column 2 is :math:`\sqrt{V_{T_j}}`); degenerate: zeros. Cached per
     process (read-only arrays).

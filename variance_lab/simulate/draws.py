@@ -19,30 +19,64 @@ sampler lives in one place.
   :math:`\log P_t = c \log a + (t - c)\log b`.
 * ``CODE_AR1``: :math:`e_t = \rho e_{t-1} + s\sqrt{1-\rho^2} Z_t`, :math:`e_1 = s Z_1`
   (stationary) summed; :math:`\log P_t = t m + \sum e`.
+* ``CODE_RANDOM_SCALE``: the path's variance :math:`v = \theta\,\Gamma_\alpha`, drawn at its
+  first token and kept; :math:`\sqrt v\,Z - v/2` summed (the deviations of
+  :math:`\log r \sim N(\log\mu - v/2, v)` from :math:`\log\mu`);
+  :math:`\log P_t = t \log\mu + \sum`.
+* ``CODE_MIXTURE``: :math:`\log r` itself summed; per token one uniform :math:`U` picks the
+  first component :math:`j` with :math:`U < c_j` (cumulative weights), then
+  :math:`\log r = m_j + s_j Z`; :math:`\log P_t = \sum`.
 
 The parameters ``par`` are those of :meth:`variance_lab.families.Family.sampler_params`:
-``[log mu]``, ``[m, s]``, ``[k, log theta]``, ``[q, log a, log b]``, ``[m, s, rho]``.
+
+=================  ==========================================================================
+code               ``par``
+=================  ==========================================================================
+degenerate         ``[log mu]``
+lognormal          ``[m, s]``
+gamma              ``[k, log theta]``
+two-point          ``[q, log a, log b]``
+ar1                ``[m, s, rho]``
+random-scale       ``[log mu, alpha, theta]``
+mixture            ``[K, c_1..c_K, m_1..m_K, s_1..s_K, p_1..p_K]`` (length ``1 + 4K``):
+                   cumulative weights (``c_K = 1``), means, sds, and the conditional
+                   probabilities :math:`p_j = w_j / (w_j + \dots + w_K)` (``p_K = 1``)
+=================  ==========================================================================
 
 For a small gamma shape :math:`k < 1`, :math:`\Gamma_k` itself underflows to 0 (its log to
 :math:`-\infty`) with non-negligible probability, so its log is drawn as
 :math:`\log\Gamma_{k+1} + \log(U)/k` with :math:`U \in (0, 1]` (Marsaglia and Tsang's
-boost), which is always finite. The AR(1) family is the one whose tokens are not
-independent: a path carries its last deviation :math:`e` from token to token (``NaN``
-before its first token).
+boost), which is always finite. Two families' tokens are not independent, and a path
+carries a state :math:`e` from token to token and block to block (``NaN`` before its first
+token; :func:`path_state` says which): AR(1) its last deviation, random-scale its variance
+:math:`v`. ``standard_gamma`` with a small shape :math:`\alpha` may return
+:math:`v = 0` (its draw underflows): that is a path with :math:`\log r = \log\mu` exactly,
+never a NaN or an infinity, since no log of :math:`v` is taken.
 
 **Aggregate draws** (:func:`aggregate_paths`): :math:`\log P_T` at the grid points from its
 exact law given the previous grid point, one or two draws per grid point, with the
 per-step coefficients of :func:`variance_lab.simulate.aggregate.aggregate_table` (the
 laws are written out there): lognormal :math:`N(\Delta m, \Delta s^2)`, two-point
 :math:`K \sim \mathrm{Binomial}(\Delta, q)` low values, AR(1) a bivariate normal step of
-the block sum and the last deviation, degenerate nothing drawn. Gamma has none.
+the block sum and the last deviation, random-scale :math:`v` at the path start and then
+:math:`N(\Delta(\log\mu - v/2), \Delta v)` per step, mixture the component counts by
+sequential binomials and then one :math:`N(\sum_j c_j m_j, \sum_j c_j s_j^2)`, degenerate
+nothing drawn. Gamma has none.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.families import CODE_AR1, CODE_DEGENERATE, CODE_GAMMA, CODE_LOGNORMAL, CODE_TWO_POINT
+from variance_lab.families import (
+    CODE_AR1,
+    CODE_DEGENERATE,
+    CODE_GAMMA,
+    CODE_LOGNORMAL,
+    CODE_MIXTURE,
+    CODE_RANDOM_SCALE,
+    CODE_TWO_POINT,
+)
 from variance_lab.simulate._jit import kernel
 
 __all__ = [
@@ -54,13 +88,16 @@ __all__ = [
     "draw_raw",
     "draw_raw4",
     "log_p",
+    "path_state",
     "token4",
 ]
 
 #: Sampler codes the kernels draw from (:meth:`variance_lab.families.Family.sampler_params`).
-KNOWN_CODES = frozenset({CODE_DEGENERATE, CODE_LOGNORMAL, CODE_GAMMA, CODE_TWO_POINT, CODE_AR1})
+KNOWN_CODES = frozenset(
+    {CODE_DEGENERATE, CODE_LOGNORMAL, CODE_GAMMA, CODE_TWO_POINT, CODE_AR1, CODE_RANDOM_SCALE, CODE_MIXTURE}
+)
 #: Codes whose sum of log-ratios :func:`aggregate_paths` draws exactly (every family but gamma).
-AGGREGATE_CODES = frozenset({CODE_DEGENERATE, CODE_LOGNORMAL, CODE_TWO_POINT, CODE_AR1})
+AGGREGATE_CODES = KNOWN_CODES - {CODE_GAMMA}
 
 
 def check_code(code) -> int:
@@ -74,11 +111,28 @@ def check_code(code) -> int:
 # token draws
 # --------------------------------------------------------------------------------------
 @kernel
+def path_state(code):  # pragma: no cover - compiled
+    """Return True for families whose paths carry a state ``e`` (AR(1), random-scale): drawn one by one."""
+    return code in (CODE_AR1, CODE_RANDOM_SCALE)
+
+
+@kernel
+def _mixture_token(par, k, rng):  # pragma: no cover - compiled
+    """One mixture log-ratio: the first component j with ``U < c_j``, then ``m_j + s_j Z``."""
+    u = rng.random()
+    j = 0
+    while j < k - 1 and u >= par[1 + j]:
+        j += 1
+    return par[1 + k + j] + par[1 + 2 * k + j] * rng.standard_normal()
+
+
+@kernel
 def draw_raw(code, par, rng, m, e):  # pragma: no cover - compiled
     """Sum of ``m`` per-token draws in the family's raw form (see the module table).
 
-    ``e`` is the AR(1) state, the deviation of the path's last token (NaN at the start of
-    a path; ignored by the i.i.d. families). Returns ``(sum, state after the m tokens)``.
+    ``e`` is the path's state (NaN at the start of a path; ignored by the i.i.d.
+    families): AR(1) the deviation of the path's last token, random-scale the path's
+    variance :math:`v`, drawn with its first token. Returns ``(sum, state after the m tokens)``.
     """
     acc = 0.0
     if code == CODE_LOGNORMAL:
@@ -110,6 +164,17 @@ def draw_raw(code, par, rng, m, e):  # pragma: no cover - compiled
         for _ in range(first, m):
             e = rho * e + c * rng.standard_normal()
             acc += e
+    elif code == CODE_RANDOM_SCALE and m > 0:
+        if np.isnan(e):  # a path's first token: its variance v = theta Gamma(alpha, 1), >= 0
+            e = par[2] * rng.standard_gamma(par[1])
+        z = 0.0
+        for _ in range(m):
+            z += rng.standard_normal()
+        acc = np.sqrt(e) * z - 0.5 * m * e
+    elif code == CODE_MIXTURE:
+        k = np.int64(par[0])
+        for _ in range(m):
+            acc += _mixture_token(par, k, rng)
     return acc, e
 
 
@@ -124,7 +189,9 @@ def log_p(code, par, t, raw):  # pragma: no cover - compiled
         return t * par[1] + raw
     if code == CODE_TWO_POINT:
         return raw * par[1] + (t - raw) * par[2]
-    return t * par[0] + raw  # CODE_AR1
+    if code == CODE_MIXTURE:
+        return raw
+    return t * par[0] + raw  # CODE_AR1, CODE_RANDOM_SCALE
 
 
 @kernel
@@ -146,7 +213,7 @@ def draw_raw4(code, par, rng, m):  # pragma: no cover - compiled
 
     Interleaving four independent running sums lets the CPU overlap their additions with
     the generator's work; the draws go to paths 0, 1, 2, 3, 0, 1, ... in stream order.
-    (i.i.d. families only: AR(1) paths go one by one, :func:`draw_raw`.)
+    (i.i.d. families only: AR(1) and random-scale paths go one by one, :func:`draw_raw`.)
     """
     a0 = a1 = a2 = a3 = 0.0
     if code == CODE_LOGNORMAL:
@@ -174,7 +241,8 @@ def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma
 
     ``table`` holds the per-step coefficients of
     :func:`variance_lab.simulate.aggregate.aggregate_table` (lognormal: :math:`\sqrt{\Delta}`;
-    two-point: :math:`\Delta`; AR(1): :math:`\alpha, \beta, \ell_{11}, \ell_{21}, \ell_{22}`).
+    two-point and mixture: :math:`\Delta`; AR(1): :math:`\alpha, \beta, \ell_{11}, \ell_{21}, \ell_{22}`;
+    random-scale: :math:`\Delta, \sqrt{\Delta}`).
     Paths one after another, grid points in order; with ``independent`` each point is
     drawn afresh. A block of paths per call, not one: a call with array arguments costs
     reference-count updates, as much as the draws of a short path.
@@ -208,6 +276,36 @@ def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma
                     if j + 1 < nT:
                         e = table[j, 1] * e + table[j, 3] * z1 + table[j, 4] * rng.standard_normal()
                 out[i, j] = log_p(code, par, grid[j], raw)
+    elif code == CODE_RANDOM_SCALE:  # raw = sum of (log r - log mu); v per path (independent: per point)
+        alpha, theta = par[1], par[2]
+        for i in range(b):
+            raw = 0.0
+            v = 0.0
+            for j in range(nT):
+                if j == 0 or independent:
+                    v = theta * rng.standard_gamma(alpha)
+                d = np.sqrt(v) * table[j, 1] * rng.standard_normal() - 0.5 * table[j, 0] * v
+                raw = d if independent else raw + d
+                out[i, j] = log_p(code, par, grid[j], raw)
+    elif code == CODE_MIXTURE:  # raw = log P; component counts, then one Gaussian
+        k = np.int64(par[0])
+        for i in range(b):
+            raw = 0.0
+            for j in range(nT):
+                left = np.int64(table[j, 0])
+                mean = 0.0
+                var = 0.0
+                for c in range(k):
+                    if left == 0:
+                        break
+                    cnt = left if c == k - 1 else rng.binomial(left, par[1 + 3 * k + c])
+                    left -= cnt
+                    s = par[1 + 2 * k + c]
+                    mean += cnt * par[1 + k + c]
+                    var += cnt * (s * s)
+                d = mean + np.sqrt(var) * rng.standard_normal()
+                raw = d if independent else raw + d
+                out[i, j] = raw
     else:  # CODE_DEGENERATE
         for i in range(b):
             for j in range(nT):
@@ -228,8 +326,9 @@ def _draw_log_r_kernel(code, par, rng, out):  # pragma: no cover - compiled
 def draw_log_r(code: int, params: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
     r"""``size`` consecutive tokens' :math:`\log r` of one sequence from the family ``(code, params)``.
 
-    i.i.d. draws for every family but AR(1), whose draws form one stationary AR(1) path.
-    Drawn one token at a time, as the kernels draw a single path.
+    i.i.d. draws for every family but AR(1), whose draws form one stationary AR(1) path,
+    and random-scale, whose draws share one variance :math:`v` (one sequence: i.i.d.
+    given :math:`v`, not i.i.d.). Drawn one token at a time, as the kernels draw a single path.
 
     Parameters
     ----------

@@ -55,10 +55,17 @@ reason of a row that is not reliable starts with its level, ``"marginal: "`` or
 The rules, per statistic :math:`X \in \{P_T, G_T\}` (``C`` is :data:`CALIBRATION_LIMIT`):
 
 * ``var_X`` unreliable when theory's draws needed for a relative error of ``target``
-  (:func:`variance_lab.theory.n_needed_P` / ``_G``) exceed n; marginal when theory's
-  relative standard error of :math:`\hat m_4` (``rel_se_m4_X``) exceeds ``C``;
+  (:func:`variance_lab.theory.n_needed_P` / ``_G``) exceed n (infinite where
+  :math:`E[X^4]` diverges); marginal when theory's relative standard error of
+  :math:`\hat m_4` (``rel_se_m4_X``, infinite where a moment of order at most 8 diverges)
+  exceeds ``C``;
+* ``var_X`` where theory's :math:`\operatorname{Var}(X)` itself is infinite (random-scale,
+  :math:`T \ge 1/\theta`): unreliable, the reason says so, and the row keeps the sample
+  variance as its value but has no interval (``lo``, ``hi``, ``se`` NaN): a finite sample
+  variance estimates nothing there;
 * ``mean_X`` unreliable when theory's relative standard error of the mean (``rel_se_mean_X``)
-  exceeds ``target``; marginal when that of the sample variance (``rel_se_var_X``) exceeds ``C``;
+  exceeds ``target`` (or :math:`\operatorname{Var}(X)` is infinite); marginal when that of the
+  sample variance (``rel_se_var_X``) exceeds ``C``;
 * anything about the weights :math:`P_T` (``mean_P``, ``var_P``, ``ess_frac_P``,
   ``max_weight_share_P``, ``khat_P``, ``khat_min_n_P``) unreliable when
   :math:`\hat k_P` exceeds ``khat_limit``; likewise ``mean_G``, ``var_G``, ``khat_G``,
@@ -219,6 +226,8 @@ def _log10_m4_rel_sd(family: Family, T: int, q: int) -> float:
     with mpmath.workdps(30):
         s = mpmath.mpf(1) if q == P else mpmath.mpf(1) / T
         v = mpmath.expm1(family.cgf_sum_mp(T, 2 * s) - 2 * family.cgf_sum_mp(T, s))
+    if mpmath.isinf(v):  # Var(X) infinite (random-scale from T = 1/theta on): so is the se of m4
+        return math.inf
     if not v > 0:
         return -math.inf
     # the central moments cancel about 8 * log10(1/sd) digits of the raw ones
@@ -226,6 +235,8 @@ def _log10_m4_rel_sd(family: Family, T: int, q: int) -> float:
     with mpmath.workdps(40 + extra):
         s = mpmath.mpf(1) if q == P else mpmath.mpf(1) / T
         raw = _raw_moments(family, T, s)
+        if any(mpmath.isinf(r) for r in raw):  # a moment of order <= 8 is infinite: so is the se of m4
+            return math.inf
         mu = [mpmath.fsum(math.comb(j, i) * raw[i] * (-1) ** (j - i) for i in range(j + 1)) for j in range(9)]
         a = mu[8] - mu[4] ** 2 - 8 * mu[3] * mu[5] + 16 * mu[2] * mu[3] ** 2
         if not a > 0:
@@ -404,10 +415,42 @@ _KHAT_FLAGGED = {
 }
 
 
-def _verdicts(acc: Accumulator, family: Family, col: dict, lcol: dict, target: float) -> dict[str, list[str]]:
+def _infinite_variance(family: Family, T: np.ndarray) -> dict[str, np.ndarray]:
+    r"""Return where theory's :math:`\operatorname{Var}(P_T)`, :math:`\operatorname{Var}(G_T)` is infinite."""
+    return {
+        x: np.isposinf(np.atleast_1d(theory.value(f"var_{x}", family, T, log10=True))) for x in ("P", "G")
+    }
+
+
+def _no_interval_where_infinite(rows: list[dict], infinite: dict[str, np.ndarray]) -> None:
+    """Drop the interval (and se) of ``var_X`` where Var(X_T) is infinite: there is nothing it could cover."""
+    for r in rows:
+        x = r["statistic"][-1]
+        if r["statistic"] in ("var_P", "var_G") and infinite[x].any():
+            inf = infinite[x]
+            for key in ("lo", "hi", "se", "log10_lo", "log10_hi"):
+                r[key] = np.where(inf, np.nan, np.broadcast_to(np.asarray(r[key], dtype=float), inf.shape))
+
+
+def _rse_words(value: float, why: str) -> str:
+    """'relative standard error theory puts at <value> > C', or 'is infinite (why)' for an infinite one."""
+    if math.isinf(value):
+        return f"relative standard error is infinite ({why})"
+    return f"relative standard error theory puts at {value:.3g} > {CALIBRATION_LIMIT:g}"
+
+
+def _verdicts(
+    acc: Accumulator,
+    family: Family,
+    col: dict,
+    lcol: dict,
+    target: float,
+    infinite: dict[str, np.ndarray],
+) -> dict[str, list[str]]:
     """Reasons (per T; '' when reliable, else starting with the level) for every statistic.
 
-    ``col`` and ``lcol`` map a statistic to its values over T, and their log10 (rows of the estimate).
+    ``col`` and ``lcol`` map a statistic to its values over T, and their log10 (rows of the estimate);
+    ``infinite`` marks, per ``"P"`` and ``"G"``, the T where theory's variance is infinite.
     """
     T, n = acc.T, acc.count
     nT = T.size
@@ -420,7 +463,17 @@ def _verdicts(acc: Accumulator, family: Family, col: dict, lcol: dict, target: f
         rse_var, rse_m4, khat = col[f"rel_se_var_{x}"], col[f"rel_se_m4_{x}"], col[f"khat_{x}"]
         tails = acc.tail if x == "P" else acc.tail / T[:, None].astype(float)
         for j in range(nT):
-            if lneed[j] > math.log10(n):
+            if infinite[x][j]:
+                bad[f"var_{x}"][j].append(
+                    f"Var({x}_T) is infinite (E[{x}_T^2] diverges): the sample variance is finite for "
+                    "every n and estimates nothing; no interval is given"
+                )
+            elif math.isinf(lneed[j]):
+                bad[f"var_{x}"][j].append(
+                    f"E[{x}_T^4] is infinite: the sample variance has no finite standard error, and no "
+                    f"number of draws gives it a {target:.0%} relative error"
+                )
+            elif lneed[j] > math.log10(n):
                 bad[f"var_{x}"][j].append(
                     f"theory needs ~1e{lneed[j]:.1f} draws for a {target:.0%} relative error of "
                     f"Var({x}_T), more than the n = {n} used: the sample variance cannot confirm "
@@ -429,17 +482,22 @@ def _verdicts(acc: Accumulator, family: Family, col: dict, lcol: dict, target: f
             elif rse_m4[j] > CALIBRATION_LIMIT:  # inf beyond float range compares right
                 weak[f"var_{x}"][j].append(
                     f"precise enough, but the interval's width rests on the sample fourth moment, whose "
-                    f"relative standard error theory puts at {rse_m4[j]:.3g} > {CALIBRATION_LIMIT:g}: "
+                    f"{_rse_words(rse_m4[j], f'a moment of {x}_T of order at most 8 diverges')}: "
                     "the interval may cover less than its level"
                 )
-            if lrse[j] > math.log10(target):
+            if infinite[x][j]:
+                bad[f"mean_{x}"][j].append(
+                    f"Var({x}_T) is infinite: the sample mean converges more slowly than 1/sqrt(n) and "
+                    "its normal interval does not hold"
+                )
+            elif lrse[j] > math.log10(target):
                 bad[f"mean_{x}"][j].append(
                     f"theory's relative standard error of the mean is ~1e{lrse[j]:.1f} > {target:g}"
                 )
             elif rse_var[j] > CALIBRATION_LIMIT:
                 weak[f"mean_{x}"][j].append(
                     f"precise enough, but the interval's width rests on the sample variance, whose "
-                    f"relative standard error theory puts at {rse_var[j]:.3g} > {CALIBRATION_LIMIT:g}: "
+                    f"{_rse_words(rse_var[j], f'E[{x}_T^4] diverges')}: "
                     "the interval may cover less than its level"
                 )
             if khat[j] > lim[j]:
@@ -507,11 +565,13 @@ def estimate(
     weights, khat_rows = _weights_part(acc)
     rel_se, theory_rows = _theory_part(acc, family)
     rows += weights + rel_se + khat_rows + theory_rows
+    infinite = _infinite_variance(family, acc.T)
+    _no_interval_where_infinite(rows, infinite)
     assert [r["statistic"] for r in rows] == list(STATISTICS)
     T, nT, nS = acc.T, acc.T.size, len(STATISTICS)
     values = {r["statistic"]: np.broadcast_to(np.asarray(r["value"], dtype=float), (nT,)) for r in rows}
     log10s = {r["statistic"]: np.broadcast_to(np.asarray(r["log10_value"], dtype=float), (nT,)) for r in rows}
-    reasons = _verdicts(acc, family, values, log10s, target)
+    reasons = _verdicts(acc, family, values, log10s, target, infinite)
 
     def column(key):  # (statistic, T) -> T-major flat column
         return np.stack([np.broadcast_to(np.asarray(r[key], dtype=float), (nT,)) for r in rows]).T.ravel()

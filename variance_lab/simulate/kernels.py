@@ -12,7 +12,7 @@ Paths are processed in batches of four whose running sums live in registers, dra
 token-major (paths 0, 1, 2, 3, 0, 1, ... in stream order): four independent additions
 per generator round keep the CPU busy while the generator works, which brings the
 kernel to the speed of a bare draw-and-sum loop. The last ``n % 4`` paths of a chunk
-go one by one, and so do all AR(1) paths (their tokens are not independent). Which draw
+go one by one, and so do all AR(1) and random-scale paths (their tokens are not independent). Which draw
 feeds which path is fixed by the chunk alone (not by the T grid or the block size). The
 lognormal batch draws are written out in the kernel itself: a call per grid point would
 cost half a draw on a dense grid.
@@ -31,12 +31,20 @@ from collections.abc import Callable
 
 import numpy as np
 
-from variance_lab.families import CODE_AR1, CODE_LOGNORMAL
+from variance_lab.families import CODE_LOGNORMAL
 from variance_lab.simulate._jit import kernel
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 from variance_lab.simulate.aggregate import run_aggregate
 from variance_lab.simulate.block import BlockState, new_state, reduce_block, to_accumulator
-from variance_lab.simulate.draws import KNOWN_CODES, check_code, draw_log_r, draw_raw, draw_raw4, log_p
+from variance_lab.simulate.draws import (
+    KNOWN_CODES,
+    check_code,
+    draw_log_r,
+    draw_raw,
+    draw_raw4,
+    log_p,
+    path_state,
+)
 from variance_lab.simulate.plan import ChunkTask, chunk_generator
 
 __all__ = [
@@ -56,7 +64,7 @@ def _token_kernel(code, par, independent, n_paths, rng, st):  # pragma: no cover
     r"""Simulate ``n_paths`` paths token by token and reduce them into the state ``st``.
 
     Paths go in batches of 4 (:func:`~variance_lab.simulate.draws.draw_raw4`), the last
-    ``n_paths % 4`` one by one (AR(1): all one by one); each path writes its
+    ``n_paths % 4`` one by one (AR(1), random-scale: all one by one); each path writes its
     :math:`\log P_T` at every T into its row of the block buffer ``st.P``, and a full block
     is reduced at once (:func:`variance_lab.simulate.block.reduce_block`).
     """
@@ -65,7 +73,7 @@ def _token_kernel(code, par, independent, n_paths, rng, st):  # pragma: no cover
     nT = grid.size
     B = P.shape[0]
     fill = 0
-    n_batches = n_paths // 4 if code != CODE_AR1 else 0
+    n_batches = n_paths // 4 if not path_state(code) else 0
     for _ in range(n_batches):
         r0 = r1 = r2 = r3 = 0.0
         prev = 0

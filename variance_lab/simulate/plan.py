@@ -69,8 +69,10 @@ MAX_CHUNK_DRAWS = 2**23
 
 #: Work units per token draw of each sampler code (1 for lognormal and anything not listed):
 #: measured token rates on one core of the loaded 2-core machine (``simulate`` at T = 10^4,
-#: n = 2048) were 3.8e7/s lognormal, 1.1e7/s ar1, 2.0e6/s two-point, 1.8e6/s gamma.
-TOKEN_COST = {2: 16, 3: 16, 4: 4}  # gamma, two-point, ar1 (variance_lab.families.CODE_*)
+#: n = 2048) were 3.8e7/s lognormal, 1.1e7/s ar1, 2.0e6/s two-point, 1.8e6/s gamma; later,
+#: alike (load average 10), 6.2e7/s lognormal, 7.9e7/s random-scale, 5.1e6/s mixture
+#: (2 components), 5.8e6/s two-point.
+TOKEN_COST = {2: 16, 3: 16, 4: 4, 6: 16}  # gamma, two-point, ar1, mixture (variance_lab.families.CODE_*)
 
 #: Work units per grid point and path of the aggregate sampler (two bridge draws and the
 #: accumulator updates: 2.4e6 draws/s for lognormal, 1.5e6 for two-point, measured alike).

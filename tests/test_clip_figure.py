@@ -1,0 +1,235 @@
+"""The clip-fraction figure (variance_lab.report.clip_figure), drawn under the Agg backend."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from variance_lab.report import style
+from variance_lab.report.clip_figure import MODEL_MARKERS, clip_figure, clip_kinds, clip_models
+from variance_lab.rollouts.analysis import analyze
+from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.predictions import ALL_MODELS
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _table(extra_models=(), gmpo=False) -> pd.DataFrame:
+    """Three buckets with observed fractions, intervals and predictions of the five models (+ extra)."""
+    t = {
+        "bucket": [3, 4, 5],
+        "T_mean": [10.0, 20.0, 40.0],
+        "gspo_clip_frac": [0.1, 0.35, 0.6],
+        "gspo_clip_frac_lo": [0.07, 0.3, 0.55],
+        "gspo_clip_frac_hi": [0.14, 0.4, 0.65],
+        "gspo_clip_pred": [0.9, 0.8, 0.7],  # unsuffixed copy of corr: not a model
+        "gspo_clip_pred_iid": [0.91, 0.81, 0.71],
+        "gspo_clip_pred_emp": [np.nan, np.nan, np.nan],
+        "gspo_clip_pred_corr": [0.9, 0.8, 0.7],
+        "gspo_clip_pred_mix": [0.5, 0.7, 0.65],
+        "gspo_clip_pred_hier": [0.3, 0.4, 0.5],
+        "ppo_clip_frac": [1e-3, 2e-3, 0.0],
+        "ppo_clip_frac_lo": [0.0, 1e-3, 0.0],
+        "ppo_clip_frac_hi": [2e-3, 3e-3, 5e-4],
+        "ppo_clip_pred": [1e-31] * 3,
+        "ppo_clip_pred_iid": [1e-31] * 3,
+        "ppo_clip_pred_emp": [1e-3] * 3,
+        "ppo_clip_pred_corr": [1e-31] * 3,
+        "ppo_clip_pred_mix": [5e-5] * 3,
+        "ppo_clip_pred_hier": [5e-4, 4e-4, 3e-4],
+    }
+    for m in extra_models:
+        t[f"gspo_clip_pred_{m}"] = [0.12, 0.33, 0.61]
+        t[f"ppo_clip_pred_{m}"] = [9e-4, 2e-3, 2e-4]
+    if gmpo:
+        t |= {
+            "gmpo_clip_frac": [0.01, 0.02, 0.03],
+            "gmpo_clip_frac_lo": [0.005, 0.015, 0.02],
+            "gmpo_clip_frac_hi": [0.02, 0.03, 0.04],
+            "gmpo_clip_pred_iid": [0.001, 0.002, 0.003],
+        }
+    return pd.DataFrame(t)
+
+
+def _markers(ax) -> dict[str, np.ndarray]:
+    """Marker lines of a panel, by marker shape: (x, y) points as drawn."""
+    out = {}
+    for line in ax.get_lines():
+        marker = line.get_marker()
+        if marker not in (None, "None", "", " ", "|", "_") and line.get_linestyle() in (
+            "None",
+            "",
+            " ",
+        ):  # caps: | _
+            out[marker] = np.column_stack([line.get_xdata(), line.get_ydata()]).astype(float)
+    return out
+
+
+def _legend_labels(fig) -> list[str]:
+    legend = fig.legends[0] if fig.legends else fig.axes[-1].get_legend()
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def test_models_and_kinds_come_from_the_columns():
+    """Models are the suffixes of the prediction columns (known ones first), kinds those with predictions."""
+    table = _table(extra_models=("comb",), gmpo=True)
+    assert clip_models(table, "gspo") == ["iid", "emp", "corr", "mix", "hier", "comb"]
+    assert clip_models(table, "gmpo") == ["iid"]
+    assert clip_kinds(table) == ["gspo", "ppo", "gmpo"]
+    assert clip_kinds(table.drop(columns=["gmpo_clip_pred_iid"])) == ["gspo", "ppo"]
+
+
+def test_points_are_observed_against_predicted_with_the_diagonal():
+    """Each model's markers sit at (observed, predicted) per bucket; the diagonal y = x is drawn."""
+    table = _table()
+    fig = clip_figure(table)
+    assert isinstance(fig, Figure)
+    gspo, ppo = fig.axes
+    assert gspo.get_xscale() == gspo.get_yscale() == "linear"
+    assert ppo.get_xscale() == ppo.get_yscale() == "log"
+    drawn = _markers(gspo)
+    for m in ("iid", "corr", "mix", "hier"):
+        xy = drawn[MODEL_MARKERS[m]["marker"]]
+        np.testing.assert_allclose(xy[:, 0], table["gspo_clip_frac"])
+        np.testing.assert_allclose(xy[:, 1], table[f"gspo_clip_pred_{m}"])
+    assert MODEL_MARKERS["emp"]["marker"] not in drawn  # no GSPO prediction: not drawn, noted
+    assert any("no prediction: i.i.d. empirical" in t.get_text() for t in gspo.texts)
+    diagonal = [
+        ln for ln in gspo.get_lines() if ln.get_linestyle() == "-" and ln.get_marker() in ("None", "")
+    ]
+    assert diagonal
+    x, y = (np.asarray(v, float) for v in diagonal[0].get_data())
+    np.testing.assert_array_equal(x, y)
+    # the horizontal bars span the observed interval
+    bars = [c for c in gspo.collections if len(c.get_segments()) == len(table)]
+    spans = {tuple(np.round([s[0][0], s[1][0]], 12)) for c in bars for s in c.get_segments()}
+    assert (0.07, 0.14) in spans
+    assert (0.55, 0.65) in spans
+
+
+def test_log_panel_puts_tiny_values_on_the_edge_and_says_so():
+    """PPO's 1e-31 predictions and intervals from 0 are drawn at the panel's floor and listed in a note."""
+    fig = clip_figure(_table())
+    ppo = fig.axes[1]
+    floor = 1e-4  # a decade below the smallest positive observed value or interval end (1e-3)
+    lo, hi = ppo.get_ylim()
+    assert lo < floor < hi
+    assert ppo.get_xlim() == (lo, hi)
+    square = _markers(ppo)[MODEL_MARKERS["iid"]["marker"]]
+    np.testing.assert_allclose(square[:, 1], floor)
+    np.testing.assert_allclose(square[:, 0], [1e-3, 2e-3, floor])  # an observed 0 on the left edge
+    note = "\n".join(t.get_text() for t in ppo.texts)
+    assert "below 0.0001" in note
+    assert "i.i.d. lognormal: 1e-31" in note
+    assert "autocorrelation-corrected: 1e-31" in note
+    assert "an observed interval from 0" in note
+    hier = _markers(ppo)[MODEL_MARKERS["hier"]["marker"]]
+    np.testing.assert_allclose(hier[:, 1], [5e-4, 4e-4, 3e-4])  # inside the panel: drawn as they are
+    assert "random scale" not in note
+
+
+def test_a_new_model_and_a_new_kind_appear_without_code_change():
+    """An unknown model gets its own marker and its suffix as label; a new kind of clip its own panel."""
+    fig = clip_figure(_table(extra_models=("comb",), gmpo=True))
+    assert len(fig.axes) == 3
+    gmpo = fig.axes[2]
+    assert "GMPO" in gmpo.get_title()
+    assert gmpo.get_xscale() == "log"  # every value below LOG_BELOW
+    labels = _legend_labels(fig)
+    assert "comb" in labels
+    comb = _markers(fig.axes[0])
+    known = {st["marker"] for st in MODEL_MARKERS.values()}
+    (new,) = set(comb) - known
+    np.testing.assert_allclose(comb[new][:, 1], [0.12, 0.33, 0.61])
+    fig = clip_figure(_table(extra_models=("comb",)), labels={"comb": "combined model"})
+    assert "combined model" in _legend_labels(fig)
+
+
+def test_markers_differ_in_shape_for_every_model():
+    """Greyscale-safe: one distinct, hollow marker shape per model, also for added models."""
+    table = _table(extra_models=("comb", "other"))
+    fig = clip_figure(table)
+    legend = fig.legends[0]
+    handles = [
+        h for h in legend.legend_handles if isinstance(h, Line2D) and h.get_marker() not in ("None", "")
+    ]
+    shapes = [h.get_marker() for h in handles]
+    assert len(shapes) == len(set(shapes)) == 7  # the five models (emp: PPO only) and the two new ones
+    assert all(h.get_markerfacecolor() == "none" for h in handles)
+
+
+def test_layout_options_and_return_value():
+    """ax=, fig=, figsize=, kinds=, models=, style= and **kwargs; the figure is returned."""
+    fig, axes = plt.subplots(1, 2)
+    assert clip_figure(_table(), ax=axes, legend=True) is fig
+    assert axes[-1].get_legend() is not None  # the caller's axes: legend in the last panel
+    fig = clip_figure(_table(), kinds=["ppo"], models=["hier"], figsize=(3.0, 3.0), ms=7.0)
+    assert len(fig.axes) == 1
+    assert tuple(fig.get_size_inches()) == (3.0, 3.0)
+    (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == MODEL_MARKERS["hier"]["marker"]]
+    assert line.get_markersize() == 7.0
+    assert _legend_labels(fig)[0] == "random scale"
+    fig = Figure()
+    assert clip_figure(_table(), fig=fig) is fig
+    assert len(fig.axes) == 2
+    with plt.rc_context({"font.size": 13.0}):
+        fig = clip_figure(_table())
+    assert fig.axes[0].title.get_fontsize() >= 13.0
+    fig = clip_figure(_table(), style="paper")
+    sizes = [t.get_fontsize() for ax in fig.axes for t in (ax.title, ax.xaxis.label, *ax.texts)]
+    assert min(sizes) >= style.MIN_FONT_PT
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"kinds": ["gmpo"]}, "kind 'gmpo' is not in the table"),
+        ({"models": ["comb"]}, "model 'comb' is not in the table"),
+        ({"ax": [None]}, "ax must hold 2 axes"),
+    ],
+)
+def test_bad_requests_name_the_bad_value(kwargs, match):
+    """An unknown kind or model, or the wrong number of axes, is a ValueError naming it."""
+    if "ax" in kwargs:
+        kwargs = {"ax": [plt.figure().add_subplot()]}
+    with pytest.raises(ValueError, match=match):
+        clip_figure(_table(), **kwargs)
+
+
+def test_a_table_without_clip_predictions_is_refused():
+    """A table without K_clip_frac and K_clip_pred_<model> columns is a ValueError."""
+    with pytest.raises(ValueError, match="no clip fractions with predictions"):
+        clip_figure(pd.DataFrame({"bucket": [1], "gspo_clip_frac": [0.1]}))
+
+
+def test_draws_the_analysis_table_as_analyze_makes_it():
+    """On analyze's own table: GSPO and PPO panels, every model of the analysis in the legend."""
+    rng = np.random.default_rng(5)
+    n, width = 240, 64
+    lengths = rng.integers(8, width + 1, n)
+    y = rng.standard_normal((n, width)) * 0.02 * rng.gamma(1.0, 1.0, (n, 1))  # random scale per sequence
+    base = rng.exponential(2.0, (n, width))
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    result = analyze(
+        TokenBatch.from_padded(-base + np.minimum(y, 0), -base - np.maximum(y, 0), mask), n_boot=50, seed=0
+    )
+    table = result.table
+    assert clip_kinds(table) == ["gspo", "ppo"]
+    assert clip_models(table, "gspo") == list(ALL_MODELS)
+    fig = clip_figure(table)
+    gspo = _markers(fig.axes[0])
+    xy = gspo[MODEL_MARKERS["hier"]["marker"]]
+    np.testing.assert_allclose(xy[:, 1], table["gspo_clip_pred_hier"])
+    labels = _legend_labels(fig)
+    for m in ALL_MODELS:
+        assert MODEL_MARKERS[m]["label"] in labels
