@@ -158,6 +158,52 @@ def test_out_file_is_written(tmp_path, capsys):
     assert "seq-mask:3" in target.read_text()
 
 
+def test_random_scale_and_mixture_rows_say_quadrature_or_sum(capsys):
+    """random-scale and lognormal-mixture need no --n: rows from quadrature or sums, method in the csv."""
+    rc, out, _ = run_cli(
+        capsys, "corrections", "--family", "random-scale", "--alpha", "2", "--T", "10",
+        "--correction", "seq-tis:3,tis:2", "--format", "csv",
+    )  # fmt: skip
+    assert rc == 0
+    df = pd.read_csv(io.StringIO(out))
+    ref = co.theory(get_family("random-scale", 1.0, 0.1, alpha=2.0), [10], "seq-tis:3,tis:2")
+    assert df.method.tolist() == ["quadrature", "quadrature"]
+    np.testing.assert_allclose(df.mean_w, ref.mean_w, rtol=1e-12)
+    rc, out, _ = run_cli(
+        capsys, "corrections", "--family", "lognormal-mixture", "--components", "0.9:0:0.01,0.1:-0.1:0.3",
+        "--T", "10", "--correction", "seq-mask:3,icepop:2", "--format", "csv",
+    )  # fmt: skip
+    assert rc == 0
+    assert pd.read_csv(io.StringIO(out)).method.tolist() == ["multinomial sum", "closed form"]
+
+
+def test_data_buckets_show_interval_and_prediction(tmp_path, capsys):
+    """--data: each bucket's modified fraction with its 95 % interval, the fitted lognormal's prediction."""
+    rng = np.random.default_rng(4)
+    lens = rng.integers(5, 30, size=200)
+    old = [-rng.exponential(1.0, size=int(n)) for n in lens]
+    new = [np.minimum(o + rng.normal(0.0, 0.1, size=o.size), 0.0) for o in old]
+    path = save_batch(TokenBatch.from_ragged(new, old), tmp_path / "b.npz")
+    args = ("corrections", "--data", str(path), "--correction", "seq-mask:1.5,tis:1.1", "--buckets", "5,15")
+    rc, out, _ = run_cli(capsys, *args, "--format", "csv")
+    assert rc == 0
+    df = pd.read_csv(io.StringIO(out))
+    assert (df.frac_modified_lo <= df.frac_modified).all()
+    assert (df.frac_modified <= df.frac_modified_hi).all()
+    inside = (df.frac_modified_lo <= df.pred_frac_modified) & (df.pred_frac_modified <= df.frac_modified_hi)
+    assert df.pred_inside.tolist() == inside.tolist()
+    rc, out, _ = run_cli(capsys, *args)
+    assert "prediction inside" in out
+    assert "the lognormal fitted to these log-ratios" in out
+    rc, out, _ = run_cli(capsys, *args, "--predict", "none", "--format", "csv")
+    assert "pred_frac_modified" not in out
+    rc, out, _ = run_cli(capsys, *args, "--predict", "mixture", "--format", "csv")
+    assert rc == 0
+    mix = pd.read_csv(io.StringIO(out))
+    assert mix.pred_frac_modified.between(0, 1).all()
+    assert not np.allclose(mix.pred_frac_modified, df.pred_frac_modified)  # another model, other numbers
+
+
 @pytest.mark.parametrize(
     ("family", "extra", "title"),
     [

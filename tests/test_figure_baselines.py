@@ -78,6 +78,33 @@ def _mc_frontier():
     return plots.mc_frontier(frame, [10.0**k for k in range(2, 13)], style="paper")
 
 
+def _corrections_vs_T():
+    """Draw four corrections' closed forms, and fixed made-up experiment points on a fitted lognormal."""
+    from variance_lab import corrections as co
+    from variance_lab.report import corrections_figure
+
+    specs = "seq-tis:3,seq-mask:3,tis:2,gmpo"
+    rows = []
+
+    def add(frame, method):
+        for r in frame.itertuples(index=False):
+            for stat, v in (("rel_bias", r.bias / r.mean_base), ("ess_frac", r.ess_frac)):
+                lo, hi = (v - 0.05, min(v + 0.03, 1.0)) if method == "experiment" else (float("nan"),) * 2
+                rows.append(
+                    {"T": r.T, "correction": r.correction, "statistic": stat, "method": method,
+                     "value": v, "lo": lo, "hi": hi, "reliable": True}
+                )  # fmt: skip
+
+    add(
+        co.theory(get_family("lognormal", 1.0, 0.1), [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], specs),
+        "exact",
+    )
+    fit = get_family("lognormal", 1.0, 0.02)
+    add(co.theory(fit, [8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 346], specs), "experiment_fit")
+    add(co.theory(fit, [11, 23, 45, 90, 176, 283], specs), "experiment")
+    return corrections_figure.corrections_vs_T(pd.DataFrame(rows), title="lognormal", style="paper")
+
+
 def _clip_fractions():
     """Observed against predicted clip fractions from a fixed per-bucket table (five models and a new one)."""
     obs = {"gspo": [0.1, 0.35, 0.54, 0.41, 0.69], "ppo": [9e-4, 2e-3, 2.4e-3, 1e-3, 0.0]}
@@ -107,6 +134,7 @@ def _clip_fractions():
 
 
 FIGURES = {
+    "corrections_vs_T": _corrections_vs_T,
     "variance_panels": _variance_panels,
     "ratio_vs_T": _ratio_vs_T,
     "heatmap_var_P": _heatmap_var_P,

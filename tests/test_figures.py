@@ -624,6 +624,33 @@ def test_corrections_figure_is_readable_and_greyscale_safe():
     assert len({h.get_marker() for h in handles}) == len(handles)  # apart without colour
 
 
+def test_corrections_figure_experiment_rows():
+    """corrections_vs_T's lower row: the bf16 file's bucket bootstrap and the lognormal fitted to it."""
+    from variance_lab import corrections
+    from variance_lab.rollouts.io import load_batch
+
+    params = {**figs.default_params("corrections_vs_T", quick=True), "n": 0, "n_boot": 50}
+    frame = figs.figure_data("corrections_vs_T", params)
+    batch = load_batch(figs.DATA_DIR / params["data"])
+    log_r = batch.mismatch_log_ratio
+    boot = corrections.bucket_bootstrap(
+        log_r, batch.offsets, params["corrections"], [(8, 15), (256, 346)], n_boot=50
+    )  # bucket 0 and the last one (its seed index differs: values only)
+    meas = frame[(frame.method == "experiment") & (frame.statistic == "ess_frac")]
+    assert len(meas) == 6 * len(params["corrections"])
+    for r in boot.itertuples(index=False):
+        got = meas[(meas.correction == r.correction) & (meas["T"] == int(np.floor(r.T + 0.5)))]
+        assert got.value.iloc[0] == pytest.approx(r.ess_frac, rel=1e-12, nan_ok=True)
+    fit = corrections.theory(corrections.fit_lognormal(log_r), params["data_T"], params["corrections"])
+    lines = frame[(frame.method == "experiment_fit") & (frame.statistic == "rel_bias")]
+    np.testing.assert_allclose(lines.value, fit.bias / fit.mean_base, rtol=1e-12)
+    fig = figs.draw("corrections_vs_T", frame, params, style="paper")
+    assert len(fig.axes) == 4
+    none = figs.figure_data("corrections_vs_T", {**params, "data": None})
+    assert not none.method.str.startswith("experiment").any()
+    assert len(figs.draw("corrections_vs_T", none, params).axes) == 2
+
+
 def test_clip_fractions_is_the_analysis_of_the_shipped_data(quick):
     """clip_fractions: analyze's clip columns of the shipped data, every model; a missing file is named."""
     from variance_lab.rollouts.predictions import ALL_MODELS

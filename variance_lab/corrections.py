@@ -74,11 +74,20 @@ would cancel), and ``logsumexp`` over the pieces, so nothing overflows at
 :math:`T = 10^6`. GMPO: :math:`E[w^k] = (E[e^{(k/T) \operatorname{clip}(\log r, -\epsilon,
 \epsilon)}])^T`, the same pieces with a fractional power.
 
+**Random-scale and lognormal-mixture ratios** (:func:`theory`, no Monte Carlo): given a
+sequence's variance :math:`v` (random scale) or its component counts (mixture) the log-ratios
+are Gaussian, so the closed forms above hold conditionally; they are integrated over
+:math:`v \sim \mathrm{Gamma}(\alpha, \theta)` by adaptive quadrature or summed over the
+multinomial law of the counts (cut where less than :data:`MIXTURE_TAIL_MASS` is left). Each
+row's ``method`` says which.
+
 **Monte Carlo** (:func:`simulate_corrections`, every family) draws token log-ratios with the
 engine's kernels (:func:`variance_lab.simulate.kernels.draw_log_r`), one
 ``np.random.Generator`` per chunk from ``SeedSequence(seed)``, and gives intervals and a
 verdict. **Data** (:func:`evaluate`) applies the same transformations to measured token
-log-ratios.
+log-ratios, with intervals of the modified fractions and, optionally, a fitted model's
+predictions beside them; :func:`bucket_bootstrap` gives the relative bias and ESS fraction per
+length bucket with bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -88,24 +97,39 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, special
+from scipy import integrate, optimize, special
 
 from variance_lab._validate import check_n, check_seed, check_T
-from variance_lab.families import CODE_AR1, CODE_RANDOM_SCALE, Family, LogNormal
+from variance_lab.families import (
+    CODE_AR1,
+    CODE_RANDOM_SCALE,
+    Family,
+    LogNormal,
+    LognormalMixture,
+    RandomScale,
+)
 from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, z_value
 
 __all__ = [
+    "BOOTSTRAP_COLUMNS",
     "COLUMNS",
     "DATA_COLUMNS",
     "KINDS",
+    "MAX_COUNT_TERMS",
     "MC_COLUMNS",
     "MIN_ESS",
+    "MIXTURE_TAIL_MASS",
+    "N_BOOT",
+    "PREDICTION_COLUMNS",
+    "TAIL_MASS",
     "WEIGHT_COLUMNS",
     "Correction",
     "apply_sequence",
     "apply_tokens",
+    "bucket_bootstrap",
     "evaluate",
     "find_T",
+    "fit_lognormal",
     "log_phi_diff",
     "parse",
     "parse_list",
@@ -134,7 +158,16 @@ KINDS = {
 WEIGHT_COLUMNS = ("bias", "var_w", "ess_frac", "frac_modified", "frac_seq_any", "mean_base")
 
 #: Columns of :func:`theory` (and the first columns of every corrections frame).
-COLUMNS = ("T", "correction", "level", "mean_w", *WEIGHT_COLUMNS, "log10_mean_w", "log10_var_w")
+COLUMNS = (
+    "T",
+    "correction",
+    "level",
+    "mean_w",
+    *WEIGHT_COLUMNS,
+    "log10_mean_w",
+    "log10_var_w",
+    "method",
+)
 
 #: Monte Carlo columns added by :func:`simulate_corrections`.
 MC_COLUMNS = (
@@ -153,7 +186,25 @@ MC_COLUMNS = (
 )
 
 #: Columns of :func:`evaluate` (corrections on measured token log-ratios).
-DATA_COLUMNS = ("T", "correction", "level", "n_seq", "mean_w", "mean_w_lo", "mean_w_hi", *WEIGHT_COLUMNS)
+DATA_COLUMNS = (
+    "T",
+    "correction",
+    "level",
+    "n_seq",
+    "mean_w",
+    "mean_w_lo",
+    "mean_w_hi",
+    *WEIGHT_COLUMNS,
+    "frac_modified_lo",
+    "frac_modified_hi",
+)
+
+#: Columns :func:`evaluate` adds with ``predict=``: the model's modified fraction and whether it
+#: lies inside the observed interval.
+PREDICTION_COLUMNS = ("pred_frac_modified", "pred_inside")
+
+#: Bootstrap replicates of the token-level modified fraction's interval (:func:`evaluate`).
+N_BOOT = 2000
 
 #: GSPO's default clip range of s (Zheng et al. 2025) and GMPO's log-space clip.
 GSPO_DEFAULT = (3e-4, 4e-4)
@@ -369,9 +420,66 @@ def _log_frac_out(a: float, b: float, M: float, S: float) -> float:
     return _log_tail_out((a - M) / S, (b - M) / S)
 
 
-def _gauss(family: Family, base: str, T: float) -> tuple[float, float]:
-    """(M, S) of the log of the base weight for the lognormal family."""
-    m, v = family.mean_log, family.var_log
+def _log_phi_diff_vec(a, b) -> np.ndarray:
+    """:func:`log_phi_diff` elementwise over arrays, by the same branches."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    out = np.full(a.shape, -_INF)
+    ok = a < b
+    narrow = ok & (b - a <= 1.0)
+    left = ok & ~narrow & (b <= 0)
+    right = ok & ~narrow & ~left & (a >= 0)
+    mid = ok & ~narrow & ~left & ~right
+    if narrow.any():
+        aa, bb = a[narrow], b[narrow]
+        half = 0.5 * (bb - aa)
+        x = (0.5 * (aa + bb))[:, None] + half[:, None] * _GL_X
+        out[narrow] = np.log(half) + special.logsumexp(-0.5 * x * x, b=_GL_W, axis=1) - _LOG_SQRT_2PI
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if left.any():
+            la, lb = special.log_ndtr(a[left]), special.log_ndtr(b[left])
+            out[left] = lb + np.log(-np.expm1(la - lb))
+        if right.any():
+            la, lb = special.log_ndtr(-a[right]), special.log_ndtr(-b[right])
+            out[right] = la + np.log(-np.expm1(lb - la))
+    if mid.any():
+        r2 = math.sqrt(2)
+        out[mid] = np.log(0.5 * (special.erf(b[mid] / r2) + special.erf(-a[mid] / r2)))
+    return out
+
+
+def _logsumexp_rows(terms: np.ndarray) -> np.ndarray:
+    """Log-sum-exp over the first axis, -inf where every term is -inf."""
+    mx = terms.max(axis=0)
+    safe = np.where(np.isfinite(mx), mx, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.where(np.isfinite(mx), safe + np.log(np.exp(terms - safe).sum(axis=0)), -_INF)
+
+
+def _log_moment_vec(pieces, M: np.ndarray, S: np.ndarray, j: float) -> np.ndarray:
+    """:func:`_log_moment` elementwise over arrays of (M, S)."""
+    terms = []
+    pos = S > 0
+    Ss = np.where(pos, S, 1.0)
+    for a, b, logc, p in pieces:
+        k = p * j
+        shift = M + k * Ss * Ss
+        mass = _log_phi_diff_vec((a - shift) / Ss, (b - shift) / Ss)
+        t = j * logc + k * M + 0.5 * k * k * Ss * Ss + mass
+        degenerate = np.where((a < M) & (b >= M), j * logc + k * M, -_INF)
+        terms.append(np.where(pos, t, degenerate))
+    return _logsumexp_rows(np.array(terms))
+
+
+def _log_frac_out_vec(a: float, b: float, M: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """:func:`_log_frac_out` elementwise over arrays of (M, S)."""
+    pos = S > 0
+    Ss = np.where(pos, S, 1.0)
+    tail = np.logaddexp(special.log_ndtr((a - M) / Ss), special.log_ndtr(-(b - M) / Ss))
+    return np.where(pos, tail, np.where((a < M) & (b >= M), -_INF, 0.0))
+
+
+def _gauss(m: float, v: float, base: str, T: float) -> tuple[float, float]:
+    """(M, S) of the log of the base weight when the token log-ratios are i.i.d. N(m, v)."""
     if base == "P":
         return T * m, math.sqrt(T * v)
     if base == "G":
@@ -392,7 +500,11 @@ def _check_lognormal(family) -> Family:
 
 def _log_moments_at(c: Correction, family: Family, T: float) -> tuple[float, float, float, float]:
     """(log E[w], log E[w^2], log frac_modified, log E[base]) of one correction at length T."""
-    m, v = family.mean_log, family.var_log
+    return _log_moments_gauss(c, family.mean_log, family.var_log, T)
+
+
+def _log_moments_gauss(c: Correction, m: float, v: float, T: float) -> tuple[float, float, float, float]:
+    """:func:`_log_moments_at` for i.i.d. token log-ratios N(m, v)."""
     if c.kind == "gmpo":
         M, S = m, math.sqrt(v)
         pieces = c.pieces()
@@ -400,14 +512,18 @@ def _log_moments_at(c: Correction, family: Family, T: float) -> tuple[float, flo
         l2 = T * _log_moment(pieces, M, S, 2.0 / T)
         a, b = c.log_bounds()
         return l1, l2, _log_frac_out(a, b, M, S), m + v / (2 * T)
-    M, S = _gauss(family, c.base, T)
+    M, S = _gauss(m, v, c.base, T)
+    return (*_log_moments_MS(c, M, S, T), M + 0.5 * S * S)
+
+
+def _log_moments_MS(c: Correction, M: float, S: float, T: float) -> tuple[float, float, float]:
+    """(log E[w], log E[w^2], log frac_modified) when the log of the base weight is N(M, S^2)."""
     pieces = c.pieces(T)
     a, b = c.log_bounds(T)
     return (
         _log_moment(pieces, M, S, 1.0),
         _log_moment(pieces, M, S, 2.0),
         _log_frac_out(a, b, M, S),
-        M + 0.5 * S * S,
     )
 
 
@@ -421,6 +537,12 @@ def _frac_seq_any(c: Correction, log_frac: float, T: float) -> float:
 
 def _row(c: Correction, family: Family, T: int) -> dict:
     l1, l2, lf, lbase = _log_moments_at(c, family, T)
+    return _row_from_logs(c, T, (l1, l2, lf, lbase), _frac_seq_any(c, lf, T), "closed form")
+
+
+def _row_from_logs(c: Correction, T: int, logs, frac_seq_any: float, method: str) -> dict:
+    """Build a :func:`theory` row from (log E[w], log E[w^2], log frac_modified, log E[base])."""
+    l1, l2, lf, lbase = logs
     mean_w, mean_base = math.exp(l1) if l1 < 709 else _INF, math.exp(lbase) if lbase < 709 else _INF
     if l1 == -_INF:
         var_w, log10_var, ess = 0.0, -_INF, math.nan
@@ -438,21 +560,208 @@ def _row(c: Correction, family: Family, T: int) -> dict:
         "var_w": var_w,
         "ess_frac": ess,
         "frac_modified": math.exp(lf),
-        "frac_seq_any": _frac_seq_any(c, lf, T),
+        "frac_seq_any": frac_seq_any,
         "mean_base": mean_base,
         "log10_mean_w": l1 / math.log(10),
         "log10_var_w": log10_var,
+        "method": method,
     }
 
 
+# --------------------------------------------------------------------------------------
+# random-scale and lognormal-mixture ratios: quadrature and multinomial sums
+# --------------------------------------------------------------------------------------
+#: Probability mass left out of the numerical integrals and sums (each side of the gamma law of v;
+#: in all of the multinomial count distribution).
+TAIL_MASS = 1e-20
+MIXTURE_TAIL_MASS = 1e-14
+#: Most multinomial count vectors a lognormal-mixture row may sum over.
+MAX_COUNT_TERMS = 200_000
+
+
+def _log1mexp(x: float) -> float:
+    r""":math:`\log(1 - e^x)` for :math:`x \le 0`, accurate on both sides of :math:`-\log 2`."""
+    if x == 0.0:
+        return -_INF
+    if x == -_INF:
+        return 0.0
+    return math.log(-math.expm1(x)) if x > -0.6931471805599453 else math.log1p(-math.exp(x))
+
+
+def _log_any(c: Correction, lf: float, T: float) -> float:
+    """Log of the probability that a sequence has a modified weight, given i.i.d. tokens."""
+    if c.level == "sequence":
+        return lf
+    return _log1mexp(T * math.log1p(-math.exp(lf))) if lf < 0 else 0.0
+
+
+def _scale_logs(c: Correction, log_mu: float, v: float, T: float) -> np.ndarray:
+    """(log E[w|v], log E[w^2|v], log frac|v, log any|v) for random-scale ratios given the variance v."""
+    l1, l2, lf, _ = _log_moments_gauss(c, log_mu - 0.5 * v, v, T)
+    return np.array([l1, l2, lf, _log_any(c, lf, T)])
+
+
+def _random_scale_row(c: Correction, family, T: int) -> dict:
+    r"""One row for random-scale ratios by quadrature over the sequence's variance v.
+
+    Given :math:`v` the tokens are i.i.d. :math:`N(\log\mu - v/2, v)`, so every conditional
+    moment is the lognormal closed form; the four quantities are integrated against
+    :math:`v \sim \mathrm{Gamma}(\alpha, \theta)` in :math:`t = \log v` (smooth, no
+    endpoint singularity for :math:`\alpha < 1`) by ``scipy.integrate.quad_vec``
+    (Gauss-Kronrod 21, relative tolerance 1e-12), each scaled by its largest value on a
+    65-point grid so nothing under- or overflows.
+    """
+    log_mu = math.log(family.mu)
+    if family.degenerate:
+        logs = _scale_logs(c, log_mu, 0.0, T)
+    else:
+        a, th = family.alpha, family.theta
+        const = -special.gammaln(a) - a * math.log(th)
+        t_lo = math.log(th) + (math.log(TAIL_MASS) + special.gammaln(a + 1)) / a
+        t_hi = math.log(th * special.gammainccinv(a, TAIL_MASS))
+
+        def f(t):
+            return _scale_logs(c, log_mu, math.exp(t), T) + (a * t - math.exp(t) / th + const)
+
+        grid = np.linspace(t_lo, t_hi, 65)
+        vals = np.array([f(t) for t in grid])
+        shift = np.where(np.isfinite(vals).any(axis=0), np.max(vals, axis=0), 0.0)
+        # a weight growing with v (E[P_T^2 | v] = mu^(2T) e^(Tv)) can outweigh the gamma tail: widen
+        # the range until the scaled integrand is below 1e-18 at both ends
+        for _ in range(60):
+            if np.all(f(t_hi) - shift < -41.4):
+                break
+            t_hi += 0.5
+        for _ in range(60):
+            if np.all(f(t_lo) - shift < -41.4):
+                break
+            t_lo -= 1.0
+        res, _ = integrate.quad_vec(
+            lambda t: np.exp(f(t) - shift), t_lo, t_hi, epsabs=0.0, epsrel=1e-12, norm="max", limit=2000
+        )
+        with np.errstate(divide="ignore"):
+            logs = shift + np.log(res)
+    l1, l2, lf, lany = (float(x) for x in logs)
+    # E[b]: E[P_T^s] = mu^(sT) (1 - theta T s (s - 1) / 2)^(-alpha) at s = 1 (P_T, r) and s = 1/T (G_T)
+    if c.base == "P":
+        lbase = T * log_mu
+    elif c.base == "G":
+        lbase = log_mu - family.alpha * math.log1p(family.theta * (1.0 - 1.0 / T) / 2.0)
+    else:
+        lbase = log_mu
+    return _row_from_logs(c, T, (l1, l2, lf, lbase), math.exp(lany), "quadrature")
+
+
+def _count_terms(weights, T: int, tilts=()) -> tuple[np.ndarray, np.ndarray]:
+    """Multinomial count vectors of T tokens over the components, and their log-probabilities.
+
+    Counts are enumerated component by component from their conditional binomial laws, each cut
+    to the central range that leaves at most ``MIXTURE_TAIL_MASS / (2J)`` on either side under
+    the law itself and under each tilted law (component weights times ``exp(tilt_j)``: the laws
+    under which E[P_T] and E[P_T^2] are sums), so at most :data:`MIXTURE_TAIL_MASS` of the mass
+    of each of them is left out.
+    """
+    from scipy import stats
+
+    w = np.asarray(weights, dtype=float)
+    J = w.size
+    eps = MIXTURE_TAIL_MASS / (2 * J)
+    laws = [np.log(w)] + [np.log(w) + np.asarray(t, dtype=float) for t in tilts]
+    counts = np.zeros((1, 0), dtype=np.int64)
+    logp = np.zeros(1)
+    left = np.full(1, T, dtype=np.int64)
+    for j in range(J - 1):
+        lo, hi = left.copy(), np.zeros_like(left)
+        for lw in laws:
+            qt = float(np.exp(lw[j] - special.logsumexp(lw[j:])))
+            lo = np.minimum(lo, stats.binom.ppf(eps, left, qt).astype(np.int64))
+            hi = np.maximum(hi, stats.binom.isf(eps, left, qt).astype(np.int64))
+        lo, hi = np.maximum(lo - 1, 0), np.minimum(hi + 1, left)
+        sizes = hi - lo + 1
+        if int(sizes.sum()) > MAX_COUNT_TERMS:
+            raise ValueError(
+                f"lognormal-mixture at T = {T}: more than {MAX_COUNT_TERMS:,} count vectors to sum; "
+                "use simulate_corrections (Monte Carlo) there"
+            )
+        q = min(1.0, float(w[j]) / float(w[j:].sum()))
+        rep = np.repeat(np.arange(left.size), sizes)
+        k = np.concatenate([np.arange(a, b + 1) for a, b in zip(lo, hi, strict=True)])
+        logp = logp[rep] + stats.binom.logpmf(k, left[rep], q)
+        counts = np.column_stack([counts[rep], k])
+        left = left[rep] - k
+    return np.column_stack([counts, left]), logp
+
+
+def _mixture_row(c: Correction, family, T: int) -> dict:
+    """One row for lognormal-mixture ratios: exact sums over components or over the count vectors."""
+    w, m, v = (np.array(x, dtype=float) for x in zip(*family.components, strict=True))
+    logw = np.log(w)
+    if c.level == "token" or c.kind == "gmpo":
+        per = np.array(
+            [_log_moments_gauss(c, mj, vj, 1 if c.kind != "gmpo" else T) for mj, vj in zip(m, v, strict=True)]
+        )
+        if c.kind == "gmpo":  # E[w^k] = (sum_j w_j E_j[exp(k/T clip(log r))])^T
+            pieces = c.pieces()
+            l1, l2 = (
+                T
+                * float(
+                    special.logsumexp(
+                        [
+                            lw + _log_moment(pieces, mj, math.sqrt(vj), k / T)
+                            for lw, mj, vj in zip(logw, m, v, strict=True)
+                        ]
+                    )
+                )
+                for k in (1.0, 2.0)
+            )
+            lbase = T * float(family.K(1.0 / T))
+        else:
+            l1, l2 = (float(special.logsumexp(logw + per[:, i])) for i in (0, 1))
+            lbase = float(family.K(1.0))
+        lf = float(special.logsumexp(logw + per[:, 2]))
+        return _row_from_logs(c, T, (l1, l2, lf, lbase), _frac_seq_any(c, lf, T), "closed form")
+    tilts = [] if c.base == "G" else [k * m + 0.5 * k * k * v for k in (1.0, 2.0)]  # E[P_T^k] laws
+    counts, logp = _count_terms(w, T, tilts)
+    M, V = counts @ m, counts @ v
+    if c.base == "G":
+        M, V = M / T, V / (T * T)
+    S = np.sqrt(V)
+    pieces, (a, b) = c.pieces(T), c.log_bounds(T)
+    logs = (
+        _log_moment_vec(pieces, M, S, 1.0),
+        _log_moment_vec(pieces, M, S, 2.0),
+        _log_frac_out_vec(a, b, M, S),
+    )
+    l1, l2, lf = (float(_logsumexp_rows((logp + x)[:, None])[0]) for x in logs)
+    lbase = T * float(family.K(1.0)) if c.base == "P" else T * float(family.K(1.0 / T))
+    return _row_from_logs(c, T, (l1, l2, lf, lbase), math.exp(lf), "multinomial sum")
+
+
 def theory(family: Family, T, corrections) -> pd.DataFrame:
-    r"""Closed-form effect of each correction at each T, for lognormal ratios.
+    r"""Effect of each correction at each T without Monte Carlo: closed forms, quadrature or exact sums.
+
+    - ``lognormal``: truncated-lognormal closed forms (``method`` "closed form").
+    - ``random-scale``: given the sequence's variance :math:`v`, :math:`\log P_T \sim
+      N(T(\log\mu - v/2), Tv)` and every token is :math:`N(\log\mu - v/2, v)`, so each
+      conditional moment is the closed form; it is integrated over :math:`v \sim
+      \mathrm{Gamma}(\alpha, \theta)` numerically (``method`` "quadrature": adaptive
+      Gauss-Kronrod in :math:`\log v`, relative tolerance 1e-12, the law of :math:`v` cut
+      where :data:`TAIL_MASS` = 1e-20 is left on each side, so the absolute error is at most
+      about :math:`2\cdot10^{-20}\sup w^j` beyond the quadrature's own). ``frac_seq_any``
+      integrates :math:`1 - (1 - p(v))^T` (tokens are dependent through :math:`v`).
+    - ``lognormal-mixture``: token-level corrections (and GMPO) are exact finite sums over the
+      components (``method`` "closed form"); for sequence-level ones, given the counts
+      :math:`n_j` of tokens from each component :math:`\log P_T \sim N(\sum_j n_j m_j,
+      \sum_j n_j v_j)`, and the closed forms are summed over the multinomial law of the counts
+      (``method`` "multinomial sum"), cut where the mass left out is below
+      :data:`MIXTURE_TAIL_MASS` = 1e-14 (at most :data:`MAX_COUNT_TERMS` count vectors, else
+      ``ValueError``: use :func:`simulate_corrections`).
 
     Parameters
     ----------
-    family : LogNormal
-        The per-token ratio (only the lognormal family has these closed forms; others
-        raise ``ValueError``: use :func:`simulate_corrections`).
+    family : LogNormal, RandomScale or LognormalMixture
+        The per-token ratio; other families raise ``ValueError`` (use
+        :func:`simulate_corrections`).
     T : int or array_like of int
         Sequence lengths >= 1.
     corrections : str or list
@@ -461,13 +770,26 @@ def theory(family: Family, T, corrections) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per (T, correction) in that order, columns :data:`COLUMNS`.
+        One row per (T, correction) in that order, columns :data:`COLUMNS` (``method`` last).
     """
-    family = _check_lognormal(family)
+    row = _row_function(family)
     grid = check_T(T, grid=True)
     cs = parse_list(corrections)
-    rows = [_row(c, family, int(t)) for t in grid for c in cs]
+    rows = [row(c, family, int(t)) for t in grid for c in cs]
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _row_function(family):
+    """Return the row builder of a family with a non-Monte Carlo theory; ``ValueError`` otherwise."""
+    if not isinstance(family, Family):
+        raise ValueError(f"family must be a variance_lab Family, got {family!r}")
+    builders = {LogNormal: _row, RandomScale: _random_scale_row, LognormalMixture: _mixture_row}
+    if type(family) not in builders:
+        raise ValueError(
+            f"the corrections' theory covers the lognormal, random-scale and lognormal-mixture families, "
+            f"not {family.name!r}; use simulate_corrections (Monte Carlo) for it"
+        )
+    return builders[type(family)]
 
 
 def _find_target(c: Correction, family: Family, T: float) -> float:
@@ -764,7 +1086,32 @@ def simulate_corrections(
 # --------------------------------------------------------------------------------------
 # data
 # --------------------------------------------------------------------------------------
-def evaluate(log_r, offsets, corrections, *, buckets=None, ci: float = 0.95) -> pd.DataFrame:
+def fit_lognormal(log_r) -> LogNormal:
+    r"""Fit the lognormal family to measured token log-ratios: their pooled mean and unbiased variance.
+
+    :math:`\log r \sim N(\bar y, s_y^2)`: :math:`\mu = e^{\bar y + s_y^2/2}`,
+    :math:`\sigma^2 = \mu^2(e^{s_y^2} - 1)`.
+    """
+    y = np.asarray(log_r, dtype=float).ravel()
+    if y.size < 2 or not np.all(np.isfinite(y)):
+        raise ValueError(f"fit_lognormal needs >= 2 finite log-ratios, got {y.size}")
+    m, v = float(y.mean()), float(y.var(ddof=1))
+    mu = math.exp(m + v / 2)
+    return LogNormal(mu, mu * mu * math.expm1(v))
+
+
+def _wilson(k: float, n: int, z: float) -> tuple[float, float]:
+    """Wilson's score interval of a binomial proportion k/n."""
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (0.0 if k == 0 else max(mid - half, 0.0)), (1.0 if k == n else min(mid + half, 1.0))
+
+
+def evaluate(
+    log_r, offsets, corrections, *, buckets=None, ci: float = 0.95, predict=None, seed: int = 0
+) -> pd.DataFrame:
     r"""Apply the corrections to measured token log-ratios, per length bucket.
 
     Parameters
@@ -778,6 +1125,14 @@ def evaluate(log_r, offsets, corrections, *, buckets=None, ci: float = 0.95) -> 
     buckets : list of (int, int), optional
         Inclusive length ranges; default one bucket with every sequence.
     ci : float
+    predict : Family, optional
+        A model with a :func:`theory` (for example :func:`fit_lognormal` of the same log-ratios):
+        adds :data:`PREDICTION_COLUMNS`, its ``frac_modified`` for the bucket (sequence level:
+        the mean over the bucket's sequences of the prediction at each one's length; token
+        level and GMPO: per token, which for these models does not depend on T) and whether it
+        lies inside ``[frac_modified_lo, frac_modified_hi]``.
+    seed : int
+        Root seed of the bootstrap (token-level intervals).
 
     Returns
     -------
@@ -785,7 +1140,10 @@ def evaluate(log_r, offsets, corrections, *, buckets=None, ci: float = 0.95) -> 
         One row per (bucket, correction), columns :data:`DATA_COLUMNS` plus ``T_min``,
         ``T_max`` (the bucket's lengths; ``T`` is its median length). Sequence-level weights
         are per sequence; token-level ones per token (interval from the per-sequence sums,
-        a ratio estimator); GMPO per sequence.
+        a ratio estimator); GMPO per sequence. ``frac_modified_lo``/``_hi``: a ``ci`` interval
+        of the modified fraction, Wilson's score interval for a sequence-level correction
+        (sequences are independent), a percentile bootstrap over sequences (:data:`N_BOOT`
+        replicates, tokens of one sequence kept together) for a token-level one and GMPO.
     """
     log_r = np.asarray(log_r, dtype=float)
     off = np.asarray(offsets, dtype=np.int64)
@@ -795,21 +1153,160 @@ def evaluate(log_r, offsets, corrections, *, buckets=None, ci: float = 0.95) -> 
         raise ValueError("log_r holds non-finite values")
     cs = parse_list(corrections)
     z = z_value(ci)
+    seed = check_seed(seed)
     lengths = np.diff(off)
     if buckets is None:
         buckets = [(int(lengths.min()), int(lengths.max()))]
     log_p = np.add.reduceat(log_r, off[:-1])
+    pred = _predictions(predict, cs, lengths) if predict is not None else None
     rows = []
-    for lo, hi in buckets:
+    for index, (lo, hi) in enumerate(buckets):
         sel = (lengths >= lo) & (lengths <= hi)
         if not sel.any():
             continue
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
         for c in cs:
-            rows.append({**_data_row(c, log_r, off, lengths, log_p, sel, z), "T_min": lo, "T_max": hi})
-    return pd.DataFrame(rows, columns=[*DATA_COLUMNS, "T_min", "T_max"])
+            row = _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci)
+            if pred is not None:
+                p = float(np.mean(pred[c.spec][sel])) if c.level == "sequence" else float(pred[c.spec])
+                row["pred_frac_modified"] = p
+                row["pred_inside"] = bool(row["frac_modified_lo"] <= p <= row["frac_modified_hi"])
+            rows.append({**row, "T_min": lo, "T_max": hi})
+    extra = list(PREDICTION_COLUMNS) if pred is not None else []
+    return pd.DataFrame(rows, columns=[*DATA_COLUMNS, "T_min", "T_max", *extra])
 
 
-def _data_row(c, log_r, off, lengths, log_p, sel, z) -> dict:
+#: Columns of :func:`bucket_bootstrap`.
+BOOTSTRAP_COLUMNS = (
+    "T",
+    "T_min",
+    "T_max",
+    "correction",
+    "n_seq",
+    "rel_bias",
+    "rel_bias_lo",
+    "rel_bias_hi",
+    "ess_frac",
+    "ess_frac_lo",
+    "ess_frac_hi",
+)
+
+
+def bucket_bootstrap(
+    log_r, offsets, corrections, buckets, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0
+) -> pd.DataFrame:
+    r"""Relative bias and ESS fraction of each correction per length bucket, with bootstrap intervals.
+
+    In a bucket, with :math:`w` the corrected and :math:`b` the uncorrected weights (per
+    sequence for sequence-level corrections and GMPO, per token for token-level ones, as in
+    :func:`evaluate`): ``rel_bias`` :math:`= \sum w / \sum b - 1` and ``ess_frac``
+    :math:`= (\sum w)^2 / (N \sum w^2)` over its :math:`N` weights. The ``ci`` intervals are
+    percentile bootstraps over sequences (``n_boot`` resamples of the bucket's sequences, the
+    tokens of one sequence kept together), from ``SeedSequence(seed, spawn_key=(bucket,))``.
+
+    Parameters
+    ----------
+    log_r, offsets, corrections
+        As for :func:`evaluate`.
+    buckets : list of (int, int)
+        Inclusive length ranges; empty buckets are left out.
+    n_boot : int
+    ci : float
+    seed : int
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`BOOTSTRAP_COLUMNS`; ``T`` is the bucket's median length.
+    """
+    log_r = np.asarray(log_r, dtype=float)
+    off = np.asarray(offsets, dtype=np.int64)
+    if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != log_r.size or np.any(np.diff(off) < 1):
+        raise ValueError("offsets must rise from 0 to len(log_r) in steps >= 1 (one sequence each)")
+    if not np.all(np.isfinite(log_r)):
+        raise ValueError("log_r holds non-finite values")
+    cs = parse_list(corrections)
+    n_boot = check_n(n_boot, minimum=1)
+    seed = check_seed(seed)
+    z_value(ci)
+    lengths = np.diff(off)
+    log_p = np.add.reduceat(log_r, off[:-1])
+    sums = {}
+    for c in cs:  # per sequence: (sum w, sum w^2, sum b, number of weights)
+        if c.level == "sequence" or c.kind == "gmpo":
+            if c.level == "sequence":
+                w, _ = apply_sequence(c, log_p, lengths)
+            else:
+                zt, _ = apply_tokens(c, log_r)
+                w = np.exp(np.add.reduceat(zt, off[:-1]) / lengths)
+            b = np.exp(log_p / lengths) if c.base == "G" else np.exp(log_p)
+            sums[c.spec] = (w, w * w, b, np.ones_like(w))
+        else:
+            wt, _ = apply_tokens(c, log_r)
+            red = [np.add.reduceat(x, off[:-1]) for x in (wt, wt * wt, np.exp(log_r))]
+            sums[c.spec] = (*red, lengths.astype(float))
+    rows = []
+    q = [(1 - ci) / 2, (1 + ci) / 2]
+    for index, (lo, hi) in enumerate(buckets):
+        sel = np.flatnonzero((lengths >= lo) & (lengths <= hi))
+        if not sel.size:
+            continue
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
+        idx = sel[rng.integers(0, sel.size, size=(n_boot, sel.size))]
+        for c in cs:
+            w1, w2, b, k = sums[c.spec]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rb = w1[sel].sum() / b[sel].sum() - 1
+                ess = w1[sel].sum() ** 2 / (k[sel].sum() * w2[sel].sum())
+                rb_boot = w1[idx].sum(axis=1) / b[idx].sum(axis=1) - 1
+                ess_boot = w1[idx].sum(axis=1) ** 2 / (k[idx].sum(axis=1) * w2[idx].sum(axis=1))
+            rb_lo, rb_hi = np.nanquantile(rb_boot, q) if np.isfinite(rb_boot).any() else (math.nan,) * 2
+            e_lo, e_hi = np.nanquantile(ess_boot, q) if np.isfinite(ess_boot).any() else (math.nan,) * 2
+            rows.append(
+                {
+                    "T": float(np.median(lengths[sel])),
+                    "T_min": int(lo),
+                    "T_max": int(hi),
+                    "correction": c.spec,
+                    "n_seq": int(sel.size),
+                    "rel_bias": float(rb),
+                    "rel_bias_lo": float(rb_lo),
+                    "rel_bias_hi": float(rb_hi),
+                    "ess_frac": float(ess),
+                    "ess_frac_lo": float(e_lo),
+                    "ess_frac_hi": float(e_hi),
+                }
+            )
+    return pd.DataFrame(rows, columns=list(BOOTSTRAP_COLUMNS))
+
+
+def _predictions(family, cs, lengths) -> dict:
+    """Predicted frac_modified: per sequence (at its length) for sequence level, one number per token."""
+    out = {}
+    seq = [c for c in cs if c.level == "sequence"]
+    if seq:
+        grid = np.unique(lengths)
+        th = theory(family, grid, seq)
+        for c in seq:
+            f = th[th.correction == c.spec].set_index("T").frac_modified
+            out[c.spec] = f.reindex(lengths).to_numpy(float)
+    tok = [c for c in cs if c.level == "token"]
+    if tok:
+        th = theory(family, [1], tok)
+        out.update(dict(zip(th.correction, th.frac_modified.astype(float), strict=True)))
+    return out
+
+
+def _boot_ratio(num: np.ndarray, den: np.ndarray, rng, ci: float) -> tuple[float, float]:
+    """Percentile bootstrap interval of sum(num) / sum(den), resampling sequences."""
+    n = num.size
+    idx = rng.integers(0, n, size=(N_BOOT, n))
+    ratio = num[idx].sum(axis=1) / den[idx].sum(axis=1)
+    lo, hi = np.quantile(ratio, [(1 - ci) / 2, (1 + ci) / 2])
+    return float(lo), float(hi)
+
+
+def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci) -> dict:
     L = lengths[sel]
     seq_idx = np.flatnonzero(sel)
     if c.level == "sequence" or c.kind == "gmpo":
@@ -817,11 +1314,13 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z) -> dict:
             w, mod = apply_sequence(c, log_p[sel], L)
             frac = float(mod.mean())
             any_ = frac
+            frac_ci = _wilson(float(mod.sum()), mod.size, z)
         else:
             zt, modt = apply_tokens(c, log_r)
             w = np.exp(np.add.reduceat(zt, off[:-1])[sel] / L)
             nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
             frac, any_ = float(nmod.sum() / L.sum()), float((nmod > 0).mean())
+            frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci)
         base = np.exp(log_p[sel] / L) if c.base == "G" else np.exp(log_p[sel])
         n = w.size
         mean = float(w.mean())
@@ -841,6 +1340,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z) -> dict:
         se = math.sqrt(float(np.sum(resid * resid))) / ntok if L.size > 1 else math.nan
         ess = mean * mean / float(np.mean(wt[tok] ** 2)) if np.any(wt[tok] > 0) else math.nan
         frac, any_ = float(nmod.sum() / ntok), float((nmod > 0).mean())
+        frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci)
         base_mean = float(np.exp(log_r[tok]).mean())
         n = L.size
     return {
@@ -857,4 +1357,6 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z) -> dict:
         "frac_modified": frac,
         "frac_seq_any": any_,
         "mean_base": base_mean,
+        "frac_modified_lo": frac_ci[0],
+        "frac_modified_hi": frac_ci[1],
     }

@@ -1,7 +1,9 @@
 """``variance-lab corrections``: what TIS, masks, Geo-RS and the clips do to the weights, by length.
 
-Closed forms for lognormal ratios, Monte Carlo for every family (``--n``), or the corrections
-applied to the token log-ratios of a rollout file (``--data``). ``--find-T`` answers the one
+Closed forms for lognormal ratios (quadrature or exact sums for random-scale and
+lognormal-mixture), Monte Carlo for every family (``--n``), or the corrections applied to the token
+log-ratios of a rollout file (``--data``: per bucket, the modified fraction's 95 % interval beside
+the fitted lognormal's prediction). ``--find-T`` answers the one
 question: from which length does a cap modify most (``--threshold``) of the sequences?
 """
 
@@ -48,7 +50,7 @@ def _buckets(text: str | None, lengths):
 
 def _family_text(family) -> str:
     extra = "".join(
-        f", {k} = {v:g}" if isinstance(v, float) else f", {k} = {v}"  # a mixture's components are text
+        f", {k} = {v:g}" if isinstance(v, int | float) else f", {k} = {v}"  # a mixture's components are text
         for k, v in family.describe().items()
         if k not in ("family", "mu", "sigma2")
     )
@@ -61,14 +63,22 @@ def _model(args, cs) -> tuple:
     family = family_from_args(args)
     T = int_grid(args.T, name="--T", minimum=1)
     lognormal = family.name == "lognormal"
-    if not lognormal and args.n == 0:
+    has_theory = family.name in ("lognormal", "random-scale", "lognormal-mixture")
+    if not has_theory and args.n == 0:
         raise CLIError(
-            f"--family {family.name}: closed forms exist for lognormal ratios only; pass --n N (Monte Carlo)"
+            f"--family {family.name}: closed forms exist for lognormal ratios only (quadrature for "
+            "random-scale and lognormal-mixture); pass --n N (Monte Carlo)"
         )
     if args.n == 1 or args.n < 0:
         raise CLIError(f"--n must be 0 (theory only) or >= 2, got {args.n}")
-    frame = corrections.theory(family, T, cs) if lognormal else None
-    notes, source = [], "closed form" if lognormal else ""
+    try:
+        frame = corrections.theory(family, T, cs) if has_theory else None
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    source = {"lognormal": "closed form", "random-scale": "quadrature over the scale"}.get(family.name, "")
+    if family.name == "lognormal-mixture":
+        source = "closed form (token level) and multinomial sums (sequence level)"
+    notes = []
     if args.n:
         mc = corrections.simulate_corrections(family, T, cs, args.n, seed=args.seed)
         frame = mc if frame is None else frame.merge(mc, on=["T", "correction", "level"], validate="1:1")
@@ -99,12 +109,50 @@ def _data(args, cs) -> tuple:
     log_r, label = batch.log_ratio, "update log(pi_theta/pi_old)"
     if args.ratio != "update":
         log_r, label = _other_ratio(batch, args.ratio)
-    frame = corrections.evaluate(log_r, batch.offsets, cs, buckets=_buckets(args.buckets, batch.lengths))
+    model, described = _fitted_model(args.predict, log_r)
+    frame = corrections.evaluate(
+        log_r, batch.offsets, cs, buckets=_buckets(args.buckets, batch.lengths), predict=model
+    )
     title = (
         f"Corrections on {args.data}: {len(batch):,} sequences, token ratio {label} "
         f"(variance_lab {__version__})"
     )
-    return frame, title, []
+    notes = [
+        "frac. modified [95% CI]: Wilson's score interval for sequence-level corrections (sequences are "
+        f"independent), a bootstrap over sequences ({corrections.N_BOOT:,} replicates, seed 0) for "
+        "token-level ones and GMPO."
+    ]
+    if model is not None:
+        inside = int(frame["pred_inside"].sum())
+        notes.append(
+            f"predicted: {described}; sequence level: averaged over the bucket's lengths. The prediction "
+            f"lies inside the interval in {inside} of {len(frame)} rows."
+        )
+    return frame, title, ["\n".join(notes)]
+
+
+def _fitted_model(which: str, log_r):
+    """Fit the model whose modified fractions are printed beside the data's; return it and its description."""
+    from variance_lab import corrections
+    from variance_lab.families import get_family
+    from variance_lab.rollouts.models import fit_mixture
+
+    if which == "lognormal":
+        m = corrections.fit_lognormal(log_r)
+        return m, (
+            f"the lognormal fitted to these log-ratios (mean {m.mean_log:.4g}, variance {m.var_log:.4g}; "
+            f"mu = {m.mu:.4g}, sigma^2 = {m.sigma2:.4g})"
+        )
+    if which == "mixture":
+        fit = fit_mixture(log_r)
+        comps = ", ".join(
+            f"{w:.3g}:{m:.3g}:{v:.3g}" for w, m, v in zip(fit.weights, fit.means, fit.variances, strict=True)
+        )
+        return get_family("lognormal-mixture", components=fit.components), (
+            f"the {fit.n_components}-component lognormal mixture fitted to these log-ratios by EM "
+            f"(weight:mean:variance {comps})"
+        )
+    return None, ""
 
 
 def _other_ratio(batch, which: str):
@@ -139,7 +187,8 @@ def add_command(sub) -> None:
         help="what TIS, masks, Geo-RS and the clips do to the weights, by length",
         description="Per (T, correction): the mean corrected weight, its bias against the uncorrected "
         "mean, its variance, Kong's ESS fraction and the fraction of sequences (sequence level) or tokens "
-        "(token level) truncated, clipped or masked. Closed forms for lognormal ratios; Monte Carlo "
+        "(token level) truncated, clipped or masked. Closed forms for lognormal ratios, quadrature or exact "
+        "sums for random-scale and lognormal-mixture; Monte Carlo "
         "columns with intervals and a verdict with --n; measured token log-ratios with --data. "
         "Corrections: seq-tis:C, seq-mask:C, seq-mask:LO:HI, geo-rs:LO:HI, gspo[:EL:EH], tis:C, "
         "icepop:B, cispo:EPS (or cispo:EL:EH), ppo:EPS (or ppo:EL:EH), gmpo[:EPS].",
@@ -178,6 +227,14 @@ def add_command(sub) -> None:
         "pi_old/mu_rollout or pi_theta/mu_rollout (both need rollout_logp)",
     )
     p.add_argument("--buckets", default=None, help="--data: length bucket edges, e.g. 1,64,256")
+    p.add_argument(
+        "--predict",
+        default="lognormal",
+        choices=("lognormal", "mixture", "none"),
+        help="--data: beside each observed modified fraction, the prediction of this model fitted to the "
+        "same log-ratios (mixture: 1 to 3 lognormal components by EM and BIC), and whether it lies inside "
+        "the 95%% interval",
+    )
     p.add_argument("--on-bad", default="raise", choices=("raise", "drop"), help="--data: bad sequences")
     p.add_argument(
         "--preset",

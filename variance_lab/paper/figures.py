@@ -31,7 +31,9 @@ Figures (:data:`FIGURES`):
 ``corrections_vs_T``
     Relative bias and ESS fraction of TIS, masks and clips against T: lognormal closed
     forms (:func:`variance_lab.corrections.theory`) and Monte Carlo
-    (:func:`variance_lab.corrections.simulate_corrections`).
+    (:func:`variance_lab.corrections.simulate_corrections`); below, the bfloat16 experiment's
+    measured points per length bucket (``data``, with bootstrap intervals) against the
+    lognormal fitted to its log-ratios.
 ``clip_fractions``
     Observed against predicted GSPO and PPO clip fractions per length bucket of the shipped
     data set (``data/arith_rollouts.jsonl.gz``), one marker per model of
@@ -187,6 +189,11 @@ def _defaults(quick: bool) -> dict[str, dict]:
             "n": 2000 if quick else 100_000,
             "seed": 0,
             "ci": 0.95,
+            "data": "arith_rollouts_bf16.jsonl.gz",
+            "ratio": "mismatch",
+            "buckets": [8, 16, 32, 64, 128, 256],
+            "data_T": _ints("8:346:log12" if quick else "8:346:log40"),
+            "n_boot": 200 if quick else 2000,
         },
         "clip_fractions": {
             "data": "arith_rollouts.jsonl.gz",  # in data/ of the source tree (clip_frame)
@@ -402,7 +409,74 @@ def corrections_frame(params: dict) -> pd.DataFrame:
             rows.append(
                 {**common, "statistic": "ess_frac", "value": r.mc_ess_frac, "lo": np.nan, "hi": np.nan}
             )
+    if p.get("data"):
+        rows += _experiment_rows(p)
     return pd.DataFrame(rows)
+
+
+#: Where the experiments' data files live (a ``data`` name that is not a path to a file is looked up here).
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+
+
+def _experiment_rows(p: dict) -> list[dict]:
+    """Compute the experiment's measured points per length bucket and the lognormal fitted to its log-ratios.
+
+    ``method="experiment"``: relative bias and ESS fraction of each correction on the file's
+    token log-ratios (``ratio``: ``mismatch``, ``update`` or ``total``) per bucket, at the
+    bucket's median length, with percentile-bootstrap intervals over sequences
+    (:func:`variance_lab.corrections.bucket_bootstrap`); ``method="experiment_fit"``: the
+    closed forms of :func:`variance_lab.corrections.fit_lognormal` of the same pooled
+    log-ratios at the lengths ``data_T``.
+    """
+    from variance_lab.rollouts.io import load_batch
+
+    path = Path(p["data"])
+    if not path.is_file():
+        path = DATA_DIR / p["data"]
+    batch = load_batch(path)
+    log_r = {
+        "mismatch": batch.mismatch_log_ratio,
+        "update": batch.log_ratio,
+        "total": batch.total_log_ratio,
+    }[p.get("ratio", "mismatch")]
+    edges = [int(e) for e in p["buckets"]]
+    top = max(int(batch.lengths.max()), edges[-1])
+    buckets = [(a, edges[i + 1] - 1) for i, a in enumerate(edges[:-1])] + [(edges[-1], top)]
+    boot = corrections.bucket_bootstrap(
+        log_r, batch.offsets, p["corrections"], buckets, n_boot=int(p["n_boot"]), ci=float(p["ci"]), seed=0
+    )
+    rows = []
+    for r in boot.itertuples(index=False):
+        for stat in ("rel_bias", "ess_frac"):
+            value, lo, hi = getattr(r, stat), getattr(r, f"{stat}_lo"), getattr(r, f"{stat}_hi")
+            rows.append(
+                {
+                    "T": int(np.floor(r.T + 0.5)),  # the bucket's median length, an integer like the others
+                    "correction": r.correction,
+                    "statistic": stat,
+                    "method": "experiment",
+                    "value": value,
+                    "lo": min(lo, value),
+                    "hi": max(hi, value),
+                    "reliable": True,
+                }
+            )
+    fit = corrections.theory(corrections.fit_lognormal(log_r), p["data_T"], p["corrections"])
+    for r in fit.itertuples(index=False):
+        for stat, value in (("rel_bias", r.bias / r.mean_base), ("ess_frac", r.ess_frac)):
+            rows.append(
+                {
+                    "T": r.T,
+                    "correction": r.correction,
+                    "statistic": stat,
+                    "method": "experiment_fit",
+                    "value": value,
+                    "lo": np.nan,
+                    "hi": np.nan,
+                    "reliable": True,
+                }
+            )
+    return rows
 
 
 def clip_analysis(params: dict):
@@ -485,7 +559,12 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
         title = f"{params['family']}, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$"
         if params.get("n"):
             title += f"; Monte Carlo $n = {int(params['n']):,}$ draws".replace(",", "{,}")
-        return corrections_figure.corrections_vs_T(data, title=title, style=style)
+        return corrections_figure.corrections_vs_T(
+            data,
+            title=title,
+            style=style,
+            experiment_title="bf16 experiment, per length bucket: measured and lognormal fit",
+        )
     if name == "clip_fractions":
         return clip_figure.clip_figure(data, level=float(params["level"]), style=style)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
@@ -590,8 +669,10 @@ class _DOCS:
     log_histograms = "Histograms of log P_T and log G_T = log P_T / T at a few T, from raw draws."
     corrections_vs_T = (
         "Relative bias E[w]/E[b] - 1 and ESS fraction of sequence- and token-level corrections (TIS, "
-        "masks, Geo-RS, IcePop, GMPO) against T: lognormal closed forms (lines) and Monte Carlo "
-        "(points with intervals; hollow: flagged unreliable)."
+        "masks, Geo-RS, IcePop, GMPO) against T: (a, b) lognormal closed forms (lines) and Monte Carlo "
+        "(points with intervals; hollow: flagged unreliable); (c, d) the bfloat16 experiment's mismatch "
+        "ratio per length bucket (points at the median length, 95 % bootstrap intervals over "
+        "sequences) against the lognormal fitted to its pooled token log-ratios (lines)."
     )
     clip_fractions = (
         "Observed against predicted clip fractions per length bucket of the shipped arithmetic-task "

@@ -2,8 +2,9 @@
 
 Drawn from a tidy frame only (columns ``T, correction, statistic, method, value, lo, hi,
 reliable``; statistics ``rel_bias`` and ``ess_frac``; methods ``exact``, ``monte_carlo`` and
-optionally ``experiment``): closed-form lines, Monte Carlo points with interval bars (hollow when
-flagged unreliable), measured points as crosses.
+optionally ``experiment`` and ``experiment_fit``): closed-form lines, Monte Carlo points with
+interval bars (hollow when flagged unreliable). With experiment rows a second row of panels shows
+the measured points with their interval bars against the lines of the model fitted to the data.
 """
 
 from __future__ import annotations
@@ -31,8 +32,29 @@ def _points(ax, rows: pd.DataFrame, color: str, marker: str) -> None:
     sty.errorbar_points(ax, x, y, lo, hi, ok, color, marker=marker)
 
 
-def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "", style=None) -> Figure:
-    """Two panels against T (log scale): relative bias and ESS fraction, one colour per correction.
+def _panel(ax, rows: pd.DataFrame, corrections, line_method: str, point_method: str) -> None:
+    """One panel: a line per correction from ``line_method`` rows, points from ``point_method`` rows."""
+    for i, c in enumerate(corrections):
+        series = sty.line_style(i)  # colour, line style and marker: apart in greyscale too
+        col = series["color"]
+        sub = rows[rows["correction"] == c].sort_values("T")
+        lines = sub[sub["method"] == line_method]
+        ax.plot(lines["T"], lines["value"], color=col, ls=series["ls"], label=c)
+        _points(ax, sub[sub["method"] == point_method], col, series["marker"])
+
+
+def corrections_vs_T(
+    frame: pd.DataFrame,
+    *,
+    fig=None,
+    title: str = "",
+    style=None,
+    experiment_title: str = "experiment, per length bucket: measured and lognormal fit",
+) -> Figure:
+    """Panels against T (log scale): relative bias and ESS fraction, one colour per correction.
+
+    One row for the model (closed-form lines, Monte Carlo points); with ``experiment`` rows a
+    second row: the measured points per length bucket against the fitted model's lines.
 
     Parameters
     ----------
@@ -44,32 +66,30 @@ def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "", style=No
     style : None, str or dict
         As for :func:`variance_lab.report.style.use`: ``None`` draws with the caller's
         rcParams, ``"paper"`` with the package's paper style.
+    experiment_title : str
+        Title of the lower row (drawn only with experiment rows).
 
     Returns
     -------
     Figure
     """
+    experiment = frame["method"].isin(["experiment", "experiment_fit"]).any()
     if fig is None:
-        fig = Figure(figsize=(7.0, 2.9))
+        fig = Figure(figsize=(7.0, 5.4) if experiment else (7.0, 2.9))
     with sty.use(style):
-        axes = fig.subplots(1, 2)
+        axes = fig.subplots(2 if experiment else 1, 2, squeeze=False)
         corrections = list(dict.fromkeys(frame["correction"]))
-        for ax, stat in zip(axes, ("rel_bias", "ess_frac"), strict=True):
-            rows = frame[frame["statistic"] == stat]
-            for i, c in enumerate(corrections):
-                series = sty.line_style(i)  # colour, line style and marker: apart in greyscale too
-                col = series["color"]
-                sub = rows[rows["correction"] == c].sort_values("T")
-                exact = sub[sub["method"] == "exact"]
-                ax.plot(exact["T"], exact["value"], color=col, ls=series["ls"], label=c)
-                _points(ax, sub[sub["method"] == "monte_carlo"], col, series["marker"])
-                meas = sub[sub["method"] == "experiment"]
-                if not meas.empty:
-                    ax.plot(meas["T"], meas["value"], ls="", marker="x", color=col, ms=4)
-            ax.set_xscale("log")
-            ax.set_xlabel("sequence length $T$")
-            ax.set_ylabel(_LABELS[stat])
-        axes[1].set_ylim(-0.02, 1.02)
+        rows = [("exact", "monte_carlo")] + ([("experiment_fit", "experiment")] if experiment else [])
+        for ax_row, (line_method, point_method) in zip(axes, rows, strict=True):
+            for ax, stat in zip(ax_row, ("rel_bias", "ess_frac"), strict=True):
+                _panel(ax, frame[frame["statistic"] == stat], corrections, line_method, point_method)
+                ax.set_xscale("log")
+                ax.set_xlabel("sequence length $T$")
+                ax.set_ylabel(_LABELS[stat])
+            ax_row[1].set_ylim(-0.02, 1.02)
+        if experiment:
+            axes[0][0].set_title("lognormal ratios: closed form and Monte Carlo", loc="left")
+            axes[1][0].set_title(experiment_title, loc="left")
         handles = [
             Line2D([], [], color=st["color"], ls=st["ls"], marker=st["marker"], ms=3.2, label=c)
             for c, st in ((c, sty.line_style(i)) for i, c in enumerate(corrections))
@@ -78,10 +98,17 @@ def corrections_vs_T(frame: pd.DataFrame, *, fig=None, title: str = "", style=No
             Line2D([], [], marker="o", ls="", color="0.2", label="Monte Carlo"),
             Line2D([], [], marker="o", ls="", color="0.2", mfc="white", label="Monte Carlo, unreliable"),
         ]
-        if (frame["method"] == "experiment").any():
-            handles.append(Line2D([], [], marker="x", ls="", color="0.2", label="experiment"))
-        fig.legend(handles=handles, loc="lower center", ncols=4, bbox_to_anchor=(0.5, -0.02))
+        if experiment:
+            handles.append(
+                Line2D([], [], marker="o", ls="", color="0.2", label="experiment, 95% bootstrap (lower row)")
+            )
+        fig.legend(
+            handles=handles, loc="lower center", ncols=4, bbox_to_anchor=(0.5, 0.0 if experiment else -0.02)
+        )
         if title:
             fig.suptitle(title)
-        fig.subplots_adjust(bottom=0.36, wspace=0.3)
+        if experiment:
+            fig.subplots_adjust(bottom=0.22, wspace=0.3, hspace=0.45)
+        else:
+            fig.subplots_adjust(bottom=0.36, wspace=0.3)
     return fig

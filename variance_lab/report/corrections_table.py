@@ -30,12 +30,13 @@ _HEADERS = {
     "frac_modified": "frac. modified",
     "frac_seq_any": "frac. seq. touched",
     "find_T": "T at which >= threshold modified",
+    "method": "method",
 }
 _LOG_TWIN = {"mean_w": "log10_mean_w", "var_w": "log10_var_w"}
 
 
 def _fmt(frame: pd.DataFrame, col: str) -> list[str]:
-    if col == "correction" or col == "level":
+    if col in ("correction", "level", "method"):
         return [str(v) for v in frame[col]]
     if col == "T_min":
         return [f"{int(a)}-{int(b)}" for a, b in zip(frame["T_min"], frame["T_max"], strict=True)]
@@ -64,6 +65,13 @@ def display_columns(frame: pd.DataFrame, *, ci: float = 0.95) -> dict[str, list[
         header, values = _interval(frame, "mean_w", pct)
         out["E[w]"] = values
         out = {(f"E[w] [{pct} CI]" if k == "E[w]" else k): v for k, v in out.items()}
+    if "frac_modified_lo" in frame and "mc_mean_w" not in frame:  # data rows: observed interval
+        _, values = _interval(frame, "frac_modified", pct)
+        out = {(f"frac. modified [{pct} CI]" if k == "frac. modified" else k): v for k, v in out.items()}
+        out[f"frac. modified [{pct} CI]"] = values
+    if "pred_frac_modified" in frame:
+        out["predicted frac. modified"] = [format_number(v) for v in frame["pred_frac_modified"]]
+        out["prediction inside"] = ["yes" if ok else "NO" for ok in frame["pred_inside"]]
     if "mc_mean_w" in frame:
         for col in ("mc_mean_w", "mc_frac_modified"):
             header, values = _interval(frame, col, pct)
