@@ -138,8 +138,8 @@ def model_lines(summary: dict) -> list[str]:
         f"Model mix (token log-ratios a Gaussian mixture, {len(mix['weights'])} components by BIC): {comps}",
         f"Model hier (per-sequence variance v ~ Gamma(alpha, theta0 (T/{hier['T0']:g})^beta), tokens "
         f"N(c - v/2, v)): {_hier_text(hier)}",
-        "Model comb (mix's widest component sparse, at rate expit(a + b log(1 + position) + tau z), "
-        "z ~ N(0, 1) per sequence): "
+        "Model comb (a Gaussian mixture of up to 5 components; those with sd > 3e-4 sparse, at rate "
+        "expit(a + b log(1 + position) + tau z), z ~ N(0, 1) per sequence): "
         + (_comb_text(comb) if comb else "not fitted (a one-component mixture)"),
         f"Best model on Var(G_T) and GSPO clip fractions together: {best} (buckets fitted: "
         + ", ".join(f"{k} {v}" for k, v in fits.items())

@@ -180,13 +180,17 @@ def interval_score(ln_pred: float, point: float, lo: float, hi: float) -> float:
 def fitted_models(batch: TokenBatch) -> tuple[MixtureFit, RandomScaleFit, CombinedFit | None]:
     """Fit ``mix`` (pooled tokens, EM, BIC), ``hier`` (length-dependent random scale) and ``comb``.
 
-    ``comb`` (its own mixture of up to 5 components) is None when BIC picks one component.
+    ``comb`` (its own mixture of up to 5 components) is None when BIC picks one component for
+    ``mix`` (then comb's EM is not run) or for comb's own mixture.
     """
-    try:
-        comb = fit_combined(batch)
-    except ValueError:  # a one-component mixture: no sparse part
-        comb = None
-    return fit_mixture(batch), fit_random_scale(batch), comb
+    mix = fit_mixture(batch)
+    comb = None
+    if mix.n_components > 1:  # BIC sees more than one component among 3: try comb's up to 5
+        try:
+            comb = fit_combined(batch)
+        except ValueError:  # its own BIC picked one component: no sparse part
+            comb = None
+    return mix, fit_random_scale(batch), comb
 
 
 def _per_sequence_clips(batch: TokenBatch, g_range, p_range) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
