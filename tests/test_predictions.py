@@ -82,6 +82,9 @@ def test_analyze_on_random_scale_rollouts_chooses_hier():
     assert np.all(big["gspo_clip_se_comb"].to_numpy() < width / 10)
     text = render_analysis(t, s, "markdown")
     assert "Best model on Var(G_T) and GSPO clip fractions together: hier" in text
+    assert f"; hier: alpha = {s['models']['hier']['alpha']:.4g} (SE" in text  # the chosen model's parameters
+    assert "Model comb (" in text
+    assert "GMPO clip [95%]" in text
 
 
 def test_gmpo_clip_observed_and_predicted():
