@@ -25,7 +25,6 @@ from variance_lab.rollouts.analysis import (
     ANALYSIS_COLUMNS,
     CURVE_COLUMNS,
     MIN_BUCKET_SEQUENCES,
-    _expected_sample_var,
     analyze,
     overall_verdict,
     verdict,
@@ -33,7 +32,7 @@ from variance_lab.rollouts.analysis import (
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.cgf import EmpiricalCGF
 from variance_lab.rollouts.io import load_batch, save_batch
-from variance_lab.rollouts.predictions import interval_score
+from variance_lab.rollouts.predictions import expected_sample_var, interval_score
 from variance_lab.rollouts.statistics import bucket_variances
 
 SIGMA2, N_SEQ = 0.01, 1000
@@ -173,8 +172,8 @@ def test_bucket_prediction_is_the_expected_sample_variance():
     n = c.sum()
     mbar = np.sum(c * m) / n
     direct = np.sum(c * var) / n + np.sum(c * (m - mbar) ** 2) / (n - 1)
-    assert math.exp(_expected_sample_var(b, v, c)) == pytest.approx(direct, rel=1e-13)
-    assert math.isnan(_expected_sample_var(b[:1], v[:1], [1]))
+    assert math.exp(expected_sample_var(b, v, c)) == pytest.approx(direct, rel=1e-13)
+    assert math.isnan(expected_sample_var(b[:1], v[:1], [1]))
     # a bucket of one length: its prediction is the curve at that length
     batch = TokenBatch.from_padded(*_two_policies(np.random.default_rng(9), np.full((40, 50), 0.1)))
     result = analyze(batch, n_boot=0)

@@ -8,12 +8,20 @@ import math
 
 import numpy as np
 import pytest
-from scipy import integrate
+from scipy import integrate, special
 
 from variance_lab import theory
 from variance_lab.families import get_family
 from variance_lab.rollouts import TokenBatch
-from variance_lab.rollouts.models import fit_mixture, fit_random_scale, normal_outside, random_scale_loglik
+from variance_lab.rollouts.models import (
+    CombinedFit,
+    MixtureFit,
+    fit_combined,
+    fit_mixture,
+    fit_random_scale,
+    normal_outside,
+    random_scale_loglik,
+)
 from variance_lab.rollouts.weights import log_clip_range
 
 K_SE = 4.0  # every estimate within 4 standard errors of the truth
@@ -171,9 +179,145 @@ def test_mixture_predictions():
     assert abs(obs - p) < 4 * math.sqrt(p * (1 - p) / 400_000), (obs, p)
 
 
+# --------------------------------------------------------------------------------------
+# the combined model
+# --------------------------------------------------------------------------------------
+COMB_W = np.array([0.7, 0.25, 0.04, 0.01])  # pooled weights: two narrow, two sparse components
+COMB_M = np.array([0.0, -1e-5, -2e-4, -1e-3])
+COMB_V = np.array([1e-10, 1e-8, 4e-6, 1e-2])
+COMB_TRUE = {"a": -4.0, "b": 0.6, "tau": 0.8}
+
+
+def comb_batch(seed, n=200, a=-4.0, b=0.6, tau=0.8):
+    """Sequences of lengths 8..200 (log-uniform) drawn from the combined model with COMB_* components."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    L = np.rint(np.exp(rng.uniform(math.log(8), math.log(200), n))).astype(int)
+    w0, w1 = COMB_W[:2] / COMB_W[:2].sum(), COMB_W[2:] / COMB_W[2:].sum()
+    new = []
+    for t in L:
+        pos = np.arange(t)
+        pi = 1.0 / (1.0 + np.exp(-(a + b * np.log1p(pos) + tau * rng.standard_normal())))
+        sparse = rng.random(t) < pi
+        comp = np.where(sparse, 2 + rng.choice(2, size=t, p=w1), rng.choice(2, size=t, p=w0))
+        new.append(-1.0 + COMB_M[comp] + np.sqrt(COMB_V[comp]) * rng.standard_normal(t))
+    return TokenBatch.from_ragged(new, [np.full(t, -1.0) for t in L])
+
+
+def _true_components() -> MixtureFit:
+    z = np.zeros(4)
+    return MixtureFit(COMB_W, COMB_M, COMB_V, z, z, z, 0.0, {}, 0)
+
+
+def _comb(a, b, tau) -> CombinedFit:
+    w0, w1 = COMB_W[:2] / COMB_W[:2].sum(), COMB_W[2:] / COMB_W[2:].sum()
+    return CombinedFit(
+        w0, COMB_M[:2], COMB_V[:2], w1, COMB_M[2:], COMB_V[2:], a, b, tau, 0, 0, 0, None, 0, 0, 0
+    )
+
+
+def _comb_recovered(seed) -> dict:
+    fit = fit_combined(comb_batch(seed), _true_components(), n_sparse=2)
+    return {k: (getattr(fit, k), getattr(fit, f"se_{k}"), want) for k, want in COMB_TRUE.items()}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_combined_recovered_within_its_standard_errors(seed):
+    """The combined fit recovers a, b and tau within 4 of their standard errors (components known)."""
+    for name, (got, se, want) in _comb_recovered(seed).items():
+        assert se > 0, (name, got, want, se)
+        assert abs(got - want) < K_SE * se, (name, got, want, se)
+
+
+@pytest.mark.slow
+def test_combined_recovery_coverage_over_seeds():
+    """Over 20 seeds, at least 52 of the 60 estimates lie within 2 SE (95.4 % each: 57.3 expected, sd 1.6)."""
+    inside = sum(
+        abs(g - w) < 2 * se for seed in range(100, 120) for g, se, w in _comb_recovered(seed).values()
+    )
+    assert inside >= 52, inside
+
+
+@pytest.mark.slow
+def test_combined_fit_finds_its_own_components():
+    """Without components given, the fit's BIC mixture puts the two wide components in the sparse part."""
+    fit = fit_combined(comb_batch(5, n=400))
+    assert fit.sparse_variances.size == 2
+    assert fit.sparse_variances[-1] == pytest.approx(1e-2, rel=0.2)
+    assert abs(fit.b - 0.6) < K_SE * fit.se_b
+
+
+def test_combined_loglik_against_quadrature():
+    """The marginal log-likelihood (adaptive Gauss-Hermite) against scipy quad over z, per sequence."""
+    from variance_lab.rollouts import models
+
+    batch = comb_batch(9, n=12)
+    fit = _comb(-3.0, 0.5, 1.2)
+    y, lp = batch.log_ratio, np.log1p(batch.positions.astype(float))
+
+    def log_dens(w, m, v):
+        return special.logsumexp(
+            np.log(w) - (y[:, None] - m) ** 2 / (2 * v) - 0.5 * np.log(2 * math.pi * v), axis=1
+        )
+
+    l0 = log_dens(fit.narrow_weights, fit.narrow_means, fit.narrow_variances)
+    l1 = log_dens(fit.sparse_weights, fit.sparse_means, fit.sparse_variances)
+    want = 0.0
+    for i in range(len(batch)):
+        s = slice(batch.offsets[i], batch.offsets[i + 1])
+        top = float(np.sum(np.maximum(l0[s], l1[s])))
+
+        def g(z, s=s, top=top):
+            pi = 1 / (1 + np.exp(-(-3.0 + 0.5 * lp[s] + 1.2 * z)))
+            ll = float(np.sum(np.logaddexp(np.log1p(-pi) + l0[s], np.log(pi) + l1[s])))
+            return math.exp(ll - top - z * z / 2)
+
+        want += top + math.log(
+            integrate.quad(g, -12, 12, epsabs=0, epsrel=1e-12, limit=200)[0] / math.sqrt(2 * math.pi)
+        )
+    got = models._comb_loglik(np.array([-3.0, 0.5, math.log(1.2)]), l0, l1, lp, batch.offsets[:-1])
+    assert got == pytest.approx(want, abs=1e-3)  # 12 adaptive nodes: within 1e-4 per sequence
+
+
+def test_combined_without_scale_or_position_is_the_mixture_family():
+    """With b = 0 and tau -> 0, i.i.d. tokens from one mixture; moments equal its family's theory.
+
+    Token clips equal the mixture's; the Monte Carlo GSPO clip at T = 1 is within 4 SE of the exact one.
+    """
+    fit = _comb(-3.0, 0.0, 1e-9)
+    pi = 1 / (1 + math.exp(3.0))
+    w = np.concatenate([(1 - pi) * fit.narrow_weights, pi * fit.sparse_weights])
+    mix = MixtureFit(w, COMB_M, COMB_V, w, w, w, 0.0, {}, 0)
+    T = np.array([1, 7, 60])
+    pred = fit.predict(T, G_RANGE, P_RANGE, n_rep=20_000, seed=3)
+    for stat in ("mean_P", "var_P", "mean_G", "var_G"):
+        want = theory.value(stat, mix.family(), T, log10=True) * math.log(10)
+        np.testing.assert_allclose(pred[stat], want, rtol=1e-9, err_msg=stat)
+    np.testing.assert_allclose(pred["ppo_clip"], mix.token_clip(T, P_RANGE), rtol=1e-9)
+    exact = float(np.sum(w * normal_outside(COMB_M, COMB_V, G_RANGE)))
+    assert abs(pred["gspo_clip"][0] - exact) < K_SE * pred["gspo_clip_se"][0], (pred, exact)
+    assert np.all(pred["gspo_clip_se"] > 0)
+
+
+def test_combined_clip_prediction_against_simulation():
+    """GSPO clip at T = 40 (rate by position and sequence) against 100,000 simulated sequences."""
+    fit = _comb(*COMB_TRUE.values())
+    pred = fit.predict([40], G_RANGE, P_RANGE, n_rep=50_000, seed=4)
+    rng = np.random.default_rng(np.random.SeedSequence(14))
+    n, t = 100_000, 40
+    pi = 1 / (1 + np.exp(-(-4.0 + 0.6 * np.log1p(np.arange(t))[None, :] + 0.8 * rng.standard_normal((n, 1)))))
+    sparse = rng.random((n, t)) < pi
+    comp = np.where(sparse, 2 + (rng.random((n, t)) < 0.2), (rng.random((n, t)) < 0.25 / 0.95).astype(int))
+    ybar = (COMB_M[comp] + np.sqrt(COMB_V[comp]) * rng.standard_normal((n, t))).mean(axis=1)
+    obs = float(np.mean((ybar < G_RANGE[0]) | (ybar > G_RANGE[1])))
+    p, se = float(pred["gspo_clip"][0]), float(pred["gspo_clip_se"][0])
+    assert abs(obs - p) < K_SE * math.sqrt(p * (1 - p) / n + se * se), (obs, p, se)
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [
+        (lambda: fit_combined(np.zeros(5)), "needs a TokenBatch"),
+        (lambda: fit_combined(comb_batch(1, n=20), _true_components(), n_sparse=4), "n_sparse=4"),
         (lambda: fit_mixture(np.zeros(50)), "constant"),
         (lambda: fit_mixture(np.ones(5)), "at least 10"),
         (lambda: fit_mixture(np.arange(20.0), max_components=4), "max_components must be 1, 2 or 3, got 4"),

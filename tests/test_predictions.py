@@ -66,11 +66,53 @@ def test_analyze_on_random_scale_rollouts_chooses_hier():
     assert abs(s["models"]["hier"]["alpha"] - 0.3) < 4 * s["models"]["hier"]["se_alpha"]
     doc = json.loads(render_analysis(t, s, "json"))
     keys = set(doc["buckets"][0])
-    for m in ("iid", "emp", "corr", "mix", "hier"):
-        assert {f"var_G_{m}", f"log10_var_P_{m}", f"gspo_clip_pred_{m}", f"ppo_clip_pred_{m}"} <= keys, m
+    for m in ("iid", "emp", "corr", "mix", "hier", "comb"):
+        want = {
+            f"var_G_{m}",
+            f"log10_var_P_{m}",
+            f"gspo_clip_pred_{m}",
+            f"ppo_clip_pred_{m}",
+            f"gmpo_clip_pred_{m}",
+        }
+        assert want <= keys, m
     assert {"gspo_clip_frac_lo", "gspo_clip_frac_hi", "ppo_clip_frac_lo", "ppo_clip_frac_hi"} <= keys
+    assert {"gmpo_clip_frac", "gmpo_clip_frac_lo", "gmpo_clip_frac_hi"} <= keys
+    # comb's Monte Carlo GSPO clip: its standard error far below the Wilson interval's width
+    width = (big["gspo_clip_frac_hi"] - big["gspo_clip_frac_lo"]).to_numpy()
+    assert np.all(big["gspo_clip_se_comb"].to_numpy() < width / 10)
     text = render_analysis(t, s, "markdown")
     assert "Best model on Var(G_T) and GSPO clip fractions together: hier" in text
+    assert f"; hier: alpha = {s['models']['hier']['alpha']:.4g} (SE" in text  # the chosen model's parameters
+    assert "Model comb (" in text
+    assert "GMPO clip [95%]" in text
+
+
+def test_gmpo_clip_observed_and_predicted():
+    """GMPO's observed clip fraction counts tokens with |log r| > 0.4; iid predicts the normal's tail.
+
+    Log-ratios N(0, 0.2^2): the share beyond 0.4 is 2 (1 - Phi(2)) = 0.0455 under every model that
+    fits the law; observed within 4 binomial SE of it (tokens are independent here), inside its
+    bootstrap interval, and the iid, mix and hier predictions within 10 % of it.
+    """
+    rng = np.random.default_rng(np.random.SeedSequence(21))
+    L = rng.integers(20, 60, 300)
+    old = [np.full(t, -2.0) for t in L]
+    new = [o - 0.02 + 0.2 * rng.standard_normal(t) for o, t in zip(old, L, strict=True)]
+    batch = TokenBatch.from_ragged(new, old)
+    res = analyze(batch, edges=[1, 40, 100], seed=0, n_boot=200)
+    y = batch.log_ratio
+    want = float(np.mean(np.abs(y) > 0.4))
+    t = res.table
+    n_tok = t["n_tokens"].to_numpy()
+    assert float(np.sum(t["gmpo_clip_frac"] * n_tok) / n_tok.sum()) == pytest.approx(want, rel=1e-12)
+    assert np.all(
+        (t["gmpo_clip_frac_lo"] <= t["gmpo_clip_frac"]) & (t["gmpo_clip_frac"] <= t["gmpo_clip_frac_hi"])
+    )
+    p = 2 * stats.norm.sf(0.4 / 0.2)
+    assert abs(want - p) < 4 * math.sqrt(p * (1 - p) / y.size)
+    for m in ("iid", "mix", "hier"):
+        np.testing.assert_allclose(t[f"gmpo_clip_pred_{m}"], p, rtol=0.1, err_msg=m)
+    np.testing.assert_allclose(t["gmpo_clip_pred_emp"], want, rtol=1e-12)
 
 
 def test_fit_models_off_leaves_the_columns_nan():
@@ -85,6 +127,7 @@ def test_choose_model_prefers_the_simplest_of_equals():
     import pandas as pd
 
     table = pd.DataFrame({"fits": ["iid,mix", "mix", "hier", "mix,hier"]})
-    assert choose_model(table) == ("mix", {"iid": 1, "emp": 0, "corr": 0, "mix": 3, "hier": 2})
+    assert choose_model(table) == ("mix", {"iid": 1, "emp": 0, "corr": 0, "mix": 3, "hier": 2, "comb": 0})
+    assert choose_model(pd.DataFrame({"fits": ["comb", "hier,comb", "comb"]}))[0] == "comb"
     assert choose_model(pd.DataFrame({"fits": ["iid,hier", "hier,iid"]}))[0] == "iid"
     assert choose_model(pd.DataFrame({"fits": ["", ""]}))[0] == "none"

@@ -89,15 +89,36 @@ def summary_lines(summary: dict) -> list[str]:
     return lines + model_lines(summary)
 
 
-def model_lines(summary: dict) -> list[str]:
-    """List the fitted models mix and hier with standard errors.
+def _comb_text(comb: dict) -> str:
+    """Return the comb model's fitted parameters with standard errors, one line."""
+    sd = ", ".join(
+        f"{w:.3g} x sd {v**0.5:.3g}"
+        for w, v in zip(comb["sparse_weights"], comb["sparse_variances"], strict=True)
+    )
+    note = "" if comb["converged"] else " (optimiser did not report convergence)"
+    return (
+        f"a = {_se(comb['a'], comb['se_a'])}, b = {_se(comb['b'], comb['se_b'])}, "
+        f"tau = {_se(comb['tau'], comb['se_tau'])}; sparse tokens {sd}{note}"
+    )
 
-    And the model chosen on variances and clips.
+
+def _hier_text(hier: dict) -> str:
+    """Return the hier model's fitted parameters with standard errors, one line."""
+    return (
+        f"alpha = {_se(hier['alpha'], hier['se_alpha'])}, theta0 = {_se(hier['theta0'], hier['se_theta0'])}, "
+        f"beta = {_se(hier['beta'], hier['se_beta'])}, c = {_se(hier['c'], hier['se_c'])}"
+    )
+
+
+def model_lines(summary: dict) -> list[str]:
+    """List the fitted models mix, hier and comb with standard errors.
+
+    And the model chosen on variances and clips, with its fitted parameters.
     """
     models = summary.get("models")
     if not models:
         return []
-    mix, hier = models["mix"], models["hier"]
+    mix, hier, comb = models["mix"], models["hier"], models.get("comb")
     comps = "; ".join(
         f"w {_se(w, sw)}, m {_se(m, sm)}, v {_se(v, sv)}"
         for w, sw, m, sm, v, sv in zip(
@@ -111,15 +132,19 @@ def model_lines(summary: dict) -> list[str]:
         )
     )
     fits = summary["model_fits"]
+    best = summary["best_model"]
+    params = {"mix": comps, "hier": _hier_text(hier), "comb": _comb_text(comb) if comb else "not fitted"}
     return [
         f"Model mix (token log-ratios a Gaussian mixture, {len(mix['weights'])} components by BIC): {comps}",
         f"Model hier (per-sequence variance v ~ Gamma(alpha, theta0 (T/{hier['T0']:g})^beta), tokens "
-        f"N(c - v/2, v)): alpha = {_se(hier['alpha'], hier['se_alpha'])}, theta0 = "
-        f"{_se(hier['theta0'], hier['se_theta0'])}, beta = {_se(hier['beta'], hier['se_beta'])}, c = "
-        f"{_se(hier['c'], hier['se_c'])}",
-        f"Best model on Var(G_T) and GSPO clip fractions together: {summary['best_model']} (buckets fitted: "
+        f"N(c - v/2, v)): {_hier_text(hier)}",
+        "Model comb (a Gaussian mixture of up to 5 components; those with sd > 3e-4 sparse, at rate "
+        "expit(a + b log(1 + position) + tau z), z ~ N(0, 1) per sequence): "
+        + (_comb_text(comb) if comb else "not fitted (a one-component mixture)"),
+        f"Best model on Var(G_T) and GSPO clip fractions together: {best} (buckets fitted: "
         + ", ".join(f"{k} {v}" for k, v in fits.items())
-        + ")",
+        + ")"
+        + (f"; {best}: {params[best]}" if best in params else ""),
     ]
 
 
@@ -210,10 +235,12 @@ def _model_clip_cells(r) -> list[str]:
     """Return the model table's cells of bucket ``r``: clip fractions per model, Var(G_T), best model."""
     return [
         _interval(r.gspo_clip_frac, r.gspo_clip_frac_lo, r.gspo_clip_frac_hi, _fmt),
-        *(_fmt(getattr(r, f"gspo_clip_pred_{m}")) for m in ("iid", "corr", "mix", "hier")),
+        *(_fmt(getattr(r, f"gspo_clip_pred_{m}")) for m in ("iid", "corr", "mix", "hier", "comb")),
         _interval(r.ppo_clip_frac, r.ppo_clip_frac_lo, r.ppo_clip_frac_hi, _fmt),
-        *(_fmt(getattr(r, f"ppo_clip_pred_{m}")) for m in ("iid", "mix", "hier")),
-        *(_sci(getattr(r, f"var_G_{m}")) for m in ("mix", "hier")),
+        *(_fmt(getattr(r, f"ppo_clip_pred_{m}")) for m in ("iid", "mix", "hier", "comb")),
+        _interval(r.gmpo_clip_frac, r.gmpo_clip_frac_lo, r.gmpo_clip_frac_hi, _fmt),
+        *(_fmt(getattr(r, f"gmpo_clip_pred_{m}")) for m in ("iid", "mix", "hier", "comb")),
+        *(_sci(getattr(r, f"var_G_{m}")) for m in ("mix", "hier", "comb")),
         str(r.best_model),
     ]
 
@@ -247,8 +274,9 @@ def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
     ]
     if summary.get("models"):
         pct = f"{100 * summary['level']:g}%"
-        header = ["T", "n", f"GSPO clip [{pct}]", "iid", "corr", "mix", "hier", f"PPO clip [{pct}]", "iid"]
-        header += ["mix", "hier", "Var(G) mix", "Var(G) hier", "best model"]
+        header = ["T", "n", f"GSPO clip [{pct}]", "iid", "corr", "mix", "hier", "comb", f"PPO clip [{pct}]"]
+        header += ["iid", "mix", "hier", "comb", f"GMPO clip [{pct}]", "iid", "mix", "hier", "comb"]
+        header += ["Var(G) mix", "Var(G) hier", "Var(G) comb", "best model"]
         parts += [_markdown_table(header, _bucket_rows(table, _model_clip_cells)), ""]
     parts += [
         VERDICT_NOTE,

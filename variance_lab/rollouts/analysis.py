@@ -109,13 +109,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import special
 
 from variance_lab.rollouts.batch import DroppedSequence, TokenBatch
-from variance_lab.rollouts.cgf import EmpiricalCGF, gauss_log_moments, logsumexp
+from variance_lab.rollouts.cgf import EmpiricalCGF, gauss_log_moments
+from variance_lab.rollouts.models import normal_outside
 from variance_lab.rollouts.predictions import (
     PREDICTION_COLUMNS,
     choose_model,
+    expected_sample_var,
     fitted_models,
     interval_score,
     prediction_columns,
@@ -259,40 +260,11 @@ class _Models:
     def gspo_clip(self, model: str, T, log_range: tuple[float, float]) -> np.ndarray:
         r""":math:`P(\log G_T \notin (\log a, \log b))` with :math:`\log G_T \sim N(\mu_y, V_T/T^2)`."""
         T = np.asarray(T, dtype=np.float64)
-        sd = np.sqrt(self.var_log_P(model, T)) / T
-        return _normal_outside(self.fit.mu_y, sd, log_range)
-
-
-def _normal_outside(mean, sd, log_range) -> np.ndarray:
-    """P(N(mean, sd^2) outside (lo, hi)); a point mass when sd == 0."""
-    lo, hi = log_range
-    sd = np.asarray(sd, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = special.ndtr((lo - mean) / sd) + special.ndtr((mean - hi) / sd)
-    point = float(mean < lo or mean > hi)
-    return np.where(sd > 0, p, np.where(np.isnan(sd), np.nan, point))
-
-
-def _expected_sample_var(log_mean, log_var, counts) -> float:
-    r"""Return ln E[sample variance] (ddof=1) of independent draws, ``counts[j]`` with ln mean, ln var [j].
-
-    :math:`\tfrac1n\sum_j c_j v_j + \tfrac{1}{n-1}\sum_j c_j (m_j - \bar m)^2`, in log space.
-    """
-    counts = np.asarray(counts, dtype=np.float64)
-    n = counts.sum()
-    if n < 2 or np.any(np.isnan(log_var)) or np.any(np.isnan(log_mean)):
-        return math.nan
-    log_c = np.log(counts)
-    within = logsumexp(log_var, log_c) - math.log(n)
-    top = float(np.max(log_mean))
-    e = np.exp(log_mean - top)
-    spread = float(np.sum(counts * (e - np.sum(counts * e) / n) ** 2)) / (n - 1)
-    between = 2.0 * top + math.log(spread) if spread > 0 else -math.inf
-    return float(np.logaddexp(within, between))
+        return normal_outside(self.fit.mu_y, self.var_log_P(model, T) / T**2, log_range)
 
 
 def _expected_sample_var_linear(mean, var, counts) -> float:
-    """E[sample variance] (ddof=1) as :func:`_expected_sample_var`, from linear means and variances."""
+    """E[sample variance] (ddof=1) from linear means and variances (``expected_sample_var`` in log space)."""
     counts = np.asarray(counts, dtype=np.float64)
     n = counts.sum()
     if n < 2:
@@ -419,7 +391,8 @@ class AnalysisResult:
     _models: _Models = field(repr=False)
     acf_note: str = ""
     split: SplitResult | None = field(default=None, repr=False)
-    #: The fitted models (rollouts.predictions): "mix" (MixtureFit), "hier" (RandomScaleFit), the
+    #: The fitted models (rollouts.predictions): "mix" (MixtureFit), "hier" (RandomScaleFit), "comb"
+    #: (CombinedFit, or None when the mixture has one component), the
     #: chosen model ("best_model") and each model's count of buckets fitted ("fits"); empty when not fitted.
     fitted: dict = field(default_factory=dict, repr=False)
 
@@ -536,8 +509,8 @@ def _bucket_predictions(models: _Models, T: np.ndarray, g_range, base: dict) -> 
     row = {}
     for model in MODELS:
         mom = models.log_moments(model, uniq)
-        row[f"log10_var_P_{model}"] = _expected_sample_var(mom["mean_P"], mom["var_P"], counts) / _LN10
-        ln_g = _expected_sample_var(mom["mean_G"], mom["var_G"], counts)
+        row[f"log10_var_P_{model}"] = expected_sample_var(mom["mean_P"], mom["var_P"], counts) / _LN10
+        ln_g = expected_sample_var(mom["mean_G"], mom["var_G"], counts)
         with np.errstate(over="ignore"):  # inf beyond float64; the log10 twin stays finite
             row[f"var_G_{model}"], row[f"log10_var_G_{model}"] = float(np.exp(ln_g)), ln_g / _LN10
         row[f"score_{model}"] = interval_score(
@@ -608,7 +581,7 @@ def analyze(
     gspo_range, ppo_range : tuple of float
         Clipping ranges (ratios) for the observed and predicted clip fractions.
     fit_models : bool
-        Fit the ``mix`` and ``hier`` models (:mod:`variance_lab.rollouts.models`) and add their
+        Fit the ``mix``, ``hier`` and ``comb`` models (:mod:`variance_lab.rollouts.models`) and add their
         columns, the clip-fraction intervals and the model choice
         (:mod:`variance_lab.rollouts.predictions`); False leaves those columns NaN.
 
@@ -643,7 +616,7 @@ def analyze(
     models = _Models(fit, acf, EmpiricalCGF(batch.log_ratio))
     lengths = batch.lengths
     bucket, _ = length_buckets(lengths, edges)
-    ppo_pred = float(_normal_outside(fit.mu_y, math.sqrt(fit.sigma2_y), p_range))
+    ppo_pred = float(normal_outside(fit.mu_y, fit.sigma2_y, p_range))
     rows = []
     for base in obs.to_dict("records"):
         T = lengths[bucket == base["bucket"]]
@@ -659,7 +632,7 @@ def analyze(
     fitted = {}
     if fit_models:  # mix and hier predictions, clip intervals and the model choice (predictions.py)
         try:
-            fitted = dict(zip(("mix", "hier"), fitted_models(batch), strict=True))
+            fitted = dict(zip(("mix", "hier", "comb"), fitted_models(batch), strict=True))
         except ValueError:  # too few sequences or tokens, or constant log-ratios: columns stay NaN
             fit_models = False
     if fit_models:
@@ -667,10 +640,10 @@ def analyze(
             batch,
             table,
             bucket,
-            (fitted["mix"], fitted["hier"]),
+            (fitted["mix"], fitted["hier"], fitted["comb"]),
             g_range=g_range,
             p_range=p_range,
-            ppo_normal=ppo_pred,
+            normal=(fit.mu_y, fit.sigma2_y),
             **boot,
         )
         table[list(PREDICTION_COLUMNS)] = extra
@@ -718,7 +691,7 @@ def _fitted_summary(fitted: dict) -> dict:
     """``models`` (fitted parameters with standard errors) and ``best_model`` for the summary."""
     if not fitted:
         return {"models": None, "best_model": None, "model_fits": None}
-    mix, hier = fitted["mix"], fitted["hier"]
+    mix, hier, comb = fitted["mix"], fitted["hier"], fitted["comb"]
     return {
         "models": {
             "mix": {
@@ -734,6 +707,19 @@ def _fitted_summary(fitted: dict) -> dict:
             "hier": {
                 name: getattr(hier, name)
                 for name in ("c", "se_c", "alpha", "se_alpha", "theta0", "se_theta0", "beta", "se_beta", "T0")
+            },
+            "comb": None
+            if comb is None
+            else {
+                **{
+                    name: getattr(comb, name)
+                    for name in ("a", "se_a", "b", "se_b", "tau", "se_tau", "converged")
+                },
+                **{
+                    f"{part}_{k}": getattr(comb, f"{part}_{k}").tolist()
+                    for part in ("narrow", "sparse")
+                    for k in ("weights", "means", "variances")
+                },
             },
         },
         "best_model": fitted["best_model"],

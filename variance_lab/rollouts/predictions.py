@@ -1,25 +1,31 @@
-r"""Per-bucket predictions of the fitted models (``mix``, ``hier``).
+r"""Per-bucket predictions of the fitted models (``mix``, ``hier``, ``comb``).
 
 Clip-fraction intervals, and the choice of model on variances and clip fractions together.
 
 Used by :func:`variance_lab.rollouts.analysis.analyze`; see :mod:`variance_lab.rollouts.models` for
-the two models. For every length bucket this adds
+the three models. For every length bucket this adds
 
 - 95 % intervals of the observed clip fractions: Wilson's score interval for GSPO's fraction of
-  sequences clipped (sequences are independent), and a bootstrap over sequences for PPO's fraction
-  of tokens clipped (tokens of one sequence are not independent);
-- under ``mix`` and ``hier``: :math:`\operatorname{Var}(G_T)` and :math:`\log_{10}\operatorname{Var}(P_T)`
-  (the expected sample variance of the bucket's sequences given their lengths, as for the other
-  models), GSPO's clip fraction (averaged over the bucket's sequences) and PPO's (over its tokens);
-- PPO and GSPO predictions of the older models under the new names: ``iid`` and ``corr`` token
+  sequences clipped (sequences are independent), and a bootstrap over sequences for the fractions
+  of tokens clipped by PPO (:math:`r_t` outside its range) and by GMPO
+  (:math:`|\log r_t| > \epsilon`, :math:`\epsilon` the ``gmpo`` correction's default 0.4 of
+  :mod:`variance_lab.corrections`), whose tokens within a sequence are not independent
+  (``gmpo_clip_frac`` with ``_lo``, ``_hi``);
+- under ``mix``, ``hier`` and ``comb``: :math:`\operatorname{Var}(G_T)` and
+  :math:`\log_{10}\operatorname{Var}(P_T)` (the expected sample variance of the bucket's
+  sequences given their lengths, as for the other models), GSPO's clip fraction (averaged over
+  the bucket's sequences) and the token clip fractions of PPO and GMPO (over its tokens).
+  ``comb``'s GSPO clip is a seeded Monte Carlo, :data:`COMB_REPLICATES` draws per sequence
+  of the bucket; ``gspo_clip_se_comb`` is its standard error;
+- token and GSPO predictions of the older models under the new names: ``iid`` and ``corr`` token
   clip from the fitted normal, ``emp`` token clip the empirical fraction itself (no prediction),
   ``emp`` GSPO clip NaN (the law of a mean of :math:`T` empirical draws has no closed form).
 
 Model choice (:func:`choose_model`). A model *fits* a bucket when its
 :math:`\operatorname{Var}(G_T)` lies inside the bucket's bootstrap interval (``|score| <= 1``) and its
 GSPO clip prediction inside the Wilson interval (``emp``, without a clip prediction, never
-fits). The chosen model fits the most buckets; among
-models that fit as many, the simplest, in the order ``iid``, ``emp``, ``corr``, ``mix``, ``hier``.
+fits). The chosen model fits the most buckets; among models that fit as many, the simplest,
+in the order ``iid``, ``emp``, ``corr``, ``mix``, ``hier``, ``comb``.
 """
 
 from __future__ import annotations
@@ -30,15 +36,27 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
+from variance_lab import corrections
 from variance_lab.rollouts.batch import TokenBatch
-from variance_lab.rollouts.models import MixtureFit, RandomScaleFit, fit_mixture, fit_random_scale
+from variance_lab.rollouts.models import (
+    CombinedFit,
+    MixtureFit,
+    RandomScaleFit,
+    fit_combined,
+    fit_mixture,
+    fit_random_scale,
+    normal_outside,
+)
 from variance_lab.rollouts.weights import segment_sums
 
 __all__ = [
     "ALL_MODELS",
+    "COMB_REPLICATES",
     "FITTED_MODELS",
+    "GMPO_LOG_RANGE",
     "PREDICTION_COLUMNS",
     "choose_model",
+    "expected_sample_var",
     "fitted_models",
     "interval_score",
     "prediction_columns",
@@ -46,10 +64,16 @@ __all__ = [
 ]
 
 #: Every model, in the order of parsimony.
-ALL_MODELS = ("iid", "emp", "corr", "mix", "hier")
+ALL_MODELS = ("iid", "emp", "corr", "mix", "hier", "comb")
 
 #: The models fitted here.
-FITTED_MODELS = ("mix", "hier")
+FITTED_MODELS = ("mix", "hier", "comb")
+
+#: GMPO's per-token clip range of log r: the ``gmpo`` correction's default.
+GMPO_LOG_RANGE = corrections.parse("gmpo").log_bounds()
+
+#: Monte Carlo draws per sequence of ``comb``'s GSPO clip prediction.
+COMB_REPLICATES = 100
 
 #: Columns added to the analysis table, in order.
 PREDICTION_COLUMNS = (
@@ -57,9 +81,14 @@ PREDICTION_COLUMNS = (
     "gspo_clip_frac_hi",
     "ppo_clip_frac_lo",
     "ppo_clip_frac_hi",
+    "gmpo_clip_frac",
+    "gmpo_clip_frac_lo",
+    "gmpo_clip_frac_hi",
     *(f"{stat}_{m}" for m in FITTED_MODELS for stat in ("var_G", "log10_var_G", "log10_var_P")),
     *(f"gspo_clip_pred_{m}" for m in ALL_MODELS if m != "iid"),
+    "gspo_clip_se_comb",
     *(f"ppo_clip_pred_{m}" for m in ALL_MODELS),
+    *(f"gmpo_clip_pred_{m}" for m in ALL_MODELS),
     *(f"score_{m}" for m in FITTED_MODELS),
     "fits",
     "best_model",
@@ -97,17 +126,26 @@ def _bootstrap_ratio(num: np.ndarray, den: np.ndarray, n_boot: int, level: float
     return float(np.quantile(ratios, a)), float(np.quantile(ratios, 1 - a))
 
 
-def _child_rng(seed, j: int) -> np.random.Generator:
-    """Return a Generator for bucket ``j``.
+def _child_seed(seed, key: int) -> np.random.SeedSequence:
+    """Return the SeedSequence of ``seed`` with ``key`` appended to its spawn key.
 
-    It is independent of the streams analyze's bootstrap spawns from ``seed``.
+    Independent of the streams analyze's bootstrap spawns from ``seed`` (keys 0, 1, ...).
     """
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    return np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, 10_000 + j)))
+    return np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, key))
 
 
-def _expected_sample_var(log_mean, log_var, counts) -> float:
-    r"""Ln of :math:`\tfrac1n\sum_j c_j v_j + \tfrac{1}{n-1}\sum_j c_j (m_j - \bar m)^2` (log space)."""
+def _child_rng(seed, j: int) -> np.random.Generator:
+    """Return the Generator of bucket ``j``'s clip intervals (key 10,000 + j; GMPO's: 20,000 + j)."""
+    return np.random.default_rng(_child_seed(seed, 10_000 + j))
+
+
+def expected_sample_var(log_mean, log_var, counts) -> float:
+    r"""Return ln E[sample variance] (ddof=1) of independent draws, ``counts[j]`` with ln mean, ln var [j].
+
+    :math:`\tfrac1n\sum_j c_j v_j + \tfrac{1}{n-1}\sum_j c_j (m_j - \bar m)^2`, in log space;
+    NaN for fewer than 2 draws or a NaN input, ``inf`` for an infinite variance.
+    """
     counts = np.asarray(counts, dtype=np.float64)
     n = counts.sum()
     if n < 2 or np.any(np.isnan(log_var)) or np.any(np.isnan(log_mean)):
@@ -139,38 +177,56 @@ def interval_score(ln_pred: float, point: float, lo: float, hi: float) -> float:
     return diff / half if half > 0 else math.copysign(math.inf, diff)
 
 
-def fitted_models(batch: TokenBatch) -> tuple[MixtureFit, RandomScaleFit]:
-    """Fit ``mix`` (pooled tokens, EM, BIC) and ``hier`` (length-dependent random scale)."""
-    return fit_mixture(batch), fit_random_scale(batch)
+def fitted_models(batch: TokenBatch) -> tuple[MixtureFit, RandomScaleFit, CombinedFit | None]:
+    """Fit ``mix`` (pooled tokens, EM, BIC), ``hier`` (length-dependent random scale) and ``comb``.
+
+    ``comb`` (its own mixture of up to 5 components) is None when BIC picks one component for
+    ``mix`` (then comb's EM is not run) or for comb's own mixture.
+    """
+    mix = fit_mixture(batch)
+    comb = None
+    if mix.n_components > 1:  # BIC sees more than one component among 3: try comb's up to 5
+        try:
+            comb = fit_combined(batch)
+        except ValueError:  # its own BIC picked one component: no sparse part
+            comb = None
+    return mix, fit_random_scale(batch), comb
 
 
-def _per_sequence_clips(batch: TokenBatch, g_range, p_range) -> tuple[np.ndarray, np.ndarray]:
-    """(GSPO clipped: 0/1 per sequence, PPO-clipped tokens per sequence)."""
+def _per_sequence_clips(batch: TokenBatch, g_range, p_range) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(GSPO clipped: 0/1 per sequence, PPO-clipped and GMPO-clipped tokens per sequence)."""
     y, off = batch.log_ratio, batch.offsets
     ybar = segment_sums(y, off) / np.diff(off)
     g = ((ybar < g_range[0]) | (ybar > g_range[1])).astype(float)
     p = segment_sums(((y < p_range[0]) | (y > p_range[1])).astype(float), off)
-    return g, p
+    _, gmpo_clipped = corrections.apply_tokens(corrections.parse("gmpo"), y)
+    return g, p, segment_sums(gmpo_clipped.astype(float), off)
 
 
 def prediction_columns(
     batch: TokenBatch,
     table: pd.DataFrame,
     bucket: np.ndarray,
-    fits: tuple[MixtureFit, RandomScaleFit],
+    fits: tuple[MixtureFit, RandomScaleFit, CombinedFit | None],
     *,
     g_range,
     p_range,
-    ppo_normal: float,
+    normal: tuple[float, float],
     n_boot: int,
     level: float,
     seed,
 ) -> pd.DataFrame:
-    """Compute the :data:`PREDICTION_COLUMNS` of each row of the analysis ``table`` (module docstring)."""
-    mix, hier = fits
+    r"""Compute the :data:`PREDICTION_COLUMNS` of each row of the analysis ``table`` (module docstring).
+
+    ``normal`` is the pooled fit :math:`(\hat\mu_y, \hat\sigma_y^2)` of ``iid`` and ``corr``.
+    """
     lengths = batch.lengths
-    g_seq, p_seq = _per_sequence_clips(batch, g_range, p_range)
-    ppo_emp = float(p_seq.sum() / lengths.sum())
+    g_seq, p_seq, m_seq = _per_sequence_clips(batch, g_range, p_range)
+    emp = {"ppo": float(p_seq.sum() / lengths.sum()), "gmpo": float(m_seq.sum() / lengths.sum())}
+    gauss = {
+        k: float(normal_outside(normal[0], normal[1], r))
+        for k, r in (("ppo", p_range), ("gmpo", GMPO_LOG_RANGE))
+    }
     rows = []
     for j, base in enumerate(table.to_dict("records")):
         sel = bucket == base["bucket"]
@@ -182,23 +238,38 @@ def prediction_columns(
         row["ppo_clip_frac_lo"], row["ppo_clip_frac_hi"] = _bootstrap_ratio(
             p_seq[sel], T.astype(float), n_boot, level, _child_rng(seed, j)
         )
+        row["gmpo_clip_frac"] = float(m_seq[sel].sum() / T.sum())
+        row["gmpo_clip_frac_lo"], row["gmpo_clip_frac_hi"] = _bootstrap_ratio(
+            m_seq[sel], T.astype(float), n_boot, level, _child_rng(seed, 20_000 + j)
+        )
         obs_G = [base[k] * _LN10 for k in ("log10_var_G", "log10_var_G_lo", "log10_var_G_hi")]
-        for name, fit in (("mix", mix), ("hier", hier)):
-            pred = fit.predict(uniq, g_range, p_range)
-            ln_g = _expected_sample_var(pred["mean_G"], pred["var_G"], counts)
+        row["gspo_clip_se_comb"] = math.nan
+        for name, fit in zip(FITTED_MODELS, fits, strict=True):
+            if fit is None:
+                continue
+            if name == "comb":
+                pred = fit.predict(
+                    uniq, g_range, p_range, n_rep=counts * COMB_REPLICATES, seed=_child_seed(seed, 30_000 + j)
+                )
+                row["gspo_clip_se_comb"] = float(np.sqrt(np.sum((counts * pred["gspo_clip_se"]) ** 2)) / n)
+            else:
+                pred = fit.predict(uniq, g_range, p_range)
+            ln_g = expected_sample_var(pred["mean_G"], pred["var_G"], counts)
             with np.errstate(over="ignore"):
                 row[f"var_G_{name}"] = float(np.exp(ln_g))
             row[f"log10_var_G_{name}"] = ln_g / _LN10
-            row[f"log10_var_P_{name}"] = _expected_sample_var(pred["mean_P"], pred["var_P"], counts) / _LN10
+            row[f"log10_var_P_{name}"] = expected_sample_var(pred["mean_P"], pred["var_P"], counts) / _LN10
             row[f"gspo_clip_pred_{name}"] = float(np.sum(counts * pred["gspo_clip"]) / n)
-            row[f"ppo_clip_pred_{name}"] = float(
-                np.sum(counts * uniq * pred["ppo_clip"]) / np.sum(counts * uniq)
-            )
+            tokens = counts * uniq
+            row[f"ppo_clip_pred_{name}"] = float(np.sum(tokens * pred["ppo_clip"]) / np.sum(tokens))
+            gmpo = fit.token_clip(uniq, GMPO_LOG_RANGE)
+            row[f"gmpo_clip_pred_{name}"] = float(np.sum(tokens * gmpo) / np.sum(tokens))
             row[f"score_{name}"] = interval_score(ln_g, *obs_G)
         row["gspo_clip_pred_emp"] = math.nan
         row["gspo_clip_pred_corr"] = base["gspo_clip_pred"]
-        row["ppo_clip_pred_iid"] = row["ppo_clip_pred_corr"] = ppo_normal
-        row["ppo_clip_pred_emp"] = ppo_emp
+        for kind in ("ppo", "gmpo"):
+            row[f"{kind}_clip_pred_iid"] = row[f"{kind}_clip_pred_corr"] = gauss[kind]
+            row[f"{kind}_clip_pred_emp"] = emp[kind]
         fitting = [m for m in ALL_MODELS if _fits({**base, **row}, m)]
         row["fits"] = ",".join(fitting)
         row["best_model"] = fitting[0] if fitting else "none"
