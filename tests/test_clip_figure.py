@@ -140,19 +140,20 @@ def test_log_panel_puts_tiny_values_on_the_edge_and_says_so():
 
 def test_a_new_model_and_a_new_kind_appear_without_code_change():
     """An unknown model gets its own marker and its suffix as label; a new kind of clip its own panel."""
-    fig = clip_figure(_table(extra_models=("comb",), gmpo=True))
-    assert len(fig.axes) == 3
+    fig = clip_figure(_table(extra_models=("next",), gmpo=True))
+    assert len(fig.axes) == 4  # three panels, two per row: the fourth slot stays empty
+    assert not fig.axes[3].axison
     gmpo = fig.axes[2]
     assert "GMPO" in gmpo.get_title()
     assert gmpo.get_xscale() == "log"  # every value below LOG_BELOW
     labels = _legend_labels(fig)
-    assert "comb" in labels
+    assert "next" in labels
     comb = _markers(fig.axes[0])
     known = {st["marker"] for st in MODEL_MARKERS.values()}
     (new,) = set(comb) - known
     np.testing.assert_allclose(comb[new][:, 1], [0.12, 0.33, 0.61])
-    fig = clip_figure(_table(extra_models=("comb",)), labels={"comb": "combined model"})
-    assert "combined model" in _legend_labels(fig)
+    fig = clip_figure(_table(extra_models=("next",)), labels={"next": "next model"})
+    assert "next model" in _legend_labels(fig)
 
 
 def test_markers_differ_in_shape_for_every_model():
@@ -213,7 +214,7 @@ def test_a_table_without_clip_predictions_is_refused():
 
 
 def test_draws_the_analysis_table_as_analyze_makes_it():
-    """On analyze's own table: GSPO and PPO panels, every model of the analysis in the legend."""
+    """On analyze's own table: GSPO, PPO and GMPO panels, every model of the analysis in the legend."""
     rng = np.random.default_rng(5)
     n, width = 240, 64
     lengths = rng.integers(8, width + 1, n)
@@ -224,12 +225,13 @@ def test_draws_the_analysis_table_as_analyze_makes_it():
         TokenBatch.from_padded(-base + np.minimum(y, 0), -base - np.maximum(y, 0), mask), n_boot=50, seed=0
     )
     table = result.table
-    assert clip_kinds(table) == ["gspo", "ppo"]
+    assert clip_kinds(table) == ["gspo", "ppo", "gmpo"]
     assert clip_models(table, "gspo") == list(ALL_MODELS)
     fig = clip_figure(table)
     gspo = _markers(fig.axes[0])
     xy = gspo[MODEL_MARKERS["hier"]["marker"]]
     np.testing.assert_allclose(xy[:, 1], table["gspo_clip_pred_hier"])
     labels = _legend_labels(fig)
-    for m in ALL_MODELS:
-        assert MODEL_MARKERS[m]["label"] in labels
+    for m in ALL_MODELS:  # comb is fitted (finite) only where the mixture has more than one component
+        preds = table[[f"{k}_clip_pred_{m}" for k in clip_kinds(table)]].to_numpy(float)
+        assert (MODEL_MARKERS[m]["label"] in labels) == bool(np.isfinite(preds).any()), m

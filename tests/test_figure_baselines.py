@@ -106,7 +106,7 @@ def _corrections_vs_T():
 
 
 def _clip_fractions():
-    """Observed against predicted clip fractions from a fixed per-bucket table (five models and a new one)."""
+    """Observed against predicted clip fractions from a fixed per-bucket table (the six models of analyze)."""
     obs = {"gspo": [0.1, 0.35, 0.54, 0.41, 0.69], "ppo": [9e-4, 2e-3, 2.4e-3, 1e-3, 0.0]}
     table = pd.DataFrame(
         {

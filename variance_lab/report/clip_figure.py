@@ -12,8 +12,8 @@ markers on the diagonal, within their horizontal bars.
 The models are read from the column names (:func:`clip_models`): every suffix ``<m>`` of a
 ``K_clip_pred_<m>`` column, so a model added to the analysis appears without a change here.
 Known models keep their colour, marker and label (:data:`MODEL_MARKERS`); others get the next
-free marker of :data:`EXTRA_MARKERS` and their suffix as label. Markers are hollow and differ in
-shape, so the models stay apart in greyscale and where they overlap.
+free marker of :data:`EXTRA_MARKERS` (none a known model uses) and their suffix as label.
+Markers are hollow and differ in shape, so the models stay apart in greyscale and where they overlap.
 
 Token-level fractions are small, so a panel is on log axes (:data:`LOG_KINDS`, or any kind
 whose values all lie below :data:`LOG_BELOW`). Values below the panel's floor (a
@@ -54,6 +54,7 @@ MODEL_MARKERS = {
     "corr": {"color": MODEL_STYLE["corr"]["color"], "marker": "^", "label": "autocorrelation-corrected"},
     "mix": {"color": _style.color(5), "marker": "D", "label": "token mixture"},
     "hier": {"color": _style.color(6), "marker": "o", "label": "random scale"},
+    "comb": {"color": _style.color(0), "marker": "P", "label": "combined (sparse rate by position)"},
 }
 #: (marker, colour) of models not in :data:`MODEL_MARKERS`, in the order they are found.
 EXTRA_MARKERS = (
@@ -121,13 +122,14 @@ def clip_models(table: pd.DataFrame, kind: str) -> list[str]:
 
 
 def _model_styles(models: Sequence[str], labels: dict | None) -> dict[str, dict]:
-    styles, extra = {}, 0
+    styles = {}
+    known = {st["marker"] for st in MODEL_MARKERS.values()}
+    extras = iter([e for e in EXTRA_MARKERS if e[0] not in known] or EXTRA_MARKERS)
     for m in models:
         if m in MODEL_MARKERS:
             st = dict(MODEL_MARKERS[m])
         else:
-            marker, colour = EXTRA_MARKERS[extra % len(EXTRA_MARKERS)]
-            extra += 1
+            marker, colour = next(extras, EXTRA_MARKERS[-1])
             st = {"color": colour, "marker": marker, "label": m}
         if labels and m in labels:
             st["label"] = labels[m]
@@ -195,8 +197,9 @@ def _panel(ax, table: pd.DataFrame, kind: str, styles: dict, level, scale: str, 
         if scale == "log":
             below = ys < floor
             if below.any():
-                vals = sorted({_fmt(v) for v in ys[below]})
-                edge_notes.append(f"{st['label']}: {', '.join(vals)}")
+                vals = list(dict.fromkeys(_fmt(v) for v in sorted(ys[below])))  # as printed, once each
+                text = ", ".join(vals) if len(vals) <= 2 else f"{vals[0]} to {vals[-1]}"
+                edge_notes.append(f"{st['label']}: {text}")
             ys = np.maximum(ys, floor)
             xs, los, his = np.maximum(xs, floor), np.maximum(los, floor), np.maximum(his, floor)
         kw = {
@@ -250,9 +253,15 @@ def _axes(fig, ax, n: int, figsize):
     if fig is None:
         import matplotlib.pyplot as plt
 
-        size = (2 * _style.COLUMN_WIDTH, 3.3) if figsize is None else figsize
+        rows = 1 if n <= 2 else math.ceil(n / 2)  # three panels or more: two per row
+        size = (2 * _style.COLUMN_WIDTH, 3.3 * rows) if figsize is None else figsize
         fig = plt.figure(figsize=size, layout="constrained")
-    return fig, list(fig.subplots(1, n, squeeze=False)[0])
+    if n <= 2:
+        return fig, list(fig.subplots(1, n, squeeze=False)[0])
+    grid = fig.subplots(math.ceil(n / 2), 2, squeeze=False).ravel()
+    for spare in grid[n:]:
+        spare.set_axis_off()
+    return fig, list(grid[:n])
 
 
 def clip_figure(
