@@ -21,6 +21,9 @@ memory        peak memory at n = 10^8 (aggregate) and token runs at smaller   < 
               allocations)
 table         ``variance-lab table`` at its defaults (n = 10^6), and with     (under a minute;
               ``--sampler auto``, as subprocesses                             about a second)
+first-run     a first ``variance-lab table`` (empty ``NUMBA_CACHE_DIR``:      <= 15 s extra
+              every kernel compiled) against the next one (same cache),       (not judged in
+              extra seconds, wall and CPU                                     ``--quick``)
 theory        ``theory.grid`` points/s per family against mpmath on the same  >= 1e5/s (CPU,
               points; share certified in float64; a notebook slider move      lognormal and
               (:mod:`benchmarks.bench_theory`)                                gamma); < 0.2 s
@@ -433,8 +436,45 @@ def table_cli(rep: Report, quick: bool) -> None:
     )
 
 
+def _timed_child(cmd, env) -> tuple[float, float]:
+    """(wall seconds, CPU seconds user + sys) of one subprocess run to the end."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def first_run(rep: Report, quick: bool, repeats: int) -> None:
+    """Time a first ``variance-lab table`` (empty numba cache) against a warm one with the same cache."""
+    print("[first-run] `variance-lab table` with an empty NUMBA_CACHE_DIR, then again (warm), subprocesses")
+    if quick:
+        print("  first table - warm table: skipped in --quick (a round compiles every kernel), not judged")
+        return
+    import tempfile
+
+    exe = shutil.which("variance-lab", path=str(Path(sys.executable).parent)) or shutil.which("variance-lab")
+    cmd = [exe, "table"] if exe else [sys.executable, "-m", "variance_lab.cli", "table"]
+    times: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
+    for _ in range(repeats):  # a fresh empty cache per round
+        with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+            env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+            times["cold"].append(_timed_child(cmd, env))
+            times["warm"].append(_timed_child(cmd, env))
+    extra = [c[0] - w[0] for c, w in zip(times["cold"], times["warm"], strict=True)]
+    extra_cpu = [c[1] - w[1] for c, w in zip(times["cold"], times["warm"], strict=True)]
+    rep.add("first-run", "first variance-lab table, empty cache (wall)", median(times, "cold"), "s")
+    rep.add("first-run", "next variance-lab table, warm cache (wall)", median(times, "warm"), "s")
+    e = statistics.median(extra)
+    rep.add("first-run", "first table - warm table (wall)", e, "s", "<= 15 s", e <= 15)
+    rep.add("first-run", "first table - warm table (CPU time)", statistics.median(extra_cpu), "s", "<= 15 s")
+
+
 # ----------------------------------------------------------------------------- main
-SECTIONS = ("throughput", "aggregate", "dense", "memory", "table", "theory", "sweep")
+SECTIONS = ("throughput", "aggregate", "dense", "memory", "table", "first-run", "theory", "sweep")
 
 
 def _machine() -> dict:
@@ -490,6 +530,8 @@ def main(argv=None) -> int:
         memory(rep, (10**6, 10**7) if q else (10**6, 10**8), (10**4, 10**5) if q else (10**5, 10**6))
     if "table" in only:
         table_cli(rep, q)
+    if "first-run" in only:
+        first_run(rep, q, repeats)
     if "theory" in only:
         bench_theory.grid_speed(rep, q, repeats)
         bench_theory.slider(rep, repeats)

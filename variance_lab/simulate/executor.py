@@ -5,23 +5,37 @@ with no pickling and no process start-up. Results are merged strictly in chunk o
 whatever order they finish in (in place, :func:`~variance_lab.simulate.accumulators.merge_into`:
 the same bits as ``merge``), so the merged accumulator is bit-identical for any
 number of workers; at most ``2 * workers`` chunks are in flight, which bounds memory.
+
+**First run.** Before a run with a progress bar, :func:`compile_kernels` runs a tiny copy
+of the first chunk (one grid point, a few paths, a tail of one) in the calling thread:
+it loads the kernels of the run's sampler from numba's cache, or, on a first run,
+compiles them under a "compiling kernels (first run only)" bar that counts them, before
+the "simulating" bar starts. Only the kernels of the run's sampler are compiled (the
+token and the aggregate samplers have their own), and nothing of the run's result depends
+on it: the copy draws from its own stream and is thrown away.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
+import numpy as np
+
 from variance_lab._validate import check_workers
-from variance_lab.simulate.accumulators import Accumulator, merge_into
-from variance_lab.simulate.kernels import run_chunk
+from variance_lab.simulate._jit import compile_progress, kernels_reached
+from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec, merge, merge_into
+from variance_lab.simulate.kernels import SAMPLER_RUNNERS, run_chunk
 from variance_lab.simulate.plan import ChunkTask
 
-__all__ = ["default_workers", "make_progress", "run_tasks"]
+__all__ = ["COMPILING", "compile_kernels", "default_workers", "make_progress", "run_tasks"]
 
 #: Seconds before an automatic progress bar appears.
 PROGRESS_DELAY_S = 1.0
+#: What the bar of a first run's compiling says.
+COMPILING = "compiling kernels (first run only)"
 
 
 def default_workers() -> int:
@@ -32,8 +46,8 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def make_progress(progress, total: int, desc: str):
-    """Return a progress bar over ``total`` paths, or ``None``.
+def make_progress(progress, total: int, desc: str, unit: str = "path"):
+    """Return a progress bar over ``total`` paths (or other ``unit``), or ``None``.
 
     ``progress=None`` (auto): a ``tqdm.auto`` bar (a widget in notebooks, text in a
     terminal, and text in a notebook without ``ipywidgets``) that appears only once the
@@ -46,8 +60,8 @@ def make_progress(progress, total: int, desc: str):
     options = {
         "total": total,
         "desc": desc,
-        "unit": "path",
-        "unit_scale": True,
+        "unit": unit,
+        "unit_scale": unit == "path",
         "delay": PROGRESS_DELAY_S if progress is None else 0.0,
         "leave": False,
     }
@@ -55,6 +69,50 @@ def make_progress(progress, total: int, desc: str):
         return auto.tqdm(**options)
     except ImportError:  # a notebook without ipywidgets: the widget bar cannot be built, use text
         return std.tqdm(**options)
+
+
+def compile_kernels(task: ChunkTask, progress=None) -> int:
+    """Load or compile the kernels a run of ``task`` needs; on a first run, show it.
+
+    Runs a tiny copy of ``task`` (its family, sampler and ``independent``; the first
+    grid point only, 4 paths, a tail of 1) twice, and merges the two results both ways
+    (:func:`~variance_lab.simulate.accumulators.merge` and
+    :func:`~variance_lab.simulate.accumulators.merge_into`): every kernel of the run is
+    then compiled for the very argument types of the run, or loaded from numba's cache.
+    Compiling (a cache miss) shows a bar :data:`COMPILING` counting the kernels of
+    :func:`~variance_lab.simulate._jit.kernels_reached` from the sampler's runner, the
+    chunk and the merges; loading shows nothing.
+
+    Parameters
+    ----------
+    task : ChunkTask
+        A task of the run (its sampler, code and parameters pick the kernels).
+    progress : None or bool
+        As in :func:`make_progress`, for the bar of a kernel compiling: ``None`` shows it
+        once the compiling has taken :data:`PROGRESS_DELAY_S` (a first run takes seconds),
+        ``True`` at once, ``False`` never.
+
+    Returns
+    -------
+    int
+        Kernels compiled (0 when all were loaded from the cache or compiled before in
+        this process).
+    """
+    spec = task.spec
+    tiny_spec = AccumulatorSpec(
+        T=np.ascontiguousarray(spec.T[:1]),
+        log_ref=np.ascontiguousarray(spec.log_ref[:, :1]),
+        ref_logP=np.ascontiguousarray(spec.ref_logP[:1]),
+        tail=1,
+    )
+    tiny = dataclasses.replace(task, spec=tiny_spec, n_paths=4, tail_keep=None)
+    roots = (SAMPLER_RUNNERS[task.sampler], run_chunk, merge, merge_into)
+    with compile_progress(
+        kernels_reached(*roots), lambda total: make_progress(progress, total, COMPILING, unit="kernel")
+    ) as counter:
+        a, b = run_chunk(tiny), run_chunk(tiny)
+        merge_into(merge(a, b), b)
+    return len(counter.done)
 
 
 def run_tasks(
@@ -73,7 +131,9 @@ def run_tasks(
     workers : int
         Threads, >= 1 (1 runs in the calling thread).
     progress : None, bool
-        See :func:`make_progress`.
+        See :func:`make_progress`. Unless ``False``, the kernels are loaded or compiled
+        first (:func:`compile_kernels`, with the default ``fn``), a first run's compiling
+        shown in a bar of its own.
     fn : callable
         Task -> accumulator (default :func:`run_chunk`).
 
@@ -85,6 +145,8 @@ def run_tasks(
     workers = check_workers(workers)
     if not tasks:
         raise ValueError("run_tasks needs at least one task")
+    if progress is not False and fn is run_chunk:
+        compile_kernels(tasks[0], progress)
     bar = make_progress(progress, sum(t.n_paths for t in tasks), "simulating")
     try:
         if workers == 1:

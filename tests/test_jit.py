@@ -1,0 +1,146 @@
+"""The jit helper: one build per kernel, the kernels a call reaches, and compile progress."""
+
+import numba
+import numpy as np
+from numba import types
+
+from variance_lab.simulate._jit import JIT_OPTIONS, compile_progress, kernel, kernels_reached
+from variance_lab.simulate.accumulators import merge, merge_into
+from variance_lab.simulate.kernels import SAMPLER_RUNNERS, run_chunk
+
+
+@kernel
+def _scaled(x, k):  # pragma: no cover - compiled
+    return x * k
+
+
+@kernel
+def _calls_with_constants(x):  # pragma: no cover - compiled
+    return _scaled(x, 2) + _scaled(x, 3) + _scaled(x, int(x))
+
+
+def _plain_scaled(x, k):  # pragma: no cover - compiled
+    return x * k
+
+
+_plain = numba.njit(_plain_scaled)
+
+
+@numba.njit
+def _plain_calls_with_constants(x):  # pragma: no cover - compiled
+    return _plain(x, 2) + _plain(x, 3)
+
+
+def _python_caller(x):
+    return _calls_with_constants(x)
+
+
+def test_a_kernel_called_with_constants_is_built_once():
+    """Constants 2 and 3 in a call: one int64 build, where plain numba builds one per constant.
+
+    (Asked the way a compiling caller asks, ``get_call_template``: a caller loaded from the
+    cache never compiles its callees.)
+    """
+    assert _calls_with_constants(1.5) == 1.5 * 2 + 1.5 * 3 + 1.5 * 1
+    for k in (2, 3):
+        _scaled.get_call_template((types.float64, types.IntegerLiteral(k)), {})
+        _plain.get_call_template((types.float64, types.IntegerLiteral(k)), {})
+    assert _scaled.signatures == [(types.float64, types.int64)]
+    assert _plain.signatures == [
+        (types.float64, types.IntegerLiteral(2)),
+        (types.float64, types.IntegerLiteral(3)),
+    ]
+    assert _plain_calls_with_constants(1.5) == 1.5 * 5
+
+
+def test_kernel_keeps_the_options():
+    """Options nogil and cache, as JIT_OPTIONS says, on a lazy numba dispatcher."""
+    assert JIT_OPTIONS == {"nogil": True, "cache": True}
+    assert _scaled.targetoptions["nogil"] is True
+    assert _scaled._cache.__class__.__name__ == "FunctionCache"  # cache=True; NullCache otherwise
+    assert isinstance(_scaled, numba.core.dispatcher.Dispatcher)
+
+
+def test_kernels_reached_follows_functions_and_kernels():
+    """From a Python function through a kernel to its callee; nothing unrelated."""
+    assert kernels_reached(_python_caller) == {_calls_with_constants, _scaled}
+    assert kernels_reached(_scaled) == {_scaled}
+    assert kernels_reached(np.sum, len) == frozenset()
+
+
+def test_kernels_reached_by_each_sampler():
+    """Each sampler's run reaches its own kernel and not the other's; both share the reduction."""
+    names = {
+        s: {k.py_func.__name__ for k in kernels_reached(SAMPLER_RUNNERS[s], run_chunk, merge, merge_into)}
+        for s in ("token", "aggregate")
+    }
+    assert {"_token_kernel", "draw_raw4", "reduce_block", "_merge_tails", "_compact_rows"} <= names["token"]
+    assert "_aggregate_kernel" not in names["token"]
+    assert {"_aggregate_kernel", "aggregate_paths", "reduce_block", "_merge_tails_inplace"} <= names[
+        "aggregate"
+    ]
+    assert "_token_kernel" not in names["aggregate"]
+    assert "draw_raw4" not in names["aggregate"]
+
+
+class _Bar:
+    """Records what compile_progress does with its bar."""
+
+    def __init__(self, total):
+        self.total, self.n, self.closed, self.postfix = total, 0, False, []
+
+    def update(self, k):
+        self.n += k
+
+    def set_postfix_str(self, text, refresh=True):
+        self.postfix.append(text)
+
+    def close(self):
+        self.closed = True
+
+
+def _fresh_pair():
+    """Two uncached numba functions, the first calling the second: both compile on the first call."""
+
+    def inner(x):  # pragma: no cover - compiled
+        return x + 1.0
+
+    inner_d = numba.njit(inner)
+
+    def outer(x):  # pragma: no cover - compiled
+        return inner_d(x) * 2.0
+
+    return numba.njit(outer), inner_d
+
+
+def test_compile_progress_counts_compiles_and_stays_silent_when_compiled():
+    """A bar opens at the first compile and counts both functions; a second call opens none."""
+    outer, inner = _fresh_pair()
+    bars = []
+
+    def open_bar(total):
+        bars.append(_Bar(total))
+        return bars[-1]
+
+    with compile_progress({outer, inner}, open_bar) as counter:
+        assert outer(1.0) == 4.0
+    assert len(bars) == 1
+    assert bars[0].total == 2
+    assert bars[0].n == 2
+    assert bars[0].closed
+    assert counter.done == {outer, inner}
+    assert bars[0].postfix[0] == "outer"
+    with compile_progress({outer, inner}, open_bar) as counter:
+        assert outer(2.0) == 6.0
+    assert len(bars) == 1
+    assert counter.done == set()
+    assert counter.bar is None
+
+
+def test_compile_progress_ignores_other_functions():
+    """Compiling a function outside the set opens no bar."""
+    outer, _inner = _fresh_pair()
+    opened = []
+    with compile_progress({_scaled}, opened.append):
+        outer(1.0)
+    assert opened == []
