@@ -322,7 +322,17 @@ def test_simulate_many_yields_simulate_frames_and_errors(client):
 
 def test_figures_on_a_cluster_are_byte_identical(client, tmp_path):
     """``figures --executor dask --scheduler ADDRESS`` writes the same bytes as threads."""
-    argv = ["figures", "--quick", "--only", "variance_vs_T", "--format", "png", "--no-progress"]
+    argv = [
+        "figures",
+        "--quick",
+        "--only",
+        "variance_vs_T",
+        "--format",
+        "png",
+        "--dpi",
+        "20",
+        "--no-progress",
+    ]
     assert cli.main([*argv, "--out", str(tmp_path / "threads"), "--workers", "2"]) == 0
     dask_argv = ["--executor", "dask", "--scheduler", client.scheduler.address]
     assert cli.main([*argv, *dask_argv, "--out", str(tmp_path / "dask")]) == 0
