@@ -21,10 +21,10 @@ import pytest
 
 from variance_lab import LogNormal, TwoPoint, cli
 from variance_lab.cli import _common as cli_common
-from variance_lab.simulate import DaskMissingError, Engine, prepare, run_accumulators, simulate
+from variance_lab.simulate import DaskMissingError, Engine, prepare, run_accumulators, simulate, simulate_many
 from variance_lab.simulate import dask_executor as dx
 from variance_lab.simulate.executor import make_progress
-from variance_lab.sweep import Store, load_store, load_table, sweep
+from variance_lab.sweep import Store, SweepInterrupted, compute, load_store, load_table, plan, sweep
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Creating scratch directories is taking a surprisingly long time:UserWarning"
@@ -166,6 +166,180 @@ def test_sweep_is_bit_identical_to_threads(client, tmp_path):
     with Store(tmp_path / "dask.sqlite") as db:
         executors = {json.loads(p).get("executor") for p in db.cells()["provenance"]}
     assert executors == {"dask", None}  # Monte Carlo cells ran on Dask; theory cells have no executor
+
+
+def _spy_map(client, monkeypatch) -> list[list[str]]:
+    """Record the keys of every ``client.map`` call (the tasks submitted at once)."""
+    calls, real = [], client.map
+
+    def spy(fn, *iterables, key=None, **kwargs):
+        calls.append(list(key))
+        return real(fn, *iterables, key=key, **kwargs)
+
+    monkeypatch.setattr(client, "map", spy)
+    return calls
+
+
+def _group_of(key: str) -> str:
+    """Return the group number of a chunk key ``variance_lab-chunk-RUN-GROUP-CHUNK``."""
+    return key.rsplit("-", 2)[1]
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_groups_run_together_merge_in_order_and_fail_alone(client, monkeypatch, window):
+    """Many groups share one window: each merges in chunk order; a failing group fails alone.
+
+    With the default window (32) the chunks of all five groups go out in one call; with a
+    window of 2 no call submits more than 2. Every good group equals its one-thread run.
+    """
+    if window is not None:
+        monkeypatch.setattr(dx, "MIN_WINDOW", window)
+        monkeypatch.setattr(dx, "WINDOW_PER_THREAD", 1)
+    runs = {k: prepare(FAM, [1, 9], 4000, seed=k, chunk_size=1000)[1] for k in range(4)}  # 4 chunks each
+    bad = [*runs[1][:2], dataclasses.replace(runs[1][2], code=999), runs[1][3]]
+    calls = _spy_map(client, monkeypatch)
+    groups = [(0, runs[0]), ("bad", bad), ("early", ValueError("not prepared")), (2, runs[2]), (3, runs[3])]
+    out = {key: (res, s) for key, res, s in dx.run_groups_dask(groups, client, retries=0)}
+    assert set(out) == {0, 2, 3, "bad", "early"}
+    assert isinstance(out["early"][0], ValueError)
+    assert str(out["early"][0]) == "not prepared"
+    assert isinstance(out["bad"][0], ValueError)
+    assert "unknown sampler code 999" in str(out["bad"][0])
+    for k in (0, 2, 3):
+        _assert_identical(out[k][0], run_accumulators(FAM, [1, 9], 4000, seed=k, chunk_size=1000, workers=1))
+        assert out[k][1] > 0
+    if window is None:
+        assert len({_group_of(k) for k in calls[0]}) == 4  # every group's chunks in the first call
+    else:
+        assert max(len(c) for c in calls) <= 2
+        assert len({_group_of(k) for c in calls for k in c}) == 4
+    deadline = time.monotonic() + 10
+    while (client.who_has() or any(client.processing().values())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not client.who_has()
+    assert not any(client.processing().values())
+
+
+SMALL_SWEEP = {"families": "lognormal", "mu": [0.8, 0.9, 1.0, 1.1], "sigma2": [0.05, 0.2], "T": [1, 30]}
+
+
+def test_sweep_on_a_cluster_equals_one_cell_at_a_time(client, tmp_path, monkeypatch):
+    """The cells of a sweep go out together and equal today's path: ``compute`` cell by cell."""
+    engine = Engine(client=client)
+    calls = _spy_map(client, monkeypatch)
+    together = sweep(
+        **SMALL_SWEEP, n=3000, seed=2, store=tmp_path / "t.sqlite", engine=engine, progress=False
+    )
+    assert len(together.computed) == 16
+    assert len({_group_of(k) for k in calls[0]}) == 8  # 8 Monte Carlo cells of 2 chunks, one call
+    with Store(tmp_path / "one.sqlite") as db:  # one cell at a time on the cluster, as before
+        for cell in plan(**SMALL_SWEEP, n=3000, seed=2).cells:
+            frame, prov = compute(cell, engine=engine)
+            db.put(cell, frame, prov, 0.0)
+        one = db.frame(together.cells)
+    pd.testing.assert_frame_equal(
+        one.drop(columns="created"), together.frame.drop(columns="created"), check_exact=True
+    )
+
+
+def test_interrupted_sweep_on_a_cluster_keeps_committed_cells_and_resumes(client, tmp_path, monkeypatch):
+    """Ctrl-C while cells are in flight: committed cells stay, the cluster is emptied, a rerun ends it."""
+    store, puts = tmp_path / "s.sqlite", []
+    real_put = Store.put
+
+    def put(self, cell, *args):
+        if cell.kind == "monte_carlo":
+            puts.append(cell.id)
+            if len(puts) == 3:
+                raise KeyboardInterrupt
+        return real_put(self, cell, *args)
+
+    monkeypatch.setattr(Store, "put", put)
+    engine = Engine(client=client)
+    with pytest.raises(SweepInterrupted, match=r"10 of 16 cells finished"):  # 8 theory + 2 Monte Carlo
+        sweep(**SMALL_SWEEP, n=6000, seed=3, store=store, engine=engine, progress=False)
+    deadline = time.monotonic() + 10
+    while any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(client.processing().values())  # the cells in flight were cancelled
+    monkeypatch.setattr(Store, "put", real_put)
+    resumed = sweep(**SMALL_SWEEP, n=6000, seed=3, store=store, engine=engine, progress=False)
+    assert (len(resumed.computed), len(resumed.reused)) == (6, 10)
+    clean = sweep(**SMALL_SWEEP, n=6000, seed=3, store=tmp_path / "clean.sqlite", workers=2, progress=False)
+    pd.testing.assert_frame_equal(
+        resumed.frame.drop(columns="created"), clean.frame.drop(columns="created"), check_exact=True
+    )
+
+
+def test_sweep_failures_on_a_cluster_are_per_cell(client, tmp_path):
+    """The aggregate sampler fails the gamma cells alone, on a cluster as on threads."""
+    grid = {"families": ["lognormal", "gamma"], "mu": 1.0, "sigma2": 0.1, "T": [1, 10], "n": 3000}
+    engines = {
+        "dask": Engine(client=client, sampler="aggregate"),
+        "threads": Engine(workers=2, sampler="aggregate"),
+    }
+    results = {
+        name: sweep(**grid, seed=1, store=tmp_path / f"{name}.sqlite", engine=eng, progress=False)
+        for name, eng in engines.items()
+    }
+    for result in results.values():
+        assert [f["label"] for f in result.failed] == ["monte_carlo gamma mu=1 sigma2=0.1 n=3000 seed=1"]
+        assert "no exact aggregate sampler" in result.failed[0]["error"]
+        assert len(result.computed) == 3
+    a, b = (results[k].frame.drop(columns="created") for k in ("dask", "threads"))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_simulate_many_yields_simulate_frames_and_errors(client):
+    """simulate_many gives each job simulate's frame (any engine) and a bad job's error by its key."""
+    jobs = [
+        ("a", {"family": FAM, "T": [1, 5], "n": 5000, "seed": 1}),
+        ("b", {"family": TwoPoint(1.0, 0.2, q=0.3), "T": [3], "n": 3000, "ci": 0.9, "sampler": "aggregate"}),
+        ("c", {"family": FAM, "T": [0], "n": 5000}),
+        ("d", {"family": FAM, "T": [2], "n": 5000, "colour": "red"}),
+    ]
+    ref = {
+        "a": simulate(FAM, [1, 5], 5000, seed=1, workers=1, progress=False),
+        "b": simulate(
+            TwoPoint(1.0, 0.2, q=0.3),
+            [3],
+            3000,
+            ci=0.9,
+            engine=Engine(workers=1, sampler="aggregate"),
+            progress=False,
+        ),
+    }
+    for engine in (Engine(client=client), Engine(workers=2)):
+        out = dict(simulate_many(jobs, engine=engine))
+        for key, frame in ref.items():
+            pd.testing.assert_frame_equal(out[key], frame, check_exact=True)
+            assert out[key].attrs["provenance"]["executor"] == engine.name
+        assert isinstance(out["c"], ValueError)
+        assert "T" in str(out["c"])
+        assert isinstance(out["d"], ValueError)
+        assert "colour" in str(out["d"])
+
+
+def test_figures_on_a_cluster_are_byte_identical(client, tmp_path):
+    """``figures --executor dask --scheduler ADDRESS`` writes the same bytes as threads."""
+    argv = [
+        "figures",
+        "--quick",
+        "--only",
+        "variance_vs_T",
+        "--format",
+        "png",
+        "--dpi",
+        "20",
+        "--no-progress",
+    ]
+    assert cli.main([*argv, "--out", str(tmp_path / "threads"), "--workers", "2"]) == 0
+    dask_argv = ["--executor", "dask", "--scheduler", client.scheduler.address]
+    assert cli.main([*argv, *dask_argv, "--out", str(tmp_path / "dask")]) == 0
+    names = sorted(p.name for p in (tmp_path / "threads").iterdir())
+    assert names == ["variance_vs_T.csv", "variance_vs_T.json", "variance_vs_T.png"]
+    for name in names:
+        assert (tmp_path / "threads" / name).read_bytes() == (tmp_path / "dask" / name).read_bytes(), name
 
 
 @pytest.mark.slow

@@ -6,7 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from variance_lab.cli._common import CLIError, add_progress_arg, engine_from_args, positive_int, show_progress
+from variance_lab.cli._common import (
+    CLIError,
+    add_executor_args,
+    add_progress_arg,
+    engine_from_args,
+    positive_int,
+    show_progress,
+)
 
 #: The committed figures' folder: rebuilding into it needs --out or --force.
 DEFAULT_OUT = "figures"
@@ -145,6 +152,6 @@ def add_command(sub) -> None:
         action="store_true",
         help="rebuild in a temporary folder and compare with the sidecars in --out (or --from-sidecar)",
     )
-    p.add_argument("--workers", type=positive_int, default=None, help="Monte Carlo threads, None: all cores")
+    add_executor_args(p)
     add_progress_arg(p)
     p.set_defaults(func=run)

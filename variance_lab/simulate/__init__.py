@@ -30,7 +30,9 @@ machine with the same NumPy bit generators.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -66,6 +68,7 @@ __all__ = [
     "run_accumulators",
     "run_chunk",
     "simulate",
+    "simulate_many",
     "using_engine",
 ]
 
@@ -223,8 +226,6 @@ def simulate(
     >>> df = simulate(LogNormal(1.0, 0.1), [1, 10, 100], 10_000, seed=1, progress=False)
     >>> df.query("statistic == 'var_P'")[["T", "value", "reliable"]]  # doctest: +SKIP
     """
-    from variance_lab import __version__
-    from variance_lab.simulate import estimates
     from variance_lab.stats import z_value
 
     z_value(ci)
@@ -235,6 +236,14 @@ def simulate(
         t0 = time.perf_counter()
         acc, ran_on = eng.run(tasks, progress=progress)
         wall = time.perf_counter() - t0
+    return _frame(acc, family, plan, tasks, ran_on, wall, independent=independent, ci=ci, target=target)
+
+
+def _frame(acc, family, plan, tasks, ran_on, wall, *, independent, ci, target) -> pd.DataFrame:
+    """Return the tidy estimates of a merged run with their provenance (what :func:`simulate` returns)."""
+    from variance_lab import __version__
+    from variance_lab.simulate import estimates
+
     df = estimates.estimate(acc, family, ci=ci, target=target)
     draws_per_path = int(acc.T.sum()) if independent else int(acc.T.max())
     df.attrs["provenance"] = {
@@ -260,3 +269,95 @@ def simulate(
         "bit_generator": "PCG64",
     }
     return df
+
+
+#: Keywords of a :func:`simulate_many` job besides family, T and n, with their defaults.
+JOB_DEFAULTS = {
+    "seed": 0,
+    "independent": False,
+    "ci": 0.95,
+    "target": 0.1,
+    "chunk_size": None,
+    "sampler": None,
+}
+
+
+def simulate_many(
+    jobs: Iterable[tuple[Hashable, Mapping]], *, engine: Engine | None = None
+) -> Iterator[tuple[Hashable, pd.DataFrame | Exception]]:
+    """Many simulations on one engine at once; yield each one's frame as soon as it is done.
+
+    On a Dask engine the chunks of many simulations are in flight together, in one window
+    bounded by the cluster's threads (:meth:`Engine.run_many`): small simulations keep the
+    workers busy, and the frames come back in the order they finish, while the cluster
+    works on the next ones. On threads they run one after another. Each frame has the bits
+    of :func:`simulate` with the same arguments, whatever the engine.
+
+    Parameters
+    ----------
+    jobs : iterable of (key, mapping)
+        Read lazily, as the engine has room. The mapping holds :func:`simulate`'s
+        ``family``, ``T``, ``n`` and optionally ``seed``, ``independent``, ``ci``,
+        ``target``, ``chunk_size`` (defaults :data:`JOB_DEFAULTS`) and ``sampler``
+        (default: the engine's). Keys are hashable, distinct among the jobs not yet
+        yielded, and yielded back as given.
+    engine : Engine, optional
+        Default: threads on all cores. An engine given here is left open.
+
+    Yields
+    ------
+    (key, frame or exception)
+        The frame of :func:`simulate` (``progress=False``), or the exception the job
+        raised (bad arguments, a failed chunk): the other jobs go on; the caller decides.
+        Closing the generator (or Ctrl-C) cancels the chunks still running on a cluster.
+    """
+    from variance_lab.stats import z_value
+
+    with using_engine(engine) as eng:
+        runs: dict = {}
+
+        def groups():
+            for key, job in jobs:
+                try:
+                    extra = set(job) - {"family", "T", "n", *JOB_DEFAULTS}
+                    if extra:
+                        raise ValueError(f"unknown simulate_many job keys {sorted(extra)}")
+                    if key in runs:
+                        raise ValueError(f"job key {key!r} is already running")
+                    opts = {**JOB_DEFAULTS, **job}
+                    opts["sampler"] = eng.sampler if opts["sampler"] is None else opts["sampler"]
+                    z_value(opts["ci"])
+                    family = _check_family(job["family"])
+                    plan, tasks = prepare(
+                        family,
+                        job["T"],
+                        job["n"],
+                        **{k: opts[k] for k in ("seed", "independent", "chunk_size", "sampler")},
+                    )
+                except Exception as exc:  # this job fails; the others go on
+                    yield key, exc
+                    continue
+                runs[key] = (family, plan, tasks, opts)
+                yield key, tasks
+
+        with contextlib.closing(eng.run_many(groups())) as results:
+            for key, acc, ran_on, wall in results:
+                if isinstance(acc, BaseException):
+                    runs.pop(key, None)
+                    yield key, acc
+                    continue
+                family, plan, tasks, opts = runs.pop(key)
+                try:
+                    frame = _frame(
+                        acc,
+                        family,
+                        plan,
+                        tasks,
+                        ran_on,
+                        wall,
+                        **{k: opts[k] for k in ("independent", "ci", "target")},
+                    )
+                except Exception as exc:  # handed to the caller with its key
+                    yield key, exc
+                    continue
+                yield key, frame

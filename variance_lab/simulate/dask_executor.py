@@ -24,7 +24,10 @@ and a ``ValueError``, with what to install in its message.
 On a cluster each chunk is one Dask task with its own key. At most a window of
 :data:`WINDOW_PER_THREAD` tasks per worker thread (at least :data:`MIN_WINDOW`) is
 submitted and not yet merged, which bounds the memory of results that finish out of
-order. A worker that dies loses its tasks; the scheduler computes them again on other
+order. :func:`run_groups_dask` runs many simulations (a sweep's cells) in one such window:
+the chunks of the next cells are submitted while the last chunks of earlier ones run, so
+that small cells do not leave workers idle, and each cell comes back as soon as its own
+chunks are merged. A worker that dies loses its tasks; the scheduler computes them again on other
 workers (up to ``distributed.scheduler.allowed-failures`` deaths per task) and, the
 tasks being pure, the result does not change. A task that raises is retried
 :data:`DEFAULT_RETRIES` times. Progress comes from the futures as they complete, in the
@@ -42,10 +45,11 @@ environment does.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -63,6 +67,7 @@ __all__ = [
     "import_distributed",
     "kernel_cache_stats",
     "local_cluster",
+    "run_groups_dask",
     "run_tasks_dask",
 ]
 
@@ -250,70 +255,201 @@ def run_tasks_dask(
     -------
     Accumulator
         The results merged in task order: the same bits as a local run.
+
+    Raises
+    ------
+    Exception
+        The error of a task that failed (after its retries); the other tasks are cancelled.
     """
     if not tasks:
         raise ValueError("run_tasks_dask needs at least one task")
-    if fn is None:
-        from variance_lab.simulate.kernels import run_chunk as fn
     bar = make_progress(progress, sum(t.n_paths for t in tasks), "simulating")
-    run = _DaskRun(tasks, client, fn, retries, bar)
     try:
-        return run.loop()
+        one = run_groups_dask([(0, tasks)], client, fn=fn, retries=retries, bar=bar)
+        with contextlib.closing(one) as runs:
+            for _, out, _ in runs:
+                if isinstance(out, BaseException):
+                    raise out
+                return out
     finally:
-        run.cancel()
         if bar is not None:
             bar.close()
+    raise AssertionError("unreachable: one group gives one result")  # pragma: no cover
+
+
+def run_groups_dask(
+    groups: Iterable[tuple[Hashable, Sequence | BaseException]],
+    client,
+    *,
+    fn: Callable | None = None,
+    retries: int = DEFAULT_RETRIES,
+    bar=None,
+) -> Iterator[tuple[Hashable, Accumulator | BaseException, float]]:
+    r"""Run many groups of tasks (one simulation each) on a cluster at once; yield each when merged.
+
+    The tasks of every group are submitted in turn, group after group, as long as fewer
+    than the window (:data:`WINDOW_PER_THREAD` per worker thread, at least
+    :data:`MIN_WINDOW`) are submitted and not merged, across all groups: many small
+    groups keep every worker busy, and the results held waiting for an earlier chunk
+    stay bounded. Results are gathered as they complete, merged within their group
+    strictly in task order (the same bits as :func:`run_tasks_dask` on that group
+    alone), and a group is yielded as soon as its last task is merged: in any order.
+
+    Parameters
+    ----------
+    groups : iterable of (key, tasks)
+        Read lazily, as the window has room; each ``tasks`` in chunk order, not empty.
+        ``tasks`` may be an exception instead (a group that could not be prepared): it
+        is yielded back, as the group's result, when its turn comes. Keys are yielded
+        back as given.
+    client : distributed.Client
+        A connected, synchronous client.
+    fn : callable, optional
+        Task -> accumulator, importable on the workers (default
+        :func:`~variance_lab.simulate.kernels.run_chunk`).
+    retries : int
+        Retries of a task that raises.
+    bar : tqdm progress bar, optional
+        Moved by every task's ``n_paths`` as it finishes.
+
+    Yields
+    ------
+    (key, result, seconds)
+        ``result`` is the group's merged :class:`Accumulator`, or the exception of its
+        first failed task (the group's other tasks are cancelled; the other groups go
+        on); ``seconds`` runs from the group's first submitted task to its last merged one.
+
+    Notes
+    -----
+    Closing the generator (or an error or Ctrl-C while it waits) cancels every task still
+    on the cluster.
+    """
+    if fn is None:
+        from variance_lab.simulate.kernels import run_chunk as fn
+    run = _DaskRun(groups, client, fn, retries, bar)
+    try:
+        yield from run.loop()
+    finally:
+        run.cancel()
+
+
+class _Group:
+    """One group's tasks, how many are submitted and merged, and its merged result so far."""
+
+    def __init__(self, number: int, key, tasks) -> None:
+        self.number, self.key, self.tasks = number, key, tasks
+        self.submitted = self.merged = 0
+        self.done: dict = {}  # chunk index -> result, until it is merged
+        self.acc = None
+        self.start = time.perf_counter()
 
 
 class _DaskRun:
-    """One run's futures: submitted in a window, gathered as they complete, merged in order."""
+    """Futures of many groups: submitted in one window, gathered as they complete, merged in order."""
 
-    def __init__(self, tasks, client, fn, retries: int, bar) -> None:
+    def __init__(self, groups, client, fn, retries: int, bar) -> None:
         from distributed import as_completed
 
-        self.tasks, self.client, self.fn, self.retries, self.bar = tasks, client, fn, retries, bar
+        self.source = iter(groups)
+        self.client, self.fn, self.retries, self.bar = client, fn, retries, bar
         self.prefix = f"variance_lab-chunk-{uuid.uuid4().hex[:12]}"
-        self.pending: dict = {}  # future key -> (chunk index, future), until its result is in
-        self.stream = as_completed(loop=client.loop, with_results=True)  # results fetched on the loop
+        self.pending: dict = {}  # future key -> (group, chunk index, future), until its result is in
+        # results fetched on the loop; errors are read from their futures here, per group
+        self.stream = as_completed(loop=client.loop, with_results=True, raise_errors=False)
         self.window = _Window(client)
-        self.next_submit = self.next_merge = 0
+        self.feeding: _Group | None = None  # the group whose tasks are being submitted
+        self.ready: collections.deque = collections.deque()  # (key, result, seconds) to yield
+        self.in_flight = 0  # tasks submitted and not yet merged, all groups
+        self.groups = 0
+
+    def _next_group(self) -> _Group | None:
+        """Return the next group with tasks; groups given as exceptions go straight to ``ready``."""
+        for key, tasks in self.source:
+            if isinstance(tasks, BaseException):
+                self.ready.append((key, tasks, 0.0))
+            elif not len(tasks):
+                self.ready.append((key, ValueError(f"group {key!r} has no task"), 0.0))
+            else:
+                self.groups += 1
+                return _Group(self.groups, key, tasks)
+        return None
 
     def _submit(self) -> None:
-        stop = min(len(self.tasks), self.next_merge + self.window.size())
-        if stop <= self.next_submit:
+        """Submit tasks, group after group, until the window is full or every group is in."""
+        room = self.window.size() - self.in_flight
+        batch, keys, where = [], [], []
+        while room > 0:
+            g = self.feeding
+            if g is None or g.submitted == len(g.tasks):
+                g = self.feeding = self._next_group()
+                if g is None:
+                    break
+            stop = min(len(g.tasks), g.submitted + room)
+            for i in range(g.submitted, stop):
+                batch.append(g.tasks[i])
+                keys.append(f"{self.prefix}-{g.number}-{i}")
+                where.append((g, i))
+            room -= stop - g.submitted
+            self.in_flight += stop - g.submitted
+            g.submitted = stop
+        if not batch:
             return
-        chunk = range(self.next_submit, stop)
-        keys = [f"{self.prefix}-{i}" for i in chunk]
-        batch = self.tasks[chunk.start : chunk.stop]
-        futures = self.client.map(self.fn, batch, key=keys, retries=self.retries)
-        for i, fut in zip(chunk, futures, strict=True):
-            self.pending[fut.key] = (i, fut)
+        futures = self.client.map(self.fn, batch, key=keys, retries=self.retries)  # one call for all
+        for (g, i), fut in zip(where, futures, strict=True):
+            self.pending[fut.key] = (g, i, fut)
         self.stream.update(futures)
-        self.next_submit = stop
 
-    def loop(self) -> Accumulator:
-        acc, done = None, {}
-        self._submit()
-        for batch in self.stream.batches():  # every result in so far
-            for fut, res in batch:
-                if fut.status != "finished":  # error or cancelled: raise it here
-                    fut.result()
-                i, _ = self.pending.pop(fut.key)
-                done[i] = res
-                fut.release()
-                if self.bar is not None:
-                    self.bar.update(self.tasks[i].n_paths)
-            while self.next_merge in done:  # merge strictly in chunk order
-                res = done.pop(self.next_merge)
-                acc = res if acc is None else merge_into(acc, res)  # in place: the same bits as merge
-                self.next_merge += 1
+    def _fail(self, g: _Group, exc: BaseException, failed) -> None:
+        """Drop a group whose task ``failed``: cancel its tasks, free its room, report the error."""
+        mine = [key for key, (h, _, _) in self.pending.items() if h is g]
+        self.client.cancel([failed, *(self.pending.pop(key)[2] for key in mine)])  # forgotten on the cluster
+        self.in_flight -= g.submitted - g.merged
+        g.done.clear()
+        g.submitted = g.merged = len(g.tasks)  # nothing more of it is submitted
+        if self.feeding is g:
+            self.feeding = None
+        self.ready.append((g.key, exc, time.perf_counter() - g.start))
+
+    def _take(self, fut, res) -> None:
+        entry = self.pending.pop(fut.key, None)
+        if entry is None:  # cancelled with its failed group
+            return
+        g, i, _ = entry
+        if fut.status != "finished":  # an error (after its retries), or cancelled by the cluster
+            try:
+                fut.result()
+            except Exception as exc:  # this group fails; the others go on
+                self._fail(g, exc, fut)
+                return
+            self._fail(g, RuntimeError(f"task {fut.key!r} ended as {fut.status!r}"), fut)  # pragma: no cover
+            return  # pragma: no cover
+        fut.release()
+        g.done[i] = res
+        if self.bar is not None:
+            self.bar.update(g.tasks[i].n_paths)
+        while g.merged in g.done:  # merge strictly in chunk order
+            res = g.done.pop(g.merged)
+            g.acc = res if g.acc is None else merge_into(g.acc, res)  # in place: the same bits as merge
+            g.merged += 1
+            self.in_flight -= 1
+        if g.merged == len(g.tasks):
+            self.ready.append((g.key, g.acc, time.perf_counter() - g.start))
+            g.acc = None
+
+    def loop(self) -> Iterator:
+        while True:
             self._submit()
-        return acc
+            while self.ready:
+                yield self.ready.popleft()
+            if not self.pending:  # the window had room and no group is left
+                return
+            for fut, res in self.stream.next_batch(block=True):  # every result in so far
+                self._take(fut, res)
 
     def cancel(self) -> None:
-        """Cancel what is still on the cluster (after an error or Ctrl-C; nothing after success)."""
+        """Cancel what is still on the cluster (after an error, Ctrl-C or close; nothing after success)."""
         if self.pending:
-            self.client.cancel([fut for _, fut in self.pending.values()])
+            self.client.cancel([fut for _, _, fut in self.pending.values()])
             self.pending.clear()
         self.stream.clear()
 

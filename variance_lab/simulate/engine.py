@@ -25,7 +25,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
 from variance_lab._validate import check_workers
 from variance_lab.simulate.accumulators import Accumulator
@@ -37,6 +38,7 @@ from variance_lab.simulate.dask_executor import (
     connect,
     import_distributed,
     local_cluster,
+    run_groups_dask,
     run_tasks_dask,
 )
 from variance_lab.simulate.executor import default_workers, run_tasks
@@ -228,6 +230,52 @@ class Engine:
         threads = cluster_threads(client)
         acc = run_tasks_dask(tasks, client, progress=progress, **extra)
         return acc, {"executor": self.name, "workers": threads}
+
+    def run_many(
+        self, groups: Iterable[tuple[Hashable, Sequence | BaseException]], *, fn: Callable | None = None
+    ) -> Iterator[tuple[Hashable, Accumulator | Exception, dict[str, object], float]]:
+        """Run many runs' chunk tasks; yield each run's merged accumulator as it finishes.
+
+        On a Dask cluster the chunks of many runs are in flight at once, in one bounded
+        window (:func:`~variance_lab.simulate.dask_executor.run_groups_dask`), and runs come
+        back in the order they finish; on threads they run one after another, each over
+        every thread. Either way a run's accumulator has the bits :meth:`run` gives it.
+
+        Parameters
+        ----------
+        groups : iterable of (key, tasks)
+            Read lazily. ``tasks`` as for :meth:`run` (not empty), or an exception (a run
+            that could not be prepared), yielded back in its turn.
+        fn : callable, optional
+            Task -> accumulator (default :func:`variance_lab.simulate.kernels.run_chunk`).
+
+        Yields
+        ------
+        (key, result, ran_on, seconds)
+            ``result``: the merged accumulator, or the exception its first failing task
+            raised (the other runs go on); ``ran_on``: ``{"executor", "workers"}`` as from
+            :meth:`run`; ``seconds``: from the run's first task submitted to its last merged.
+        """
+        extra = {} if fn is None else {"fn": fn}
+        if self.name == "threads":
+            ran_on = {"executor": "threads", "workers": self.workers}
+            for key, tasks in groups:
+                if isinstance(tasks, BaseException):
+                    yield key, tasks, ran_on, 0.0
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    acc = run_tasks(tasks, workers=self.workers, progress=False, **extra)
+                except Exception as exc:  # this run fails; the others go on
+                    yield key, exc, ran_on, time.perf_counter() - t0
+                    continue
+                yield key, acc, ran_on, time.perf_counter() - t0
+            return
+        client = self.client
+        ran_on = {"executor": self.name, "workers": cluster_threads(client)}
+        with contextlib.closing(run_groups_dask(groups, client, **extra)) as runs:
+            for key, result, seconds in runs:
+                yield key, result, ran_on, seconds
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -11,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from variance_lab import theory
-from variance_lab.simulate import Engine, simulate, using_engine
+from variance_lab.simulate import Engine, simulate, simulate_many, using_engine
 from variance_lab.sweep.cells import Cell, plan
 from variance_lab.sweep.store import DEFAULT_STORE, Store
 
@@ -29,22 +30,31 @@ def compute(cell: Cell, *, engine: Engine | None = None) -> tuple[pd.DataFrame, 
         options = dict(cell.options)
         frame = theory.tidy(cell.family, list(cell.T), target=options["target"])
         return frame, {"engine": "theory"}
-    options = dict(cell.options)
-    sampler = options.get("sampler", "token")
+    job = _job(cell)
+    sampler = job.pop("sampler")
     with using_engine(engine) as eng:
-        frame = simulate(
-            cell.family,
-            list(cell.T),
-            cell.n,
-            seed=cell.seed,
-            engine=eng.with_sampler(sampler),
-            independent=options["independent"],
-            ci=options["ci"],
-            progress=False,
-        )
+        frame = simulate(**job, engine=eng.with_sampler(sampler), progress=False)
+    return _rows(frame)
+
+
+def _job(cell: Cell) -> dict:
+    """Return the arguments of :func:`~variance_lab.simulate.simulate` for a Monte Carlo cell."""
+    options = dict(cell.options)
+    return {
+        "family": cell.family,
+        "T": list(cell.T),
+        "n": cell.n,
+        "seed": cell.seed,
+        "independent": options["independent"],
+        "ci": options["ci"],
+        "sampler": options.get("sampler", "token"),
+    }
+
+
+def _rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Return a simulation's Monte Carlo rows and its provenance."""
     provenance = frame.attrs.get("provenance", {})
-    frame = frame[frame["method"] == "monte_carlo"]
-    return frame, provenance
+    return frame[frame["method"] == "monte_carlo"], provenance
 
 
 def compute_theory(cells: Sequence[Cell]) -> dict[str, pd.DataFrame]:
@@ -170,11 +180,13 @@ def sweep(
         Where Monte Carlo chunks run and how they are drawn
         (:class:`variance_lab.simulate.Engine`): local threads (default), an existing Dask
         cluster, or a ``LocalCluster``; one cluster serves every cell, started or reached
-        when the first Monte Carlo cell needs it; cells run one after another, each cut
-        into chunks over the cluster, and the store stays here: a cell is committed once
-        all its chunks are merged. The executor and workers do not change results; the
-        engine's ``sampler`` (``"token"``, ``"aggregate"``, ``"auto"``) is part of a Monte
-        Carlo cell's identity (``"aggregate"`` fails the gamma cells: no exact aggregate).
+        when the first Monte Carlo cell needs it. On threads cells run one after another,
+        each over every thread; on a cluster the chunks of many cells are in flight at
+        once (a window of a few tasks per worker thread), cells come back in any order,
+        and the store stays here: a cell is committed once all its chunks are merged.
+        The executor and workers do not change results; the engine's ``sampler``
+        (``"token"``, ``"aggregate"``, ``"auto"``) is part of a Monte Carlo cell's identity
+        (``"aggregate"`` fails the gamma cells: no exact aggregate).
         An engine given here is left open.
     workers : int, optional
         Short for ``engine=Engine(workers=workers)``: threads; not with ``engine``.
@@ -250,6 +262,7 @@ def _theory_batch(cells, finished: set) -> tuple[dict, float]:
 
 def _run_cells(cells, db: Store, finished: set, result: SweepResult, bar, engine) -> None:
     batch, per_cell = _theory_batch(cells, finished)
+    together = [] if engine.name != "threads" else None  # a cluster takes many cells at once
     for cell in cells:
         cid = cell.id
         if cid in finished:
@@ -263,6 +276,9 @@ def _run_cells(cells, db: Store, finished: set, result: SweepResult, bar, engine
             finished.add(cid)
             bar.update(1)
             continue
+        if together is not None:
+            together.append(cell)
+            continue
         start = time.perf_counter()
         try:
             frame, provenance = compute(cell, engine=engine)
@@ -274,3 +290,34 @@ def _run_cells(cells, db: Store, finished: set, result: SweepResult, bar, engine
         (result.computed if stored else result.reused).append(cid)
         finished.add(cid)
         bar.update(1)
+    if together:
+        _run_together(together, db, finished, result, bar, engine)
+
+
+def _run_together(cells, db: Store, finished: set, result: SweepResult, bar, engine) -> None:
+    """Monte Carlo cells on a cluster: many in flight at once, each committed as soon as it is back.
+
+    :func:`variance_lab.simulate.simulate_many` keeps the chunks of the next cells in one
+    bounded window while the last chunks of earlier ones run; cells come back in any
+    order, each with the bits ``compute`` gives it, and each is committed in its own
+    transaction at once. An interrupt cancels what is on the cluster: the cells in flight
+    are lost, the committed ones stay, and the next run computes the rest.
+    """
+    by_id = {cell.id: cell for cell in cells}
+    jobs = ((cell.id, _job(cell)) for cell in cells)
+    with contextlib.closing(simulate_many(jobs, engine=engine)) as done:
+        for cid, out in done:
+            cell = by_id[cid]
+            bar.set_postfix_str(cell.label(), refresh=False)
+            if isinstance(out, ValueError | ArithmeticError):  # as compute's errors: this cell fails
+                result.failed.append({"cell": cid, "label": cell.label(), "error": str(out)})
+                bar.update(1)
+                continue
+            if isinstance(out, BaseException):  # anything else stops the sweep, as one cell at a time
+                raise out
+            frame, provenance = _rows(out)
+            # the cell's wall time on the cluster, from its first chunk submitted to its last merged
+            stored = db.put(cell, frame, provenance, provenance.get("wall_time_s", 0.0))
+            (result.computed if stored else result.reused).append(cid)
+            finished.add(cid)
+            bar.update(1)
