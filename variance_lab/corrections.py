@@ -108,7 +108,7 @@ from variance_lab.families import (
     LognormalMixture,
     RandomScale,
 )
-from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, z_value
+from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, wilson_interval, z_value
 
 __all__ = [
     "BOOTSTRAP_COLUMNS",
@@ -1100,15 +1100,6 @@ def fit_lognormal(log_r) -> LogNormal:
     return LogNormal(mu, mu * mu * math.expm1(v))
 
 
-def _wilson(k: float, n: int, z: float) -> tuple[float, float]:
-    """Wilson's score interval of a binomial proportion k/n."""
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (0.0 if k == 0 else max(mid - half, 0.0)), (1.0 if k == n else min(mid + half, 1.0))
-
-
 def evaluate(
     log_r, offsets, corrections, *, buckets=None, ci: float = 0.95, predict=None, seed: int = 0
 ) -> pd.DataFrame:
@@ -1314,7 +1305,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci) -> dict:
             w, mod = apply_sequence(c, log_p[sel], L)
             frac = float(mod.mean())
             any_ = frac
-            frac_ci = _wilson(float(mod.sum()), mod.size, z)
+            frac_ci = tuple(float(e) for e in wilson_interval(float(mod.sum()), mod.size, ci))
         else:
             zt, modt = apply_tokens(c, log_r)
             w = np.exp(np.add.reduceat(zt, off[:-1])[sel] / L)

@@ -21,6 +21,7 @@ __all__ = [
     "pareto_khat",
     "var_interval",
     "var_se",
+    "wilson_interval",
     "z_value",
 ]
 
@@ -74,6 +75,26 @@ def z_value(ci: float) -> float:
     if isinstance(ci, bool) or not isinstance(ci, int | float) or not 0.0 < ci < 1.0:
         raise ValueError(f"ci must be a confidence level in (0, 1), got {ci!r}")
     return NormalDist().inv_cdf(0.5 + ci / 2.0)
+
+
+def wilson_interval(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    r"""Wilson's score interval for a binomial proportion :math:`k/n`.
+
+    .. math::
+
+        \frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}
+
+    with :math:`z` the normal quantile of ``level``; the ends are exactly 0 at :math:`k = 0`
+    and 1 at :math:`k = n` (not a rounding off). ``k`` and ``n`` broadcast.
+    """
+    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    z = z_value(level)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    lo = np.where(k == 0, 0.0, np.maximum(centre - half, 0.0))
+    hi = np.where(k == n, 1.0, np.minimum(centre + half, 1.0))
+    return lo, hi
 
 
 def mean_interval(mean, var, n: int, ci: float = 0.95):

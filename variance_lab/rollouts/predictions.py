@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import special, stats
+from scipy import special
 
 from variance_lab import corrections
 from variance_lab.rollouts.batch import TokenBatch
@@ -48,6 +48,7 @@ from variance_lab.rollouts.models import (
     normal_outside,
 )
 from variance_lab.rollouts.weights import segment_sums
+from variance_lab.stats import wilson_interval
 
 __all__ = [
     "ALL_MODELS",
@@ -95,25 +96,6 @@ PREDICTION_COLUMNS = (
 )
 
 _LN10 = math.log(10.0)
-
-
-def wilson_interval(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    r"""Wilson's score interval for a binomial proportion :math:`k/n`.
-
-    .. math::
-
-        \frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}
-    """
-    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
-    z = stats.norm.ppf(0.5 + level / 2)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    lo = np.where(
-        k == 0, 0.0, np.maximum(centre - half, 0.0)
-    )  # exactly 0 and 1 at the ends, not a rounding off
-    hi = np.where(k == n, 1.0, np.minimum(centre + half, 1.0))
-    return lo, hi
 
 
 def _bootstrap_ratio(num: np.ndarray, den: np.ndarray, n_boot: int, level: float, rng) -> tuple[float, float]:
