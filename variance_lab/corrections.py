@@ -1100,6 +1100,17 @@ def fit_lognormal(log_r) -> LogNormal:
     return LogNormal(mu, mu * mu * math.expm1(v))
 
 
+def _rollout_arrays(log_r, offsets) -> tuple[np.ndarray, np.ndarray]:
+    """``log_r`` as finite floats and ``offsets`` as rising int64 bounds, or ``ValueError``."""
+    log_r = np.asarray(log_r, dtype=float)
+    off = np.asarray(offsets, dtype=np.int64)
+    if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != log_r.size or np.any(np.diff(off) < 1):
+        raise ValueError("offsets must rise from 0 to len(log_r) in steps >= 1 (one sequence each)")
+    if not np.all(np.isfinite(log_r)):
+        raise ValueError("log_r holds non-finite values")
+    return log_r, off
+
+
 def evaluate(
     log_r, offsets, corrections, *, buckets=None, ci: float = 0.95, predict=None, seed: int = 0
 ) -> pd.DataFrame:
@@ -1136,12 +1147,7 @@ def evaluate(
         (sequences are independent), a percentile bootstrap over sequences (:data:`N_BOOT`
         replicates, tokens of one sequence kept together) for a token-level one and GMPO.
     """
-    log_r = np.asarray(log_r, dtype=float)
-    off = np.asarray(offsets, dtype=np.int64)
-    if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != log_r.size or np.any(np.diff(off) < 1):
-        raise ValueError("offsets must rise from 0 to len(log_r) in steps >= 1 (one sequence each)")
-    if not np.all(np.isfinite(log_r)):
-        raise ValueError("log_r holds non-finite values")
+    log_r, off = _rollout_arrays(log_r, offsets)
     cs = parse_list(corrections)
     z = z_value(ci)
     seed = check_seed(seed)
@@ -1210,12 +1216,7 @@ def bucket_bootstrap(
     pandas.DataFrame
         Columns :data:`BOOTSTRAP_COLUMNS`; ``T`` is the bucket's median length.
     """
-    log_r = np.asarray(log_r, dtype=float)
-    off = np.asarray(offsets, dtype=np.int64)
-    if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != log_r.size or np.any(np.diff(off) < 1):
-        raise ValueError("offsets must rise from 0 to len(log_r) in steps >= 1 (one sequence each)")
-    if not np.all(np.isfinite(log_r)):
-        raise ValueError("log_r holds non-finite values")
+    log_r, off = _rollout_arrays(log_r, offsets)
     cs = parse_list(corrections)
     n_boot = check_n(n_boot, minimum=1)
     seed = check_seed(seed)

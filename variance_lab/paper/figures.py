@@ -360,6 +360,24 @@ def _figure_data(name: str, params: dict, engine: Engine) -> pd.DataFrame:
     return histogram_frame(draws, p["T"], p["bins"])
 
 
+def _theory_rows(frame: pd.DataFrame, method: str) -> list[dict]:
+    """Long rows (relative bias and ESS fraction) of a :func:`variance_lab.corrections.theory` frame."""
+    return [
+        {
+            "T": r.T,
+            "correction": r.correction,
+            "statistic": stat,
+            "method": method,
+            "value": value,
+            "lo": np.nan,
+            "hi": np.nan,
+            "reliable": True,
+        }
+        for r in frame.itertuples(index=False)
+        for stat, value in (("rel_bias", r.bias / r.mean_base), ("ess_frac", r.ess_frac))
+    ]
+
+
 def corrections_frame(params: dict) -> pd.DataFrame:
     """Tidy rows of the corrections figure: relative bias and ESS fraction, exact and Monte Carlo.
 
@@ -371,20 +389,7 @@ def corrections_frame(params: dict) -> pd.DataFrame:
     family = get_family(p["family"], p["mu"], p["sigma2"])
     th = corrections.theory(family, p["T"], p["corrections"])
     rows = []
-    for r in th.itertuples(index=False):
-        for stat, value in (("rel_bias", r.bias / r.mean_base), ("ess_frac", r.ess_frac)):
-            rows.append(
-                {
-                    "T": r.T,
-                    "correction": r.correction,
-                    "statistic": stat,
-                    "method": "exact",
-                    "value": value,
-                    "lo": np.nan,
-                    "hi": np.nan,
-                    "reliable": True,
-                }
-            )
+    rows.extend(_theory_rows(th, "exact"))
     if p.get("n"):
         mc = corrections.simulate_corrections(
             family, p["mc_T"], p["corrections"], int(p["n"]), seed=int(p["seed"]), ci=float(p["ci"])
@@ -462,20 +467,7 @@ def _experiment_rows(p: dict) -> list[dict]:
                 }
             )
     fit = corrections.theory(corrections.fit_lognormal(log_r), p["data_T"], p["corrections"])
-    for r in fit.itertuples(index=False):
-        for stat, value in (("rel_bias", r.bias / r.mean_base), ("ess_frac", r.ess_frac)):
-            rows.append(
-                {
-                    "T": r.T,
-                    "correction": r.correction,
-                    "statistic": stat,
-                    "method": "experiment_fit",
-                    "value": value,
-                    "lo": np.nan,
-                    "hi": np.nan,
-                    "reliable": True,
-                }
-            )
+    rows.extend(_theory_rows(fit, "experiment_fit"))
     return rows
 
 

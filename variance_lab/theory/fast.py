@@ -626,6 +626,28 @@ def mixture_components(mixtures) -> np.ndarray:
     return out
 
 
+def _mixture_steps(w, d, v, h, eh, x, T, keys, out: dict) -> tuple[list, list]:
+    r"""Mixture log MGF at :math:`s = kx`, :math:`k = 0..4`, and :math:`T\Delta^n`, :math:`n = 2, 3, 4`.
+
+    Each difference is the plain one of the log MGF values or the cumulant series (``h``, with
+    its coefficients' errors ``eh`` and truncation tail), whichever has the smaller error
+    estimate; they go into ``out`` under ``keys`` (and ``"e" + key`` for the errors). Returns the
+    values and errors of the log MGF, ``[0, K(x), ..., K(4x)]``.
+    """
+    K, eK = [0.0], [0.0]
+    for k in (1, 2, 3, 4):
+        val, err = _mixture_logmgf(w, d, v, k * x)
+        K.append(val)
+        eK.append(err)
+    for n, key in zip((2, 3, 4), keys, strict=True):
+        pv, pe = _diffs(K, eK, n)
+        sv, se = _series_diffs(h, x, n)
+        sev, _ = _series_diffs(eh, x, n)
+        se = se + sev + _series_tail(h, x, n)
+        out[key], out[f"e{key}"] = _pick((T * pv, T * pe), (T * sv, T * se))
+    return K, eK
+
+
 def _mixture(mu, s2, T, shape):
     comps = shape["components"]
     if not isinstance(comps, np.ndarray):  # one mixture: a spec or parsed components
@@ -642,19 +664,9 @@ def _mixture(mu, s2, T, shape):
     out["ek2"] = 4 * U * k2 + 0 * lmu
     ones = np.ones(np.broadcast(T, c, lmu).shape)
     # P_T: plain differences of T log M(k), or the cumulant series at step 1
-    K, eK = [0.0], [0.0]
-    for k in (1, 2, 3, 4):
-        val, err = _mixture_logmgf(w, d, v, k * ones)
-        K.append(val)
-        eK.append(err)
+    K, eK = _mixture_steps(w, d, v, h, eh, ones, T, ("wP", "r3P", "uP"), out)
     out["lmP"] = T * (c + K[1])
     out["elmP"] = T * (eK[1] + U * np.abs(c)) + U * np.abs(out["lmP"])
-    for n, key in ((2, "wP"), (3, "r3P"), (4, "uP")):
-        pv, pe = _diffs(K, eK, n)
-        sv, se = _series_diffs(h, ones, n)
-        sev, _ = _series_diffs(eh, ones, n)
-        se = se + sev + _series_tail(h, ones, n)
-        out[key], out[f"e{key}"] = _pick((T * pv, T * pe), (T * sv, T * se))
     g_plain = (T * (K[4] - 2 * K[2]), T * (eK[4] + 2 * eK[2] + 2 * U * (np.abs(K[4]) + 2 * np.abs(K[2]))))
     g_parts = (
         4 * out["wP"] + 4 * out["r3P"] + out["uP"],
@@ -663,17 +675,7 @@ def _mixture(mu, s2, T, shape):
     out["gP"], out["egP"] = _pick(g_plain, g_parts)
     # G_T: step 1/T
     x = ones / T
-    KG, eKG = [0.0], [0.0]
-    for k in (1, 2, 3, 4):
-        val, err = _mixture_logmgf(w, d, v, k * x)
-        KG.append(val)
-        eKG.append(err)
-    for n, key in ((2, "wG"), (3, "r3G"), (4, "uG")):
-        pv, pe = _diffs(KG, eKG, n)
-        sv, se = _series_diffs(h, x, n)
-        sev, _ = _series_diffs(eh, x, n)
-        se = se + sev + _series_tail(h, x, n)
-        out[key], out[f"e{key}"] = _pick((T * pv, T * pe), (T * sv, T * se))
+    KG, eKG = _mixture_steps(w, d, v, h, eh, x, T, ("wG", "r3G", "uG"), out)
     b_plain = (c - lmu + T * KG[1], 2 * U * (np.abs(c) + np.abs(lmu)) + T * eKG[1] + U * np.abs(T * KG[1]))
     zero = 0.0 * h[1]
     h2 = [zero, zero, *h[2:]]
