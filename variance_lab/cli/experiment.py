@@ -13,7 +13,6 @@ from pathlib import Path
 
 from variance_lab._validate import parse_integer
 from variance_lab.cli._common import PROG, CLIError, int_arg
-from variance_lab.rollouts.io import detect_format
 
 __all__ = ["TORCH_HINT", "add_command", "parse_assignment", "settings_from_args"]
 
@@ -97,6 +96,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out or ("arith_rollouts_quick.jsonl.gz" if args.quick else "arith_rollouts.jsonl.gz"))
     if not out.parent.is_dir():
         raise CLIError(f"--out {str(out)!r}: folder {str(out.parent)!r} does not exist")
+    from variance_lab.rollouts.io import detect_format  # here: the rollouts package takes a second to import
+
     try:
         detect_format(out)
     except ValueError:
