@@ -25,7 +25,7 @@ table: $(VENV)/.installed
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m ruff check variance_lab tests benchmarks notebooks
 	$(BIN)/python -m ruff format --check variance_lab tests benchmarks
-	$(BIN)/python -m pytest --durations=15
+	$(BIN)/python -m pytest -n auto --dist loadfile --durations=15
 
 test-slow: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -m slow
