@@ -251,6 +251,7 @@ def test_benchmark_suite_runs_in_quick_mode(tmp_path):
         "dense",
         "memory",
         "table",
+        "theory",
         "sweep",
     }
     assert all(r["value"] > 0 for r in rows if r["section"] != "memory")
