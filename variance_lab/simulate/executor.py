@@ -75,9 +75,10 @@ def compile_kernels(task: ChunkTask, progress=None) -> int:
     """Load or compile the kernels a run of ``task`` needs; on a first run, show it.
 
     Runs a tiny copy of ``task`` (its family, sampler and ``independent``; the first
-    grid point only, 4 paths, a tail of 1) twice, and merges the two results both ways
-    (:func:`~variance_lab.simulate.accumulators.merge` and
-    :func:`~variance_lab.simulate.accumulators.merge_into`): every kernel of the run is
+    grid point only, 1 path, a tail of 2) twice, and merges the two results every way
+    (:func:`~variance_lab.simulate.accumulators.merge`, and
+    :func:`~variance_lab.simulate.accumulators.merge_into` into a full tail and into one
+    with room to grow): every kernel of the run is
     then compiled for the very argument types of the run, or loaded from numba's cache.
     Compiling (a cache miss) shows a bar :data:`COMPILING` counting the kernels of
     :func:`~variance_lab.simulate._jit.kernels_reached` from the sampler's runner, the
@@ -103,15 +104,17 @@ def compile_kernels(task: ChunkTask, progress=None) -> int:
         T=np.ascontiguousarray(spec.T[:1]),
         log_ref=np.ascontiguousarray(spec.log_ref[:, :1]),
         ref_logP=np.ascontiguousarray(spec.ref_logP[:1]),
-        tail=1,
+        tail=2,
     )
-    tiny = dataclasses.replace(task, spec=tiny_spec, n_paths=4, tail_keep=None)
+    tiny = dataclasses.replace(task, spec=tiny_spec, n_paths=1, tail_keep=None)
     roots = (SAMPLER_RUNNERS[task.sampler], run_chunk, merge, merge_into)
     with compile_progress(
         kernels_reached(*roots), lambda total: make_progress(progress, total, COMPILING, unit="kernel")
     ) as counter:
-        a, b = run_chunk(tiny), run_chunk(tiny)
-        merge_into(merge(a, b), b)
+        a, b = run_chunk(tiny), run_chunk(tiny)  # one path each: tails one value wide
+        c = merge(a, b)  # two wide: full
+        merge_into(c, b)  # a full tail: merged in place
+        merge_into(a, b)  # a tail with room: grown
     return len(counter.done)
 
 
