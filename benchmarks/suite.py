@@ -279,13 +279,13 @@ def _two_point_draws(n: int, grid, *, table: bool):
     tab = aggregate_table(code, par, grid, False).copy()
     if not table:
         tab[:, 1] = 0.0  # no inversion table: every step through Generator.binomial, as before
-    out = np.empty((1024, grid.size))
+    out = np.empty((grid.size, 1024))
     rng = np.random.default_rng(1)
     aggregate_paths(code, par, grid, tab, False, rng, out, 4)  # compile / load
 
     def run():
-        for _ in range(n // out.shape[0]):
-            aggregate_paths(code, par, grid, tab, False, rng, out, out.shape[0])
+        for _ in range(n // out.shape[1]):
+            aggregate_paths(code, par, grid, tab, False, rng, out, out.shape[1])
 
     return run
 

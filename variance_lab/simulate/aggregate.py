@@ -100,7 +100,7 @@ import numpy as np
 
 from variance_lab.families import CODE_AR1, CODE_LOGNORMAL, CODE_MIXTURE, CODE_RANDOM_SCALE, CODE_TWO_POINT
 from variance_lab.simulate._jit import kernel
-from variance_lab.simulate.block import BlockState, reduce_block
+from variance_lab.simulate.block import BlockState, reduce_columns
 from variance_lab.simulate.draws import AGGREGATE_CODES, aggregate_paths
 
 __all__ = [
@@ -282,16 +282,16 @@ def _aggregate_kernel(code, par, table, independent, n_paths, rng, st):  # pragm
     """Simulate ``n_paths`` paths by aggregate draws at the grid points; reduce them in blocks.
 
     Each block of paths is drawn by :func:`variance_lab.simulate.draws.aggregate_paths`
-    into the fill buffer ``st.P`` and reduced at once
-    (:func:`variance_lab.simulate.block.reduce_block`).
+    into the fill buffer ``st.X`` and reduced at once
+    (:func:`variance_lab.simulate.block.reduce_columns`).
     """
-    P = st.P
-    B = P.shape[0]
+    X = st.X
+    B = X.shape[1]
     done = 0
     while done < n_paths:
         b = min(B, n_paths - done)
-        aggregate_paths(code, par, st.grid, table, independent, rng, P, b)
-        reduce_block(P, b, st)
+        aggregate_paths(code, par, st.grid, table, independent, rng, X, b)
+        reduce_columns(b, st)
         done += b
 
 

@@ -3,10 +3,11 @@ r"""Block reduction: many paths' :math:`\log P_T` reduced into the accumulators 
 The kernels do not hand each value of :math:`\log P_T` to the accumulators one at a
 time (two scalar exponentials, a dozen power-sum updates and a tail comparison per
 value cost two to four times the draw itself). Each path writes its values at every T of
-the grid into its row of a fill buffer ``P`` of shape ``(B, nT)`` (contiguous stores);
-a full block of ``B`` paths is transposed into ``X`` of shape ``(nT, B)`` and
-:func:`reduce_block` reduces every row ``X[j]`` (the block's values at ``T = grid[j]``)
-in passes that vectorise:
+the grid into its column of a fill buffer ``X`` of shape ``(nT, B)``, and
+:func:`reduce_columns` reduces a full block of ``B`` paths row by row, each row ``X[j]``
+(the block's values at ``T = grid[j]``) contiguous, in passes that vectorise
+(:func:`reduce_block` takes values from elsewhere, path by row, and transposes them
+into ``X`` first):
 
 1. the power sums of :math:`\log P_T - T\mu_y` and the row's maximum and minimum
    (:func:`_lanes_log`);
@@ -30,13 +31,19 @@ bit-identical for any number of workers. The block size (:func:`block_size`) is 
 function of the number of grid points only: about :data:`BLOCK_VALUES` values per block.
 
 **Tail sample.** Each row keeps the largest ``keep`` values in a buffer of
-``cap = keep + max(keep, 64)``: a value enters only if it exceeds the row's threshold
-(a branch-free append); a full buffer is cut back to its ``keep`` largest by an in-place
-quickselect (:func:`_compact`, linear time), and the threshold becomes the smallest
-value kept (every later value at or below it cannot be among the ``keep`` largest). At
-the end the ``keep`` largest are sorted, descending. ``keep`` is the chunk's share of
-the tail (:func:`variance_lab.simulate.plan.chunk_tail_keep`), about a hundred values,
-so the threshold rises fast and the tail costs about one comparison per value.
+``cap = keep + max(keep, 64)``. The row is offered in groups of :data:`LANES` values: a
+branch-free append gathers the group's values above the row's threshold in a scratch
+array, and only those are copied to the buffer (:func:`_tail_part`), so that the
+buffer's memory is touched only by values that may be kept. When a group might not fit,
+the buffer is cut back to its ``keep`` largest (:func:`_compact`: counts above
+:data:`SAMPLE` sampled pivots bracket the ``keep``-th largest value, one pass keeps what
+lies above the bracket and gathers what lies in it, and a quickselect of the few
+gathered finishes), and the threshold becomes the smallest value kept (every later value
+at or below it cannot be among the ``keep`` largest). At the end the ``keep`` largest
+are sorted, descending. ``keep`` is the chunk's share of the tail
+(:func:`variance_lab.simulate.plan.chunk_tail_keep`), about a hundred values. Which
+values are kept does not depend on when the buffer is compacted: the results are the
+same bits whatever the schedule.
 """
 
 from __future__ import annotations
@@ -52,10 +59,12 @@ from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 __all__ = [
     "BLOCK_VALUES",
     "MAX_BLOCK",
+    "SAMPLE",
     "BlockState",
     "block_size",
     "new_state",
     "reduce_block",
+    "reduce_columns",
     "to_accumulator",
 ]
 
@@ -67,6 +76,8 @@ MAX_BLOCK = 1024
 TAIL_SLACK = 64
 #: Interleaved partial sums per power sum (a multiple of the SIMD width).
 LANES = 16
+#: Pivots sampled by a compaction of the tail buffer (:func:`_compact`).
+SAMPLE = 16
 
 
 def block_size(n_grid: int) -> int:
@@ -217,83 +228,164 @@ def _exp_libm(q, j, X, b, inv, log_ref, cref, sums, lanes):  # pragma: no cover 
 
 
 @kernel
-def _compact(tbuf, j, n, keep):  # pragma: no cover - compiled
-    """Move the ``keep`` largest of ``tbuf[j, :n]`` to ``tbuf[j, :keep]`` (any order); return the least kept.
+def _partition(tbuf, j, lo, hi, pivot, ge, scratch):  # pragma: no cover - compiled
+    """Move the values of ``tbuf[j, lo:hi]`` above ``pivot`` (``ge``: at or above) first; return their end.
 
-    In-place quickselect (Hoare partition, median-of-three pivot) for descending order:
-    linear expected time, no allocation, deterministic.
+    Branch-free, through ``scratch`` (at least ``hi`` long): each value is written both at
+    the next free place from the front and the next from the back of ``scratch[lo:hi]``,
+    and only one of the two places is taken, so no jump depends on the data; the
+    partitioned range is then copied back.
     """
-    lo = 0
-    hi = n - 1
-    k = keep - 1  # the position of the keep-th largest once rearranged
-    while lo < hi:
-        mid = (lo + hi) // 2
-        a, b, c = tbuf[j, lo], tbuf[j, mid], tbuf[j, hi]
-        if a < b:
-            a, b = b, a
-        if b < c:
-            b, c = c, b
-            if a < b:
-                a, b = b, a
-        pivot = b  # median of three
-        i = lo
-        m = hi
-        while i <= m:
-            while tbuf[j, i] > pivot:
-                i += 1
-            while tbuf[j, m] < pivot:
-                m -= 1
-            if i <= m:
-                tmp = tbuf[j, i]
-                tbuf[j, i] = tbuf[j, m]
-                tbuf[j, m] = tmp
-                i += 1
-                m -= 1
-        if k <= m:
-            hi = m
-        elif k >= i:
-            lo = i
-        else:
-            break
-    smallest = tbuf[j, 0]
-    for q in range(1, keep):
+    a = lo
+    z = hi
+    for i in range(lo, hi):
+        v = tbuf[j, i]
+        scratch[a] = v
+        scratch[z - 1] = v
+        c = v >= pivot if ge else v > pivot
+        a += 1 if c else 0
+        z -= 0 if c else 1
+    for i in range(lo, hi):
+        tbuf[j, i] = scratch[i]
+    return a
+
+
+@kernel
+def _select(tbuf, j, lo, hi, keep, scratch):  # pragma: no cover - compiled
+    """Rearrange ``tbuf[j, lo:hi]`` so that ``tbuf[j, lo:keep]`` holds its ``keep - lo`` largest values.
+
+    Quickselect for descending order (``lo <= keep <= hi``; median-of-three pivot,
+    branch-free partitions through ``scratch``, :func:`_partition`). Values equal to the
+    pivot are gathered by a second pass only when ``keep`` falls among them, so ties
+    cannot stall it.
+    """
+    while lo < keep < hi:  # tbuf[j, :lo] >= every value of tbuf[j, lo:hi] >= every value after hi
+        x, y, z = tbuf[j, lo], tbuf[j, (lo + hi) // 2], tbuf[j, hi - 1]
+        pivot = max(min(x, y), min(max(x, y), z))  # the median of the three
+        s = _partition(tbuf, j, lo, hi, pivot, False, scratch)  # tbuf[j, lo:s] > pivot
+        if keep <= s:
+            hi = s
+            continue
+        s2 = _partition(tbuf, j, s, hi, pivot, True, scratch)  # tbuf[j, s:s2] == pivot (the pivot among them)
+        if keep <= s2:
+            return
+        lo = s2
+
+
+@kernel
+def _compact(tbuf, j, n, keep, scratch):  # pragma: no cover - compiled
+    r"""Move the ``keep`` largest of ``tbuf[j, :n]`` to ``tbuf[j, :keep]`` (any order); return the least kept.
+
+    ``1 <= keep < n``; ``scratch`` is at least ``n + 2 * SAMPLE`` long; the rest of the
+    row is left in any state. Selection by counting, then one pass, so that most values
+    are read twice and moved once:
+
+    1. :data:`SAMPLE` values of the row, at fixed places, are pivots; one vectorised pass
+       per pivot counts the values above it.
+    2. Of the pivots with fewer than ``keep`` values above them, the one with most is
+       :math:`a` (none: :math:`a = +\infty`); of those with at least ``keep``, the one
+       with fewest is :math:`b` (none: :math:`-\infty`). The ``keep``-th largest value
+       :math:`	au` then lies in :math:`(b, a]`.
+    3. One branch-free pass keeps the values above :math:`a` (all among the ``keep``
+       largest) at the front of the row and gathers those in :math:`(b, a]` (about
+       ``n / SAMPLE``); the values at or below :math:`b` are dropped (``keep`` values lie
+       above them).
+    4. :func:`_select` picks the rest of the ``keep`` largest among the gathered values.
+
+    Which values are kept, and so the returned threshold, does not depend on the method:
+    the ``keep`` largest (with their ties) are one multiset.
+    """
+    piv = n  # scratch[n:n + SAMPLE]: pivots; scratch[n + SAMPLE:n + 2 * SAMPLE]: counts above them
+    for k in range(SAMPLE):
+        scratch[piv + k] = tbuf[j, (2 * k + 1) * n // (2 * SAMPLE)]
+    for k in range(SAMPLE):
+        p = scratch[piv + k]
+        c = 0
+        for i in range(n):
+            c += 1 if tbuf[j, i] > p else 0
+        scratch[piv + SAMPLE + k] = c
+    a = np.inf
+    b = -np.inf
+    ca = -1.0
+    cb = np.inf
+    for k in range(SAMPLE):
+        c = scratch[piv + SAMPLE + k]
+        if c < keep and c > ca:
+            ca = c
+            a = scratch[piv + k]
+        if c >= keep and c < cb:
+            cb = c
+            b = scratch[piv + k]
+    w = 0
+    m = 0
+    for i in range(n):  # w <= i: the front is written in place
+        v = tbuf[j, i]
+        tbuf[j, w] = v
+        w += 1 if v > a else 0
+        scratch[m] = v
+        m += 1 if (v > b and not v > a) else 0
+    for i in range(m):
+        tbuf[j, w + i] = scratch[i]
+    _select(tbuf, j, w, w + m, keep, scratch)
+    smallest = tbuf[j, w]  # the values before w exceed a >= every value from w on
+    for q in range(w + 1, keep):
         v = tbuf[j, q]
         smallest = v if v < smallest else smallest
     return smallest
 
 
 @kernel
-def _tail_part(j, X, b, keep, tbuf, tlen, thr):  # pragma: no cover - compiled
-    """Offer row ``X[j, :b]`` to the tail buffer of T index ``j``."""
+def _tail_part(j, X, b, keep, tbuf, tlen, thr, scratch):  # pragma: no cover - compiled
+    """Offer row ``X[j, :b]`` to the tail buffer of T index ``j`` (``scratch``: see :func:`_compact`).
+
+    In groups of :data:`LANES` values: a branch-free append gathers the group's values
+    above the threshold in ``scratch`` (every value is written there, the count moves
+    only for one above it), and only those are copied to the buffer, so that a row whose
+    values stay below its threshold touches none of the buffer's memory. The buffer is
+    compacted to its ``keep`` largest (the threshold becoming the least of them)
+    whenever a group might not fit; it has room for ``keep + LANES`` at least.
+    """
     t = thr[j]
     n = tlen[j]
-    cap = tbuf.shape[1]
-    for i in range(b):  # branch-free append: every value is written, the count moves only for a keeper
-        v = X[j, i]
-        tbuf[j, n] = v
-        n += 1 if v > t else 0
-        if n == cap:
-            t = _compact(tbuf, j, n, keep)
+    room = tbuf.shape[1] - LANES
+    for i0 in range(0, b, LANES):
+        if n > room:
+            t = _compact(tbuf, j, n, keep, scratch)
             n = keep
+        m = 0
+        for i in range(i0, min(i0 + LANES, b)):
+            v = X[j, i]
+            scratch[m] = v
+            m += 1 if v > t else 0
+        for q in range(m):
+            tbuf[j, n + q] = scratch[q]
+        n += m
     tlen[j] = n
     thr[j] = t
 
 
 @kernel
 def reduce_block(P, b, st):  # pragma: no cover - compiled
-    """Reduce the first ``b`` rows of ``P`` (``(B, nT)``, usually ``st.P``) into the state ``st``.
+    """Reduce the first ``b`` rows of ``P`` (``(B, nT)``: row ``i``, path ``i``) into the state ``st``.
 
     ``P`` is transposed into ``st.X`` (``(nT, B)``) first, so that each T's values are
-    contiguous.
+    contiguous (:func:`reduce_columns`).
     """
+    X = st.X
+    for j in range(X.shape[0]):
+        for i in range(b):
+            X[j, i] = P[i, j]
+    reduce_columns(b, st)
+
+
+@kernel
+def reduce_columns(b, st):  # pragma: no cover - compiled
+    """Reduce the first ``b`` columns of the fill buffer ``st.X`` (column ``i``: path ``i``) into ``st``."""
     if b == 0:
         return
     grid, X, lanes, sums = st.grid, st.X, st.lanes, st.sums
     log_ref, shift, cref = st.log_ref, st.shift, st.cref
     nT = grid.size
-    for j in range(nT):
-        for i in range(b):
-            X[j, i] = P[i, j]
     for j in range(nT):
         inv = 1.0 / grid[j]  # log G_T = log P_T * (1/T), as the spec's reference of a degenerate G
         _lanes_log(X, j, b, st.ref_logp[j], lanes)
@@ -321,16 +413,17 @@ def reduce_block(P, b, st):  # pragma: no cover - compiled
         else:  # pragma: no cover - foreign data only
             _exp_libm(1, j, X, b, inv, log_ref, cref, sums, lanes)
         if ymax > st.thr[j]:
-            _tail_part(j, X, b, st.keep, st.tbuf, st.tlen, st.thr)
+            _tail_part(j, X, b, st.keep, st.tbuf, st.tlen, st.thr, st.tscr)
 
 
 @kernel
 def _compact_rows(tbuf, tlen, keep):  # pragma: no cover - compiled
     """Move each row's ``keep`` largest values to the front of its buffer (:func:`_compact`)."""
+    scratch = np.empty(tbuf.shape[1] + 2 * SAMPLE)
     for j in range(tbuf.shape[0]):
         n = tlen[j]
         if n > keep:
-            _compact(tbuf, j, n, keep)
+            _compact(tbuf, j, n, keep, scratch)
 
 
 def finish_tails(tbuf, tlen, keep: int, out) -> None:
@@ -360,10 +453,8 @@ class BlockState(NamedTuple):
         References :math:`\rho` of :math:`P_T`, :math:`G_T` (``-inf``: none).
     ref_logp : ndarray, shape (nT,)
         Centre of :math:`\log P_T`.
-    P : ndarray, shape (B, nT)
-        Fill buffer: row ``i`` holds path ``i``'s :math:`\log P_T` at every T of the grid.
     X : ndarray, shape (nT, B)
-        Scratch: ``P`` transposed.
+        Fill buffer: column ``i`` holds path ``i``'s :math:`\log P_T` at every T of the grid.
     shift, cref : ndarray, shape (2, nT)
         Shift :math:`h` and :math:`e^{\rho - h}` of :math:`P_T`, :math:`G_T`.
     sums : ndarray, shape (3, nT, 4)
@@ -372,6 +463,8 @@ class BlockState(NamedTuple):
         Tail buffers; ``tlen`` values used per row, threshold ``thr``.
     tlen : ndarray of int64, shape (nT,)
     thr : ndarray, shape (nT,)
+    tscr : ndarray, shape (cap + 2 * SAMPLE,)
+        Scratch of the tail's compaction (:func:`_compact`).
     keep : int
         Tail values kept per row.
     lanes : ndarray, shape (10, LANES)
@@ -381,7 +474,6 @@ class BlockState(NamedTuple):
     grid: np.ndarray
     log_ref: np.ndarray
     ref_logp: np.ndarray
-    P: np.ndarray
     X: np.ndarray
     shift: np.ndarray
     cref: np.ndarray
@@ -389,6 +481,7 @@ class BlockState(NamedTuple):
     tbuf: np.ndarray
     tlen: np.ndarray
     thr: np.ndarray
+    tscr: np.ndarray
     keep: int
     lanes: np.ndarray
 
@@ -398,18 +491,19 @@ def new_state(spec: AccumulatorSpec, keep: int) -> BlockState:
     nT = spec.T.size
     B = block_size(nT)
     keep = int(keep)
+    cap = keep + max(keep, TAIL_SLACK)
     return BlockState(
         grid=np.ascontiguousarray(spec.T, dtype=np.int64),
         log_ref=np.ascontiguousarray(spec.log_ref, dtype=np.float64),
         ref_logp=np.ascontiguousarray(spec.ref_logP, dtype=np.float64),
-        P=np.empty((B, nT)),
         X=np.empty((nT, B)),
         shift=spec.log_ref.copy(),
         cref=np.where(np.isneginf(spec.log_ref), 0.0, 1.0),
         sums=np.zeros((3, nT, 4)),
-        tbuf=np.empty((nT, keep + max(keep, TAIL_SLACK))),
+        tbuf=np.empty((nT, cap)),
         tlen=np.zeros(nT, dtype=np.int64),
         thr=np.full(nT, -np.inf),
+        tscr=np.empty(cap + 2 * SAMPLE),
         keep=keep,
         lanes=np.empty((10, LANES)),
     )

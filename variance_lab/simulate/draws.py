@@ -258,8 +258,10 @@ def _binomial_from_table(table, j, u):  # pragma: no cover - compiled
 
 @kernel
 def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma: no cover - compiled
-    r"""``b`` paths' :math:`\log P_T` at every grid point by aggregate draws, into ``out[:b, :]``.
+    r"""``b`` paths' :math:`\log P_T` at every grid point by aggregate draws, into ``out[:, :b]``.
 
+    Column ``i`` of ``out`` is path ``i``, row ``j`` is ``T = grid[j]`` (the layout the
+    block reduction reads, :func:`variance_lab.simulate.block.reduce_columns`).
     ``table`` holds the per-step coefficients of
     :func:`variance_lab.simulate.aggregate.aggregate_table` (lognormal: :math:`\sqrt{\Delta}`;
     two-point: :math:`\Delta` and its inversion table; mixture: :math:`\Delta`;
@@ -277,7 +279,7 @@ def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma
             for j in range(nT):
                 z = table[j, 0] * rng.standard_normal()
                 raw = z if independent else raw + z
-                out[i, j] = grid[j] * m + s * raw
+                out[j, i] = grid[j] * m + s * raw
     elif code == CODE_TWO_POINT:  # raw = number of low values
         for i in range(b):
             raw = 0.0
@@ -287,7 +289,7 @@ def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma
                 else:
                     k = float(rng.binomial(np.int64(table[j, 0]), par[0]))
                 raw = k if independent else raw + k
-                out[i, j] = log_p(code, par, grid[j], raw)
+                out[j, i] = log_p(code, par, grid[j], raw)
     elif code == CODE_AR1:  # raw = sum of deviations, e = the last one
         for i in range(b):
             raw = 0.0
@@ -300,7 +302,7 @@ def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma
                     raw += table[j, 0] * e + table[j, 2] * z1
                     if j + 1 < nT:
                         e = table[j, 1] * e + table[j, 3] * z1 + table[j, 4] * rng.standard_normal()
-                out[i, j] = log_p(code, par, grid[j], raw)
+                out[j, i] = log_p(code, par, grid[j], raw)
     elif code == CODE_RANDOM_SCALE:  # raw = sum of (log r - log mu); v per path (independent: per point)
         alpha, theta = par[1], par[2]
         for i in range(b):
@@ -311,7 +313,7 @@ def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma
                     v = theta * rng.standard_gamma(alpha)
                 d = np.sqrt(v) * table[j, 1] * rng.standard_normal() - 0.5 * table[j, 0] * v
                 raw = d if independent else raw + d
-                out[i, j] = log_p(code, par, grid[j], raw)
+                out[j, i] = log_p(code, par, grid[j], raw)
     elif code == CODE_MIXTURE:  # raw = log P; component counts, then one Gaussian
         k = np.int64(par[0])
         for i in range(b):
@@ -330,11 +332,11 @@ def aggregate_paths(code, par, grid, table, independent, rng, out, b):  # pragma
                     var += cnt * (s * s)
                 d = mean + np.sqrt(var) * rng.standard_normal()
                 raw = d if independent else raw + d
-                out[i, j] = raw
+                out[j, i] = raw
     else:  # CODE_DEGENERATE
         for i in range(b):
             for j in range(nT):
-                out[i, j] = log_p(code, par, grid[j], 0.0)
+                out[j, i] = log_p(code, par, grid[j], 0.0)
 
 
 # --------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from variance_lab.families import CODE_LOGNORMAL
 from variance_lab.simulate._jit import kernel
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 from variance_lab.simulate.aggregate import run_aggregate
-from variance_lab.simulate.block import BlockState, new_state, reduce_block, to_accumulator
+from variance_lab.simulate.block import BlockState, new_state, reduce_block, reduce_columns, to_accumulator
 from variance_lab.simulate.draws import (
     KNOWN_CODES,
     check_code,
@@ -65,13 +65,13 @@ def _token_kernel(code, par, independent, n_paths, rng, st):  # pragma: no cover
 
     Paths go in batches of 4 (:func:`~variance_lab.simulate.draws.draw_raw4`), the last
     ``n_paths % 4`` one by one (AR(1), random-scale: all one by one); each path writes its
-    :math:`\log P_T` at every T into its row of the block buffer ``st.P``, and a full block
-    is reduced at once (:func:`variance_lab.simulate.block.reduce_block`).
+    :math:`\log P_T` at every T into its column of the block buffer ``st.X``, and a full block
+    is reduced at once (:func:`variance_lab.simulate.block.reduce_columns`).
     """
     grid = st.grid
-    P = st.P
+    X = st.X
     nT = grid.size
-    B = P.shape[0]
+    B = X.shape[1]
     fill = 0
     n_batches = n_paths // 4 if not path_state(code) else 0
     for _ in range(n_batches):
@@ -95,13 +95,13 @@ def _token_kernel(code, par, independent, n_paths, rng, st):  # pragma: no cover
                 r2 += d2
                 r3 += d3
             prev = t
-            P[fill, j] = log_p(code, par, t, r0)
-            P[fill + 1, j] = log_p(code, par, t, r1)
-            P[fill + 2, j] = log_p(code, par, t, r2)
-            P[fill + 3, j] = log_p(code, par, t, r3)
+            X[j, fill] = log_p(code, par, t, r0)
+            X[j, fill + 1] = log_p(code, par, t, r1)
+            X[j, fill + 2] = log_p(code, par, t, r2)
+            X[j, fill + 3] = log_p(code, par, t, r3)
         fill += 4
         if fill == B:
-            reduce_block(P, B, st)
+            reduce_columns(B, st)
             fill = 0
     for _ in range(n_paths - 4 * n_batches):
         raw = 0.0
@@ -115,12 +115,12 @@ def _token_kernel(code, par, independent, n_paths, rng, st):  # pragma: no cover
                 d, e = draw_raw(code, par, rng, t - prev, e)
                 raw += d
                 prev = t
-            P[fill, j] = log_p(code, par, t, raw)
+            X[j, fill] = log_p(code, par, t, raw)
         fill += 1
         if fill == B:
-            reduce_block(P, B, st)
+            reduce_columns(B, st)
             fill = 0
-    reduce_block(P, fill, st)
+    reduce_columns(fill, st)
 
 
 @kernel
@@ -228,12 +228,12 @@ def draw_log_p(code: int, params, T, rng: np.random.Generator, n: int, *, sample
         T=grid, log_ref=np.full((2, grid.size), -np.inf), ref_logP=np.zeros(grid.size), tail=1
     )
     st = new_state(spec, 1)
-    B = st.P.shape[0]  # a multiple of 4: a run of B paths continues the stream as one long run would
+    B = st.X.shape[1]  # a multiple of 4: a run of B paths continues the stream as one long run would
     out = np.empty((int(n), grid.size))
     for start in range(0, int(n), B):
         b = min(B, int(n) - start)
         run(code, par, independent, b, rng, st)
-        out[start : start + b] = st.P[:b]
+        out[start : start + b] = st.X[:, :b].T
     return out
 
 
