@@ -147,7 +147,7 @@ def slider(rep, repeats: int) -> None:
             theory.var_P(f, T, log10=True)
             theory.ess_frac_P(f, T, log10=True)
             theory.var_G(f, T, log10=True)
-            theory.value("var_G_seed", f, T, log10=True)
+            theory.value("var_G_naive", f, T, log10=True)
 
     move()
     walls = [_timed(move)[1] / 3 for _ in range(repeats)]

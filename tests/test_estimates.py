@@ -92,7 +92,7 @@ def test_schema_and_statistics():
 
 
 def test_verdict_var_P_unreliable_at_T100():
-    """Seed's lognormal, T = 100, 1e5 draws: Var(P_T) is flagged, and comes out too small."""
+    """The derivation's lognormal, T = 100, 1e5 draws: Var(P_T) is flagged, and comes out too small."""
     fam = LogNormal(1.0, 0.1)
     n = 10**5
     df = simulate(fam, [10, 100], n, seed=3, workers=2, progress=False)

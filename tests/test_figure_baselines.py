@@ -34,7 +34,7 @@ UPDATE_ENV = "VARIANCE_LAB_UPDATE_BASELINES"
 #: RMS difference allowed (0-255 scale): font hinting differences pass, a moved line does not.
 TOL = 2.0
 DPI = 80
-VAR_G = ["var_G", "var_G_lognormal", "var_G_delta", "var_G_seed"]
+VAR_G = ["var_G", "var_G_lognormal", "var_G_delta", "var_G_naive"]
 
 
 def _tidy(family, mu, sigma2, T, quantities):

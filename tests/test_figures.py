@@ -143,7 +143,7 @@ def var_frame():
     """Return exact curves and four Monte Carlo rows (one unreliable) for lognormal(1, 0.1)."""
     fam = get_family("lognormal", 1.0, 0.1)
     frame = _theory(
-        fam, [1, 10, 100, 1000], ["var_P", "var_G", "var_G_lognormal", "var_G_delta", "var_G_seed"]
+        fam, [1, 10, 100, 1000], ["var_P", "var_G", "var_G_lognormal", "var_G_delta", "var_G_naive"]
     )
     mc = pd.DataFrame(
         {
@@ -253,13 +253,13 @@ def test_heatmap_marks_mu_1_and_leaves_unreachable_points_blank():
 
 def test_relative_error_frame_knows_where_approximations_are_exact():
     """Relative errors vanish where an approximation is exact and shrink with T for gamma."""
-    names = ["var_G", "var_G_lognormal", "var_G_delta", "var_G_seed"]
+    names = ["var_G", "var_G_lognormal", "var_G_delta", "var_G_naive"]
     frames = [_theory(get_family(f, 1.0, 0.1), [1, 10, 100], names) for f in ("lognormal", "gamma")]
     err = plots.relative_error_frame(pd.concat(frames))
     logn = err[(err["family"] == "lognormal") & (err["method"] == "lognormal")]
     assert (logn["rel_error"].abs() < 1e-14).all()  # exact for the lognormal family
-    seed_T1 = err[(err["method"] == "seed") & (err["T"] == 1)]
-    assert (seed_T1["rel_error"].abs() < 1e-14).all()  # G_1 = r: Var = sigma^2 exactly
+    naive_T1 = err[(err["method"] == "naive") & (err["T"] == 1)]
+    assert (naive_T1["rel_error"].abs() < 1e-14).all()  # G_1 = r: Var = sigma^2 exactly
     gamma = err[(err["family"] == "gamma") & (err["method"] == "lognormal")].sort_values("T")
     assert (np.diff(np.abs(gamma["rel_error"].to_numpy())) < 0).all()  # the approximation improves with T
 

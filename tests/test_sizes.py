@@ -73,7 +73,7 @@ def test_grids_are_valid(s: Sizes):
     assert list(s.seeds) == sorted(set(s.seeds))
     assert min(s.seeds) >= 0
     assert min(s.mu) < 1.0 < max(s.mu)
-    assert 1.0 in s.mu  # the three regimes of the seed
+    assert 1.0 in s.mu  # the three regimes of the derivation
     assert all(v > 0 for v in s.sigma2 + s.panels_sigma2)
     for T in (100, 1000):  # lengths the notebooks read off their grids
         assert T in s.T_mc

@@ -144,7 +144,7 @@ def test_theory_sweep_stores_tidy_rows_with_provenance(tmp_path):
     assert not result.failed
     frame = result.frame
     assert tuple(frame.columns) == STORE_COLUMNS
-    assert set(frame["method"]) == {"exact", "lognormal", "delta", "seed"}
+    assert set(frame["method"]) == {"exact", "lognormal", "delta", "naive"}
     assert (frame["n"] == 0).all()
     assert frame["seed"].isna().all()
     assert (frame["version"] == __version__).all()

@@ -183,7 +183,7 @@ def reference(name, mu, s2, T, target=0.1, rho=None, alpha=None, components=None
             "mse_G": G[1] + (G[0] - mu) ** 2,
             "var_G_lognormal": (mp.exp(x) - 1) * mp.exp(2 * my + x),
             "var_G_delta": vy * mp.exp(2 * my) / T,
-            "var_G_seed": mp.mpf(s2) / T,
+            "var_G_naive": mp.mpf(s2) / T,
             "ess_frac_P": P[0] ** 2 / (P[1] + P[0] ** 2),
             "kurtosis_P": P[2],
             "kurtosis_G": G[2],
@@ -299,7 +299,7 @@ def test_rel_se_matches_definition(name):
 
 
 def test_design_note_numbers():
-    """The figures quoted in design.md for the seed's parameters."""
+    """The figures quoted in design.md for the derivation's parameters."""
     fam = get_family("lognormal", 1.0, 0.1)
     assert theory.var_P(fam, 10) == pytest.approx(1.1**10 - 1, rel=1e-12)
     assert theory.var_G(fam, [10, 100, 1000]) == pytest.approx([0.008789, 8.677e-4, 8.666e-5], rel=1e-3)
@@ -356,6 +356,35 @@ def test_bad_input(call, match):
         call(get_family("lognormal", 1.0, 0.1))
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f: theory.value("var_G_seed", f, 10),
+        lambda f: theory.value("var_G_seed", f, [1, 10], log10=True, precise=True),
+        lambda f: theory.tidy(f, [1, 10], quantities=["var_P", "var_G_seed"]),
+        lambda f: theory.tidy_many([f, f], [1, 10], quantities=["var_G_seed"]),
+    ],
+    ids=["value", "value-precise", "tidy", "tidy_many"],
+)
+def test_old_quantity_name_says_its_new_name(call):
+    """Asking for ``var_G_seed`` (the name before the rename) raises ValueError naming ``var_G_naive``."""
+    with pytest.raises(ValueError, match=r"^'var_G_seed' was renamed 'var_G_naive'$"):
+        call(get_family("lognormal", 1.0, 0.1))
+
+
+def test_naive_approximation_is_sigma2_over_T():
+    """``var_G_naive`` is sigma^2 / T, listed under method ``naive``; tidy refuses a non-tidy name."""
+    fam = get_family("gamma", 1.0, 0.3)
+    T = [1, 7, 1000]
+    np.testing.assert_allclose(theory.var_G_naive(fam, T), [0.3, 0.3 / 7, 0.3 / 1000], rtol=1e-15)
+    assert "var_G_naive" in theory.QUANTITIES
+    assert "var_G_seed" not in theory.QUANTITIES
+    tidy = theory.tidy(fam, T, quantities=["var_G_naive"])
+    assert set(zip(tidy["statistic"], tidy["method"], strict=True)) == {("var_G", "naive")}
+    with pytest.raises(ValueError, match="unknown quantity 'kurtosis_P'"):
+        theory.tidy(fam, T, quantities=["kurtosis_P"])  # a quantity with no tidy statistic
+
+
 def test_summary_columns_and_tidy():
     """The summary has the table columns and its ratio; tidy holds the same exact values."""
     fam = get_family("lognormal", 1.0, 0.1)
@@ -365,7 +394,7 @@ def test_summary_columns_and_tidy():
     tidy = theory.tidy(fam, [1, 10])
     exact_var_G = tidy.query("statistic == 'var_G' and method == 'exact'")["value"].to_numpy()
     np.testing.assert_array_equal(exact_var_G, df["var_G"].to_numpy()[:2])
-    assert set(tidy["method"]) == {"exact", "lognormal", "delta", "seed"}
+    assert set(tidy["method"]) == {"exact", "lognormal", "delta", "naive"}
 
 
 # ---------------------------------------------------------------- properties
@@ -553,9 +582,9 @@ def test_tidy_many_is_tidy_concatenated():
         get_family("gamma", 2.0, 0.5),
         get_family("ar1", 1.0, 0.1, rho=0.5),
     ]
-    many = theory.tidy_many(fams, [1, 10], quantities=["var_P", "var_G_seed", "n_needed_G"])
+    many = theory.tidy_many(fams, [1, 10], quantities=["var_P", "var_G_naive", "n_needed_G"])
     one = pd.concat(
-        [theory.tidy(f, [1, 10], quantities=["var_P", "var_G_seed", "n_needed_G"]) for f in fams],
+        [theory.tidy(f, [1, 10], quantities=["var_P", "var_G_naive", "n_needed_G"]) for f in fams],
         ignore_index=True,
     )
     pd.testing.assert_frame_equal(many, one)

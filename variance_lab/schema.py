@@ -10,8 +10,8 @@ family         family name (``lognormal``, ``gamma``, ``two-point``, ...)
 mu, sigma2     mean and variance of the per-token ratio
 T              sequence length
 statistic      what is measured: ``var_P``, ``var_G``, ``mean_P``, ``mean_G``, ...
-method         ``exact``, ``lognormal``, ``delta``, ``seed`` (the seed's
-               approximations) or ``monte_carlo``
+method         ``exact``, ``lognormal``, ``delta``, ``naive`` (the derivation's
+               approximations; ``naive`` is the sigma^2/T its table prints) or ``monte_carlo``
 value          the value (float64; ``inf``/``0.0`` beyond float range)
 log10_value    log10 of ``|value|``, exact where ``value`` over- or underflows
 lo, hi         confidence interval (NaN for exact values)
@@ -47,7 +47,7 @@ TIDY_COLUMNS = (
     "reason",
 )
 
-METHODS = ("exact", "lognormal", "delta", "seed", "monte_carlo")
+METHODS = ("exact", "lognormal", "delta", "naive", "monte_carlo")
 
 #: Verdict levels of a tidy row, best first (their meaning: :mod:`variance_lab.simulate.estimates`).
 VERDICTS = ("reliable", "marginal", "unreliable")

@@ -325,7 +325,7 @@ def figure_data(name: str, params: dict, *, engine: Engine | None = None) -> pd.
 
 def _figure_data(name: str, params: dict, engine: Engine) -> pd.DataFrame:
     p = params
-    var_G = ["var_G", "var_G_lognormal", "var_G_delta", "var_G_seed"]
+    var_G = ["var_G", "var_G_lognormal", "var_G_delta", "var_G_naive"]
     if name == "variance_vs_T":
         family = get_family(p["family"], p["mu"], p["sigma2"])
         frames = [_theory(family, p["T"], ["var_P", *var_G]), _monte_carlo(family, p, engine)]

@@ -67,14 +67,14 @@ _METHOD_LABEL = {
     "exact": "exact",
     "lognormal": "lognormal approx.",
     "delta": r"small-$x$ form $\sigma_y^2 e^{2\mu_y}/T$",
-    "seed": r"$\sigma^2/T$ (naive)",
+    "naive": r"$\sigma^2/T$ (naive)",
     "monte_carlo": "Monte Carlo",
 }
 _METHOD_STYLE = {
     "exact": {"color": sty.OKABE_ITO[0], "ls": "-"},
     "lognormal": {"color": sty.OKABE_ITO[1], "ls": "--", "marker": "s", "markevery": 0.12, "ms": 3},
     "delta": {"color": sty.OKABE_ITO[4], "ls": "-.", "marker": "^", "markevery": 0.12, "ms": 3},
-    "seed": {"color": sty.OKABE_ITO[5], "ls": ":", "marker": "D", "markevery": 0.12, "ms": 2.6},
+    "naive": {"color": sty.OKABE_ITO[5], "ls": ":", "marker": "D", "markevery": 0.12, "ms": 2.6},
 }
 _MC_COLOR = sty.OKABE_ITO[3]
 T_LABEL = "sequence length $T$ (tokens)"
@@ -268,7 +268,7 @@ def variance_vs_T(
     legend : bool
         Draw a legend.
     approximations : bool
-        Draw the approximation rows (``lognormal``, ``delta``, ``seed``) as lines.
+        Draw the approximation rows (``lognormal``, ``delta``, ``naive``) as lines.
     figsize : (float, float), optional
         Size of a new figure (default 3.4 x 2.4 in).
     style : None, str or dict
@@ -283,7 +283,7 @@ def variance_vs_T(
     with sty.use(style):
         fig, ax = _axes(ax, figsize)
         rows = frame[frame["statistic"] == statistic]
-        methods = ["exact", *(["lognormal", "delta", "seed"] if approximations else [])]
+        methods = ["exact", *(["lognormal", "delta", "naive"] if approximations else [])]
         for method in methods:
             sub = _rows(rows, method=method)
             if sub.empty:
@@ -336,7 +336,7 @@ def approx_ratio(frame: pd.DataFrame, *, ax=None, legend: bool = True, figsize=N
         exact = _rows(rows, method="exact")
         by_T = pd.Series(_values(exact), index=exact["T"].to_numpy())
         ax.axhline(1.0, color="0.6", lw=0.6, zorder=0)
-        for method in ("lognormal", "delta", "seed"):
+        for method in ("lognormal", "delta", "naive"):
             sub = _rows(rows, method=method)
             sub = sub[sub["T"].isin(by_T.index)]
             if sub.empty:
@@ -689,7 +689,7 @@ def relative_error_frame(frame: pd.DataFrame) -> pd.DataFrame:
     rows = frame[frame["statistic"] == "var_G"]
     keys = ["family", "mu", "sigma2", "T"]
     exact = rows[rows["method"] == "exact"][[*keys, "value", "log10_value"]]
-    approx = rows[rows["method"].isin(["lognormal", "delta", "seed"])]
+    approx = rows[rows["method"].isin(["lognormal", "delta", "naive"])]
     approx = approx[[*keys, "method", "value", "log10_value"]]
     both = approx.merge(exact, on=keys, suffixes=("", "_exact"))
     a, e = both["value"].to_numpy(float), both["value_exact"].to_numpy(float)
@@ -713,7 +713,7 @@ def approx_error(frame: pd.DataFrame, *, fig=None, figsize=None, style=None, **k
     Parameters
     ----------
     frame : pandas.DataFrame
-        ``var_G`` rows (``exact``, ``lognormal``, ``delta``, ``seed``) of one or more families.
+        ``var_G`` rows (``exact``, ``lognormal``, ``delta``, ``naive``) of one or more families.
     fig : matplotlib.figure.Figure, optional
     figsize : (float, float), optional
         Size of a new figure (default 3.4 in wide, 1.5 in per family).
@@ -734,7 +734,7 @@ def approx_error(frame: pd.DataFrame, *, fig=None, figsize=None, style=None, **k
         for ax, key in zip(axes, keys, strict=True):
             family, mu, sigma2 = key
             sub = _rows(err, family=family, mu=mu, sigma2=sigma2)
-            for method in ("lognormal", "delta", "seed"):
+            for method in ("lognormal", "delta", "naive"):
                 m = sub[sub["method"] == method]
                 y = np.maximum(np.abs(m["rel_error"].to_numpy(float)), REL_ERROR_FLOOR)
                 ax.plot(m["T"], y, label=_METHOD_LABEL[method], **{**_METHOD_STYLE[method], **kwargs})

@@ -18,7 +18,7 @@ from variance_lab.schema import json_safe, verdict_level
 __all__ = [
     "FORMATS",
     "MC_COLUMNS",
-    "SEED_PRINTED",
+    "PRINTED",
     "errata",
     "infinite_variance_note",
     "monte_carlo_notes",
@@ -30,13 +30,13 @@ FORMATS = ("markdown", "latex", "csv", "json")
 
 #: The numbers the source derivation printed in its comparison table (mu = 1, sigma^2 = 0.1):
 #: T -> (Var(P_T), Var(G_T), Var(P_T)/Var(G_T)). Its Var(G_T) is sigma^2 / T.
-SEED_PRINTED = {
+PRINTED = {
     1: (0.1, 0.1, 1.0),
     10: (1.59, 0.01, 159.0),
     100: (13780.0, 0.001, 1.378e7),
     1000: (2.5e41, 1e-4, 2.5e45),
 }
-SEED_MU, SEED_SIGMA2 = 1.0, 0.1
+PRINTED_MU, PRINTED_SIGMA2 = 1.0, 0.1
 
 # Markdown/LaTeX headers of the exact-theory columns, in display order.
 _DISPLAY = {
@@ -45,7 +45,7 @@ _DISPLAY = {
     "var_G": "Var(G_T)",
     "var_G_lognormal": "lognormal approx.",
     "var_G_delta": "small-x approx.",
-    "var_G_seed": "sigma^2/T (naive)",
+    "var_G_naive": "sigma^2/T (naive)",
     "mean_G": "E[G_T]",
     "bias_G": "bias",
     "mse_G": "MSE(G_T)",
@@ -136,9 +136,9 @@ def errata(frame: pd.DataFrame, mu: float, sigma2: float) -> str:
     Returns an empty string unless ``(mu, sigma2) == (1, 0.1)`` and the frame holds at
     least one of the derivation's lengths (1, 10, 100, 1000).
     """
-    if (mu, sigma2) != (SEED_MU, SEED_SIGMA2):
+    if (mu, sigma2) != (PRINTED_MU, PRINTED_SIGMA2):
         return ""
-    rows = frame[frame["T"].isin(list(SEED_PRINTED))]
+    rows = frame[frame["T"].isin(list(PRINTED))]
     if rows.empty:
         return ""
 
@@ -153,7 +153,7 @@ def errata(frame: pd.DataFrame, mu: float, sigma2: float) -> str:
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows.itertuples(index=False):
-        p_var, p_g, p_ratio = SEED_PRINTED[int(r.T)]
+        p_var, p_g, p_ratio = PRINTED[int(r.T)]
         lines.append(
             f"| {int(r.T)} | {format_number(p_var)} | {format_number(r.var_P, r.log10_var_P)} "
             f"| {off(p_var, r.var_P)} | {format_number(p_g)} | {format_number(r.var_G, r.log10_var_G)} "

@@ -10,7 +10,7 @@ token log-ratios are :math:`d_t = \ell_t - \ell^{old}_t` and
     s = G = P^{1/T} = \exp\Bigl(\tfrac{1}{T}\sum_t d_t\Bigr), \qquad
     \log\mathrm{PPL} = H = -\tfrac{1}{T}\sum_t \ell_t ,
 
-so that (seed ``004``) GSPO's weight is the inverse perplexity ratio and the exponential
+so that (the perplexity-entropy paper) GSPO's weight is the inverse perplexity ratio and the exponential
 change in per-token cross-entropy:
 
 .. math::

@@ -36,7 +36,7 @@ from variance_lab.theory.quantities import (
     var_G,
     var_G_delta,
     var_G_lognormal,
-    var_G_seed,
+    var_G_naive,
     var_P,
     var_ratio,
 )
@@ -65,7 +65,7 @@ __all__ = [
     "var_G",
     "var_G_delta",
     "var_G_lognormal",
-    "var_G_seed",
+    "var_G_naive",
     "var_P",
     "var_ratio",
 ]

@@ -11,14 +11,14 @@ For i.i.d. ratios with log-moment function :math:`K(s) = \log E[r^s]`:
     E[G_T^k] = e^{T K(k/T)}, \qquad
     \operatorname{Var}(G_T) = e^{2TK(1/T)} \operatorname{expm1}\bigl(T K(2/T) - 2T K(1/T)\bigr).
 
-Approximations of the seed (section 2), with :math:`\mu_y = E[\log r]`,
+Approximations of the derivation (section 2), with :math:`\mu_y = E[\log r]`,
 :math:`\sigma_y^2 = \operatorname{Var}[\log r]`:
 
 .. math::
 
     \text{lognormal: } (e^{\sigma_y^2/T} - 1)\, e^{2\mu_y + \sigma_y^2/T}, \qquad
     \text{small-x: } \sigma_y^2 e^{2\mu_y} / T, \qquad
-    \text{seed's table: } \sigma^2 / T.
+    \text{naive (the derivation's table): } \sigma^2 / T.
 
 Reliability of plain Monte Carlo: with :math:`\kappa = m_4 / v^2` (fourth central moment
 over squared variance) of :math:`X \in \{P_T, G_T\}`, the unbiased sample variance of
@@ -55,9 +55,13 @@ import mpmath
 
 from variance_lab.families import Family
 
-__all__ = ["DEFAULT_TARGET", "QUANTITIES", "exact_value"]
+__all__ = ["DEFAULT_TARGET", "QUANTITIES", "RENAMED_QUANTITIES", "exact_value"]
 
 DEFAULT_TARGET = 0.1
+
+#: Quantity names of earlier versions -> their names now. Asking for an old name is an error
+#: that names the new one (:func:`variance_lab.theory.quantities.check_quantity`).
+RENAMED_QUANTITIES = {"var_G_seed": "var_G_naive"}
 
 
 class _Point(NamedTuple):
@@ -155,7 +159,7 @@ def _quantity(name: str, p: _Point, T: int, family: Family, n: int, target: floa
         return mpmath.expm1(x) * mpmath.exp(2 * p.mean_log + x)
     if name == "var_G_delta":
         return p.var_log * mpmath.exp(2 * p.mean_log) / T
-    if name == "var_G_seed":
+    if name == "var_G_naive":
         return mpmath.mpf(family.sigma2) / T
     if name in ("rel_se_var_P", "rel_se_var_G"):
         return _rel_se(p.kurt_P if name.endswith("P") else p.kurt_G, n)
@@ -177,7 +181,7 @@ QUANTITIES = (
     "mse_G",
     "var_G_lognormal",
     "var_G_delta",
-    "var_G_seed",
+    "var_G_naive",
     "var_ratio",
     "ess_frac_P",
     "kurtosis_P",

@@ -885,7 +885,7 @@ def moments(name: str, mu, sigma2, T, shape: dict, *, n: int = 2, target: float 
             np.log(p["k2"]) + 2 * (lmu + p["gap"]) - np.log(T),
             p["ek2"] / p["k2"] + 2 * ek1 + 4 * U,
         )
-        put("var_G_seed", np.log(s2 / T), 2 * U + 0 * T)
+        put("var_G_naive", np.log(s2 / T), 2 * U + 0 * T)
         put("var_ratio", lnP - lnG, elP + elG)
         put("ess_frac_P", -p["wP"], p["ewP"])
         put("kurtosis_P", lkP, ekP)
@@ -948,7 +948,7 @@ def _exact_linear(mu, s2, T) -> dict:
         "var_ratio": np.where(s2 > 0, 1.0, np.nan),
     }
     out = {k: np.where(first, v, nan) for k, v in at_one.items()}
-    out["var_G_seed"] = np.broadcast_to(s2 / T, nan.shape)
+    out["var_G_naive"] = np.broadcast_to(s2 / T, nan.shape)
     return out
 
 

@@ -19,7 +19,7 @@ from variance_lab._validate import check_finite, check_positive, check_T
 from variance_lab.families import FAMILIES, Family, get_family
 from variance_lab.theory.exact import DEFAULT_TARGET, exact_value
 from variance_lab.theory.fast import FAST_FAMILIES, mixture_components, moments, quantity
-from variance_lab.theory.quantities import check_target
+from variance_lab.theory.quantities import check_quantity, check_target
 
 __all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "grid", "summary", "tidy", "tidy_many"]
 
@@ -32,7 +32,7 @@ TABLE_COLUMNS = (
     "log10_var_G",
     "var_G_lognormal",
     "var_G_delta",
-    "var_G_seed",
+    "var_G_naive",
     "mean_G",
     "bias_G",
     "mse_G",
@@ -60,7 +60,7 @@ TIDY_QUANTITIES = {
     "mse_G": ("mse_G", "exact"),
     "var_G_lognormal": ("var_G", "lognormal"),
     "var_G_delta": ("var_G", "delta"),
-    "var_G_seed": ("var_G", "seed"),
+    "var_G_naive": ("var_G", "naive"),
     "var_ratio": ("var_ratio", "exact"),
     "ess_frac_P": ("ess_frac_P", "exact"),
     "n_needed_P": ("n_needed_P", "exact"),
@@ -149,7 +149,7 @@ def tidy(
         Target relative error for the ``n_needed_*`` statistics.
     quantities : sequence of str, optional
         Only these quantities (names of :data:`TIDY_QUANTITIES`, e.g.
-        ``["var_P", "var_G_seed"]``), in this order; all by default.
+        ``["var_P", "var_G_naive"]``), in this order; all by default.
     precise : bool
         Compute every value with mpmath instead of float64.
 
@@ -192,11 +192,8 @@ def tidy_many(
     target = check_target(target)
     Ts = np.atleast_1d(check_T(T)).ravel()
     names = list(TIDY_QUANTITIES) if quantities is None else list(quantities)
-    unknown = [q for q in names if q not in TIDY_QUANTITIES]
-    if unknown:
-        raise ValueError(
-            f"no tidy statistic for quantity {unknown[0]!r}; choose from {', '.join(TIDY_QUANTITIES)}"
-        )
+    for q in names:
+        check_quantity(q, TIDY_QUANTITIES)
     cols, _ = _evaluate(families, Ts, names, target, precise)
     F, Q, M = len(families), len(names), len(Ts)
 

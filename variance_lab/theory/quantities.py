@@ -15,11 +15,19 @@ import numpy as np
 
 from variance_lab._validate import check_n, check_T
 from variance_lab.families import Family
-from variance_lab.theory.exact import DEFAULT_TARGET, QUANTITIES, exact_value
+from variance_lab.theory.exact import DEFAULT_TARGET, QUANTITIES, RENAMED_QUANTITIES, exact_value
 from variance_lab.theory.fast import FAST_FAMILIES, Moments, moments, quantity
 
 #: One function per name of :data:`QUANTITIES` (defined below), and the helpers.
-__all__ = ["DEFAULT_TARGET", "QUANTITIES", "check_target", "family_moments", "value", *QUANTITIES]
+__all__ = [
+    "DEFAULT_TARGET",
+    "QUANTITIES",
+    "check_quantity",
+    "check_target",
+    "family_moments",
+    "value",
+    *QUANTITIES,
+]
 
 
 def check_target(target) -> float:
@@ -27,6 +35,34 @@ def check_target(target) -> float:
     if isinstance(target, bool) or not (isinstance(target, int | float) and 0 < target < math.inf):
         raise ValueError(f"target must be a finite number > 0, got {target!r}")
     return float(target)
+
+
+def check_quantity(name, choices=QUANTITIES) -> str:
+    """Validate a quantity name: one of ``choices``; a renamed one says its new name.
+
+    Parameters
+    ----------
+    name : str
+        The name asked for.
+    choices : collection of str
+        The names accepted: :data:`QUANTITIES` by default.
+
+    Returns
+    -------
+    str
+        ``name``.
+
+    Raises
+    ------
+    ValueError
+        For a name of :data:`~variance_lab.theory.exact.RENAMED_QUANTITIES` (the message says
+        ``'var_G_seed' was renamed 'var_G_naive'``) or any other name not in ``choices``.
+    """
+    if isinstance(name, str) and name in RENAMED_QUANTITIES:
+        raise ValueError(f"{name!r} was renamed {RENAMED_QUANTITIES[name]!r}")
+    if not isinstance(name, str) or name not in choices:
+        raise ValueError(f"unknown quantity {name!r}; choose one of {', '.join(choices)}")
+    return name
 
 
 def family_moments(
@@ -78,8 +114,7 @@ def value(
         Same shape as ``T``. Kurtosis is NaN where the variance is 0; every other value
         is finite, ``inf`` or ``0.0``, never NaN.
     """
-    if name not in QUANTITIES:
-        raise ValueError(f"unknown quantity {name!r}; choose one of {', '.join(QUANTITIES)}")
+    check_quantity(name)
     if not isinstance(family, Family):
         raise ValueError(f"family must be a Family, got {family!r}")
     n = check_n(n)
@@ -124,10 +159,14 @@ mse_G = _doc_fn(
     "mse_G", r"Mean squared error :math:`E[(G_T - \mu)^2] = \operatorname{Var}(G_T) + \text{bias}^2`."
 )
 var_G_lognormal = _doc_fn(
-    "var_G_lognormal", r"Seed's lognormal approximation :math:`(e^{\sigma_y^2/T}-1)e^{2\mu_y+\sigma_y^2/T}`."
+    "var_G_lognormal",
+    r"The derivation's lognormal approximation :math:`(e^{\sigma_y^2/T}-1)e^{2\mu_y+\sigma_y^2/T}`.",
 )
-var_G_delta = _doc_fn("var_G_delta", r"Seed's small-x form :math:`\sigma_y^2 e^{2\mu_y}/T`.")
-var_G_seed = _doc_fn("var_G_seed", r"The seed table's :math:`\sigma^2/T`.")
+var_G_delta = _doc_fn("var_G_delta", r"The derivation's small-x form :math:`\sigma_y^2 e^{2\mu_y}/T`.")
+var_G_naive = _doc_fn(
+    "var_G_naive",
+    r"The naive :math:`\sigma^2/T` that the derivation's table prints for :math:`\operatorname{Var}(G_T)`.",
+)
 var_ratio = _doc_fn(
     "var_ratio", r":math:`\operatorname{Var}(P_T)/\operatorname{Var}(G_T)` (NaN when both are 0)."
 )
