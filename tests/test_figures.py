@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from pathlib import Path
 
 import matplotlib
 
@@ -595,7 +596,6 @@ def test_the_readme_figures_example_runs(tmp_path):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme[readme.index("## Figures") : readme.index("## Documentation site")]
@@ -669,3 +669,16 @@ def test_clip_fractions_is_the_analysis_of_the_shipped_data(quick):
     params = {**sidecar["params"], "data": "no_such_rollouts.jsonl.gz"}
     with pytest.raises(ValueError, match="no_such_rollouts"):
         figs.figure_data("clip_fractions", params)
+
+
+def test_check_of_a_committed_figure_with_mathtext(capsys):
+    """--check rebuilds a committed figure whose labels hold subscripts, and its data agree.
+
+    The rebuild draws throw-away PNGs at ``CHECK_DPI``; at 10 dpi FreeType refused the
+    subscripts of ``approx_error`` (a traceback instead of a verdict).
+    """
+    committed = Path(__file__).resolve().parent.parent / "figures"
+    assert figs.CHECK_DPI >= 24
+    args = ["figures", "--check", "--out", str(committed), "--only", "approx_error", "--no-progress"]
+    assert cli.main(args) == 0
+    assert capsys.readouterr().out.strip().endswith(": OK")

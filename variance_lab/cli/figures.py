@@ -56,11 +56,9 @@ def _guard(out, force: bool, target: Path) -> None:
 
 def _check(args, figures_mod) -> int:
     target = args.from_sidecar or args.out or DEFAULT_OUT
+    only = _only(args, figures_mod) if args.only is not None else None
     with engine_from_args(args) as engine:
-        problems = figures_mod.check(target, engine=engine)
-    if args.only is not None and Path(target).is_dir():
-        only = set(_only(args, figures_mod))
-        problems = [p for p in problems if p.split(".json:")[0] in only]
+        problems = figures_mod.check(target, engine=engine, only=only)
     for line in problems:
         print(line, file=sys.stderr)
     print(f"checked {target}: {'OK' if not problems else f'{len(problems)} mismatches'}")
