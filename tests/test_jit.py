@@ -74,7 +74,7 @@ def test_kernels_reached_by_each_sampler():
         s: {k.py_func.__name__ for k in kernels_reached(SAMPLER_RUNNERS[s], run_chunk, merge, merge_into)}
         for s in ("token", "aggregate")
     }
-    assert {"_token_kernel", "draw_raw4", "reduce_columns", "_merge_tails", "_compact_rows"} <= names["token"]
+    assert {"_token_kernel", "draw_raw4", "reduce_columns", "_merge_tails", "_compact"} <= names["token"]
     assert "_aggregate_kernel" not in names["token"]
     assert {"_aggregate_kernel", "aggregate_paths", "reduce_columns", "_merge_tails_inplace"} <= names[
         "aggregate"

@@ -31,19 +31,14 @@ bit-identical for any number of workers. The block size (:func:`block_size`) is 
 function of the number of grid points only: about :data:`BLOCK_VALUES` values per block.
 
 **Tail sample.** Each row keeps the largest ``keep`` values in a buffer of
-``cap = keep + max(keep, 64)``. The row is offered in groups of :data:`LANES` values: a
-branch-free append gathers the group's values above the row's threshold in a scratch
-array, and only those are copied to the buffer (:func:`_tail_part`), so that the
-buffer's memory is touched only by values that may be kept. When a group might not fit,
-the buffer is cut back to its ``keep`` largest (:func:`_compact`: counts above
-:data:`SAMPLE` sampled pivots bracket the ``keep``-th largest value, one pass keeps what
-lies above the bracket and gathers what lies in it, and a quickselect of the few
-gathered finishes), and the threshold becomes the smallest value kept (every later value
-at or below it cannot be among the ``keep`` largest). At the end the ``keep`` largest
-are sorted, descending. ``keep`` is the chunk's share of the tail
-(:func:`variance_lab.simulate.plan.chunk_tail_keep`), about a hundred values. Which
-values are kept does not depend on when the buffer is compacted: the results are the
-same bits whatever the schedule.
+``cap = keep + max(keep, 64)``: a value enters only if it exceeds the row's threshold
+(a branch-free append); a full buffer is cut back to its ``keep`` largest by an in-place
+quickselect (:func:`_compact`, linear time), and the threshold becomes the smallest
+value kept (every later value at or below it cannot be among the ``keep`` largest). At
+the end the ``keep`` largest of every row are selected and sorted, descending, by NumPy
+(:func:`finish_tails`). ``keep`` is the chunk's share of the tail
+(:func:`variance_lab.simulate.plan.chunk_tail_keep`), about a hundred values, so the
+threshold rises fast and the tail costs about one comparison per value.
 """
 
 from __future__ import annotations
@@ -59,7 +54,6 @@ from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 __all__ = [
     "BLOCK_VALUES",
     "MAX_BLOCK",
-    "SAMPLE",
     "BlockState",
     "block_size",
     "new_state",
@@ -76,8 +70,6 @@ MAX_BLOCK = 1024
 TAIL_SLACK = 64
 #: Interleaved partial sums per power sum (a multiple of the SIMD width).
 LANES = 16
-#: Pivots sampled by a compaction of the tail buffer (:func:`_compact`).
-SAMPLE = 16
 
 
 def block_size(n_grid: int) -> int:
@@ -228,138 +220,64 @@ def _exp_libm(q, j, X, b, inv, log_ref, cref, sums, lanes):  # pragma: no cover 
 
 
 @kernel
-def _partition(tbuf, j, lo, hi, pivot, ge, scratch):  # pragma: no cover - compiled
-    """Move the values of ``tbuf[j, lo:hi]`` above ``pivot`` (``ge``: at or above) first; return their end.
+def _compact(tbuf, j, n, keep):  # pragma: no cover - compiled
+    """Move the ``keep`` largest of ``tbuf[j, :n]`` to ``tbuf[j, :keep]`` (any order); return the least kept.
 
-    Branch-free, through ``scratch`` (at least ``hi`` long): each value is written both at
-    the next free place from the front and the next from the back of ``scratch[lo:hi]``,
-    and only one of the two places is taken, so no jump depends on the data; the
-    partitioned range is then copied back.
+    In-place quickselect (Hoare partition, median-of-three pivot) for descending order:
+    linear expected time, no allocation, deterministic.
     """
-    a = lo
-    z = hi
-    for i in range(lo, hi):
-        v = tbuf[j, i]
-        scratch[a] = v
-        scratch[z - 1] = v
-        c = v >= pivot if ge else v > pivot
-        a += 1 if c else 0
-        z -= 0 if c else 1
-    for i in range(lo, hi):
-        tbuf[j, i] = scratch[i]
-    return a
-
-
-@kernel
-def _select(tbuf, j, lo, hi, keep, scratch):  # pragma: no cover - compiled
-    """Rearrange ``tbuf[j, lo:hi]`` so that ``tbuf[j, lo:keep]`` holds its ``keep - lo`` largest values.
-
-    Quickselect for descending order (``lo <= keep <= hi``; median-of-three pivot,
-    branch-free partitions through ``scratch``, :func:`_partition`). Values equal to the
-    pivot are gathered by a second pass only when ``keep`` falls among them, so ties
-    cannot stall it.
-    """
-    while lo < keep < hi:  # tbuf[j, :lo] >= every value of tbuf[j, lo:hi] >= every value after hi
-        x, y, z = tbuf[j, lo], tbuf[j, (lo + hi) // 2], tbuf[j, hi - 1]
-        pivot = max(min(x, y), min(max(x, y), z))  # the median of the three
-        s = _partition(tbuf, j, lo, hi, pivot, False, scratch)  # tbuf[j, lo:s] > pivot
-        if keep <= s:
-            hi = s
-            continue
-        s2 = _partition(tbuf, j, s, hi, pivot, True, scratch)  # tbuf[j, s:s2] == pivot (the pivot among them)
-        if keep <= s2:
-            return
-        lo = s2
-
-
-@kernel
-def _compact(tbuf, j, n, keep, scratch):  # pragma: no cover - compiled
-    r"""Move the ``keep`` largest of ``tbuf[j, :n]`` to ``tbuf[j, :keep]`` (any order); return the least kept.
-
-    ``1 <= keep < n``; ``scratch`` is at least ``n + 2 * SAMPLE`` long; the rest of the
-    row is left in any state. Selection by counting, then one pass, so that most values
-    are read twice and moved once:
-
-    1. :data:`SAMPLE` values of the row, at fixed places, are pivots; one vectorised pass
-       per pivot counts the values above it.
-    2. Of the pivots with fewer than ``keep`` values above them, the one with most is
-       :math:`a` (none: :math:`a = +\infty`); of those with at least ``keep``, the one
-       with fewest is :math:`b` (none: :math:`-\infty`). The ``keep``-th largest value
-       :math:`	au` then lies in :math:`(b, a]`.
-    3. One branch-free pass keeps the values above :math:`a` (all among the ``keep``
-       largest) at the front of the row and gathers those in :math:`(b, a]` (about
-       ``n / SAMPLE``); the values at or below :math:`b` are dropped (``keep`` values lie
-       above them).
-    4. :func:`_select` picks the rest of the ``keep`` largest among the gathered values.
-
-    Which values are kept, and so the returned threshold, does not depend on the method:
-    the ``keep`` largest (with their ties) are one multiset.
-    """
-    piv = n  # scratch[n:n + SAMPLE]: pivots; scratch[n + SAMPLE:n + 2 * SAMPLE]: counts above them
-    for k in range(SAMPLE):
-        scratch[piv + k] = tbuf[j, (2 * k + 1) * n // (2 * SAMPLE)]
-    for k in range(SAMPLE):
-        p = scratch[piv + k]
-        c = 0
-        for i in range(n):
-            c += 1 if tbuf[j, i] > p else 0
-        scratch[piv + SAMPLE + k] = c
-    a = np.inf
-    b = -np.inf
-    ca = -1.0
-    cb = np.inf
-    for k in range(SAMPLE):
-        c = scratch[piv + SAMPLE + k]
-        if c < keep and c > ca:
-            ca = c
-            a = scratch[piv + k]
-        if c >= keep and c < cb:
-            cb = c
-            b = scratch[piv + k]
-    w = 0
-    m = 0
-    for i in range(n):  # w <= i: the front is written in place
-        v = tbuf[j, i]
-        tbuf[j, w] = v
-        w += 1 if v > a else 0
-        scratch[m] = v
-        m += 1 if (v > b and not v > a) else 0
-    for i in range(m):
-        tbuf[j, w + i] = scratch[i]
-    _select(tbuf, j, w, w + m, keep, scratch)
-    smallest = tbuf[j, w]  # the values before w exceed a >= every value from w on
-    for q in range(w + 1, keep):
+    lo = 0
+    hi = n - 1
+    k = keep - 1  # the position of the keep-th largest once rearranged
+    while lo < hi:
+        mid = (lo + hi) // 2
+        a, b, c = tbuf[j, lo], tbuf[j, mid], tbuf[j, hi]
+        if a < b:
+            a, b = b, a
+        if b < c:
+            b, c = c, b
+            if a < b:
+                a, b = b, a
+        pivot = b  # median of three
+        i = lo
+        m = hi
+        while i <= m:
+            while tbuf[j, i] > pivot:
+                i += 1
+            while tbuf[j, m] < pivot:
+                m -= 1
+            if i <= m:
+                tmp = tbuf[j, i]
+                tbuf[j, i] = tbuf[j, m]
+                tbuf[j, m] = tmp
+                i += 1
+                m -= 1
+        if k <= m:
+            hi = m
+        elif k >= i:
+            lo = i
+        else:
+            break
+    smallest = tbuf[j, 0]
+    for q in range(1, keep):
         v = tbuf[j, q]
         smallest = v if v < smallest else smallest
     return smallest
 
 
 @kernel
-def _tail_part(j, X, b, keep, tbuf, tlen, thr, scratch):  # pragma: no cover - compiled
-    """Offer row ``X[j, :b]`` to the tail buffer of T index ``j`` (``scratch``: see :func:`_compact`).
-
-    In groups of :data:`LANES` values: a branch-free append gathers the group's values
-    above the threshold in ``scratch`` (every value is written there, the count moves
-    only for one above it), and only those are copied to the buffer, so that a row whose
-    values stay below its threshold touches none of the buffer's memory. The buffer is
-    compacted to its ``keep`` largest (the threshold becoming the least of them)
-    whenever a group might not fit; it has room for ``keep + LANES`` at least.
-    """
+def _tail_part(j, X, b, keep, tbuf, tlen, thr):  # pragma: no cover - compiled
+    """Offer row ``X[j, :b]`` to the tail buffer of T index ``j``."""
     t = thr[j]
     n = tlen[j]
-    room = tbuf.shape[1] - LANES
-    for i0 in range(0, b, LANES):
-        if n > room:
-            t = _compact(tbuf, j, n, keep, scratch)
+    cap = tbuf.shape[1]
+    for i in range(b):  # branch-free append: every value is written, the count moves only for a keeper
+        v = X[j, i]
+        tbuf[j, n] = v
+        n += 1 if v > t else 0
+        if n == cap:
+            t = _compact(tbuf, j, n, keep)
             n = keep
-        m = 0
-        for i in range(i0, min(i0 + LANES, b)):
-            v = X[j, i]
-            scratch[m] = v
-            m += 1 if v > t else 0
-        for q in range(m):
-            tbuf[j, n + q] = scratch[q]
-        n += m
     tlen[j] = n
     thr[j] = t
 
@@ -413,28 +331,22 @@ def reduce_columns(b, st):  # pragma: no cover - compiled
         else:  # pragma: no cover - foreign data only
             _exp_libm(1, j, X, b, inv, log_ref, cref, sums, lanes)
         if ymax > st.thr[j]:
-            _tail_part(j, X, b, st.keep, st.tbuf, st.tlen, st.thr, st.tscr)
-
-
-@kernel
-def _compact_rows(tbuf, tlen, keep):  # pragma: no cover - compiled
-    """Move each row's ``keep`` largest values to the front of its buffer (:func:`_compact`)."""
-    scratch = np.empty(tbuf.shape[1] + 2 * SAMPLE)
-    for j in range(tbuf.shape[0]):
-        n = tlen[j]
-        if n > keep:
-            _compact(tbuf, j, n, keep, scratch)
+            _tail_part(j, X, b, st.keep, st.tbuf, st.tlen, st.thr)
 
 
 def finish_tails(tbuf, tlen, keep: int, out) -> None:
-    """``out[j]``: the ``keep`` largest values of each row's buffer, descending.
+    r"""``out[j]``: the ``keep`` largest values of each row's buffer, descending.
 
-    The rows are cut to their ``keep`` largest in a kernel (:func:`_compact`), and sorted
-    by NumPy: a sorted row is the same whichever algorithm sorts it, and numba's own
-    ``np.sort`` cost 2 s of compiling on a 2-core machine.
+    By NumPy, all rows at once: the unused end of each row is set to :math:`-\infty`
+    (a row that holds fewer than ``keep`` values, which only values of :math:`-\infty`
+    can cause, is completed by them), ``np.partition`` moves the ``keep`` largest of every
+    row to its end, and they are sorted. The kept values, and so ``out``, are the same
+    whichever algorithm selects and sorts them; no kernel to compile on a first run.
     """
-    _compact_rows(tbuf, tlen, keep)
-    out[:] = np.sort(tbuf[:, :keep], axis=1)[:, ::-1]
+    cap = tbuf.shape[1]
+    tbuf[np.arange(cap)[None, :] >= np.asarray(tlen)[:, None]] = -np.inf
+    top = np.partition(tbuf, cap - keep, axis=1)[:, cap - keep :]
+    out[:] = np.sort(top, axis=1)[:, ::-1]
 
 
 class BlockState(NamedTuple):
@@ -463,8 +375,6 @@ class BlockState(NamedTuple):
         Tail buffers; ``tlen`` values used per row, threshold ``thr``.
     tlen : ndarray of int64, shape (nT,)
     thr : ndarray, shape (nT,)
-    tscr : ndarray, shape (cap + 2 * SAMPLE,)
-        Scratch of the tail's compaction (:func:`_compact`).
     keep : int
         Tail values kept per row.
     lanes : ndarray, shape (10, LANES)
@@ -481,7 +391,6 @@ class BlockState(NamedTuple):
     tbuf: np.ndarray
     tlen: np.ndarray
     thr: np.ndarray
-    tscr: np.ndarray
     keep: int
     lanes: np.ndarray
 
@@ -503,7 +412,6 @@ def new_state(spec: AccumulatorSpec, keep: int) -> BlockState:
         tbuf=np.empty((nT, cap)),
         tlen=np.zeros(nT, dtype=np.int64),
         thr=np.full(nT, -np.inf),
-        tscr=np.empty(cap + 2 * SAMPLE),
         keep=keep,
         lanes=np.empty((10, LANES)),
     )
