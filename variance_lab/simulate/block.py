@@ -51,16 +51,8 @@ from variance_lab.simulate._jit import kernel
 from variance_lab.simulate._vexp import W_MAX, W_MIN, exp_minus, exp_minus_clamped
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 
-__all__ = [
-    "BLOCK_VALUES",
-    "MAX_BLOCK",
-    "BlockState",
-    "block_size",
-    "new_state",
-    "reduce_block",
-    "reduce_columns",
-    "to_accumulator",
-]
+__all__ = ["BLOCK_VALUES", "MAX_BLOCK", "BlockState", "block_size", "new_state"]
+__all__ += ["reduce_block", "reduce_columns", "to_accumulator"]  # the reduction
 
 #: Values of log P per block (all paths and T together): 2**17 float64 = 1 MiB per buffer.
 BLOCK_VALUES = 1 << 17

@@ -159,14 +159,10 @@ mse_G = _doc_fn(
     "mse_G", r"Mean squared error :math:`E[(G_T - \mu)^2] = \operatorname{Var}(G_T) + \text{bias}^2`."
 )
 var_G_lognormal = _doc_fn(
-    "var_G_lognormal",
-    r"The derivation's lognormal approximation :math:`(e^{\sigma_y^2/T}-1)e^{2\mu_y+\sigma_y^2/T}`.",
+    "var_G_lognormal", r"The derivation's lognormal form :math:`(e^{\sigma_y^2/T}-1)e^{2\mu_y+\sigma_y^2/T}`."
 )
 var_G_delta = _doc_fn("var_G_delta", r"The derivation's small-x form :math:`\sigma_y^2 e^{2\mu_y}/T`.")
-var_G_naive = _doc_fn(
-    "var_G_naive",
-    r"The naive :math:`\sigma^2/T` that the derivation's table prints for :math:`\operatorname{Var}(G_T)`.",
-)
+var_G_naive = _doc_fn("var_G_naive", r"The naive :math:`\sigma^2/T` of the derivation's table.")
 var_ratio = _doc_fn(
     "var_ratio", r":math:`\operatorname{Var}(P_T)/\operatorname{Var}(G_T)` (NaN when both are 0)."
 )
