@@ -47,7 +47,7 @@ from variance_lab.experiment.train import (
 )
 from variance_lab.rollouts.io import detect_format, write_records
 
-__all__ = ["collect", "run", "summarize", "write_dataset"]
+__all__ = ["collect", "run", "summarize", "versions", "write_dataset"]
 
 SIDECAR_VERSION = 1
 
@@ -175,13 +175,40 @@ def write_dataset(records: list[dict], path, sidecar: dict) -> tuple[Path, Path]
     return path, side
 
 
-def _versions() -> dict:
+def _cpu_model() -> str:
+    """Return the processor's model name (``/proc/cpuinfo`` on Linux, else the platform's)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def versions() -> dict:
+    """Return the software and hardware a run's float32 numbers depend on (the sidecar's ``versions``).
+
+    Besides the package versions: ``cpu`` (the processor's model name) and ``cpu_capability``
+    (the instruction set PyTorch dispatches its kernels to, :func:`torch.backends.cpu.get_cpu_capability`).
+    Training is chaotic: a difference in the last bit of a float32 sum (another processor,
+    another kernel path) grows until other tokens are sampled, so a data set reproduces
+    exactly only with the same versions on the same kind of processor, with
+    ``settings.threads`` threads.
+
+    Returns
+    -------
+    dict
+    """
     return {
         "variance_lab": __version__,
         "torch": torch.__version__,
         "numpy": np.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
 
 
@@ -202,7 +229,7 @@ def _sidecar(settings: Settings, path: Path, records: list[dict], log: dict) -> 
                 else {}
             ),
         },
-        "versions": _versions(),
+        "versions": versions(),
         "numbers_sha256": numbers_sha256(records),
         "summary": summarize(records),
         "training": log,

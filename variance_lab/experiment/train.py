@@ -404,7 +404,9 @@ def _accumulate(model, prompts, responses, chunk_loss, scale: float) -> float:
     return total
 
 
-def sft(model: TinyGPT, settings: Settings, rng: np.random.Generator) -> list[dict]:
+def sft(
+    model: TinyGPT, settings: Settings, rng: np.random.Generator, *, steps: int | None = None
+) -> list[dict]:
     """Supervised training on correct responses (response tokens only).
 
     Parameters
@@ -414,6 +416,9 @@ def sft(model: TinyGPT, settings: Settings, rng: np.random.Generator) -> list[di
     settings : Settings
     rng : numpy.random.Generator
         Source of the training problems.
+    steps : int, optional
+        Stop after the first ``steps`` steps of the ``settings.sft_steps``-step schedule
+        (the same steps and learning rates as the full run's first ones); default: all.
 
     Returns
     -------
@@ -424,7 +429,7 @@ def sft(model: TinyGPT, settings: Settings, rng: np.random.Generator) -> list[di
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: _lr_factor(k, settings.sft_steps))
     log = []
     model.train()
-    for step in range(settings.sft_steps):
+    for step in range(settings.sft_steps if steps is None else steps):
         prompts, responses = _encoded(make_problems(rng, settings.sft_batch, settings.n_min, settings.n_max))
         opt.zero_grad()
         loss = _accumulate(model, prompts, responses, _sft_chunk_loss, sum(len(r) for r in responses))
