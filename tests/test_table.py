@@ -32,6 +32,14 @@ def run_cli(capsys, *argv):
     return rc, out, err
 
 
+def mc_csv_rows(capsys, *argv):
+    """Run ``table *argv`` with 20,000 draws, one worker, as CSV; check it ran quietly; return its rows."""
+    rc, out, err = run_cli(capsys, "table", *argv, "--n", "20000", "--format", "csv", "--workers", "1")
+    assert rc == 0
+    assert err == ""
+    return list(csv.DictReader(io.StringIO(out)))
+
+
 def test_default_is_the_derivations_table_with_a_million_draws():
     """The table's defaults are the derivation's parameters and T grid, with 1e6 draws."""
     from variance_lab.cli import build_parser
@@ -384,25 +392,10 @@ def test_new_family_bad_input_is_one_line(argv, message, capsys):
 
 def test_random_scale_monte_carlo_says_infinite(capsys):
     """Random-scale Monte Carlo: from T = 1/theta = 11 on the Var(P_T) verdict says infinite; no interval."""
-    rc, out, err = run_cli(
-        capsys,
-        "table",
-        "--family",
-        "random-scale",
-        "--alpha",
-        "1",
-        "--n",
-        "20000",
-        "--T",
-        "1,10,100",
-        "--format",
-        "csv",
-        "--workers",
-        "1",
-    )
-    assert rc == 0
-    assert err == ""
-    rows = {int(r["T"]): r for r in csv.DictReader(io.StringIO(out))}
+    rows = {
+        int(r["T"]): r
+        for r in mc_csv_rows(capsys, "--family", "random-scale", "--alpha", "1", "--T", "1,10,100")
+    }
     r100 = rows[100]
     assert math.isinf(float(r100["var_P"]))  # theory
     assert math.isfinite(float(r100["mc_var_P"]))  # the sample variance, as measured ...
@@ -417,24 +410,6 @@ def test_random_scale_monte_carlo_says_infinite(capsys):
 def test_mixture_monte_carlo_table(capsys):
     """Monte Carlo of a mixture: Var(G_T) estimates reliable and their intervals hold the exact value."""
     spec = "0.98:0:1e-8,0.02:-0.005:0.01"
-    rc, out, err = run_cli(
-        capsys,
-        "table",
-        "--family",
-        "lognormal-mixture",
-        "--components",
-        spec,
-        "--n",
-        "20000",
-        "--T",
-        "10,100",
-        "--format",
-        "csv",
-        "--workers",
-        "1",
-    )
-    assert rc == 0
-    assert err == ""
-    for r in csv.DictReader(io.StringIO(out)):
+    for r in mc_csv_rows(capsys, "--family", "lognormal-mixture", "--components", spec, "--T", "10,100"):
         assert r["mc_verdict_G"] == "reliable", r["mc_reason_G"]
         assert float(r["mc_var_G_lo"]) < float(r["var_G"]) < float(r["mc_var_G_hi"]), r["T"]
