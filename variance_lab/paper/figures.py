@@ -902,7 +902,8 @@ def check(path: str | os.PathLike, *, engine: Engine | None = None, only=None) -
     path = Path(path)
     sidecars = sorted(p for p in path.glob("*.json") if _is_sidecar(p)) if path.is_dir() else [path]
     if only is not None and path.is_dir():
-        sidecars = [p for p in sidecars if read_sidecar(p)["figure"] in set(only)]
+        wanted = set(only)
+        sidecars = [p for p in sidecars if read_sidecar(p)["figure"] in wanted]
     if not sidecars:
         raise ValueError(f"{str(path)!r} holds no figure sidecar")
     problems = []
