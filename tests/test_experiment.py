@@ -522,6 +522,15 @@ def test_settings_reject_an_unknown_sampler_dtype():
         replace(QUICK, sampler_dtype="fp8")
 
 
+@pytest.mark.parametrize("steps", [0, -1, 2.0, True, "3", 10**9])
+def test_sft_rejects_a_bad_number_of_steps(steps, torch_mod):
+    """sft(steps=) takes an integer from 1 to the schedule's sft_steps, else a ValueError naming it."""
+    from variance_lab.experiment.train import QUICK, sft
+
+    with pytest.raises(ValueError, match=f"got {steps!r}"):
+        sft(None, QUICK, np.random.default_rng(0), steps=steps)
+
+
 def test_bfloat16_sampler_records_rollout_logp(torch_mod, tmp_path):
     """A bfloat16 sampler run records small nonzero mismatches in rollout_logp and its sidecar."""
     out = tmp_path / "bf16.jsonl.gz"

@@ -424,7 +424,16 @@ def sft(
     -------
     list of dict
         ``{"step", "loss"}`` (mean token cross-entropy) every 10 steps and at the last.
+
+    Raises
+    ------
+    ValueError
+        For ``steps`` not an integer from 1 to ``settings.sft_steps``.
     """
+    if steps is not None and (
+        isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= settings.sft_steps
+    ):
+        raise ValueError(f"steps must be an integer from 1 to {settings.sft_steps}, got {steps!r}")
     opt = torch.optim.AdamW(model.parameters(), lr=settings.sft_lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: _lr_factor(k, settings.sft_steps))
     log = []
