@@ -162,6 +162,19 @@ def test_theory_sweep_stores_tidy_rows_with_provenance(tmp_path):
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def test_store_written_before_the_rename_reads_seed_rows_as_naive(tmp_path):
+    """Rows stored as ``method = 'seed'`` (before the rename) load as ``naive``; the store is not changed."""
+    store = tmp_path / "s.sqlite"
+    sweep("lognormal", 1.0, 0.1, T_GRID, store=store, progress=False)
+    fresh = load_store(store)
+    with sqlite3.connect(store) as conn:
+        old = conn.execute("UPDATE results SET method = 'seed' WHERE method = 'naive'").rowcount
+    assert old == len(T_GRID)
+    pd.testing.assert_frame_equal(load_store(store), fresh)
+    with sqlite3.connect(store) as conn:  # read, not rewritten
+        assert conn.execute("SELECT COUNT(*) FROM results WHERE method = 'seed'").fetchone()[0] == old
+
+
 def test_rerun_reuses_finished_cells(tmp_path):
     """A rerun reuses finished cells and computes only new points and new T grids."""
     store = tmp_path / "s.sqlite"

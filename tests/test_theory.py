@@ -372,6 +372,17 @@ def test_old_quantity_name_says_its_new_name(call):
         call(get_family("lognormal", 1.0, 0.1))
 
 
+def test_old_function_name_says_its_new_name():
+    """``theory.var_G_seed`` (the function before the rename) raises AttributeError naming ``var_G_naive``."""
+    with pytest.raises(
+        AttributeError, match=r"^variance_lab.theory.var_G_seed was renamed variance_lab.theory.var_G_naive$"
+    ):
+        theory.var_G_seed  # noqa: B018
+    with pytest.raises(AttributeError, match=r"has no attribute 'var_G_nope'"):
+        theory.var_G_nope  # noqa: B018
+    assert not hasattr(theory, "var_G_seed")
+
+
 def test_naive_approximation_is_sigma2_over_T():
     """``var_G_naive`` is sigma^2 / T, listed under method ``naive``; tidy refuses a non-tidy name."""
     fam = get_family("gamma", 1.0, 0.3)

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-__all__ = ["METHODS", "TIDY_COLUMNS", "VERDICTS", "json_safe", "verdict_level"]
+__all__ = ["METHODS", "RENAMED_METHODS", "TIDY_COLUMNS", "VERDICTS", "json_safe", "verdict_level"]
 
 TIDY_COLUMNS = (
     "family",
@@ -48,6 +48,10 @@ TIDY_COLUMNS = (
 )
 
 METHODS = ("exact", "lognormal", "delta", "naive", "monte_carlo")
+
+#: ``method`` names of earlier versions -> their names now: rows read back from a sweep store
+#: written before the rename carry the current name (:func:`variance_lab.sweep.store.normalise_frame`).
+RENAMED_METHODS = {"seed": "naive"}
 
 #: Verdict levels of a tidy row, best first (their meaning: :mod:`variance_lab.simulate.estimates`).
 VERDICTS = ("reliable", "marginal", "unreliable")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from variance_lab import __version__
-from variance_lab.schema import TIDY_COLUMNS, json_safe
+from variance_lab.schema import RENAMED_METHODS, TIDY_COLUMNS, json_safe
 from variance_lab.sweep.cells import SCHEMA_VERSION, Cell
 
 __all__ = ["DEFAULT_STORE", "STORE_COLUMNS", "STORE_EXTRA_COLUMNS", "Store", "load_store"]
@@ -264,7 +264,12 @@ def _text(v) -> str:
 
 
 def normalise_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Give the frame fixed dtypes and a content order, so that equal stores give equal frames."""
+    """Give the frame fixed dtypes and a content order, so that equal stores give equal frames.
+
+    A ``method`` of an earlier version is read as its current name
+    (:data:`~variance_lab.schema.RENAMED_METHODS`: ``"seed"`` rows of a store written before
+    the rename come back as ``"naive"``); the store itself is not changed.
+    """
     out = pd.DataFrame(index=range(len(frame)))
     src = frame.reset_index(drop=True)
     for col in STORE_COLUMNS:
@@ -279,6 +284,7 @@ def normalise_frame(frame: pd.DataFrame) -> pd.DataFrame:
             out[col] = values.map(lambda v: str(v) in ("1", "True", "true")).astype(bool)
         else:
             out[col] = values.map(_text).astype(str)
+    out["method"] = out["method"].replace(RENAMED_METHODS)
     if len(out):
         out = out.sort_values(_SORT, kind="mergesort", na_position="first").reset_index(drop=True)
     return out

@@ -18,7 +18,7 @@ Two paths compute them:
 :func:`grid` gives the whole table over a Cartesian product of parameter arrays.
 """
 
-from variance_lab.theory.exact import DEFAULT_TARGET, QUANTITIES
+from variance_lab.theory.exact import DEFAULT_TARGET, QUANTITIES, RENAMED_QUANTITIES
 from variance_lab.theory.frames import TABLE_COLUMNS, TIDY_QUANTITIES, grid, summary, tidy, tidy_many
 from variance_lab.theory.quantities import (
     bias_G,
@@ -69,3 +69,12 @@ __all__ = [
     "var_P",
     "var_ratio",
 ]
+
+
+def __getattr__(name: str):
+    """Name the current function when code asks for one renamed away (``theory.var_G_seed``)."""
+    if name in RENAMED_QUANTITIES:
+        raise AttributeError(
+            f"variance_lab.theory.{name} was renamed variance_lab.theory.{RENAMED_QUANTITIES[name]}"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
