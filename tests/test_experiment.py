@@ -4,6 +4,7 @@ import gzip
 import importlib.util
 import json
 import math
+import re
 import sys
 from dataclasses import replace
 
@@ -20,7 +21,14 @@ from variance_lab.experiment.figure import (
     save_experiment_figure,
     token_findings,
 )
-from variance_lab.experiment.files import compare_files, numbers_sha256, read_sidecar, sidecar_path
+from variance_lab.experiment.files import (
+    compare_files,
+    numbers_sha256,
+    read_sidecar,
+    sidecar_path,
+    version_differences,
+    version_warning,
+)
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.io import load_batch
 from variance_lab.rollouts.weights import sequence_weights
@@ -319,6 +327,120 @@ def test_without_torch_the_run_names_the_extra(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "pip install 'variance_lab[experiment]'" in err
     assert err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------
+# --settings: a warning when the sidecar's versions or processor differ from this run's
+# --------------------------------------------------------------------------------------
+HERE = {
+    "variance_lab": "0.2.0",
+    "torch": "2.13.0+cpu",
+    "numpy": "2.4.6",
+    "python": "3.11.7",
+    "machine": "x86_64",
+    "cpu": "Intel(R) Xeon(R) Processor",
+    "cpu_capability": "AVX512",
+}
+
+
+def test_equal_versions_give_no_difference():
+    """The same versions give no difference and no warning; variance_lab's own version is not compared."""
+    assert version_differences(dict(HERE), HERE) == []
+    assert version_warning({**HERE, "variance_lab": "0.1.0"}, HERE, "s.json") is None
+
+
+def test_a_differing_cpu_and_torch_are_both_named_with_both_values():
+    """Each differing key comes as 'key: sidecar value -> this run's value', in key order."""
+    there = {**HERE, "torch": "2.3.0", "cpu": "AMD EPYC 9654 96-Core Processor"}
+    assert version_differences(there, HERE) == [
+        "torch: 2.3.0 -> 2.13.0+cpu",
+        "cpu: AMD EPYC 9654 96-Core Processor -> Intel(R) Xeon(R) Processor",
+    ]
+    message = version_warning(there, HERE, "data/x.json")
+    assert message.startswith("warning: data/x.json was written with other versions")
+    assert "(torch: 2.3.0 -> 2.13.0+cpu; cpu: AMD EPYC 9654 96-Core Processor -> " in message
+    assert message.endswith("this data set will likely differ from the sidecar's")
+    assert "\n" not in message
+
+
+def test_keys_an_older_sidecar_lacks_are_not_recorded():
+    """A sidecar older than cpu/cpu_capability: those are 'not recorded', and the data 'may' differ."""
+    old = {k: v for k, v in HERE.items() if k not in ("cpu", "cpu_capability")}
+    assert version_differences(old, HERE) == [
+        "cpu: not recorded -> Intel(R) Xeon(R) Processor",
+        "cpu_capability: not recorded -> AVX512",
+    ]
+    message = version_warning(old, HERE, "s.json")
+    assert message.startswith("warning: s.json does not record all that this run's float32 numbers depend on")
+    assert message.endswith("this data set may differ from the sidecar's")
+    # a recorded difference besides them: 'will likely'
+    assert "will likely differ" in version_warning({**old, "numpy": "1.26.4"}, HERE, "s.json")
+    # a key neither side has is skipped; one this run lacks is 'unknown'
+    assert version_differences({"torch": "2.3.0"}, {}, keys=("torch", "cpu")) == ["torch: 2.3.0 -> unknown"]
+    assert version_differences({"cpu": ""}, {"cpu": "x"}, keys=("cpu",)) == ["cpu: '' -> x"]
+
+
+@pytest.mark.parametrize("bad", [None, "2.3.0", ["torch"]])
+def test_version_differences_refuse_a_non_dict(bad):
+    """Versions that are not a dict raise a ValueError naming them."""
+    with pytest.raises(ValueError, match=re.escape(f"recorded versions must be a dict, got {bad!r}")):
+        version_differences(bad, HERE)
+
+
+def _fake_run(calls):
+    def run(settings, out, *, progress=None):
+        calls.append(settings)
+        timing = {"total": 1.0, "sft": 0.5, "pg": 0.25, "collect": 0.25}
+        summary = {"n_sequences": 1, "n_tokens": 8, "length_min": 8, "length_max": 8, "mean_reward": 1.0}
+        return {"summary": summary, "training": {"timing_s": timing}, "paths": [str(out), "side.json"]}
+
+    return run
+
+
+@pytest.mark.parametrize("change", ["other", "same", "plain settings"])
+def test_run_from_a_sidecar_warns_when_its_versions_differ(change, torch_mod, monkeypatch, tmp_path, capsys):
+    """``run --settings --quiet``: one stderr warning naming the differing keys, then the run, exit 0."""
+    from variance_lab.experiment import collect
+    from variance_lab.experiment.train import QUICK
+
+    calls = []
+    monkeypatch.setattr(collect, "run", _fake_run(calls))  # no training: only the warning path
+    here = collect.versions()
+    there = {**here, "torch": "0.0.0-test", "cpu": "Imaginary CPU"} if change == "other" else here
+    side = {"settings": QUICK.to_dict()}
+    if change != "plain settings":
+        side = {"kind": "variance_lab.experiment rollouts", **side, "versions": there}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(side))
+    argv = ["experiment", "run", "--quiet", "--settings", str(path), "--out", str(tmp_path / "x.jsonl.gz")]
+    assert main(argv) == 0
+    assert calls == [QUICK]  # the run went ahead with the sidecar's settings
+    err = capsys.readouterr().err
+    if change != "other":
+        assert err == ""
+        return
+    assert err.count("\n") == 1
+    assert err.startswith(f"variance-lab: warning: {path} was written with other versions")
+    assert f"torch: 0.0.0-test -> {here['torch']}" in err
+    assert f"cpu: Imaginary CPU -> {here['cpu']}" in err
+    assert "numpy" not in err
+    assert "will likely differ from the sidecar's" in err
+
+
+def test_run_refuses_a_sidecar_whose_versions_are_not_an_object(torch_mod, monkeypatch, tmp_path, capsys):
+    """A sidecar whose versions are not a JSON object: one stderr line naming the file, exit 2."""
+    from variance_lab.experiment import collect
+    from variance_lab.experiment.train import QUICK
+
+    calls = []
+    monkeypatch.setattr(collect, "run", _fake_run(calls))
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"settings": QUICK.to_dict(), "versions": "2.3.0"}))
+    assert main(["experiment", "run", "--settings", str(path), "--out", str(tmp_path / "x.npz")]) == 2
+    err = capsys.readouterr().err
+    assert f"--settings {str(path)!r}: 'versions' must be a JSON object, got '2.3.0'" in err
+    assert err.count("\n") == 1
+    assert calls == []
 
 
 # --------------------------------------------------------------------------------------

@@ -90,6 +90,23 @@ def _say(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr)
 
 
+def _warn_versions(path, current: dict) -> None:
+    """Warn on stderr, even with ``--quiet``, when the sidecar ``path`` records other versions.
+
+    A plain settings file (no ``versions``) claims no data set, so it gets no warning.
+    """
+    from variance_lab.experiment.files import read_sidecar, version_warning
+
+    recorded = read_sidecar(path).get("versions")
+    if recorded is None:
+        return
+    if not isinstance(recorded, dict):
+        raise CLIError(f"--settings {str(path)!r}: 'versions' must be a JSON object, got {recorded!r}")
+    message = version_warning(recorded, current, path)
+    if message is not None:
+        _say(message)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     _require_torch()
     settings = settings_from_args(args)
@@ -102,8 +119,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         detect_format(out)
     except ValueError:
         raise CLIError(f"--out {str(out)!r}: the name must end in .jsonl(.gz), .parquet or .npz") from None
-    from variance_lab.experiment.collect import run
+    from variance_lab.experiment.collect import run, versions
 
+    if args.settings is not None:
+        _warn_versions(args.settings, versions())
     side = run(settings, out, progress=None if args.quiet else _say)
     s, t, log = side["summary"], side["training"]["timing_s"], side["training"]
     acc = [log.get(k, {}).get("accuracy") for k in ("eval_after_sft", "eval_after_pg")]
@@ -157,7 +176,8 @@ def _add_run(sub) -> None:
         "--settings",
         default=None,
         metavar="JSON",
-        help="start from the settings of this sidecar (reproduces its data set)",
+        help="start from the settings of this sidecar (reproduces its data set; warns on stderr, "
+        "even with --quiet, when its torch, numpy, python, machine or processor differ from this run's)",
     )
     p.add_argument(
         "--set",

@@ -3,7 +3,8 @@
 A data set is a data file in the toolkit's format (:mod:`variance_lab.rollouts.io`) plus a JSON
 sidecar beside it (:func:`sidecar_path`) recording the seed, every setting and a
 fingerprint of the numbers (:func:`numbers_sha256`). :func:`compare_files` checks that a
-rerun reproduces a data set.
+rerun reproduces a data set; :func:`version_differences` and :func:`version_warning` say,
+before a rerun, when it cannot (other versions or another processor than the sidecar's).
 """
 
 from __future__ import annotations
@@ -16,10 +17,26 @@ import numpy as np
 
 from variance_lab.rollouts.io import load_batch
 
-__all__ = ["SIDECAR_KIND", "compare_files", "numbers_sha256", "read_sidecar", "sidecar_path"]
+__all__ = [
+    "REPRODUCTION_KEYS",
+    "SIDECAR_KIND",
+    "compare_files",
+    "numbers_sha256",
+    "read_sidecar",
+    "sidecar_path",
+    "version_differences",
+    "version_warning",
+]
 
 #: The ``kind`` field of a data set's sidecar.
 SIDECAR_KIND = "variance_lab.experiment rollouts"
+#: The keys of a sidecar's ``versions`` that decide a run's float32 numbers. Not
+#: ``variance_lab``: its version string says nothing about whether the training code changed
+#: (it stays put across commits, and a release need not touch training), and the slow tests
+#: rerun the shipped sidecars with the current code, so a change that alters the numbers
+#: fails there, not in a user's run.
+REPRODUCTION_KEYS = ("torch", "numpy", "python", "machine", "cpu", "cpu_capability")
+_NOT_RECORDED = "not recorded"
 _DATA_SUFFIXES = (".jsonl.gz", ".ndjson.gz", ".jsonl", ".ndjson", ".parquet", ".pq", ".npz")
 
 
@@ -83,6 +100,79 @@ def read_sidecar(path) -> dict:
     if "kind" in data and data["kind"] != SIDECAR_KIND:
         raise ValueError(f"{str(path)!r} is a {data['kind']!r} file, not an experiment sidecar")
     return data if "settings" in data else {"settings": data}
+
+
+def _shown(value, missing: str) -> str:
+    if value is None:
+        return missing
+    text = str(value)
+    return text if text.strip() else repr(text)
+
+
+def version_differences(recorded: dict, current: dict, keys=REPRODUCTION_KEYS) -> list[str]:
+    """List the keys of ``keys`` whose version differs between a sidecar and this run.
+
+    Parameters
+    ----------
+    recorded : dict
+        The sidecar's ``versions``. A key it lacks (sidecars older than ``cpu`` and
+        ``cpu_capability``) differs as ``not recorded``, since the sidecar then cannot vouch
+        that this run computes the same float32 numbers.
+    current : dict
+        This run's versions (:func:`variance_lab.experiment.collect.versions`).
+    keys : sequence of str, optional
+        The keys to compare; default :data:`REPRODUCTION_KEYS`.
+
+    Returns
+    -------
+    list of str
+        One ``"key: sidecar value -> this run's value"`` per differing key, in the order of
+        ``keys``; empty when all agree. A key neither dict holds is skipped.
+    """
+    for name, value in (("recorded", recorded), ("current", current)):
+        if not isinstance(value, dict):
+            raise ValueError(f"{name} versions must be a dict, got {value!r}")
+    out = []
+    for key in keys:
+        there, here = recorded.get(key), current.get(key)
+        if there == here:  # equal, or neither recorded
+            continue
+        out.append(f"{key}: {_shown(there, _NOT_RECORDED)} -> {_shown(here, 'unknown')}")
+    return out
+
+
+def version_warning(recorded: dict, current: dict, source) -> str | None:
+    """Return the one-line warning that a rerun of ``source`` will not reproduce its data set, or None.
+
+    Parameters
+    ----------
+    recorded : dict
+        The sidecar's ``versions``.
+    current : dict
+        This run's versions.
+    source : str or Path
+        The sidecar, named in the warning.
+
+    Returns
+    -------
+    str or None
+        None when :func:`version_differences` finds nothing. The data set "will likely
+        differ" when a recorded value differs (a change that leaves the float32 kernels alone,
+        a Python patch release say, may still reproduce it), and "may differ" when the only
+        differences are keys the sidecar does not record.
+    """
+    differences = version_differences(recorded, current)
+    if not differences:
+        return None
+    if any(recorded.get(key) not in (None, current.get(key)) for key in REPRODUCTION_KEYS):
+        what, outcome = "was written with other versions or another processor than this run", "will likely"
+    else:
+        what, outcome = "does not record all that this run's float32 numbers depend on", "may"
+    return (
+        f"warning: {source} {what} ({'; '.join(differences)}); float32 training reproduces a data set "
+        f"bit for bit only with the same versions on the same kind of processor, so this data set "
+        f"{outcome} differ from the sidecar's"
+    )
 
 
 def compare_files(a, b) -> dict:
