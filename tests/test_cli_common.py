@@ -1,11 +1,15 @@
 """What every subcommand shares (variance_lab.cli._common).
 
 One integer rule, output checks, file-system errors as one line, the command line's words,
-the long-run estimate.
+the long-run estimate, and a parser that builds without loading the heavy modules.
 """
 
 import errno
+import importlib
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +149,75 @@ def test_monte_carlo_estimate_follows_the_plan():
     fam = get_family("gamma", 1.0, 0.1)
     seconds = common.monte_carlo_seconds(fam, [1, 1000], 10**6, sampler="token", workers=2)
     assert seconds == pytest.approx(10**6 * 1000 * TOKEN_COST[2] / (2 * WORK_RATE))
+
+
+#: Modules that building the parser (and ``--help``) must not load: each takes a large part of a
+#: second, and only running a subcommand needs them.
+HEAVY_MODULES = (
+    "matplotlib",
+    "numba",
+    "scipy.optimize",
+    "scipy.stats",
+    "variance_lab.corrections",
+    "variance_lab.experiment.figure",
+    "variance_lab.paper.figures",
+    "variance_lab.rollouts.analysis",
+    "variance_lab.rollouts.models",
+    "variance_lab.simulate",
+    "variance_lab.sweep.run",
+)
+
+
+def _fresh_python(code: str) -> str:
+    """Run ``code`` in a new interpreter on this source tree; return its standard output."""
+    root = Path(__file__).resolve().parent.parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_building_the_parser_loads_no_heavy_module():
+    """build_parser() reads its choices and names from light modules: no matplotlib, numba, scipy.optimize."""
+    out = _fresh_python(
+        "import sys\n"
+        "from variance_lab.cli import build_parser\n"
+        "build_parser().format_help()\n"
+        f"print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))\n"
+    )
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("package", ["variance_lab", "variance_lab.rollouts", "variance_lab.sweep"])
+def test_lazy_packages_export_every_name(package):
+    """Every name of a lazy package's __all__ imports, is listed by dir(), and unknown names still fail."""
+    out = _fresh_python(
+        f"import importlib\nmod = importlib.import_module({package!r})\n"
+        "missing = [n for n in mod.__all__ if not hasattr(mod, n) or n not in dir(mod)]\n"
+        f"exec('from {package} import ' + ', '.join(mod.__all__))\n"
+        "print(missing)\n"
+    )
+    assert out.strip() == "[]"
+    mod = importlib.import_module(package)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        mod.no_such_name  # noqa: B018
+
+
+def test_lazy_names_are_the_submodules_objects():
+    """A lazily re-exported name is the very object of the module that defines it."""
+    import variance_lab
+    from variance_lab import rollouts, sweep
+    from variance_lab.rollouts import analysis, batch, io
+    from variance_lab.sweep import run
+
+    assert variance_lab.theory is importlib.import_module("variance_lab.theory")
+    assert rollouts.analyze is analysis.analyze
+    assert rollouts.TokenBatch is batch.TokenBatch
+    assert rollouts.load_batch is io.load_batch
+    assert sweep.sweep is run.sweep
+    assert sweep.SweepInterrupted is run.SweepInterrupted

@@ -18,6 +18,7 @@ from matplotlib.text import Text
 from variance_lab import __version__, cli, theory
 from variance_lab.families import get_family
 from variance_lab.paper import figures as figs
+from variance_lab.paper import names
 from variance_lab.report import figures as plots
 from variance_lab.report import style
 
@@ -694,3 +695,9 @@ def test_every_committed_figure_reproduces_from_its_sidecar(capsys):
     committed = Path(__file__).resolve().parent.parent / "figures"
     assert cli.main(["figures", "--check", "--out", str(committed), "--no-progress"]) == 0
     assert capsys.readouterr().out.strip().endswith(": OK")
+
+
+def test_light_figure_names_match_the_figures():
+    """paper.names.ALL_FIGURES (read by the command line's parser) is paper.figures.ALL_FIGURES."""
+    assert names.ALL_FIGURES == figs.ALL_FIGURES
+    assert names.ALL_FIGURES[-1] == figs.EXPERIMENT_FIGURE

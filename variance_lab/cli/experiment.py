@@ -194,7 +194,7 @@ def _add_run(sub) -> None:
 
 
 def _add_figure(sub) -> None:
-    from variance_lab.experiment.figure import DEFAULT_DATA, FIGURE_NAME
+    from variance_lab.experiment.names import DEFAULT_DATA, FIGURE_NAME  # figure loads matplotlib
 
     p = sub.add_parser(
         "figure",

@@ -108,14 +108,14 @@ def run(args: argparse.Namespace) -> int:
 
 def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
-    from variance_lab.paper import figures as figures_mod
+    from variance_lab.paper.names import ALL_FIGURES  # not paper.figures: it takes a second to import
 
     p = sub.add_parser(
         "figures",
         help="regenerate every figure (images, data CSV and JSON sidecar), or check them",
         description="Regenerates figures from scratch: each as NAME.pdf and NAME.png (or --format), "
         "NAME.csv (the data drawn) and NAME.json (parameters, seed, n, style, versions). Figures: "
-        + ", ".join(figures_mod.ALL_FIGURES)
+        + ", ".join(ALL_FIGURES)
         + ". --from-sidecar rebuilds any of them from its JSON sidecar; --check rebuilds in a temporary "
         "folder and compares data SHA-256 and versions with the sidecars, writing nothing (exit 1 on a "
         "mismatch). Writing into the committed figures/ folder needs --out figures or --force.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from variance_lab import __version__, theory
+from variance_lab import __version__
 from variance_lab.cli._common import (
     add_executor_args,
     add_family_args,
@@ -28,6 +28,8 @@ from variance_lab.report import table as table_report
 
 def run(args: argparse.Namespace) -> int:
     """Run ``variance-lab table``: exact theory, with Monte Carlo columns when n > 0."""
+    from variance_lab import theory  # here, not at import: building the parser need not load it
+
     check_output(args.out)
     family = family_from_args(args)
     T = [int(t) for t in args.T]

@@ -10,6 +10,8 @@ Modules, from the ground up:
   new, save in the toolkit's format with a JSON sidecar (``variance-lab experiment run``).
 - :mod:`~variance_lab.experiment.files`: sidecar names, settings, fingerprints, comparison.
   No PyTorch.
+- :mod:`~variance_lab.experiment.names`: the figure's name and the shipped data set's path,
+  cheap to import.
 - :mod:`~variance_lab.experiment.figure`: the analysis of a data set and its figure
   (``variance-lab experiment figure``). No PyTorch.
 

@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 
 from variance_lab import __version__
 from variance_lab._atomic import atomic_write
+from variance_lab.experiment.names import DEFAULT_DATA, FIGURE_NAME
 from variance_lab.experiment.task import TAGS
 from variance_lab.report import style as _style
 from variance_lab.report.analysis_figure import MODEL_STYLE
@@ -45,10 +46,6 @@ __all__ = [
     "token_findings",
 ]
 
-#: Base name of the figure's files.
-FIGURE_NAME = "experiment_variance"
-#: The shipped data set (in the source tree, beside the package).
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "data" / "arith_rollouts.jsonl.gz"
 PNG_DPI = 200
 
 #: Line of each predicted clip fraction: the style of its model in the analysis figure, no sparse markers.

@@ -63,6 +63,7 @@ import pandas as pd
 
 from variance_lab import __version__, corrections, theory
 from variance_lab._atomic import atomic_write
+from variance_lab.experiment.names import FIGURE_NAME
 from variance_lab.families import Family, get_family
 from variance_lab.report import clip_figure, corrections_figure
 from variance_lab.report import figures as plots
@@ -724,7 +725,7 @@ def _close(fig) -> None:
 
 #: The analysis of the shipped experiment data (variance_lab.experiment.figure), which has
 #: its own data set and sidecar format.
-EXPERIMENT_FIGURE = "experiment_variance"
+EXPERIMENT_FIGURE = FIGURE_NAME
 #: Every figure ``variance-lab figures`` writes.
 ALL_FIGURES = (*FIGURES, EXPERIMENT_FIGURE)
 

@@ -12,21 +12,32 @@ module             holds
 ``models``         fitted ratio models: token mixture (EM, BIC) and length-dependent random scale (likelihood)
 =================  ====================================================================
 
-The names most users need are re-exported here.
+The names most users need are re-exported here, each imported when first used.
 """
 
-from variance_lab.rollouts.analysis import AnalysisResult, analyze
-from variance_lab.rollouts.batch import ON_BAD, DroppedSequence, TokenBatch
-from variance_lab.rollouts.io import load_batch, save_batch
-from variance_lab.rollouts.statistics import autocorrelation, bucket_variances, fit_log_ratios, length_buckets
-from variance_lab.rollouts.weights import (
-    GMPO_RANGE,
-    GSPO_RANGE,
-    PPO_RANGE,
-    SequenceWeights,
-    segment_sums,
-    sequence_weights,
-)
+from importlib import import_module
+
+#: Where each re-exported name lives; imported on first use (PEP 562), so that importing one
+#: submodule (``rollouts.batch`` for its constants, say) does not load scipy through ``models``.
+_LAZY = {
+    "AnalysisResult": "analysis",
+    "analyze": "analysis",
+    "ON_BAD": "batch",
+    "DroppedSequence": "batch",
+    "TokenBatch": "batch",
+    "load_batch": "io",
+    "save_batch": "io",
+    "autocorrelation": "statistics",
+    "bucket_variances": "statistics",
+    "fit_log_ratios": "statistics",
+    "length_buckets": "statistics",
+    "GMPO_RANGE": "weights",
+    "GSPO_RANGE": "weights",
+    "PPO_RANGE": "weights",
+    "SequenceWeights": "weights",
+    "segment_sums": "weights",
+    "sequence_weights": "weights",
+}
 
 __all__ = [
     "GMPO_RANGE",
@@ -47,3 +58,18 @@ __all__ = [
     "segment_sums",
     "sequence_weights",
 ]
+
+
+def __getattr__(name: str):
+    """Import a re-exported name from its submodule on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """List the module's names, the not yet imported ones included."""
+    return sorted(set(globals()) | set(__all__))

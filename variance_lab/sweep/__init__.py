@@ -64,12 +64,15 @@ Modules
 ``cells`` (cells, identities, :func:`plan`), ``store`` (the SQLite store, :func:`load_store`),
 ``export`` (CSV and Parquet), ``run`` (:func:`sweep`), ``grid`` (the command line's grid syntax).
 The module holding the planning code is ``cells``, not ``plan``, so that the function
-:func:`plan` re-exported here does not shadow a submodule of the same name.
+:func:`plan` re-exported here does not shadow a submodule of the same name. The names from ``run``
+are imported on first use (PEP 562): ``run`` loads the Monte Carlo engine (numba), which the
+command line's parser and the other modules here do not need.
 """
+
+from importlib import import_module
 
 from variance_lab.sweep.cells import Cell, code_fingerprint, extra_parameters, plan
 from variance_lab.sweep.export import EXPORT_FORMATS, check_table_path, export, load_table, write_table
-from variance_lab.sweep.run import SweepInterrupted, SweepResult, compute, sweep
 from variance_lab.sweep.store import DEFAULT_STORE, STORE_COLUMNS, STORE_EXTRA_COLUMNS, Store, load_store
 
 __all__ = [
@@ -92,3 +95,20 @@ __all__ = [
     "sweep",
     "write_table",
 ]
+
+#: Names re-exported from ``run``, imported on first use.
+_FROM_RUN = ("SweepInterrupted", "SweepResult", "compute", "sweep")
+
+
+def __getattr__(name: str):
+    """Import a name of ``run`` on first use (PEP 562)."""
+    if name not in _FROM_RUN:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.run"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """List the module's names, the not yet imported ones included."""
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,27 @@
+"""The names of the figures ``variance-lab figures`` writes, cheap to import (the parser lists them).
+
+:data:`variance_lab.paper.figures.ALL_FIGURES` is the same tuple, built from each figure's parameters;
+importing that module loads matplotlib, the Monte Carlo engine and the rollouts analysis.
+"""
+
+from __future__ import annotations
+
+from variance_lab.experiment.names import FIGURE_NAME
+
+__all__ = ["ALL_FIGURES"]
+
+#: Every figure ``variance-lab figures`` writes, in its order (the last is the experiment's).
+ALL_FIGURES = (
+    "variance_vs_T",
+    "ratio_vs_T",
+    "heatmap_var_P",
+    "heatmap_var_G",
+    "decay_boundary",
+    "approx_error",
+    "mc_frontier",
+    "ess_vs_T",
+    "log_histograms",
+    "corrections_vs_T",
+    "clip_fractions",
+    FIGURE_NAME,
+)
