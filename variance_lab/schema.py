@@ -31,6 +31,12 @@ import numpy as np
 
 __all__ = ["METHODS", "RENAMED_METHODS", "TIDY_COLUMNS", "VERDICTS", "json_safe", "verdict_level"]
 
+METHODS = ("exact", "lognormal", "delta", "naive", "monte_carlo")
+
+#: ``method`` names of earlier versions -> their names now: rows read back from a sweep store
+#: written before the rename carry the current name (:func:`variance_lab.sweep.store.normalise_frame`).
+RENAMED_METHODS = {"seed": "naive"}
+
 TIDY_COLUMNS = (
     "family",
     "mu",
@@ -46,12 +52,6 @@ TIDY_COLUMNS = (
     "reliable",
     "reason",
 )
-
-METHODS = ("exact", "lognormal", "delta", "naive", "monte_carlo")
-
-#: ``method`` names of earlier versions -> their names now: rows read back from a sweep store
-#: written before the rename carry the current name (:func:`variance_lab.sweep.store.normalise_frame`).
-RENAMED_METHODS = {"seed": "naive"}
 
 #: Verdict levels of a tidy row, best first (their meaning: :mod:`variance_lab.simulate.estimates`).
 VERDICTS = ("reliable", "marginal", "unreliable")
