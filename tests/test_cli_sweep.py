@@ -150,13 +150,14 @@ def _finished(store) -> int:
         return 0
 
 
-def _start(argv, cwd) -> subprocess.Popen:
+def _start(argv, cwd, preexec_fn=None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "variance_lab.cli", *argv],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec_fn,
     )
 
 
@@ -208,17 +209,17 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
     assert (resumed["method"] == "monte_carlo").any()
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
+def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path, sigint_default):
     """Ctrl-C exits 130 with one line saying how many cells were kept, no traceback."""
     store = tmp_path / "s.sqlite"
     # theory cells are computed in one batch in milliseconds: 400 of them, so that the store's
     # writes (one commit per cell) are still under way when the interrupt comes
     argv, _ = _sweep_argv(store, mc=False, mu="0.5:2:100")
-    proc = _start(argv, tmp_path)
+    proc = _start(argv, tmp_path, sigint_default)
     _wait_for_cells(proc, store, 2)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, f"exit {proc.returncode}: {err}"
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("variance-lab: interrupted: ")

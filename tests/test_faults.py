@@ -217,7 +217,7 @@ def test_token_draws_at_T_1e6_do_not_crash(folder):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["lognormal", "gamma"])
-def test_ctrl_c_is_prompt_at_T_1e6(folder, family):
+def test_ctrl_c_is_prompt_at_T_1e6(folder, family, sigint_default):
     """SIGINT mid-run at T = 1e6 ends the process within a few seconds (was 24 to 136 s)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     argv = ["table", "--T", "1e6", "--n", "1e4", "--family", family, "--out", "keep.md", "--yes"]
@@ -230,6 +230,7 @@ def test_ctrl_c_is_prompt_at_T_1e6(folder, family):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,
     )
     estimate = proc.stderr.readline()  # printed once imports are done, just before the draws
     assert "estimated Monte Carlo time" in estimate, estimate
