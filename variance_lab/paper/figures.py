@@ -901,15 +901,14 @@ def check(path: str | os.PathLike, *, engine: Engine | None = None, only=None) -
     import tempfile
 
     path = Path(path)
-    sidecars = sorted(p for p in path.glob("*.json") if _is_sidecar(p)) if path.is_dir() else [path]
+    sidecars = _sidecars_in(path) if path.is_dir() else {path: read_sidecar(path)}
     if only is not None and path.is_dir():
         wanted = set(only)
-        sidecars = [p for p in sidecars if read_sidecar(p)["figure"] in wanted]
+        sidecars = {p: old for p, old in sidecars.items() if old["figure"] in wanted}
     if not sidecars:
         raise ValueError(f"{str(path)!r} holds no figure sidecar")
     problems = []
-    for side in sidecars:
-        old = read_sidecar(side)
+    for side, old in sidecars.items():
         with tempfile.TemporaryDirectory() as tmp:
             from_sidecar(side, tmp, engine=engine, formats=("png",), dpi=CHECK_DPI)
             new = json.loads((Path(tmp) / side.name).read_text())
@@ -917,12 +916,15 @@ def check(path: str | os.PathLike, *, engine: Engine | None = None, only=None) -
     return problems
 
 
-def _is_sidecar(path: Path) -> bool:
-    try:
-        read_sidecar(path)
-    except ValueError:
-        return False
-    return True
+def _sidecars_in(folder: Path) -> dict[Path, dict]:
+    """Every figure sidecar among ``folder``'s ``*.json`` files, read once, by path (sorted)."""
+    found = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found[path] = read_sidecar(path)
+        except ValueError:
+            continue
+    return found
 
 
 def _compare(old: dict, new: dict) -> list[str]:
