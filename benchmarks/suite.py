@@ -480,16 +480,10 @@ SECTIONS = ("throughput", "aggregate", "dense", "memory", "table", "first-run", 
 def _machine() -> dict:
     import numba
 
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:  # pragma: no cover - not Linux
-        pass
+    from variance_lab.experiment.files import cpu_model
+
     return {
-        "cpu": model or platform.processor(),
+        "cpu": cpu_model(),
         "cores": cores(),
         "python": platform.python_version(),
         "numpy": np.__version__,

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from variance_lab import __version__
-from variance_lab.experiment.files import SIDECAR_KIND, numbers_sha256, sidecar_path
+from variance_lab.experiment.files import SIDECAR_KIND, cpu_model, numbers_sha256, sidecar_path
 from variance_lab.experiment.model import sampler_log_probs, score
 from variance_lab.experiment.task import Problem, decode, encode, make_problems, rewards
 from variance_lab.experiment.train import (
@@ -175,18 +175,6 @@ def write_dataset(records: list[dict], path, sidecar: dict) -> tuple[Path, Path]
     return path, side
 
 
-def _cpu_model() -> str:
-    """Return the processor's model name (``/proc/cpuinfo`` on Linux, else the platform's)."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def versions() -> dict:
     """Return the software and hardware a run's float32 numbers depend on (the sidecar's ``versions``).
 
@@ -207,7 +195,7 @@ def versions() -> dict:
         "numpy": np.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ __all__ = [
     "REPRODUCTION_KEYS",
     "SIDECAR_KIND",
     "compare_files",
+    "cpu_model",
     "numbers_sha256",
     "read_sidecar",
     "sidecar_path",
@@ -100,6 +102,22 @@ def read_sidecar(path) -> dict:
     if "kind" in data and data["kind"] != SIDECAR_KIND:
         raise ValueError(f"{str(path)!r} is a {data['kind']!r} file, not an experiment sidecar")
     return data if "settings" in data else {"settings": data}
+
+
+def cpu_model() -> str:
+    """Return the processor's model name (``/proc/cpuinfo`` on Linux, else the platform's).
+
+    A sidecar's ``versions["cpu"]`` (:func:`variance_lab.experiment.collect.versions`); the
+    benchmark suite prints it too.
+    """
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def _shown(value, missing: str) -> str:
