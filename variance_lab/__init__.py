@@ -3,7 +3,6 @@
 The direct product of per-token ratios, P_T, against GSPO's geometric mean G_T = P_T**(1/T).
 """
 
-from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 
 try:
@@ -11,21 +10,11 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
+from variance_lab._lazy import lazy_exports
 from variance_lab.families import FAMILIES, Family, Gamma, LogNormal, TwoPoint, get_family
 
 __all__ = ["FAMILIES", "Family", "Gamma", "LogNormal", "TwoPoint", "__version__", "get_family", "theory"]
 
 
-def __getattr__(name: str):
-    """Import :mod:`variance_lab.theory` on first use (PEP 562).
-
-    It loads pandas, which building the command line's parser does not need.
-    """
-    if name == "theory":
-        return import_module(f"{__name__}.theory")  # binds the package's ``theory`` attribute too
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    """List the module's names, the not yet imported ones included."""
-    return sorted(set(globals()) | set(__all__))
+#: ``theory`` loads pandas, which building the command line's parser does not need.
+__getattr__, __dir__ = lazy_exports(__name__, {"theory": None})

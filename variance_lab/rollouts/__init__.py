@@ -15,7 +15,7 @@ module             holds
 The names most users need are re-exported here, each imported when first used.
 """
 
-from importlib import import_module
+from variance_lab._lazy import lazy_exports
 
 #: Where each re-exported name lives; imported on first use (PEP 562), so that importing one
 #: submodule (``rollouts.batch`` for its constants, say) does not load scipy through ``models``.
@@ -60,16 +60,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Import a re-exported name from its submodule on first use (PEP 562)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """List the module's names, the not yet imported ones included."""
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

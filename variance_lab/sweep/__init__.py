@@ -69,8 +69,7 @@ are imported on first use (PEP 562): ``run`` loads the Monte Carlo engine (numba
 command line's parser and the other modules here do not need.
 """
 
-from importlib import import_module
-
+from variance_lab._lazy import lazy_exports
 from variance_lab.sweep.cells import Cell, code_fingerprint, extra_parameters, plan
 from variance_lab.sweep.export import EXPORT_FORMATS, check_table_path, export, load_table, write_table
 from variance_lab.sweep.store import DEFAULT_STORE, STORE_COLUMNS, STORE_EXTRA_COLUMNS, Store, load_store
@@ -97,18 +96,6 @@ __all__ = [
 ]
 
 #: Names re-exported from ``run``, imported on first use.
-_FROM_RUN = ("SweepInterrupted", "SweepResult", "compute", "sweep")
-
-
-def __getattr__(name: str):
-    """Import a name of ``run`` on first use (PEP 562)."""
-    if name not in _FROM_RUN:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.run"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """List the module's names, the not yet imported ones included."""
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__, dict.fromkeys(("SweepInterrupted", "SweepResult", "compute", "sweep"), "run")
+)
