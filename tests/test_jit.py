@@ -1,10 +1,18 @@
 """The jit helper: one build per kernel, the kernels a call reaches, and compile progress."""
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import numba
 import numpy as np
 from numba import types
+from numba.core.caching import FunctionCache
 
-from variance_lab.simulate._jit import JIT_OPTIONS, compile_progress, kernel, kernels_reached
+import variance_lab
+from variance_lab.simulate._jit import JIT_OPTIONS, compile_progress, kernel, kernels_reached, sources_digest
 from variance_lab.simulate.accumulators import merge, merge_into
 from variance_lab.simulate.kernels import SAMPLER_RUNNERS, run_chunk
 
@@ -57,7 +65,7 @@ def test_kernel_keeps_the_options():
     """Options nogil and cache, as JIT_OPTIONS says, on a lazy numba dispatcher."""
     assert JIT_OPTIONS == {"nogil": True, "cache": True}
     assert _scaled.targetoptions["nogil"] is True
-    assert _scaled._cache.__class__.__name__ == "FunctionCache"  # cache=True; NullCache otherwise
+    assert isinstance(_scaled._cache, FunctionCache)  # cache=True; NullCache otherwise
     assert isinstance(_scaled, numba.core.dispatcher.Dispatcher)
 
 
@@ -144,3 +152,60 @@ def test_compile_progress_ignores_other_functions():
     with compile_progress({_scaled}, opened.append):
         outer(1.0)
     assert opened == []
+
+
+_LANES_EXP = """
+import numpy as np
+from variance_lab.simulate import block
+X = np.full((1, 16), 0.5)
+lanes = np.zeros((10, 16))
+block._lanes_exp(X, 0, 16, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, False, lanes)
+s = block._lanes_exp.stats
+print(lanes[0, 0], sum(s.cache_hits.values()), sum(s.cache_misses.values()))
+"""
+
+
+def _lanes_exp_in(pkg: Path, cache: Path) -> tuple[float, int, int]:
+    """In a new process on the package copy ``pkg``: ``block._lanes_exp`` at 0.5, cache hits, misses."""
+    env = {**os.environ, "PYTHONPATH": str(pkg), "NUMBA_CACHE_DIR": str(cache)}
+    out = subprocess.run(  # run from pkg's folder: "-c" puts the working directory first on the path
+        [sys.executable, "-c", _LANES_EXP], cwd=pkg, env=env, capture_output=True, text=True, check=True
+    )
+    value, hits, misses = out.stdout.split()
+    return float(value), int(hits), int(misses)
+
+
+def test_an_edit_to_an_inlined_kernel_in_another_file_compiles_the_caller_again(tmp_path):
+    """A kernel inlining an edited kernel of another file compiles again: the key holds the sources digest.
+
+    ``block._lanes_exp`` inlines ``_vexp.exp_minus``. After ``exp_minus`` is edited to
+    return twice its value, the next process compiles ``_lanes_exp`` again and sees the
+    edit (numba alone keys a cached kernel by its own file, and would load the old
+    machine code: the old value, a cache hit); the process after it loads the new build.
+    """
+    pkg = tmp_path / "pkg"
+    shutil.copytree(
+        Path(variance_lab.__file__).parent, pkg / "variance_lab", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    cache = tmp_path / "numba_cache"
+    value, hits, misses = _lanes_exp_in(pkg, cache)
+    assert value == np.exp(0.5)  # exp_minus is exact to the last bit at 0.5
+    assert (hits, misses) == (0, 1)
+    assert _lanes_exp_in(pkg, cache) == (value, 1, 0)  # loaded from the cache
+
+    vexp = pkg / "variance_lab" / "simulate" / "_vexp.py"
+    text = vexp.read_text()
+    assert text.count("    return e * p + (e - minus)\n") == 1
+    vexp.write_text(
+        text.replace("    return e * p + (e - minus)\n", "    return 2.0 * (e * p + (e - minus))\n")
+    )
+    assert _lanes_exp_in(pkg, cache) == (2 * value, 0, 1)  # compiled again, with the edit
+    assert _lanes_exp_in(pkg, cache) == (2 * value, 1, 0)
+
+
+def test_sources_digest_covers_the_simulate_sources_and_families():
+    """The digest is a SHA-256, the same on each call, of the files a kernel can compile in."""
+    digest = sources_digest()
+    assert len(digest) == 64
+    assert int(digest, 16) >= 0
+    assert sources_digest() is digest  # read once per process

@@ -23,24 +23,62 @@ compile fires numba's ``"numba:compile"`` event. :func:`compile_progress` listen
 it, so that a caller can say "compiling kernels (first run only)" with a count, and say
 nothing when the kernels load from the cache; :func:`kernels_reached` counts the kernels
 a call can compile (those it calls, and theirs).
+
+**A stale cache.** numba keys a cached kernel by the file that defines it: a kernel of
+``kernels.py`` that inlines a draw of ``draws.py`` would load its old machine code after
+``draws.py`` changed (numba's documented limitation; numba PR #8396 would lift it). The
+cache of a :func:`kernel` is keyed also by :func:`sources_digest`, the SHA-256 of every
+source a kernel can compile in (``variance_lab/simulate/*.py`` and ``families.py``): an
+edit to any of them compiles every kernel again once, on its next call, and an unchanged
+package loads from the cache as before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import CodeType, FunctionType
 
 from numba import types
 from numba.core import event
+from numba.core.caching import FunctionCache
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import CPUDispatcher
 
-__all__ = ["JIT_OPTIONS", "compile_progress", "kernel", "kernels_reached"]
+__all__ = ["JIT_OPTIONS", "compile_progress", "kernel", "kernels_reached", "sources_digest"]
 
 #: Options of every kernel of :mod:`variance_lab.simulate`.
 JIT_OPTIONS = {"nogil": True, "cache": True}
+
+
+#: The package's folder: the sources of :func:`sources_digest` are found from it.
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def sources_digest() -> str:
+    """Return the SHA-256 of every source a kernel can compile in: ``simulate/*.py`` and ``families.py``.
+
+    Read once per process. A kernel inlines the kernels it calls, from any of these files,
+    and folds their module constants (``families.CODE_*``) into its machine code.
+    """
+    h = hashlib.sha256()
+    for path in [*sorted((_PACKAGE / "simulate").glob("*.py")), _PACKAGE / "families.py"]:
+        for part in (path.name.encode(), path.read_bytes()):
+            h.update(len(part).to_bytes(8, "little"))
+            h.update(part)
+    return h.hexdigest()
+
+
+class _SourcesCache(FunctionCache):
+    """numba's on-disk cache of one kernel, with :func:`sources_digest` in each entry's key."""
+
+    def _index_key(self, sig, codegen):
+        return (*super()._index_key(sig, codegen), sources_digest())
 
 
 class _Kernel(CPUDispatcher):
@@ -51,6 +89,10 @@ class _Kernel(CPUDispatcher):
         args = tuple(types.unliteral(a) for a in args)
         kws = {k: types.unliteral(v) for k, v in kws.items()}
         return super().get_call_template(args, kws)
+
+    def enable_caching(self):
+        """Cache on disk as numba does, keyed also by the sources the kernel can inline."""
+        self._cache = _SourcesCache(self.py_func)
 
 
 def kernel(fn):
