@@ -114,12 +114,12 @@ def test_executes_in_quick_mode(path, monkeypatch, tmp_path):
     stderr = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr"]
     assert not [t for t in stderr if "Warning" in t], stderr
     assert any("image/png" in o.get("data", {}) for o in outputs), "no figure shown as an image"
-    sliders = [c for c in code if "widgets.interact" in c.source]
-    for (
-        cell
-    ) in code:  # no progress widgets; only the slider cell may hold a widget (static fallback above it)
-        widget = [o for o in cell.outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
-        assert not widget or cell in sliders, cell.source[:80]
+    view = "application/vnd.jupyter.widget-view+json"
+    widgets = [c.source[:80] for c in code for o in c.outputs if view in o.get("data", {})]
+    # no progress bar widgets, and in quick mode no sliders (run headless they can stall nbclient, #312)
+    assert not widgets, widgets
+    for cell in [c for c in code if "widgets.interact" in c.source]:
+        assert any("image/png" in o.get("data", {}) for o in cell.outputs), "the slider cell drew no panel"
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len({o["data"]["image/png"] for o in images}) == len(images), "a figure is shown twice"
     markdown = [c for c in nb.cells if c.cell_type == "markdown"]
