@@ -5,10 +5,14 @@ that imports the command line.
 
 Imports are read from the syntax tree, function-level imports included; importing ``a.b.c``
 also runs the ``__init__`` of the subpackage ``a.b``, so that edge counts too (the root
-package's ``__init__`` only re-exports and is left out).
+package's ``__init__`` only re-exports and is left out). A package's lazy re-exports
+(``variance_lab._lazy.lazy_exports``, PEP 562) name their modules in strings, which the
+syntax tree does not show as imports: they are read from the package's ``__getattr__``.
 """
 
 import ast
+import importlib
+import inspect
 from pathlib import Path
 
 import pytest
@@ -78,7 +82,24 @@ def _imports(module: str) -> tuple[set[str], list[tuple[str, str]]]:
     return edges, private
 
 
-GRAPH = {m: _imports(m) for m in MODULES}
+def _lazy_imports(module: str) -> set[str]:
+    """Modules that a package's lazy ``__getattr__`` (:func:`variance_lab._lazy.lazy_exports`) imports."""
+    path, is_pkg = MODULES[module]
+    if not is_pkg or "lazy_exports(" not in path.read_text():
+        return set()
+    getattr_ = importlib.import_module(module).__getattr__
+    origins = inspect.getclosurevars(getattr_).nonlocals["origins"]
+    return {f"{module}.{where or name}" for name, where in origins.items()}
+
+
+def _graph() -> dict[str, tuple[set[str], list[tuple[str, str]]]]:
+    graph = {m: _imports(m) for m in MODULES}
+    for m in graph:
+        graph[m][0].update(_lazy_imports(m))
+    return graph
+
+
+GRAPH = _graph()
 
 
 def _cycles() -> list[list[str]]:
@@ -122,6 +143,15 @@ def test_no_private_name_taken_from_another_module():
     """No module imports a private ``_name`` from another module."""
     taken = {m: GRAPH[m][1] for m in GRAPH if GRAPH[m][1]}
     assert taken == {}
+
+
+def test_the_checker_sees_the_lazy_re_exports():
+    """The edges of the three lazy packages are in the graph: each package imports those modules."""
+    assert f"{ROOT}.theory" in GRAPH[ROOT][0]
+    assert f"{ROOT}.sweep.run" in GRAPH[f"{ROOT}.sweep"][0]
+    assert f"{ROOT}.rollouts.analysis" in GRAPH[f"{ROOT}.rollouts"][0]
+    lazy = {m for m in MODULES if _lazy_imports(m)}
+    assert lazy == {ROOT, f"{ROOT}.sweep", f"{ROOT}.rollouts"}
 
 
 def test_few_modules_at_the_top():
