@@ -203,9 +203,24 @@ def test_an_edit_to_an_inlined_kernel_in_another_file_compiles_the_caller_again(
     assert _lanes_exp_in(pkg, cache) == (2 * value, 1, 0)
 
 
-def test_sources_digest_covers_the_simulate_sources_and_families():
-    """The digest is a SHA-256, the same on each call, of the files a kernel can compile in."""
+def test_sources_digest_covers_the_simulate_sources_and_families(tmp_path, monkeypatch):
+    """A SHA-256 (hex) read once per process, that moves with ``simulate/*.py`` and ``families.py`` only."""
     digest = sources_digest()
     assert len(digest) == 64
-    assert int(digest, 16) >= 0
+    assert set(digest) <= set("0123456789abcdef")
     assert sources_digest() is digest  # read once per process
+
+    pkg = tmp_path / "variance_lab"
+    shutil.copytree(Path(variance_lab.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr("variance_lab.simulate._jit._PACKAGE", pkg)
+    read = sources_digest.__wrapped__  # not the per-process cache
+
+    def after_editing(path: Path) -> str:
+        path.write_text(path.read_text() + "\n# edited\n")
+        return read()
+
+    assert read() == digest  # the same sources, elsewhere
+    assert after_editing(pkg / "cli" / "table.py") == digest  # no kernel compiles it in
+    with_families = after_editing(pkg / "families.py")
+    assert with_families != digest
+    assert after_editing(pkg / "simulate" / "draws.py") != with_families
