@@ -16,6 +16,7 @@ from variance_lab.rollouts import TokenBatch
 from variance_lab.rollouts.models import (
     CombinedFit,
     MixtureFit,
+    _log_integral,
     fit_combined,
     fit_mixture,
     fit_random_scale,
@@ -93,6 +94,23 @@ def test_marginal_likelihood_against_quadrature():
             epsrel=1e-10,
         )
         assert got == pytest.approx(math.log(val) + shift, abs=1e-7), (T, alpha, theta)
+
+
+def test_log_integral_at_a_zero_against_the_gamma_function():
+    """At a = 0 (a one-token sequence at the fitted c), int e^(pu - b e^u) du = Gamma(p) / b^p.
+
+    Both branches of the root's ``np.where`` are evaluated: at a = 0 (or a so small that
+    disc - p rounds to 0) the unused one divided by zero, a warning that fails the suite.
+    Where p <= 0 the integral diverges: inf, with no warning (warnings are errors here).
+    """
+    p = np.array([5.0, 12.0, 40.0, 8.0, -0.2, 0.0])
+    a = np.array([0.0, 0.0, 0.0, 1e-300, 0.0, 0.0])
+    b = np.array([1e4, 3.0, 0.5, 2.0, 1.0, 1.0])
+    got = _log_integral(p, a, b)
+    want = special.gammaln(p[:4]) - p[:4] * np.log(b[:4])
+    # 32-point Gauss-Hermite about the mode: the integrand in u is skewed, exact to ~1e-9 from p = 5
+    np.testing.assert_allclose(got[:4], want, rtol=0, atol=1e-8)
+    assert np.all(np.isposinf(got[4:]))
 
 
 def test_random_scale_predictions_match_the_family_theory():

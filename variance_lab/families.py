@@ -288,9 +288,10 @@ def _lgamma_ratio(k: float, s):
     """
     s = np.asarray(s, dtype=float)
     direct = special.gammaln(k + s) - special.gammaln(k) - s * math.log(k)
-    x = np.maximum(k + s, 10.0)
-    series = (k + s - 0.5) * np.log1p(s / k) - s + _stirling_tail(x) - _stirling_tail(np.asarray(k))
-    return np.where((k >= 10) & (k + s >= 10), series, direct)
+    use = (k >= 10) & (k + s >= 10)
+    ss = np.where(use, s, 0.0)  # np.where evaluates both branches: log1p(s / k) is NaN for s < -k
+    series = (k + ss - 0.5) * np.log1p(ss / k) - ss + _stirling_tail(np.maximum(k + ss, 10.0))
+    return np.where(use, series - _stirling_tail(np.asarray(k)), direct)
 
 
 @dataclass(frozen=True)

@@ -385,14 +385,26 @@ def _sequence_stats(batch: TokenBatch):
 
 
 def _log_integral(p, a, b):
-    r""":math:`\log\int e^{pu - b e^u - a e^{-u}} du` by Gauss-Hermite around the mode (vectorised)."""
+    r""":math:`\log\int e^{pu - b e^u - a e^{-u}} du` by Gauss-Hermite around the mode (vectorised).
+
+    ``a >= 0``, ``b > 0``. The mode is :math:`u_0 = \log x`, :math:`x` the positive root of
+    :math:`b x^2 - p x - a = 0`, taken in the form without cancellation for each sign of
+    :math:`p`. Where :math:`a = 0` and :math:`p \le 0` there is no positive root and the
+    integral diverges (:math:`e^{pu}` at :math:`u \to -\infty`): ``inf`` there. Both branches
+    of each ``np.where`` are evaluated, so the unused one is fed a safe value (a warning
+    from it fails under ``-W error`` on some processors, whose optimiser lands on ``a = 0``).
+    """
     disc = np.sqrt(p * p + 4 * a * b)
-    x = np.where(p >= 0, (p + disc) / (2 * b), 2 * a / (disc - p))  # the positive root, no cancellation
+    pos = p >= 0
+    x = np.where(pos, (p + disc) / (2 * b), 2 * a / np.where(pos, 1.0, disc - p))
+    diverges = ~(x > 0)
+    x = np.where(diverges, 1.0, x)
     u0 = np.log(x)
     sd = 1.0 / np.sqrt(b * x + a / x)
     u = u0[:, None] + math.sqrt(2.0) * sd[:, None] * _GH_NODES[None, :]
     f = p[:, None] * u - b[:, None] * np.exp(u) - a[:, None] * np.exp(-u) + _GH_NODES[None, :] ** 2
-    return np.log(math.sqrt(2.0) * sd) + special.logsumexp(f, b=_GH_WEIGHTS[None, :], axis=1)
+    value = np.log(math.sqrt(2.0) * sd) + special.logsumexp(f, b=_GH_WEIGHTS[None, :], axis=1)
+    return np.where(diverges, np.inf, value)
 
 
 def _neg_loglik(x, T, ybar, S, T0, length_dependent: bool) -> float:
