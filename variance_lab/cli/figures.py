@@ -57,12 +57,21 @@ def _guard(out, force: bool, target: Path) -> None:
 def _check(args, figures_mod) -> int:
     target = args.from_sidecar or args.out or DEFAULT_OUT
     only = _only(args, figures_mod) if args.only is not None else None
+    from variance_lab.paper.compare import STATUSES
+
     with engine_from_args(args) as engine:
-        problems = figures_mod.check(target, engine=engine, only=only)
-    for line in problems:
-        print(line, file=sys.stderr)
-    print(f"checked {target}: {'OK' if not problems else f'{len(problems)} mismatches'}")
-    return 1 if problems else 0
+        results = figures_mod.check(target, engine=engine, only=only)
+    for result in results:
+        for file in result.files:
+            print(f"{result.sidecar}: {file.line()}", file=sys.stdout if file.ok else sys.stderr)
+        for note in result.notes:
+            print(f"{result.sidecar}: note: {note}")
+    files = [f for r in results for f in r.files]
+    counts = ", ".join(f"{n} {s}" for s in STATUSES if (n := sum(f.status == s for f in files)))
+    differs = sum(not f.ok for f in files)
+    verdict = f"{differs} differ" if differs else "OK"
+    print(f"checked {target}: {len(files)} data file{'s' * (len(files) != 1)} ({counts}): {verdict}")
+    return 1 if differs else 0
 
 
 def _only(args, figures_mod):

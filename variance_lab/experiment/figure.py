@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 
 from variance_lab import __version__
 from variance_lab._atomic import atomic_write
+from variance_lab.experiment.files import cpu_model
 from variance_lab.experiment.names import DEFAULT_DATA, FIGURE_NAME
 from variance_lab.experiment.task import TAGS
 from variance_lab.report import style as _style
@@ -401,7 +402,7 @@ def save_experiment_figure(
         "quick": quick,
         "style": None if style is None else str(style),
         "version": __version__,
-        "versions": versions(),
+        "versions": {**versions(), "cpu": cpu_model()},
         "files": {k: p.name for k, p in names.items() if k != "json"},
         "png_dpi": dpi,
         "data_sha256": {k: hashlib.sha256(t.encode()).hexdigest() for k, t in texts.items()},

@@ -5,8 +5,8 @@ Each figure ``NAME`` is written in the chosen formats (default ``NAME.pdf``, vec
 sidecar ``NAME.json`` holding every parameter (grids, family, seed, n), the style, the
 package and library versions, and the SHA-256 of the data file. :func:`from_sidecar`
 (``variance-lab figures --from-sidecar NAME.json``) rebuilds a figure from its sidecar
-alone; :func:`check` (``--check``) rebuilds into a temporary folder and compares data
-hashes and versions, writing nothing.
+alone; :func:`check` (``--check``) rebuilds into a temporary folder and compares the data
+number by number (:mod:`variance_lab.paper.compare`), writing nothing.
 
 Figures (:data:`FIGURES`):
 
@@ -56,6 +56,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,8 +64,10 @@ import pandas as pd
 
 from variance_lab import __version__, corrections, theory
 from variance_lab._atomic import atomic_write
+from variance_lab.experiment.files import cpu_model
 from variance_lab.experiment.names import FIGURE_NAME
 from variance_lab.families import Family, get_family
+from variance_lab.paper import compare
 from variance_lab.report import clip_figure, corrections_figure
 from variance_lab.report import figures as plots
 from variance_lab.report import style as report_style
@@ -77,6 +80,7 @@ __all__ = [
     "DEFAULT_STYLE",
     "FIGURES",
     "FORMATS",
+    "SidecarCheck",
     "check",
     "clip_analysis",
     "clip_columns",
@@ -616,7 +620,7 @@ def _sidecar(name: str, params: dict, data_text: str, quick: bool, dpi: int, for
         "quick": quick,
         "style": _style_name(style),
         "version": __version__,
-        "versions": plots.versions(),
+        "versions": {**plots.versions(), "cpu": cpu_model()},
         "files": {**files, "data": f"{name}.csv"},
         "png_dpi": dpi,
         "data_sha256": hashlib.sha256(data_text.encode()).hexdigest(),
@@ -885,18 +889,20 @@ def from_sidecar(
 CHECK_DPI = 36
 
 
-def check(path: str | os.PathLike, *, engine: Engine | None = None, only=None) -> list[str]:
-    """Rebuild a sidecar's figure in a temporary folder and compare it with the sidecar.
+def check(path: str | os.PathLike, *, engine: Engine | None = None, only=None) -> list[SidecarCheck]:
+    """Rebuild a sidecar's figure in a temporary folder and compare its data with the recorded data.
 
-    Compares the data SHA-256 and the package and library versions; writes nothing where
-    the sidecar lives. ``path`` is a sidecar or a folder of them (every ``*.json`` that is a
-    figure sidecar; with ``only``, a collection of figure names, just those figures'
-    sidecars).
+    Each data file (CSV) is compared number by number (:mod:`variance_lab.paper.compare`:
+    ``identical``, ``equal within tolerance`` or ``differs``); the data SHA-256 stays a
+    fingerprint, and differing package, library or machine versions are reported as notes.
+    Writes nothing where the sidecar lives. ``path`` is a sidecar or a folder of them (every
+    ``*.json`` that is a figure sidecar; with ``only``, a collection of figure names, just
+    those figures' sidecars).
 
     Returns
     -------
-    list of str
-        One line per mismatch; empty when everything agrees.
+    list of SidecarCheck
+        One per sidecar; its ``ok`` is False when a data file differs.
     """
     import tempfile
 
@@ -907,13 +913,58 @@ def check(path: str | os.PathLike, *, engine: Engine | None = None, only=None) -
         sidecars = {p: old for p, old in sidecars.items() if old["figure"] in wanted}
     if not sidecars:
         raise ValueError(f"{str(path)!r} holds no figure sidecar")
-    problems = []
+    results = []
     for side, old in sidecars.items():
         with tempfile.TemporaryDirectory() as tmp:
             from_sidecar(side, tmp, engine=engine, formats=("png",), dpi=CHECK_DPI)
             new = json.loads((Path(tmp) / side.name).read_text())
-        problems += [f"{side.name}: {line}" for line in _compare(old, new)]
-    return problems
+            files = tuple(_compare_data(side.parent, Path(tmp), old, new))
+        results.append(SidecarCheck(side.name, files, tuple(_version_notes(old, new))))
+    return results
+
+
+@dataclass(frozen=True)
+class SidecarCheck:
+    """What :func:`check` found for one sidecar: its data files' verdicts and version notes."""
+
+    sidecar: str
+    files: tuple[compare.FileComparison, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True unless a data file differs."""
+        return all(f.ok for f in self.files)
+
+
+def _data_files(sidecar: dict) -> list[str]:
+    return [name for name in sidecar.get("files", {}).values() if str(name).endswith(".csv")]
+
+
+def _compare_data(recorded: Path, rebuilt: Path, old: dict, new: dict):
+    promise = compare.sampler_promise(old.get("versions", {}), new.get("versions", {}))
+    level = float(old.get("params", {}).get("ci", 0.95))
+    for name in _data_files(old):
+        if not (recorded / name).is_file():
+            yield compare.FileComparison(name, "differs", problems=(f"{str(recorded / name)!r} is missing",))
+            continue
+        if (recorded / name).read_bytes() == (rebuilt / name).read_bytes():
+            yield compare.FileComparison(name, "identical")
+            continue
+        frames = pd.read_csv(recorded / name), pd.read_csv(rebuilt / name)
+        yield compare.compare_frames(name, *frames, promise=promise, level=level)
+
+
+def _version_notes(old: dict, new: dict) -> list[str]:
+    lines = []
+    if old.get("version") != new.get("version"):
+        lines.append(f"variance_lab version differs: sidecar {old.get('version')}, now {new.get('version')}")
+    before, now = old.get("versions", {}), new.get("versions", {})
+    for key in sorted(set(before) | set(now)):
+        if before.get(key) != now.get(key):
+            what = key if key in ("machine", "cpu") else f"{key} version"
+            lines.append(f"{what} differs: sidecar {before.get(key, 'not recorded')}, now {now.get(key)}")
+    return lines
 
 
 def _sidecars_in(folder: Path) -> dict[Path, dict]:
@@ -925,18 +976,3 @@ def _sidecars_in(folder: Path) -> dict[Path, dict]:
         except ValueError:
             continue
     return found
-
-
-def _compare(old: dict, new: dict) -> list[str]:
-    lines = []
-    if old.get("data_sha256") != new.get("data_sha256"):
-        lines.append(
-            f"data SHA-256 differs: sidecar {old.get('data_sha256')}, rebuilt {new.get('data_sha256')}"
-        )
-    if old.get("version") != new.get("version"):
-        lines.append(f"variance_lab version differs: sidecar {old.get('version')}, now {new.get('version')}")
-    before, now = old.get("versions", {}), new.get("versions", {})
-    for lib in sorted(set(before) | set(now)):
-        if before.get(lib) != now.get(lib):
-            lines.append(f"{lib} version differs: sidecar {before.get(lib)}, now {now.get(lib)}")
-    return lines

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import platform
+from importlib import metadata
 from pathlib import Path
 
 import matplotlib
@@ -112,18 +113,24 @@ def write_images(fig, out: str | Path, name: str, formats, dpi: int) -> list[Pat
 
 
 def versions() -> dict:
-    """Return the versions of Python, NumPy, pandas and matplotlib, for a figure's sidecar.
+    """Return the machine and the versions a figure's numbers depend on, for its sidecar.
 
     Returns
     -------
     dict
-        ``{"python": ..., "numpy": ..., "pandas": ..., "matplotlib": ...}``, version strings.
+        ``{"python", "numpy", "scipy", "numba", "pandas", "matplotlib", "machine"}``: version
+        strings and the processor architecture (:func:`platform.machine`). The Monte Carlo
+        draws are promised identical for the same architecture, Python, NumPy and numba
+        (:func:`variance_lab.paper.compare.sampler_promise`).
     """
     return {
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "scipy": metadata.version("scipy"),
+        "numba": metadata.version("numba"),
         "pandas": pd.__version__,
         "matplotlib": matplotlib.__version__,
+        "machine": platform.machine(),
     }
 
 
