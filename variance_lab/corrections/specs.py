@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["GMPO_DEFAULT", "GSPO_DEFAULT", "KINDS", "Correction", "parse", "parse_list"]
+__all__ = ["GMPO_DEFAULT", "GSPO_DEFAULT", "ICEPOP_DEFAULT", "KINDS", "Correction", "parse", "parse_list"]
 
 _INF = math.inf
 
@@ -22,7 +22,7 @@ KINDS = {
     "geo-rs": ("sequence", "P", (2,)),
     "gspo": ("sequence", "G", (0, 1, 2)),
     "tis": ("token", "r", (1,)),
-    "icepop": ("token", "r", (1,)),
+    "icepop": ("token", "r", (0, 1, 2)),
     "cispo": ("token", "r", (1, 2)),
     "ppo": ("token", "r", (1, 2)),
     "gmpo": ("token", "G", (0, 1)),
@@ -31,6 +31,8 @@ KINDS = {
 #: GSPO's default clip range of s (Zheng et al. 2025) and GMPO's log-space clip.
 GSPO_DEFAULT = (3e-4, 4e-4)
 GMPO_DEFAULT = 0.4
+#: IcePop's default band of the token ratio, [0.5, 5] (Ring-1T; OpenRLHF's ``vllm_is_truncated_threshold``).
+ICEPOP_DEFAULT = (0.5, 5.0)
 
 
 # --------------------------------------------------------------------------------------
@@ -44,7 +46,7 @@ class Correction:
     ----------
     kind : str
     params : tuple of float
-        As written in the spec (defaults filled in for ``gspo`` and ``gmpo``).
+        As written in the spec (defaults filled in for ``gspo``, ``gmpo`` and ``icepop``).
     spec : str
         The spec string it was parsed from, as written.
     """
@@ -79,7 +81,7 @@ class Correction:
         if k == "geo-rs":
             return T * math.log(p[0]), T * math.log(p[1])
         if k == "icepop":
-            return -math.log(p[0]), math.log(p[0])
+            return (-math.log(p[0]), math.log(p[0])) if len(p) == 1 else (math.log(p[0]), math.log(p[1]))
         if k == "gmpo":
             return -p[0], p[0]
         # gspo, cispo, ppo: a clip of the base weight to [1 - el, 1 + eh]
@@ -123,6 +125,8 @@ def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[floa
         return GSPO_DEFAULT
     if kind == "gmpo" and not values:
         return (GMPO_DEFAULT,)
+    if kind == "icepop" and not values:
+        return ICEPOP_DEFAULT
     if kind in ("seq-tis", "tis") and values[0] <= 0:
         raise bad("the cap C must be > 0")
     if kind == "seq-mask":
@@ -132,8 +136,10 @@ def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[floa
             raise bad("needs 0 <= LO < HI")
     if kind == "geo-rs" and not 0 < values[0] < values[1]:
         raise bad("needs 0 < LO < HI")
-    if kind == "icepop" and values[0] <= 1:
+    if kind == "icepop" and len(values) == 1 and values[0] <= 1:
         raise bad("the band B must be > 1 (tokens outside [1/B, B] are masked)")
+    if kind == "icepop" and len(values) == 2 and not 0 < values[0] < values[1]:
+        raise bad("needs 0 < LO < HI (tokens outside [LO, HI] are masked)")
     if kind in ("gspo", "cispo", "ppo", "gmpo") and min(values) <= 0:
         raise bad("clip widths must be > 0")
     if kind in ("gspo", "ppo") and values[0] >= 1:
