@@ -37,17 +37,19 @@ def as_mask(mask, name: str = "response_mask", shape: tuple[int, ...] | None = N
     return m
 
 
-def as_values(values, mask: np.ndarray, name: str) -> np.ndarray:
+def as_values(values, mask: np.ndarray, name: str, *, allow_nan: bool = False) -> np.ndarray:
     """Return ``values`` as float64 of the mask's shape with padding set to 0; ``ValueError`` if bad.
 
-    Values inside the mask must be finite; those outside it are ignored.
+    Values inside the mask must be finite (or NaN, with ``allow_nan``: TRL's marker of a token
+    vLLM could not score); those outside it are ignored.
     """
     v = np.asarray(values, dtype=np.float64)
     if v.shape != mask.shape:
         raise ValueError(f"{name} has shape {v.shape}, expected {mask.shape} (the mask's)")
     inside = mask > 0
-    if not np.all(np.isfinite(v[inside])):
-        bad = v[inside][~np.isfinite(v[inside])][0]
+    ok = np.isfinite(v[inside]) | (np.isnan(v[inside]) if allow_nan else False)
+    if not np.all(ok):
+        bad = v[inside][~ok][0]
         raise ValueError(f"{name} holds a non-finite value inside the mask: {bad!r}")
     return np.where(inside, v, 0.0)
 
