@@ -149,6 +149,7 @@ def test_ess_is_over_tokens():
         ({"rollout_rs": "token_k2", "rollout_rs_threshold": "0.5_2"}, "'0.5_2'"),
         ({"rollout_rs": "token_k2"}, "rollout_rs_threshold"),
         ({"rollout_rs": "token_k2,seq_max_k3", "rollout_rs_threshold": "1,2,3"}, re.escape("'1,2,3'")),
+        ({"rollout_is": "token", "rollout_is_threshold": "3_4"}, "every importance weight is 0 .* '3_4'"),
     ],
 )
 def test_bad_settings_name_the_value(kwargs, needle):

@@ -75,6 +75,7 @@ TRL_OFF_POLICY_THRESHOLDS = (0.0, 1e-3, 0.01)
 TRL_GAMMA_CASES = {
     "default": {},
     "custom": {"k_pos": 1.5, "lambda_pos": 2.0, "k_neg": 4.0, "lambda_neg": 0.5},
+    "float32_rounding": {"k_pos": 0.3, "lambda_pos": 0.0, "k_neg": 2.7, "lambda_neg": 1.1},
 }
 
 

@@ -38,7 +38,9 @@ TRL's conventions, all kept:
   positions of the importance-sampling ratio :math:`\rho` (a token masked to 0 by ``token_mask``
   adds :math:`\log 10^{-8}`), clamped to :math:`[\log 10^{-8}, 20]`; then
   :math:`\phi(w) = e^{\lambda + k\log w - \lambda w}` with :math:`(k, \lambda)` by the sign of the
-  advantage (:math:`\lambda \ge 10^{-4}`), non-finite values set to 0.
+  advantage (:math:`\lambda \ge 10^{-4}`), both rounded to float32 as TRL's ``torch.where`` on
+  Python numbers makes them (so ``lambda_pos=0.1`` acts as 0.10000000149), non-finite values set
+  to 0.
 """
 
 from __future__ import annotations
@@ -150,8 +152,10 @@ def get_gamma_weights(
             seq = seq + np.sum(np.clip(np.log(rho), _LOG_MIN_W, 20.0), axis=-1, keepdims=True)
     log_w = np.clip(seq, _LOG_MIN_W, 20.0)
     pos = adv >= 0
-    k = np.where(pos, k_pos, k_neg)
-    lam = np.maximum(np.where(pos, lambda_pos, lambda_neg), 1e-4)
+    # TRL builds k and lambda with torch.where on Python floats: float32 tensors
+    k = np.where(pos, np.float32(k_pos), np.float32(k_neg)).astype(np.float64)
+    lam = np.maximum(np.where(pos, np.float32(lambda_pos), np.float32(lambda_neg)), np.float32(1e-4))
+    lam = lam.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         phi = np.exp(lam + k * log_w - lam * np.exp(log_w))
     return np.where(np.isfinite(phi), phi, 0.0)

@@ -240,7 +240,7 @@ def compute_rollout_correction_weights(
         raw = np.exp(np.clip(log_p, -SAFETY_BOUND, SAFETY_BOUND))[:, None] * mask
         weights = _sequence_weights(log_p, upper, lower)[:, None] * mask
         log_for_metrics = log_p
-    metrics = _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower)
+    metrics = _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, rollout_is_threshold)
     if lower is not None:
         oob = (raw < lower) | (raw > upper)
         metrics["rollout_is_oob_ratio"] = float(masked_mean(oob.astype(float), mask))
@@ -259,7 +259,7 @@ def compute_rollout_correction_weights(
     return weights, metrics
 
 
-def _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower) -> dict[str, float]:
+def _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, threshold) -> dict[str, float]:
     """Compute the metrics of verl's ``compute_is_metrics``."""
     m: dict[str, float] = {}
     lower_eff = 1.0 / upper if lower is None else lower
@@ -284,7 +284,13 @@ def _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower) -
     else:
         m["rollout_is_std"] = 0.0
     normalized = clamped / (masked_mean(clamped, mask) + 1e-8)
-    m["rollout_is_eff_sample_size"] = 1.0 / float(masked_mean(normalized**2, mask))
+    second = float(masked_mean(normalized**2, mask))
+    if second == 0.0:
+        raise ValueError(
+            f"every importance weight is 0 with rollout_is_threshold {threshold!r}: verl 0.9.1 divides by "
+            "zero there (rollout_is_eff_sample_size) and stops"
+        )
+    m["rollout_is_eff_sample_size"] = 1.0 / second
     seq_mean = masked_mean(weights, mask, axis=-1)
     m["rollout_is_seq_mean"] = float(seq_mean.mean())
     m["rollout_is_seq_std"] = float(seq_mean.std(ddof=1)) if seq_mean.size > 1 else 0.0
