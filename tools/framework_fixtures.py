@@ -3,8 +3,12 @@
 Run it in a scratch environment that has the released frameworks, outside the repository::
 
     python -m venv /tmp/fwenv
-    /tmp/fwenv/bin/pip install verl==0.9.1 trl==1.16.0 torch==2.13.0   # CPU-only is enough
+    /tmp/fwenv/bin/pip install torch==2.13.0 trl==1.16.0 verl==0.9.1   # CPU-only is enough
     /tmp/fwenv/bin/python tools/framework_fixtures.py tests/data/frameworks
+
+(The committed fixtures were written that way, except that torch 2.13.0+cpu came from the
+project's own environment through a ``.pth`` file; verl then installs ray, tensordict,
+transformers 5.10 and the rest, about 0.7 GB beside torch, and imports without a GPU.)
 
 It generates one padded batch (ragged lengths 4 to 800, holes in the mask, an empty row,
 heavy-tailed token log-ratios with a few |log r| = 3 spikes, padding filled with values that
