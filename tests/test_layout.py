@@ -21,6 +21,27 @@ PACKAGE = Path(__file__).resolve().parent.parent / "variance_lab"
 ROOT = PACKAGE.name
 MAX_TOP_LEVEL_MODULES = 8
 
+#: The floor of each room (a top-level module or package): a room imports only rooms on its floor
+#: or below (the design notes' "Rooms, from the ground up"). A new room must be given a floor here.
+FLOORS = {
+    "_atomic": 1,
+    "_lazy": 1,
+    "_validate": 1,
+    "schema": 1,
+    "families": 1,
+    "stats": 1,
+    "report": 1,
+    "theory": 2,
+    "simulate": 2,
+    "corrections": 2,
+    "frameworks": 2.5,  # above corrections (it maps the frameworks' names onto them), below rollouts
+    "rollouts": 3,
+    "experiment": 4,
+    "sweep": 4,
+    "paper": 4,
+    "cli": 5,
+}
+
 
 def _modules() -> dict[str, tuple[Path, bool]]:
     mods = {}
@@ -152,6 +173,28 @@ def test_the_checker_sees_the_lazy_re_exports():
     assert f"{ROOT}.rollouts.analysis" in GRAPH[f"{ROOT}.rollouts"][0]
     lazy = {m for m in MODULES if _lazy_imports(m)}
     assert lazy == {ROOT, f"{ROOT}.sweep", f"{ROOT}.rollouts"}
+
+
+def _room(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def test_every_room_has_a_floor():
+    """Each top-level module and package of the source has a floor in FLOORS."""
+    rooms = {_room(m) for m in MODULES if m != ROOT}
+    assert sorted(rooms - set(FLOORS)) == []
+
+
+def test_imports_point_down_the_floors():
+    """No room imports a room on a higher floor (the root package only re-exports and is left out)."""
+    up = sorted(
+        (m, t)
+        for m in GRAPH
+        if m != ROOT
+        for t in GRAPH[m][0]
+        if t != ROOT and FLOORS.get(_room(t), 0) > FLOORS.get(_room(m), 0)
+    )
+    assert up == []
 
 
 def test_few_modules_at_the_top():

@@ -191,7 +191,8 @@ def add_command(sub) -> None:
         "sums for random-scale and lognormal-mixture; Monte Carlo "
         "columns with intervals and a verdict with --n; measured token log-ratios with --data. "
         "Corrections: seq-tis:C, seq-mask:C, seq-mask:LO:HI, geo-rs:LO:HI, gspo[:EL:EH], tis:C, "
-        "icepop:B, cispo:EPS (or cispo:EL:EH), ppo:EPS (or ppo:EL:EH), gmpo[:EPS].",
+        "icepop[:B] (or icepop:LO:HI; alone [0.5, 5]), cispo:EPS (or cispo:EL:EH), ppo:EPS "
+        "(or ppo:EL:EH), gmpo[:EPS].",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_family_args(p)

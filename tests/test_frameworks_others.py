@@ -1,0 +1,157 @@
+"""NeMo-RL, prime-rl, slime and OpenRLHF mirrors against cases computed by hand from their source."""
+
+import math
+
+import numpy as np
+import pytest
+
+from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl, slime
+
+# two sequences: 3 tokens and 2 tokens (the last position padding)
+MASK = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+Y = np.array([[0.2, -0.8, 1.9], [0.01, -0.03, 0.0]])  # old - rollout (prev - generation)
+ROLLOUT = np.array([[-1.0, -0.5, -2.5], [-0.2, -0.1, -9.0]])
+OLD = np.where(MASK > 0, ROLLOUT + Y, 4.0)  # padding values that would show if read
+
+
+# --------------------------------------------------------------------------------------
+# NeMo-RL
+# --------------------------------------------------------------------------------------
+def test_nemo_token_mult_prob_error_and_tis():
+    """token_mult_prob_error = mean e^|Delta| over 5 tokens; tis clamps to [0, 2]; is_oob_ratio 1/5."""
+    w, m = nemo_rl.clipped_pg_importance_weights(
+        OLD, ROLLOUT, MASK, truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=2.0
+    )
+    y = Y[MASK > 0]
+    assert m["token_mult_prob_error"] == pytest.approx(np.exp(np.abs(y)).sum() / (5 + 1e-8), rel=1e-12)
+    np.testing.assert_allclose(w[MASK > 0], np.minimum(np.exp(y), 2.0), rtol=1e-14)
+    assert m["is_oob_ratio"] == pytest.approx(1 / (5 + 1e-8), rel=1e-12)
+    assert m["sampling_importance_ratio"] == pytest.approx(
+        np.minimum(np.exp(y), 2.0).sum() / (5 + 1e-8), rel=1e-12
+    )
+
+
+def test_nemo_seq_mask_tis_keeps_raw_token_weights():
+    """seq-mask-tis [0.9, 1.1]: G = e^0.433 drops sequence 1, G = e^-0.01 keeps sequence 2 untruncated."""
+    w, m = nemo_rl.clipped_pg_importance_weights(
+        OLD,
+        ROLLOUT,
+        MASK,
+        truncated_importance_sampling_type="seq-mask-tis",
+        truncated_importance_sampling_ratio=1.1,
+        truncated_importance_sampling_ratio_min=0.9,
+    )
+    np.testing.assert_array_equal(w[0], 0.0)
+    np.testing.assert_allclose(w[1, :2], np.exp(Y[1, :2]), rtol=1e-14)
+    assert m["is_oob_ratio"] == pytest.approx(1 / (2 + 1e-8), rel=1e-12)
+
+
+def test_nemo_sequence_level_overflow_gives_zero():
+    """Sequence-level ratios: a log-ratio sum of 800 overflows, and NeMo-RL's nan_to_num makes it 0."""
+    y = np.array([[400.0, 400.0], [0.1, 0.2]])
+    w, m = nemo_rl.clipped_pg_importance_weights(
+        y, np.zeros_like(y), np.ones_like(y), sequence_level_importance_ratios=True
+    )
+    np.testing.assert_allclose(w[:, 0], [0.0, math.exp(0.3)], rtol=1e-14)
+    assert m["sampling_importance_ratio"] == pytest.approx(math.exp(0.3) / (2 + 1e-8), rel=1e-12)
+
+
+def test_nemo_icepop_needs_a_minimum():
+    """An icepop without truncated_importance_sampling_ratio_min: ValueError naming it."""
+    with pytest.raises(ValueError, match="ratio_min"):
+        nemo_rl.clipped_pg_importance_weights(
+            OLD,
+            ROLLOUT,
+            MASK,
+            truncated_importance_sampling_type="icepop",
+            truncated_importance_sampling_ratio=5.0,
+        )
+
+
+# --------------------------------------------------------------------------------------
+# prime-rl
+# --------------------------------------------------------------------------------------
+def test_prime_rl_mismatch_kl_is_k3():
+    """mismatch_kl = e^y - y - 1 per token, 0 on padding."""
+    _, r, kl = prime_rl.compute_importance_ratio_and_mismatch_kl(OLD, ROLLOUT, MASK)
+    np.testing.assert_allclose(kl[MASK > 0], np.expm1(Y[MASK > 0]) - Y[MASK > 0], rtol=1e-9)
+    assert kl[1, 2] == 0.0
+    assert r[1, 2] == 0.0
+
+
+def test_prime_rl_dppo_masks_on_probability_differences():
+    """pi_t - pi_i = 0.30, 0.05, -0.25: positive advantage masks the first, non-positive the third."""
+    trainer = np.log(np.array([[0.5, 0.9, 0.3]]))
+    inference = np.log(np.array([[0.2, 0.85, 0.55]]))
+    mask = np.ones((1, 3))
+    keep, m = prime_rl.dppo_mask(trainer, inference, np.array([[1.0]]), mask)
+    np.testing.assert_array_equal(keep, [[0.0, 1.0, 1.0]])
+    assert m["is_masked_high"] == pytest.approx(1 / 3)
+    assert m["is_masked_low"] == 0.0
+    keep, m = prime_rl.dppo_mask(trainer, inference, np.array([[0.0]]), mask)  # zero advantage: the low side
+    np.testing.assert_array_equal(keep, [[1.0, 1.0, 0.0]])
+    assert m["is_masked"] == pytest.approx(1 / 3)
+    assert m["is_masked_low"] == 0.0  # neither sign: is_masked exceeds their sum
+    assert m["is_masked_high"] == 0.0
+    y = trainer[0, 2] - inference[0, 2]
+    assert m["masked_mismatch_kl"] == pytest.approx(math.exp(y) - y - 1, rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------
+# slime
+# --------------------------------------------------------------------------------------
+def test_slime_metrics_average_per_sample_first():
+    """The tis metric averages each sample's mean ratio over samples; tis_clipfrac counts clamped tokens."""
+    w, m = slime.tis_metrics(OLD, ROLLOUT, MASK)
+    r0, r1 = np.exp(Y[0]), np.exp(Y[1, :2])
+    assert m["tis"] == pytest.approx((r0.mean() + r1.mean()) / 2, rel=1e-12)
+    assert m["tis_clipfrac"] == pytest.approx((1 / 3 + 0) / 2, rel=1e-12)  # e^1.9 = 6.7 > 2
+    assert m["tis_abs"] == pytest.approx((np.abs(r0 - 1).mean() + np.abs(r1 - 1).mean()) / 2, rel=1e-12)
+    np.testing.assert_allclose(w[0], [math.exp(0.2), math.exp(-0.8), 2.0], rtol=1e-14)
+    w, _ = slime.tis_metrics(OLD, ROLLOUT, MASK, tis_clip=5.0, tis_clip_low=0.5, icepop=True)
+    np.testing.assert_allclose(w[0], [math.exp(0.2), 0.0, 0.0], rtol=1e-14)  # e^-0.8 = 0.45 < 0.5, 6.7 > 5
+
+
+def test_slime_ois_and_veto():
+    """The ois metric averages pi_theta / pi_old per sample; the veto drops a sequence with a ratio < 1e-4."""
+    new = OLD + 0.1
+    _, m = slime.tis_metrics(OLD, ROLLOUT, MASK, new)
+    assert m["ois"] == pytest.approx(math.exp(0.1), rel=1e-12)
+    rollout = ROLLOUT.copy()
+    rollout[1, 0] = OLD[1, 0] + 10.0  # ratio e^-10 < 1e-4
+    keep, m = slime.veto_mask(OLD, rollout, MASK)
+    np.testing.assert_array_equal(keep, [[1, 1, 1], [0, 0, 0]])
+    assert m["catastrophic_token_fraction"] == pytest.approx((0 + 1 / 2) / 2)
+    assert m["catastrophic_seq_fraction"] == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------------------
+# OpenRLHF
+# --------------------------------------------------------------------------------------
+def test_openrlhf_three_types_with_default_bounds():
+    """[0.5, 5]: tis clamps both sides; icepop zeroes e^-0.8 and e^1.9; seq-mask-tis keeps raw ratios."""
+    w, kl = openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK)
+    np.testing.assert_allclose(w[0], [math.exp(0.2), 0.5, 5.0], rtol=1e-14)
+    assert kl == pytest.approx(-Y[MASK > 0].mean(), rel=1e-12)
+    w, _ = openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK, vllm_is_correction_type="icepop")
+    np.testing.assert_allclose(w[0], [math.exp(0.2), 0.0, 0.0], rtol=1e-14)
+    w, _ = openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK, (0.9, 1.2), "seq-mask-tis")
+    np.testing.assert_array_equal(w[0], 0.0)  # G = e^0.433 = 1.54 > 1.2
+    np.testing.assert_allclose(w[1, :2], np.exp(Y[1, :2]), rtol=1e-14)  # untruncated
+    assert w[1, 2] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("call", "needle"),
+    [
+        (lambda: openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK, (5.0, 0.5)), r"\(5\.0, 0\.5\)"),
+        (lambda: openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK, vllm_is_correction_type="mis"), "'mis'"),
+        (lambda: slime.tis_metrics(OLD, ROLLOUT, MASK, tis_clip=-1.0), "-1.0"),
+        (lambda: prime_rl.dppo_mask(OLD, ROLLOUT, np.ones(2), MASK), r"\(2,\)"),
+        (lambda: nemo_rl.clipped_pg_importance_weights(OLD, ROLLOUT, MASK * 2), "2.0"),
+    ],
+)
+def test_bad_input_names_the_value(call, needle):
+    """Bad bounds, types, shapes or masks: ValueError naming the value."""
+    with pytest.raises(ValueError, match=needle):
+        call()

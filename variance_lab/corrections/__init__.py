@@ -1,0 +1,165 @@
+r"""Corrections practitioners apply to importance weights, and what they do as functions of T.
+
+Every correction is a transformation of a weight. Sequence-level corrections act on the
+sequence ratio :math:`P_T = \prod_{t \le T} r_t` (or GSPO's :math:`s = G_T = P_T^{1/T}`),
+token-level ones on each token's ratio :math:`r_t`. In a training framework :math:`r_t` is
+whichever ratio the correction is applied to: the rollout mismatch
+:math:`\pi_{old}/\mu_{rollout}` (TIS, IcePop, sequence masks, Geo-RS) or the update
+:math:`\pi_\theta/\pi_{old}` (PPO, CISPO, GSPO, GMPO). The spec strings:
+
+==================  ========  ===========================================================
+spec                level     weight :math:`w` (modified: what counts as truncated/masked)
+==================  ========  ===========================================================
+``seq-tis:C``       sequence  :math:`\min(P_T, C)`; modified when :math:`P_T > C`
+                              (sequence-level truncated IS: verl ``rollout_is=sequence``,
+                              TRL ``vllm_importance_sampling_mode=sequence_truncate``)
+``seq-mask:C``      sequence  :math:`P_T 1\{P_T \le C\}`; modified when :math:`P_T > C`
+                              (TRL's ``sequence_mask``, cap 3 by default)
+``seq-mask:LO:HI``  sequence  :math:`P_T 1\{LO \le P_T \le HI\}` (verl
+                              ``rollout_rs=seq_sum_k1`` with threshold ``"1/HI_1/LO"``: its
+                              k1 options bound :math:`-\log P_T`, so the bounds swap)
+``geo-rs:LO:HI``    sequence  :math:`P_T 1\{LO \le G_T \le HI\}`: the sequence is rejected when
+                              its geometric mean is outside :math:`[LO, HI]` (Geo-RS /
+                              Geo-Mask; verl ``rollout_rs=seq_mean_k1`` with threshold
+                              ``"1/HI_1/LO"``)
+``gspo[:E|:EL:EH]`` sequence  :math:`\operatorname{clip}(G_T, 1 - EL, 1 + EH)`, GSPO's clip of
+                              :math:`s`; default :math:`3\cdot10^{-4}, 4\cdot10^{-4}`
+``tis:C``           token     :math:`\min(r_t, C)` (token-level TIS: verl ``rollout_is=token``,
+                              NeMo-RL/OpenRLHF truncated importance sampling)
+``icepop[:B]``      token     :math:`r_t 1\{1/B \le r_t \le B\}`: tokens outside
+                              :math:`[1/B, B]` masked; ``icepop:LO:HI`` masks outside
+                              :math:`[LO, HI]`, and ``icepop`` alone uses Ring-1T's
+                              :math:`[0.5, 5]` (IcePop; OpenRLHF's default; verl
+                              ``rollout_is=token`` with threshold ``"LO_HI"``)
+``cispo:EPS``       token     :math:`\min(r_t, 1 + EPS)`, or ``cispo:EL:EH``:
+                              :math:`\operatorname{clip}(r_t, 1-EL, 1+EH)`; the weight is
+                              clipped and stop-gradiented, the token keeps its gradient
+                              (CISPO, MiniMax-M1)
+``ppo:EPS``         token     :math:`\operatorname{clip}(r_t, 1-EPS, 1+EPS)` (or
+                              ``ppo:EL:EH``): PPO's clipped ratio
+``gmpo[:EPS]``      token     :math:`\exp(\frac1T\sum_t \operatorname{clip}(\log r_t, -EPS, EPS))`:
+                              GMPO's sequence weight, log-ratios clipped at 0.4 by default
+==================  ========  ===========================================================
+
+PPO and CISPO have the same weight value; they differ in the gradient: PPO's clipped
+tokens lose their gradient (for the sign of advantage that makes the clip bind), CISPO's
+keep it. ``frac_modified`` counts tokens outside the clip range on both sides, an upper
+bound of the ``clipfrac`` PPO implementations log (which count only the binding side).
+
+Quantities, for each correction and T (:func:`theory`):
+
+- ``mean_w`` :math:`= E[w]`; ``bias`` :math:`= E[w] - E[b]`, with :math:`b` the
+  uncorrected weight the correction acts on (:math:`P_T`, :math:`G_T` for ``gspo`` and
+  ``gmpo``, :math:`r` for the token corrections); ``mean_base`` :math:`= E[b]`.
+- ``var_w`` :math:`= \operatorname{Var}(w)`; ``ess_frac`` :math:`= E[w]^2 / E[w^2]`
+  (Kong's effective sample size over the number of weights).
+- ``frac_modified``: the probability that a weight is truncated, clipped or masked (per
+  sequence for the sequence level, per token for the token level);
+  ``frac_seq_any``: the fraction of sequences with at least one modified token
+  (:math:`1 - (1 - p)^T` for i.i.d. tokens; equal to ``frac_modified`` at sequence level).
+  For the token level ``mean_w``, ``var_w`` and ``ess_frac`` are per token (GMPO: per
+  sequence, its weight is one per sequence).
+
+**Closed forms** (lognormal family). :math:`\log X \sim N(M, S^2)` for each base
+variable: :math:`\log P_T \sim N(Tm, Tv)`, :math:`\log G_T \sim N(m, v/T)`,
+:math:`\log r \sim N(m, v)`. Each weight is piecewise :math:`c_i X^{p_i}` on intervals
+:math:`(a_i, b_i]` of :math:`\log X` (:math:`p_i \in \{0, 1\}`), so the truncated-lognormal
+moments
+
+.. math::
+
+    E[X^k 1\{a < \log X \le b\}] = e^{kM + k^2 S^2/2}
+        \Bigl[\Phi\Bigl(\frac{b - M - kS^2}{S}\Bigr) - \Phi\Bigl(\frac{a - M - kS^2}{S}\Bigr)\Bigr]
+
+give :math:`E[w^j] = \sum_i c_i^j E[X^{p_i j} 1\{a_i < \log X \le b_i\}]`. For example
+:math:`E[\min(P_T, C)] = e^{M + S^2/2}\Phi((\ln C - M - S^2)/S) + C(1 - \Phi((\ln C - M)/S))`;
+the mask drops the second term. Everything is computed in log space: :math:`\log\Phi`
+(``scipy.special.log_ndtr``) for tails, Gauss-Legendre quadrature of :math:`\varphi` for
+intervals narrower than one standard deviation (where a difference of :math:`\Phi` values
+would cancel), and ``logsumexp`` over the pieces, so nothing overflows at
+:math:`T = 10^6`. GMPO: :math:`E[w^k] = (E[e^{(k/T) \operatorname{clip}(\log r, -\epsilon,
+\epsilon)}])^T`, the same pieces with a fractional power.
+
+**Random-scale and lognormal-mixture ratios** (:func:`theory`, no Monte Carlo): given a
+sequence's variance :math:`v` (random scale) or its component counts (mixture) the log-ratios
+are Gaussian, so the closed forms above hold conditionally; they are integrated over
+:math:`v \sim \mathrm{Gamma}(\alpha, \theta)` by adaptive quadrature or summed over the
+multinomial law of the counts (cut where less than :data:`MIXTURE_TAIL_MASS` is left). Each
+row's ``method`` says which.
+
+**Monte Carlo** (:func:`simulate_corrections`, every family) draws token log-ratios with the
+engine's kernels (:func:`variance_lab.simulate.kernels.draw_log_r`), one
+``np.random.Generator`` per chunk from ``SeedSequence(seed)``, and gives intervals and a
+verdict. **Data** (:func:`evaluate`) applies the same transformations to measured token
+log-ratios, with intervals of the modified fractions and, optionally, a fitted model's
+predictions beside them; :func:`bucket_bootstrap` gives the relative bias and ESS fraction per
+length bucket with bootstrap intervals.
+
+The package, one module per concept: :mod:`~variance_lab.corrections.specs` (the kinds and their
+spec strings), :mod:`~variance_lab.corrections.closed_forms` (closed forms, quadrature and exact
+sums: :func:`theory`, :func:`find_T`), :mod:`~variance_lab.corrections.weights` (the weights from
+log-ratios), :mod:`~variance_lab.corrections.monte_carlo` (:func:`simulate_corrections`) and
+:mod:`~variance_lab.corrections.data` (observed fractions on data: :func:`evaluate`,
+:func:`bucket_bootstrap`). Every public name is re-exported here.
+"""
+
+from variance_lab.corrections.closed_forms import (
+    COLUMNS,
+    MAX_COUNT_TERMS,
+    MIXTURE_TAIL_MASS,
+    TAIL_MASS,
+    WEIGHT_COLUMNS,
+    find_T,
+    log_phi_diff,
+    theory,
+)
+from variance_lab.corrections.data import (
+    BOOTSTRAP_COLUMNS,
+    DATA_COLUMNS,
+    N_BOOT,
+    PREDICTION_COLUMNS,
+    bucket_bootstrap,
+    evaluate,
+    fit_lognormal,
+)
+from variance_lab.corrections.monte_carlo import MC_COLUMNS, MIN_ESS, simulate_corrections
+from variance_lab.corrections.specs import (
+    GMPO_DEFAULT,
+    GSPO_DEFAULT,
+    ICEPOP_DEFAULT,
+    KINDS,
+    Correction,
+    parse,
+    parse_list,
+)
+from variance_lab.corrections.weights import apply_sequence, apply_tokens
+
+__all__ = [
+    "BOOTSTRAP_COLUMNS",
+    "COLUMNS",
+    "DATA_COLUMNS",
+    "GMPO_DEFAULT",
+    "GSPO_DEFAULT",
+    "ICEPOP_DEFAULT",
+    "KINDS",
+    "MAX_COUNT_TERMS",
+    "MC_COLUMNS",
+    "MIN_ESS",
+    "MIXTURE_TAIL_MASS",
+    "N_BOOT",
+    "PREDICTION_COLUMNS",
+    "TAIL_MASS",
+    "WEIGHT_COLUMNS",
+    "Correction",
+    "apply_sequence",
+    "apply_tokens",
+    "bucket_bootstrap",
+    "evaluate",
+    "find_T",
+    "fit_lognormal",
+    "log_phi_diff",
+    "parse",
+    "parse_list",
+    "simulate_corrections",
+    "theory",
+]

@@ -1,0 +1,320 @@
+r"""Corrections on measured token log-ratios: observed fractions, intervals and bootstraps.
+
+:func:`evaluate` applies the corrections per length bucket with intervals of the modified
+fractions (and a fitted model's predictions beside them), :func:`bucket_bootstrap` the relative
+bias and ESS fraction per bucket with bootstrap intervals, :func:`fit_lognormal` the lognormal
+family fitted to the log-ratios.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from variance_lab._validate import check_n, check_seed
+from variance_lab.corrections.closed_forms import WEIGHT_COLUMNS, theory
+from variance_lab.corrections.specs import parse_list
+from variance_lab.corrections.weights import apply_sequence, apply_tokens
+from variance_lab.families import LogNormal
+from variance_lab.stats import wilson_interval, z_value
+
+__all__ = [
+    "BOOTSTRAP_COLUMNS",
+    "DATA_COLUMNS",
+    "N_BOOT",
+    "PREDICTION_COLUMNS",
+    "bucket_bootstrap",
+    "evaluate",
+    "fit_lognormal",
+]
+
+#: Columns of :func:`evaluate` (corrections on measured token log-ratios).
+DATA_COLUMNS = (
+    "T",
+    "correction",
+    "level",
+    "n_seq",
+    "mean_w",
+    "mean_w_lo",
+    "mean_w_hi",
+    *WEIGHT_COLUMNS,
+    "frac_modified_lo",
+    "frac_modified_hi",
+)
+
+#: Columns :func:`evaluate` adds with ``predict=``: the model's modified fraction and whether it
+#: lies inside the observed interval.
+PREDICTION_COLUMNS = ("pred_frac_modified", "pred_inside")
+
+#: Bootstrap replicates of the token-level modified fraction's interval (:func:`evaluate`).
+N_BOOT = 2000
+
+
+def fit_lognormal(log_r) -> LogNormal:
+    r"""Fit the lognormal family to measured token log-ratios: their pooled mean and unbiased variance.
+
+    :math:`\log r \sim N(\bar y, s_y^2)`: :math:`\mu = e^{\bar y + s_y^2/2}`,
+    :math:`\sigma^2 = \mu^2(e^{s_y^2} - 1)`.
+    """
+    y = np.asarray(log_r, dtype=float).ravel()
+    if y.size < 2 or not np.all(np.isfinite(y)):
+        raise ValueError(f"fit_lognormal needs >= 2 finite log-ratios, got {y.size}")
+    m, v = float(y.mean()), float(y.var(ddof=1))
+    mu = math.exp(m + v / 2)
+    return LogNormal(mu, mu * mu * math.expm1(v))
+
+
+def _rollout_arrays(log_r, offsets) -> tuple[np.ndarray, np.ndarray]:
+    """``log_r`` as finite floats and ``offsets`` as rising int64 bounds, or ``ValueError``."""
+    log_r = np.asarray(log_r, dtype=float)
+    off = np.asarray(offsets, dtype=np.int64)
+    if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != log_r.size or np.any(np.diff(off) < 1):
+        raise ValueError("offsets must rise from 0 to len(log_r) in steps >= 1 (one sequence each)")
+    if not np.all(np.isfinite(log_r)):
+        raise ValueError("log_r holds non-finite values")
+    return log_r, off
+
+
+def evaluate(
+    log_r, offsets, corrections, *, buckets=None, ci: float = 0.95, predict=None, seed: int = 0
+) -> pd.DataFrame:
+    r"""Apply the corrections to measured token log-ratios, per length bucket.
+
+    Parameters
+    ----------
+    log_r : array_like of float
+        Token log-ratios of all sequences, concatenated (for example
+        ``old_logp - rollout_logp`` for the mismatch, ``logp - old_logp`` for the update).
+    offsets : array_like of int
+        Sequence boundaries: sequence ``i`` is ``log_r[offsets[i]:offsets[i+1]]`` (length >= 1).
+    corrections : str or list
+    buckets : list of (int, int), optional
+        Inclusive length ranges; default one bucket with every sequence.
+    ci : float
+    predict : Family, optional
+        A model with a :func:`theory` (for example :func:`fit_lognormal` of the same log-ratios):
+        adds :data:`PREDICTION_COLUMNS`, its ``frac_modified`` for the bucket (sequence level:
+        the mean over the bucket's sequences of the prediction at each one's length; token
+        level and GMPO: per token, which for these models does not depend on T) and whether it
+        lies inside ``[frac_modified_lo, frac_modified_hi]``.
+    seed : int
+        Root seed of the bootstrap (token-level intervals).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (bucket, correction), columns :data:`DATA_COLUMNS` plus ``T_min``,
+        ``T_max`` (the bucket's lengths; ``T`` is its median length). Sequence-level weights
+        are per sequence; token-level ones per token (interval from the per-sequence sums,
+        a ratio estimator); GMPO per sequence. ``frac_modified_lo``/``_hi``: a ``ci`` interval
+        of the modified fraction, Wilson's score interval for a sequence-level correction
+        (sequences are independent), a percentile bootstrap over sequences (:data:`N_BOOT`
+        replicates, tokens of one sequence kept together) for a token-level one and GMPO.
+    """
+    log_r, off = _rollout_arrays(log_r, offsets)
+    cs = parse_list(corrections)
+    z = z_value(ci)
+    seed = check_seed(seed)
+    lengths = np.diff(off)
+    if buckets is None:
+        buckets = [(int(lengths.min()), int(lengths.max()))]
+    log_p = np.add.reduceat(log_r, off[:-1])
+    pred = _predictions(predict, cs, lengths) if predict is not None else None
+    rows = []
+    for index, (lo, hi) in enumerate(buckets):
+        sel = (lengths >= lo) & (lengths <= hi)
+        if not sel.any():
+            continue
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
+        for c in cs:
+            row = _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci)
+            if pred is not None:
+                p = float(np.mean(pred[c.spec][sel])) if c.level == "sequence" else float(pred[c.spec])
+                row["pred_frac_modified"] = p
+                row["pred_inside"] = bool(row["frac_modified_lo"] <= p <= row["frac_modified_hi"])
+            rows.append({**row, "T_min": lo, "T_max": hi})
+    extra = list(PREDICTION_COLUMNS) if pred is not None else []
+    return pd.DataFrame(rows, columns=[*DATA_COLUMNS, "T_min", "T_max", *extra])
+
+
+#: Columns of :func:`bucket_bootstrap`.
+BOOTSTRAP_COLUMNS = (
+    "T",
+    "T_min",
+    "T_max",
+    "correction",
+    "n_seq",
+    "rel_bias",
+    "rel_bias_lo",
+    "rel_bias_hi",
+    "ess_frac",
+    "ess_frac_lo",
+    "ess_frac_hi",
+)
+
+
+def bucket_bootstrap(
+    log_r, offsets, corrections, buckets, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0
+) -> pd.DataFrame:
+    r"""Relative bias and ESS fraction of each correction per length bucket, with bootstrap intervals.
+
+    In a bucket, with :math:`w` the corrected and :math:`b` the uncorrected weights (per
+    sequence for sequence-level corrections and GMPO, per token for token-level ones, as in
+    :func:`evaluate`): ``rel_bias`` :math:`= \sum w / \sum b - 1` and ``ess_frac``
+    :math:`= (\sum w)^2 / (N \sum w^2)` over its :math:`N` weights. The ``ci`` intervals are
+    percentile bootstraps over sequences (``n_boot`` resamples of the bucket's sequences, the
+    tokens of one sequence kept together), from ``SeedSequence(seed, spawn_key=(bucket,))``.
+
+    Parameters
+    ----------
+    log_r, offsets, corrections
+        As for :func:`evaluate`.
+    buckets : list of (int, int)
+        Inclusive length ranges; empty buckets are left out.
+    n_boot : int
+    ci : float
+    seed : int
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`BOOTSTRAP_COLUMNS`; ``T`` is the bucket's median length.
+    """
+    log_r, off = _rollout_arrays(log_r, offsets)
+    cs = parse_list(corrections)
+    n_boot = check_n(n_boot, minimum=1)
+    seed = check_seed(seed)
+    z_value(ci)
+    lengths = np.diff(off)
+    log_p = np.add.reduceat(log_r, off[:-1])
+    sums = {}
+    for c in cs:  # per sequence: (sum w, sum w^2, sum b, number of weights)
+        if c.level == "sequence" or c.kind == "gmpo":
+            if c.level == "sequence":
+                w, _ = apply_sequence(c, log_p, lengths)
+            else:
+                zt, _ = apply_tokens(c, log_r)
+                w = np.exp(np.add.reduceat(zt, off[:-1]) / lengths)
+            b = np.exp(log_p / lengths) if c.base == "G" else np.exp(log_p)
+            sums[c.spec] = (w, w * w, b, np.ones_like(w))
+        else:
+            wt, _ = apply_tokens(c, log_r)
+            red = [np.add.reduceat(x, off[:-1]) for x in (wt, wt * wt, np.exp(log_r))]
+            sums[c.spec] = (*red, lengths.astype(float))
+    rows = []
+    q = [(1 - ci) / 2, (1 + ci) / 2]
+    for index, (lo, hi) in enumerate(buckets):
+        sel = np.flatnonzero((lengths >= lo) & (lengths <= hi))
+        if not sel.size:
+            continue
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
+        idx = sel[rng.integers(0, sel.size, size=(n_boot, sel.size))]
+        for c in cs:
+            w1, w2, b, k = sums[c.spec]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rb = w1[sel].sum() / b[sel].sum() - 1
+                ess = w1[sel].sum() ** 2 / (k[sel].sum() * w2[sel].sum())
+                rb_boot = w1[idx].sum(axis=1) / b[idx].sum(axis=1) - 1
+                ess_boot = w1[idx].sum(axis=1) ** 2 / (k[idx].sum(axis=1) * w2[idx].sum(axis=1))
+            rb_lo, rb_hi = np.nanquantile(rb_boot, q) if np.isfinite(rb_boot).any() else (math.nan,) * 2
+            e_lo, e_hi = np.nanquantile(ess_boot, q) if np.isfinite(ess_boot).any() else (math.nan,) * 2
+            rows.append(
+                {
+                    "T": float(np.median(lengths[sel])),
+                    "T_min": int(lo),
+                    "T_max": int(hi),
+                    "correction": c.spec,
+                    "n_seq": int(sel.size),
+                    "rel_bias": float(rb),
+                    "rel_bias_lo": float(rb_lo),
+                    "rel_bias_hi": float(rb_hi),
+                    "ess_frac": float(ess),
+                    "ess_frac_lo": float(e_lo),
+                    "ess_frac_hi": float(e_hi),
+                }
+            )
+    return pd.DataFrame(rows, columns=list(BOOTSTRAP_COLUMNS))
+
+
+def _predictions(family, cs, lengths) -> dict:
+    """Predicted frac_modified: per sequence (at its length) for sequence level, one number per token."""
+    out = {}
+    seq = [c for c in cs if c.level == "sequence"]
+    if seq:
+        grid = np.unique(lengths)
+        th = theory(family, grid, seq)
+        for c in seq:
+            f = th[th.correction == c.spec].set_index("T").frac_modified
+            out[c.spec] = f.reindex(lengths).to_numpy(float)
+    tok = [c for c in cs if c.level == "token"]
+    if tok:
+        th = theory(family, [1], tok)
+        out.update(dict(zip(th.correction, th.frac_modified.astype(float), strict=True)))
+    return out
+
+
+def _boot_ratio(num: np.ndarray, den: np.ndarray, rng, ci: float) -> tuple[float, float]:
+    """Percentile bootstrap interval of sum(num) / sum(den), resampling sequences."""
+    n = num.size
+    idx = rng.integers(0, n, size=(N_BOOT, n))
+    ratio = num[idx].sum(axis=1) / den[idx].sum(axis=1)
+    lo, hi = np.quantile(ratio, [(1 - ci) / 2, (1 + ci) / 2])
+    return float(lo), float(hi)
+
+
+def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci) -> dict:
+    L = lengths[sel]
+    seq_idx = np.flatnonzero(sel)
+    if c.level == "sequence" or c.kind == "gmpo":
+        if c.level == "sequence":
+            w, mod = apply_sequence(c, log_p[sel], L)
+            frac = float(mod.mean())
+            any_ = frac
+            frac_ci = tuple(float(e) for e in wilson_interval(float(mod.sum()), mod.size, ci))
+        else:
+            zt, modt = apply_tokens(c, log_r)
+            w = np.exp(np.add.reduceat(zt, off[:-1])[sel] / L)
+            nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
+            frac, any_ = float(nmod.sum() / L.sum()), float((nmod > 0).mean())
+            frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci)
+        base = np.exp(log_p[sel] / L) if c.base == "G" else np.exp(log_p[sel])
+        n = w.size
+        mean = float(w.mean())
+        var = float(w.var(ddof=1)) if n > 1 else math.nan
+        se = math.sqrt(var / n) if n > 1 else math.nan
+        ess = mean * mean / float(np.mean(w * w)) if np.any(w > 0) else math.nan
+        base_mean = float(base.mean())
+    else:
+        wt, modt = apply_tokens(c, log_r)
+        ws = np.add.reduceat(wt, off[:-1])[sel]
+        nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
+        ntok = L.sum()
+        mean = float(ws.sum() / ntok)
+        tok = np.concatenate([np.arange(off[i], off[i + 1]) for i in seq_idx])
+        var = float(wt[tok].var(ddof=1)) if tok.size > 1 else math.nan
+        resid = ws - mean * L  # ratio estimator: se of sum(w) / sum(L)
+        se = math.sqrt(float(np.sum(resid * resid))) / ntok if L.size > 1 else math.nan
+        ess = mean * mean / float(np.mean(wt[tok] ** 2)) if np.any(wt[tok] > 0) else math.nan
+        frac, any_ = float(nmod.sum() / ntok), float((nmod > 0).mean())
+        frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci)
+        base_mean = float(np.exp(log_r[tok]).mean())
+        n = L.size
+    return {
+        "T": float(np.median(L)),
+        "correction": c.spec,
+        "level": c.level,
+        "n_seq": int(n),
+        "mean_w": mean,
+        "mean_w_lo": mean - z * se,
+        "mean_w_hi": mean + z * se,
+        "bias": mean - base_mean,
+        "var_w": var,
+        "ess_frac": ess,
+        "frac_modified": frac,
+        "frac_seq_any": any_,
+        "mean_base": base_mean,
+        "frac_modified_lo": frac_ci[0],
+        "frac_modified_hi": frac_ci[1],
+    }

@@ -1,0 +1,188 @@
+"""The correction kinds and their spec strings: :class:`Correction`, :func:`parse`, :func:`parse_list`.
+
+A spec names a kind of :data:`KINDS` and its numeric parameters (``seq-tis:3``, ``icepop:5``,
+``gspo``); a :class:`Correction` gives its level, its base weight and its weight as pieces
+``(a, b, log c, p)`` on the log of the base weight, from which every other module of the
+package computes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["GMPO_DEFAULT", "GSPO_DEFAULT", "ICEPOP_DEFAULT", "KINDS", "Correction", "parse", "parse_list"]
+
+_INF = math.inf
+
+#: Correction kinds: name -> (level, base weight, number of parameters allowed).
+KINDS = {
+    "seq-tis": ("sequence", "P", (1,)),
+    "seq-mask": ("sequence", "P", (1, 2)),
+    "geo-rs": ("sequence", "P", (2,)),
+    "gspo": ("sequence", "G", (0, 1, 2)),
+    "tis": ("token", "r", (1,)),
+    "icepop": ("token", "r", (0, 1, 2)),
+    "cispo": ("token", "r", (1, 2)),
+    "ppo": ("token", "r", (1, 2)),
+    "gmpo": ("token", "G", (0, 1)),
+}
+
+#: GSPO's default clip range of s (Zheng et al. 2025) and GMPO's log-space clip.
+GSPO_DEFAULT = (3e-4, 4e-4)
+GMPO_DEFAULT = 0.4
+#: IcePop's default band of the token ratio, [0.5, 5] (Ring-1T; OpenRLHF's ``vllm_is_truncated_threshold``).
+ICEPOP_DEFAULT = (0.5, 5.0)
+
+
+# --------------------------------------------------------------------------------------
+# specs
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Correction:
+    """One correction: its kind (:data:`KINDS`) and numeric parameters.
+
+    Attributes
+    ----------
+    kind : str
+    params : tuple of float
+        As written in the spec (defaults filled in for ``gspo``, ``gmpo`` and ``icepop``).
+    spec : str
+        The spec string it was parsed from, as written.
+    """
+
+    kind: str
+    params: tuple[float, ...]
+    spec: str
+
+    @property
+    def level(self) -> str:
+        """``"sequence"`` or ``"token"``: where the correction acts."""
+        return KINDS[self.kind][0]
+
+    @property
+    def base(self) -> str:
+        """The uncorrected weight: ``"P"`` (P_T), ``"G"`` (G_T) or ``"r"`` (a token's ratio)."""
+        return KINDS[self.kind][1]
+
+    @property
+    def unit(self) -> str:
+        """What one weight belongs to: ``"sequence"`` (incl. GMPO) or ``"token"``."""
+        return "token" if self.base == "r" else "sequence"
+
+    def log_bounds(self, T: int = 1) -> tuple[float, float]:
+        """Return the interval of the base weight's log where ``w`` equals it unmodified."""
+        p, k = self.params, self.kind
+        if k in ("seq-tis", "tis"):
+            return -_INF, math.log(p[0])
+        if k == "seq-mask":
+            lo, hi = (0.0, p[0]) if len(p) == 1 else p
+            return (math.log(lo) if lo > 0 else -_INF), math.log(hi)
+        if k == "geo-rs":
+            return T * math.log(p[0]), T * math.log(p[1])
+        if k == "icepop":
+            return (-math.log(p[0]), math.log(p[0])) if len(p) == 1 else (math.log(p[0]), math.log(p[1]))
+        if k == "gmpo":
+            return -p[0], p[0]
+        # gspo, cispo, ppo: a clip of the base weight to [1 - el, 1 + eh]
+        el, eh = self._clip_eps()
+        return (math.log1p(-el) if el < 1 else -_INF), math.log1p(eh)
+
+    def _clip_eps(self) -> tuple[float, float]:
+        p = self.params
+        if self.kind == "cispo" and len(p) == 1:
+            return 1.0, p[0]  # upper clip only
+        if len(p) == 1:
+            return p[0], p[0]
+        return p[0], p[1]
+
+    def pieces(self, T: int = 1) -> list[tuple[float, float, float, float]]:
+        r"""Return the weight as pieces ``(a, b, log c, p)``: :math:`w = c X^p` for :math:`a < \log X \le b`.
+
+        ``X`` is the base weight (for ``gmpo``: one token's ratio, whose clipped log is
+        averaged). Where no piece covers :math:`\log X`, :math:`w = 0` (masked).
+        """
+        a, b = self.log_bounds(T)
+        if self.kind in ("seq-mask", "geo-rs", "icepop"):
+            return [(a, b, 0.0, 1.0)]
+        if self.kind in ("seq-tis", "tis"):
+            return [(a, b, 0.0, 1.0), (b, _INF, b, 0.0)]
+        out = [(a, b, 0.0, 1.0), (b, _INF, b, 0.0)]
+        if a > -_INF:
+            out.insert(0, (-_INF, a, a, 0.0))
+        return out
+
+
+def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[float, ...]:
+    """Validate a kind's parameters; ``ValueError`` naming the spec."""
+
+    def bad(why: str):
+        return ValueError(f"bad correction {spec!r}: {why}")
+
+    if not all(math.isfinite(v) for v in values):
+        raise bad("parameters must be finite numbers")
+    if kind == "gspo" and not values:
+        return GSPO_DEFAULT
+    if kind == "gmpo" and not values:
+        return (GMPO_DEFAULT,)
+    if kind == "icepop" and not values:
+        return ICEPOP_DEFAULT
+    if kind in ("seq-tis", "tis") and values[0] <= 0:
+        raise bad("the cap C must be > 0")
+    if kind == "seq-mask":
+        if len(values) == 1 and values[0] <= 0:
+            raise bad("the cap C must be > 0")
+        if len(values) == 2 and not 0 <= values[0] < values[1]:
+            raise bad("needs 0 <= LO < HI")
+    if kind == "geo-rs" and not 0 < values[0] < values[1]:
+        raise bad("needs 0 < LO < HI")
+    if kind == "icepop" and len(values) == 1 and values[0] <= 1:
+        raise bad("the band B must be > 1 (tokens outside [1/B, B] are masked)")
+    if kind == "icepop" and len(values) == 2 and not 0 < values[0] < values[1]:
+        raise bad("needs 0 < LO < HI (tokens outside [LO, HI] are masked)")
+    if kind in ("gspo", "cispo", "ppo", "gmpo") and min(values) <= 0:
+        raise bad("clip widths must be > 0")
+    if kind in ("gspo", "ppo") and values[0] >= 1:
+        raise bad("the lower clip width must be < 1 (the ratio is clipped below at 1 - EPS > 0)")
+    if kind == "cispo" and len(values) == 2 and values[0] >= 1:
+        raise bad("the lower clip width must be < 1")
+    return values
+
+
+def parse(spec: str) -> Correction:
+    """Parse one spec such as ``seq-tis:3``, ``seq-mask:0.5:2``, ``icepop:5`` or ``gspo``.
+
+    Raises
+    ------
+    ValueError
+        Naming the spec: unknown kind, wrong number of parameters, or a bad value.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"bad correction {spec!r}: expected KIND[:PARAM...], e.g. seq-tis:3")
+    text = spec.strip()
+    kind, *raw = text.split(":")
+    kind = kind.strip().lower()
+    if kind not in KINDS:
+        raise ValueError(f"unknown correction {spec!r}; kinds are {', '.join(KINDS)}")
+    allowed = KINDS[kind][2]
+    if len(raw) not in allowed:
+        counts = " or ".join(str(c) for c in allowed)
+        raise ValueError(f"bad correction {spec!r}: {kind} takes {counts} parameter(s), got {len(raw)}")
+    try:
+        values = tuple(float(v) for v in raw)
+    except ValueError:
+        raise ValueError(f"bad correction {spec!r}: parameters must be numbers") from None
+    return Correction(kind, _check_params(kind, text, values), text)
+
+
+def parse_list(text) -> list[Correction]:
+    """Parse a comma list of specs (or a list of specs / Corrections); duplicates rejected."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out = [c if isinstance(c, Correction) else parse(c) for c in items]
+    if not out:
+        raise ValueError("no correction given")
+    specs = [c.spec for c in out]
+    dup = sorted({s for s in specs if specs.count(s) > 1})
+    if dup:
+        raise ValueError(f"correction {dup[0]!r} given twice")
+    return out

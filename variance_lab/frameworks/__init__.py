@@ -1,0 +1,27 @@
+r"""Exact mirrors of the training frameworks' importance-ratio math, in NumPy.
+
+One module per framework, with the framework's own function and argument names, so that a run's
+logged metrics can be recomputed from its token log-probabilities and diffed:
+
+- :mod:`~variance_lab.frameworks.verl`: ``compute_rollout_correction_and_rejection_mask``
+  (``rollout_is``, ``rollout_rs``, every ``rollout_corr/...`` metric) and
+  ``compute_offpolicy_metrics``;
+- :mod:`~variance_lab.frameworks.trl`: ``get_off_policy_mask``, ``get_gamma_weights`` and the
+  vLLM importance-sampling correction with its ``sampling/...`` metrics;
+- :mod:`~variance_lab.frameworks.nemo_rl`: the actor importance weights (``tis``, ``icepop``,
+  ``seq-mask-tis``), ``token_mult_prob_error``, ``sampling_importance_ratio``, ``is_oob_ratio``;
+- :mod:`~variance_lab.frameworks.prime_rl`: ``mismatch_kl`` and the DPPO mask (``is_masked``,
+  ``is_masked_high``, ``is_masked_low``);
+- :mod:`~variance_lab.frameworks.slime`: ``tis``, ``ois``, ``tis_clipfrac`` and the MIS veto;
+- :mod:`~variance_lab.frameworks.openrlhf`: ``vllm_is_correction_type`` ``tis``, ``icepop``,
+  ``seq-mask-tis`` with bounds [0.5, 5].
+
+verl and TRL are checked against their released code (``tools/framework_fixtures.py`` writes
+fixtures in a scratch environment with ``verl==0.9.1`` and ``trl==1.16.0``; the default tests
+compare to :math:`10^{-9}` relative); the others against hand-computed cases from their source.
+Each module cites the file and the commit it mirrors.
+
+Inputs are padded ``(B, T)`` arrays with a 0/1 mask (:mod:`~variance_lab.frameworks.batch`);
+outputs are float64. Where a framework applies one of the toolkit's corrections, the mirror calls
+:mod:`variance_lab.corrections` (each module says which), so every formula lives in one place.
+"""

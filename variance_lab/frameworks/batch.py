@@ -1,0 +1,73 @@
+r"""Padded batches as the frameworks hold them: 2-D float64 arrays and a 0/1 mask, checked once.
+
+Every mirror in :mod:`variance_lab.frameworks` takes NumPy arrays of shape ``(B, T)`` (B
+sequences padded to T positions) and a 0/1 mask of the same shape, and returns float64. Values
+at padded positions are never read: they are set to 0 before any arithmetic, as the frameworks'
+``masked_sum`` does (``torch.where(mask, values, 0)``), so NaN or -inf padding is harmless.
+
+The frameworks compute in their tensors' dtype (float32 log-probabilities in most runs), the
+mirrors in float64: they agree with a framework run in float64 to :math:`10^{-9}` relative (the
+fixtures' check), with a float32 run to float32's precision (about :math:`10^{-7}` relative per
+operation), and a fraction can differ by one token where a ratio lies within rounding of a bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["as_mask", "as_values", "masked_mean", "masked_sum"]
+
+
+def as_mask(mask, name: str = "response_mask", shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """Return a 0/1 mask as float64, or ``ValueError`` naming the bad value.
+
+    Parameters
+    ----------
+    mask : array_like
+        0/1 (or bool) values, 2-D.
+    name : str
+        The argument's name, for the error message.
+    shape : tuple of int, optional
+        The shape it must have.
+    """
+    m = np.asarray(mask)
+    if m.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (batch, positions), got shape {m.shape}")
+    if shape is not None and m.shape != shape:
+        raise ValueError(f"{name} has shape {m.shape}, expected {shape}")
+    m = m.astype(np.float64)
+    bad = ~((m == 0.0) | (m == 1.0))
+    if bad.any():
+        raise ValueError(f"{name} must hold only 0 and 1, got {m[bad].flat[0]!r}")
+    return m
+
+
+def as_values(values, mask: np.ndarray, name: str, *, allow_nan: bool = False) -> np.ndarray:
+    """Return ``values`` as float64 of the mask's shape with padding set to 0; ``ValueError`` if bad.
+
+    Values inside the mask must be finite (or NaN, with ``allow_nan``: TRL's marker of a token
+    vLLM could not score); those outside it are ignored.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != mask.shape:
+        raise ValueError(f"{name} has shape {v.shape}, expected {mask.shape} (the mask's)")
+    inside = mask > 0
+    ok = np.isfinite(v[inside]) | (np.isnan(v[inside]) if allow_nan else False)
+    if not np.all(ok):
+        bad = v[inside][~ok][0]
+        raise ValueError(f"{name} holds a non-finite value inside the mask: {bad!r}")
+    return np.where(inside, v, 0.0)
+
+
+def masked_sum(values: np.ndarray, mask: np.ndarray, axis=None) -> np.ndarray:
+    r""":math:`\sum m v` over ``axis``, padding read as 0 (verl's ``masked_sum``)."""
+    return (np.where(mask > 0, values, 0.0) * mask).sum(axis=axis)
+
+
+def masked_mean(values: np.ndarray, mask: np.ndarray, axis=None, eps: float = 1e-8) -> np.ndarray:
+    r""":math:`\sum m v / (\sum m + \varepsilon)`: verl's ``masked_mean``, :math:`\varepsilon = 10^{-8}`.
+
+    The :math:`\varepsilon` changes a 4-token mean by a relative :math:`2.5\cdot10^{-9}`, so the
+    mirrors keep it to agree with the frameworks' logs to :math:`10^{-9}`.
+    """
+    return masked_sum(values, mask, axis) / (mask.sum(axis=axis) + eps)

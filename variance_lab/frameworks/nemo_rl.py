@@ -1,0 +1,133 @@
+r"""NeMo-RL's off-policy importance weights and mismatch metrics, in NumPy.
+
+A mirror of ``ClippedPGLossFn.__call__`` in ``nemo_rl/algorithms/loss/loss_functions.py``
+(NVIDIA-NeMo/RL at ``ced083a``, the last commit touching it in the snapshot ``7ea279a``,
+2026-08-22) and ``masked_mean`` of ``nemo_rl/algorithms/utils.py``, for one micro-batch (the
+global token and sequence counts are the batch's own). Checked by hand-computed cases from that
+source (``tests/test_frameworks_others.py``); NeMo-RL is not installed here.
+
+NeMo-RL's conventions, all kept:
+
+- the mismatch log-ratio is :math:`\Delta = \log\pi_{prev} - \log\pi_{gen}`; the mask is
+  ``token_mask * sample_mask``; ``masked_mean`` divides by the count plus :math:`10^{-8}`
+  (verl's too: :func:`variance_lab.frameworks.batch.masked_mean`);
+- ``token_mult_prob_error`` :math:`= \overline{e^{|\Delta|}}` over the tokens (at least 1; 1
+  when the engines agree);
+- weights :math:`e^{\Delta_t}` per token, or with ``sequence_level_importance_ratios``
+  :math:`e^{\sum_t m_t\Delta_t}` per sequence; non-finite weights become **0**
+  (``nan_to_num(posinf=0)``: a sequence whose log-ratio sum overflows gets weight 0, not a cap);
+- ``truncated_importance_sampling_type``: ``"tis"`` clamps to
+  :math:`[\text{ratio\_min} \text{ or } 0, \text{ratio}]` (the toolkit's ``tis:C`` without a
+  minimum, except that an overflowed weight stays 0); ``"icepop"`` zeroes weights outside
+  :math:`[\text{min}, \text{max}]` (``icepop:LO:HI``); ``"seq-mask-tis"`` zeroes whole
+  sequences whose **geometric mean** :math:`e^{\overline{\Delta}}` (mean over ``token_mask``)
+  is outside the bounds, and keeps the raw, **untruncated** token weights of the others
+  (``geo-rs:LO:HI``, reference bounds 0.999-1.002);
+- ``is_oob_ratio``: the fraction of tokens (``tis``, ``icepop``) or of sequences
+  (``seq-mask-tis``) outside the bounds; ``sampling_importance_ratio``: the mean weight after
+  truncation or masking, over tokens (over sequences with sequence-level ratios).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from variance_lab.corrections import apply_sequence, parse
+from variance_lab.frameworks.batch import as_mask, as_values, masked_mean
+
+__all__ = ["TRUNCATED_IMPORTANCE_SAMPLING_TYPES", "clipped_pg_importance_weights"]
+
+#: NeMo-RL's ``truncated_importance_sampling_type`` values.
+TRUNCATED_IMPORTANCE_SAMPLING_TYPES = ("tis", "icepop", "seq-mask-tis")
+
+
+def clipped_pg_importance_weights(
+    prev_logprobs,
+    generation_logprobs,
+    token_mask,
+    sample_mask=None,
+    *,
+    sequence_level_importance_ratios: bool = False,
+    truncated_importance_sampling_type: str | None = None,
+    truncated_importance_sampling_ratio: float | None = None,
+    truncated_importance_sampling_ratio_min: float | None = None,
+) -> tuple[np.ndarray, dict[str, float]]:
+    r"""Compute NeMo-RL's actor importance weights and its mismatch metrics.
+
+    The metrics: ``token_mult_prob_error``, ``sampling_importance_ratio`` and, with a truncation,
+    ``is_oob_ratio``.
+
+    Parameters
+    ----------
+    prev_logprobs, generation_logprobs : array_like, shape (B, T)
+        The trainer's and the generation engine's token log-probabilities (already aligned:
+        NeMo-RL's ``[:, 1:]`` slices done).
+    token_mask : array_like, shape (B, T)
+    sample_mask : array_like, shape (B,), optional
+        1 for a sequence that counts (default all).
+    sequence_level_importance_ratios : bool
+    truncated_importance_sampling_type : {None, "tis", "icepop", "seq-mask-tis"}
+    truncated_importance_sampling_ratio : float, optional
+        The upper bound; None: no truncation.
+    truncated_importance_sampling_ratio_min : float, optional
+        The lower bound (required for ``icepop`` and ``seq-mask-tis``; ``tis`` defaults to 0).
+
+    Returns
+    -------
+    (weights, metrics)
+        Weights of shape (B, T), or (B, 1) with sequence-level ratios.
+    """
+    tm = as_mask(token_mask, "token_mask")
+    sm = np.ones(tm.shape[0]) if sample_mask is None else np.asarray(sample_mask, dtype=np.float64)
+    if sm.shape != (tm.shape[0],) or not np.all((sm == 0) | (sm == 1)):
+        raise ValueError(f"sample_mask must be 0/1 of shape ({tm.shape[0]},), got shape {sm.shape}")
+    mask = tm * sm[:, None]
+    prev = as_values(prev_logprobs, tm, "prev_logprobs")
+    gen = as_values(generation_logprobs, tm, "generation_logprobs")
+    kind, hi, lo = (
+        truncated_importance_sampling_type,
+        truncated_importance_sampling_ratio,
+        truncated_importance_sampling_ratio_min,
+    )
+    if kind is not None and kind not in TRUNCATED_IMPORTANCE_SAMPLING_TYPES:
+        raise ValueError(
+            f"bad truncated_importance_sampling_type {kind!r}; types are tis, icepop, seq-mask-tis"
+        )
+    if hi is not None and not hi > 0:
+        raise ValueError(f"bad truncated_importance_sampling_ratio {hi!r}: must be > 0")
+    if hi is not None and kind in ("icepop", "seq-mask-tis") and lo is None:
+        raise ValueError(f"truncated_importance_sampling_ratio_min must be set for {kind!r}")
+    if lo is not None and hi is not None and not 0 <= lo <= hi:
+        raise ValueError(f"bad truncated_importance_sampling_ratio_min {lo!r}: needs 0 <= min <= ratio")
+    delta = prev - gen
+    metrics = {"token_mult_prob_error": float(masked_mean(np.exp(np.abs(delta) * mask), mask))}
+    with np.errstate(over="ignore"):
+        x = (delta * mask).sum(axis=-1, keepdims=True) if sequence_level_importance_ratios else delta
+        w = np.exp(x)
+    w = np.where(np.isfinite(w), w, 0.0)
+    if hi is not None and kind is not None:
+        if kind == "tis":
+            floor = 0.0 if lo is None else lo
+            metrics["is_oob_ratio"] = float(
+                masked_mean(np.broadcast_to((w > hi) | (w < floor), mask.shape), mask)
+            )
+            w = np.clip(w, floor, hi)  # an overflowed weight, set to 0 above, stays 0
+        elif kind == "icepop":
+            keep = (w >= lo) & (w <= hi)
+            metrics["is_oob_ratio"] = float(masked_mean(np.broadcast_to(~keep, mask.shape), mask))
+            w = np.where(keep, w, 0.0)
+        else:
+            mean_delta = (delta * tm).sum(axis=-1) / (tm.sum(axis=-1) + 1e-8)
+            if lo < hi:
+                _, out = apply_sequence(parse(f"geo-rs:{lo!r}:{hi!r}"), mean_delta, 1)
+            else:
+                g = np.exp(mean_delta)
+                out = ~((g >= lo) & (g <= hi))
+            kept = (~out).astype(float)
+            metrics["is_oob_ratio"] = float(masked_mean(1.0 - kept, sm))
+            w = w * kept[:, None]
+    if sequence_level_importance_ratios:
+        metrics["sampling_importance_ratio"] = float(masked_mean(w[:, 0], sm))
+    else:
+        metrics["sampling_importance_ratio"] = float(masked_mean(w, mask))
+    return w, metrics
