@@ -148,3 +148,14 @@ def test_check_links_finds_dead_files_and_anchors(tmp_path):
     )
     assert _check_links().main([str(tmp_path)]) == 1
     assert _check_links().main([str(tmp_path / "guide")]) == 0
+
+
+def test_guide_substitutions_are_measured_numbers():
+    """Every ``{{ KEY }}`` of the guide names a measurement of docs/measurements.json, and some are used."""
+    spec = importlib.util.spec_from_file_location("measurements", ROOT / "docs" / "measurements.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    known = set(module.texts())
+    used = {key for page in PAGES[1:] for key in re.findall(r"\{\{ *([a-z0-9_]+) *\}\}", page.read_text())}
+    assert {"make_table", "make_test", "analyze_arith", "float_rates_heavy"} <= used
+    assert used <= known, used - known
