@@ -51,9 +51,11 @@ $(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
 	touch $(VENV)/.installed $(VENV)/.installed-dev $@
 
 # The documentation site (docs/_build/html): API reference, guide, notebooks executed in quick mode,
-# figures gallery; warnings are errors
+# figures gallery, MathJax copied in (reads offline); warnings are errors, then every relative link
+# and #anchor of the built pages is checked
 docs: $(VENV)/.installed-docs
 	VARIANCE_LAB_QUICK=1 MPLBACKEND=Agg $(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
+	$(BIN)/python docs/check_links.py docs/_build/html
 
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/api/generated

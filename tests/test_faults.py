@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
 GOOD = {"logp": [-0.5, -1.0, -0.2], "old_logp": [-0.6, -0.9, -0.25]}
 
 
@@ -180,9 +179,9 @@ def test_large_T_table_prints_log_space_intervals(folder):
 
 
 def test_small_samples_say_too_few(folder):
-    """``analyze`` on the README's ten sequences says too few for the verdict and autocorrelation."""
-    readme = README.read_text()
-    block = readme[readme.index("```jsonl\n") + len("```jsonl\n") :]
+    """``analyze`` on the guide's ten sequences says too few for the verdict and autocorrelation."""
+    guide = (ROOT / "docs" / "guide" / "rollouts.md").read_text()
+    block = guide[guide.index("```jsonl\n") + len("```jsonl\n") :]
     (folder / "ten.jsonl").write_text(block[: block.index("```")])
     proc = cli("analyze", "ten.jsonl", cwd=folder)
     assert proc.returncode == 0, proc.stderr

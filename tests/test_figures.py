@@ -599,13 +599,12 @@ def test_from_sidecar_works_for_every_figure_in_help(quick, tmp_path, capsys):
 
 
 def test_the_readme_figures_example_runs(tmp_path):
-    """The README's figures example runs and writes a PDF."""
+    """The guide's figures example (docs/guide/figures.md) runs and writes a PDF."""
     import os
     import subprocess
     import sys
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme[readme.index("## Figures") : readme.index("## Documentation site")]
+    section = (Path(__file__).parent.parent / "docs" / "guide" / "figures.md").read_text()
     code = section[
         section.index("```python") + len("```python") : section.index("```", section.index("```python") + 9)
     ]
