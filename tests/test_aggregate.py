@@ -178,7 +178,7 @@ def test_two_point_long_steps_have_no_table():
     assert wide[0, 1] == 0.0
 
 
-@pytest.mark.parametrize("q", [0.3, 0.5])
+@pytest.mark.parametrize("q", [pytest.param(0.3, marks=pytest.mark.slow), 0.5])
 def test_two_point_inversion_draws_the_binomial_law(q):
     """Counts K drawn through the table (and, past the cap, binomial): mean, variance, chi-square.
 
