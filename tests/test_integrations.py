@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -185,3 +189,27 @@ def test_trl_tool_mask_and_missing_old_logps(tmp_path):
             record_trl_batch(rec, no_old, step=8)
     batch = load_batch(path)
     np.testing.assert_array_equal(batch.positions, [0, 2, 3, 0, 2, 3])
+
+
+@pytest.mark.parametrize("name", ["capture_verl", "capture_trl"])
+def test_guide_examples_run_and_print_what_the_page_says(name, tmp_path):
+    """docs/examples/capture_*.py run without the framework; the guide quotes what they print."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, str(root / "docs" / "examples" / f"{name}.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    counts, mean_line = proc.stdout.strip().splitlines()
+    page = (root / "docs" / "guide" / "reading_runs.md").read_text()
+    pattern = (
+        rf"`python docs/examples/{name}\.py /tmp` printed `([^`]+)` and a mean\s+"
+        r"mismatch log-ratio of ([+-]\d+\.\d+)"
+    )
+    quoted = re.search(pattern, page)
+    assert quoted is not None
+    assert counts == quoted.group(1)
+    assert float(mean_line.rsplit(" ", 1)[1]) == pytest.approx(float(quoted.group(2)), abs=1e-4)
