@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,6 @@ except ImportError:  # pragma: no cover - torch is in the dev extra
     HAS_TORCH = False
 
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="pip install torch")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # --------------------------------------------------------------------------------------
@@ -260,21 +257,42 @@ def test_slime_refuses_pickled_objects_and_names_bad_samples(tmp_path):
 
 
 @needs_torch
-def test_cli_analyze_reads_slime_and_refuses_pickles_in_one_line(tmp_path):
+def test_cli_analyze_reads_slime_and_refuses_pickles_in_one_line(tmp_path, capsys):
     """The CLI: analyze --preset slime on a pickled file: one line on stderr, status 2, nothing written."""
+    from variance_lab.cli import main
+
     f = tmp_path / "evil.pt"
     payload = _slime_payload()
     payload["status"] = Path("x")
     torch.save(payload, f)
     out = tmp_path / "table.csv"
-    proc = subprocess.run(
-        [sys.executable, "-m", "variance_lab.cli", "analyze", str(f), "--preset", "slime", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
-    assert "evil.pt: refused" in proc.stderr
+    assert main(["analyze", str(f), "--preset", "slime", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "evil.pt: refused" in err
     assert not out.exists()
+
+
+def test_cli_reads_prime_rl_with_the_mismatch_ratio(tmp_path, capsys):
+    """The CLI: analyze and corrections --data --ratio mismatch read a prime-rl export through --preset."""
+    from variance_lab.cli import main
+
+    rng = np.random.default_rng(2)
+    lines = []
+    for _ in range(12):
+        trainer = -rng.exponential(0.5, size=int(rng.integers(2, 9)))
+        inference = np.minimum(trainer + rng.normal(0.0, 0.05, trainer.size), 0.0)
+        lines.append(_prime_line([(2, trainer.tolist(), inference.tolist())]))
+    f = _write_jsonl(tmp_path / "rank_0.jsonl", lines)
+    batch = load_batch(f, preset="prime-rl")
+    out = tmp_path / "table.md"
+    assert main(["analyze", str(f), "--preset", "prime-rl", "--n-boot", "0", "--out", str(out)]) == 0
+    assert "Sequences: 12" in out.read_text()
+    capsys.readouterr()
+    argv = ["corrections", "--data", str(f), "--preset", "prime-rl", "--ratio", "mismatch", "--format", "csv"]
+    assert main(argv) == 0
+    header, *rows = capsys.readouterr().out.strip().splitlines()
+    cols = header.split(",")
+    row = dict(zip(cols, rows[0].split(","), strict=True))
+    assert int(row["n_seq"]) == len(batch) == 12
+    assert float(row["var_w"]) > 0  # the mismatch ratio varies; the update ratio (pi_old/pi_old) would not
