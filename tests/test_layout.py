@@ -36,6 +36,7 @@ FLOORS = {
     "corrections": 2,
     "frameworks": 2.5,  # above corrections (it maps the frameworks' names onto them), below rollouts
     "rollouts": 3,
+    "integrations": 4,  # capture helpers for TRL and verl (write the rollouts Parquet format)
     "experiment": 4,
     "sweep": 4,
     "paper": 4,

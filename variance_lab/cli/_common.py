@@ -464,7 +464,7 @@ def report_list(title: str, items: list[str], limit: int = 10) -> None:
 def load_rollouts(file: str, *, format: str | None = None, on_bad: str = "raise", preset: str | None = None):
     """Load the token batch of a rollout file; a missing or unreadable file is a one-line :class:`CLIError`.
 
-    ``preset`` names a framework's field names (:data:`variance_lab.rollouts.io.PRESETS`).
+    ``preset`` names a framework's dump format (:data:`variance_lab.rollouts.io.PRESET_NAMES`).
     """
     import zipfile
 

@@ -106,7 +106,7 @@ def add_command(sub) -> None:
     """Register ``analyze`` on the subparsers ``sub`` of ``variance-lab``."""
     from variance_lab.report.analysis_table import FORMATS as TABLE_FORMATS
     from variance_lab.rollouts.batch import ON_BAD
-    from variance_lab.rollouts.io import FORMATS, PRESETS
+    from variance_lab.rollouts.io import FORMATS, PRESET_NAMES
 
     p = sub.add_parser(
         "analyze",
@@ -127,9 +127,10 @@ def add_command(sub) -> None:
     p.add_argument(
         "--preset",
         default=None,
-        choices=sorted(PRESETS),
-        help="field names of a framework's dump (nemo-rl: its train_data_step*.jsonl, whose "
-        "generation_logprobs become rollout_logp); None: logp, old_logp, mask, id, rollout_logp",
+        choices=PRESET_NAMES,
+        help="read a framework's dump: nemo-rl (train_data_step*.jsonl), prime-rl "
+        "(token_exports/step_N/rank_R.jsonl), slime (the .pt of --save-debug-train-data); the "
+        "inference engine's log-probs become rollout_logp. None: logp, old_logp, mask, id, rollout_logp",
     )
     p.add_argument(
         "--on-bad",

@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
 def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
     from variance_lab.report.table import FORMATS
-    from variance_lab.rollouts.io import PRESETS
+    from variance_lab.rollouts.io import PRESET_NAMES
 
     p = sub.add_parser(
         "corrections",
@@ -240,8 +240,9 @@ def add_command(sub) -> None:
     p.add_argument(
         "--preset",
         default=None,
-        choices=sorted(PRESETS),
-        help="--data: field names of a framework's dump (nemo-rl: train_data_step*.jsonl)",
+        choices=PRESET_NAMES,
+        help="--data: a framework's dump (nemo-rl: train_data_step*.jsonl; prime-rl: "
+        "token_exports/step_N/rank_R.jsonl; slime: the .pt of --save-debug-train-data)",
     )
     p.add_argument("--format", default="markdown", choices=FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")

@@ -6,6 +6,7 @@ module             holds
 ``batch``          :class:`TokenBatch` and the validation of raw token log-probs
 ``weights``        sequence weights (P, GSPO's s, perplexities, GMPO), clip ranges, exact segment sums
 ``io``             JSONL, Parquet and NPZ loaders and savers
+``presets``        readers of frameworks' run files (prime-rl token exports, slime ``.pt``, NeMo-RL)
 ``statistics``     length buckets, bucket variances, the pooled fit, autocorrelation
 ``cgf``            the empirical cumulant generating function
 ``analysis``       observed per-bucket variances against i.i.d. and corrected predictions

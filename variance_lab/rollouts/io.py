@@ -65,8 +65,18 @@ from pathlib import Path
 import numpy as np
 
 from variance_lab.rollouts.batch import TokenBatch, build_batch, check_on_bad, segment_offsets
+from variance_lab.rollouts.presets import RUN_PRESETS, load_run
 
-__all__ = ["FIELDS", "FORMATS", "PRESETS", "detect_format", "load_batch", "save_batch", "write_records"]
+__all__ = [
+    "FIELDS",
+    "FORMATS",
+    "PRESETS",
+    "PRESET_NAMES",
+    "detect_format",
+    "load_batch",
+    "save_batch",
+    "write_records",
+]
 
 FORMATS = ("jsonl", "parquet", "npz")
 #: Canonical field names; ``fields=`` maps them to a file's own names.
@@ -88,6 +98,9 @@ PRESETS: dict[str, tuple[dict[str, str], bool]] = {
         True,
     ),
 }
+#: Every name ``preset=`` takes: the field mappings above, and the framework files that
+#: :mod:`variance_lab.rollouts.presets` reads (prime-rl's token exports, slime's ``.pt`` dumps).
+PRESET_NAMES = tuple(sorted({*PRESETS, *RUN_PRESETS}))
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
 
 
@@ -385,7 +398,10 @@ def load_batch(
         File names of the fields ``logp``, ``old_logp``, ``mask``, ``id``, ``rollout_logp``,
         where they differ (applied over ``preset``'s).
     preset : str, optional
-        A framework's dump format, :data:`PRESETS` (``"nemo-rl"``: its ``train_data_step*.jsonl``).
+        A framework's dump format, :data:`PRESET_NAMES`: ``"nemo-rl"`` (its
+        ``train_data_step*.jsonl``), ``"prime-rl"`` (``token_exports/step_N/rank_R.jsonl``),
+        ``"slime"`` (the ``.pt`` of ``--save-debug-train-data``); see
+        :mod:`variance_lab.rollouts.presets`. The last two take no ``fields`` or ``format``.
 
     Returns
     -------
@@ -401,11 +417,15 @@ def load_batch(
     """
     on_bad = check_on_bad(on_bad)
     path = Path(path)
+    if preset is not None and preset not in PRESETS and preset in RUN_PRESETS:
+        if fields or format is not None:
+            raise ValueError(f"preset {preset!r} reads its framework's own file: pass no fields= or format=")
+        return load_run(path, preset, on_bad)
     fmt = detect_format(path, format)
     unwrap = False
     if preset is not None:
         if preset not in PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+            raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESET_NAMES)}")
         base, unwrap = PRESETS[preset]
         fields = {**base, **(fields or {})}
         if unwrap and fmt != "jsonl":

@@ -1,0 +1,215 @@
+"""Capture helpers for TRL and verl, on fake batches of the frameworks' shapes (no framework imported)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from variance_lab.integrations.recorder import ParquetRecorder
+from variance_lab.integrations.trl import CaptureLogProbs, record_trl_batch
+from variance_lab.integrations.verl import record_verl_batch
+from variance_lab.rollouts.io import load_batch
+
+try:
+    import torch
+
+    HAS_TORCH = True
+except ImportError:  # pragma: no cover - torch is in the dev extra
+    HAS_TORCH = False
+
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="pip install torch")
+
+
+def _fake_logps(rng, b, t):
+    """Trainer (pi_old) and engine log-probs of shape (b, t), and a right-padded mask."""
+    old = -rng.exponential(0.5, size=(b, t))
+    roll = old + rng.normal(0, 0.05, size=(b, t))
+    roll = np.minimum(roll, 0.0)
+    lengths = rng.integers(1, t + 1, size=b)
+    mask = (np.arange(t) < lengths[:, None]).astype(np.int64)
+    return old, roll, mask, lengths
+
+
+def _read_parquet(path):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pydict()
+
+
+def test_verl_batch_round_trips_through_load_batch(tmp_path):
+    """Two verl steps: load_batch gives each sequence's counted tokens, in order, with the step column."""
+    rng = np.random.default_rng(3)
+    path = tmp_path / "verl.parquet"
+    batches = [_fake_logps(rng, 4, 6) for _ in range(2)]
+    with ParquetRecorder(path) as rec:
+        for step, (old, roll, mask, _) in enumerate(batches, start=1):
+            adv = rng.normal(size=old.shape)
+            record_verl_batch(
+                rec,
+                {"old_log_probs": old, "rollout_log_probs": roll, "response_mask": mask, "advantages": adv},
+                step=step,
+            )
+    batch = load_batch(path)
+    assert batch.ids.tolist() == list(range(8))
+    expected_lengths = np.concatenate([b[3] for b in batches])
+    np.testing.assert_array_equal(batch.lengths, expected_lengths)
+    old_all = np.concatenate([b[0] for b in batches])
+    roll_all = np.concatenate([b[1] for b in batches])
+    keep = np.arange(6) < expected_lengths[:, None]
+    np.testing.assert_array_equal(batch.logp, old_all[keep])
+    np.testing.assert_array_equal(batch.old_logp, old_all[keep])
+    np.testing.assert_array_equal(batch.rollout_logp, roll_all[keep])
+    table = _read_parquet(path)
+    assert table["step"] == [1] * 4 + [2] * 4
+    assert [len(a) for a in table["advantages"]] == expected_lengths.tolist()
+
+
+def test_verl_masked_holes_are_kept_as_holes(tmp_path):
+    """A hole in response_mask (tool output) stays a hole: positions skip it, values there never read."""
+    old = np.array([[-0.1, np.nan, -0.3, 0.0]])  # NaN under mask 0: never read
+    mask = np.array([[1, 0, 1, 0]])
+    path = tmp_path / "holes.parquet"
+    with ParquetRecorder(path) as rec:
+        record_verl_batch(rec, SimpleNamespace(batch={"old_log_probs": old, "response_mask": mask}), step=5)
+    batch = load_batch(path)
+    np.testing.assert_array_equal(batch.positions, [0, 2])
+    np.testing.assert_array_equal(batch.logp, [-0.1, -0.3])
+    assert batch.rollout_logp is None
+
+
+def test_verl_bad_batches_name_file_field_and_step_and_append_nothing(tmp_path):
+    """A missing key or a shape mismatch raises naming the file, field and step; the file keeps its rows."""
+    path = tmp_path / "v.parquet"
+    good = {"old_log_probs": np.full((2, 3), -0.2), "response_mask": np.ones((2, 3))}
+    with ParquetRecorder(path) as rec:
+        record_verl_batch(rec, good, step=1)
+        with pytest.raises(ValueError, match=r"v\.parquet: step 2: the verl batch has no 'response_mask'"):
+            record_verl_batch(rec, {"old_log_probs": np.zeros((2, 3))}, step=2)
+        with pytest.raises(ValueError, match=r"v\.parquet: step 3: rollout_logp has shape \(2, 4\)"):
+            record_verl_batch(rec, {**good, "rollout_log_probs": np.zeros((2, 4))}, step=3)
+        with pytest.raises(ValueError, match=r"step 4: mask of sequence 1 holds values other than 0 and 1"):
+            record_verl_batch(rec, {**good, "response_mask": np.array([[1, 1, 0], [1, 2, 0]])}, step=4)
+        assert rec.n_rows == 2
+    assert len(load_batch(path)) == 2
+    with pytest.raises(ValueError, match="closed"):
+        rec.append(old_logp=np.zeros((1, 1)), step=9)
+
+
+def test_recorded_nan_is_reported_by_the_loader(tmp_path):
+    """A NaN the trainer produced at a counted token is written as is; the loader names the sequence."""
+    path = tmp_path / "nan.parquet"
+    with ParquetRecorder(path) as rec:
+        rec.append(old_logp=np.array([[-0.1, -0.2], [-0.3, np.nan]]), step=0)
+    with pytest.raises(ValueError, match=r"id=1 .*logp\[1\] is NaN"):
+        load_batch(path)
+    assert load_batch(path, on_bad="drop").ids.tolist() == [0]
+
+
+class _FakeGRPOTrainer:
+    """What the mixin relies on in GRPOTrainer: _generate_and_score_completions, train, state, model."""
+
+    def __init__(self, batches, **kwargs):
+        self.batches = list(batches)
+        self.state = SimpleNamespace(global_step=0)
+        self.model = SimpleNamespace(training=True)
+
+    def _generate_and_score_completions(self, inputs):
+        return self.batches.pop(0)
+
+    def train(self):
+        while self.batches:
+            self._generate_and_score_completions(None)
+            self.state.global_step += 1
+        return "done"
+
+
+class _Trainer(CaptureLogProbs, _FakeGRPOTrainer):
+    pass
+
+
+def _trl_batch(rng, b=4, c=5, tool=False):
+    old, roll, mask, _ = _fake_logps(rng, b, c)
+    out = {
+        "prompt_ids": np.zeros((b, 3), dtype=np.int64),
+        "completion_ids": np.zeros((b, c), dtype=np.int64),
+        "completion_mask": mask,
+        "advantages": rng.normal(size=b),
+        "old_per_token_logps": old,
+        "sampling_per_token_logps": roll,
+        "num_items_in_batch": int(mask.sum()),
+    }
+    if tool:
+        out["tool_mask"] = np.ones((b, c), dtype=np.int64)
+        out["tool_mask"][:, 1] = 0
+    return out
+
+
+@needs_torch
+def test_trl_mixin_records_training_batches_from_torch_tensors(tmp_path):
+    """The mixin records training batches (bfloat16 tensors too), not evaluation ones, and closes the file."""
+    rng = np.random.default_rng(11)
+    raw = [_trl_batch(rng) for _ in range(3)]
+    tensors = [{k: (torch.tensor(v) if isinstance(v, np.ndarray) else v) for k, v in b.items()} for b in raw]
+    tensors[2]["old_per_token_logps"] = tensors[2]["old_per_token_logps"].to(torch.bfloat16)
+    path = tmp_path / "trl.parquet"
+    trainer = _Trainer(tensors, capture_path=path)
+    trainer.model.training = False
+    trainer._generate_and_score_completions(None)  # an evaluation batch: not recorded
+    trainer.model.training = True
+    assert trainer.train() == "done"
+    table = _read_parquet(path)
+    assert table["step"] == [0] * 4 + [1] * 4
+    batch = load_batch(path)
+    mask = np.concatenate([raw[1]["completion_mask"], raw[2]["completion_mask"]]) == 1
+    bf16 = tensors[2]["old_per_token_logps"].double().numpy()  # the bfloat16 values, exactly
+    np.testing.assert_array_equal(batch.logp, np.concatenate([raw[1]["old_per_token_logps"], bf16])[mask])
+    assert not np.array_equal(bf16, raw[2]["old_per_token_logps"])
+    # advantages are per sequence in TRL: repeated over the sequence's tokens
+    assert table["advantages"][0] == [raw[1]["advantages"][0]] * len(table["advantages"][0])
+
+
+def test_trl_tool_mask_and_missing_old_logps(tmp_path):
+    """tool_mask multiplies completion_mask as TRL's loss does; no old_per_token_logps is a clear error."""
+    rng = np.random.default_rng(5)
+    path = tmp_path / "t.parquet"
+    out = _trl_batch(rng, b=2, c=4, tool=True)
+    out["completion_mask"] = np.ones((2, 4), dtype=np.int64)
+    with ParquetRecorder(path) as rec:
+        record_trl_batch(rec, out, step=7)
+        no_old = {k: v for k, v in out.items() if k != "old_per_token_logps"}
+        with pytest.raises(
+            ValueError, match=r"t\.parquet: step 8: the TRL batch has no 'old_per_token_logps'"
+        ):
+            record_trl_batch(rec, no_old, step=8)
+    batch = load_batch(path)
+    np.testing.assert_array_equal(batch.positions, [0, 2, 3, 0, 2, 3])
+
+
+@pytest.mark.parametrize("name", ["capture_verl", "capture_trl"])
+def test_guide_examples_run_and_print_what_the_page_says(name, tmp_path):
+    """docs/examples/capture_*.py run without the framework; the guide quotes what they print."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, str(root / "docs" / "examples" / f"{name}.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    counts, mean_line = proc.stdout.strip().splitlines()
+    page = (root / "docs" / "guide" / "reading_runs.md").read_text()
+    pattern = (
+        rf"`python docs/examples/{name}\.py /tmp` printed `([^`]+)` and a mean\s+"
+        r"mismatch log-ratio of ([+-]\d+\.\d+)"
+    )
+    quoted = re.search(pattern, page)
+    assert quoted is not None
+    assert counts == quoted.group(1)
+    assert float(mean_line.rsplit(" ", 1)[1]) == pytest.approx(float(quoted.group(2)), abs=1e-4)

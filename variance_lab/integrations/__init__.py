@@ -1,0 +1,15 @@
+"""Capture helpers for trainers that write no per-token log-probs to disk: TRL and verl.
+
+=============  ========================================================================
+module         holds
+=============  ========================================================================
+``recorder``   :class:`~variance_lab.integrations.recorder.ParquetRecorder`: appends padded
+               ``(B, T)`` batches to a Parquet file that ``load_batch`` reads
+``trl``        a ``GRPOTrainer`` mixin and :func:`~variance_lab.integrations.trl.record_trl_batch`
+``verl``       :func:`~variance_lab.integrations.verl.record_verl_batch`, to call from the trainer loop
+=============  ========================================================================
+
+Neither module imports its framework: they read the batch's tensors through ``.detach()``,
+``.double()``, ``.cpu()``, ``.numpy()`` (or take NumPy arrays), so they are tested on fake
+batches of the framework's shapes. Needs ``pyarrow``.
+"""

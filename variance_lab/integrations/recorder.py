@@ -1,0 +1,189 @@
+r"""Append padded batches of token log-probs to a Parquet file that :func:`load_batch` reads.
+
+A :class:`ParquetRecorder` writes one Parquet row group per :meth:`ParquetRecorder.append`
+call, one row per sequence, in the columns of
+:func:`variance_lab.rollouts.io.load_batch`'s Parquet format: ``id`` (a running integer),
+``logp``, ``old_logp``, ``mask``, ``rollout_logp`` (lists of float64), plus ``step``
+(int64) and ``advantages`` (list of float64, one value per token), which the loader ignores.
+A row holds the tokens up to the sequence's last counted one (trailing padding is cut).
+
+The trainers record log-probabilities of the sampling step only: pi_old (the trainer's, before
+the update) and mu_rollout (the inference engine's). So ``logp`` and ``old_logp`` both hold
+pi_old's, and ``rollout_logp`` the engine's: the file measures the mismatch
+pi_old / mu_rollout that the frameworks' importance weights correct (the update ratio is 1).
+
+Values are written as the trainer had them: a NaN or infinite log-prob is kept, and the
+loader reports it (or drops the sequence with ``on_bad="drop"``). Shapes are checked before
+anything is written: a bad call raises ``ValueError`` naming the file, the field and the
+call (``step``) and appends nothing. The file is complete once :meth:`close` has run (use
+the recorder as a context manager); a file left open by a crash has no Parquet footer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["ParquetRecorder", "as_numpy"]
+
+
+def as_numpy(value, name: str) -> np.ndarray:
+    """Return a tensor (torch, without importing it) or array-like as a float64 NumPy array.
+
+    Parameters
+    ----------
+    value : torch.Tensor or array_like
+        A tensor is read through ``.detach().double().cpu().numpy()`` (bfloat16 included),
+        exactly: every float32, float16 and bfloat16 value is a float64 value.
+    name : str
+        The field, for the error message.
+
+    Returns
+    -------
+    ndarray of float64
+    """
+    if hasattr(value, "detach"):
+        value = value.detach().double().cpu().numpy()
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must hold numbers, got {type(value).__name__}") from None
+
+
+class ParquetRecorder:
+    """Append padded ``(B, T)`` batches of one training run to a Parquet file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file to write (replaced when the first batch is appended). One file per process.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, pathlib
+    >>> from variance_lab.integrations.recorder import ParquetRecorder
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.parquet"
+    >>> with ParquetRecorder(path) as rec:
+    ...     n_rows = rec.append(old_logp=np.full((2, 3), -0.5), mask=np.ones((2, 3)), step=1)
+    >>> from variance_lab.rollouts.io import load_batch
+    >>> load_batch(path).lengths.tolist()
+    [3, 3]
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.n_rows = 0
+        self._writer = None
+        self._schema = None
+        self._closed = False
+
+    def __enter__(self) -> ParquetRecorder:
+        """Return the recorder; leaving the ``with`` block closes it."""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Close the file (also after an error)."""
+        self.close()
+
+    def _checked(self, step, old_logp, mask, rollout_logp, advantages):
+        """Return the batch as float64 (B, T) arrays (advantages (B,) broadcast); raise naming the field."""
+        where = f"{self.path.name}: step {step}"
+        old = as_numpy(old_logp, "old_logp")
+        if old.ndim != 2:
+            raise ValueError(f"{where}: old_logp must be a (B, T) array, got shape {old.shape}")
+        out = {"old_logp": old}
+        for name, value in (("mask", mask), ("rollout_logp", rollout_logp), ("advantages", advantages)):
+            if value is None:
+                continue
+            arr = as_numpy(value, name)
+            if name == "advantages" and arr.shape == old.shape[:1]:
+                arr = np.broadcast_to(arr[:, None], old.shape)
+            if arr.shape != old.shape:
+                raise ValueError(f"{where}: {name} has shape {arr.shape}, old_logp has {old.shape}")
+            out[name] = arr
+        if "mask" in out:
+            m = out["mask"]
+            bad = np.flatnonzero(((m != 0) & (m != 1)).any(axis=1))
+            if bad.size:
+                raise ValueError(f"{where}: mask of sequence {int(bad[0])} holds values other than 0 and 1")
+        else:
+            out["mask"] = np.ones(old.shape)
+        return out
+
+    def append(self, *, old_logp, mask=None, rollout_logp=None, advantages=None, step: int = 0) -> int:
+        """Append one padded batch; return the number of rows now in the file.
+
+        Parameters
+        ----------
+        old_logp : array_like or tensor, shape (B, T)
+            The trainer's token log-probs pi_old (written as ``logp`` and ``old_logp``).
+        mask : array_like or tensor of {0, 1}, shape (B, T), optional
+            1 = response token that counts; default every token.
+        rollout_logp : array_like or tensor, shape (B, T), optional
+            The inference engine's token log-probs mu_rollout.
+        advantages : array_like or tensor, shape (B, T) or (B,), optional
+            Per token, or per sequence (repeated over its tokens).
+        step : int
+            The training step, written in the ``step`` column.
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        ValueError
+            A shape that is not (B, T) or disagrees with ``old_logp``'s, or a mask value other
+            than 0/1, or a closed recorder; nothing is appended.
+        """
+        if self._closed:
+            raise ValueError(f"{self.path.name}: the recorder is closed; open a new one for another file")
+        arrays = self._checked(int(step), old_logp, mask, rollout_logp, advantages)
+        table = self._table(arrays, int(step))
+        if self._writer is None:
+            import pyarrow.parquet as pq
+
+            self._schema = table.schema
+            self._writer = pq.ParquetWriter(self.path, self._schema)
+        elif table.schema != self._schema:
+            raise ValueError(
+                f"{self.path.name}: step {step}: the batch's fields {table.schema.names} differ from "
+                f"the file's {self._schema.names}"
+            )
+        self._writer.write_table(table)
+        self.n_rows += table.num_rows
+        return self.n_rows
+
+    def _table(self, arrays: dict, step: int):
+        """Build the Arrow table of one batch: rows cut after the last counted token."""
+        import pyarrow as pa
+
+        mask = arrays["mask"]
+        b, t = mask.shape
+        counted = mask == 1
+        last = np.where(counted.any(axis=1), t - np.argmax(counted[:, ::-1], axis=1), t)
+        keep = np.arange(t) < last[:, None]
+        offsets = np.concatenate([[0], np.cumsum(last)]).astype(np.int64)
+
+        def lists(x):
+            return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(x[keep], type=pa.float64()))
+
+        columns = {
+            "id": pa.array(np.arange(self.n_rows, self.n_rows + b, dtype=np.int64)),
+            "step": pa.array(np.full(b, step, dtype=np.int64)),
+            "logp": lists(arrays["old_logp"]),
+            "old_logp": lists(arrays["old_logp"]),
+            "mask": lists(mask),
+        }
+        for name in ("rollout_logp", "advantages"):
+            if name in arrays:
+                columns[name] = lists(arrays[name])
+        return pa.table(columns)
+
+    def close(self) -> None:
+        """Finish the file (write its footer); appending afterwards is an error."""
+        self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,517 @@
+r"""Read the runs of RL frameworks: prime-rl's token exports, slime's train dumps, NeMo-RL's JSONL.
+
+Each reader turns a framework's own file into a :class:`RunRecords`: one entry per sequence,
+with the full (unmasked) per-token arrays the file holds, the framework's token ids and
+advantages where it writes them, and the problems found while reading (a missing, null or
+non-numeric field, a length mismatch). :meth:`RunRecords.to_batch` makes the validated
+:class:`~variance_lab.rollouts.batch.TokenBatch` that the analysis reads;
+:func:`variance_lab.rollouts.io.load_batch` with ``preset=`` does both steps.
+
+Which log-probabilities go where. None of the three dumps holds the log-probabilities of the
+*updated* policy pi_theta: each is written while the trainer's weights are still those the
+batch is trained from, pi_old. So every preset reads the trainer's log-probs as ``logp`` and as
+``old_logp`` (the update ratio pi_theta / pi_old is 1) and the inference engine's as
+``rollout_logp``: the file measures the mismatch pi_old / mu_rollout, the ratio these
+frameworks correct with their importance weights.
+
+=============  ====================================  =========================================
+preset         file                                  fields read (the framework's names)
+=============  ====================================  =========================================
+``prime-rl``   ``<run>/token_exports/step_N/         ``trainer_logprobs`` (``logp``,
+               rank_R.jsonl``, written with          ``old_logp``), ``inference_logprobs``
+               ``trainer.enable_token_export=true``  (``rollout_logp``), ``loss_mask``
+                                                     (``mask``), ``position_ids``,
+                                                     ``token_ids``, ``advantages``
+``slime``      ``--save-debug-train-data`` (or       per sample of ``samples``: ``log_probs``,
+               ``--dump-details DIR``:               ``rollout_log_probs``, ``loss_masks``,
+               ``DIR/train_data/{rollout_id}.pt``)   ``response_lengths``, ``advantages``,
+                                                     ``tokens``, ``rollout_position``
+``nemo-rl``    ``train_data_step{N}.jsonl``          ``prev_logprobs``, ``generation_logprobs``,
+                                                     ``token_loss_mask``, ``idx``,
+                                                     ``advantages``, ``token_ids``
+=============  ====================================  =========================================
+
+Sources, read for the field names: prime-rl ``src/prime_rl/trainer/rl/token_export.py`` at
+commit 559b4477 (``SCHEMA_VERSION = 1``); slime ``slime/observability/train_data_utils.py``
+(``_build_dump_payload``, ``format_version`` 2) and ``slime/ray/rollout.py`` at commit
+624b824a; NeMo-RL ``nemo_rl/algorithms/grpo.py`` and ``nemo_rl/utils/logger.py``
+(``log_batched_dict_as_jsonl``) at commit 7ea279ab.
+
+**prime-rl**: one JSON object per line. prime-rl writes a non-finite float as ``null``; a
+``null`` log-prob at a token of the loss mask is bad data (its problem says so), elsewhere it
+is ignored like every value outside the mask. Packed lines are split where ``position_ids``
+restart (a position not above the one before it); a piece with no token in the loss mask
+(the padding of a packed micro-batch) is left out, as prime-rl's exporter leaves out such
+sequences. Sequence ids are ``"LINE:PIECE"`` (1-based line, 0-based piece).
+
+**slime**: the file is loaded with ``torch.load(weights_only=True)``: a file that needs
+arbitrary objects unpickled is refused, as the NPZ reader refuses pickles. Per-token fields
+cover the response only (``response_lengths`` tokens); a sample without ``loss_masks`` counts
+every response token. Sequence ids are ``rollout_position`` (the sample's place in the
+rollout), else ``sample_index``, else the index in ``samples``. Needs ``torch``.
+
+A problem found while reading names the file's field and the record; the error raised for it
+(or the :class:`~variance_lab.rollouts.batch.DroppedSequence` listed with ``on_bad="drop"``)
+names the file and the sequence id.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from variance_lab.rollouts.batch import TokenBatch, build_batch, check_on_bad
+
+__all__ = ["RUN_PRESETS", "RunRecords", "load_run", "read_run"]
+
+#: Presets whose files :func:`read_run` reads (``nemo-rl`` is also a field mapping of
+#: :data:`variance_lab.rollouts.io.PRESETS`).
+RUN_PRESETS = ("prime-rl", "slime", "nemo-rl")
+
+_PRIME_SCHEMA = 1
+_SLIME_FORMAT = 2
+
+
+@dataclass(frozen=True, eq=False)
+class RunRecords:
+    """The sequences of one framework file, unvalidated, with the extra per-token fields.
+
+    Attributes
+    ----------
+    path : Path
+        The file read.
+    preset : str
+    ids : list
+        One id per sequence.
+    logp, old_logp : list of ndarray
+        Per-token log-probs of each sequence (the trainer's), full length: prompt and
+        padding included where the file holds them; ``null`` read as NaN.
+    rollout_logp : list of ndarray, or None
+        The inference engine's log-probs; None when the file has none.
+    mask : list of ndarray
+        1 = the token counts (the framework's loss mask), 0 = ignored.
+    advantages, token_ids : list of ndarray or None
+        Per token, aligned with ``logp``, where the file has them (an entry is None where one
+        sequence lacks the field); None when no sequence has it.
+    problems : dict of int to str
+        Problems found while reading, by sequence index, naming the file's field; such a
+        sequence is bad data for :meth:`to_batch`.
+    """
+
+    path: Path
+    preset: str
+    ids: list
+    logp: list
+    old_logp: list
+    rollout_logp: list | None
+    mask: list
+    advantages: list | None = None
+    token_ids: list | None = None
+    problems: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        """Return the number of sequences read (good and bad)."""
+        return len(self.ids)
+
+    def to_batch(self, on_bad: str = "raise") -> TokenBatch:
+        """Return the validated :class:`TokenBatch` of these sequences (counted tokens only).
+
+        Parameters
+        ----------
+        on_bad : {"raise", "drop"}
+            As in :func:`variance_lab.rollouts.io.load_batch`.
+
+        Returns
+        -------
+        TokenBatch
+
+        Raises
+        ------
+        ValueError
+            A bad sequence (``on_bad="raise"``), or no valid sequence; the message starts with
+            the file's name.
+        """
+        on_bad = check_on_bad(on_bad)
+        if not self.ids:
+            raise ValueError(f"{self.path.name}: no sequence with a token in the loss mask")
+        bad = np.zeros(len(self.ids), dtype=bool)
+        bad[list(self.problems)] = True
+
+        def flat(arrays):
+            return np.concatenate([np.zeros(0) if b else a for a, b in zip(arrays, bad, strict=True)])
+
+        lengths = np.array([0 if b else a.size for a, b in zip(self.logp, bad, strict=True)], dtype=np.int64)
+        ids = np.array([str(i) for i in self.ids]) if any(isinstance(i, str) for i in self.ids) else None
+        try:
+            return build_batch(
+                flat(self.logp),
+                flat(self.old_logp),
+                lengths,
+                mask=flat(self.mask),
+                ids=np.array(self.ids, dtype=np.int64) if ids is None else ids,
+                on_bad=on_bad,
+                known=self.problems,
+                rollout_logp=None if self.rollout_logp is None else flat(self.rollout_logp),
+            )
+        except ValueError as exc:
+            raise ValueError(f"{self.path.name}: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------
+# checks shared by the readers: they name the file's fields
+# --------------------------------------------------------------------------------------
+def _floats(value, name: str) -> tuple[np.ndarray | None, str | None]:
+    """(1-D float64 array, None) or (None, problem); ``null`` entries become NaN."""
+    if value is None:
+        return None, f"field {name!r} is null"
+    if hasattr(value, "detach"):  # a torch tensor (slime): no torch import needed here
+        value = value.detach().cpu().double().numpy()
+    elif isinstance(value, list):
+        value = [math.nan if v is None else v for v in value]
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None, f"field {name!r} is not a list of numbers"
+    if arr.ndim != 1:
+        return None, f"field {name!r} must be a flat list, got shape {arr.shape}"
+    return arr, None
+
+
+def _value_problem(x: np.ndarray, mask: np.ndarray, name: str) -> str | None:
+    """Describe the first counted token of ``x`` that is not a finite log-prob <= 0 (file field names)."""
+    with np.errstate(invalid="ignore"):
+        bad = (mask == 1) & ~((x <= 0.0) & (x > -np.inf))
+    if not bad.any():
+        return None
+    p = int(np.flatnonzero(bad)[0])
+    v = float(x[p])
+    if math.isnan(v):
+        return f"field {name!r}[{p}] is null or NaN (a non-finite value in the run)"
+    if math.isinf(v):
+        return f"field {name!r}[{p}] is {v!r}"
+    return f"field {name!r}[{p}] = {v!r} is > 0 (a log-probability must be <= 0)"
+
+
+def _sequence_problem(arrays: Mapping[str, np.ndarray], mask: np.ndarray, logprob_fields) -> str | None:
+    """Length mismatch, mask values other than 0/1, then bad log-prob values, by file field name."""
+    sizes = {name: a.size for name, a in arrays.items()}
+    if len(set(sizes.values())) > 1:
+        return "length mismatch: " + ", ".join(f"{k!r} has {v}" for k, v in sizes.items())
+    if np.any((mask != 0) & (mask != 1)):
+        return "the mask holds values other than 0 and 1"
+    for name in logprob_fields:
+        problem = _value_problem(arrays[name], mask, name)
+        if problem:
+            return problem
+    return None
+
+
+class _Collector:
+    """Accumulates the sequences of one file; a sequence with a problem enters with empty arrays."""
+
+    def __init__(self, path: Path, preset: str):
+        self.path, self.preset = path, preset
+        self.ids: list = []
+        self.cols: dict[str, list] = {
+            k: [] for k in ("logp", "rollout_logp", "mask", "advantages", "token_ids")
+        }
+        self.problems: dict[int, str] = {}
+
+    def add(self, rid, problem: str | None = None, **arrays) -> None:
+        i = len(self.ids)
+        self.ids.append(rid)
+        if problem:
+            self.problems[i] = problem
+            arrays = {"logp": np.zeros(0), "mask": np.zeros(0)}
+        for k, col in self.cols.items():
+            col.append(arrays.get(k))
+
+    def records(self) -> RunRecords:
+        c = self.cols
+        good = [i for i in range(len(self.ids)) if i not in self.problems]
+        has_roll = [c["rollout_logp"][i] is not None for i in good]
+        if any(has_roll) and not all(has_roll):
+            first = good[has_roll.index(False)]
+            self.problems[first] = "no inference-engine log-probs (other sequences have them)"
+        roll = None
+        if any(has_roll):
+            roll = [np.zeros(0) if r is None else r for r in c["rollout_logp"]]
+        extra = {k: (c[k] if any(v is not None for v in c[k]) else None) for k in ("advantages", "token_ids")}
+        return RunRecords(
+            path=self.path,
+            preset=self.preset,
+            ids=self.ids,
+            logp=c["logp"],
+            old_logp=c["logp"],
+            rollout_logp=roll,
+            mask=c["mask"],
+            problems=self.problems,
+            **extra,
+        )
+
+
+def _json_lines(path: Path):
+    """(line number, parsed object) of each non-blank line; invalid JSON is a ValueError naming the line."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path.name}: line {lineno}: invalid JSON ({exc.msg})") from None
+
+
+def _field(rec: Mapping, name: str, required: bool = True) -> tuple[np.ndarray | None, str | None]:
+    if name not in rec:
+        return None, (f"missing field {name!r}" if required else None)
+    if rec[name] is None and not required:
+        return None, None
+    return _floats(rec[name], name)
+
+
+# --------------------------------------------------------------------------------------
+# prime-rl
+# --------------------------------------------------------------------------------------
+_PRIME_FLOATS = ("trainer_logprobs", "inference_logprobs", "advantages")
+
+
+def _prime_pieces(position_ids: np.ndarray) -> np.ndarray:
+    """Start offsets of the packed samples: where a position is not above the one before it."""
+    restarts = np.flatnonzero(position_ids[1:] <= position_ids[:-1]) + 1
+    return np.concatenate([[0], restarts, [position_ids.size]])
+
+
+def _prime_line(rec, lineno: int, out: _Collector) -> None:
+    """Add the sequences (pieces) of one token-export line to ``out``."""
+    rid = f"{lineno}:0"
+    if not isinstance(rec, Mapping):
+        return out.add(rid, f"line {lineno}: not a JSON object")
+    version = rec.get("schema_version")
+    if version != _PRIME_SCHEMA:
+        raise ValueError(
+            f"{out.path.name}: line {lineno}: schema_version {version!r}; "
+            f"this reader knows version {_PRIME_SCHEMA}"
+        )
+    arrays = {}
+    for name in ("position_ids", "loss_mask", *_PRIME_FLOATS, "token_ids"):
+        arrays[name], problem = _field(rec, name, required=name not in ("advantages", "token_ids"))
+        if problem:
+            return out.add(rid, f"line {lineno}: {problem}")
+    present = {k: v for k, v in arrays.items() if v is not None}
+    sizes = {k: v.size for k, v in present.items()}
+    if len(set(sizes.values())) > 1:
+        return out.add(
+            rid, f"line {lineno}: length mismatch: " + ", ".join(f"{k!r} has {v}" for k, v in sizes.items())
+        )
+    starts = _prime_pieces(present["position_ids"])
+    for k, (a, b) in enumerate(itertools.pairwise(starts)):
+        piece = {name: v[a:b] for name, v in present.items()}
+        mask = piece["loss_mask"]
+        if not np.any(mask != 0):
+            continue  # padding of a packed micro-batch: prime-rl exports no such sequence
+        problem = _sequence_problem(
+            {n: piece[n] for n in ("trainer_logprobs", "inference_logprobs", "loss_mask")},
+            mask,
+            ("inference_logprobs", "trainer_logprobs"),
+        )
+        out.add(
+            f"{lineno}:{k}",
+            f"line {lineno}, piece {k}: {problem}" if problem else None,
+            logp=piece["trainer_logprobs"],
+            rollout_logp=piece["inference_logprobs"],
+            mask=mask,
+            advantages=piece.get("advantages"),
+            token_ids=piece["token_ids"].astype(np.int64) if "token_ids" in piece else None,
+        )
+    return None
+
+
+def _read_prime_rl(path: Path) -> RunRecords:
+    out = _Collector(path, "prime-rl")
+    for lineno, rec in _json_lines(path):
+        _prime_line(rec, lineno, out)
+    return out.records()
+
+
+# --------------------------------------------------------------------------------------
+# NeMo-RL
+# --------------------------------------------------------------------------------------
+def _unwrapped(rec: Mapping, name: str, required: bool = True):
+    """Return a NeMo-RL per-token field (a list holding one list: a batch of one) as (array, problem)."""
+    if rec.get(name) is None:
+        return None, (
+            None
+            if not required
+            else (f"missing field {name!r}" if name not in rec else f"field {name!r} is null")
+        )
+    value = rec[name]
+    if not isinstance(value, list) or len(value) != 1 or not isinstance(value[0], list):
+        return None, f"field {name!r} must be a list holding one list (a batch of one)"
+    return _floats(value[0], name)
+
+
+def _nemo_line(rec, lineno: int, out: _Collector) -> None:
+    if not isinstance(rec, Mapping):
+        return out.add(lineno - 1, f"line {lineno}: not a JSON object")
+    rid = rec.get("idx", len(out.ids))
+    arrays = {}
+    for name in ("prev_logprobs", "generation_logprobs", "token_loss_mask", "advantages", "token_ids"):
+        arrays[name], problem = _unwrapped(rec, name, required=name != "token_ids" and name != "advantages")
+        if problem:
+            return out.add(rid, f"line {lineno}: {problem}")
+    mask = arrays["token_loss_mask"]
+    problem = _sequence_problem(
+        {n: arrays[n] for n in ("prev_logprobs", "generation_logprobs", "token_loss_mask")},
+        mask,
+        ("generation_logprobs", "prev_logprobs"),
+    )
+    out.add(
+        rid,
+        f"line {lineno}: {problem}" if problem else None,
+        logp=arrays["prev_logprobs"],
+        rollout_logp=arrays["generation_logprobs"],
+        mask=mask,
+        advantages=arrays["advantages"],
+        token_ids=None if arrays["token_ids"] is None else arrays["token_ids"].astype(np.int64),
+    )
+    return None
+
+
+def _read_nemo_rl(path: Path) -> RunRecords:
+    out = _Collector(path, "nemo-rl")
+    for lineno, rec in _json_lines(path):
+        _nemo_line(rec, lineno, out)
+    return out.records()
+
+
+# --------------------------------------------------------------------------------------
+# slime
+# --------------------------------------------------------------------------------------
+def _torch_load(path: Path):
+    """``torch.load(path, weights_only=True)``; a pickled object or a non-torch file is a ValueError."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is in the dev extra
+        raise ImportError("reading slime's .pt dumps needs torch: pip install torch") from exc
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"{path.name}: refused: loading it needs arbitrary objects unpickled, which this reader "
+            f"never does (torch.load(weights_only=True) says: {first})"
+        ) from None
+    except (RuntimeError, EOFError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path.name}: not a file torch.save wrote ({first})") from None
+
+
+def _slime_sample(sample, index: int, out: _Collector) -> None:
+    if not isinstance(sample, Mapping):
+        return out.add(index, f"samples[{index}] is not a dict")
+    rid = next((sample[k] for k in ("rollout_position", "sample_index") if sample.get(k) is not None), index)
+    rid = int(rid) if isinstance(rid, int | np.integer) or hasattr(rid, "item") else index
+    where = f"samples[{index}]"
+    n = sample.get("response_lengths")
+    if n is None or isinstance(n, bool):
+        return out.add(rid, f"{where}: missing field 'response_lengths'")
+    n = int(n)
+    arrays = {}
+    for name in ("log_probs", "rollout_log_probs", "loss_masks", "advantages"):
+        arrays[name], problem = _field(sample, name, required=name == "log_probs")
+        if problem:
+            return out.add(rid, f"{where}: {problem}")
+    mask = arrays["loss_masks"] if arrays["loss_masks"] is not None else np.ones(n)
+    checked = {"log_probs": arrays["log_probs"], "loss_masks": mask}
+    if arrays["rollout_log_probs"] is not None:
+        checked["rollout_log_probs"] = arrays["rollout_log_probs"]
+    sizes = {k: v.size for k, v in checked.items()}
+    if any(s != n for s in sizes.values()):
+        return out.add(
+            rid,
+            f"{where}: length mismatch: response_lengths is {n}, "
+            + ", ".join(f"{k!r} has {v}" for k, v in sizes.items()),
+        )
+    problem = _sequence_problem(
+        checked, mask, [f for f in ("rollout_log_probs", "log_probs") if f in checked]
+    )
+    tokens, _ = _field(sample, "tokens", required=False)
+    out.add(
+        rid,
+        f"{where}: {problem}" if problem else None,
+        logp=arrays["log_probs"],
+        rollout_logp=arrays["rollout_log_probs"],
+        mask=mask,
+        advantages=arrays["advantages"],
+        token_ids=None if tokens is None or tokens.size < n else tokens[tokens.size - n :].astype(np.int64),
+    )
+    return None
+
+
+def _read_slime(path: Path) -> RunRecords:
+    payload = _torch_load(path)
+    if not isinstance(payload, Mapping) or not isinstance(payload.get("samples"), list | tuple):
+        raise ValueError(
+            f"{path.name}: not a slime train-data dump (a dict with a 'samples' list, "
+            f"format_version {_SLIME_FORMAT}, as --save-debug-train-data writes it)"
+        )
+    version = payload.get("format_version")
+    if version != _SLIME_FORMAT:
+        raise ValueError(
+            f"{path.name}: format_version {version!r}; this reader knows version {_SLIME_FORMAT}"
+        )
+    out = _Collector(path, "slime")
+    for index, sample in enumerate(payload["samples"]):
+        _slime_sample(sample, index, out)
+    return out.records()
+
+
+_RUN_READERS = {"prime-rl": _read_prime_rl, "slime": _read_slime, "nemo-rl": _read_nemo_rl}
+
+
+def read_run(path, preset: str) -> RunRecords:
+    """Read a framework's file into :class:`RunRecords` (all sequences, with advantages and token ids).
+
+    Parameters
+    ----------
+    path : str or Path
+    preset : {"prime-rl", "slime", "nemo-rl"}
+
+    Returns
+    -------
+    RunRecords
+
+    Raises
+    ------
+    ValueError
+        Unknown preset, a malformed file (invalid JSON, an unknown schema or format version,
+        a ``.pt`` that needs arbitrary objects unpickled); the message names the file.
+    """
+    if preset not in _RUN_READERS:
+        raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(RUN_PRESETS)}")
+    return _RUN_READERS[preset](Path(path))
+
+
+def load_run(path, preset: str, on_bad: str = "raise") -> TokenBatch:
+    """:func:`read_run`, then :meth:`RunRecords.to_batch`: the batch of a framework's file.
+
+    Parameters
+    ----------
+    path : str or Path
+    preset : {"prime-rl", "slime", "nemo-rl"}
+    on_bad : {"raise", "drop"}
+
+    Returns
+    -------
+    TokenBatch
+    """
+    on_bad = check_on_bad(on_bad)
+    return read_run(path, preset).to_batch(on_bad)
