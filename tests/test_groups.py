@@ -304,7 +304,8 @@ def test_clustered_clip_interval_covers(truth):
 def test_clustered_clip_interval_covers_through_bucket_variances(truth):
     """400 data sets of tokens through bucket_variances: 95 % coverage within a 1 % binomial test.
 
-    Measured (seed 5): clustered 0.951, Wilson on the same buckets 0.81 (docs/guide/groups.md).
+    Measured (seed 5): clustered 0.944, Wilson on the same buckets 0.792, over 2,000 bucket intervals
+    (docs/guide/groups.md).
     """
     hits = wil = total = 0
     for i, ss in enumerate(np.random.SeedSequence(5).spawn(400)):

@@ -155,7 +155,7 @@ def _verdict_line(summary: dict, vote: str, params: str = "") -> str:
             f"in sample, for comparison: {in_sample} (best {summary.get('best_model_in_sample')})"
         )
     else:
-        how = f"in sample (no held-out judgment): buckets fitted: {counts}"
+        how = f"judged in sample, no held-out folds: buckets fitted: {counts}"
     return (
         f"Verdict: {best}, the model whose Var(G_T) and GSPO clip fraction fall inside the most buckets' "
         f"intervals ({how}){params}. Beside it, {vote}."
