@@ -412,3 +412,43 @@ def test_corrections_fractions_cluster_by_prompt():
     # width ratio is about 2 with relative SE 1.6 %: 4 SE
     assert ratio == pytest.approx(2.0, rel=4 * 0.016)
     assert grouped.frac_modified == plain.frac_modified
+
+
+# --------------------------------------------------------------------------------------
+# output: progress bar, failed intervals
+# --------------------------------------------------------------------------------------
+def test_progress_bar_only_when_asked_or_on_a_terminal(capsys):
+    """progress=True draws the tqdm bar on stderr; the default draws none when stderr is not a terminal."""
+    batch = grouped_batch(np.random.default_rng(10), 30, 0.5)
+    analyze(batch, EDGES, n_boot=20, fit_models=False, progress=True)
+    assert "analyze: fitting models" in capsys.readouterr().err
+    analyze(batch, EDGES, n_boot=20, fit_models=False)  # pytest's stderr is no terminal
+    assert capsys.readouterr().err == ""
+
+
+def test_a_failed_interval_is_named_not_printed():
+    """A bucket whose bootstrap-t failed shows its point and says so instead of the interval."""
+    from variance_lab.report.analysis_table import render_analysis
+
+    res = analyze(grouped_batch(np.random.default_rng(12), 40, 0.5), EDGES, n_boot=50, fit_models=False)
+    table = res.table.copy()
+    table.loc[0, ["log10_var_P_lo", "log10_var_P_hi", "interval_failed"]] = [math.nan, math.nan, "var_P"]
+    text = render_analysis(table, res.summary(), "markdown")
+    assert f"{table.loc[0, 'log10_var_P']:.3f} (interval failed: bootstrap-t unstable)" in text
+
+
+def test_no_event_in_grouped_data_counts_prompts_not_responses():
+    """0 of 400 responses in 100 prompts: no spread to measure clustering by, so Wilson's for 0 of 100."""
+    y = np.zeros(400)
+    r = cluster_ratio(
+        y,
+        np.ones(400),
+        np.repeat(np.arange(100), 4),
+        n_boot=200,
+        level=0.95,
+        rng=np.random.default_rng(0),
+        proportion=True,
+    )
+    _, hi = wilson_interval(0, 100)
+    assert (r["lo"], r["hi"]) == (0.0, pytest.approx(float(hi), rel=1e-12))
+    assert float(hi) > float(wilson_interval(0, 400)[1]) * 3.5  # about 4 times the i.i.d. upper end

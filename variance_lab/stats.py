@@ -411,11 +411,14 @@ def design_effect(num, den, groups) -> float:
     return clustered / iid
 
 
-def _wilson_eff(y: np.ndarray, deff: float, level: float) -> dict:
-    """Wilson's interval of the fraction ``mean(y)`` at the effective size ``n / deff`` (``n`` when NaN)."""
+def _wilson_eff(y: np.ndarray, deff: float, level: float, n_clusters: int) -> dict:
+    """Wilson's interval of the fraction ``mean(y)`` at the effective size ``n / deff``.
+
+    Without a design effect (every unit 0, or every unit 1: no spread to measure the clustering
+    by) the effective size is the number of clusters, as if each cluster were one unit.
+    """
     n = float(y.size)
-    d = deff if math.isfinite(deff) else 1.0
-    n_eff = n / max(d, 1.0 / n)
+    n_eff = n / max(deff, 1.0 / n) if math.isfinite(deff) else float(n_clusters)
     lo, hi = wilson_interval(float(y.mean()) * n_eff, n_eff, level)
     return {"lo": float(lo), "hi": float(hi)}
 
@@ -426,10 +429,12 @@ def cluster_ratio(num, den, groups, *, n_boot: int, level: float, rng, proportio
     The resamples (:func:`cluster_counts`) give the bootstrap variance :math:`v^*` of the ratio.
     A proportion of sequences (``proportion=True``: :math:`x_i = 1`, :math:`y_i \in \{0,1\}`)
     gets Wilson's score interval at Kish's effective size
-    :math:`n_{eff} = n\,\hat p(1-\hat p)/(n v^*)` (``n / design effect``): it keeps the ends
-    inside :math:`[0, 1]` and, unlike percentiles of a lumpy bootstrap distribution, covers
-    near 0 and 1 (tested in ``tests/test_stats.py`` and ``tests/test_groups.py``). A ratio of
-    token counts gets the percentile interval of the resamples.
+    :math:`n_{eff} = \hat p(1-\hat p)/v^*` (``n / design effect``), which keeps the ends inside
+    :math:`[0, 1]`; its coverage is tested in ``tests/test_groups.py`` (true fractions 0.12 to
+    0.50, 95.0 % nominal, 94.4 % measured over 2,000 intervals). When every unit is 0 (or every
+    one 1) there is no spread to measure the clustering by, and the effective size is the number
+    of clusters, as if each were one unit. A ratio of token counts gets the percentile interval
+    of the resamples.
 
     Parameters
     ----------
@@ -438,7 +443,8 @@ def cluster_ratio(num, den, groups, *, n_boot: int, level: float, rng, proportio
     groups : array_like, shape ``(n,)``
         Cluster (prompt) of each unit.
     n_boot : int
-        Resamples (>= 1; 0 gives NaN ends).
+        Resamples (0: NaN ends for a ratio; a proportion then takes the linearized
+        :func:`design_effect`).
     level : float
     rng : numpy.random.Generator
     proportion : bool
@@ -454,7 +460,7 @@ def cluster_ratio(num, den, groups, *, n_boot: int, level: float, rng, proportio
     inv, G = _as_groups(groups, y.size)
     out = {"lo": math.nan, "hi": math.nan, "design_effect": design_effect(y, x, inv), "n_clusters": G}
     if proportion and (n_boot < 1 or G < 2):  # no resamples: the linearized design effect
-        return out | _wilson_eff(y, out["design_effect"], level)
+        return out | _wilson_eff(y, out["design_effect"], level, G)
     if n_boot < 1 or G < 2:
         return out
     W = cluster_counts(inv, n_boot, rng).astype(float)
@@ -468,7 +474,7 @@ def cluster_ratio(num, den, groups, *, n_boot: int, level: float, rng, proportio
         deff = v / iid if iid > 0 else math.nan
         if math.isfinite(deff) and deff > 0:
             out["design_effect"] = deff
-        return out | _wilson_eff(y, out["design_effect"], level)
+        return out | _wilson_eff(y, out["design_effect"], level, G)
     a = (1 - level) / 2
     out["lo"], out["hi"] = (float(q) for q in np.quantile(r, [a, 1 - a]))
     return out
