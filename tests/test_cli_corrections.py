@@ -218,3 +218,15 @@ def test_monte_carlo_for_the_new_families(capsys, family, extra, title):
     assert err == ""
     assert title in out.splitlines()[0]
     assert out.count("| 50 |") == 3  # the 3 default corrections at T = 50
+
+
+def test_find_T_header_names_the_threshold(capsys):
+    """The --find-T column's header names the share (30 %); CSV keeps find_T and adds the threshold."""
+    argv = ["corrections", "--mu", "1.012", "--sigma2", "0.01", "--find-T", "--threshold", "0.3"]
+    rc, out, _ = run_cli(capsys, *argv, "--correction", "seq-mask:3")
+    assert rc == 0
+    assert "first T with >= 30 % modified" in out
+    rc, out, _ = run_cli(capsys, *argv, "--correction", "seq-mask:3", "--format", "csv")
+    df = pd.read_csv(io.StringIO(out))
+    assert df["find_T_threshold"].eq(0.3).all()
+    assert df["find_T"].eq(co.find_T(get_family("lognormal", 1.012, 0.01), "seq-mask:3", 0.3)).all()

@@ -185,7 +185,7 @@ def test_small_samples_say_too_few(folder):
     (folder / "ten.jsonl").write_text(block[: block.index("```")])
     proc = cli("analyze", "ten.jsonl", cwd=folder)
     assert proc.returncode == 0, proc.stderr
-    assert "Verdict over all buckets (their vote): too few sequences" in proc.stdout
+    assert "Verdict: too few sequences: no length bucket holds 20 sequences" in proc.stdout
     assert "Autocorrelation: undefined (too few sequences" in proc.stdout
     assert "tau_int" not in proc.stdout
 

@@ -81,7 +81,9 @@ def test_analyze_on_random_scale_rollouts_chooses_hier():
     width = (big["gspo_clip_frac_hi"] - big["gspo_clip_frac_lo"]).to_numpy()
     assert np.all(big["gspo_clip_se_comb"].to_numpy() < width / 10)
     text = render_analysis(t, s, "markdown")
-    assert "Best model on Var(G_T) and GSPO clip fractions together: hier" in text
+    assert "Verdict: hier, the model whose Var(G_T) and GSPO clip fraction" in text
+    assert "2-fold by prompt" not in text
+    assert "2-fold by sequence" in text
     assert f"; hier: alpha = {s['models']['hier']['alpha']:.4g} (SE" in text  # the chosen model's parameters
     assert "Model comb (" in text
     assert "GMPO clip [95%]" in text

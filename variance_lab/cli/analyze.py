@@ -85,8 +85,13 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.out, inputs=(args.file,))  # every output path is checked before the analysis runs
     _check_figure(args.figure, args.file)
     batch = _load(args)
-    result = analyze(batch, args.edges, n_boot=args.n_boot, level=args.level, seed=args.seed)
+    result = analyze(
+        batch, args.edges, n_boot=args.n_boot, level=args.level, seed=args.seed, folds=args.folds
+    )
     summary = result.summary()
+    note = summary["groups"].get("note")
+    if note and args.table_format != "csv":  # csv: the summary, note included, goes to stderr below
+        print("note: " + note, file=sys.stderr)
     title = (
         f"Analysis of {Path(args.file).name} (variance-lab analyze, n_boot={args.n_boot}, seed={args.seed})"
     )
@@ -115,7 +120,9 @@ def add_command(sub) -> None:
         "intervals against three predictions from the pooled token log-ratios (i.i.d. lognormal fit, exact "
         "i.i.d. for their empirical distribution, autocorrelation-corrected), a verdict on which one the "
         "data support, and GSPO/PPO clip fractions observed and predicted. FILE holds one record per "
-        "sequence with logp, old_logp and optional mask, id and rollout_logp (JSONL, Parquet or NPZ); with "
+        "sequence with logp, old_logp and optional mask, id, prompt_id and rollout_logp (JSONL, Parquet or "
+        "NPZ); with prompt_id (the prompt a response answers) every interval resamples prompts, not "
+        "sequences; with "
         "rollout_logp (the inference engine's log-probs) the total ratio is split into the mismatch "
         "pi_old/mu_rollout and the update pi_theta/pi_old, with a line saying which part dominates.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -152,6 +159,13 @@ def add_command(sub) -> None:
         help="bootstrap resamples per bucket (0: no intervals, no verdict)",
     )
     p.add_argument("--level", type=_level, default=0.95, help="confidence level of the intervals")
+    p.add_argument(
+        "--folds",
+        type=int_arg("--folds", minimum=0),
+        default=2,
+        help="K of the held-out judgment of the fitted models: prompts (or sequences, without prompt_id) "
+        "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
+    )
     p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=0, help="seed of the bootstrap")
     p.add_argument("--table-format", default="markdown", choices=TABLE_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write the table to this file instead of standard output")

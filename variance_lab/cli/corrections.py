@@ -89,6 +89,7 @@ def _model(args, cs) -> tuple:
             raise CLIError("--find-T needs the closed form: --family lognormal")
         found = {c.spec: corrections.find_T(family, c, args.threshold) for c in cs}
         frame["find_T"] = [found[s] for s in frame["correction"]]
+        frame["find_T_threshold"] = float(args.threshold)
         lines = [
             report.find_T_line(c.spec, c.level, found[c.spec], args.threshold, _family_text(family))
             for c in cs
@@ -110,17 +111,37 @@ def _data(args, cs) -> tuple:
     if args.ratio != "update":
         log_r, label = _other_ratio(batch, args.ratio)
     model, described = _fitted_model(args.predict, log_r)
+    groups = batch.group_index() if batch.has_groups else None
     frame = corrections.evaluate(
-        log_r, batch.offsets, cs, buckets=_buckets(args.buckets, batch.lengths), predict=model
+        log_r, batch.offsets, cs, buckets=_buckets(args.buckets, batch.lengths), predict=model, groups=groups
     )
     title = (
         f"Corrections on {args.data}: {len(batch):,} sequences, token ratio {label} "
         f"(variance_lab {__version__})"
     )
+    if groups is None:
+        how = (
+            "Wilson's score interval for sequence-level corrections, a bootstrap over sequences "
+            f"({corrections.N_BOOT:,} replicates, seed 0) for token-level ones and GMPO; the file has no "
+            "prompt_id, so sequences are taken as independent"
+        )
+        n_identical = batch.n_identical()
+        if n_identical:
+            how += (
+                f" (but {n_identical:,} sequences repeat another's token log-probs: identical responses to "
+                "one prompt? add a prompt_id field, or these intervals are too narrow)"
+            )
+    else:
+        how = (
+            f"a bootstrap over prompts ({int(groups.max()) + 1:,} prompts, "
+            f"{corrections.N_BOOT:,} replicates, seed 0; a prompt's responses resampled together): "
+            "Wilson's score interval at the effective size n / design effect for sequence-level "
+            "corrections, percentiles for token-level ones and GMPO"
+        )
     notes = [
-        "frac. modified [95% CI]: Wilson's score interval for sequence-level corrections (sequences are "
-        f"independent), a bootstrap over sequences ({corrections.N_BOOT:,} replicates, seed 0) for "
-        "token-level ones and GMPO."
+        "T: the bucket's median sequence length (the bucket's range of lengths is in the next column). "
+        "E[w] [95% CI]: percentile bootstrap of the mean weight (never below 0). "
+        f"frac. modified [95% CI]: {how}."
     ]
     if model is not None:
         inside = int(frame["pred_inside"].sum())

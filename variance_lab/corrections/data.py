@@ -18,7 +18,7 @@ from variance_lab.corrections.closed_forms import WEIGHT_COLUMNS, theory
 from variance_lab.corrections.specs import parse_list
 from variance_lab.corrections.weights import apply_sequence, apply_tokens
 from variance_lab.families import LogNormal
-from variance_lab.stats import wilson_interval, z_value
+from variance_lab.stats import cluster_counts, cluster_ratio, wilson_interval, z_value
 
 __all__ = [
     "BOOTSTRAP_COLUMNS",
@@ -78,7 +78,7 @@ def _rollout_arrays(log_r, offsets) -> tuple[np.ndarray, np.ndarray]:
 
 
 def evaluate(
-    log_r, offsets, corrections, *, buckets=None, ci: float = 0.95, predict=None, seed: int = 0
+    log_r, offsets, corrections, *, buckets=None, ci: float = 0.95, predict=None, seed: int = 0, groups=None
 ) -> pd.DataFrame:
     r"""Apply the corrections to measured token log-ratios, per length bucket.
 
@@ -101,17 +101,24 @@ def evaluate(
         lies inside ``[frac_modified_lo, frac_modified_hi]``.
     seed : int
         Root seed of the bootstrap (token-level intervals).
+    groups : array_like, optional
+        The prompt of each sequence (responses to one prompt are not independent): every
+        interval then resamples prompts, keeping a prompt's responses together
+        (:func:`variance_lab.stats.cluster_ratio`).
 
     Returns
     -------
     pandas.DataFrame
         One row per (bucket, correction), columns :data:`DATA_COLUMNS` plus ``T_min``,
         ``T_max`` (the bucket's lengths; ``T`` is its median length). Sequence-level weights
-        are per sequence; token-level ones per token (interval from the per-sequence sums,
-        a ratio estimator); GMPO per sequence. ``frac_modified_lo``/``_hi``: a ``ci`` interval
-        of the modified fraction, Wilson's score interval for a sequence-level correction
-        (sequences are independent), a percentile bootstrap over sequences (:data:`N_BOOT`
-        replicates, tokens of one sequence kept together) for a token-level one and GMPO.
+        are per sequence; token-level ones per token (a ratio estimator over the per-sequence
+        sums); GMPO per sequence. ``mean_w_lo``/``_hi``: a percentile bootstrap interval of the
+        mean weight (:data:`N_BOOT` resamples of the sequences, or of the prompts with
+        ``groups``), which stays within the weights' range, so never below 0. ``frac_modified_lo``/``_hi``:
+        a ``ci`` interval of the modified fraction: for a sequence-level correction Wilson's
+        score interval (without ``groups``) or Wilson's at the effective size ``n / design
+        effect`` from a bootstrap over prompts; a percentile bootstrap over sequences (or
+        prompts; tokens of one sequence kept together) for a token-level one and GMPO.
     """
     log_r, off = _rollout_arrays(log_r, offsets)
     cs = parse_list(corrections)
@@ -122,6 +129,12 @@ def evaluate(
         buckets = [(int(lengths.min()), int(lengths.max()))]
     log_p = np.add.reduceat(log_r, off[:-1])
     pred = _predictions(predict, cs, lengths) if predict is not None else None
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != lengths.shape:
+            raise ValueError(
+                f"groups must hold one prompt per sequence ({lengths.size}), got shape {groups.shape}"
+            )
     rows = []
     for index, (lo, hi) in enumerate(buckets):
         sel = (lengths >= lo) & (lengths <= hi)
@@ -129,7 +142,7 @@ def evaluate(
             continue
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
         for c in cs:
-            row = _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci)
+            row = _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups)
             if pred is not None:
                 p = float(np.mean(pred[c.spec][sel])) if c.level == "sequence" else float(pred[c.spec])
                 row["pred_frac_modified"] = p
@@ -156,7 +169,7 @@ BOOTSTRAP_COLUMNS = (
 
 
 def bucket_bootstrap(
-    log_r, offsets, corrections, buckets, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0
+    log_r, offsets, corrections, buckets, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, groups=None
 ) -> pd.DataFrame:
     r"""Relative bias and ESS fraction of each correction per length bucket, with bootstrap intervals.
 
@@ -176,6 +189,9 @@ def bucket_bootstrap(
     n_boot : int
     ci : float
     seed : int
+    groups : array_like, optional
+        The prompt of each sequence: the resamples then draw the bucket's prompts, each with
+        all of its responses in the bucket (:func:`variance_lab.stats.cluster_counts`).
 
     Returns
     -------
@@ -210,14 +226,24 @@ def bucket_bootstrap(
         if not sel.size:
             continue
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
-        idx = sel[rng.integers(0, sel.size, size=(n_boot, sel.size))]
+        if groups is None:
+            idx = sel[rng.integers(0, sel.size, size=(n_boot, sel.size))]
+
+            def resum(x, idx=idx):
+                return x[idx].sum(axis=1)
+        else:
+            W = cluster_counts(np.asarray(groups)[sel], n_boot, rng).astype(float)
+
+            def resum(x, W=W, sel=sel):
+                return W @ x[sel]
+
         for c in cs:
             w1, w2, b, k = sums[c.spec]
             with np.errstate(divide="ignore", invalid="ignore"):
                 rb = w1[sel].sum() / b[sel].sum() - 1
                 ess = w1[sel].sum() ** 2 / (k[sel].sum() * w2[sel].sum())
-                rb_boot = w1[idx].sum(axis=1) / b[idx].sum(axis=1) - 1
-                ess_boot = w1[idx].sum(axis=1) ** 2 / (k[idx].sum(axis=1) * w2[idx].sum(axis=1))
+                rb_boot = resum(w1) / resum(b) - 1
+                ess_boot = resum(w1) ** 2 / (resum(k) * resum(w2))
             rb_lo, rb_hi = np.nanquantile(rb_boot, q) if np.isfinite(rb_boot).any() else (math.nan,) * 2
             e_lo, e_hi = np.nanquantile(ess_boot, q) if np.isfinite(ess_boot).any() else (math.nan,) * 2
             rows.append(
@@ -255,8 +281,11 @@ def _predictions(family, cs, lengths) -> dict:
     return out
 
 
-def _boot_ratio(num: np.ndarray, den: np.ndarray, rng, ci: float) -> tuple[float, float]:
-    """Percentile bootstrap interval of sum(num) / sum(den), resampling sequences."""
+def _boot_ratio(num: np.ndarray, den: np.ndarray, rng, ci: float, groups=None) -> tuple[float, float]:
+    """Percentile bootstrap interval of sum(num) / sum(den), resampling sequences (or their prompts)."""
+    if groups is not None:
+        r = cluster_ratio(num, den, groups, n_boot=N_BOOT, level=ci, rng=rng)
+        return r["lo"], r["hi"]
     n = num.size
     idx = rng.integers(0, n, size=(N_BOOT, n))
     ratio = num[idx].sum(axis=1) / den[idx].sum(axis=1)
@@ -264,21 +293,29 @@ def _boot_ratio(num: np.ndarray, den: np.ndarray, rng, ci: float) -> tuple[float
     return float(lo), float(hi)
 
 
-def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci) -> dict:
+def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> dict:
     L = lengths[sel]
     seq_idx = np.flatnonzero(sel)
+    g = None if groups is None else groups[sel]
     if c.level == "sequence" or c.kind == "gmpo":
         if c.level == "sequence":
             w, mod = apply_sequence(c, log_p[sel], L)
             frac = float(mod.mean())
             any_ = frac
-            frac_ci = tuple(float(e) for e in wilson_interval(float(mod.sum()), mod.size, ci))
+            if g is None:
+                frac_ci = tuple(float(e) for e in wilson_interval(float(mod.sum()), mod.size, ci))
+            else:
+                r = cluster_ratio(
+                    mod.astype(float), np.ones(mod.size), g, n_boot=N_BOOT, level=ci, rng=rng, proportion=True
+                )
+                frac_ci = (r["lo"], r["hi"])
         else:
             zt, modt = apply_tokens(c, log_r)
             w = np.exp(np.add.reduceat(zt, off[:-1])[sel] / L)
             nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
             frac, any_ = float(nmod.sum() / L.sum()), float((nmod > 0).mean())
-            frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci)
+            frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci, g)
+        mean_ci = _boot_ratio(w, np.ones(w.size), rng, ci, g)
         base = np.exp(log_p[sel] / L) if c.base == "G" else np.exp(log_p[sel])
         n = w.size
         mean = float(w.mean())
@@ -298,7 +335,8 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci) -> dict:
         se = math.sqrt(float(np.sum(resid * resid))) / ntok if L.size > 1 else math.nan
         ess = mean * mean / float(np.mean(wt[tok] ** 2)) if np.any(wt[tok] > 0) else math.nan
         frac, any_ = float(nmod.sum() / ntok), float((nmod > 0).mean())
-        frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci)
+        frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci, g)
+        mean_ci = _boot_ratio(ws, L.astype(float), rng, ci, g)
         base_mean = float(np.exp(log_r[tok]).mean())
         n = L.size
     return {
@@ -307,8 +345,8 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci) -> dict:
         "level": c.level,
         "n_seq": int(n),
         "mean_w": mean,
-        "mean_w_lo": mean - z * se,
-        "mean_w_hi": mean + z * se,
+        "mean_w_lo": min(mean_ci[0], mean) if math.isfinite(se) else math.nan,
+        "mean_w_hi": max(mean_ci[1], mean) if math.isfinite(se) else math.nan,
         "bias": mean - base_mean,
         "var_w": var,
         "ess_frac": ess,

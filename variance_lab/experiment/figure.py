@@ -199,7 +199,7 @@ def analyze_data(data=None, *, n_boot: int = 1000, seed: int = 0):
     """
     from variance_lab.rollouts.analysis import analyze
 
-    return analyze(load_data(data)[0], n_boot=n_boot, seed=seed)
+    return analyze(load_data(data)[0], n_boot=n_boot, seed=seed, folds=0)  # the figure needs no held-out fits
 
 
 def resampled_clip(

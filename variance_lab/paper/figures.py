@@ -433,10 +433,11 @@ def _experiment_rows(p: dict) -> list[dict]:
 
     ``method="experiment"``: relative bias and ESS fraction of each correction on the file's
     token log-ratios (``ratio``: ``mismatch``, ``update`` or ``total``) per bucket, at the
-    bucket's median length, with percentile-bootstrap intervals over sequences
-    (:func:`variance_lab.corrections.bucket_bootstrap`); ``method="experiment_fit"``: the
-    closed forms of :func:`variance_lab.corrections.fit_lognormal` of the same pooled
-    log-ratios at the lengths ``data_T``.
+    bucket's median length, with percentile-bootstrap intervals over prompts (over sequences
+    when the file has no ``prompt_id``; :func:`variance_lab.corrections.bucket_bootstrap`);
+    ``method="experiment_fit"``: the closed forms of
+    :func:`variance_lab.corrections.fit_lognormal` of the same pooled log-ratios at the lengths
+    ``data_T``.
     """
     from variance_lab.rollouts.io import load_batch
 
@@ -453,7 +454,14 @@ def _experiment_rows(p: dict) -> list[dict]:
     top = max(int(batch.lengths.max()), edges[-1])
     buckets = [(a, edges[i + 1] - 1) for i, a in enumerate(edges[:-1])] + [(edges[-1], top)]
     boot = corrections.bucket_bootstrap(
-        log_r, batch.offsets, p["corrections"], buckets, n_boot=int(p["n_boot"]), ci=float(p["ci"]), seed=0
+        log_r,
+        batch.offsets,
+        p["corrections"],
+        buckets,
+        n_boot=int(p["n_boot"]),
+        ci=float(p["ci"]),
+        seed=0,
+        groups=batch.group_index() if batch.has_groups else None,  # resample prompts, not responses
     )
     rows = []
     for r in boot.itertuples(index=False):
@@ -499,8 +507,8 @@ def clip_analysis(params: dict):
     if not path.is_absolute() and path.parent == Path():
         path = DEFAULT_DATA.parent / path
     batch, _ = load_data(path)
-    return analyze(
-        batch, n_boot=int(params["n_boot"]), level=float(params["level"]), seed=int(params["seed"])
+    return analyze(  # the figure draws the table, not the held-out model judgment: folds=0
+        batch, n_boot=int(params["n_boot"]), level=float(params["level"]), seed=int(params["seed"]), folds=0
     )
 
 
@@ -669,12 +677,14 @@ class _DOCS:
         "masks, Geo-RS, IcePop, GMPO) against T: (a, b) lognormal closed forms (lines) and Monte Carlo "
         "(points with intervals; hollow: flagged unreliable); (c, d) the bfloat16 experiment's mismatch "
         "ratio per length bucket (points at the median length, 95 % bootstrap intervals over "
-        "sequences) against the lognormal fitted to its pooled token log-ratios (lines)."
+        "prompts, a prompt's responses resampled together) against the lognormal fitted to its pooled "
+        "token log-ratios (lines)."
     )
     clip_fractions = (
         "Observed against predicted clip fractions per length bucket of the shipped arithmetic-task "
-        "rollouts: left, GSPO's fraction of sequences with G_T outside its range (95 % Wilson interval), "
-        "right, PPO's fraction of tokens outside its range (95 % bootstrap interval over sequences), "
+        "rollouts: left, GSPO's fraction of sequences with G_T outside its range (95 % interval clustered "
+        "by prompt: Wilson's at the effective size n / design effect from a bootstrap over prompts), "
+        "right, PPO's fraction of tokens outside its range (95 % bootstrap interval over prompts), "
         "log axes; one marker per model of the analysis (i.i.d. lognormal, i.i.d. empirical, "
         "autocorrelation-corrected, token mixture, random scale, and any other it has); grey: "
         "predicted = observed."

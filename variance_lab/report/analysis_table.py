@@ -23,7 +23,15 @@ import pandas as pd
 from variance_lab.report.table import format_number
 from variance_lab.schema import json_safe
 
-__all__ = ["FORMATS", "VERDICT_NOTE", "model_lines", "render_analysis", "split_lines", "summary_lines"]
+__all__ = [
+    "FORMATS",
+    "VERDICT_NOTE",
+    "group_lines",
+    "model_lines",
+    "render_analysis",
+    "split_lines",
+    "summary_lines",
+]
 
 FORMATS = ("markdown", "csv", "json")
 
@@ -32,8 +40,12 @@ VERDICT_NOTE = (
     "of the bootstrap interval's half-width on that side (|score| <= 1: inside the interval). The verdict "
     "is the first of iid-lognormal, iid-empirical, corrected that lies inside and is at least twice as "
     "close as each one before it; none: no prediction qualifies; n/a: no interval; too few sequences: a "
-    "bucket of fewer than 20 sequences, shown but not judged. The overall verdict is "
-    "the buckets' vote (ties go to i.i.d.). Var(P_T) is shown but not judged: once T sigma_y^2 "
+    "bucket of fewer than 20 sequences, shown but not judged (no verdict, no best model). The buckets' "
+    "vote (ties go to i.i.d.) judges the three simple predictions on Var(G_T) alone; with the fitted "
+    "models the verdict is the model that fits the most buckets on Var(G_T) and the GSPO clip "
+    "fraction together, judged on prompts it was not fitted to. design effect: the clustered variance "
+    "of the GSPO clip fraction over the i.i.d. one (responses to one prompt are not independent). "
+    "Var(P_T) is shown but not judged: once T sigma_y^2 "
     "exceeds a few its sample variance is erratic, usually far below the truth and sometimes far "
     "above it (see ESS(P))."
 )
@@ -80,13 +92,33 @@ def summary_lines(summary: dict) -> list[str]:
         f"{_fmt(c['gspo_pred'])} (corrected), {_fmt(c['gspo_pred_iid'])} (i.i.d.)",
         f"PPO clip fraction (token r outside ({p_lo:g}, {p_hi:g})): observed {_fmt(c['ppo_obs'])}, "
         f"predicted {_fmt(c['ppo_pred'])} (fitted normal)",
-        "Verdict over all buckets (their vote): "
-        + summary["verdict"]
-        + " (RMS scores: "
-        + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in summary["rms_scores"].items())
-        + ")",
     ]
-    return lines + model_lines(summary)
+    lines += group_lines(summary.get("groups"))
+    vote = (
+        f"the buckets' vote among iid-lognormal, iid-empirical and corrected on Var(G_T) alone: "
+        f"{summary['verdict']} (RMS scores: "
+        + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in summary["rms_scores"].items())
+        + ")"
+    )
+    if summary["verdict"] == "too few sequences":  # no bucket holds enough sequences to judge by
+        return [
+            *lines,
+            "Verdict: too few sequences: no length bucket holds 20 sequences, so no prediction or model "
+            "is judged.",
+        ]
+    if not summary.get("models"):
+        return [*lines, "Verdict: " + vote]
+    return lines + model_lines(summary, vote)
+
+
+def group_lines(groups: dict | None) -> list[str]:
+    """Return how the intervals treat responses grouped by prompt, and the note on identical responses."""
+    if not groups:
+        return []
+    lines = [f"Intervals over sequences: {groups['interval_method']}"]
+    if groups.get("note"):
+        lines.append("Note: " + groups["note"])
+    return lines
 
 
 def _comb_text(comb: dict) -> str:
@@ -110,10 +142,30 @@ def _hier_text(hier: dict) -> str:
     )
 
 
-def model_lines(summary: dict) -> list[str]:
+def _verdict_line(summary: dict, vote: str, params: str = "") -> str:
+    """Return the one verdict: the best model, held out when judged so, and the variance vote beside it."""
+    best, fits = summary["best_model"], summary["model_fits"]
+    held = summary.get("heldout")
+    counts = ", ".join(f"{k} {v}" for k, v in fits.items())
+    in_sample = ", ".join(f"{k} {v}" for k, v in (summary.get("model_fits_in_sample") or fits).items())
+    if held:
+        how = (
+            f"{held['k']}-fold by {held['unit'][:-1]}: each fold's buckets judged by models fitted on the "
+            f"other folds; buckets fitted, summed over folds, of {held['n_judged']} judged: {counts}; "
+            f"in sample, for comparison: {in_sample} (best {summary.get('best_model_in_sample')})"
+        )
+    else:
+        how = f"judged in sample, no held-out folds: buckets fitted: {counts}"
+    return (
+        f"Verdict: {best}, the model whose Var(G_T) and GSPO clip fraction fall inside the most buckets' "
+        f"intervals ({how}){params}. Beside it, {vote}."
+    )
+
+
+def model_lines(summary: dict, vote: str = "") -> list[str]:
     """List the fitted models mix, hier and comb with standard errors.
 
-    And the model chosen on variances and clips, with its fitted parameters.
+    And the verdict: the model chosen on variances and clips (held out), with its fitted parameters.
     """
     models = summary.get("models")
     if not models:
@@ -131,7 +183,6 @@ def model_lines(summary: dict) -> list[str]:
             strict=True,
         )
     )
-    fits = summary["model_fits"]
     best = summary["best_model"]
     params = {"mix": comps, "hier": _hier_text(hier), "comb": _comb_text(comb) if comb else "not fitted"}
     return [
@@ -141,10 +192,11 @@ def model_lines(summary: dict) -> list[str]:
         "Model comb (a Gaussian mixture of up to 5 components; those with sd > 3e-4 sparse, at rate "
         "expit(a + b log(1 + position) + tau z), z ~ N(0, 1) per sequence): "
         + (_comb_text(comb) if comb else "not fitted (a one-component mixture)"),
-        f"Best model on Var(G_T) and GSPO clip fractions together: {best} (buckets fitted: "
-        + ", ".join(f"{k} {v}" for k, v in fits.items())
-        + ")"
-        + (f"; {best}: {params[best]}" if best in params else ""),
+        _verdict_line(
+            summary,
+            vote or f"the variance vote: {summary['verdict']}",
+            f"; {best}: {params[best]}" if best in params else "",
+        ),
     ]
 
 
@@ -210,13 +262,24 @@ def _bucket_rows(table: pd.DataFrame, cells) -> list[list[str]]:
     return [[f"{r.T_lo}-{r.T_hi}", str(r.n_seq), *cells(r)] for r in table.itertuples(index=False)]
 
 
+def _failed(r, name: str) -> bool:
+    return name in str(getattr(r, "interval_failed", "") or "").split(",")
+
+
+def _checked_interval(r, name: str, point, lo, hi, fmt) -> str:
+    """Format the interval, or the point and "interval failed" where the bootstrap-t broke down."""
+    if _failed(r, name) and math.isfinite(point):
+        return f"{fmt(point)} (interval failed: bootstrap-t unstable)"
+    return _interval(point, lo, hi, fmt)
+
+
 def _variance_cells(r) -> list[str]:
     """Return the variance table's cells of bucket ``r``: Var(P_T), Var(G_T), scores and verdict."""
     return [
-        _interval(r.log10_var_P, r.log10_var_P_lo, r.log10_var_P_hi, _fixed),
+        _checked_interval(r, "var_P", r.log10_var_P, r.log10_var_P_lo, r.log10_var_P_hi, _fixed),
         *(_fixed(v) for v in (r.log10_var_P_iid, r.log10_var_P_emp, r.log10_var_P_corr)),
         _fmt(r.ess_P, 3),
-        _interval(r.var_G, r.var_G_lo, r.var_G_hi, _sci),
+        _checked_interval(r, "var_G", r.var_G, r.var_G_lo, r.var_G_hi, _sci),
         *(_sci(v) for v in (r.var_G_iid, r.var_G_emp, r.var_G_corr)),
         " / ".join(_score(v) for v in (r.score_iid, r.score_emp, r.score_corr)),
         r.verdict,
@@ -226,8 +289,10 @@ def _variance_cells(r) -> list[str]:
 def _clip_cells(r) -> list[str]:
     """Return the clip table's cells of bucket ``r``: GSPO and PPO clip fractions, observed and predicted."""
     return [
-        _fmt(v)
-        for v in (r.gspo_clip_frac, r.gspo_clip_pred, r.gspo_clip_pred_iid, r.ppo_clip_frac, r.ppo_clip_pred)
+        _interval(r.gspo_clip_frac, r.gspo_clip_frac_lo, r.gspo_clip_frac_hi, _fmt),
+        _fmt(r.n_prompts, 4) if math.isfinite(r.n_prompts) else "n/a",
+        _fmt(r.design_effect, 3) if math.isfinite(r.design_effect) else "n/a",
+        *(_fmt(v) for v in (r.gspo_clip_pred, r.gspo_clip_pred_iid, r.ppo_clip_frac, r.ppo_clip_pred)),
     ]
 
 
@@ -262,7 +327,8 @@ def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
         "scores iid / emp / corr",
         "verdict",
     ]
-    clip_header = ["T", "n", "GSPO clip", "pred. corr", "pred. iid", "PPO clip", "pred."]
+    clip_header = ["T", "n", f"GSPO clip [{pct}]", "prompts", "design effect", "pred. corr", "pred. iid"]
+    clip_header += ["PPO clip", "pred."]
     parts = [title, ""] if title else []
     parts += [
         *summary_lines(summary),

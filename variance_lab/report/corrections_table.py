@@ -61,6 +61,13 @@ def display_columns(frame: pd.DataFrame, *, ci: float = 0.95) -> dict[str, list[
     """Format the columns for markdown/LaTeX: header -> strings (every column but ``T``)."""
     pct = f"{100 * ci:g}%"
     out = {h: _fmt(frame, c) for c, h in _HEADERS.items() if c in frame}
+    if "find_T" in frame and "find_T_threshold" in frame:  # the header names the threshold
+        threshold = float(frame["find_T_threshold"].iloc[0])
+        out = {
+            (f"first T with >= {100 * threshold:g} % modified" if k == _HEADERS["find_T"] else k): v
+            for k, v in out.items()
+            if k != _HEADERS.get("find_T_threshold")
+        }
     if "mean_w_lo" in frame and "mc_mean_w" not in frame:  # data rows
         header, values = _interval(frame, "mean_w", pct)
         out["E[w]"] = values

@@ -95,6 +95,24 @@ sequences (``gspo_clip_pred``; ``gspo_clip_pred_iid`` with :math:`V_T = T\hat\si
 Predicted, PPO: the same for one token under the fitted :math:`N(\hat\mu_y, \hat\sigma_y^2)`
 (``ppo_clip_pred``, one pooled value).
 
+Responses grouped by prompt. When the batch carries ``prompt_id`` (GRPO samples several
+responses per prompt, often identical), every interval over sequences resamples prompts, a
+prompt's responses together (:func:`~variance_lab.stats.cluster_counts`): the bootstrap-t
+intervals of the variances (standard errors clustered by prompt), the GSPO clip fraction's
+(Wilson's interval at the effective size ``n / design_effect``) and the token clip fractions'.
+Each bucket reports ``n_prompts`` (prompts with a response in it: a prompt whose responses
+differ in length counts in each of their buckets, the resampling unit is the prompt, the
+statistic the bucket's) and ``design_effect``, the clustered variance of its GSPO clip fraction
+over the i.i.d. one. Without ``prompt_id`` nothing changes, and :func:`group_summary` counts
+identical responses and suggests the field. The summary's ``groups`` names the method.
+
+Held-out judgment. With the fitted models, whether a model "fits" a bucket is judged on
+prompts it was not fitted to: :math:`K`-fold by prompt (``folds``, 2 by default;
+:mod:`variance_lab.rollouts.heldout`), the buckets fitted summed over folds. The best model and
+the verdict printed follow that count; the in-sample count stands beside it
+(``model_fits_in_sample``). A failed bootstrap-t interval (one side more than 10 times the
+other, or wider than 6 decades) is not printed: its ends are NaN and ``interval_failed`` names it.
+
 Three policies. When the batch carries the inference engine's log-probs (``rollout_logp``),
 :attr:`AnalysisResult.split` holds :func:`variance_lab.rollouts.split.split_ratios`: the total
 ratio pi_theta/mu_rollout split into the mismatch pi_old/mu_rollout and the update
@@ -104,7 +122,9 @@ dominates. Everything above still describes the update ratio pi_theta/pi_old.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -112,9 +132,12 @@ import pandas as pd
 
 from variance_lab.rollouts.batch import DroppedSequence, TokenBatch
 from variance_lab.rollouts.cgf import EmpiricalCGF, gauss_log_moments
+from variance_lab.rollouts.heldout import heldout_judgment
 from variance_lab.rollouts.models import normal_outside
 from variance_lab.rollouts.predictions import (
+    MIN_BUCKET_SEQUENCES,
     PREDICTION_COLUMNS,
+    TOO_FEW,
     choose_model,
     expected_sample_var,
     fitted_models,
@@ -163,14 +186,6 @@ MODELS = ("iid", "emp", "corr")
 MODEL_LABELS = {"iid": "iid-lognormal", "emp": "iid-empirical", "corr": "corrected"}
 
 
-#: Fewest sequences a length bucket needs for a verdict: a percentile bootstrap interval of a
-#: variance from fewer is too rough (it covers well below its level), so such a bucket says
-#: :data:`TOO_FEW` instead of voting. The README's 10-sequence example has buckets of 4 or 5.
-MIN_BUCKET_SEQUENCES = 20
-
-#: Verdict of a bucket below :data:`MIN_BUCKET_SEQUENCES` (and overall, when no bucket votes).
-TOO_FEW = "too few sequences"
-
 #: Every verdict a bucket can get.
 VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "n/a", TOO_FEW)
 
@@ -181,6 +196,7 @@ ANALYSIS_COLUMNS = (
     "T_lo",
     "T_hi",
     "n_seq",
+    "n_prompts",
     "T_min",
     "T_median",
     "T_mean",
@@ -213,10 +229,14 @@ ANALYSIS_COLUMNS = (
     "score_corr",
     "verdict",
     "gspo_clip_frac",
+    "gspo_clip_frac_lo",
+    "gspo_clip_frac_hi",
+    "design_effect",
     "gspo_clip_pred",
     "gspo_clip_pred_iid",
     "ppo_clip_frac",
     "ppo_clip_pred",
+    "interval_failed",
     *PREDICTION_COLUMNS,  # the fitted models mix and hier, clip intervals, model choice (predictions.py)
 )
 
@@ -393,8 +413,12 @@ class AnalysisResult:
     split: SplitResult | None = field(default=None, repr=False)
     #: The fitted models (rollouts.predictions): "mix" (MixtureFit), "hier" (RandomScaleFit), "comb"
     #: (CombinedFit, or None when the mixture has one component), the
-    #: chosen model ("best_model") and each model's count of buckets fitted ("fits"); empty when not fitted.
+    #: chosen model ("best_model") and each model's count of buckets fitted ("fits"), both held out
+    #: when ``heldout`` is not None (then "fits_in_sample" and "best_model_in_sample" beside them);
+    #: empty when not fitted.
     fitted: dict = field(default_factory=dict, repr=False)
+    #: How the sequences are grouped (:func:`group_summary`).
+    groups: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_dropped(self) -> int:
@@ -479,6 +503,7 @@ class AnalysisResult:
             "level": self.level,
             "n_boot": self.n_boot,
             "split": _split_summary(self.split),
+            "groups": dict(self.groups),
             **_fitted_summary(self.fitted),
         }
 
@@ -524,7 +549,8 @@ def _bucket_predictions(models: _Models, T: np.ndarray, g_range, base: dict) -> 
     row["gspo_clip_pred"] = float(np.sum(counts * models.gspo_clip("corr", uniq, g_range)) / n)
     row["gspo_clip_pred_iid"] = float(np.sum(counts * models.gspo_clip("iid", uniq, g_range)) / n)
     row["verdict"] = verdict(row["score_iid"], row["score_emp"], row["score_corr"])
-    if n < MIN_BUCKET_SEQUENCES and not math.isnan(base["var_G_lo"]):  # an interval, from too few
+    tried = not math.isnan(base["var_G_lo"]) or bool(base.get("interval_failed"))  # an interval was formed
+    if n < MIN_BUCKET_SEQUENCES and tried:  # from too few
         row |= {f"score_{model}": math.nan for model in MODELS}
         row["verdict"] = TOO_FEW
     return row
@@ -556,6 +582,8 @@ def analyze(
     gspo_range=GSPO_RANGE,
     ppo_range=PPO_RANGE,
     fit_models: bool = True,
+    folds: int = 2,
+    progress: bool | None = None,
 ) -> AnalysisResult:
     r"""Per length bucket, observed Var(P_T), Var(G_T) and clip fractions against three predictions.
 
@@ -584,6 +612,13 @@ def analyze(
         Fit the ``mix``, ``hier`` and ``comb`` models (:mod:`variance_lab.rollouts.models`) and add their
         columns, the clip-fraction intervals and the model choice
         (:mod:`variance_lab.rollouts.predictions`); False leaves those columns NaN.
+    folds : int
+        K of the held-out judgment of the models (:mod:`variance_lab.rollouts.heldout`): prompts
+        (sequences without ``prompt_id``) split at random into K folds, each fold judged by
+        models fitted on the others; the best model follows it. 0 or 1: in sample only.
+    progress : bool or None
+        A progress bar (tqdm) over the fits on standard error; None: only when standard error
+        is a terminal.
 
     Returns
     -------
@@ -609,45 +644,25 @@ def analyze(
     """
     g_range = log_clip_range(gspo_range, "gspo_range")
     p_range = log_clip_range(ppo_range, "ppo_range")
+    if isinstance(folds, bool) or not isinstance(folds, int | np.integer) or folds < 0:
+        raise ValueError(f"folds must be an integer >= 0, got {folds!r}")
     boot = {"n_boot": n_boot, "level": level, "seed": seed}  # one bootstrap for observed and predicted
-    obs = _observed_rows(batch, edges, boot, gspo_range, ppo_range)
-    fit = fit_log_ratios(batch, c=c)
-    acf, acf_note = _try_autocorrelation(batch, c)
-    models = _Models(fit, acf, EmpiricalCGF(batch.log_ratio))
+    ranges = {"gspo_range": gspo_range, "ppo_range": ppo_range, "g_range": g_range, "p_range": p_range}
+    n_steps = 1 + (folds if fit_models and folds > 1 else 0)
+    with progress_bar(n_steps, progress) as bar:
+        judged = judge(batch, batch, edges, boot, ranges, c=c, fit_models=fit_models)
+        bar.update(1)
+        table, models, fitted, fit = judged.table, judged.models, judged.fitted, judged.models.fit
+        if fitted:
+            fitted["fits_in_sample"] = dict(fitted["fits"])
+            fitted["best_model_in_sample"] = fitted["best_model"]
+            fitted["heldout"] = None
+            if folds > 1:
+                held = heldout(batch, edges, boot, ranges, c=c, k=int(folds), seed=seed, step=bar.update)
+                if held is not None:
+                    fitted["heldout"] = held
+                    fitted["fits"], fitted["best_model"] = dict(held["fits"]), held["best_model"]
     lengths = batch.lengths
-    bucket, _ = length_buckets(lengths, edges)
-    ppo_pred = float(normal_outside(fit.mu_y, fit.sigma2_y, p_range))
-    rows = []
-    for base in obs.to_dict("records"):
-        T = lengths[bucket == base["bucket"]]
-        row = base | _bucket_predictions(models, T, g_range, base)
-        row |= {
-            "T_min": int(T.min()),
-            "T_median": float(np.median(T)),
-            "T_max": int(T.max()),
-            "ppo_clip_pred": ppo_pred,
-        }
-        rows.append(row)
-    table = pd.DataFrame(rows, columns=list(ANALYSIS_COLUMNS))
-    fitted = {}
-    if fit_models:  # mix and hier predictions, clip intervals and the model choice (predictions.py)
-        try:
-            fitted = dict(zip(("mix", "hier", "comb"), fitted_models(batch), strict=True))
-        except ValueError:  # too few sequences or tokens, or constant log-ratios: columns stay NaN
-            fit_models = False
-    if fit_models:
-        extra = prediction_columns(
-            batch,
-            table,
-            bucket,
-            (fitted["mix"], fitted["hier"], fitted["comb"]),
-            g_range=g_range,
-            p_range=p_range,
-            normal=(fit.mu_y, fit.sigma2_y),
-            **boot,
-        )
-        table[list(PREDICTION_COLUMNS)] = extra
-        fitted["best_model"], fitted["fits"] = choose_model(table)
     rms = {m: _rms(table[f"score_{m}"]) for m in MODELS}
     w = sequence_weights(batch, gspo_range=gspo_range, ppo_range=ppo_range)
     pooled_gspo = {m: float(np.mean(models.gspo_clip(m, lengths, g_range))) for m in ("corr", "iid")}
@@ -656,7 +671,7 @@ def analyze(
         "gspo_pred": pooled_gspo["corr"],
         "gspo_pred_iid": pooled_gspo["iid"],
         "ppo_obs": w.ppo_clip_frac,
-        "ppo_pred": ppo_pred,
+        "ppo_pred": float(normal_outside(fit.mu_y, fit.sigma2_y, p_range)),
         "gspo_range": w.gspo_range,
         "ppo_range": w.ppo_range,
     }
@@ -676,12 +691,149 @@ def analyze(
         seed=seed,
         lengths=np.asarray(lengths),
         _models=models,
-        acf_note=acf_note,
+        acf_note=judged.acf_note,
         split=split_ratios(batch, edges, gspo_range=gspo_range, ppo_range=ppo_range)
         if batch.has_rollout
         else None,
         fitted=fitted,
+        groups=group_summary(batch),
     )
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        """Do nothing (no progress bar)."""
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, progress: bool | None):
+    """Show a tqdm bar over ``total`` fits on standard error (``progress=None``: only on a terminal)."""
+    show = sys.stderr.isatty() if progress is None else bool(progress)
+    if not show:
+        yield _NoBar()
+        return
+    from tqdm import std
+
+    with std.tqdm(
+        total=total, desc="analyze: fitting models", unit="fit", file=sys.stderr, leave=False
+    ) as bar:
+        yield bar
+
+
+def heldout(
+    batch: TokenBatch, edges, boot: dict, ranges: dict, *, c: float, k: int, seed, step=None
+) -> dict | None:
+    """Run the held-out judgment (:func:`~variance_lab.rollouts.heldout.heldout_judgment`) with :func:`judge`.
+
+    Fold ``f``'s bootstrap draws from the spawn key 50,000 + f of ``seed``.
+    """
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+
+    def judge_fold(eval_batch, fit_batch, f):
+        fold_seed = np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, 50_000 + f))
+        judged = judge(eval_batch, fit_batch, edges, boot | {"seed": fold_seed}, ranges, c=c, fit_models=True)
+        return judged.table if judged.fitted else None
+
+    return heldout_judgment(batch, judge_fold, k=k, seed=ss, step=step)
+
+
+def group_summary(batch: TokenBatch) -> dict:
+    """How the sequences are grouped: prompts, the interval method, identical responses and a note.
+
+    Without ``prompt_id``, sequences with the same token log-probs (identical responses, as
+    GRPO groups often hold) are counted, and the note suggests the field.
+    """
+    if batch.has_groups:
+        n_prompts = int(batch.group_index().max()) + 1
+        return {
+            "n_prompts": n_prompts,
+            "interval_method": f"bootstrap over prompts ({n_prompts:,} prompts; responses to one prompt "
+            "resampled together)",
+            "n_identical": None,
+            "note": "",
+        }
+    n_identical = batch.n_identical()
+    note = ""
+    if n_identical:
+        note = (
+            f"{n_identical:,} sequences repeat the token log-probs of another (identical responses, as in "
+            "GRPO groups) and no prompt_id says which go together: the intervals treat them as independent "
+            "and are too narrow. Add a prompt_id field to each record (see the guide page on groups)."
+        )
+    return {
+        "n_prompts": None,
+        "interval_method": "bootstrap over sequences (no prompt_id: sequences taken as independent)",
+        "n_identical": n_identical,
+        "note": note,
+    }
+
+
+@dataclass(frozen=True, eq=False)
+class Judged:
+    """The analysis table of one batch judged by models fitted on another (or the same)."""
+
+    table: pd.DataFrame
+    models: _Models
+    fitted: dict
+    acf_note: str
+
+
+def judge(
+    eval_batch: TokenBatch,
+    fit_batch: TokenBatch,
+    edges,
+    boot: dict,
+    ranges: dict,
+    *,
+    c: float,
+    fit_models: bool,
+) -> Judged:
+    """Judge ``eval_batch`` (observed values, intervals) by models fitted on ``fit_batch``.
+
+    ``boot``: ``n_boot``, ``level``, ``seed``; ``ranges``: ``gspo_range``, ``ppo_range`` (ratios)
+    and ``g_range``, ``p_range`` (their logs). ``analyze`` passes one batch twice (in sample);
+    the held-out judgment (:mod:`variance_lab.rollouts.heldout`) a fold and the other folds.
+    """
+    g_range, p_range = ranges["g_range"], ranges["p_range"]
+    obs = _observed_rows(eval_batch, edges, boot, ranges["gspo_range"], ranges["ppo_range"])
+    fit = fit_log_ratios(fit_batch, c=c)
+    acf, acf_note = _try_autocorrelation(fit_batch, c)
+    models = _Models(fit, acf, EmpiricalCGF(fit_batch.log_ratio))
+    lengths = eval_batch.lengths
+    bucket, _ = length_buckets(lengths, edges)
+    ppo_pred = float(normal_outside(fit.mu_y, fit.sigma2_y, p_range))
+    rows = []
+    for base in obs.to_dict("records"):
+        T = lengths[bucket == base["bucket"]]
+        row = base | _bucket_predictions(models, T, g_range, base)
+        row |= {
+            "T_min": int(T.min()),
+            "T_median": float(np.median(T)),
+            "T_max": int(T.max()),
+            "ppo_clip_pred": ppo_pred,
+        }
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=list(ANALYSIS_COLUMNS))
+    fitted = {}
+    if fit_models:  # mix and hier predictions, clip intervals and the model choice (predictions.py)
+        try:
+            fitted = dict(zip(("mix", "hier", "comb"), fitted_models(fit_batch), strict=True))
+        except ValueError:  # too few sequences or tokens, or constant log-ratios: columns stay NaN
+            fit_models = False
+    if fit_models:
+        extra = prediction_columns(
+            eval_batch,
+            table,
+            bucket,
+            (fitted["mix"], fitted["hier"], fitted["comb"]),
+            g_range=g_range,
+            p_range=p_range,
+            normal=(fit.mu_y, fit.sigma2_y),
+            **boot,
+        )
+        table[list(PREDICTION_COLUMNS)] = extra
+        fitted["best_model"], fitted["fits"] = choose_model(table)
+    return Judged(table, models, fitted, acf_note)
 
 
 # --------------------------------------------------------------------------------------
@@ -690,7 +842,14 @@ def analyze(
 def _fitted_summary(fitted: dict) -> dict:
     """``models`` (fitted parameters with standard errors) and ``best_model`` for the summary."""
     if not fitted:
-        return {"models": None, "best_model": None, "model_fits": None}
+        return {
+            "models": None,
+            "best_model": None,
+            "model_fits": None,
+            "best_model_in_sample": None,
+            "model_fits_in_sample": None,
+            "heldout": None,
+        }
     mix, hier, comb = fitted["mix"], fitted["hier"], fitted["comb"]
     return {
         "models": {
@@ -724,4 +883,10 @@ def _fitted_summary(fitted: dict) -> dict:
         },
         "best_model": fitted["best_model"],
         "model_fits": dict(fitted["fits"]),
+        "best_model_in_sample": fitted.get("best_model_in_sample", fitted["best_model"]),
+        "model_fits_in_sample": dict(fitted.get("fits_in_sample", fitted["fits"])),
+        "heldout": None
+        if not fitted.get("heldout")
+        else {k: v for k, v in fitted["heldout"].items() if k != "folds"}
+        | {"folds": fitted["heldout"]["folds"]},
     }

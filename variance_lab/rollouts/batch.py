@@ -23,7 +23,15 @@ import numpy as np
 
 from variance_lab.stats import exp_quiet
 
-__all__ = ["ON_BAD", "DroppedSequence", "TokenBatch", "build_batch", "check_on_bad", "segment_offsets"]
+__all__ = [
+    "ON_BAD",
+    "DroppedSequence",
+    "TokenBatch",
+    "as_prompt_ids",
+    "build_batch",
+    "check_on_bad",
+    "segment_offsets",
+]
 
 
 #: Allowed values of the ``on_bad`` option.
@@ -160,6 +168,49 @@ def _as_ids(ids, n: int) -> np.ndarray:
     return out
 
 
+def _prompt_problem(value) -> str | None:
+    """Why ``value`` cannot be a prompt id (None when it can: a string or an integer)."""
+    if isinstance(value, str):
+        return None
+    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+        return None
+    if value is None:
+        return "is null"
+    return f"must be a string or an integer, got {type(value).__name__} {value!r}"
+
+
+def as_prompt_ids(prompt_id, n: int) -> np.ndarray:
+    """Return ``prompt_id`` as a 1-D array of ``n`` strings or integers (int64, str or object).
+
+    Raises
+    ------
+    ValueError
+        Wrong length, or an entry that is None, a float, a bool or a container (naming its index).
+    """
+    if isinstance(prompt_id, np.ndarray):
+        if prompt_id.ndim != 1:
+            raise ValueError(f"prompt_id must be a 1-D sequence of {n} ids, got shape {prompt_id.shape}")
+        values = prompt_id.tolist()
+    elif isinstance(prompt_id, list | tuple):
+        values = list(prompt_id)
+    else:
+        raise ValueError(f"prompt_id must be a 1-D sequence of {n} ids, got {type(prompt_id).__name__}")
+    if len(values) != n:
+        raise ValueError(f"prompt_id must be a 1-D sequence of {n} ids, got {len(values)}")
+    for i, v in enumerate(values):
+        problem = _prompt_problem(v)
+        if problem:
+            raise ValueError(f"prompt_id of sequence {i} {problem}")
+    if all(isinstance(v, int) for v in values):
+        out = np.array(values, dtype=np.int64)
+    elif all(isinstance(v, str) for v in values):
+        out = np.array(values, dtype=str)
+    else:
+        out = np.empty(n, dtype=object)
+        out[:] = values
+    return out
+
+
 def _as_float(name: str, x) -> np.ndarray:
     try:
         return np.asarray(x, dtype=np.float64)
@@ -218,6 +269,7 @@ class TokenBatch:
     ids: np.ndarray
     dropped: tuple[DroppedSequence, ...] = field(default=())
     rollout_logp: np.ndarray | None = None
+    prompt_id: np.ndarray | None = None
 
     # -- constructors ---------------------------------------------------------------------
     @classmethod
@@ -235,6 +287,7 @@ class TokenBatch:
         known: Mapping[int, str] | None = None,
         rollout_logp=None,
         rollout_lengths=None,
+        prompt_id=None,
     ) -> TokenBatch:
         """Build from flat concatenated arrays and per-sequence lengths (the core constructor).
 
@@ -261,6 +314,8 @@ class TokenBatch:
         rollout_logp : array_like of float, 1-D, optional
             The inference engine's token log-probs (:attr:`rollout_logp`), checked like
             ``logp``; ``rollout_lengths`` where its lengths may differ (a mismatch is bad data).
+        prompt_id : array_like, optional
+            One prompt id (string or integer) per sequence: the groups (:attr:`prompt_id`).
 
         Returns
         -------
@@ -269,12 +324,14 @@ class TokenBatch:
         Raises
         ------
         ValueError
-            Bad data with ``on_bad="raise"``; inconsistent array sizes; no sequence left.
+            Bad data with ``on_bad="raise"``; inconsistent array sizes; no sequence left; a
+            ``prompt_id`` entry that is None, NaN, a float, a bool or a container (named).
         """
         on_bad = check_on_bad(on_bad)
         arrays = _checked_sizes(logp, old_logp, mask, lengths, old_lengths, mask_lengths)
         roll, roll_lens = _checked_rollout(rollout_logp, rollout_lengths, arrays[3])
         ids = _as_ids(ids, arrays[3].size)
+        groups = None if prompt_id is None else as_prompt_ids(prompt_id, arrays[3].size)
         problems = _mismatches(*arrays[3:], roll_lens)
         logp, old_logp, mask, lengths, index = _without(problems, *arrays)
         if roll is not None:
@@ -286,12 +343,21 @@ class TokenBatch:
         problems.update(known or {})
         dropped = _report(problems, ids, on_bad)
         return cls._assemble(
-            logp, old_logp, mask, lengths, ids[index], index, problems, dropped, rollout_logp=roll
+            logp,
+            old_logp,
+            mask,
+            lengths,
+            ids[index],
+            index,
+            problems,
+            dropped,
+            rollout_logp=roll,
+            prompt_id=None if groups is None else groups[index],
         )
 
     @classmethod
     def from_ragged(
-        cls, logp, old_logp, mask=None, ids=None, *, on_bad: str = "raise", rollout_logp=None
+        cls, logp, old_logp, mask=None, ids=None, *, on_bad: str = "raise", rollout_logp=None, prompt_id=None
     ) -> TokenBatch:
         """Build from lists of 1-D arrays, one per sequence (lengths may differ).
 
@@ -307,6 +373,8 @@ class TokenBatch:
             See :meth:`from_flat`.
         rollout_logp : sequence of array_like of float, optional
             The inference engine's token log-probs of each sequence.
+        prompt_id : array_like, optional
+            One prompt id per sequence (:attr:`prompt_id`).
 
         Returns
         -------
@@ -323,11 +391,20 @@ class TokenBatch:
             optional["mask"], optional["mask_lengths"] = _flatten("mask", mask, is_mask=True)
         if rollout_logp is not None:
             optional["rollout_logp"], optional["rollout_lengths"] = _flatten("rollout_logp", rollout_logp)
-        return cls.from_flat(flat, old_flat, lens, old_lengths=old_lens, ids=ids, on_bad=on_bad, **optional)
+        return cls.from_flat(
+            flat,
+            old_flat,
+            lens,
+            old_lengths=old_lens,
+            ids=ids,
+            on_bad=on_bad,
+            prompt_id=prompt_id,
+            **optional,
+        )
 
     @classmethod
     def from_padded(
-        cls, logp, old_logp, mask=None, ids=None, *, on_bad: str = "raise", rollout_logp=None
+        cls, logp, old_logp, mask=None, ids=None, *, on_bad: str = "raise", rollout_logp=None, prompt_id=None
     ) -> TokenBatch:
         """Build from padded 2-D arrays of shape ``(n, L)`` and a mask of the same shape.
 
@@ -345,6 +422,8 @@ class TokenBatch:
             See :meth:`from_flat`.
         rollout_logp : array_like of float, shape ``(n, L)``, optional
             The inference engine's token log-probs.
+        prompt_id : array_like, optional
+            One prompt id per row (:attr:`prompt_id`).
 
         Returns
         -------
@@ -368,12 +447,19 @@ class TokenBatch:
         lengths = np.full(logp.shape[0], logp.shape[1], dtype=np.int64)
         roll = None if rollout_logp is None else rollout_logp.ravel()
         return cls.from_flat(
-            logp.ravel(), old_logp.ravel(), lengths, mask=mask, ids=ids, on_bad=on_bad, rollout_logp=roll
+            logp.ravel(),
+            old_logp.ravel(),
+            lengths,
+            mask=mask,
+            ids=ids,
+            on_bad=on_bad,
+            rollout_logp=roll,
+            prompt_id=prompt_id,
         )
 
     @classmethod
     def _assemble(
-        cls, logp, old_logp, mask, lengths, ids, index, problems, dropped, rollout_logp=None
+        cls, logp, old_logp, mask, lengths, ids, index, problems, dropped, rollout_logp=None, prompt_id=None
     ) -> TokenBatch:
         """Keep the good sequences' counted tokens; record token positions."""
         good = ~np.isin(index, np.fromiter(problems, dtype=np.int64, count=len(problems)))
@@ -392,6 +478,7 @@ class TokenBatch:
             ids=ids[good].copy(),
             dropped=dropped,
             rollout_logp=None if rollout_logp is None else np.ascontiguousarray(rollout_logp[counted]),
+            prompt_id=None if prompt_id is None else prompt_id[good].copy(),
         )
         _readonly(*batch.arrays())
         return batch
@@ -450,9 +537,31 @@ class TokenBatch:
         return self.mismatch_log_ratio + self.log_ratio
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        """Return the batch's arrays (``rollout_logp`` only where present)."""
+        """Return the batch's arrays (``rollout_logp`` and ``prompt_id`` only where present)."""
         out = (self.logp, self.old_logp, self.offsets, self.positions, self.ids)
-        return out if self.rollout_logp is None else (*out, self.rollout_logp)
+        out = out if self.rollout_logp is None else (*out, self.rollout_logp)
+        return out if self.prompt_id is None else (*out, self.prompt_id)
+
+    @property
+    def has_groups(self) -> bool:
+        """True when the batch carries :attr:`prompt_id` (the prompt of each sequence)."""
+        return self.prompt_id is not None
+
+    def n_identical(self) -> int:
+        """Count sequences whose ``logp`` and ``old_logp`` repeat an earlier one's (identical responses)."""
+        seen, count = set(), 0
+        for i in range(len(self)):
+            a, b = self.offsets[i], self.offsets[i + 1]
+            key = (self.logp[a:b].tobytes(), self.old_logp[a:b].tobytes())
+            count += key in seen
+            seen.add(key)
+        return count
+
+    def group_index(self) -> np.ndarray:
+        """Return the group of each sequence, 0 .. n_groups - 1 (without ``prompt_id``: one per sequence)."""
+        if self.prompt_id is None:
+            return np.arange(len(self), dtype=np.int64)
+        return np.unique(self.prompt_id.astype(str), return_inverse=True)[1].astype(np.int64).ravel()
 
     @property
     def ratio(self) -> np.ndarray:
@@ -480,6 +589,7 @@ class TokenBatch:
             self.ids[index].copy(),
             self.dropped,
             None if self.rollout_logp is None else self.rollout_logp[tok],
+            None if self.prompt_id is None else self.prompt_id[index].copy(),
         )
         _readonly(*batch.arrays())
         return batch

@@ -10,6 +10,11 @@ old_logp      token log-probs under the old (sampling) policy, same length
 mask          optional, same length; 1 = response token that counts, 0 = ignore it
               (prompt, padding, tool output). Values under a 0 are never checked.
 id            optional string or integer; default the record's index (0-based)
+prompt_id     optional string or integer: the prompt the response answers. GRPO-style
+              rollouts come in groups of responses per prompt, which are not independent;
+              with this field every interval over sequences resamples prompts (see the
+              guide page on groups). All records have it or none; null, a list, a float
+              or a bool is an error naming the record.
 rollout_logp  optional, same length: the inference engine's log-probs (the sampler,
               e.g. vLLM), checked like the others. Files without it load as before; with
               it ``analyze`` splits the ratio into mismatch and update.
@@ -40,9 +45,11 @@ against NVIDIA-NeMo/RL at commit 7ea279ab). Each line is one sample sliced as a 
 one, so every per-token field is a list holding one list: ``generation_logprobs`` (vLLM's,
 here ``rollout_logp``), ``prev_logprobs`` (the trainer's pi_old, ``old_logp``),
 ``token_loss_mask`` (1 on the response tokens, 0 on prompt and padding: ``mask``), and
-``idx`` (``id``). The dump holds no log-probs of the updated policy; at the time of the
-dump the trainer's weights are pi_old, so the preset reads ``prev_logprobs`` as ``logp``
-as well: the update ratio is 1, and the file measures the mismatch pi_old / mu_rollout.
+``idx`` (``id``, and ``prompt_id``: GRPO repeats each prompt's batch entry, ``idx`` included,
+once per generation, so ``idx`` names the prompt and the responses to one prompt share it).
+The dump holds no log-probs of the updated policy; at the time of the dump the trainer's
+weights are pi_old, so the preset reads ``prev_logprobs`` as ``logp`` as well: the update
+ratio is 1, and the file measures the mismatch pi_old / mu_rollout.
 (With ``force_on_policy_ratio`` NeMo-RL writes zeros as ``prev_logprobs``; such a file
 has no trainer log-probs.)
 
@@ -64,7 +71,7 @@ from pathlib import Path
 
 import numpy as np
 
-from variance_lab.rollouts.batch import TokenBatch, build_batch, check_on_bad, segment_offsets
+from variance_lab.rollouts.batch import TokenBatch, as_prompt_ids, build_batch, check_on_bad, segment_offsets
 from variance_lab.rollouts.presets import RUN_PRESETS, load_run
 
 __all__ = [
@@ -80,7 +87,7 @@ __all__ = [
 
 FORMATS = ("jsonl", "parquet", "npz")
 #: Canonical field names; ``fields=`` maps them to a file's own names.
-FIELDS = ("logp", "old_logp", "mask", "id", "rollout_logp")
+FIELDS = ("logp", "old_logp", "mask", "id", "rollout_logp", "prompt_id")
 #: Token fields, in the order problems are looked for; ``rollout_logp`` and ``mask`` are optional.
 _TOKEN_FIELDS = ("logp", "old_logp", "mask", "rollout_logp")
 
@@ -94,6 +101,7 @@ PRESETS: dict[str, tuple[dict[str, str], bool]] = {
             "rollout_logp": "generation_logprobs",
             "mask": "token_loss_mask",
             "id": "idx",
+            "prompt_id": "idx",
         },
         True,
     ),
@@ -195,18 +203,68 @@ def _record_fields(rec, names: dict[str, str], unwrap: bool = False) -> tuple[di
     return arrays, None
 
 
+_ABSENT = object()
+
+
+def _record_prompt(rec, i: int, names: dict[str, str], unwrap: bool):
+    """Return record ``i``'s prompt id (``_ABSENT`` when none); ValueError naming the record when bad.
+
+    ``unwrap``: a one-element list is unwrapped (NeMo-RL's batch of one). When the file names
+    the prompt under a preset's field and also has a ``prompt_id`` field, the two must agree.
+    """
+    if not isinstance(rec, Mapping):
+        return _ABSENT
+    keys = [k for k in dict.fromkeys((names["prompt_id"], "prompt_id")) if k in rec]
+    values = []
+    for key in keys:
+        value = rec[key]
+        if unwrap and isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        problem = _prompt_field_problem(value)
+        if problem:
+            raise ValueError(f"record {i} (id={rec.get(names['id'], i)!r}): field {key!r} {problem}")
+        values.append(value)
+    if len(values) == 2 and values[0] != values[1]:
+        raise ValueError(
+            f"record {i} (id={rec.get(names['id'], i)!r}): inconsistent prompt ids "
+            f"{keys[0]!r}={values[0]!r} and {keys[1]!r}={values[1]!r}"
+        )
+    return values[0] if values else _ABSENT
+
+
+def _prompt_field_problem(value) -> str | None:
+    try:
+        as_prompt_ids([value], 1)
+    except ValueError as exc:
+        return str(exc).removeprefix("prompt_id of sequence 0 ")
+    return None
+
+
+def _prompt_column(prompts: list, label: str = "record") -> list | None:
+    """Return the prompt ids of every record, None when none has one; ValueError when only some have."""
+    have = [p is not _ABSENT for p in prompts]
+    if not any(have):
+        return None
+    if not all(have):
+        i = have.index(False)
+        raise ValueError(f"{label} {i}: no prompt_id, though other {label}s have one (all or none must)")
+    return prompts
+
+
 def _batch_from_records(
     records: Iterable, names: dict[str, str], on_bad: str, unwrap: bool = False
 ) -> TokenBatch:
     """Build a batch from parsed records; a record with a bad field enters with length 0 and its problem.
 
-    ``rollout_logp`` is optional for the file, but once one record has it, every record must.
+    ``rollout_logp`` is optional for the file, but once one record has it, every record must;
+    the same for ``prompt_id``, whose bad values are errors (not bad sequences).
     """
     cols: dict[str, list] = {f: [] for f in _TOKEN_FIELDS}
-    ids, known, has_mask, with_rollout = [], {}, False, []
+    ids, known, has_mask, with_rollout, prompts = [], {}, False, [], []
     for i, rec in enumerate(records):
         rid = rec.get(names["id"]) if isinstance(rec, Mapping) else None
         ids.append(i if rid is None else rid)
+        prompts.append(_record_prompt(rec, i, names, unwrap))
         arrays, problem = _record_fields(rec, names, unwrap)
         if problem:
             known[i] = problem
@@ -238,6 +296,7 @@ def _batch_from_records(
         known=known,
         rollout_logp=np.concatenate(cols["rollout_logp"]) if has_rollout else None,
         rollout_lengths=lens["rollout_logp"] if has_rollout else None,
+        prompt_id=_prompt_column(prompts),
     )
 
 
@@ -311,6 +370,15 @@ def _read_parquet(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
     n = table.num_rows
     ids = table.column(names["id"]).to_pylist() if names["id"] in present else [None] * n
     ids = [i if v is None else v for i, v in enumerate(ids)]
+    prompts = None
+    if names["prompt_id"] in present:
+        prompts = table.column(names["prompt_id"]).to_pylist()
+        for i, v in enumerate(prompts):
+            problem = _prompt_field_problem(v)
+            if problem:
+                raise ValueError(
+                    f"{path.name}: row {i} (id={ids[i]!r}): column {names['prompt_id']!r} {problem}"
+                )
     fields = [f for f in _TOKEN_FIELDS if names[f] in present]
     cols = {f: _parquet_list_column(table, names[f]) for f in fields}
     if "mask" in cols:
@@ -340,7 +408,21 @@ def _read_parquet(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
         known=known,
         rollout_logp=roll,
         rollout_lengths=roll_lens,
+        prompt_id=prompts,
     )
+
+
+def _npz_prompts(path: Path, data: dict, key: str):
+    """Return the NPZ's 1-D prompt ids (strings or integers), None when absent; ValueError when bad."""
+    if key not in data:
+        return None
+    arr = data[key]
+    if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.dtype.kind == "U"):
+        raise ValueError(
+            f"{path.name}: array {key!r} must be 1-D strings or integers, "
+            f"got {arr.dtype} of shape {arr.shape}"
+        )
+    return arr
 
 
 def _read_npz(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
@@ -353,8 +435,11 @@ def _read_npz(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
     mask = data.get(names["mask"])
     ids = data.get(names["id"])
     roll = data.get(names["rollout_logp"])
+    prompts = _npz_prompts(path, data, names["prompt_id"])
     if logp.ndim == 2:
-        return TokenBatch.from_padded(logp, old, mask, ids, on_bad=on_bad, rollout_logp=roll)
+        return TokenBatch.from_padded(
+            logp, old, mask, ids, on_bad=on_bad, rollout_logp=roll, prompt_id=prompts
+        )
     if logp.ndim == 1 and "lengths" in data:
         return TokenBatch.from_flat(
             logp,
@@ -367,6 +452,7 @@ def _read_npz(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
             on_bad=on_bad,
             rollout_logp=roll,
             rollout_lengths=data.get("rollout_lengths"),
+            prompt_id=prompts,
         )
     raise ValueError(f"{path.name}: NPZ needs 2-D padded arrays, or 1-D flat arrays with 'lengths'")
 
@@ -396,7 +482,7 @@ def load_batch(
         batch's ``dropped`` (``n_dropped`` counts them).
     fields : mapping, optional
         File names of the fields ``logp``, ``old_logp``, ``mask``, ``id``, ``rollout_logp``,
-        where they differ (applied over ``preset``'s).
+        ``prompt_id``, where they differ (applied over ``preset``'s).
     preset : str, optional
         A framework's dump format, :data:`PRESET_NAMES`: ``"nemo-rl"`` (its
         ``train_data_step*.jsonl``), ``"prime-rl"`` (``token_exports/step_N/rank_R.jsonl``),
@@ -463,11 +549,14 @@ def _mask_list(values: list) -> list:
     return [int(v) if v in (0, 1) else v for v in values]
 
 
-def _write_jsonl_flat(path: Path, flat, lens, ids) -> None:
+def _write_jsonl_flat(path: Path, flat, lens, ids, prompts=None) -> None:
     parts = {f: np.split(flat[f], segment_offsets(lens[f])[1:-1]) for f in flat}
+    prompts = None if prompts is None else prompts.tolist()
     with _open_text(path, "w") as fh:
         for i, rid in enumerate(ids.tolist()):
             rec = {"id": rid, "logp": parts["logp"][i].tolist(), "old_logp": parts["old_logp"][i].tolist()}
+            if prompts is not None:
+                rec["prompt_id"] = prompts[i]
             if "mask" in parts:
                 rec["mask"] = _mask_list(parts["mask"][i].tolist())
             if "rollout_logp" in parts:
@@ -475,9 +564,11 @@ def _write_jsonl_flat(path: Path, flat, lens, ids) -> None:
             fh.write(json.dumps(rec) + "\n")
 
 
-def _write_parquet_flat(path: Path, flat, lens, ids) -> None:
+def _write_parquet_flat(path: Path, flat, lens, ids, prompts=None) -> None:
     pa, pq = _import_pyarrow()
     columns = {"id": pa.array(_file_ids(ids).tolist())}
+    if prompts is not None:
+        columns["prompt_id"] = pa.array(_file_ids(prompts).tolist())
     for f, values in flat.items():
         offsets = segment_offsets(lens[f])
         large = offsets[-1] >= 2**31
@@ -487,8 +578,10 @@ def _write_parquet_flat(path: Path, flat, lens, ids) -> None:
     pq.write_table(pa.table(columns), path)
 
 
-def _write_npz_flat(path: Path, flat, lens, ids, layout: str) -> None:
+def _write_npz_flat(path: Path, flat, lens, ids, layout: str, prompts=None) -> None:
     out = {"id": _file_ids(ids)}
+    if prompts is not None:
+        out["prompt_id"] = _file_ids(prompts)
     if layout == "flat":
         out.update(flat)
         out["lengths"] = lens["logp"]
@@ -526,7 +619,8 @@ def save_batch(batch: TokenBatch, path, *, format: str | None = None, npz_layout
 
     Tokens masked out at load time (holes) are written back as 0.0 under ``mask = 0``; a batch
     without holes is written without a mask (the padded NPZ layout always has one, for the
-    padding). Mixed string and integer ids are written as strings to Parquet and NPZ.
+    padding). Mixed string and integer ids (and prompt ids) are written as strings to Parquet
+    and NPZ. The batch's ``prompt_id``, when it has one, is written as the field ``prompt_id``.
 
     Parameters
     ----------
@@ -544,11 +638,11 @@ def save_batch(batch: TokenBatch, path, *, format: str | None = None, npz_layout
     path, fmt = _target(path, format, npz_layout)
     flat, lens, ids = _batch_flat(batch)
     if fmt == "jsonl":
-        _write_jsonl_flat(path, flat, lens, ids)
+        _write_jsonl_flat(path, flat, lens, ids, batch.prompt_id)
     elif fmt == "parquet":
-        _write_parquet_flat(path, flat, lens, ids)
+        _write_parquet_flat(path, flat, lens, ids, batch.prompt_id)
     else:
-        _write_npz_flat(path, flat, lens, ids, npz_layout)
+        _write_npz_flat(path, flat, lens, ids, npz_layout, batch.prompt_id)
     return path
 
 
@@ -567,6 +661,8 @@ def _write_parquet_records(path: Path, records: list[dict]) -> None:
     pa, pq = _import_pyarrow()
     ids = _file_ids(_id_array([rec.get("id", i) for i, rec in enumerate(records)]))
     columns = {"id": pa.array(ids.tolist())}
+    if any("prompt_id" in rec for rec in records):
+        columns["prompt_id"] = pa.array([_plain(rec.get("prompt_id")) for rec in records])
     for f in ("logp", "old_logp", "mask", "rollout_logp"):
         if f in ("mask", "rollout_logp") and all(rec.get(f) is None for rec in records):
             continue
@@ -590,7 +686,10 @@ def _write_npz_records(path: Path, records: list[dict], layout: str) -> None:
     flat = {f: np.concatenate(arrs) for f, arrs in cols.items()}
     lens = {f: np.array([a.size for a in arrs], dtype=np.int64) for f, arrs in cols.items()}
     ids = _id_array([rec.get("id", i) for i, rec in enumerate(records)])
-    _write_npz_flat(path, flat, lens, ids, layout)
+    prompts = None
+    if any("prompt_id" in rec for rec in records):
+        prompts = _file_ids(_id_array([rec.get("prompt_id") for rec in records]))
+    _write_npz_flat(path, flat, lens, ids, layout, prompts)
 
 
 def write_records(

@@ -5,8 +5,9 @@ Clip-fraction intervals, and the choice of model on variances and clip fractions
 Used by :func:`variance_lab.rollouts.analysis.analyze`; see :mod:`variance_lab.rollouts.models` for
 the three models. For every length bucket this adds
 
-- 95 % intervals of the observed clip fractions: Wilson's score interval for GSPO's fraction of
-  sequences clipped (sequences are independent), and a bootstrap over sequences for the fractions
+- 95 % intervals of the observed clip fractions (GSPO's fraction of sequences clipped, with its
+  interval and design effect, comes from :func:`~variance_lab.rollouts.statistics.bucket_variances`):
+  a bootstrap over sequences, or over prompts when the batch has ``prompt_id``, for the fractions
   of tokens clipped by PPO (:math:`r_t` outside its range) and by GMPO
   (:math:`|\log r_t| > \epsilon`, :math:`\epsilon` the ``gmpo`` correction's default 0.4 of
   :mod:`variance_lab.corrections`), whose tokens within a sequence are not independent
@@ -21,11 +22,13 @@ the three models. For every length bucket this adds
   clip from the fitted normal, ``emp`` token clip the empirical fraction itself (no prediction),
   ``emp`` GSPO clip NaN (the law of a mean of :math:`T` empirical draws has no closed form).
 
-Model choice (:func:`choose_model`). A model *fits* a bucket when its
-:math:`\operatorname{Var}(G_T)` lies inside the bucket's bootstrap interval (``|score| <= 1``) and its
-GSPO clip prediction inside the Wilson interval (``emp``, without a clip prediction, never
-fits). The chosen model fits the most buckets; among models that fit as many, the simplest,
-in the order ``iid``, ``emp``, ``corr``, ``mix``, ``hier``, ``comb``.
+Model choice (:func:`choose_model`). A bucket of fewer than :data:`MIN_BUCKET_SEQUENCES`
+sequences is not judged (``best_model`` says :data:`TOO_FEW`, ``fits`` is empty). A model
+*fits* a bucket when its :math:`\operatorname{Var}(G_T)` lies inside the bucket's bootstrap
+interval (``|score| <= 1``) and its GSPO clip prediction inside its interval (Wilson, or
+clustered by prompt; ``emp``, without a clip prediction, never fits). The chosen model fits
+the most buckets; among models that fit as many, the simplest, in the order ``iid``, ``emp``,
+``corr``, ``mix``, ``hier``, ``comb``.
 """
 
 from __future__ import annotations
@@ -48,14 +51,16 @@ from variance_lab.rollouts.models import (
     normal_outside,
 )
 from variance_lab.rollouts.weights import segment_sums
-from variance_lab.stats import wilson_interval
+from variance_lab.stats import cluster_ratio, wilson_interval
 
 __all__ = [
     "ALL_MODELS",
     "COMB_REPLICATES",
     "FITTED_MODELS",
     "GMPO_LOG_RANGE",
+    "MIN_BUCKET_SEQUENCES",
     "PREDICTION_COLUMNS",
+    "TOO_FEW",
     "choose_model",
     "expected_sample_var",
     "fitted_models",
@@ -73,13 +78,18 @@ FITTED_MODELS = ("mix", "hier", "comb")
 #: GMPO's per-token clip range of log r: the ``gmpo`` correction's default.
 GMPO_LOG_RANGE = corrections.parse("gmpo").log_bounds()
 
+#: Fewest sequences a length bucket needs to be judged (a verdict, a best model, a fit counted):
+#: a bootstrap interval of a variance from fewer is too rough (it covers well below its level).
+MIN_BUCKET_SEQUENCES = 20
+
+#: Label of a bucket below :data:`MIN_BUCKET_SEQUENCES` (verdict and best model).
+TOO_FEW = "too few sequences"
+
 #: Monte Carlo draws per sequence of ``comb``'s GSPO clip prediction.
 COMB_REPLICATES = 100
 
 #: Columns added to the analysis table, in order.
 PREDICTION_COLUMNS = (
-    "gspo_clip_frac_lo",
-    "gspo_clip_frac_hi",
     "ppo_clip_frac_lo",
     "ppo_clip_frac_hi",
     "gmpo_clip_frac",
@@ -98,10 +108,15 @@ PREDICTION_COLUMNS = (
 _LN10 = math.log(10.0)
 
 
-def _bootstrap_ratio(num: np.ndarray, den: np.ndarray, n_boot: int, level: float, rng) -> tuple[float, float]:
-    """Percentile bootstrap interval of sum(num)/sum(den), resampling the units (sequences)."""
+def _bootstrap_ratio(
+    num: np.ndarray, den: np.ndarray, n_boot: int, level: float, rng, groups=None
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of sum(num)/sum(den), resampling sequences (or their prompts)."""
     if n_boot < 1 or num.size < 2:
         return math.nan, math.nan
+    if groups is not None:
+        r = cluster_ratio(num, den, groups, n_boot=n_boot, level=level, rng=rng)
+        return r["lo"], r["hi"]
     idx = rng.integers(0, num.size, size=(n_boot, num.size))
     ratios = num[idx].sum(axis=1) / den[idx].sum(axis=1)
     a = (1 - level) / 2
@@ -203,7 +218,8 @@ def prediction_columns(
     ``normal`` is the pooled fit :math:`(\hat\mu_y, \hat\sigma_y^2)` of ``iid`` and ``corr``.
     """
     lengths = batch.lengths
-    g_seq, p_seq, m_seq = _per_sequence_clips(batch, g_range, p_range)
+    groups = batch.group_index() if batch.has_groups else None
+    _, p_seq, m_seq = _per_sequence_clips(batch, g_range, p_range)
     emp = {"ppo": float(p_seq.sum() / lengths.sum()), "gmpo": float(m_seq.sum() / lengths.sum())}
     gauss = {
         k: float(normal_outside(normal[0], normal[1], r))
@@ -215,14 +231,13 @@ def prediction_columns(
         T, n = lengths[sel], int(sel.sum())
         uniq, counts = np.unique(T, return_counts=True)
         row: dict = {}
-        lo, hi = wilson_interval(g_seq[sel].sum(), n, level)
-        row["gspo_clip_frac_lo"], row["gspo_clip_frac_hi"] = float(lo), float(hi)
+        g = None if groups is None else groups[sel]
         row["ppo_clip_frac_lo"], row["ppo_clip_frac_hi"] = _bootstrap_ratio(
-            p_seq[sel], T.astype(float), n_boot, level, _child_rng(seed, j)
+            p_seq[sel], T.astype(float), n_boot, level, _child_rng(seed, j), g
         )
         row["gmpo_clip_frac"] = float(m_seq[sel].sum() / T.sum())
         row["gmpo_clip_frac_lo"], row["gmpo_clip_frac_hi"] = _bootstrap_ratio(
-            m_seq[sel], T.astype(float), n_boot, level, _child_rng(seed, 20_000 + j)
+            m_seq[sel], T.astype(float), n_boot, level, _child_rng(seed, 20_000 + j), g
         )
         obs_G = [base[k] * _LN10 for k in ("log10_var_G", "log10_var_G_lo", "log10_var_G_hi")]
         row["gspo_clip_se_comb"] = math.nan
@@ -255,6 +270,8 @@ def prediction_columns(
         fitting = [m for m in ALL_MODELS if _fits({**base, **row}, m)]
         row["fits"] = ",".join(fitting)
         row["best_model"] = fitting[0] if fitting else "none"
+        if n < MIN_BUCKET_SEQUENCES:  # too few to judge: no fits counted, no best model
+            row["fits"], row["best_model"] = "", TOO_FEW
         rows.append(row)
     return pd.DataFrame(rows, columns=list(PREDICTION_COLUMNS), index=table.index)
 

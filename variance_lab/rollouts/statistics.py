@@ -31,7 +31,7 @@ from scipy import fft
 
 from variance_lab.rollouts.batch import TokenBatch, segment_offsets
 from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE, segment_sums, sequence_weights
-from variance_lab.stats import exp_quiet
+from variance_lab.stats import cluster_counts, cluster_ratio, exp_quiet, wilson_interval
 
 __all__ = [
     "BUCKET_COLUMNS",
@@ -190,6 +190,83 @@ def _log_var_interval(a: np.ndarray, n_boot: int, level: float, rng) -> tuple[fl
     return float(2 * c + point), float(2 * c + point - t_hi * se), float(2 * c + point - t_lo * se)
 
 
+def _cluster_log_var_t(
+    x: np.ndarray, W: np.ndarray, starts: np.ndarray, G: int
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Row-wise weighted :math:`\log s^2` and its cluster-robust standard error.
+
+    ``x`` is sorted by cluster, ``starts`` the first unit of each of the ``G`` clusters; row
+    ``b`` of ``W`` holds each unit's weight (its cluster's count in resample ``b``). With
+    :math:`n^* = \sum_i w_i`, the weighted mean and :math:`m_2`, the influence of unit
+    :math:`i` on :math:`\log m_2` is :math:`\psi_i = d_i^2/m_2 - 1`, and the standard error
+    sums it over each cluster first:
+    :math:`\operatorname{se}^2 = \frac{G}{G-1}\sum_g c_g (\sum_{i \in g}\psi_i)^2 / n^{*2}`
+    (:math:`c_g` the cluster's count). With one unit per cluster this is the i.i.d.
+    :math:`\sqrt{(m_4/m_2^2 - 1)/n}`.
+    """
+    n_star = W.sum(axis=1)
+    mean = (W @ x) / n_star
+    d2 = (x[None, :] - mean[:, None]) ** 2
+    m2 = np.einsum("bi,bi->b", W, d2) / n_star
+    with np.errstate(divide="ignore", invalid="ignore"):
+        psi = d2 / m2[:, None] - 1.0
+        S = np.add.reduceat(psi, starts, axis=1)
+        counts = W[:, starts]
+        se = np.sqrt(G / (G - 1.0) * np.einsum("bg,bg->b", counts, S * S)) / n_star
+        return np.log(m2 * n_star / (n_star - 1.0)), se
+
+
+def _clustered_log_var_interval(a, groups, n_boot: int, level: float, rng) -> tuple[float, float, float]:
+    r"""(log var, log lo, log hi) of exp(a), the sequences grouped: bootstrap-t over prompts.
+
+    As :func:`_log_var_interval`, with prompts resampled (:func:`~variance_lab.stats.cluster_counts`)
+    and the standard error of every resample clustered by prompt (:func:`_cluster_log_var_t`).
+    Fewer than two prompts give NaN ends.
+    """
+    c, w = _log_var_scaled(a)
+    order = np.argsort(groups, kind="stable")
+    w, g = w[order], groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    G = starts.size
+    point, se = _cluster_log_var_t(w, np.ones((1, w.size)), starts, G)
+    point, se = float(point[0]), float(se[0])
+    if n_boot == 0 or G < 2:
+        return float(2 * c + point), math.nan, math.nan
+    if not (np.isfinite(point) and se > 0):
+        return float(2 * c + point), float(2 * c + point), float(2 * c + point)
+    block = max(1, _FFT_BUDGET // w.size)
+    t = np.empty(n_boot)
+    for start in range(0, n_boot, block):
+        stop = min(n_boot, start + block)
+        W = cluster_counts(g, stop - start, rng).astype(np.float64)
+        lv, se_b = _cluster_log_var_t(w, W, starts, G)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t[start:stop] = (lv - point) / se_b
+    t = t[np.isfinite(t)]
+    if not t.size:
+        return float(2 * c + point), math.nan, math.nan
+    t_lo, t_hi = np.quantile(t, [(1 - level) / 2, (1 + level) / 2])
+    return float(2 * c + point), float(2 * c + point - t_hi * se), float(2 * c + point - t_lo * se)
+
+
+#: A log-scale interval whose one side is more than this many times the other, or wider than
+#: :data:`_FAIL_HALF` (ln) on a side, is a failed bootstrap-t (resamples with a near-zero
+#: standard error blow the studentized quantiles up): its ends become NaN and the table says so.
+_FAIL_RATIO = 10.0
+_FAIL_HALF = math.log(1e6)
+
+
+def _checked(point: float, lo: float, hi: float) -> tuple[float, float, float, bool]:
+    """(point, lo, hi, failed): NaN ends when the interval is a failed bootstrap-t (:data:`_FAIL_RATIO`)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return point, lo, hi, False
+    up, down = hi - point, point - lo
+    big, small = max(up, down), min(up, down)
+    if big > _FAIL_HALF or (small > 0 and big > _FAIL_RATIO * small) or (small <= 0 < big):
+        return point, math.nan, math.nan, True
+    return point, lo, hi, False
+
+
 def _kong_ess(log_w: np.ndarray) -> float:
     r"""Kong's effective sample size :math:`(\sum w)^2 / \sum w^2` of weights given in log space."""
     w = np.exp(log_w - np.max(log_w))
@@ -218,18 +295,34 @@ BUCKET_COLUMNS = (
     "var_G_hi",
     "log10_var_G",
     "gspo_clip_frac",
+    "gspo_clip_frac_lo",
+    "gspo_clip_frac_hi",
+    "design_effect",
+    "n_prompts",
     "ppo_clip_frac",
+    "interval_failed",
 )
 
 
-def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng) -> dict:
-    """One row of :func:`bucket_variances` for the sequences ``sel`` of bucket ``k``."""
+def _gspo_clip_interval(clipped: np.ndarray, groups, n_boot: int, level: float, rng) -> dict:
+    """GSPO clip fraction's interval: Wilson (no groups) or clustered by prompt, with the design effect."""
+    n = clipped.size
+    if groups is None:
+        lo, hi = wilson_interval(clipped.sum(), n, level)
+        return {"gspo_clip_frac_lo": float(lo), "gspo_clip_frac_hi": float(hi), "design_effect": math.nan}
+    r = cluster_ratio(clipped, np.ones(n), groups, n_boot=n_boot, level=level, rng=rng, proportion=True)
+    return {"gspo_clip_frac_lo": r["lo"], "gspo_clip_frac_hi": r["hi"], "design_effect": r["design_effect"]}
+
+
+def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng, groups=None) -> dict:
+    """One row of :func:`bucket_variances`: sequences ``sel`` of bucket ``k`` (``groups``: their prompts)."""
     log_P, log_G, T = w.log_P[sel], w.log_G[sel], w.length[sel]
     row = {
         "bucket": k,
         "T_lo": int(lo),
         "T_hi": int(hi) - 1,
         "n_seq": int(sel.size),
+        "n_prompts": math.nan if groups is None else int(np.unique(groups).size),
         "T_mean": float(T.mean()),
         "n_tokens": int(T.sum()),
         "mean_log_P": float(log_P.mean()),
@@ -238,10 +331,17 @@ def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng) -> dict:
         "mean_G": float(np.exp(log_G).mean()),
         "ess_P": _kong_ess(log_P),
     }
+    row |= _gspo_clip_interval(w.clipped_gspo[sel].astype(np.float64), groups, n_boot, level, rng)
     if sel.size < 2:  # no sample variance: every variance column is NaN
+        row["interval_failed"] = ""
         return row | dict.fromkeys((c for c in BUCKET_COLUMNS if c not in row), math.nan)
-    vP, vP_lo, vP_hi = _log_var_interval(log_P, n_boot, level, rng)
-    vG, vG_lo, vG_hi = _log_var_interval(log_G, n_boot, level, rng)
+    if groups is None:
+        vP, vP_lo, vP_hi, fP = _checked(*_log_var_interval(log_P, n_boot, level, rng))
+        vG, vG_lo, vG_hi, fG = _checked(*_log_var_interval(log_G, n_boot, level, rng))
+    else:
+        vP, vP_lo, vP_hi, fP = _checked(*_clustered_log_var_interval(log_P, groups, n_boot, level, rng))
+        vG, vG_lo, vG_hi, fG = _checked(*_clustered_log_var_interval(log_G, groups, n_boot, level, rng))
+    row["interval_failed"] = ",".join(name for name, f in (("var_P", fP), ("var_G", fG)) if f)
     return row | {
         "var_log_P": float(np.var(log_P, ddof=1)),
         "log_var_P": vP,
@@ -324,12 +424,14 @@ def bucket_variances(
     bucket, edges = length_buckets(w.length, edges)
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     children = ss.spawn(edges.size - 1)
+    groups = batch.group_index() if batch.has_groups else None
     rows = []
     for k in range(edges.size - 1):
         sel = np.flatnonzero(bucket == k)
         if sel.size:
             rng = np.random.default_rng(children[k])
-            rows.append(_bucket_row(k, edges[k], edges[k + 1], sel, w, int(n_boot), float(level), rng))
+            g = None if groups is None else groups[sel]
+            rows.append(_bucket_row(k, edges[k], edges[k + 1], sel, w, int(n_boot), float(level), rng, g))
     return pd.DataFrame(rows, columns=list(BUCKET_COLUMNS))
 
 
