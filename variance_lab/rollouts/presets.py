@@ -103,6 +103,9 @@ class RunRecords:
     problems : dict of int to str
         Problems found while reading, by sequence index, naming the file's field; such a
         sequence is bad data for :meth:`to_batch`.
+    prompt_id : list or None
+        The prompt of each sequence where the format names it (NeMo-RL's ``idx``); None
+        where it does not (prime-rl's exports and slime's dumps carry no group).
     """
 
     path: Path
@@ -115,6 +118,7 @@ class RunRecords:
     advantages: list | None = None
     token_ids: list | None = None
     problems: dict = field(default_factory=dict)
+    prompt_id: list | None = None
 
     def __len__(self) -> int:
         """Return the number of sequences read (good and bad)."""
@@ -149,6 +153,9 @@ class RunRecords:
 
         lengths = np.array([0 if b else a.size for a, b in zip(self.logp, bad, strict=True)], dtype=np.int64)
         ids = np.array([str(i) for i in self.ids]) if any(isinstance(i, str) for i in self.ids) else None
+        groups = None
+        if self.prompt_id is not None:  # a bad sequence's group is never read: its own id stands in
+            groups = [rid if b else g for g, rid, b in zip(self.prompt_id, self.ids, bad, strict=True)]
         try:
             return build_batch(
                 flat(self.logp),
@@ -159,6 +166,7 @@ class RunRecords:
                 on_bad=on_bad,
                 known=self.problems,
                 rollout_logp=None if self.rollout_logp is None else flat(self.rollout_logp),
+                prompt_id=groups,
             )
         except ValueError as exc:
             raise ValueError(f"{self.path.name}: {exc}") from None
@@ -223,10 +231,12 @@ class _Collector:
             k: [] for k in ("logp", "rollout_logp", "mask", "advantages", "token_ids")
         }
         self.problems: dict[int, str] = {}
+        self.prompt_id: list = []
 
-    def add(self, rid, problem: str | None = None, **arrays) -> None:
+    def add(self, rid, problem: str | None = None, prompt_id=None, **arrays) -> None:
         i = len(self.ids)
         self.ids.append(rid)
+        self.prompt_id.append(prompt_id)
         if problem:
             self.problems[i] = problem
             arrays = {"logp": np.zeros(0), "mask": np.zeros(0)}
@@ -244,6 +254,8 @@ class _Collector:
         if any(has_roll):
             roll = [np.zeros(0) if r is None else r for r in c["rollout_logp"]]
         extra = {k: (c[k] if any(v is not None for v in c[k]) else None) for k in ("advantages", "token_ids")}
+        grouped = all(self.prompt_id[i] is not None for i in good) and bool(good)
+        extra["prompt_id"] = self.prompt_id if grouped else None
         return RunRecords(
             path=self.path,
             preset=self.preset,
@@ -376,6 +388,7 @@ def _nemo_line(rec, lineno: int, out: _Collector) -> None:
     out.add(
         rid,
         f"line {lineno}: {problem}" if problem else None,
+        prompt_id=rec.get("idx"),  # GRPO repeats a prompt's entry, idx included, per generation
         logp=arrays["prev_logprobs"],
         rollout_logp=arrays["generation_logprobs"],
         mask=mask,
