@@ -70,6 +70,24 @@ def test_verl_batch_round_trips_through_load_batch(tmp_path):
     assert [len(a) for a in table["advantages"]] == expected_lengths.tolist()
 
 
+def test_verl_uid_becomes_the_prompt_id(tmp_path):
+    """A DataProto-like batch with non_tensor_batch['uid']: load_batch groups responses by it."""
+    rng = np.random.default_rng(5)
+    path = tmp_path / "verl.parquet"
+    old, _, mask, _ = _fake_logps(rng, 4, 5)
+    uid = np.array(["u-a", "u-a", "u-b", "u-b"], dtype=object)
+    proto = SimpleNamespace(
+        batch={"old_log_probs": old, "response_mask": mask}, non_tensor_batch={"uid": uid}
+    )
+    with ParquetRecorder(path) as rec:
+        record_verl_batch(rec, proto, step=1)
+        with pytest.raises(ValueError, match="prompt_id must hold one id per sequence"):
+            rec.append(old_logp=old, mask=mask, step=2, prompt_id=uid[:3])
+    batch = load_batch(path)
+    assert batch.has_groups
+    assert batch.prompt_id.tolist() == ["u-a", "u-a", "u-b", "u-b"]
+
+
 def test_verl_masked_holes_are_kept_as_holes(tmp_path):
     """A hole in response_mask (tool output) stays a hole: positions skip it, values there never read."""
     old = np.array([[-0.1, np.nan, -0.3, 0.0]])  # NaN under mask 0: never read

@@ -111,7 +111,9 @@ class ParquetRecorder:
             out["mask"] = np.ones(old.shape)
         return out
 
-    def append(self, *, old_logp, mask=None, rollout_logp=None, advantages=None, step: int = 0) -> int:
+    def append(
+        self, *, old_logp, mask=None, rollout_logp=None, advantages=None, step: int = 0, prompt_id=None
+    ) -> int:
         """Append one padded batch; return the number of rows now in the file.
 
         Parameters
@@ -126,6 +128,10 @@ class ParquetRecorder:
             Per token, or per sequence (repeated over its tokens).
         step : int
             The training step, written in the ``step`` column.
+        prompt_id : array_like, shape (B,), optional
+            The prompt of each sequence (verl's ``uid``), written as text in the ``prompt_id``
+            column: responses to one prompt are not independent, and ``analyze`` then
+            resamples prompts. Give it on every call or on none.
 
         Returns
         -------
@@ -140,6 +146,14 @@ class ParquetRecorder:
         if self._closed:
             raise ValueError(f"{self.path.name}: the recorder is closed; open a new one for another file")
         arrays = self._checked(int(step), old_logp, mask, rollout_logp, advantages)
+        if prompt_id is not None:
+            groups = np.asarray(prompt_id, dtype=object).reshape(-1)
+            if groups.size != arrays["old_logp"].shape[0] or any(g is None for g in groups):
+                raise ValueError(
+                    f"{self.path.name}: step {step}: prompt_id must hold one id per sequence "
+                    f"({arrays['old_logp'].shape[0]}), got {groups.size}"
+                )
+            arrays["prompt_id"] = groups
         table = self._table(arrays, int(step))
         if self._writer is None:
             import pyarrow.parquet as pq
@@ -179,6 +193,8 @@ class ParquetRecorder:
         for name in ("rollout_logp", "advantages"):
             if name in arrays:
                 columns[name] = lists(arrays[name])
+        if "prompt_id" in arrays:
+            columns["prompt_id"] = pa.array([str(g) for g in arrays["prompt_id"]], type=pa.string())
         return pa.table(columns)
 
     def close(self) -> None:

@@ -16,6 +16,9 @@ key                      shape       here
 ``advantages``           ``(B, R)``  ``advantages``
 =======================  ==========  ===============================================
 
+and ``batch.non_tensor_batch["uid"]`` names each response's prompt (GRPO groups by it): it
+is written as ``prompt_id``, so the analysis resamples prompts, not responses.
+
 Call :func:`record_verl_batch` from the trainer loop, right after
 ``batch = compute_advantage(batch, ...)`` in ``fit``::
 
@@ -73,10 +76,13 @@ def record_verl_batch(recorder: ParquetRecorder, batch, step: int) -> int:
             raise ValueError(
                 f"{recorder.path.name}: step {step}: the verl batch has no {key!r} (keys: {sorted(keys)})"
             )
+    non_tensor = getattr(batch, "non_tensor_batch", batch)
+    uid = non_tensor.get("uid") if isinstance(non_tensor, Mapping) else None
     return recorder.append(
         old_logp=tensors["old_log_probs"],
         mask=tensors["response_mask"],
         rollout_logp=tensors["rollout_log_probs"] if "rollout_log_probs" in keys else None,
         advantages=tensors["advantages"] if "advantages" in keys else None,
         step=step,
+        prompt_id=uid,
     )
