@@ -701,3 +701,17 @@ def test_light_figure_names_match_the_figures():
     """paper.names.ALL_FIGURES (read by the command line's parser) is paper.figures.ALL_FIGURES."""
     assert names.ALL_FIGURES == figs.ALL_FIGURES
     assert names.ALL_FIGURES[-1] == figs.EXPERIMENT_FIGURE
+
+
+def test_quick_help_does_not_promise_seconds():
+    """``figures --quick`` takes minutes (149 s measured for every figure, issue #25 item 5), not seconds."""
+    import argparse
+
+    from variance_lab.cli import figures as figures_cli
+
+    parser = argparse.ArgumentParser()
+    figures_cli.add_command(parser.add_subparsers())
+    sub = parser._subparsers._group_actions[0].choices["figures"]
+    text = next(a.help for a in sub._actions if "--quick" in a.option_strings)
+    assert "seconds" not in text
+    assert "minutes" in text

@@ -773,7 +773,7 @@ def make_all(
         in a temporary folder beside it and moved into ``out`` only once all are done
         (:func:`publish`): an interrupted or failed run leaves ``out`` as it was.
     quick : bool
-        Small grids and few draws (seconds; for tests and previews).
+        Small grids and few draws (minutes for every figure; for previews and tests).
     only : sequence of str, optional
         A subset of :data:`ALL_FIGURES`.
     engine : Engine, optional
