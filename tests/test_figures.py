@@ -620,7 +620,8 @@ def test_corrections_figure_is_readable_and_greyscale_safe():
     texts = [t for t in fig.findobj(Text) if t.get_text().strip()]
     assert texts
     assert min(t.get_fontsize() for t in texts) >= style.MIN_FONT_PT
-    handles = [h for h in fig.legends[0].legend_handles if h.get_label() in params["corrections"]]
+    legend = next(leg for part in (fig, *fig.subfigs) for leg in part.legends)  # under the panels
+    handles = [h for h in legend.legend_handles if h.get_label() in params["corrections"]]
     assert len(handles) == len(params["corrections"])
     assert len({h.get_marker() for h in handles}) == len(handles)  # apart without colour
 
@@ -715,3 +716,85 @@ def test_quick_help_does_not_promise_seconds():
     text = next(a.help for a in sub._actions if "--quick" in a.option_strings)
     assert "seconds" not in text
     assert "minutes" in text
+
+
+def _corrections_frame(experiment: bool = True) -> pd.DataFrame:
+    """Return closed forms, Monte Carlo points (some flagged) and, optionally, measured points on a fit."""
+    from variance_lab import corrections as co
+
+    specs = "seq-tis:3,tis:2,gmpo"
+    rows = []
+
+    def add(frame, method, reliable=True):
+        for r in frame.itertuples(index=False):
+            for stat, v in (("rel_bias", r.bias / r.mean_base), ("ess_frac", r.ess_frac)):
+                lo, hi = (v - 0.05, v) if method in ("experiment", "monte_carlo") else (np.nan, np.nan)
+                rows.append(
+                    {"T": r.T, "correction": r.correction, "statistic": stat, "method": method,
+                     "value": v, "lo": lo, "hi": hi, "reliable": reliable and r.T < 100}
+                )  # fmt: skip
+
+    add(co.theory(get_family("lognormal", 1.0, 0.1), [1, 10, 100, 1000], specs), "exact")
+    add(co.theory(get_family("lognormal", 1.0, 0.1), [1, 10, 100], specs), "monte_carlo")
+    if experiment:
+        fit = get_family("lognormal", 1.0, 0.02)
+        add(co.theory(fit, [8, 64, 346], specs), "experiment_fit")
+        add(co.theory(fit, [11, 90, 283], specs), "experiment")
+    return pd.DataFrame(rows)
+
+
+def _texts(fig) -> list[str]:
+    return [t.get_text() for t in fig.findobj(Text) if t.get_text().strip()]
+
+
+def test_corrections_figure_titles_letters_and_b(tmp_path):
+    """Each row has its own title, the panels the letters (a)-(d), and the figure says what w and b are.
+
+    Issue #25, item 4: the model's parameters stand over the model's row only, not over the bf16 row;
+    the caption cites panels (a)-(d).
+    """
+    from variance_lab.report import corrections_figure
+
+    fig = corrections_figure.corrections_vs_T(
+        _corrections_frame(),
+        title="lognormal ratios, mu = 1",
+        experiment_title="bf16 experiment",
+        style="paper",
+    )
+    fig.savefig(tmp_path / "c.png", dpi=40)  # lays out and draws without error
+    assert fig.get_suptitle() == ""  # no figure title standing over both rows
+    rows = [sub.get_suptitle() for sub in fig.subfigs[:2]]
+    assert rows == ["(a, b) lognormal ratios, mu = 1", "(c, d) bf16 experiment"]
+    assert [ax.get_title(loc="left") for ax in fig.axes] == ["(a)", "(b)", "(c)", "(d)"]
+    assert sum(ax in fig.subfigs[0].axes for ax in fig.axes) == 2  # (a), (b) belong to the model's row
+    assert corrections_figure.B_NOTE in _texts(fig)
+    assert "$b$: the uncorrected weight" in corrections_figure.B_NOTE
+    one = corrections_figure.corrections_vs_T(_corrections_frame(False), title="lognormal", style="paper")
+    assert one.get_suptitle() == "lognormal"  # one row: the figure's title is the row's
+    assert [ax.get_title(loc="left") for ax in one.axes] == ["(a)", "(b)"]
+
+
+def test_corrections_figure_tells_monte_carlo_from_measured_points():
+    """Monte Carlo and the measured points differ in the panels and in the legend (issue #25, item 4)."""
+    from variance_lab.report import corrections_figure
+
+    fig = corrections_figure.corrections_vs_T(_corrections_frame(), title="lognormal", style="paper")
+    legend = next(leg for part in (fig, *fig.subfigs) for leg in part.legends)
+    points = {h.get_label(): h for h in legend.legend_handles if h.get_linestyle() in ("None", "")}
+    mc = next(h for lab, h in points.items() if lab.startswith("Monte Carlo (a, b)"))
+    measured = next(h for lab, h in points.items() if lab.startswith("measured per length bucket (c, d)"))
+    unreliable = next(h for lab, h in points.items() if "unreliable" in lab)
+    looks = {(h.get_fillstyle(), str(h.get_markerfacecolor())) for h in (mc, measured, unreliable)}
+    assert len(looks) == 3  # three kinds of points, three looks
+    top, bottom = fig.axes[0], fig.axes[2]
+
+    def fills(ax):  # markers of the points (not the bars' caps)
+        return {
+            line.get_fillstyle()
+            for line in ax.get_lines()
+            if line.get_linestyle() == "None" and line.get_marker() not in ("_", "|", "None")
+        }
+
+    mc_fill, data_fill = fills(top), fills(bottom)
+    assert mc_fill == {"full"}
+    assert data_fill == {measured.get_fillstyle()} != {"full"}

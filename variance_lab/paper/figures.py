@@ -549,14 +549,16 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
     if name == "log_histograms":
         return plots.log_histograms(data, title=_histogram_title(params), style=style)
     if name == "corrections_vs_T":
-        title = f"{params['family']}, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$"
+        title = f"{params['family']} ratios, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$"
+        title += ": closed form"
         if params.get("n"):
-            title += f"; Monte Carlo $n = {int(params['n']):,}$ draws".replace(",", "{,}")
+            title += f" and Monte Carlo ($n = {int(params['n']):,}$ draws)".replace(",", "{,}")
         return corrections_figure.corrections_vs_T(
             data,
             title=title,
             style=style,
             experiment_title="bf16 experiment, per length bucket: measured and lognormal fit",
+            level=float(params.get("ci", 0.95)),
         )
     if name == "clip_fractions":
         return clip_figure.clip_figure(data, level=float(params["level"]), style=style)
@@ -661,11 +663,13 @@ class _DOCS:
     )
     log_histograms = "Histograms of log P_T and log G_T = log P_T / T at a few T, from raw draws."
     corrections_vs_T = (
-        "Relative bias E[w]/E[b] - 1 and ESS fraction of sequence- and token-level corrections (TIS, "
-        "masks, Geo-RS, IcePop, GMPO) against T: (a, b) lognormal closed forms (lines) and Monte Carlo "
-        "(points with intervals; hollow: flagged unreliable); (c, d) the bfloat16 experiment's mismatch "
-        "ratio per length bucket (points at the median length, 95 % bootstrap intervals over "
-        "sequences) against the lognormal fitted to its pooled token log-ratios (lines)."
+        "Relative bias E[w]/E[b] - 1 (w: a correction's weight; b: the uncorrected weight it acts on, P_T, "
+        "or G_T for GMPO, or r_t for the token-level TIS and IcePop) and ESS fraction E[w]^2/E[w^2] of "
+        "sequence- and token-level corrections (TIS, masks, Geo-RS, IcePop, GMPO) against T: (a, b) "
+        "lognormal closed forms (lines) and Monte Carlo (filled points with 95 % intervals; hollow: "
+        "flagged unreliable); (c, d) the bfloat16 experiment's mismatch ratio per length bucket "
+        "(half-filled points at the median length, 95 % bootstrap intervals over sequences) against the "
+        "lognormal fitted to its pooled token log-ratios (lines)."
     )
     clip_fractions = (
         "Observed against predicted clip fractions per length bucket of the shipped arithmetic-task "
