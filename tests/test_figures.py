@@ -798,3 +798,37 @@ def test_corrections_figure_tells_monte_carlo_from_measured_points():
     mc_fill, data_fill = fills(top), fills(bottom)
     assert mc_fill == {"full"}
     assert data_fill == {measured.get_fillstyle()} != {"full"}
+
+
+def test_variance_vs_T_explains_its_flagged_points():
+    """Issue #25, item 4: the figure says why points on the exact line are flagged.
+
+    The committed figure's data flag T = 5, 10 marginal (the interval rests on an unstable fourth
+    moment) and T = 20, 50 unreliable (theory needs more draws than n), all four on the exact
+    line: marginal points are half filled, unreliable ones hollow, and the legend names both.
+    """
+    data = pd.read_csv(Path(__file__).parent.parent / "figures" / "variance_vs_T.csv", keep_default_na=False)
+    data = data.replace("", np.nan).astype({"reliable": bool})
+    data["reason"] = data["reason"].fillna("")
+    mc = data[(data.method == "monte_carlo") & (data.statistic == "var_P")]
+    assert set(mc[mc.reason.str.startswith("marginal")]["T"]) >= {5, 10}
+    assert set(mc[mc.reason.str.startswith("unreliable")]["T"]) >= {20, 50}
+    fig = plots.variance_panels(data, n=100_000)
+    top = fig.axes[0]
+    labels = [t.get_text() for t in top.get_legend().get_texts()]
+    assert any(lab.startswith("flagged marginal: its interval\nmay cover less than") for lab in labels)
+    assert any(
+        lab.startswith("flagged unreliable: too few draws") and "may lie on the line" in lab for lab in labels
+    )
+    points = [line for line in top.get_lines() if line.get_marker() == "o" and line.get_linestyle() == "None"]
+    by_look = {}
+    for line in points:
+        look = (
+            "half"
+            if line.get_fillstyle() != "full"
+            else ("hollow" if line.get_markerfacecolor() == "white" else "filled")
+        )
+        by_look.setdefault(look, set()).update(int(t) for t in line.get_xdata())
+    assert by_look["half"] == set(mc[mc.reason.str.startswith("marginal")]["T"])
+    assert by_look["hollow"] == set(mc[mc.reason.str.startswith("unreliable")]["T"])
+    assert by_look["filled"] == set(mc[mc.reliable]["T"])

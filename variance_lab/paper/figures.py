@@ -631,9 +631,11 @@ class _DOCS:
 
     variance_vs_T = (
         "(a) Var(P_T) and (b) Var(G_T) against T: exact lines and Monte Carlo estimates with 95 % "
-        "confidence intervals (hollow: flagged unreliable); (c) the Var(G_T) approximations of the "
-        "derivation (lognormal, its small-x form, the naive sigma^2/T of its table) and Monte Carlo as "
-        "ratios to the exact Var(G_T)."
+        "confidence intervals (filled: reliable; half filled: flagged marginal, a sound value whose "
+        "interval may cover less than 95 %; hollow: flagged unreliable, fewer draws than a 10 % relative "
+        "error needs, so even a point on the line does not confirm it); (c) the Var(G_T) approximations "
+        "of the derivation (lognormal, its small-x form, the naive sigma^2/T of its table) and Monte "
+        "Carlo as ratios to the exact Var(G_T)."
     )
     ratio_vs_T = "Exact Var(P_T)/Var(G_T) against T for mu < 1, mu = 1 and mu > 1; lower panel: T <= 50."
     heatmap_var_P = (
