@@ -125,6 +125,8 @@ def _clip_fractions():
     obs = {"gspo": [0.1, 0.35, 0.54, 0.41, 0.69], "ppo": [9e-4, 2e-3, 2.4e-3, 1e-3, 0.0]}
     table = pd.DataFrame(
         {
+            "T_lo": [8, 16, 32, 64, 128],
+            "T_hi": [15, 31, 63, 127, 255],
             "gspo_clip_frac": obs["gspo"],
             "gspo_clip_frac_lo": [0.075, 0.3, 0.49, 0.36, 0.58],
             "gspo_clip_frac_hi": [0.14, 0.4, 0.59, 0.46, 0.78],
@@ -145,7 +147,7 @@ def _clip_fractions():
             "ppo_clip_pred_comb": [8e-4, 1.5e-3, 2e-3, 1.2e-3, 3e-4],
         }
     )
-    return clip_figure(table, style="paper")
+    return clip_figure(table, style="paper", title="made-up rollouts")
 
 
 FIGURES = {

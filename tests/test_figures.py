@@ -668,6 +668,14 @@ def test_clip_fractions_is_the_analysis_of_the_shipped_data(quick):
     assert (data["gspo_clip_frac_lo"] <= data["gspo_clip_frac"]).all()
     assert (data["gspo_clip_frac"] <= data["gspo_clip_frac_hi"]).all()
     assert data["n_seq"].sum() == 2048  # every sequence of the data set lies in a bucket
+    # the i.i.d. empirical GSPO prediction is the one experiment_variance draws (issue #25, item 4)
+    committed = pd.read_csv(Path(__file__).resolve().parent.parent / "figures" / "experiment_variance.csv")
+    np.testing.assert_allclose(data["gspo_clip_pred_emp"], committed["gspo_clip_resampled"], rtol=1e-12)
+    fig = figs.draw("clip_fractions", data, sidecar["params"], style="paper")
+    notes = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "no prediction" not in notes
+    assert fig.get_suptitle().startswith("arith_rollouts.jsonl.gz: ")
+    assert "1: 8-15" in fig.get_suptitle()
     params = {**sidecar["params"], "data": "no_such_rollouts.jsonl.gz"}
     with pytest.raises(ValueError, match="no_such_rollouts"):
         figs.figure_data("clip_fractions", params)

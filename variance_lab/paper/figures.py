@@ -35,7 +35,7 @@ Figures (:data:`FIGURES`):
     measured points per length bucket (``data``, with bootstrap intervals) against the
     lognormal fitted to its log-ratios.
 ``clip_fractions``
-    Observed against predicted GSPO and PPO clip fractions per length bucket of the shipped
+    Observed against predicted GSPO, PPO and GMPO clip fractions per length bucket of the shipped
     data set (``data/arith_rollouts.jsonl.gz``), one marker per model of
     :func:`variance_lab.rollouts.analysis.analyze` (:func:`clip_frame`,
     :func:`variance_lab.report.clip_figure.clip_figure`).
@@ -488,16 +488,23 @@ def clip_analysis(params: dict):
     ValueError
         When the data file is missing or not a rollouts file (naming it).
     """
-    from variance_lab.experiment.figure import DEFAULT_DATA, load_data
+    from variance_lab.experiment.figure import load_data
     from variance_lab.rollouts.analysis import analyze
+
+    batch, _ = load_data(_clip_data_path(params))
+    return analyze(
+        batch, n_boot=int(params["n_boot"]), level=float(params["level"]), seed=int(params["seed"])
+    )
+
+
+def _clip_data_path(params: dict) -> Path:
+    """Return the data file of the ``clip_fractions`` figure (a bare name: in the shipped data folder)."""
+    from variance_lab.experiment.figure import DEFAULT_DATA
 
     path = Path(params["data"])
     if not path.is_absolute() and path.parent == Path():
         path = DEFAULT_DATA.parent / path
-    batch, _ = load_data(path)
-    return analyze(
-        batch, n_boot=int(params["n_boot"]), level=float(params["level"]), seed=int(params["seed"])
-    )
+    return path
 
 
 def clip_columns(table: pd.DataFrame) -> pd.DataFrame:
@@ -517,8 +524,28 @@ def clip_columns(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def clip_frame(params: dict) -> pd.DataFrame:
-    """Compute the data of the ``clip_fractions`` figure: :func:`clip_columns` of :func:`clip_analysis`."""
-    return clip_columns(clip_analysis(params).table)
+    """Compute the data of the ``clip_fractions`` figure: :func:`clip_columns` of :func:`clip_analysis`.
+
+    The analysis has no closed-form GSPO prediction of the i.i.d. empirical model
+    (``gspo_clip_pred_emp`` is NaN); where it has none, the column holds the fraction the
+    ``experiment_variance`` figure draws for that model: tokens resampled i.i.d. from their
+    pooled empirical law (:func:`variance_lab.experiment.figure.resampled_clip`, same seed), so
+    the two figures show the same i.i.d. empirical GSPO prediction.
+    """
+    frame = clip_columns(clip_analysis(params).table)
+    if "gspo_clip_pred_emp" not in frame or frame["gspo_clip_pred_emp"].isna().all():
+        frame["gspo_clip_pred_emp"] = _resampled_gspo(params, len(frame))
+    return frame
+
+
+def _resampled_gspo(params: dict, n_buckets: int) -> np.ndarray:
+    """GSPO clip fraction per bucket under i.i.d. resampling of the pooled tokens (as experiment_variance)."""
+    from variance_lab.experiment.figure import load_data, resampled_clip
+
+    values = resampled_clip(load_data(_clip_data_path(params))[0], seed=int(params["seed"]))
+    if len(values) != n_buckets:
+        raise ValueError(f"resampled clip fractions cover {len(values)} buckets, the analysis {n_buckets}")
+    return values
 
 
 def _histogram_title(params: dict) -> str:
@@ -561,7 +588,8 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
             level=float(params.get("ci", 0.95)),
         )
     if name == "clip_fractions":
-        return clip_figure.clip_figure(data, level=float(params["level"]), style=style)
+        title = f"{Path(params['data']).name}: observed against predicted clip fractions per length bucket"
+        return clip_figure.clip_figure(data, level=float(params["level"]), style=style, title=title)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
 
 
@@ -675,10 +703,16 @@ class _DOCS:
     )
     clip_fractions = (
         "Observed against predicted clip fractions per length bucket of the shipped arithmetic-task "
-        "rollouts: left, GSPO's fraction of sequences with G_T outside its range (95 % Wilson interval), "
-        "right, PPO's fraction of tokens outside its range (95 % bootstrap interval over sequences), "
-        "log axes; one marker per model of the analysis (i.i.d. lognormal, i.i.d. empirical, "
-        "autocorrelation-corrected, token mixture, random scale, and any other it has); grey: "
+        "rollouts (data/arith_rollouts.jsonl.gz), one panel per kind of clip: GSPO's fraction of sequences "
+        "with G_T outside its range (linear axes), PPO's fraction of tokens outside its range and GMPO's "
+        "fraction of tokens whose log-ratio lies outside its clip (log axes); horizontal bars: the "
+        "observed fraction's 95 % interval as the analysis computes it. Buckets are numbered on each "
+        "panel's top edge over their observed fraction, and the title gives each number's range of "
+        "lengths. One hollow marker per model of the analysis (i.i.d. lognormal, i.i.d. empirical, "
+        "autocorrelation-corrected, token mixture, random scale, combined, and any other it has), "
+        "largest first so that coincident markers nest; equal predictions share one marker. The i.i.d. "
+        "empirical GSPO prediction resamples tokens from their pooled law, as experiment_variance draws "
+        "it. Values below a log panel's floor are drawn on its edge and listed in a note; grey: "
         "predicted = observed."
     )
 
