@@ -751,7 +751,7 @@ def _corrections_frame(experiment: bool = True) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _texts(fig) -> list[str]:
+def _strings(fig) -> list[str]:
     return [t.get_text() for t in fig.findobj(Text) if t.get_text().strip()]
 
 
@@ -775,7 +775,7 @@ def test_corrections_figure_titles_letters_and_b(tmp_path):
     assert rows == ["(a, b) lognormal ratios, mu = 1", "(c, d) bf16 experiment"]
     assert [ax.get_title(loc="left") for ax in fig.axes] == ["(a)", "(b)", "(c)", "(d)"]
     assert sum(ax in fig.subfigs[0].axes for ax in fig.axes) == 2  # (a), (b) belong to the model's row
-    assert corrections_figure.B_NOTE in _texts(fig)
+    assert corrections_figure.B_NOTE in _strings(fig)
     assert "$b$: the uncorrected weight" in corrections_figure.B_NOTE
     one = corrections_figure.corrections_vs_T(_corrections_frame(False), title="lognormal", style="paper")
     assert one.get_suptitle() == "lognormal"  # one row: the figure's title is the row's
