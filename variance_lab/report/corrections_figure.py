@@ -3,8 +3,11 @@
 Drawn from a tidy frame only (columns ``T, correction, statistic, method, value, lo, hi,
 reliable``; statistics ``rel_bias`` and ``ess_frac``; methods ``exact``, ``monte_carlo`` and
 optionally ``experiment`` and ``experiment_fit``): closed-form lines, Monte Carlo points with
-interval bars (hollow when flagged unreliable). With experiment rows a second row of panels shows
-the measured points with their interval bars against the lines of the model fitted to the data.
+interval bars (filled; hollow when flagged unreliable). With experiment rows a second row of
+panels shows the measured points (half filled, :data:`MEASURED_FILL`) with their interval bars
+against the lines of the model fitted to the data. Panels are lettered (a), (b), (c), (d); each
+row has its own title; a note under the legend says what :math:`w` and :math:`b` of
+:math:`E[w]/E[b] - 1` are (:data:`B_NOTE`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from matplotlib.text import Annotation
 
 from variance_lab.report import style as sty
 
-__all__ = ["corrections_vs_T"]
+__all__ = ["B_NOTE", "MEASURED_FILL", "corrections_vs_T"]
 
 _LABELS = {
     "rel_bias": r"relative bias $E[w]/E[b] - 1$",
@@ -30,6 +33,10 @@ B_NOTE = (
     "$w$: a correction's weight; $b$: the uncorrected weight it acts on ($P_T$; $G_T$ for GSPO and GMPO; "
     "$r_t$ for the token-level TIS and IcePop)"
 )
+
+
+#: Fill style of the measured (experiment) points: half filled, apart from Monte Carlo's full and hollow.
+MEASURED_FILL = "left"
 
 
 def _points(ax, rows: pd.DataFrame, color: str, marker: str, measured: bool) -> None:
@@ -53,10 +60,6 @@ def _points(ax, rows: pd.DataFrame, color: str, marker: str, measured: bool) -> 
             fillstyle=MEASURED_FILL,
             **{**sty.ERRORBAR, "fmt": marker},
         )
-
-
-#: Fill style of the measured (experiment) points: half filled, apart from Monte Carlo's full and hollow.
-MEASURED_FILL = "left"
 
 
 def _panel(ax, rows: pd.DataFrame, corrections, line_method: str, point_method: str) -> None:
