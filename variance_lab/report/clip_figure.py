@@ -27,8 +27,8 @@ lists the length range of each number (:func:`bucket_key`), after the data set's
 Token-level fractions are small, so a panel is on log axes (:data:`LOG_KINDS`, or any kind
 whose values all lie below :data:`LOG_BELOW`). Values below the panel's floor (a
 prediction of :math:`10^{-31}`, an interval starting at 0) are drawn on its bottom or left
-edge and listed in a note, with their values: in the panel's free corner, or under the panel
-where a point would lie beneath it.
+edge and listed in a note, with their values: in the panel's free corner, or, where a point
+would lie beneath it, beside the panel (an empty slot of the grid) or under it.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ KIND_TITLES = {"gspo": "GSPO: fraction of sequences clipped", "ppo": "PPO: fract
 LOG_KINDS = ("ppo",)
 #: A kind not in :data:`LOG_KINDS` and not ``gspo`` is drawn on log axes when all its values are below this.
 LOG_BELOW = 0.1
-#: Marker size of the ``i``-th model drawn in a panel: largest first, so coincident markers nest.
+#: Marker size of the figure's ``i``-th model (known models first): largest first, so coincident markers nest.
 MARKER_SIZES = (6.2, 5.4, 4.7, 4.0, 3.4, 2.8)
 #: Vertical padding around each panel of a figure made here (inches; constrained layout's ``h_pad``).
 ROW_PAD = 0.1
@@ -493,7 +493,8 @@ def clip_figure(
     legend : bool
         Draw one legend for all panels (below them in a figure made here, else in the last panel).
     figsize : (float, float), optional
-        Size of a new figure (default 6.8 x 3.3 in, two columns of a paper).
+        Size of a new figure (default 6.8 in wide, two columns of a paper, and 3.7 in per row of panels
+        plus 0.6 in for the title and legend).
     style : None, str or dict
         ``None``: the caller's rcParams; ``"paper"``: the package's paper style
         (:func:`variance_lab.report.style.use`).
