@@ -91,6 +91,7 @@ __all__ = [
     "make_figure",
     "sample_log_P",
     "save_figure",
+    "with_resampled_gspo",
 ]
 
 #: PNG resolution (dots per inch); ``--quick`` uses :data:`QUICK_PNG_DPI`.
@@ -526,26 +527,48 @@ def clip_columns(table: pd.DataFrame) -> pd.DataFrame:
 def clip_frame(params: dict) -> pd.DataFrame:
     """Compute the data of the ``clip_fractions`` figure: :func:`clip_columns` of :func:`clip_analysis`.
 
-    The analysis has no closed-form GSPO prediction of the i.i.d. empirical model
-    (``gspo_clip_pred_emp`` is NaN); where it has none, the column holds the fraction the
-    ``experiment_variance`` figure draws for that model: tokens resampled i.i.d. from their
-    pooled empirical law (:func:`variance_lab.experiment.figure.resampled_clip`, same seed), so
-    the two figures show the same i.i.d. empirical GSPO prediction.
+    With the i.i.d. empirical GSPO prediction filled in by :func:`with_resampled_gspo`.
     """
-    frame = clip_columns(clip_analysis(params).table)
-    if "gspo_clip_pred_emp" not in frame or frame["gspo_clip_pred_emp"].isna().all():
-        frame["gspo_clip_pred_emp"] = _resampled_gspo(params, len(frame))
-    return frame
+    return with_resampled_gspo(clip_columns(clip_analysis(params).table), params)
 
 
-def _resampled_gspo(params: dict, n_buckets: int) -> np.ndarray:
-    """GSPO clip fraction per bucket under i.i.d. resampling of the pooled tokens (as experiment_variance)."""
+def with_resampled_gspo(frame: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """Fill in the i.i.d. empirical model's GSPO clip prediction, as ``experiment_variance`` draws it.
+
+    The analysis has no closed-form GSPO prediction of the i.i.d. empirical model
+    (``gspo_clip_pred_emp`` is NaN); where it has none, the column gets the fraction of
+    sequences clipped when tokens are resampled i.i.d. from their pooled empirical law
+    (:func:`variance_lab.experiment.figure.resampled_clip` on the data set of ``params``, with
+    its ``seed``), the line the ``experiment_variance`` figure draws for that model, so the two
+    figures show the same prediction.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        :func:`clip_columns` of the analysis of ``params["data"]`` (one row per bucket).
+    params : dict
+        The figure's parameters (``data``, ``seed``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy of ``frame``; ``frame`` itself is not changed.
+
+    Raises
+    ------
+    ValueError
+        When the resampled fractions do not cover the frame's buckets.
+    """
+    frame = frame.copy()
+    if "gspo_clip_pred_emp" in frame and frame["gspo_clip_pred_emp"].notna().any():
+        return frame
     from variance_lab.experiment.figure import load_data, resampled_clip
 
     values = resampled_clip(load_data(_clip_data_path(params))[0], seed=int(params["seed"]))
-    if len(values) != n_buckets:
-        raise ValueError(f"resampled clip fractions cover {len(values)} buckets, the analysis {n_buckets}")
-    return values
+    if len(values) != len(frame):
+        raise ValueError(f"resampled clip fractions cover {len(values)} buckets, the table {len(frame)}")
+    frame["gspo_clip_pred_emp"] = values
+    return frame
 
 
 def _histogram_title(params: dict) -> str:
