@@ -840,3 +840,21 @@ def test_variance_vs_T_explains_its_flagged_points():
     assert by_look["half"] == set(mc[mc.reason.str.startswith("marginal")]["T"])
     assert by_look["hollow"] == set(mc[mc.reason.str.startswith("unreliable")]["T"])
     assert by_look["filled"] == set(mc[mc.reliable]["T"])
+
+
+def test_with_resampled_gspo_fills_only_a_missing_prediction():
+    """The i.i.d. empirical GSPO column is filled from resampled tokens only where the analysis has none."""
+    from variance_lab.experiment.figure import DEFAULT_DATA, load_data, resampled_clip
+
+    params = figs.default_params("clip_fractions")
+    has = pd.DataFrame({"bucket": [3], "gspo_clip_pred_emp": [0.3]})
+    out = figs.with_resampled_gspo(has, {**params, "data": "no_such_file.jsonl"})  # nothing loaded
+    pd.testing.assert_frame_equal(out, has)
+    assert out is not has
+    expected = resampled_clip(load_data(DEFAULT_DATA)[0], seed=params["seed"])
+    missing = pd.DataFrame({"bucket": range(len(expected)), "gspo_clip_pred_emp": np.nan})
+    filled = figs.with_resampled_gspo(missing, params)
+    np.testing.assert_array_equal(filled["gspo_clip_pred_emp"], expected)
+    assert missing["gspo_clip_pred_emp"].isna().all()  # the caller's frame is left as it was
+    with pytest.raises(ValueError, match=f"cover {len(expected)} buckets, the table 2"):
+        figs.with_resampled_gspo(missing.head(2), params)
