@@ -12,7 +12,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from variance_lab.report import style
-from variance_lab.report.clip_figure import MODEL_MARKERS, clip_figure, clip_kinds, clip_models
+from variance_lab.report.clip_figure import (
+    MARKER_SIZES,
+    MODEL_MARKERS,
+    bucket_key,
+    clip_figure,
+    clip_kinds,
+    clip_models,
+)
 from variance_lab.rollouts.analysis import analyze
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.predictions import ALL_MODELS
@@ -48,9 +55,9 @@ def _table(extra_models=(), gmpo=False) -> pd.DataFrame:
         "ppo_clip_pred_mix": [5e-5] * 3,
         "ppo_clip_pred_hier": [5e-4, 4e-4, 3e-4],
     }
-    for m in extra_models:
-        t[f"gspo_clip_pred_{m}"] = [0.12, 0.33, 0.61]
-        t[f"ppo_clip_pred_{m}"] = [9e-4, 2e-3, 2e-4]
+    for k, m in enumerate(extra_models):  # each its own values: equal predictions share one marker
+        t[f"gspo_clip_pred_{m}"] = [0.12 + 0.02 * k, 0.33, 0.61]
+        t[f"ppo_clip_pred_{m}"] = [9e-4, 2e-3, 2e-4 * (k + 1)]
     if gmpo:
         t |= {
             "gmpo_clip_frac": [0.01, 0.02, 0.03],
@@ -103,7 +110,9 @@ def test_points_are_observed_against_predicted_with_the_diagonal():
         np.testing.assert_allclose(xy[:, 0], table["gspo_clip_frac"])
         np.testing.assert_allclose(xy[:, 1], table[f"gspo_clip_pred_{m}"])
     assert MODEL_MARKERS["emp"]["marker"] not in drawn  # no GSPO prediction: not drawn, noted
-    assert any("no prediction: i.i.d. empirical" in t.get_text() for t in gspo.texts)
+    assert any(
+        "no prediction in the table: i.i.d. empirical" in " ".join(t.get_text().split()) for t in gspo.texts
+    )
     diagonal = [
         ln for ln in gspo.get_lines() if ln.get_linestyle() == "-" and ln.get_marker() in ("None", "")
     ]
@@ -130,8 +139,8 @@ def test_log_panel_puts_tiny_values_on_the_edge_and_says_so():
     np.testing.assert_allclose(square[:, 0], [1e-3, 2e-3, floor])  # an observed 0 on the left edge
     note = "\n".join(t.get_text() for t in ppo.texts)
     assert "below 0.0001" in note
-    assert "i.i.d. lognormal: 1e-31" in note
-    assert "autocorrelation-corrected: 1e-31" in note
+    flat = " ".join(note.split())  # lines wrap to keep the note narrow
+    assert "i.i.d. lognormal = autocorrelation-corrected: 1e-31" in flat  # equal predictions: one entry
     assert "an observed interval from 0" in note
     hier = _markers(ppo)[MODEL_MARKERS["hier"]["marker"]]
     np.testing.assert_allclose(hier[:, 1], [5e-4, 4e-4, 3e-4])  # inside the panel: drawn as they are
@@ -235,3 +244,79 @@ def test_draws_the_analysis_table_as_analyze_makes_it():
     for m in ALL_MODELS:  # comb is fitted (finite) only where the mixture has more than one component
         preds = table[[f"{k}_clip_pred_{m}" for k in clip_kinds(table)]].to_numpy(float)
         assert (MODEL_MARKERS[m]["label"] in labels) == bool(np.isfinite(preds).any()), m
+
+
+# ---------------------------------------------------------------------- issue #25, item 4
+def _bucket_numbers(ax) -> dict[int, tuple[float, int]]:
+    """Bucket numbers on a panel's top edge: number -> (x of its tick, row above the edge)."""
+    (top,) = ax.child_axes  # the secondary top axis holding the numbers
+    out = {}
+    for x, label in zip(top.get_xticks(), top.get_xticklabels(), strict=True):
+        text = label.get_text()
+        out[int(text.strip())] = (float(x), text.count("\n"))
+    return out
+
+
+def test_each_bucket_is_numbered_over_its_observed_fraction_and_keyed_in_the_title():
+    """Every point's bucket can be read: its number over its observed fraction, its range in the title."""
+    table = _table().assign(T_lo=[8, 16, 32], T_hi=[15, 31, 63])
+    fig = clip_figure(table, title="arith_rollouts.jsonl.gz")
+    gspo, ppo = fig.axes[:2]
+    numbers = _bucket_numbers(gspo)
+    assert sorted(numbers) == [1, 2, 3]
+    np.testing.assert_allclose([numbers[i][0] for i in (1, 2, 3)], table["gspo_clip_frac"])
+    ppo_numbers = _bucket_numbers(ppo)
+    np.testing.assert_allclose([ppo_numbers[i][0] for i in (1, 2)], [1e-3, 2e-3])
+    assert ppo_numbers[3][0] == pytest.approx(1e-4)  # an observed 0: at the panel's floor, as its points
+    title = fig.get_suptitle()
+    assert title.startswith("arith_rollouts.jsonl.gz\n")
+    assert "1: 8-15, 2: 16-31, 3: 32-63" in title
+    assert bucket_key(table.drop(columns=["T_lo", "T_hi"])).endswith("1: about 10, 2: about 20, 3: about 40")
+
+
+def test_buckets_at_the_same_place_get_numbers_one_above_the_other():
+    """Close observed fractions do not print their numbers over one another: they stand in rows."""
+    table = _table()
+    table["gspo_clip_frac"] = [
+        0.41,
+        0.406,
+        0.7,
+    ]  # buckets 1 and 2 at one place, as 4 and 5 of the shipped data
+    numbers = _bucket_numbers(clip_figure(table).axes[0])
+    assert {numbers[1][1], numbers[2][1]} == {0, 1}
+    assert numbers[3][1] == 0
+
+
+def test_equal_predictions_share_one_marker_and_coincident_markers_nest():
+    """Equal predictions are one marker named after both; markers shrink in model order, so they nest."""
+    table = _table()
+    table["gspo_clip_pred_corr"] = table["gspo_clip_pred_iid"]  # as PPO's and GMPO's always are
+    fig = clip_figure(table)
+    gspo = fig.axes[0]
+    drawn = _markers(gspo)
+    assert MODEL_MARKERS["corr"]["marker"] not in drawn
+    assert MODEL_MARKERS["iid"]["marker"] in drawn
+    notes = " ".join(" ".join(t.get_text().split()) for t in gspo.texts)
+    assert "one marker for equal predictions: i.i.d. lognormal = autocorrelation-corrected" in notes
+    sizes = {
+        line.get_marker(): line.get_markersize() for line in gspo.get_lines() if line.get_marker() in drawn
+    }
+    order = [MODEL_MARKERS[m]["marker"] for m in ("iid", "mix", "hier")]
+    assert sizes[order[0]] > sizes[order[1]] > sizes[order[2]]
+    assert list(MARKER_SIZES) == sorted(MARKER_SIZES, reverse=True)
+    legend = {h.get_label(): h.get_markersize() for h in fig.legends[0].legend_handles}
+    assert legend[MODEL_MARKERS["iid"]["label"]] == sizes[order[0]]  # the legend shows the drawn size
+
+
+def test_a_note_stays_off_the_points():
+    """A note goes to the panel's free corner, or beside or under the panel when points lie there."""
+    table = _table(gmpo=True)
+    fig = clip_figure(table)
+    ppo = fig.axes[1]
+    (note,) = [t for t in ppo.texts if "drawn on the edge" in t.get_text()]
+    assert note.xycoords == "axes fraction"  # the upper left is free (the points lie lower)
+    assert note.xy == (0.03, 0.97)
+    busy = table.assign(ppo_clip_pred_emp=[0.01, 0.01, 0.01])  # predictions in the note's corner
+    ppo = clip_figure(busy).axes[1]
+    (note,) = [t for t in ppo.texts if "drawn on the edge" in t.get_text()]
+    assert note.xy == (0.0, 0.0)  # under the panel, below its x label

@@ -668,3 +668,98 @@ def test_bfloat16_sampler_records_rollout_logp(torch_mod, tmp_path):
     assert side["settings"]["sampler_dtype"] == "bfloat16"
     assert "rollout_logp" in side["fields"]
     assert side["summary"]["var_mismatch_log_ratio"] == pytest.approx(mis.var(ddof=1), rel=1e-9)
+
+
+# --------------------------------------------------------------------------------------
+# the experiment figure's drawing (issue #25, item 4)
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_analysis():
+    """Return the committed figure's per-bucket table and prediction curves (as the analysis wrote them)."""
+    import pandas as pd
+
+    return (
+        pd.read_csv(FIGURES / f"{FIGURE_NAME}.csv"),
+        pd.read_csv(FIGURES / f"{FIGURE_NAME}_curves.csv"),
+    )
+
+
+def _figure(small_analysis, **kw):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from variance_lab.experiment.figure import experiment_figure
+
+    table, curves = small_analysis
+    return experiment_figure(table, curves, **kw)
+
+
+def test_clip_panel_draws_the_observed_intervals(small_analysis):
+    """The clip panel's observed points carry the table's gspo_clip_frac_lo/hi as vertical bars."""
+    import matplotlib.pyplot as plt
+
+    table = small_analysis[0]
+    fig = _figure(small_analysis)
+    try:
+        clip_ax = fig.axes[2]
+        bars = [c for c in clip_ax.containers if getattr(c, "has_yerr", False)]
+        assert len(bars) == 1
+        assert bars[0].has_xerr
+        segments = bars[0].lines[2][-1].get_segments()  # the vertical bars, one per bucket
+        ends = np.array([[seg[:, 1].min(), seg[:, 1].max()] for seg in segments])
+        np.testing.assert_allclose(ends[:, 0], table["gspo_clip_frac_lo"], rtol=1e-12)
+        np.testing.assert_allclose(ends[:, 1], table["gspo_clip_frac_hi"], rtol=1e-12)
+        assert (ends[:, 1] > ends[:, 0]).all()
+    finally:
+        plt.close(fig)
+
+
+def test_legend_and_panels_say_the_same_spread_and_the_interval_level(small_analysis):
+    """No legend entry promises a spread ("within 10 %") the panels contradict; the level is named."""
+    import matplotlib.pyplot as plt
+
+    fig = _figure(small_analysis, level=0.9)
+    try:
+        labels = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert not any("within" in lab for lab in labels)
+        assert any(lab.startswith("observed per bucket with its 90 % interval") for lab in labels)
+        notes = [t.get_text() for ax in fig.axes for t in ax.texts]
+        for note in notes:  # where the predictions are one line, the panel gives their spread
+            assert re.fullmatch(r"the three predictions differ by at most \d+\.\d %", note)
+        if any(lab.startswith("all three predictions") for lab in labels):
+            assert notes
+            assert "spread is given in each panel" in next(lab for lab in labels if "all three" in lab)
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"pg_iters": 4}, "the last of 4 GSPO iterations"),
+        ({"pg_iters": 1}, "its one GSPO iteration"),
+        (None, "its last GSPO step"),
+    ],
+)
+def test_title_names_the_gspo_iteration_of_the_data(settings, expected):
+    """The title says which GSPO iteration the ratios come from: the data set's last (four shipped)."""
+    from variance_lab.experiment.figure import experiment_title
+
+    title = experiment_title(settings)
+    assert expected in title
+    assert "one GSPO step" not in title
+
+
+def test_shipped_figure_title_counts_the_shipped_iterations(small_analysis):
+    """The shipped data set ran four GSPO iterations; the title drawn from its settings says so."""
+    import matplotlib.pyplot as plt
+
+    from variance_lab.experiment.figure import experiment_title
+
+    iters = read_sidecar(SHIPPED_SIDECAR)["settings"]["pg_iters"]
+    assert iters == 4
+    fig = _figure(small_analysis, title=experiment_title(read_sidecar(SHIPPED_SIDECAR)["settings"]))
+    try:
+        assert "the last of 4 GSPO iterations" in fig.get_suptitle()
+    finally:
+        plt.close(fig)

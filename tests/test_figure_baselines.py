@@ -1,7 +1,8 @@
 """Image baselines: a drawing change shows up as a failed comparison.
 
-Each figure is drawn with the paper style from small, fixed theory data (no Monte Carlo,
-about a second each) and compared with ``tests/baseline/NAME.png`` by
+Each figure is drawn with the paper style from small, fixed theory data (no Monte Carlo run:
+where a figure shows Monte Carlo points, they are fixed made-up rows; about a second each) and
+compared with ``tests/baseline/NAME.png`` by
 :func:`matplotlib.testing.compare.compare_images` (RMS tolerance :data:`TOL` on 0-255
 grey levels). After a deliberate change, look at the new images and refresh the baselines:
 
@@ -20,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.testing.compare import compare_images
@@ -42,8 +44,21 @@ def _tidy(family, mu, sigma2, T, quantities):
 
 
 def _variance_panels():
+    """Theory, and fixed made-up Monte Carlo points of each verdict: reliable, marginal, unreliable."""
     frame = _tidy("lognormal", 1.0, 0.1, [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], ["var_P", *VAR_G])
-    return plots.variance_panels(frame, style="paper")
+    exact = frame[(frame["method"] == "exact")].set_index(["statistic", "T"])["value"]
+    verdicts = {1: "", 10: "marginal: interval", 100: "unreliable: too few draws", 1000: "unreliable: k-hat"}
+    shrink = {1: 1.0, 10: 1.0, 100: 0.3, 1000: 1e-40}  # flagged points below the line, as in practice
+    rows = [
+        {**frame.iloc[0].to_dict(), "T": t, "statistic": stat, "method": "monte_carlo",
+         "value": v, "log10_value": np.log10(v), "lo": v / w, "hi": v * w,
+         "reliable": stat == "var_G" or reason == "", "reason": "" if stat == "var_G" else reason}
+        for t, reason in verdicts.items()
+        for stat, w in (("var_P", 1.25), ("var_G", 1.01))
+        for v in [exact[(stat, t)] * (shrink[t] if stat == "var_P" else 1.0)]
+    ]  # fmt: skip
+    frame = pd.concat([frame, pd.DataFrame(rows)], ignore_index=True)
+    return plots.variance_panels(frame, n=1000, style="paper")
 
 
 def _ratio_vs_T():
@@ -110,6 +125,8 @@ def _clip_fractions():
     obs = {"gspo": [0.1, 0.35, 0.54, 0.41, 0.69], "ppo": [9e-4, 2e-3, 2.4e-3, 1e-3, 0.0]}
     table = pd.DataFrame(
         {
+            "T_lo": [8, 16, 32, 64, 128],
+            "T_hi": [15, 31, 63, 127, 255],
             "gspo_clip_frac": obs["gspo"],
             "gspo_clip_frac_lo": [0.075, 0.3, 0.49, 0.36, 0.58],
             "gspo_clip_frac_hi": [0.14, 0.4, 0.59, 0.46, 0.78],
@@ -130,7 +147,7 @@ def _clip_fractions():
             "ppo_clip_pred_comb": [8e-4, 1.5e-3, 2e-3, 1.2e-3, 3e-4],
         }
     )
-    return clip_figure(table, style="paper")
+    return clip_figure(table, style="paper", title="made-up rollouts")
 
 
 FIGURES = {

@@ -625,7 +625,8 @@ def test_corrections_figure_is_readable_and_greyscale_safe():
     texts = [t for t in fig.findobj(Text) if t.get_text().strip()]
     assert texts
     assert min(t.get_fontsize() for t in texts) >= style.MIN_FONT_PT
-    handles = [h for h in fig.legends[0].legend_handles if h.get_label() in params["corrections"]]
+    legend = next(leg for part in (fig, *fig.subfigs) for leg in part.legends)  # under the panels
+    handles = [h for h in legend.legend_handles if h.get_label() in params["corrections"]]
     assert len(handles) == len(params["corrections"])
     assert len({h.get_marker() for h in handles}) == len(handles)  # apart without colour
 
@@ -672,6 +673,14 @@ def test_clip_fractions_is_the_analysis_of_the_shipped_data(quick):
     assert (data["gspo_clip_frac_lo"] <= data["gspo_clip_frac"]).all()
     assert (data["gspo_clip_frac"] <= data["gspo_clip_frac_hi"]).all()
     assert data["n_seq"].sum() == 2048  # every sequence of the data set lies in a bucket
+    # the i.i.d. empirical GSPO prediction is the one experiment_variance draws (issue #25, item 4)
+    committed = pd.read_csv(Path(__file__).resolve().parent.parent / "figures" / "experiment_variance.csv")
+    np.testing.assert_allclose(data["gspo_clip_pred_emp"], committed["gspo_clip_resampled"], rtol=1e-12)
+    fig = figs.draw("clip_fractions", data, sidecar["params"], style="paper")
+    notes = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "no prediction" not in notes
+    assert fig.get_suptitle().startswith("arith_rollouts.jsonl.gz: ")
+    assert "1: 8-15" in fig.get_suptitle()
     params = {**sidecar["params"], "data": "no_such_rollouts.jsonl.gz"}
     with pytest.raises(ValueError, match="no_such_rollouts"):
         figs.figure_data("clip_fractions", params)
@@ -763,3 +772,151 @@ def test_light_figure_names_match_the_figures():
     """paper.names.ALL_FIGURES (read by the command line's parser) is paper.figures.ALL_FIGURES."""
     assert names.ALL_FIGURES == figs.ALL_FIGURES
     assert names.ALL_FIGURES[-1] == figs.EXPERIMENT_FIGURE
+
+
+def test_quick_help_does_not_promise_seconds():
+    """``figures --quick`` takes minutes (149 s measured for every figure, issue #25 item 5), not seconds."""
+    import argparse
+
+    from variance_lab.cli import figures as figures_cli
+
+    parser = argparse.ArgumentParser()
+    figures_cli.add_command(parser.add_subparsers())
+    sub = parser._subparsers._group_actions[0].choices["figures"]
+    text = next(a.help for a in sub._actions if "--quick" in a.option_strings)
+    assert "seconds" not in text
+    assert "minutes" in text
+
+
+def _corrections_frame(experiment: bool = True) -> pd.DataFrame:
+    """Return closed forms, Monte Carlo points (some flagged) and, optionally, measured points on a fit."""
+    from variance_lab import corrections as co
+
+    specs = "seq-tis:3,tis:2,gmpo"
+    rows = []
+
+    def add(frame, method, reliable=True):
+        for r in frame.itertuples(index=False):
+            for stat, v in (("rel_bias", r.bias / r.mean_base), ("ess_frac", r.ess_frac)):
+                lo, hi = (v - 0.05, v) if method in ("experiment", "monte_carlo") else (np.nan, np.nan)
+                rows.append(
+                    {"T": r.T, "correction": r.correction, "statistic": stat, "method": method,
+                     "value": v, "lo": lo, "hi": hi, "reliable": reliable and r.T < 100}
+                )  # fmt: skip
+
+    add(co.theory(get_family("lognormal", 1.0, 0.1), [1, 10, 100, 1000], specs), "exact")
+    add(co.theory(get_family("lognormal", 1.0, 0.1), [1, 10, 100], specs), "monte_carlo")
+    if experiment:
+        fit = get_family("lognormal", 1.0, 0.02)
+        add(co.theory(fit, [8, 64, 346], specs), "experiment_fit")
+        add(co.theory(fit, [11, 90, 283], specs), "experiment")
+    return pd.DataFrame(rows)
+
+
+def _strings(fig) -> list[str]:
+    return [t.get_text() for t in fig.findobj(Text) if t.get_text().strip()]
+
+
+def test_corrections_figure_titles_letters_and_b(tmp_path):
+    """Each row has its own title, the panels the letters (a)-(d), and the figure says what w and b are.
+
+    Issue #25, item 4: the model's parameters stand over the model's row only, not over the bf16 row;
+    the caption cites panels (a)-(d).
+    """
+    from variance_lab.report import corrections_figure
+
+    fig = corrections_figure.corrections_vs_T(
+        _corrections_frame(),
+        title="lognormal ratios, mu = 1",
+        experiment_title="bf16 experiment",
+        style="paper",
+    )
+    fig.savefig(tmp_path / "c.png", dpi=40)  # lays out and draws without error
+    assert fig.get_suptitle() == ""  # no figure title standing over both rows
+    rows = [sub.get_suptitle() for sub in fig.subfigs[:2]]
+    assert rows == ["(a, b) lognormal ratios, mu = 1", "(c, d) bf16 experiment"]
+    assert [ax.get_title(loc="left") for ax in fig.axes] == ["(a)", "(b)", "(c)", "(d)"]
+    assert sum(ax in fig.subfigs[0].axes for ax in fig.axes) == 2  # (a), (b) belong to the model's row
+    assert corrections_figure.B_NOTE in _strings(fig)
+    assert "$b$: the uncorrected weight" in corrections_figure.B_NOTE
+    one = corrections_figure.corrections_vs_T(_corrections_frame(False), title="lognormal", style="paper")
+    assert one.get_suptitle() == "lognormal"  # one row: the figure's title is the row's
+    assert [ax.get_title(loc="left") for ax in one.axes] == ["(a)", "(b)"]
+
+
+def test_corrections_figure_tells_monte_carlo_from_measured_points():
+    """Monte Carlo and the measured points differ in the panels and in the legend (issue #25, item 4)."""
+    from variance_lab.report import corrections_figure
+
+    fig = corrections_figure.corrections_vs_T(_corrections_frame(), title="lognormal", style="paper")
+    legend = next(leg for part in (fig, *fig.subfigs) for leg in part.legends)
+    points = {h.get_label(): h for h in legend.legend_handles if h.get_linestyle() in ("None", "")}
+    mc = next(h for lab, h in points.items() if lab.startswith("Monte Carlo (a, b)"))
+    measured = next(h for lab, h in points.items() if lab.startswith("measured per length bucket (c, d)"))
+    unreliable = next(h for lab, h in points.items() if "unreliable" in lab)
+    looks = {(h.get_fillstyle(), str(h.get_markerfacecolor())) for h in (mc, measured, unreliable)}
+    assert len(looks) == 3  # three kinds of points, three looks
+    top, bottom = fig.axes[0], fig.axes[2]
+
+    def fills(ax):  # markers of the points (not the bars' caps)
+        return {
+            line.get_fillstyle()
+            for line in ax.get_lines()
+            if line.get_linestyle() == "None" and line.get_marker() not in ("_", "|", "None")
+        }
+
+    mc_fill, data_fill = fills(top), fills(bottom)
+    assert mc_fill == {"full"}
+    assert data_fill == {measured.get_fillstyle()} != {"full"}
+
+
+def test_variance_vs_T_explains_its_flagged_points():
+    """Issue #25, item 4: the figure says why points on the exact line are flagged.
+
+    The committed figure's data flag T = 5, 10 marginal (the interval rests on an unstable fourth
+    moment) and T = 20, 50 unreliable (theory needs more draws than n), all four on the exact
+    line: marginal points are half filled, unreliable ones hollow, and the legend names both.
+    """
+    data = pd.read_csv(Path(__file__).parent.parent / "figures" / "variance_vs_T.csv", keep_default_na=False)
+    data = data.replace("", np.nan).astype({"reliable": bool})
+    data["reason"] = data["reason"].fillna("")
+    mc = data[(data.method == "monte_carlo") & (data.statistic == "var_P")]
+    assert set(mc[mc.reason.str.startswith("marginal")]["T"]) >= {5, 10}
+    assert set(mc[mc.reason.str.startswith("unreliable")]["T"]) >= {20, 50}
+    fig = plots.variance_panels(data, n=100_000)
+    top = fig.axes[0]
+    labels = [t.get_text() for t in top.get_legend().get_texts()]
+    assert any(lab.startswith("flagged marginal: its interval\nmay cover less than") for lab in labels)
+    assert any(
+        lab.startswith("flagged unreliable: too few draws") and "may lie on the line" in lab for lab in labels
+    )
+    points = [line for line in top.get_lines() if line.get_marker() == "o" and line.get_linestyle() == "None"]
+    by_look = {}
+    for line in points:
+        look = (
+            "half"
+            if line.get_fillstyle() != "full"
+            else ("hollow" if line.get_markerfacecolor() == "white" else "filled")
+        )
+        by_look.setdefault(look, set()).update(int(t) for t in line.get_xdata())
+    assert by_look["half"] == set(mc[mc.reason.str.startswith("marginal")]["T"])
+    assert by_look["hollow"] == set(mc[mc.reason.str.startswith("unreliable")]["T"])
+    assert by_look["filled"] == set(mc[mc.reliable]["T"])
+
+
+def test_with_resampled_gspo_fills_only_a_missing_prediction():
+    """The i.i.d. empirical GSPO column is filled from resampled tokens only where the analysis has none."""
+    from variance_lab.experiment.figure import DEFAULT_DATA, load_data, resampled_clip
+
+    params = figs.default_params("clip_fractions")
+    has = pd.DataFrame({"bucket": [3], "gspo_clip_pred_emp": [0.3]})
+    out = figs.with_resampled_gspo(has, {**params, "data": "no_such_file.jsonl"})  # nothing loaded
+    pd.testing.assert_frame_equal(out, has)
+    assert out is not has
+    expected = resampled_clip(load_data(DEFAULT_DATA)[0], seed=params["seed"])
+    missing = pd.DataFrame({"bucket": range(len(expected)), "gspo_clip_pred_emp": np.nan})
+    filled = figs.with_resampled_gspo(missing, params)
+    np.testing.assert_array_equal(filled["gspo_clip_pred_emp"], expected)
+    assert missing["gspo_clip_pred_emp"].isna().all()  # the caller's frame is left as it was
+    with pytest.raises(ValueError, match=f"cover {len(expected)} buckets, the table 2"):
+        figs.with_resampled_gspo(missing.head(2), params)

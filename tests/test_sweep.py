@@ -450,3 +450,62 @@ def test_random_scale_and_mixture_monte_carlo_cells(tmp_path):
     mix = mc[mc["family"] == "lognormal-mixture"].set_index("T")
     exact = theory.var_P(get_family("lognormal-mixture", components="0.98:0:1e-8,0.02:-0.005:0.01"), 100)
     assert mix.loc[100, "lo"] < exact < mix.loc[100, "hi"]
+
+
+def test_progress_counts_monte_carlo_work_as_the_estimate_does(tmp_path):
+    """The bar advances by work units, so its rate and remaining time are those of the Monte Carlo work.
+
+    Issue #25, item 5: counted in cells, the theory cells (milliseconds each) set the rate and the
+    bar showed ``[00:04<00:21]`` on a sweep the command line had estimated at 24 minutes. Now a
+    theory cell weighs nothing, a Monte Carlo cell its paths times the work units of one path, the
+    same units the command line's estimate (``monte_carlo_seconds``) divides by the work rate, and
+    cells the store already has start the bar where it stands (``initial``, out of the rate).
+    """
+    from variance_lab.cli._common import monte_carlo_seconds
+    from variance_lab.simulate.plan import WORK_RATE
+    from variance_lab.sweep.run import _progress_bar, cell_work
+
+    p = plan("lognormal", [0.9, 1.0], 0.1, [1, 10, 50], n=[0, 400, 1000])
+    theory_cells = [c for c in p.cells if c.kind == "theory"]
+    mc_cells = [c for c in p.cells if c.kind == "monte_carlo"]
+    assert len(theory_cells) == 2
+    assert len(mc_cells) == 4
+    assert all(cell_work(c) == 0 for c in theory_cells)
+    for c in mc_cells:
+        seconds = monte_carlo_seconds(c.family, c.T, c.n, sampler="token", workers=1)
+        assert cell_work(c) / WORK_RATE == pytest.approx(seconds, rel=1e-12)
+    assert cell_work(mc_cells[0]) != cell_work(mc_cells[1])  # n = 400 and 1000 weigh differently
+
+    total = sum(cell_work(c) for c in mc_cells)
+    with _progress_bar(p.cells, set(), enabled=False) as bar:
+        assert (bar.total, bar.n) == (total, 0)
+        for c in theory_cells:
+            bar.update(c.id)
+        assert bar.n == 0  # the theory cells did not move the bar: no rate measured on them
+        bar.update(mc_cells[0].id)
+        assert bar.n == cell_work(mc_cells[0])
+        assert bar._postfix() == "3/6 cells"
+    stored = {theory_cells[0].id, mc_cells[1].id}
+    with _progress_bar(p.cells, stored, enabled=False) as bar:
+        assert bar.n == cell_work(mc_cells[1])
+        assert bar._postfix() == "2/6 cells"
+    with _progress_bar(theory_cells, set(), enabled=False) as bar:  # no Monte Carlo: cells
+        assert (bar.total, bar.by_work) == (2, False)
+
+
+def test_progress_bar_of_a_monte_carlo_sweep_ends_at_its_work(tmp_path, capsys):
+    """The bar on stderr ends at 100 % of the Monte Carlo work and names the cells done."""
+    sweep(
+        "lognormal",
+        [0.9, 1.0],
+        0.1,
+        [1, 2],
+        n=[0, 200],
+        store=tmp_path / "s.sqlite",
+        progress=True,
+        workers=1,
+    )
+    err = capsys.readouterr().err
+    assert "100%" in err
+    assert "draws" in err
+    assert "4/4 cells" in err

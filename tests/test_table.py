@@ -119,6 +119,29 @@ def test_errata_only_for_the_derivations_parameters():
 
 
 @pytest.mark.parametrize(
+    ("family", "extra"),
+    [("random-scale", ()), ("gamma", ()), ("two-point", ()), ("ar1", ("--rho", "0.5"))],
+)
+def test_errata_only_for_the_derivations_family(capsys, family, extra):
+    """At mu = 1, sigma^2 = 0.1 another family gets no errata block (issue #25, item 5).
+
+    random-scale printed ``inf ... -100.0 %`` against the derivation before, and called the
+    derivation's Var(P_T) column exact where that family's Var(P_T) is infinite.
+    """
+    rc, out, err = run_cli(capsys, "table", "--n", "0", "--family", family, *extra)
+    assert rc == 0, err
+    assert "Errata" not in out
+    assert "off by" not in out
+    assert "-100.0 %" not in out
+    assert errata(theory.summary(get_family(family, 1.0, 0.1, **_extra(extra)), [10]), 1.0, 0.1, family) == ""
+    assert errata(theory.summary(LOGNORMAL, [10]), 1.0, 0.1, "lognormal").startswith("Errata")
+
+
+def _extra(argv) -> dict:
+    return {a.lstrip("-"): float(v) for a, v in zip(argv[::2], argv[1::2], strict=True)}
+
+
+@pytest.mark.parametrize(
     ("value", "log10", "text"),
     [
         (0.1, -1.0, "0.1"),

@@ -137,7 +137,11 @@ def add_command(sub) -> None:
         "--check: the folder checked)",
     )
     p.add_argument("--force", action="store_true", help="replace the figures in the default folder")
-    p.add_argument("--quick", action="store_true", help="small grids and few draws (seconds; for tests)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small grids and few draws (minutes for every figure; for previews and tests)",
+    )
     p.add_argument("--only", default=None, help="comma list of figure names, None: all")
     p.add_argument(
         "--format",

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     family = family_from_args(args)
     T = [int(t) for t in args.T]
     frame = theory.summary(family, T, target=args.target)
-    notes = table_report.errata(frame, family.mu, family.sigma2)
+    notes = table_report.errata(frame, family.mu, family.sigma2, family.name)
     inf_note = table_report.infinite_variance_note(frame, getattr(family, "critical_T", None))
     notes = "\n\n".join(part for part in (inf_note, notes) if part)
     source = "exact theory"

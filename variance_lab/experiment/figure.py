@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from variance_lab import __version__
 from variance_lab._atomic import atomic_write
@@ -27,7 +28,7 @@ from variance_lab.experiment.files import cpu_model
 from variance_lab.experiment.names import DEFAULT_DATA, FIGURE_NAME
 from variance_lab.experiment.task import TAGS
 from variance_lab.report import style as _style
-from variance_lab.report.analysis_figure import MODEL_STYLE
+from variance_lab.report.analysis_figure import COINCIDE, MODEL_STYLE
 from variance_lab.report.figures import versions
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.statistics import length_buckets
@@ -36,12 +37,15 @@ from variance_lab.schema import json_safe
 
 __all__ = [
     "DEFAULT_DATA",
+    "DEFAULT_TITLE",
     "FIGURE_NAME",
     "TOKEN_CLASSES",
     "analyze_data",
     "clip_panel",
     "experiment_figure",
+    "experiment_title",
     "load_data",
+    "observed_label",
     "resampled_clip",
     "save_experiment_figure",
     "token_findings",
@@ -62,8 +66,8 @@ _CLIP_STYLE = {
 TOKEN_CLASSES = {"digit": "0123456789", "tag": TAGS, "plus": "+", "equals": "=", "comma": ",", "end": "."}
 
 
-def clip_panel(ax, table: pd.DataFrame, *, legend: bool = True, style=None):
-    """GSPO's clip fraction per length bucket: observed (points) against predicted (lines).
+def clip_panel(ax, table: pd.DataFrame, *, legend: bool = True, level: float | None = 0.95, style=None):
+    """GSPO's clip fraction per length bucket: observed (points with intervals) against predicted (lines).
 
     Parameters
     ----------
@@ -71,9 +75,13 @@ def clip_panel(ax, table: pd.DataFrame, *, legend: bool = True, style=None):
     table : pandas.DataFrame
         Per-bucket frame of :func:`variance_lab.rollouts.analysis.analyze` (``T_mean``, ``T_min``,
         ``T_max``, ``gspo_clip_frac``, ``gspo_clip_pred``, ``gspo_clip_pred_iid``), with
-        ``gspo_clip_resampled`` (:func:`resampled_clip`) drawn where present.
+        ``gspo_clip_resampled`` (:func:`resampled_clip`) drawn where present. The observed
+        fraction's interval (``gspo_clip_frac_lo``, ``gspo_clip_frac_hi``, as the analysis
+        computes it) is its vertical bar where the table has it.
     legend : bool
         Draw a legend (lower right).
+    level : float or None
+        Confidence level of the intervals, for the legend.
     style : None, str or dict
         ``None``: the caller's rcParams; ``"paper"``: the package's paper style.
 
@@ -87,12 +95,19 @@ def clip_panel(ax, table: pd.DataFrame, *, legend: bool = True, style=None):
             if col in table:
                 ax.plot(x, table[col].to_numpy(float), ms=2.5, **kw)
         xerr = np.vstack([x - table["T_min"].to_numpy(float), table["T_max"].to_numpy(float) - x])
+        y = table["gspo_clip_frac"].to_numpy(float)
+        yerr = None
+        if {"gspo_clip_frac_lo", "gspo_clip_frac_hi"} <= set(table.columns):
+            lo, hi = table["gspo_clip_frac_lo"].to_numpy(float), table["gspo_clip_frac_hi"].to_numpy(float)
+            yerr = np.vstack([np.clip(y - lo, 0.0, None), np.clip(hi - y, 0.0, None)])
+            yerr = np.where(np.isfinite(yerr), yerr, 0.0)
         ax.errorbar(
             x,
-            table["gspo_clip_frac"].to_numpy(float),
+            y,
+            yerr=yerr,
             xerr=xerr,
             color=_style.color(0),
-            label="observed per bucket (95% bootstrap CI;\nhorizontal bar: range of $T$)",
+            label=observed_label(level),
             **_style.ERRORBAR,
         )
         if ax.get_xscale() != "log":  # a shared axis keeps its ticks
@@ -104,8 +119,39 @@ def clip_panel(ax, table: pd.DataFrame, *, legend: bool = True, style=None):
     return ax.figure
 
 
+def observed_label(level: float | None) -> str:
+    """Legend label of the observed points of every panel (each panel's vertical bar is its own interval)."""
+    ci = f"{100 * level:g} % interval" if level is not None else "interval"
+    return f"observed per bucket with its {ci}\n(horizontal bar: range of $T$)"
+
+
+#: Title of the figure when the data set's settings are not known (see :func:`experiment_title`).
+DEFAULT_TITLE = "arithmetic-task experiment: tiny transformer, old vs new policy of its last GSPO step"
+
+
+def experiment_title(settings: dict | None) -> str:
+    """Title naming the GSPO iteration the ratios come from: the last of the data set's ``pg_iters``.
+
+    The data set's ratios are those of the last GSPO iteration's sampling policy against the
+    policy after that iteration's update (:func:`variance_lab.experiment.train.train`); the
+    shipped data set ran four iterations.
+    """
+    iters = (settings or {}).get("pg_iters")
+    if not isinstance(iters, int) or iters < 1:
+        return DEFAULT_TITLE
+    which = "its one GSPO iteration" if iters == 1 else f"the last of {iters} GSPO iterations"
+    return f"arithmetic-task experiment: tiny transformer,\nold vs new policy of {which}"
+
+
 def experiment_figure(
-    table: pd.DataFrame, curves: pd.DataFrame, *, fig=None, level: float = 0.95, figsize=None, style=None
+    table: pd.DataFrame,
+    curves: pd.DataFrame,
+    *,
+    fig=None,
+    level: float = 0.95,
+    figsize=None,
+    style=None,
+    title: str = DEFAULT_TITLE,
 ) -> Figure:
     """Draw the three panels: Var(P_T), Var(G_T) and GSPO's clip fraction against T.
 
@@ -121,6 +167,8 @@ def experiment_figure(
         Size of a new figure (default 3.4 x 7.0 in).
     style : None, str or dict
         As for :func:`clip_panel`.
+    title : str
+        Title over the panels (:func:`experiment_title` of the data set's settings).
 
     Returns
     -------
@@ -135,22 +183,29 @@ def experiment_figure(
             fig = plt.figure(figsize=figsize or (_style.COLUMN_WIDTH, 7.0), layout="constrained")
         axes = fig.subplots(3, 1, sharex=True)
         analysis_figure(table, curves, ax=list(axes[:2]), level=level, legend=False)
-        clip_panel(axes[2], table, legend=False)
-        _figure_legend(fig, axes)
+        clip_panel(axes[2], table, legend=False, level=level)
+        _figure_legend(fig, axes, level)
         axes[1].set_xlabel("")
         axes[2].set_xlabel(T_LABEL)
-        axes[0].set_title("arithmetic-task experiment: tiny transformer, one GSPO step")
+        fig.suptitle(title)
     return fig
 
 
-def _figure_legend(fig, axes) -> None:
-    """One legend below the panels: every labelled line once, observed points last."""
+def _figure_legend(fig, axes, level: float | None) -> None:
+    """One legend below the panels: every labelled line once, observed points last.
+
+    The observed points' entry is the clip panel's errorbar (vertical and horizontal bars):
+    every panel draws its observed points with their interval as the vertical bar.
+    """
     handles, labels = [], []
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             if label not in labels:
                 handles.append(handle)
                 labels.append(label)
+    if observed_label(level) not in labels:  # no clip panel drew them: a plain marker
+        handles.append(Line2D([], [], marker="o", ls="", color=_style.color(0)))
+        labels.append(observed_label(level))
     order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("observed"))
     fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="outside lower center", ncols=1)
 
@@ -385,7 +440,8 @@ def save_experiment_figure(
         atomic_write(names[key], lambda tmp, text=text: tmp.write_text(text))
     dpi = int(dpi) if dpi else PNG_DPI
     with _style.use(style):
-        fig = experiment_figure(table, curves, level=result.level)
+        settings = _data_fingerprint(path).get("settings")
+        fig = experiment_figure(table, curves, level=result.level, title=experiment_title(settings))
         try:
             write_images(fig, out, FIGURE_NAME, formats, dpi)
         finally:
@@ -393,8 +449,13 @@ def save_experiment_figure(
     sidecar = {
         "figure": FIGURE_NAME,
         "description": "Arithmetic-task experiment: Var(P_T), Var(G_T) and GSPO clip fraction per length "
-        "bucket of real token log-ratios (old vs new policy of a tiny transformer after a GSPO step), "
-        "against the i.i.d. lognormal, i.i.d. empirical and autocorrelation-corrected predictions.",
+        "bucket of real token log-ratios (the last GSPO iteration's sampling policy against the policy "
+        f"after its update, a tiny transformer), with {100 * result.level:g} % intervals "
+        "(variances: bootstrap over sequences; clip fraction: the analysis's interval), against the "
+        "i.i.d. lognormal, i.i.d. empirical "
+        "(resampled tokens) and autocorrelation-corrected predictions; where the three variance "
+        f"predictions differ by less than {100 * COINCIDE:g} % they are one line and each panel gives their "
+        "largest difference.",
         "params": {"data": path.name, "n_boot": n_boot, "seed": seed, "level": result.level, "edges": "auto"},
         "data_set": _data_fingerprint(path),
         "analysis": json_safe(result.summary()),

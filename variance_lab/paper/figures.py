@@ -35,7 +35,7 @@ Figures (:data:`FIGURES`):
     measured points per length bucket (``data``, with bootstrap intervals) against the
     lognormal fitted to its log-ratios.
 ``clip_fractions``
-    Observed against predicted GSPO and PPO clip fractions per length bucket of the shipped
+    Observed against predicted GSPO, PPO and GMPO clip fractions per length bucket of the shipped
     data set (``data/arith_rollouts.jsonl.gz``), one marker per model of
     :func:`variance_lab.rollouts.analysis.analyze` (:func:`clip_frame`,
     :func:`variance_lab.report.clip_figure.clip_figure`).
@@ -95,6 +95,7 @@ __all__ = [
     "make_figure",
     "sample_log_P",
     "save_figure",
+    "with_resampled_gspo",
 ]
 
 #: PNG resolution (dots per inch); ``--quick`` uses :data:`QUICK_PNG_DPI`.
@@ -500,16 +501,23 @@ def clip_analysis(params: dict):
     ValueError
         When the data file is missing or not a rollouts file (naming it).
     """
-    from variance_lab.experiment.figure import DEFAULT_DATA, load_data
+    from variance_lab.experiment.figure import load_data
     from variance_lab.rollouts.analysis import analyze
+
+    batch, _ = load_data(_clip_data_path(params))
+    return analyze(  # the figure draws the table, not the held-out model judgment: folds=0
+        batch, n_boot=int(params["n_boot"]), level=float(params["level"]), seed=int(params["seed"]), folds=0
+    )
+
+
+def _clip_data_path(params: dict) -> Path:
+    """Return the data file of the ``clip_fractions`` figure (a bare name: in the shipped data folder)."""
+    from variance_lab.experiment.figure import DEFAULT_DATA
 
     path = Path(params["data"])
     if not path.is_absolute() and path.parent == Path():
         path = DEFAULT_DATA.parent / path
-    batch, _ = load_data(path)
-    return analyze(  # the figure draws the table, not the held-out model judgment: folds=0
-        batch, n_boot=int(params["n_boot"]), level=float(params["level"]), seed=int(params["seed"]), folds=0
-    )
+    return path
 
 
 def clip_columns(table: pd.DataFrame) -> pd.DataFrame:
@@ -529,8 +537,50 @@ def clip_columns(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def clip_frame(params: dict) -> pd.DataFrame:
-    """Compute the data of the ``clip_fractions`` figure: :func:`clip_columns` of :func:`clip_analysis`."""
-    return clip_columns(clip_analysis(params).table)
+    """Compute the data of the ``clip_fractions`` figure: :func:`clip_columns` of :func:`clip_analysis`.
+
+    With the i.i.d. empirical GSPO prediction filled in by :func:`with_resampled_gspo`.
+    """
+    return with_resampled_gspo(clip_columns(clip_analysis(params).table), params)
+
+
+def with_resampled_gspo(frame: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """Fill in the i.i.d. empirical model's GSPO clip prediction, as ``experiment_variance`` draws it.
+
+    The analysis has no closed-form GSPO prediction of the i.i.d. empirical model
+    (``gspo_clip_pred_emp`` is NaN); where it has none, the column gets the fraction of
+    sequences clipped when tokens are resampled i.i.d. from their pooled empirical law
+    (:func:`variance_lab.experiment.figure.resampled_clip` on the data set of ``params``, with
+    its ``seed``), the line the ``experiment_variance`` figure draws for that model, so the two
+    figures show the same prediction.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        :func:`clip_columns` of the analysis of ``params["data"]`` (one row per bucket).
+    params : dict
+        The figure's parameters (``data``, ``seed``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy of ``frame``; ``frame`` itself is not changed.
+
+    Raises
+    ------
+    ValueError
+        When the resampled fractions do not cover the frame's buckets.
+    """
+    frame = frame.copy()
+    if "gspo_clip_pred_emp" in frame and frame["gspo_clip_pred_emp"].notna().any():
+        return frame
+    from variance_lab.experiment.figure import load_data, resampled_clip
+
+    values = resampled_clip(load_data(_clip_data_path(params))[0], seed=int(params["seed"]))
+    if len(values) != len(frame):
+        raise ValueError(f"resampled clip fractions cover {len(values)} buckets, the table {len(frame)}")
+    frame["gspo_clip_pred_emp"] = values
+    return frame
 
 
 def _histogram_title(params: dict) -> str:
@@ -561,17 +611,20 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
     if name == "log_histograms":
         return plots.log_histograms(data, title=_histogram_title(params), style=style)
     if name == "corrections_vs_T":
-        title = f"{params['family']}, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$"
+        title = f"{params['family']} ratios, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$"
+        title += ": closed form"
         if params.get("n"):
-            title += f"; Monte Carlo $n = {int(params['n']):,}$ draws".replace(",", "{,}")
+            title += f" and Monte Carlo ($n = {int(params['n']):,}$ draws)".replace(",", "{,}")
         return corrections_figure.corrections_vs_T(
             data,
             title=title,
             style=style,
             experiment_title="bf16 experiment, per length bucket: measured and lognormal fit",
+            level=float(params.get("ci", 0.95)),
         )
     if name == "clip_fractions":
-        return clip_figure.clip_figure(data, level=float(params["level"]), style=style)
+        title = f"{Path(params['data']).name}: observed against predicted clip fractions per length bucket"
+        return clip_figure.clip_figure(data, level=float(params["level"]), style=style, title=title)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
 
 
@@ -641,9 +694,11 @@ class _DOCS:
 
     variance_vs_T = (
         "(a) Var(P_T) and (b) Var(G_T) against T: exact lines and Monte Carlo estimates with 95 % "
-        "confidence intervals (hollow: flagged unreliable); (c) the Var(G_T) approximations of the "
-        "derivation (lognormal, its small-x form, the naive sigma^2/T of its table) and Monte Carlo as "
-        "ratios to the exact Var(G_T)."
+        "confidence intervals (filled: reliable; half filled: flagged marginal, a sound value whose "
+        "interval may cover less than 95 %; hollow: flagged unreliable, fewer draws than a 10 % relative "
+        "error needs, so even a point on the line does not confirm it); (c) the Var(G_T) approximations "
+        "of the derivation (lognormal, its small-x form, the naive sigma^2/T of its table) and Monte "
+        "Carlo as ratios to the exact Var(G_T)."
     )
     ratio_vs_T = "Exact Var(P_T)/Var(G_T) against T for mu < 1, mu = 1 and mu > 1; lower panel: T <= 50."
     heatmap_var_P = (
@@ -673,20 +728,29 @@ class _DOCS:
     )
     log_histograms = "Histograms of log P_T and log G_T = log P_T / T at a few T, from raw draws."
     corrections_vs_T = (
-        "Relative bias E[w]/E[b] - 1 and ESS fraction of sequence- and token-level corrections (TIS, "
-        "masks, Geo-RS, IcePop, GMPO) against T: (a, b) lognormal closed forms (lines) and Monte Carlo "
-        "(points with intervals; hollow: flagged unreliable); (c, d) the bfloat16 experiment's mismatch "
-        "ratio per length bucket (points at the median length, 95 % bootstrap intervals over "
-        "prompts, a prompt's responses resampled together) against the lognormal fitted to its pooled "
-        "token log-ratios (lines)."
+        "Relative bias E[w]/E[b] - 1 (w: a correction's weight; b: the uncorrected weight it acts on, P_T, "
+        "or G_T for GMPO, or r_t for the token-level TIS and IcePop) and ESS fraction E[w]^2/E[w^2] of "
+        "sequence- and token-level corrections (TIS, masks, Geo-RS, IcePop, GMPO) against T: (a, b) "
+        "lognormal closed forms (lines) and Monte Carlo (filled points with 95 % intervals; hollow: "
+        "flagged unreliable); (c, d) the bfloat16 experiment's mismatch ratio per length bucket "
+        "(half-filled points at the median length, 95 % bootstrap intervals over prompts, a prompt's "
+        "responses resampled together) against the "
+        "lognormal fitted to its pooled token log-ratios (lines)."
     )
     clip_fractions = (
         "Observed against predicted clip fractions per length bucket of the shipped arithmetic-task "
-        "rollouts: left, GSPO's fraction of sequences with G_T outside its range (95 % interval clustered "
-        "by prompt: Wilson's at the effective size n / design effect from a bootstrap over prompts), "
-        "right, PPO's fraction of tokens outside its range (95 % bootstrap interval over prompts), "
-        "log axes; one marker per model of the analysis (i.i.d. lognormal, i.i.d. empirical, "
-        "autocorrelation-corrected, token mixture, random scale, and any other it has); grey: "
+        "rollouts (data/arith_rollouts.jsonl.gz), one panel per kind of clip: GSPO's fraction of sequences "
+        "with G_T outside its range (linear axes), PPO's fraction of tokens outside its range and GMPO's "
+        "fraction of tokens whose log-ratio lies outside its clip (log axes); horizontal bars: the "
+        "observed fraction's 95 % interval as the analysis computes it (clustered by prompt: for GSPO "
+        "Wilson's at the effective size n / design effect, for PPO and GMPO a bootstrap over prompts). "
+        "Buckets are numbered on each "
+        "panel's top edge over their observed fraction, and the title gives each number's range of "
+        "lengths. One hollow marker per model of the analysis (i.i.d. lognormal, i.i.d. empirical, "
+        "autocorrelation-corrected, token mixture, random scale, combined, and any other it has), "
+        "largest first so that coincident markers nest; equal predictions share one marker. The i.i.d. "
+        "empirical GSPO prediction resamples tokens from their pooled law, as experiment_variance draws "
+        "it. Values below a log panel's floor are drawn on its edge and listed in a note; grey: "
         "predicted = observed."
     )
 
@@ -787,7 +851,7 @@ def make_all(
         in a temporary folder beside it and moved into ``out`` only once all are done
         (:func:`publish`): an interrupted or failed run leaves ``out`` as it was.
     quick : bool
-        Small grids and few draws (seconds; for tests and previews).
+        Small grids and few draws (minutes for every figure; for previews and tests).
     only : sequence of str, optional
         A subset of :data:`ALL_FIGURES`.
     engine : Engine, optional

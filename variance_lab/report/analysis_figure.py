@@ -120,12 +120,12 @@ def _prediction_lines(ax, curves: pd.DataFrame, panel: str) -> None:
     spread = _spread(curves[curves["model"].isin(list(MODEL_STYLE))], y_col)
     if spread < COINCIDE:
         rows = curves[curves["model"] == "corr"].sort_values("T")
-        label = f"all three predictions\n(within {100 * COINCIDE:g} % of each other)"
+        label = "all three predictions, one line\n(their spread is given in each panel)"
         ax.plot(rows["T"], style.power10(rows[y_col]), color="0.35", ls="-", lw=1.6, label=label)
         ax.text(
             0.98,
             0.04 if panel == "P" else 0.96,
-            f"predictions within {100 * spread:.1f} %",
+            f"the three predictions differ by at most {100 * spread:.1f} %",
             transform=ax.transAxes,
             ha="right",
             va="bottom" if panel == "P" else "top",

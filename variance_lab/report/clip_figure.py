@@ -13,20 +13,33 @@ The models are read from the column names (:func:`clip_models`): every suffix ``
 ``K_clip_pred_<m>`` column, so a model added to the analysis appears without a change here.
 Known models keep their colour, marker and label (:data:`MODEL_MARKERS`); others get the next
 free marker of :data:`EXTRA_MARKERS` (none a known model uses) and their suffix as label.
-Markers are hollow and differ in shape, so the models stay apart in greyscale and where they overlap.
+Markers are hollow and differ in shape, so the models stay apart in greyscale; they are drawn
+largest first (:data:`MARKER_SIZES`), so that markers at the same place nest instead of hiding one
+another, and a model whose predictions equal an earlier model's in a panel is drawn once and named
+with it (``i.i.d. lognormal = autocorrelation-corrected``).
+
+Each bucket is numbered 1, 2, ... in the table's order (by length); the numbers stand on each
+panel's top edge over the bucket's observed fraction (a label that would come closer than
+:data:`LABEL_GAP` of the panel's width to its neighbour goes one row up), and the figure's title
+lists the length range of each number (:func:`bucket_key`), after the data set's name when
+``title`` gives it.
 
 Token-level fractions are small, so a panel is on log axes (:data:`LOG_KINDS`, or any kind
 whose values all lie below :data:`LOG_BELOW`). Values below the panel's floor (a
 prediction of :math:`10^{-31}`, an interval starting at 0) are drawn on its bottom or left
-edge and listed in a note in the panel, with their values.
+edge and listed in a note, with their values: in the panel's free corner, or, where a point
+would lie beneath it, beside the panel (an empty slot of the grid) or under it.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 
+import matplotlib as mpl
+import matplotlib.ticker
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -39,9 +52,13 @@ from variance_lab.report.analysis_figure import MODEL_STYLE
 __all__ = [
     "EXTRA_MARKERS",
     "KIND_TITLES",
+    "LABEL_CHAR",
+    "LABEL_GAP",
     "LOG_BELOW",
     "LOG_KINDS",
+    "MARKER_SIZES",
     "MODEL_MARKERS",
+    "bucket_key",
     "clip_figure",
     "clip_kinds",
     "clip_models",
@@ -73,6 +90,17 @@ KIND_TITLES = {"gspo": "GSPO: fraction of sequences clipped", "ppo": "PPO: fract
 LOG_KINDS = ("ppo",)
 #: A kind not in :data:`LOG_KINDS` and not ``gspo`` is drawn on log axes when all its values are below this.
 LOG_BELOW = 0.1
+#: Marker size of the figure's ``i``-th model (known models first): largest first, so coincident markers nest.
+MARKER_SIZES = (6.2, 5.4, 4.7, 4.0, 3.4, 2.8)
+#: Vertical padding around each panel of a figure made here (inches; constrained layout's ``h_pad``).
+ROW_PAD = 0.1
+#: Characters per line of a panel's notes (longer ones wrap, so the note stays inside the panel).
+NOTE_WIDTH = 40
+#: Space kept between two bucket labels in one row on a panel's top edge (a fraction of the
+#: panel's width); a label that would come closer goes one row up.
+LABEL_GAP = 0.015
+#: Rough width of one character of a bucket label, as a fraction of a panel's width.
+LABEL_CHAR = 0.022
 _FIRST = ("gspo", "ppo")
 _KIND_RE = re.compile(r"^([A-Za-z0-9]+)_clip_frac$")
 
@@ -125,7 +153,7 @@ def _model_styles(models: Sequence[str], labels: dict | None) -> dict[str, dict]
     styles = {}
     known = {st["marker"] for st in MODEL_MARKERS.values()}
     extras = iter([e for e in EXTRA_MARKERS if e[0] not in known] or EXTRA_MARKERS)
-    for m in models:
+    for i, m in enumerate(models):
         if m in MODEL_MARKERS:
             st = dict(MODEL_MARKERS[m])
         else:
@@ -133,8 +161,94 @@ def _model_styles(models: Sequence[str], labels: dict | None) -> dict[str, dict]
             st = {"color": colour, "marker": marker, "label": m}
         if labels and m in labels:
             st["label"] = labels[m]
+        st["ms"] = MARKER_SIZES[min(i, len(MARKER_SIZES) - 1)]
+        st["zorder"] = 3 + 0.01 * i  # smaller markers on top of larger ones
         styles[m] = st
     return styles
+
+
+def _same_as_earlier(preds: dict[str, np.ndarray]) -> dict[str, list[str]]:
+    """Group models whose predictions are equal (to 1e-12, relative) in this panel: first model -> group."""
+    groups: dict[str, list[str]] = {}
+    for m, y in preds.items():
+        for first, members in groups.items():
+            z = preds[first]
+            same_nan = np.array_equal(np.isnan(y), np.isnan(z))
+            if same_nan and np.allclose(y[~np.isnan(y)], z[~np.isnan(z)], rtol=1e-12, atol=0.0):
+                members.append(m)
+                break
+        else:
+            groups[m] = [m]
+    return groups
+
+
+def bucket_key(table: pd.DataFrame) -> str:
+    """Two lines naming each bucket's number and length range: ``... 1: 8-15, 2: 16-31, ...``.
+
+    Buckets are numbered 1, 2, ... in the table's order; the range is ``T_lo``-``T_hi`` (or
+    ``T_min``-``T_max``) where the table has them, else the mean length ``T_mean``; empty
+    when the table has none of these.
+    """
+    for lo_col, hi_col in (("T_lo", "T_hi"), ("T_min", "T_max")):
+        if {lo_col, hi_col} <= set(table.columns):
+            ranges = [f"{int(a)}-{int(b)}" for a, b in zip(table[lo_col], table[hi_col], strict=True)]
+            break
+    else:
+        if "T_mean" not in table:
+            return ""
+        ranges = [f"about {v:.0f}" for v in table["T_mean"]]
+    items = ", ".join(f"{i}: {r}" for i, r in enumerate(ranges, start=1))
+    return "length buckets, numbered on each panel's top edge, by length $T$:\n" + textwrap.fill(items, 90)
+
+
+def _fraction(v: np.ndarray, scale: str, limits) -> np.ndarray:
+    """Positions ``v`` as fractions of a panel's axis (linear or log) between ``limits``."""
+    lo, hi = limits
+    if scale == "log":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (np.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+    return (v - lo) / (hi - lo)
+
+
+def _label_rows(pos: np.ndarray) -> dict[int, int]:
+    """Row of each bucket label on the top edge: the lowest row where it keeps :data:`LABEL_GAP` clear.
+
+    Labels are placed left to right; one that would come closer than its half width plus its
+    neighbour's (:data:`LABEL_CHAR` per character) and :data:`LABEL_GAP` to the last label of a
+    row goes one row up, so buckets at the same place stand one above the other.
+    """
+    last: list[tuple[float, float]] = []  # per row: (position, half width) of its last label
+    rows = {}
+    for i in sorted((i for i in range(pos.size) if np.isfinite(pos[i])), key=lambda i: (pos[i], i)):
+        half = LABEL_CHAR * len(str(i + 1)) / 2
+        row = next(
+            (r for r, (p, h) in enumerate(last) if pos[i] - p >= h + half + LABEL_GAP),
+            len(last),
+        )
+        if row == len(last):
+            last.append((pos[i], half))
+        last[row] = (pos[i], half)
+        rows[i] = row
+    return rows
+
+
+def _bucket_labels(ax, x: np.ndarray, scale: str, limits) -> int:
+    """Write each bucket's number on the panel's top edge over its observed fraction; return the rows used.
+
+    The numbers are the tick labels of a secondary top axis (ticks at the observed fractions), so
+    the title and constrained layout make room for them; labels that would touch stand in rows
+    one above the other (:func:`_label_rows`; a row is a trailing line break of the label).
+    """
+    pos = _fraction(x, scale, limits)
+    rows = _label_rows(pos)
+    if not rows:
+        return 0
+    top = ax.secondary_xaxis("top")
+    order = sorted(rows)
+    top.set_xticks([float(x[i]) for i in order], [str(i + 1) + "\n" * rows[i] for i in order])
+    top.xaxis.set_minor_locator(mpl.ticker.NullLocator())
+    top.tick_params(axis="x", length=2.5, pad=1.5, labelsize=_style.small_font(), labelcolor="0.3")
+    return max(rows.values()) + 1
 
 
 def _is_log(table: pd.DataFrame, kind: str, models: Sequence[str]) -> bool:
@@ -160,8 +274,66 @@ def _log_floor(values: np.ndarray) -> float:
     return 10.0 ** (math.floor(math.log10(float(pos.min()))) - 1)
 
 
-def _panel(ax, table: pd.DataFrame, kind: str, styles: dict, level, scale: str, kwargs: dict) -> list[str]:
-    """Draw one kind's panel; return the labels of models without a finite prediction here."""
+#: Height of one line of a panel's note, as a fraction of the panel's height (for the free-corner test).
+NOTE_LINE = 0.055
+
+
+def _note(ax, text: str, scale: str, limits, points: list[np.ndarray], beside: bool = False) -> None:
+    """Write a panel's note in its free corner, or, where a point would lie beneath it, beside or under it.
+
+    The corner is the upper left on log panels (above the floor's points), the lower right on
+    linear ones (below the diagonal); it counts as free when no drawn marker lies in the note's
+    rough extent (:data:`NOTE_WIDTH` characters by :data:`NOTE_LINE` per line). Otherwise the
+    note stands to the right of the panel when ``beside`` (the grid's slot there is empty; the
+    note stays out of the layout), else under the panel below its x label, where constrained
+    layout makes room for it.
+    """
+    at_top = scale == "log"
+    height = 0.03 + NOTE_LINE * (text.count("\n") + 1)
+    width = 0.03 + LABEL_CHAR * max(len(line) for line in text.splitlines())
+    xy = np.concatenate(points) if points else np.empty((0, 2))
+    fx, fy = _fraction(xy[:, 0], scale, limits), _fraction(xy[:, 1], scale, limits)
+    covered = (fx < width) & (fy > 1.0 - height) if at_top else (fx > 1.0 - width) & (fy < height)
+    common = {"fontsize": _style.small_font(), "color": "0.3", "annotation_clip": False}
+    if height < 1.0 and not covered.any():
+        ax.annotate(
+            text,
+            xy=(0.03 if at_top else 0.97, 0.97 if at_top else 0.03),
+            xycoords="axes fraction",
+            ha="left" if at_top else "right",
+            va="top" if at_top else "bottom",
+            **common,
+        )
+        return
+    if beside:
+        note = ax.annotate(
+            text,
+            xy=(1.0, 1.0),
+            xycoords="axes fraction",
+            xytext=(10.0, 0.0),
+            textcoords="offset points",
+            ha="left",
+            va="top",
+            **common,
+        )
+        note.set_in_layout(False)  # it fills the empty slot; the panels keep their size
+        return
+    ax.annotate(
+        text,
+        xy=(0.0, 0.0),
+        xycoords=("axes fraction", ax.xaxis.label),
+        xytext=(0.0, -3.0),
+        textcoords="offset points",
+        ha="left",
+        va="top",
+        **common,
+    )
+
+
+def _panel(
+    ax, table: pd.DataFrame, kind: str, styles: dict, level, scale: str, kwargs: dict, beside: bool = False
+) -> set[str]:
+    """Draw one kind's panel; return the models drawn with their own marker here."""
     x = table[f"{kind}_clip_frac"].to_numpy(float)
     lo_col, hi_col = f"{kind}_clip_frac_lo", f"{kind}_clip_frac_hi"
     lo = table[lo_col].to_numpy(float) if lo_col in table else np.full(x.shape, np.nan)
@@ -187,19 +359,25 @@ def _panel(ax, table: pd.DataFrame, kind: str, styles: dict, level, scale: str, 
         lw=0.8,
         zorder=1,
     )
-    for m, st in styles.items():
-        y = preds[m]
+    groups = _same_as_earlier({m: preds[m] for m in styles})
+    drawn, merged, points = set(), [], []
+    for m, members in groups.items():
+        st, y = styles[m], preds[m]
+        label = " = ".join(styles[k]["label"] for k in members)
         ok = np.isfinite(y) & np.isfinite(x)
         if not ok.any():
-            missing.append(st["label"])
+            missing.append(label)
             continue
+        drawn.add(m)
         xs, ys, los, his = x[ok], y[ok], lo[ok], hi[ok]
+        if len(members) > 1 and not (scale == "log" and (ys < floor).all()):
+            merged.append(label)  # drawn inside the panel: say whose marker stands for both
         if scale == "log":
             below = ys < floor
             if below.any():
                 vals = list(dict.fromkeys(_fmt(v) for v in sorted(ys[below])))  # as printed, once each
                 text = ", ".join(vals) if len(vals) <= 2 else f"{vals[0]} to {vals[-1]}"
-                edge_notes.append(f"{st['label']}: {text}")
+                edge_notes.append(f"{label}: {text}")
             ys = np.maximum(ys, floor)
             xs, los, his = np.maximum(xs, floor), np.maximum(los, floor), np.maximum(his, floor)
         kw = {
@@ -207,41 +385,47 @@ def _panel(ax, table: pd.DataFrame, kind: str, styles: dict, level, scale: str, 
             "color": st["color"],
             "mfc": "none",
             "mec": st["color"],
-            "ms": 4.0,
+            "ms": st["ms"],
             "mew": 0.9,
             "elinewidth": 0.6,
             "capsize": 1.2,
-            "zorder": 3,
+            "zorder": st["zorder"],
             **kwargs,
         }
         ax.errorbar(xs, ys, xerr=[xs - los, his - xs], **kw)
+        points.append(np.column_stack([xs, ys]))
+    x_at = np.where(np.isfinite(x), np.maximum(x, floor), np.nan) if scale == "log" else x
+    _bucket_labels(ax, x_at, scale, limits)
     ax.set_xlim(*limits)
     ax.set_ylim(*limits)
-    ax.set_aspect("equal", adjustable="box")
+    ax.set_box_aspect(1.0)  # square, with equal limits on both axes: the diagonal at 45 degrees
     ci = f"{100 * level:g} % interval" if level is not None else "interval"
     ax.set_xlabel(f"observed ({ci})")
     ax.set_ylabel("predicted")
-    ax.set_title(KIND_TITLES.get(kind, f"{kind.upper()} clip fraction"))
+    ax.set_title(KIND_TITLES.get(kind, f"{kind.upper()} clip fraction"))  # placed above the bucket numbers
     notes = []
     if scale == "log" and np.any(lo[np.isfinite(x)] < floor):
         edge_notes.append("an observed interval from 0")
     if edge_notes:
-        notes.append(f"drawn on the edge, below {_fmt(floor)}:\n" + "\n".join(edge_notes))
-    if missing:
-        notes.append("no prediction: " + ", ".join(missing))
-    if notes:
-        at_top = scale == "log"  # log panels: the corner above the points; linear: below the diagonal
-        ax.text(
-            0.03 if at_top else 0.97,
-            0.97 if at_top else 0.03,
-            "\n".join(notes),
-            transform=ax.transAxes,
-            ha="left" if at_top else "right",
-            va="top" if at_top else "bottom",
-            fontsize=_style.small_font(),
-            color="0.3",
+        lines = (
+            textwrap.fill(n, NOTE_WIDTH, subsequent_indent="    ", break_on_hyphens=False) for n in edge_notes
         )
-    return missing
+        notes.append(f"drawn on the edge, below {_fmt(floor)}:\n" + "\n".join(lines))
+    if merged:
+        notes.append(
+            textwrap.fill(
+                "one marker for equal predictions: " + "; ".join(merged), NOTE_WIDTH, break_on_hyphens=False
+            )
+        )
+    if missing:
+        notes.append(
+            textwrap.fill(
+                "no prediction in the table: " + ", ".join(missing), NOTE_WIDTH, break_on_hyphens=False
+            )
+        )
+    if notes:
+        _note(ax, "\n".join(notes), scale, limits, points, beside)
+    return drawn
 
 
 def _axes(fig, ax, n: int, figsize):
@@ -254,8 +438,9 @@ def _axes(fig, ax, n: int, figsize):
         import matplotlib.pyplot as plt
 
         rows = 1 if n <= 2 else math.ceil(n / 2)  # three panels or more: two per row
-        size = (2 * _style.COLUMN_WIDTH, 3.3 * rows) if figsize is None else figsize
+        size = (2 * _style.COLUMN_WIDTH, 3.7 * rows + 0.6) if figsize is None else figsize
         fig = plt.figure(figsize=size, layout="constrained")
+        fig.get_layout_engine().set(h_pad=ROW_PAD)  # square panels: constrained layout needs the room
     if n <= 2:
         return fig, list(fig.subplots(1, n, squeeze=False)[0])
     grid = fig.subplots(math.ceil(n / 2), 2, squeeze=False).ravel()
@@ -276,6 +461,7 @@ def clip_figure(
     legend: bool = True,
     figsize=None,
     style=None,
+    title: str | None = None,
     **kwargs,
 ) -> Figure:
     r"""Observed clip fraction per bucket (with its interval) against each model's prediction.
@@ -307,10 +493,14 @@ def clip_figure(
     legend : bool
         Draw one legend for all panels (below them in a figure made here, else in the last panel).
     figsize : (float, float), optional
-        Size of a new figure (default 6.8 x 3.3 in, two columns of a paper).
+        Size of a new figure (default 6.8 in wide, two columns of a paper, and 3.7 in per row of panels
+        plus 0.6 in for the title and legend).
     style : None, str or dict
         ``None``: the caller's rcParams; ``"paper"``: the package's paper style
         (:func:`variance_lab.report.style.use`).
+    title : str, optional
+        First line of the figure's title (the data set); the second line is the bucket key
+        (:func:`bucket_key`), which numbers the buckets labelled on each panel's top edge.
     **kwargs
         Passed to :meth:`matplotlib.axes.Axes.errorbar` of every model's markers (``ms``,
         ``alpha``, ...), over the defaults.
@@ -343,11 +533,12 @@ def clip_figure(
     with _style.use(style):
         fig, axes = _axes(fig, ax, len(kinds), figsize)
         drawn: set[str] = set()
-        for axis, kind in zip(axes, kinds, strict=True):
+        spare = ax is None and len(kinds) > 2 and len(kinds) % 2 == 1  # the last row's right slot is empty
+        for i, (axis, kind) in enumerate(zip(axes, kinds, strict=True)):
             here = {m: st for m, st in styles.items() if m in clip_models(table, kind)}
             scale = "log" if _is_log(table, kind, list(here)) else "linear"
-            missing = _panel(axis, table, kind, here, level, scale, kwargs)
-            drawn |= {m for m, st in here.items() if st["label"] not in missing}
+            beside = spare and i == len(kinds) - 1
+            drawn |= _panel(axis, table, kind, here, level, scale, kwargs, beside)
         if legend:
             handles = [
                 Line2D(
@@ -357,7 +548,7 @@ def clip_figure(
                     marker=st["marker"],
                     color=st["color"],
                     mfc="none",
-                    ms=4.0,
+                    ms=st["ms"],
                     label=st["label"],
                 )
                 for m, st in styles.items()
@@ -368,4 +559,7 @@ def clip_figure(
                 fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)))
             else:
                 axes[-1].legend(handles=handles, loc="upper left")
+        heading = "\n".join(t for t in (title, bucket_key(table)) if t)
+        if heading:
+            fig.suptitle(heading)
     return fig

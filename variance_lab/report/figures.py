@@ -23,7 +23,10 @@ Names. Var(G_T) has three approximations: the lognormal approximation
 :math:`(e^{\sigma_y^2/T} - 1)\,e^{2\mu_y + \sigma_y^2/T}` (exact for lognormal ratios),
 its small-:math:`x` form :math:`\sigma_y^2 e^{2\mu_y}/T`, and the naive
 :math:`\sigma^2/T` printed in the source derivation's table. Monte Carlo points carry their
-interval as error bars and are drawn hollow when flagged unreliable.
+interval as error bars and are drawn filled when reliable, half filled when flagged marginal
+(a sound value whose interval may cover less than its level) and hollow when flagged
+unreliable (too few draws to confirm the value, though it may lie on the exact line); the
+legend says which is which.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from matplotlib.lines import Line2D
 
 from variance_lab._atomic import atomic_write
 from variance_lab.report import style as sty
+from variance_lab.schema import verdict_level
 
 __all__ = [
     "approx_error",
@@ -213,32 +217,68 @@ def _bounds(rows: pd.DataFrame, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _mc_points(ax, rows: pd.DataFrame, color: str, x: str = "T", scale=None, marker: str = "o") -> bool:
-    """Monte Carlo estimates with interval bars, hollow when unreliable; True if any is hollow.
+def _levels(rows: pd.DataFrame) -> np.ndarray:
+    """Verdict level of each row: ``reliable``, ``marginal`` or ``unreliable`` (read from ``reason``).
 
-    ``scale`` (array, one per row) divides values and bounds (a ratio to the exact value).
+    A row not ``reliable`` whose frame has no ``reason`` counts as unreliable.
+    """
+    ok = rows["reliable"].astype(str).isin(["True", "true", "1"]).to_numpy()
+    if "reason" not in rows:
+        return np.where(ok, "reliable", "unreliable")
+    reasons = rows["reason"].fillna("").astype(str).to_numpy()
+    levels = np.array([_level(r) for r in reasons], dtype=object)
+    return np.where(ok, "reliable", np.where(levels == "marginal", "marginal", "unreliable"))
+
+
+def _level(reason: str) -> str:
+    """Verdict level of a flagged row's reason; one without a level (a hand-made frame's) is unreliable."""
+    try:
+        return verdict_level(reason) if reason else "unreliable"
+    except ValueError:
+        return "unreliable"
+
+
+def _mc_points(ax, rows: pd.DataFrame, color: str, x: str = "T", scale=None, marker: str = "o") -> set[str]:
+    """Monte Carlo estimates with interval bars; the verdict levels drawn (:func:`_mc_legend_handles`).
+
+    Reliable points are filled, marginal ones half filled (:data:`~variance_lab.report.style.MARGINAL_FILL`),
+    unreliable ones hollow. ``scale`` (array, one per row) divides values and bounds (a ratio
+    to the exact value).
     """
     if rows.empty:
-        return False
+        return set()
     y = _values(rows)
     lo, hi = _bounds(rows, y)
     if scale is not None:
         y, lo, hi = y / scale, lo / scale, hi / scale
     xs = rows[x].to_numpy(float)
-    ok = rows["reliable"].astype(str).isin(["True", "true", "1"]).to_numpy()
-    sty.errorbar_points(ax, xs, y, lo, hi, ok, color, marker)
-    return bool((~ok).any())
+    levels = _levels(rows)
+    sty.errorbar_points(ax, xs, y, lo, hi, levels == "reliable", color, marker, marginal=levels == "marginal")
+    return set(levels.tolist())
 
 
-def _mc_legend_handles(color: str, hollow: bool, level: str = "95 %") -> list[Line2D]:
-    handles = [Line2D([], [], marker="o", ls="", color=color, mfc=color, label=f"Monte Carlo ({level} CI)")]
-    if hollow:
-        handles.append(
-            Line2D(
-                [], [], marker="o", ls="", color=color, mfc="white", label="Monte Carlo, flagged unreliable"
-            )
+#: Legend labels of the Monte Carlo points, by verdict level (:mod:`variance_lab.simulate.estimates`).
+MC_LEVEL_LABELS = {
+    "reliable": "Monte Carlo ({level} CI)",
+    "marginal": "flagged marginal: its interval\nmay cover less than {level}",
+    "unreliable": "flagged unreliable: too few draws\nto confirm it (may lie on the line)",
+}
+
+
+def _mc_legend_handles(color: str, levels, level: str = "95 %") -> list[Line2D]:
+    """Legend entries of the Monte Carlo points: filled always, then each flagged level drawn."""
+    faces = {
+        "reliable": {"mfc": color},
+        "marginal": {"mfc": color, "mfcalt": "white", "fillstyle": sty.MARGINAL_FILL},
+        "unreliable": {"mfc": "white"},
+    }
+    return [
+        Line2D(
+            [], [], marker="o", ls="", color=color, label=MC_LEVEL_LABELS[v].format(level=level), **faces[v]
         )
-    return handles
+        for v in ("reliable", "marginal", "unreliable")
+        if v == "reliable" or v in levels
+    ]
 
 
 def _log_x_T(ax) -> None:
@@ -301,14 +341,14 @@ def variance_vs_T(
             kw = {**_METHOD_STYLE[method], **(kwargs if method == "exact" else {})}
             ax.plot(sub["T"], _values(sub), label=label, **kw)
         mc = _rows(rows, method="monte_carlo")
-        hollow = _mc_points(ax, mc, _MC_COLOR)
+        flagged = _mc_points(ax, mc, _MC_COLOR)
         ax.set_yscale("log")
         _log_x_T(ax)
         ax.set_ylabel(_STAT_LABEL[statistic])
         if legend:
             handles, _ = ax.get_legend_handles_labels()
             if not mc.empty:
-                handles += _mc_legend_handles(_MC_COLOR, hollow)
+                handles += _mc_legend_handles(_MC_COLOR, flagged)
             ax.legend(handles=handles, loc="upper left" if statistic == "var_P" else "lower left")
     return fig
 
@@ -352,13 +392,13 @@ def approx_ratio(frame: pd.DataFrame, *, ax=None, legend: bool = True, figsize=N
             ax.plot(sub["T"], ratio, label=_METHOD_LABEL[method], **{**_METHOD_STYLE[method], **kwargs})
         mc = _rows(rows, method="monte_carlo")
         mc = mc[mc["T"].isin(by_T.index)]
-        hollow = _mc_points(ax, mc, _MC_COLOR, scale=by_T.loc[mc["T"]].to_numpy()) if len(mc) else False
+        flagged = _mc_points(ax, mc, _MC_COLOR, scale=by_T.loc[mc["T"]].to_numpy()) if len(mc) else set()
         _log_x_T(ax)
         ax.set_ylabel(r"$\mathrm{Var}(G_T)$ / exact")
         if legend:
             handles, _ = ax.get_legend_handles_labels()
             if not mc.empty:
-                handles += _mc_legend_handles(_MC_COLOR, hollow)
+                handles += _mc_legend_handles(_MC_COLOR, flagged)
             ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncols=2)
     return fig
 
@@ -883,7 +923,7 @@ def ess_vs_T(
         rows = frame[frame["statistic"] == "ess_frac_P"]
         keys = _series(rows)
         varying = _varying(keys)
-        any_mc = hollow = False
+        any_mc, flagged = False, set()
         for i, key in enumerate(keys):
             family, mu, sigma2 = key
             sub = rows[(rows["family"] == family) & (rows["mu"] == mu) & (rows["sigma2"] == sigma2)]
@@ -893,7 +933,7 @@ def ess_vs_T(
             ax.plot(exact["T"], _values(exact), label=_series_label(key, varying), **{**line, **kwargs})
             mc = _rows(sub, method="monte_carlo")
             any_mc |= not mc.empty
-            hollow |= _mc_points(ax, mc, line["color"], marker=marker)
+            flagged |= _mc_points(ax, mc, line["color"], marker=marker)
         if n:
             ax.axhline(
                 1.0 / n, color="0.4", lw=0.7, ls=(0, (6, 2)), label=r"$1/n$ (one draw holds all weight)"
@@ -905,7 +945,7 @@ def ess_vs_T(
         ax.set_ylabel(rf"{_STAT_LABEL['ess_frac_P']} (ESS$/n$)")
         handles, _ = ax.get_legend_handles_labels()
         if any_mc:
-            handles += _mc_legend_handles("0.3", hollow)
+            handles += _mc_legend_handles("0.3", flagged)
         common = _common_text(keys, varying)
         title = ", ".join(t for t in (common, f"Monte Carlo {_n_text(n)} draws" if any_mc and n else "") if t)
         if title:

@@ -23,6 +23,7 @@ __all__ = [
     "COLUMN_WIDTH",
     "DIVERGING_CMAP",
     "ERRORBAR",
+    "MARGINAL_FILL",
     "MIN_FONT_PT",
     "RC",
     "SEQUENTIAL_CMAP",
@@ -115,7 +116,11 @@ def color(i: int) -> str:
     return OKABE_ITO[i % len(OKABE_ITO)]
 
 
-def errorbar_points(ax, x, y, lo, hi, reliable, color: str, marker: str | None = None) -> None:
+#: Fill style of points flagged "marginal" (precise, interval may under-cover): half filled.
+MARGINAL_FILL = "left"
+
+
+def errorbar_points(ax, x, y, lo, hi, reliable, color: str, marker: str | None = None, marginal=None) -> None:
     """Draw points ``y`` with interval bars ``[lo, hi]``: filled where ``reliable``, hollow elsewhere.
 
     Parameters
@@ -129,9 +134,19 @@ def errorbar_points(ax, x, y, lo, hi, reliable, color: str, marker: str | None =
         Colour of markers, edges and bars.
     marker : str, optional
         Marker (:data:`ERRORBAR`'s ``"o"`` by default).
+    marginal : numpy.ndarray of bool, optional
+        Of the points not ``reliable``, those drawn half filled (:data:`MARGINAL_FILL`): flagged
+        "marginal" (a sound value whose interval may cover less than its level) rather than
+        "unreliable" (hollow).
     """
     kw = ERRORBAR if marker is None else {**ERRORBAR, "fmt": marker}
-    for mask, face in ((reliable, color), (~reliable, "white")):
+    reliable = np.asarray(reliable, bool)
+    half = np.zeros_like(reliable) if marginal is None else np.asarray(marginal, bool) & ~reliable
+    for mask, face, fill in (
+        (reliable, color, "full"),
+        (half, color, MARGINAL_FILL),
+        (~reliable & ~half, "white", "full"),
+    ):
         if mask.any():
             ax.errorbar(
                 x[mask],
@@ -139,6 +154,8 @@ def errorbar_points(ax, x, y, lo, hi, reliable, color: str, marker: str | None =
                 yerr=[y[mask] - lo[mask], hi[mask] - y[mask]],
                 color=color,
                 mfc=face,
+                mfcalt="white",
+                fillstyle=fill,
                 mec=color,
                 **kw,
             )

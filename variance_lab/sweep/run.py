@@ -12,11 +12,12 @@ from pathlib import Path
 import pandas as pd
 
 from variance_lab import theory
-from variance_lab.simulate import Engine, simulate, simulate_many, using_engine
+from variance_lab.simulate import Engine, resolve_sampler, simulate, simulate_many, using_engine
+from variance_lab.simulate.plan import path_draws
 from variance_lab.sweep.cells import Cell, plan
 from variance_lab.sweep.store import DEFAULT_STORE, Store
 
-__all__ = ["SweepInterrupted", "SweepResult", "compute", "compute_theory", "sweep"]
+__all__ = ["SweepInterrupted", "SweepResult", "cell_work", "compute", "compute_theory", "sweep"]
 
 
 # --------------------------------------------------------------------------- compute
@@ -136,10 +137,84 @@ class SweepResult:
         return "; ".join(parts)
 
 
-def _progress_bar(total: int, enabled: bool):
-    from tqdm.auto import tqdm
+def cell_work(cell: Cell) -> int:
+    """Work units of one cell, the unit of the sweep's progress bar.
 
-    return tqdm(total=total, disable=not enabled, unit="cell", desc="sweep", dynamic_ncols=True)
+    A Monte Carlo cell costs its paths times the work units of one path
+    (:func:`variance_lab.simulate.plan.path_draws`, the units the command line's time
+    estimate counts at :data:`~variance_lab.simulate.plan.WORK_RATE`); a theory cell, a
+    vectorised batch that takes milliseconds, costs nothing; a cell whose sampler the
+    family does not have (it fails at once) costs nothing.
+    """
+    if cell.kind != "monte_carlo":
+        return 0
+    options = dict(cell.options)
+    code, _ = cell.family.sampler_params()
+    try:
+        sampler = resolve_sampler(options.get("sampler", "token"), code, cell.family.name)
+    except ValueError:
+        return 0
+    return int(cell.n) * path_draws(cell.T, independent=options["independent"], sampler=sampler, code=code)
+
+
+class _Progress:
+    """The sweep's progress bar: it advances by each cell's work (:func:`cell_work`), not by cells.
+
+    Counting cells made the remaining time wrong: the theory cells, and the cells the store
+    already had, finish in milliseconds, so a rate measured over them (``[00:04<00:21]``)
+    promised a 24-minute sweep in half a minute. Measured in work units the rate is that of
+    Monte Carlo work alone, and cells the store already has start the bar where it stands
+    (tqdm's ``initial``, left out of the rate). A sweep without Monte Carlo counts cells.
+    """
+
+    def __init__(self, cells: Sequence[Cell], finished: set, enabled: bool):
+        from tqdm.auto import tqdm
+
+        work = {c.id: cell_work(c) for c in cells}
+        self.by_work = sum(work.values()) > 0
+        self.weight = work if self.by_work else {c.id: 1 for c in cells}
+        self.cells, self.done = len(cells), sum(1 for c in cells if c.id in finished)
+        initial = sum(self.weight[c.id] for c in cells if c.id in finished)
+        self.total, self.n = sum(self.weight.values()), initial  # as tqdm's, kept when it is disabled
+        self.bar = tqdm(
+            total=self.total,
+            initial=initial,
+            disable=not enabled,
+            unit=" draws" if self.by_work else " cells",
+            unit_scale=self.by_work,
+            desc="sweep",
+            dynamic_ncols=True,
+        )
+        self._label = ""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.close()
+        return False
+
+    def set_postfix_str(self, label: str, refresh: bool = False) -> None:
+        self._label = label
+        self.bar.set_postfix_str(self._postfix(), refresh=refresh)
+
+    def _postfix(self) -> str:
+        return f"{self.done}/{self.cells} cells" + (f": {self._label}" if self._label else "")
+
+    def update(self, cid: str) -> None:
+        """Count cell ``cid`` as done."""
+        self.done += 1
+        self.n += self.weight.get(cid, 0)
+        self.bar.set_postfix_str(self._postfix(), refresh=False)
+        self.bar.update(self.weight.get(cid, 0))
+
+    def skip(self, cid: str) -> None:
+        """Count a cell the store already had: already in ``initial``, so only the count moves."""
+        self.bar.set_postfix_str(self._postfix(), refresh=False)
+
+
+def _progress_bar(cells: Sequence[Cell], finished: set, enabled: bool) -> _Progress:
+    return _Progress(cells, finished, enabled)
 
 
 def sweep(
@@ -237,7 +312,7 @@ def sweep(
         finished = db.finished()
         if any(c.kind == "monte_carlo" and c.id not in finished for c in the_plan.cells):
             eng.start()  # a cluster that cannot be reached stops the sweep here, not each cell
-        with _progress_bar(len(the_plan.cells), progress) as bar:
+        with _progress_bar(the_plan.cells, finished, progress) as bar:
             try:
                 _run_cells(the_plan.cells, db, finished, result, bar, eng)
             except KeyboardInterrupt:
@@ -267,14 +342,14 @@ def _run_cells(cells, db: Store, finished: set, result: SweepResult, bar, engine
         cid = cell.id
         if cid in finished:
             result.reused.append(cid)
-            bar.update(1)
+            bar.skip(cid)
             continue
         bar.set_postfix_str(cell.label(), refresh=False)
         if cid in batch:
             stored = db.put(cell, batch.pop(cid), {"engine": "theory"}, per_cell)
             (result.computed if stored else result.reused).append(cid)
             finished.add(cid)
-            bar.update(1)
+            bar.update(cid)
             continue
         if together is not None:
             together.append(cell)
@@ -284,12 +359,12 @@ def _run_cells(cells, db: Store, finished: set, result: SweepResult, bar, engine
             frame, provenance = compute(cell, engine=engine)
         except (ValueError, ArithmeticError) as exc:
             result.failed.append({"cell": cid, "label": cell.label(), "error": str(exc)})
-            bar.update(1)
+            bar.update(cid)
             continue
         stored = db.put(cell, frame, provenance, time.perf_counter() - start)
         (result.computed if stored else result.reused).append(cid)
         finished.add(cid)
-        bar.update(1)
+        bar.update(cid)
     if together:
         _run_together(together, db, finished, result, bar, engine)
 
@@ -311,7 +386,7 @@ def _run_together(cells, db: Store, finished: set, result: SweepResult, bar, eng
             bar.set_postfix_str(cell.label(), refresh=False)
             if isinstance(out, ValueError | ArithmeticError):  # as compute's errors: this cell fails
                 result.failed.append({"cell": cid, "label": cell.label(), "error": str(out)})
-                bar.update(1)
+                bar.update(cid)
                 continue
             if isinstance(out, BaseException):  # anything else stops the sweep, as one cell at a time
                 raise out
@@ -320,4 +395,4 @@ def _run_together(cells, db: Store, finished: set, result: SweepResult, bar, eng
             stored = db.put(cell, frame, provenance, provenance.get("wall_time_s", 0.0))
             (result.computed if stored else result.reused).append(cid)
             finished.add(cid)
-            bar.update(1)
+            bar.update(cid)
