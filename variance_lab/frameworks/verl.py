@@ -47,6 +47,7 @@ import math
 
 import numpy as np
 
+from variance_lab._validate import parse_float
 from variance_lab.corrections import apply_sequence, apply_tokens, parse
 from variance_lab.frameworks.batch import as_mask, as_values, masked_mean, masked_sum
 
@@ -81,16 +82,6 @@ SUPPORTED_ROLLOUT_RS_OPTIONS = (
 # --------------------------------------------------------------------------------------
 # thresholds
 # --------------------------------------------------------------------------------------
-def _number(text: str, what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"bad {what} {text!r}: expected a number") from None
-    if not math.isfinite(value):
-        raise ValueError(f"bad {what} {text!r}: expected a finite number")
-    return value
-
-
 def parse_is_threshold(threshold) -> tuple[float, float | None]:
     """Return (upper, lower or None) from ``rollout_is_threshold``: a number, or ``"LO_HI"`` (IcePop)."""
     if isinstance(threshold, bool) or not isinstance(threshold, int | float | str):
@@ -99,12 +90,12 @@ def parse_is_threshold(threshold) -> tuple[float, float | None]:
         spec = threshold.strip()
         if "_" in spec:
             lo_text, hi_text = spec.split("_", 1)
-            upper = _number(hi_text, "rollout_is_threshold")
-            lower = _number(lo_text, "rollout_is_threshold")
+            upper = parse_float(hi_text, "rollout_is_threshold")
+            lower = parse_float(lo_text, "rollout_is_threshold")
         else:
-            upper, lower = _number(spec, "rollout_is_threshold"), None
+            upper, lower = parse_float(spec, "rollout_is_threshold"), None
     else:
-        upper, lower = _number(str(float(threshold)), "rollout_is_threshold"), None
+        upper, lower = parse_float(str(float(threshold)), "rollout_is_threshold"), None
     if upper <= 0 or (lower is not None and not 0 < lower <= upper):
         raise ValueError(f"bad rollout_is_threshold {threshold!r}: needs 0 < LO <= HI")
     return upper, lower
@@ -150,15 +141,15 @@ def parse_rs_thresholds(options: list[str], threshold) -> dict[str, tuple[float 
     for opt, spec in zip(options, specs, strict=True):
         if opt.endswith("k1"):
             lo_text, hi_text = spec.split("_", 1) if "_" in spec else (None, spec)
-            upper = _number(hi_text, f"{opt} threshold")
-            lower = _number(lo_text, f"{opt} threshold") if lo_text is not None else None
+            upper = parse_float(hi_text, f"{opt} threshold")
+            lower = parse_float(lo_text, f"{opt} threshold") if lo_text is not None else None
             if upper <= 0 or (lower is not None and not 0 < lower <= upper):
                 raise ValueError(f"bad {opt} threshold {spec!r}: needs 0 < LO <= HI")
             out[opt] = (1.0 / upper if lower is None else lower, upper)
         else:
             if "_" in spec:
                 raise ValueError(f"bad {opt} threshold {spec!r}: takes one upper bound, without '_'")
-            upper = _number(spec, f"{opt} threshold")
+            upper = parse_float(spec, f"{opt} threshold")
             if upper <= 0:
                 raise ValueError(f"bad {opt} threshold {spec!r}: must be > 0")
             out[opt] = (None, upper)
