@@ -26,7 +26,17 @@ def _write_jsonl(path, records):
 def test_markdown_json_csv(tmp_path, capsys):
     """Markdown json csv."""
     f = _write_jsonl(tmp_path / "run.jsonl", [NEMO, NEMO | {"step": 2}])
-    args = [f, "--batch-size", "256", "--lengths", "8000,10000", "--n-batches", "100"]
+    args = [
+        f,
+        "--batch-size",
+        "256",
+        "--lengths",
+        "8000,10000",
+        "--n-batches",
+        "100",
+        "--ratio-level",
+        "sequence",
+    ]
     assert main(["logged", *args]) == 0
     out = capsys.readouterr().out
     assert "sampling_importance_ratio" in out
@@ -52,7 +62,7 @@ def test_csv_input_and_lengths_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "prime-rl" in out
     assert "mismatch_kl" in out
-    assert "no sequence-level sample estimate" in out
+    assert "No sequence-level sample estimate" in out
 
 
 def test_lengths_from_rollout_file(tmp_path, capsys):

@@ -126,9 +126,10 @@ def test_nemo_2269_bracketed_by_its_token_metrics():
         "train/sampling_importance_ratio": 0.0596,
         "train/is_oob_ratio": 0.011,
     }
-    _, wide = lg.analyze_logged([rec], batch_size=256, quantiles=[8000, 10000], n_batches=200)
+    kw = {"batch_size": 256, "quantiles": [8000, 10000], "n_batches": 200, "ratio_level": "sequence"}
+    _, wide = lg.analyze_logged([rec], **kw)
     narrow_rec = {k: v for k, v in rec.items() if "gen_kl" not in k}
-    _, narrow = lg.analyze_logged([narrow_rec], batch_size=256, quantiles=[8000, 10000], n_batches=200)
+    _, narrow = lg.analyze_logged([narrow_rec], **kw)
     assert list(wide["agreement"]) == ["above", "above"]
     assert list(narrow["agreement"]) == ["below", "below"]
 
@@ -178,8 +179,14 @@ def _mirror_values(rng, law: lg.TokenLaw, B: int, qs) -> dict[str, float]:
         truncated_importance_sampling_ratio=2.0,
     )
     _, tm = trl.vllm_importance_sampling_correction(gen + y, gen, mask)
-    vm = verl.compute_offpolicy_metrics(gen + y, gen, mask)
+    _, _, vm = verl.compute_rollout_correction_and_rejection_mask(
+        gen + y, gen, mask, rollout_is="sequence", rollout_is_threshold=2.0
+    )
+    vm = {k.removeprefix("rollout_corr/"): v for k, v in vm.items()}
     return {
+        "rollout_corr/rollout_is_mean": vm["rollout_is_mean"],
+        "rollout_corr/rollout_is_eff_sample_size": vm["rollout_is_eff_sample_size"],
+        "rollout_corr/rollout_is_ratio_fraction_high": vm["rollout_is_ratio_fraction_high"],
         "sampling_importance_ratio": nm["sampling_importance_ratio"],
         "is_oob_ratio": nm["is_oob_ratio"],
         "sampling/importance_sampling_ratio/mean": tm["sampling/importance_sampling_ratio/mean"],

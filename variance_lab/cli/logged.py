@@ -116,13 +116,26 @@ def _fmt(value, digits: int = 4) -> str:
 def _markdown(laws, metrics, title: str) -> str:
     lines = [f"# {title}", "", "## Token law per step: log r ~ N(m, s2)", ""]
     fit_cols = [c for c in laws.columns if c.startswith("s2[")]
-    header = ["step", "m", "s2", "from", *fit_cols]
+    header = ["step", "m", "s2", "from", *fit_cols, "spread"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, r in laws.iterrows():
         cells = [_fmt(r["step"]), _fmt(r["m"]), _fmt(r["s2"]), r["source"], *(_fmt(r[c]) for c in fit_cols)]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join([*cells, _fmt(r["s2_spread"])]) + " |")
+    worst = float(laws["s2_spread"].max())
+    if worst > 2.0:
+        lines += [
+            "",
+            f"Warning: the token metrics disagree (fitted s2 up to {_fmt(worst)} times apart): "
+            "the tokens are not i.i.d. lognormal (rare large log-ratios, heavy tails), so every "
+            "prediction below holds for the law of its 'from' column only; metrics that weigh the "
+            "tail (k3, chi2) give the larger s2.",
+        ]
     if metrics.empty:
-        lines += ["", "This framework logs no sequence-level sample estimate the toolkit predicts."]
+        lines += [
+            "",
+            f"No sequence-level sample estimate to judge ({metrics.attrs.get('framework')} with "
+            f"{metrics.attrs.get('ratio_level')}-level ratios: its importance metrics are token averages).",
+        ]
         return "\n".join(lines) + "\n"
     level = metrics.attrs.get("level", 0.9)
     lines += [
@@ -205,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
         quantiles=args.lengths,
         framework=args.framework,
         threshold=args.threshold,
+        ratio_level=args.ratio_level,
         level=args.level,
         n_batches=args.n_batches,
         seed=args.seed,
@@ -225,8 +239,10 @@ def add_command(sub) -> None:
         "from its token-level metrics (verl k3_kl, chi2_token, kl; NeMo-RL token_mult_prob_error, "
         "gen_kl_error; prime-rl mismatch_kl; TRL sampling_logp_difference/mean; slime tis_abs), the "
         "sequence-level metrics predicted at the run's lengths and batch size with intervals (verl "
-        "chi2_seq; NeMo-RL sampling_importance_ratio and is_oob_ratio with sequence-level ratios; TRL "
-        "importance_sampling_ratio/mean in sequence_mask mode), and for each a verdict: can a batch of "
+        "chi2_seq, and with rollout_is=sequence rollout_is_mean, rollout_is_eff_sample_size, "
+        "rollout_is_ratio_fraction_high; NeMo-RL sampling_importance_ratio and is_oob_ratio with "
+        "sequence-level ratios; TRL importance_sampling_ratio/mean in sequence_mask mode), and for each a "
+        "verdict: can a batch of "
         "this size estimate it at all (draws needed, Pareto k-hat).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -265,6 +281,14 @@ def add_command(sub) -> None:
         default=None,
         help="the bound C of truncated, masked and out-of-bound metrics (None: the framework's "
         "default: TRL 3, NeMo-RL 2)",
+    )
+    p.add_argument(
+        "--ratio-level",
+        default=None,
+        choices=("token", "sequence"),
+        help="the run's importance ratios: per token or per sequence (verl rollout_is, NeMo-RL "
+        "sequence_level_importance_ratios, TRL vllm_importance_sampling_mode); None: the framework's "
+        "default (TRL sequence, the others token)",
     )
     p.add_argument("--level", type=_level, default=0.9, help="level of the prediction intervals")
     p.add_argument(

@@ -4,9 +4,11 @@ A training framework logs, per step, a few token-level averages of the mismatch 
 :math:`y = \log\pi_{train} - \log\pi_{engine}` (verl's ``rollout_corr/k3_kl``, ``chi2_token``
 and ``kl``; NeMo-RL's ``token_mult_prob_error`` and ``gen_kl_error``; prime-rl's
 ``mismatch_kl``; TRL's ``sampling/sampling_logp_difference/mean``; slime's ``tis_abs``;
-OpenRLHF's ``vllm_kl``) and a few sequence-level sample estimates (verl's ``chi2_seq``,
-NeMo-RL's ``sampling_importance_ratio`` and ``is_oob_ratio`` with sequence-level ratios, TRL's
-``sampling/importance_sampling_ratio/mean`` in its default ``sequence_mask`` mode). Token
+OpenRLHF's ``vllm_kl``) and a few sequence-level sample estimates (verl's ``chi2_seq`` and,
+with ``rollout_is="sequence"``, ``rollout_is_mean``, ``rollout_is_eff_sample_size`` and
+``rollout_is_ratio_fraction_high``; NeMo-RL's ``sampling_importance_ratio`` and
+``is_oob_ratio`` with sequence-level ratios; TRL's ``sampling/importance_sampling_ratio/mean``
+in its default ``sequence_mask`` mode). Token
 averages over :math:`10^5` to :math:`10^7` tokens are precise; sequence averages of exponential
 moments over a few hundred sequences may not be.
 
@@ -26,7 +28,8 @@ kind                   value under :math:`N(m, s^2)`
 =====================  ========================================================================
 
 Without a ``kl`` metric, :math:`m = -s^2/2`: the engine samples the tokens, so
-:math:`E[e^y] = 1` exactly for every token. The law of the step is the fit of the first
+:math:`E[e^y] = 1` exactly for every token (a ``kl`` metric alone gives
+:math:`s^2 = 2\,\mathrm{kl}`). The law of the step is the fit of the first
 available metric in :data:`LAW_PRIORITY` (``chi2`` first: it is the second moment the sequence
 metrics rest on); the fits of the others are reported beside it, and their spread is the first
 warning sign: for an i.i.d. lognormal law they agree, for heavy-tailed tokens (rare large
@@ -38,7 +41,9 @@ framework's sequence metric is a batch average of :math:`f(\log P)` (over sequen
 weighted by length over tokens, as the framework does; :data:`SEQUENCE_METRICS`):
 ``chi2_seq`` (:math:`f = e^{2\operatorname{clip}(\log P, \pm 20)}`, minus 1), a truncated mean
 (:math:`\min(P, C)`, non-finite weights 0 as NeMo-RL), a masked mean (:math:`P\,1\{P \le C\}`,
-TRL's ``sequence_mask``), the fraction above :math:`C`. :func:`predict` draws ``n_batches``
+TRL's ``sequence_mask``), the fraction above :math:`C`, and verl's token-weighted Kong ESS of
+:math:`\min(P, C)`, :math:`(\sum_i L_i w_i)^2 / (\sum_i L_i \sum_i L_i w_i^2)` (its draws
+needed from the simulated batches' spread). :func:`predict` draws ``n_batches``
 batches of B sequences (lengths resampled from the run's length distribution, :math:`\log P`
 drawn exactly), and reports the median and the central ``level`` interval of the logged number:
 where a logged value falls outside it, the law (i.i.d. lognormal at the fitted :math:`s^2`) does
@@ -72,6 +77,7 @@ from variance_lab.corrections.closed_forms import log_phi_diff
 from variance_lab.simulate.estimates import khat_limit
 
 __all__ = [
+    "DEFAULT_RATIO_LEVEL",
     "FRAMEWORKS",
     "LAW_PRIORITY",
     "SEQUENCE_METRICS",
@@ -106,14 +112,23 @@ class SequenceMetric:
     """A logged sequence-level batch estimate: its summand, its aggregation, its default bound."""
 
     name: str
-    kind: str  # chi2_seq | trunc_mean | masked_mean | frac_above
+    kind: str  # chi2_seq | trunc_mean | masked_mean | frac_above | ess_trunc
     weighting: str  # "seq": mean over sequences; "token": weighted by length
-    bound: float | None = None  # C (the framework's default; --threshold overrides)
+    bound: float | None = None  # C (the framework's default; threshold= overrides)
+    #: "sequence": a sequence metric only when the run uses sequence-level ratios (verl
+    #: rollout_is="sequence", NeMo-RL sequence_level_importance_ratios, TRL sequence_* modes);
+    #: "any": always (verl's chi2_seq).
+    ratio_level: str = "sequence"
 
 
 #: Frameworks' sequence-level estimates, as they compute them with sequence-level ratios.
 SEQUENCE_METRICS: dict[str, tuple[SequenceMetric, ...]] = {
-    "verl": (SequenceMetric("rollout_corr/chi2_seq", "chi2_seq", "seq"),),
+    "verl": (
+        SequenceMetric("rollout_corr/chi2_seq", "chi2_seq", "seq", ratio_level="any"),
+        SequenceMetric("rollout_corr/rollout_is_mean", "trunc_mean", "token", 2.0),
+        SequenceMetric("rollout_corr/rollout_is_eff_sample_size", "ess_trunc", "token", 2.0),
+        SequenceMetric("rollout_corr/rollout_is_ratio_fraction_high", "frac_above", "seq", 2.0),
+    ),
     "trl": (SequenceMetric("sampling/importance_sampling_ratio/mean", "masked_mean", "seq", 3.0),),
     "nemo-rl": (
         SequenceMetric("sampling_importance_ratio", "trunc_mean", "seq", 2.0),
@@ -122,6 +137,18 @@ SEQUENCE_METRICS: dict[str, tuple[SequenceMetric, ...]] = {
     "prime-rl": (),
     "slime": (),
     "openrlhf": (),
+}
+
+#: Each framework's ratio level by default: verl's ``rollout_is`` and NeMo-RL's
+#: ``sequence_level_importance_ratios`` default to tokens, TRL's ``vllm_importance_sampling_mode``
+#: to ``sequence_mask``.
+DEFAULT_RATIO_LEVEL = {
+    "verl": "token",
+    "trl": "sequence",
+    "nemo-rl": "token",
+    "prime-rl": "token",
+    "slime": "token",
+    "openrlhf": "token",
 }
 
 #: Framework names accepted by :func:`analyze_logged`.
@@ -208,18 +235,22 @@ def fit_law(values: dict[str, float], kinds: dict[str, str]) -> tuple[TokenLaw, 
             m = -float(values[name])
     fits: dict[str, float] = {}
     for name, kind in kinds.items():
-        if kind == "kl" or name not in values:
+        if kind == "kl" and name in values:  # with E[e^y] = 1, KL = -m = s^2/2 (> 0)
+            if values[name] > 0:
+                fits[name] = 2.0 * float(values[name])
+            continue
+        if name not in values:
             continue
         v = float(values[name])
         floor = token_metric(kind, 0.0 if m is None else m, 0.0)
         if not math.isfinite(v) or v < floor - 1e-12:
             raise ValueError(f"{name} = {v!r} is impossible for any token law (it is at least {floor:.6g})")
         fits[name] = _solve_s2(kind, v, m)
-    for kind in LAW_PRIORITY:
+    for kind in (*LAW_PRIORITY, "kl"):
         for name, k in kinds.items():
             if k == kind and name in fits:
                 return TokenLaw(-fits[name] / 2 if m is None else m, fits[name], name), fits
-    names = ", ".join(n for n, k in kinds.items() if k != "kl")
+    names = ", ".join(kinds)
     raise ValueError(f"no token-level metric to fit a law from: expected one of {names}")
 
 
@@ -275,7 +306,7 @@ def _summand(kind: str, x: np.ndarray, bound: float | None) -> np.ndarray:
     if kind == "chi2_seq":
         return np.exp(2.0 * np.clip(x, -SAFETY_BOUND, SAFETY_BOUND))
     lc = math.log(bound)
-    if kind == "trunc_mean":
+    if kind in ("trunc_mean", "ess_trunc"):
         return np.where(x > lc, bound, np.exp(np.minimum(x, lc)))
     if kind == "masked_mean":
         return np.where(x > lc, 0.0, np.exp(np.minimum(x, lc)))
@@ -301,7 +332,7 @@ def _log_moments(kind: str, M, S, bound: float | None, j: int) -> np.ndarray:
     lc = math.log(bound)
     below = _log_pm(float(j), M, S, -inf, lc)
     above = _log_pm(0.0, M, S, lc, inf)
-    if kind == "trunc_mean":
+    if kind in ("trunc_mean", "ess_trunc"):
         return np.logaddexp(below, j * lc + above)
     if kind == "masked_mean":
         return below
@@ -320,6 +351,9 @@ def _target_and_needed(metric: SequenceMetric, law: TokenLaw, grid, bound, B: in
     l1 = _log_moments(metric.kind, M, S, bound, 1)
     l2 = _log_moments(metric.kind, M, S, bound, 2)
     log_mean = _mix(l1, lw)  # E[L f] / E[L] (or E f)
+    if metric.kind == "ess_trunc":  # (E[L w])^2 / (E[L] E[L w^2]); draws needed: from the simulation
+        log_ess = 2 * log_mean - _mix(l2, lw)
+        return math.exp(log_ess), log_ess / math.log(10), math.nan
     if metric.weighting == "token":  # delta method: Var(L (f - mu)) / (E L)^2
         mu = math.exp(log_mean)
         el = np.exp(l1)
@@ -349,7 +383,12 @@ def _batch_values(metric: SequenceMetric, law: TokenLaw, Z, L, bound) -> tuple[n
     M, S = law.sequence(L)
     x = M + S * Z
     f = _summand(metric.kind, x, bound)
-    value = (L * f).sum(axis=1) / L.sum(axis=1) if metric.weighting == "token" else f.mean(axis=1)
+    if metric.kind == "ess_trunc":  # Kong's ESS over tokens: (sum L w)^2 / (sum L * sum L w^2)
+        value = (L * f).sum(axis=1) ** 2 / (L.sum(axis=1) * (L * f * f).sum(axis=1))
+    elif metric.weighting == "token":
+        value = (L * f).sum(axis=1) / L.sum(axis=1)
+    else:
+        value = f.mean(axis=1)
     if metric.kind == "chi2_seq":
         value = value - 1.0
     return value, x
@@ -414,6 +453,11 @@ def predict(
     target, log10_target, log10_needed = _target_and_needed(
         metric, law, np.asarray(grid, float), bound, batch_size, target_rel
     )
+    if math.isnan(log10_needed):  # a ratio of batch sums: its spread over the simulated batches
+        sd = float(np.std(values, ddof=1))
+        log10_needed = (
+            math.log10(batch_size) + 2 * math.log10(sd / (target_rel * abs(target))) if sd > 0 else -math.inf
+        )
     khat = _median_khat(x, metric.kind, 40)
     limit = float(khat_limit(batch_size)) if batch_size > 1 else math.nan
     log10_rel_se = math.log10(target_rel) + 0.5 * (log10_needed - math.log10(batch_size))
@@ -498,6 +542,7 @@ def analyze_logged(
     quantiles=None,
     framework: str | None = None,
     threshold: float | None = None,
+    ratio_level: str | None = None,
     level: float = 0.9,
     n_batches: int = 400,
     target_rel: float = 0.1,
@@ -520,6 +565,12 @@ def analyze_logged(
         One of :data:`FRAMEWORKS`; None: from the records' keys.
     threshold : float, optional
         The bound C of the truncated, masked and out-of-bound metrics (default: the framework's).
+    ratio_level : {None, "token", "sequence"}
+        Whether the run's importance ratios are per token or per sequence (verl
+        ``rollout_is``, NeMo-RL ``sequence_level_importance_ratios``, TRL
+        ``vllm_importance_sampling_mode``); None: the framework's default
+        (:data:`DEFAULT_RATIO_LEVEL`). With token-level ratios the IS metrics are token
+        averages, precise and not judged here; only ``chi2_seq`` stays a sequence metric.
     level : float
         Level of the prediction intervals.
     n_batches : int
@@ -533,7 +584,9 @@ def analyze_logged(
     Returns
     -------
     (laws, metrics) : tuple of DataFrame
-        ``laws``: step, framework, m, s2, source, and ``s2[<metric>]`` per token metric;
+        ``laws``: step, framework, m, s2, source, ``s2_spread`` (the largest fitted
+        :math:`s^2` over the smallest: 1 for lognormal tokens, far above for heavy tails) and
+        ``s2[<metric>]`` per token metric;
         ``metrics``: step, metric, logged (NaN when the step does not log it), predicted, lo, hi,
         agreement (``inside``, ``below``, ``above``, ``not logged``), target, log10_target,
         n_needed, log10_n_needed, rel_se, khat, khat_limit, verdict, reason.
@@ -550,6 +603,12 @@ def analyze_logged(
         raise ValueError(f"unknown framework {framework!r}; frameworks are {', '.join(FRAMEWORKS)}")
     if threshold is not None and not (math.isfinite(threshold) and threshold > 0):
         raise ValueError(f"threshold must be a number > 0, got {threshold!r}")
+    ratio_level = DEFAULT_RATIO_LEVEL[framework] if ratio_level is None else ratio_level
+    if ratio_level not in ("token", "sequence"):
+        raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
+    seq_metrics = [
+        mt for mt in SEQUENCE_METRICS[framework] if mt.ratio_level == "any" or ratio_level == "sequence"
+    ]
     draw, grid = length_sampler(lengths, quantiles)
     rng = np.random.default_rng(np.random.SeedSequence(seed))
     Z = rng.standard_normal((n_batches, batch_size))
@@ -573,11 +632,19 @@ def analyze_logged(
             law, fits = fit_law(values, kinds)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+        spread = max(fits.values()) / min(fits.values()) if min(fits.values()) > 0 else math.inf
         law_rows.append(
-            {"step": step, "framework": framework, "m": law.m, "s2": law.s2, "source": law.source}
+            {
+                "step": step,
+                "framework": framework,
+                "m": law.m,
+                "s2": law.s2,
+                "source": law.source,
+                "s2_spread": spread,
+            }
             | {f"s2[{k}]": v for k, v in fits.items()}
         )
-        for metric in SEQUENCE_METRICS[framework]:
+        for metric in seq_metrics:
             key = _lookup(rec, metric.name)
             logged = _number(rec, key, where) if key is not None else math.nan
             out = predict(
@@ -617,5 +684,11 @@ def analyze_logged(
         "reason",
     ]
     metrics = pd.DataFrame(metric_rows, columns=columns)
-    metrics.attrs.update(level=level, batch_size=batch_size, framework=framework, target_rel=target_rel)
+    metrics.attrs.update(
+        level=level,
+        batch_size=batch_size,
+        framework=framework,
+        target_rel=target_rel,
+        ratio_level=ratio_level,
+    )
     return pd.DataFrame(law_rows), metrics
