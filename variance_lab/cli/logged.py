@@ -219,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         framework=args.framework,
         threshold=args.threshold,
         ratio_level=args.ratio_level,
+        law_from=args.law_from,
         level=args.level,
         n_batches=args.n_batches,
         seed=args.seed,
@@ -289,6 +290,13 @@ def add_command(sub) -> None:
         help="the run's importance ratios: per token or per sequence (verl rollout_is, NeMo-RL "
         "sequence_level_importance_ratios, TRL vllm_importance_sampling_mode); None: the framework's "
         "default (TRL sequence, the others token)",
+    )
+    p.add_argument(
+        "--law-from",
+        default=None,
+        metavar="METRIC",
+        help="the token metric that sets the law, e.g. token_mult_prob_error (None: chi2, then k3, mult, "
+        "absdiff, tis_abs, kl, whichever the log has first)",
     )
     p.add_argument("--level", type=_level, default=0.9, help="level of the prediction intervals")
     p.add_argument(

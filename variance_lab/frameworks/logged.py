@@ -212,7 +212,9 @@ def _solve_s2(kind: str, value: float, m: float | None) -> float:
     return optimize.brentq(gap, 0.0, hi, xtol=1e-15, rtol=1e-12)
 
 
-def fit_law(values: dict[str, float], kinds: dict[str, str]) -> tuple[TokenLaw, dict[str, float]]:
+def fit_law(
+    values: dict[str, float], kinds: dict[str, str], law_from: str | None = None
+) -> tuple[TokenLaw, dict[str, float]]:
     r"""Fit :math:`N(m, s^2)` to one step's token metrics.
 
     Parameters
@@ -221,6 +223,8 @@ def fit_law(values: dict[str, float], kinds: dict[str, str]) -> tuple[TokenLaw, 
         Logged name -> value, for the names of ``kinds`` present.
     kinds : dict
         Logged name -> kind (one of :data:`TOKEN_METRICS`'s dictionaries).
+    law_from : str, optional
+        The metric that sets the law (default: the first of :data:`LAW_PRIORITY` present).
 
     Returns
     -------
@@ -246,6 +250,13 @@ def fit_law(values: dict[str, float], kinds: dict[str, str]) -> tuple[TokenLaw, 
         if not math.isfinite(v) or v < floor - 1e-12:
             raise ValueError(f"{name} = {v!r} is impossible for any token law (it is at least {floor:.6g})")
         fits[name] = _solve_s2(kind, v, m)
+    if law_from is not None:
+        if law_from not in kinds:
+            raise ValueError(f"law_from {law_from!r} is not a token metric here; they are {', '.join(kinds)}")
+        if law_from not in fits:
+            raise ValueError(f"law_from {law_from!r}: the record does not log it (or logs kl <= 0)")
+        s2 = fits[law_from]
+        return TokenLaw(-s2 / 2 if m is None else m, s2, law_from), fits
     for kind in (*LAW_PRIORITY, "kl"):
         for name, k in kinds.items():
             if k == kind and name in fits:
@@ -543,6 +554,7 @@ def analyze_logged(
     framework: str | None = None,
     threshold: float | None = None,
     ratio_level: str | None = None,
+    law_from: str | None = None,
     level: float = 0.9,
     n_batches: int = 400,
     target_rel: float = 0.1,
@@ -571,6 +583,8 @@ def analyze_logged(
         ``vllm_importance_sampling_mode``); None: the framework's default
         (:data:`DEFAULT_RATIO_LEVEL`). With token-level ratios the IS metrics are token
         averages, precise and not judged here; only ``chi2_seq`` stays a sequence metric.
+    law_from : str, optional
+        The token metric that sets each step's law (:func:`fit_law`).
     level : float
         Level of the prediction intervals.
     n_batches : int
@@ -629,7 +643,7 @@ def analyze_logged(
             if key is not None:
                 values[name] = _number(rec, key, where)
         try:
-            law, fits = fit_law(values, kinds)
+            law, fits = fit_law(values, kinds, law_from)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
         spread = max(fits.values()) / min(fits.values()) if min(fits.values()) > 0 else math.inf
