@@ -137,3 +137,13 @@ def test_read_records_skips_blank_lines(tmp_path):
     f = tmp_path / "r.jsonl"
     f.write_text('{"a": 1}\n\n{"a": 2}\n')
     assert read_records(str(f)) == [{"a": 1}, {"a": 2}]
+
+
+def test_unknown_keys_name_the_option(tmp_path, capsys):
+    """A log without any known metric says to pass --framework, and --law-from errors name the option."""
+    f = _write_jsonl(tmp_path / "run.jsonl", [{"loss": 0.1}])
+    assert main(["logged", f, "--batch-size", "8", "--lengths", "10"]) == 2
+    assert "pass --framework" in capsys.readouterr().err
+    g = _write_jsonl(tmp_path / "run2.jsonl", [NEMO])
+    assert main(["logged", g, "--batch-size", "8", "--lengths", "10", "--law-from", "gen_kl_error"]) == 2
+    assert "--law-from 'gen_kl_error'" in capsys.readouterr().err

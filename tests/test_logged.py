@@ -167,7 +167,9 @@ def test_bad_record_names_file_record_field():
     with pytest.raises(ValueError, match=r"run\.jsonl: record 2: field 'mismatch_kl': expected a number"):
         lg.analyze_logged(recs, batch_size=8, quantiles=[10], source="run.jsonl")
     with pytest.raises(ValueError, match="record 1: no token-level metric"):
-        lg.analyze_logged([{"x": 1}], batch_size=8, quantiles=[10], framework="prime-rl", source="f")
+        lg.analyze_logged(
+            [{"sampling_importance_ratio": 1}], batch_size=8, quantiles=[10], framework="nemo-rl", source="f"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -270,3 +272,20 @@ def test_nemo_2269_sparse_law_reproduces():
     assert np.quantile(sir, 0.05) <= 0.0596 <= np.quantile(sir, 0.95)
     assert np.quantile(oob, 0.05) <= 0.011 <= np.quantile(oob, 0.95)
     assert abs(np.mean(mult) - 1.024) < 4 * np.std(mult, ddof=1) / math.sqrt(len(mult)) + 1e-6
+
+
+def test_rows_without_metrics_are_skipped_and_null_is_missing():
+    """An evaluation row is skipped and counted; a null metric is one the step did not log."""
+    recs = [
+        {"step": 0, "mismatch_kl": 0.001},
+        {"step": 1, "eval/reward": 0.5},
+        {"step": 2, "mismatch_kl": 0.002, "other/mismatch_kl": None},
+    ]
+    laws, out = lg.analyze_logged(recs, batch_size=8, quantiles=[10], framework="prime-rl")
+    assert laws["step"].tolist() == [0.0, 2.0]
+    assert out.attrs["skipped"] == 1
+    nemo = [{"token_mult_prob_error": 1.01, "sampling_importance_ratio": None}]
+    _, out = lg.analyze_logged(nemo, batch_size=8, quantiles=[10], ratio_level="sequence")
+    assert out["agreement"].tolist() == ["not logged", "not logged"]
+    with pytest.raises(ValueError, match="no record logs any of"):
+        lg.analyze_logged([{"x": 1}], batch_size=8, quantiles=[10], framework="prime-rl")

@@ -17,9 +17,10 @@ import csv
 import itertools
 import json
 import math
+import sys
 from pathlib import Path
 
-from variance_lab.cli._common import CLIError, check_output, float_arg, int_arg, say_wrote, write_output
+from variance_lab.cli._common import PROG, CLIError, check_output, float_arg, int_arg, say_wrote, write_output
 
 __all__ = ["FRAMEWORK_CHOICES", "TABLE_FORMATS", "add_command", "read_lengths", "read_records", "run"]
 
@@ -227,6 +228,11 @@ def run(args: argparse.Namespace) -> int:
     )
     title = f"Logged metrics of {Path(args.file).name} ({laws['framework'].iloc[0]}, variance-lab logged)"
     write_output(render(laws, metrics, args.table_format, title), args.out)
+    if metrics.attrs.get("skipped"):
+        print(
+            f"{PROG}: skipped {metrics.attrs['skipped']} record(s) without any of the framework's metrics",
+            file=sys.stderr,
+        )
     say_wrote("the table", args.out)
     return 0
 

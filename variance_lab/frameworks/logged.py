@@ -151,6 +151,11 @@ DEFAULT_RATIO_LEVEL = {
     "openrlhf": "token",
 }
 
+#: Simulated sequences per step at most (:func:`analyze_logged` uses fewer batches for large B) ...
+MAX_DRAWS = 4_000_000
+#: ... but never fewer batches than this.
+MIN_BATCHES = 100
+
 #: Framework names accepted by :func:`analyze_logged`.
 FRAMEWORKS = tuple(TOKEN_METRICS)
 
@@ -508,11 +513,14 @@ def predict(
 # a run's log
 # --------------------------------------------------------------------------------------
 def _lookup(record: dict, name: str):
-    """Return the record's key for a metric name: the name itself or a key ending in '/' + name."""
-    if name in record:
+    """Return the record's key for a metric name: the name itself or a key ending in '/' + name.
+
+    A key whose value is ``None`` (JSON ``null``: the step did not log it) does not count.
+    """
+    if record.get(name) is not None:
         return name
-    for key in record:
-        if key.endswith("/" + name):
+    for key, value in record.items():
+        if isinstance(key, str) and key.endswith("/" + name) and value is not None:
             return key
     return None
 
@@ -568,7 +576,9 @@ def analyze_logged(
     records : list of dict
         One per step, the run's logged scalars under the framework's names (a key may carry a
         prefix: ``train/sampling_importance_ratio``); ``step`` (or ``_step``, ``global_step``)
-        names the step, else the record's index.
+        names the step, else the record's index. A ``None`` value is a metric the step did not
+        log; a record with none of the framework's metrics (an evaluation row) is skipped and
+        counted in ``metrics.attrs["skipped"]``.
     batch_size : int
         Sequences per step (B).
     lengths, quantiles : array_like
@@ -588,7 +598,8 @@ def analyze_logged(
     level : float
         Level of the prediction intervals.
     n_batches : int
-        Simulated batches per step (the same draws for every step and metric).
+        Simulated batches per step (the same draws for every step and metric); at most
+        :data:`MAX_DRAWS` sequences in all, but at least :data:`MIN_BATCHES` batches.
     target_rel : float
         The relative standard error a batch must reach to "estimate" a metric.
     seed : int
@@ -624,17 +635,23 @@ def analyze_logged(
         mt for mt in SEQUENCE_METRICS[framework] if mt.ratio_level == "any" or ratio_level == "sequence"
     ]
     draw, grid = length_sampler(lengths, quantiles)
+    n_batches = min(n_batches, max(MIN_BATCHES, MAX_DRAWS // batch_size))
     rng = np.random.default_rng(np.random.SeedSequence(seed))
     Z = rng.standard_normal((n_batches, batch_size))
     L = draw(rng, (n_batches, batch_size))
     kinds = TOKEN_METRICS[framework]
     law_rows, metric_rows = [], []
+    skipped = 0
     for i, rec in enumerate(records):
         if not isinstance(rec, dict):
             raise ValueError(
                 f"{source}: record {i + 1}: expected an object of metrics, got {type(rec).__name__}"
             )
         where = f"{source}: record {i + 1}"
+        names = [*kinds, *(mt.name for mt in SEQUENCE_METRICS[framework])]
+        if all(_lookup(rec, n) is None for n in names):  # an eval or timing row of the log
+            skipped += 1
+            continue
         step_key = next((k for k in ("step", "_step", "global_step") if k in rec), None)
         step = _number(rec, step_key, where) if step_key else float(i)
         values = {}
@@ -698,7 +715,11 @@ def analyze_logged(
         "reason",
     ]
     metrics = pd.DataFrame(metric_rows, columns=columns)
+    if not law_rows:
+        raise ValueError(f"{source}: no record logs any of {', '.join(kinds)}")
     metrics.attrs.update(
+        skipped=skipped,
+        n_batches=n_batches,
         level=level,
         batch_size=batch_size,
         framework=framework,
