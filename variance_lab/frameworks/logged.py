@@ -73,7 +73,6 @@ import pandas as pd
 from scipy import optimize, special
 
 from variance_lab import stats
-from variance_lab.corrections.closed_forms import log_phi_diff
 from variance_lab.simulate.estimates import khat_limit
 
 __all__ = [
@@ -152,7 +151,7 @@ DEFAULT_RATIO_LEVEL = {
 }
 
 #: Simulated sequences per step at most (:func:`analyze_logged` uses fewer batches for large B) ...
-MAX_DRAWS = 4_000_000
+MAX_DRAWS = 2_000_000
 #: ... but never fewer batches than this.
 MIN_BATCHES = 100
 
@@ -330,14 +329,23 @@ def _summand(kind: str, x: np.ndarray, bound: float | None) -> np.ndarray:
 
 
 def _log_pm(k: float, M, S, a: float, b: float) -> np.ndarray:
-    r""":math:`\log E[e^{kX} 1\{a < X < b\}]`, :math:`X \sim N(M, S^2)`, elementwise in (M, S)."""
+    r""":math:`\log E[e^{kX} 1\{a < X < b\}]`, :math:`X \sim N(M, S^2)`, elementwise in (M, S).
+
+    :math:`= kM + k^2S^2/2 + \log(\Phi(\beta) - \Phi(\alpha))` with
+    :math:`\alpha, \beta = (a, b) - M - kS^2` over :math:`S`; the normal mass is taken on the
+    side of 0 where it does not cancel (:math:`\Phi(-\alpha) - \Phi(-\beta)` when
+    :math:`\alpha > 0`), from ``log_ndtr``.
+    """
     M, S = np.broadcast_arrays(np.asarray(M, float), np.asarray(S, float))
-    out = np.empty(M.shape)
-    for i, (mi, si) in enumerate(zip(M.ravel(), S.ravel(), strict=True)):
-        shift = mi + k * si * si
-        lp = log_phi_diff((a - shift) / si, (b - shift) / si)
-        out.flat[i] = k * mi + 0.5 * k * k * si * si + lp
-    return out
+    shift = M + k * S * S
+    with np.errstate(invalid="ignore"):
+        lo, hi = (a - shift) / S, (b - shift) / S
+    flip = lo > 0
+    lo, hi = np.where(flip, -hi, lo), np.where(flip, -lo, hi)
+    l_hi, l_lo = special.log_ndtr(hi), special.log_ndtr(lo)
+    with np.errstate(divide="ignore"):
+        log_mass = l_hi + np.log(-np.expm1(np.minimum(l_lo - l_hi, 0.0)))
+    return k * M + 0.5 * k * k * S * S + log_mass
 
 
 def _log_moments(kind: str, M, S, bound: float | None, j: int) -> np.ndarray:
@@ -394,10 +402,8 @@ def _target_and_needed(metric: SequenceMetric, law: TokenLaw, grid, bound, B: in
     return target, log10_target, log10_needed
 
 
-def _batch_values(metric: SequenceMetric, law: TokenLaw, Z, L, bound) -> tuple[np.ndarray, np.ndarray]:
-    """Return the logged value of each simulated batch (rows of Z, L) and the log of the summands."""
-    M, S = law.sequence(L)
-    x = M + S * Z
+def _batch_values(metric: SequenceMetric, x: np.ndarray, L: np.ndarray, bound) -> np.ndarray:
+    """Return the logged value of each simulated batch (rows of the log-weights x, lengths L)."""
     f = _summand(metric.kind, x, bound)
     if metric.kind == "ess_trunc":  # Kong's ESS over tokens: (sum L w)^2 / (sum L * sum L w^2)
         value = (L * f).sum(axis=1) ** 2 / (L.sum(axis=1) * (L * f * f).sum(axis=1))
@@ -407,7 +413,7 @@ def _batch_values(metric: SequenceMetric, law: TokenLaw, Z, L, bound) -> tuple[n
         value = f.mean(axis=1)
     if metric.kind == "chi2_seq":
         value = value - 1.0
-    return value, x
+    return value
 
 
 def _median_khat(x: np.ndarray, kind: str, n_khat: int) -> float:
@@ -438,7 +444,7 @@ def predict(
     n_batches: int = 400,
     target_rel: float = 0.1,
     seed: int = 0,
-    _draws: tuple[np.ndarray, np.ndarray] | None = None,
+    _draws: tuple[np.ndarray, ...] | None = None,
 ) -> dict:
     r"""Predict one logged sequence metric of a batch of ``batch_size`` sequences under ``law``.
 
@@ -462,8 +468,13 @@ def predict(
         Z = rng.standard_normal((n_batches, batch_size))
         L = draw_lengths(rng, (n_batches, batch_size))
     else:
-        Z, L = _draws
-    values, x = _batch_values(metric, law, Z, L, bound)
+        Z, L = _draws[:2]
+    if _draws is not None and len(_draws) > 2:
+        x = _draws[2]
+    else:
+        M, S = law.sequence(L)
+        x = M + S * Z
+    values = _batch_values(metric, x, L, bound)
     alpha = (1.0 - level) / 2.0
     lo, med, hi = np.quantile(values, [alpha, 0.5, 1.0 - alpha])
     target, log10_target, log10_needed = _target_and_needed(
@@ -675,6 +686,9 @@ def analyze_logged(
             }
             | {f"s2[{k}]": v for k, v in fits.items()}
         )
+        if seq_metrics:  # log P_L of every simulated sequence, shared by the step's metrics
+            M, S = law.sequence(L)
+            x = M + S * Z
         for metric in seq_metrics:
             key = _lookup(rec, metric.name)
             logged = _number(rec, key, where) if key is not None else math.nan
@@ -687,7 +701,7 @@ def analyze_logged(
                 bound=threshold,
                 level=level,
                 target_rel=target_rel,
-                _draws=(Z, L),
+                _draws=(Z, L, x),
             )
             if math.isnan(logged):
                 agreement = "not logged"
