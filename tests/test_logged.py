@@ -289,3 +289,16 @@ def test_rows_without_metrics_are_skipped_and_null_is_missing():
     assert out["agreement"].tolist() == ["not logged", "not logged"]
     with pytest.raises(ValueError, match="no record logs any of"):
         lg.analyze_logged([{"x": 1}], batch_size=8, quantiles=[10], framework="prime-rl")
+
+
+def test_degenerate_laws_give_finite_verdicts():
+    """s2 = 0 (engines agree) and a law that makes a fraction impossible: no warning, clear verdicts."""
+    recs = [{"rollout_corr/chi2_token": 0.0, "rollout_corr/chi2_seq": 0.0}]
+    laws, out = lg.analyze_logged(recs, batch_size=64, quantiles=[100], ratio_level="sequence")
+    assert laws["s2"][0] == 0.0
+    row = out.set_index("metric").loc["rollout_corr/chi2_seq"]
+    assert row["target"] == 0.0
+    assert row["verdict"] == "reliable"
+    frac = out.set_index("metric").loc["rollout_corr/rollout_is_ratio_fraction_high"]
+    assert frac["target"] == 0.0
+    assert frac["verdict"] == "unreliable"

@@ -338,13 +338,14 @@ def _log_pm(k: float, M, S, a: float, b: float) -> np.ndarray:
     """
     M, S = np.broadcast_arrays(np.asarray(M, float), np.asarray(S, float))
     shift = M + k * S * S
-    with np.errstate(invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # S = 0: a point mass, the bounds +-inf
         lo, hi = (a - shift) / S, (b - shift) / S
     flip = lo > 0
     lo, hi = np.where(flip, -hi, lo), np.where(flip, -lo, hi)
     l_hi, l_lo = special.log_ndtr(hi), special.log_ndtr(lo)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         log_mass = l_hi + np.log(-np.expm1(np.minimum(l_lo - l_hi, 0.0)))
+    log_mass = np.where(np.isneginf(l_hi) | (hi <= lo), -np.inf, log_mass)
     return k * M + 0.5 * k * k * S * S + log_mass
 
 
@@ -395,7 +396,10 @@ def _target_and_needed(metric: SequenceMetric, law: TokenLaw, grid, bound, B: in
     )
     if metric.kind == "chi2_seq":
         target = math.expm1(log_mean) if log_mean < 700 else math.inf
-        log10_target = log_mean / math.log(10) if log_mean > 1 else math.log10(max(target, 1e-300))
+        if log_mean > 1:
+            log10_target = log_mean / math.log(10)
+        else:
+            log10_target = math.log10(target) if target > 0 else math.nan
     else:
         target = math.exp(log_mean)
         log10_target = log_mean / math.log(10)
@@ -483,7 +487,9 @@ def predict(
     if math.isnan(log10_needed):  # a ratio of batch sums: its spread over the simulated batches
         sd = float(np.std(values, ddof=1))
         log10_needed = (
-            math.log10(batch_size) + 2 * math.log10(sd / (target_rel * abs(target))) if sd > 0 else -math.inf
+            math.log10(batch_size) + 2 * math.log10(sd / (target_rel * abs(target)))
+            if sd > 0 and target != 0
+            else (-math.inf if sd == 0 else math.inf)
         )
     khat = _median_khat(x, metric.kind, 40)
     limit = float(khat_limit(batch_size)) if batch_size > 1 else math.nan
