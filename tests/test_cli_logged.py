@@ -147,3 +147,14 @@ def test_unknown_keys_name_the_option(tmp_path, capsys):
     g = _write_jsonl(tmp_path / "run2.jsonl", [NEMO])
     assert main(["logged", g, "--batch-size", "8", "--lengths", "10", "--law-from", "gen_kl_error"]) == 2
     assert "--law-from 'gen_kl_error'" in capsys.readouterr().err
+
+
+def test_summary_and_skipped_rows(tmp_path, capsys):
+    """Markdown sums the steps up per metric; an evaluation row is skipped and said so on stderr."""
+    recs = [NEMO, {"step": 2, "train/token_mult_prob_error": 1.01, "train/sampling_importance_ratio": 0.5}]
+    f = _write_jsonl(tmp_path / "run.jsonl", [*recs, {"step": 3, "eval/acc": 0.3}])
+    args = ["logged", f, "--batch-size", "256", "--lengths", "8000,10000", "--ratio-level", "sequence"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "- is_oob_ratio: marginal at 2 of 2 steps; logged at 1" in captured.out
+    assert "skipped 1 record(s)" in captured.err

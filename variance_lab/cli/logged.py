@@ -139,6 +139,19 @@ def _markdown(laws, metrics, title: str) -> str:
         ]
         return "\n".join(lines) + "\n"
     level = metrics.attrs.get("level", 0.9)
+    lines += ["", "## Summary over steps", ""]
+    for name, rows in metrics.groupby("metric", sort=False):
+        logged = rows[rows["agreement"] != "not logged"]
+        outside = logged[logged["agreement"] != "inside"]
+        counts = rows["verdict"].value_counts()
+        verdicts = ", ".join(
+            f"{v} at {counts[v]}" for v in ("reliable", "marginal", "unreliable") if v in counts
+        )
+        first = f" (first: step {_fmt(outside['step'].iloc[0])})" if len(outside) else ""
+        lines.append(
+            f"- {name}: {verdicts} of {len(rows)} steps; logged at {len(logged)}, outside the predicted "
+            f"interval at {len(outside)}{first}"
+        )
     lines += [
         "",
         f"## Sequence-level metrics (B = {metrics.attrs.get('batch_size')}, {level:.0%} intervals)",
