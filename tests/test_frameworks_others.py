@@ -155,3 +155,17 @@ def test_bad_input_names_the_value(call, needle):
     """Bad bounds, types, shapes or masks: ValueError naming the value."""
     with pytest.raises(ValueError, match=needle):
         call()
+
+
+def test_padded_round_trip():
+    """padded() lays flat token values out as (B, T) with a mask, and refuses bad offsets."""
+    from variance_lab.frameworks.batch import padded
+
+    mask, a = padded([0, 2, 5, 6], np.arange(6.0))
+    assert mask.tolist() == [[1, 1, 0], [1, 1, 1], [1, 0, 0]]
+    assert a[mask > 0].tolist() == [0, 1, 2, 3, 4, 5]
+    assert a[mask == 0].tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="offsets must be"):
+        padded([1, 2], np.zeros(1))
+    with pytest.raises(ValueError, match="expected"):
+        padded([0, 2], np.zeros(3))

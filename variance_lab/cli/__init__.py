@@ -10,13 +10,13 @@ import argparse
 import sys
 
 from variance_lab import __version__
-from variance_lab.cli import analyze, corrections, experiment, export, figures, sweep, table
+from variance_lab.cli import analyze, corrections, experiment, export, figures, logged, sweep, table
 from variance_lab.cli._common import PROG, CLIError, Parser, one_line, os_error_line
 
 __all__ = ["build_parser", "main"]
 
 #: Subcommand modules in the order ``--help`` lists them.
-COMMANDS = (table, sweep, export, figures, analyze, corrections, experiment)
+COMMANDS = (table, sweep, export, figures, analyze, corrections, experiment, logged)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -39,6 +39,10 @@ CLI_WORDS = (
     ("edges must be", "--edges must be"),
     ("n_boot must be", "--n-boot must be"),
     ("level must be", "--level must be"),
+    ("pass framework=", "pass --framework"),
+    ("batch_size must be", "--batch-size must be"),
+    ("threshold must be", "--threshold must be"),
+    ("law_from ", "--law-from "),
 )
 
 

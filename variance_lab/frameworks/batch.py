@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["as_mask", "as_values", "masked_mean", "masked_sum"]
+__all__ = ["as_mask", "as_values", "masked_mean", "masked_sum", "padded"]
 
 
 def as_mask(mask, name: str = "response_mask", shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -71,3 +71,38 @@ def masked_mean(values: np.ndarray, mask: np.ndarray, axis=None, eps: float = 1e
     mirrors keep it to agree with the frameworks' logs to :math:`10^{-9}`.
     """
     return masked_sum(values, mask, axis) / (mask.sum(axis=axis) + eps)
+
+
+def padded(offsets, *values) -> tuple[np.ndarray, ...]:
+    r"""Return ``(mask, *arrays)``: flat per-token values padded to ``(B, T)``, as the frameworks hold them.
+
+    Parameters
+    ----------
+    offsets : array_like of int, shape (B + 1,)
+        Sequence ``i`` is ``values[offsets[i]:offsets[i+1]]`` (a
+        :class:`~variance_lab.rollouts.batch.TokenBatch`'s ``offsets``), non-decreasing from 0.
+    *values : array_like, shape (offsets[-1],)
+        Flat token values (``batch.old_logp``, ``batch.rollout_logp``, ...).
+
+    Returns
+    -------
+    tuple of ndarray
+        The 0/1 mask of shape ``(B, T)``, :math:`T = \max_i L_i`, then each array padded with 0.
+    """
+    off = np.asarray(offsets)
+    if off.ndim != 1 or off.size < 2 or off[0] != 0 or np.any(np.diff(off) < 0):
+        raise ValueError(
+            f"offsets must be non-decreasing from 0 with at least 2 entries, got {off[:5].tolist()!r}"
+        )
+    lengths = np.diff(off)
+    T = int(lengths.max())
+    mask = np.arange(T)[None, :] < lengths[:, None]
+    out = [mask.astype(np.float64)]
+    for v in values:
+        v = np.asarray(v, dtype=np.float64)
+        if v.shape != (int(off[-1]),):
+            raise ValueError(f"values have shape {v.shape}, expected ({int(off[-1])},) from the offsets")
+        a = np.zeros(mask.shape)
+        a[mask] = v  # row-major order of the mask is the flat order
+        out.append(a)
+    return tuple(out)
