@@ -7,39 +7,39 @@ whichever ratio the correction is applied to: the rollout mismatch
 :math:`\pi_{old}/\mu_{rollout}` (TIS, IcePop, sequence masks, Geo-RS) or the update
 :math:`\pi_\theta/\pi_{old}` (PPO, CISPO, GSPO, GMPO). The spec strings:
 
-==================  ========  ===========================================================
-spec                level     weight :math:`w` (modified: what counts as truncated/masked)
-==================  ========  ===========================================================
-``seq-tis:C``       sequence  :math:`\min(P_T, C)`; modified when :math:`P_T > C`
-                              (sequence-level truncated IS: verl ``rollout_is=sequence``,
-                              TRL ``vllm_importance_sampling_mode=sequence_truncate``)
-``seq-mask:C``      sequence  :math:`P_T 1\{P_T \le C\}`; modified when :math:`P_T > C`
-                              (TRL's ``sequence_mask``, cap 3 by default)
-``seq-mask:LO:HI``  sequence  :math:`P_T 1\{LO \le P_T \le HI\}` (verl
-                              ``rollout_rs=seq_sum_k1`` with threshold ``"1/HI_1/LO"``: its
-                              k1 options bound :math:`-\log P_T`, so the bounds swap)
-``geo-rs:LO:HI``    sequence  :math:`P_T 1\{LO \le G_T \le HI\}`: the sequence is rejected when
-                              its geometric mean is outside :math:`[LO, HI]` (Geo-RS /
-                              Geo-Mask; verl ``rollout_rs=seq_mean_k1`` with threshold
-                              ``"1/HI_1/LO"``)
-``gspo[:E|:EL:EH]`` sequence  :math:`\operatorname{clip}(G_T, 1 - EL, 1 + EH)`, GSPO's clip of
-                              :math:`s`; default :math:`3\cdot10^{-4}, 4\cdot10^{-4}`
-``tis:C``           token     :math:`\min(r_t, C)` (token-level TIS: verl ``rollout_is=token``,
-                              NeMo-RL/OpenRLHF truncated importance sampling)
-``icepop[:B]``      token     :math:`r_t 1\{1/B \le r_t \le B\}`: tokens outside
-                              :math:`[1/B, B]` masked; ``icepop:LO:HI`` masks outside
-                              :math:`[LO, HI]`, and ``icepop`` alone uses Ring-1T's
-                              :math:`[0.5, 5]` (IcePop; OpenRLHF's default; verl
-                              ``rollout_is=token`` with threshold ``"LO_HI"``)
-``cispo:EPS``       token     :math:`\min(r_t, 1 + EPS)`, or ``cispo:EL:EH``:
-                              :math:`\operatorname{clip}(r_t, 1-EL, 1+EH)`; the weight is
-                              clipped and stop-gradiented, the token keeps its gradient
-                              (CISPO, MiniMax-M1)
-``ppo:EPS``         token     :math:`\operatorname{clip}(r_t, 1-EPS, 1+EPS)` (or
-                              ``ppo:EL:EH``): PPO's clipped ratio
-``gmpo[:EPS]``      token     :math:`\exp(\frac1T\sum_t \operatorname{clip}(\log r_t, -EPS, EPS))`:
-                              GMPO's sequence weight, log-ratios clipped at 0.4 by default
-==================  ========  ===========================================================
+====================  ========  ===========================================================
+spec                  level     weight :math:`w` (modified: what counts as truncated/masked)
+====================  ========  ===========================================================
+``seq-tis:C``         sequence  :math:`\min(P_T, C)`; modified when :math:`P_T > C`
+                                (sequence-level truncated IS: verl ``rollout_is=sequence``,
+                                TRL ``vllm_importance_sampling_mode=sequence_truncate``)
+``seq-mask:C``        sequence  :math:`P_T 1\{P_T \le C\}`; modified when :math:`P_T > C`
+                                (TRL's ``sequence_mask``, cap 3 by default)
+``seq-mask:LO:HI``    sequence  :math:`P_T 1\{LO \le P_T \le HI\}` (verl
+                                ``rollout_rs=seq_sum_k1`` with threshold ``"1/HI_1/LO"``: its
+                                k1 options bound :math:`-\log P_T`, so the bounds swap)
+``geo-rs:LO:HI``      sequence  :math:`P_T 1\{LO \le G_T \le HI\}`: the sequence is rejected when
+                                its geometric mean is outside :math:`[LO, HI]` (Geo-RS /
+                                Geo-Mask; verl ``rollout_rs=seq_mean_k1`` with threshold
+                                ``"1/HI_1/LO"``)
+``gspo[:E|:EL:EH]``   sequence  :math:`\operatorname{clip}(G_T, 1 - EL, 1 + EH)`, GSPO's clip of
+                                :math:`s`; default :math:`3\cdot10^{-4}, 4\cdot10^{-4}`
+``tis:C``             token     :math:`\min(r_t, C)` (token-level TIS: verl ``rollout_is=token``,
+                                NeMo-RL/OpenRLHF truncated importance sampling)
+``icepop[:B]``        token     :math:`r_t 1\{1/B \le r_t \le B\}`: tokens outside
+                                :math:`[1/B, B]` masked; ``icepop:LO:HI`` masks outside
+                                :math:`[LO, HI]`, and ``icepop`` alone uses Ring-1T's
+                                :math:`[0.5, 5]` (IcePop; OpenRLHF's default; verl
+                                ``rollout_is=token`` with threshold ``"LO_HI"``)
+``cispo:EPS``         token     :math:`\min(r_t, 1 + EPS)`, or ``cispo:EL:EH``:
+                                :math:`\operatorname{clip}(r_t, 1-EL, 1+EH)`; the weight is
+                                clipped and stop-gradiented, the token keeps its gradient
+                                (CISPO, MiniMax-M1)
+``ppo:EPS``           token     :math:`\operatorname{clip}(r_t, 1-EPS, 1+EPS)` (or
+                                ``ppo:EL:EH``): PPO's clipped ratio
+``gmpo[:EPS]``        token     :math:`\exp(\frac1T\sum_t \operatorname{clip}(\log r_t, -EPS, EPS))`:
+                                GMPO's sequence weight, log-ratios clipped at 0.4 by default
+====================  ========  ===========================================================
 
 PPO and CISPO have the same weight value; they differ in the gradient: PPO's clipped
 tokens lose their gradient (for the sign of advantage that makes the clip bind), CISPO's
