@@ -5,6 +5,7 @@ import importlib.util
 import json
 import math
 import re
+import shutil
 import sys
 from dataclasses import replace
 
@@ -512,8 +513,20 @@ def test_committed_figure_belongs_to_the_shipped_data():
 
 
 def test_figure_command(tmp_path, capsys):
-    """``experiment figure`` writes five files; a missing data file is exit status 2."""
-    assert main(["experiment", "figure", "--out", str(tmp_path), "--n-boot", "20"]) == 0
+    """``experiment figure`` writes five files; a missing data file is exit status 2.
+
+    On the first 640 sequences (160 prompts) of the shipped data set, copied with its sidecar:
+    the command's path is the same, and the shipped data set's own figure is drawn by
+    test_analysis_of_the_shipped_data_and_its_figure.
+    """
+    subset = tmp_path / "data" / DEFAULT_DATA.name
+    subset.parent.mkdir()
+    with gzip.open(DEFAULT_DATA, "rt") as src, gzip.open(subset, "wt") as dst:
+        for _, line in zip(range(640), src, strict=False):
+            dst.write(line)
+    shutil.copyfile(SHIPPED_SIDECAR, sidecar_path(subset))
+    out = tmp_path / "out"
+    assert main(["experiment", "figure", "--data", str(subset), "--out", str(out), "--n-boot", "20"]) == 0
     assert "wrote 5 files" in capsys.readouterr().out
     assert main(["experiment", "figure", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)]) == 2
 
