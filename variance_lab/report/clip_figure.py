@@ -183,7 +183,7 @@ def _same_as_earlier(preds: dict[str, np.ndarray]) -> dict[str, list[str]]:
 
 
 def bucket_key(table: pd.DataFrame) -> str:
-    """Two lines naming each bucket's number and length range: ``... 1: 8-15, 2: 16-31, ...``.
+    """Two lines naming each bucket's number and length range, as in ``1: 8-15, 2: 16-31``.
 
     Buckets are numbered 1, 2, ... in the table's order; the range is ``T_lo``-``T_hi`` (or
     ``T_min``-``T_max``) where the table has them, else the mean length ``T_mean``; empty
