@@ -24,7 +24,7 @@ TINY = LMSettings(
 @pytest.fixture(autouse=True)
 def varied_rewards(monkeypatch):
     """Reward every second response (a random model never answers right), so each group has an advantage."""
-    monkeypatch.setattr(runs_mod, "rewards", lambda prompts, texts: np.arange(len(texts)) % 2.0)
+    monkeypatch.setattr(runs_mod, "rewards", lambda prompts, texts, match: np.arange(len(texts)) % 2.0)
 
 
 @pytest.fixture(scope="module")

@@ -81,3 +81,22 @@ def test_bad_prompt_and_lengths_are_named():
         Prompt("add", "x", "A")
     with pytest.raises(ValueError, match="2 prompts but 1"):
         rewards([Prompt("add", "x", "1")] * 2, ["1"])
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [("5 + 5 = 10", 1.0), ("It is 10.", 1.0), ("100", 0.0), ("10x", 0.0), ("1 0", 0.0)],
+)
+def test_contains_finds_the_answer_as_whole_words(response, expected):
+    """``contains``: the answer occurs in the response, not inside a longer number or word."""
+    assert reward(Prompt("add", "What is 5 + 5?", "10"), response, "contains") == expected
+
+
+def test_contains_for_word_lists():
+    """A word list counts when it occurs whole and in order."""
+    p = Prompt("copy", "Copy: apple river", "apple river")
+    assert reward(p, "Sure! Apple river", "contains") == 1.0
+    assert reward(p, "apple rivers", "contains") == 0.0
+    assert reward(p, "river apple", "contains") == 0.0
+    with pytest.raises(ValueError, match="match must"):
+        reward(p, "x", "fuzzy")

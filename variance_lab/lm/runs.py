@@ -48,7 +48,7 @@ from variance_lab.lm.losses import AGGREGATIONS, CLIP, aggregated_loss, group_ad
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
 from variance_lab.lm.scoring import response_log_probs, score
-from variance_lab.lm.task import make_prompts, rewards
+from variance_lab.lm.task import MATCHES, make_prompts, rewards
 from variance_lab.rollouts.io import detect_format
 
 __all__ = [
@@ -98,6 +98,8 @@ class LMSettings:
         ``stale``: the largest lag :math:`K` and the prompts of each chain step.
     max_term, max_words : int
         The task's sizes (:func:`~variance_lab.lm.task.make_prompts`).
+    match : {"exact", "contains"}
+        The reward's mode (:func:`~variance_lab.lm.task.reward`).
     sample_batch, score_batch : int
         Sequences per sampling batch and per scoring/training minibatch.
     threads : int
@@ -122,10 +124,11 @@ class LMSettings:
     train_prompts: int = 32
     max_term: int = 50
     max_words: int = 60
+    match: str = "exact"
     sample_batch: int = 16
     score_batch: int = 4
     threads: int = 2
-    digits: int = 9
+    digits: int = 7
 
     def __post_init__(self):
         """Check every setting, naming a bad one."""
@@ -134,6 +137,7 @@ class LMSettings:
             "aggregation": AGGREGATIONS,
             "sampler": SAMPLERS,
             "precision_mode": ("auto", "native", "emulated"),
+            "match": MATCHES,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -266,10 +270,10 @@ def update(model, prompts, responses, old_logp, advantages, settings: LMSettings
 class _Batch:
     """Prompts, responses and what was measured on them, before they become records."""
 
-    def __init__(self, prompts, ids, samples, tokenizer, prompt_ids, lag=None):
+    def __init__(self, prompts, ids, samples, tokenizer, prompt_ids, match, lag=None):
         self.prompts, self.ids, self.samples, self.prompt_ids = prompts, ids, samples, prompt_ids
         self.texts = [tokenizer.decode(t, skip_special_tokens=True) for t in samples.tokens]
-        self.reward = rewards(prompts, self.texts)
+        self.reward = rewards(prompts, self.texts, match)
         self.advantage = group_advantages(self.reward, prompt_ids)
         self.lag = lag
         self.rollout_logp = None
@@ -292,7 +296,7 @@ def _draw(model, tokenizer, settings, rng, generator, n_prompts, first_id, *, to
         top_p=settings.top_p if top else 1.0,
         batch_size=settings.sample_batch,
     )
-    return _Batch(rows, ids, samples, tokenizer, pid, lag)
+    return _Batch(rows, ids, samples, tokenizer, pid, settings.match, lag)
 
 
 def _score(model, batch: _Batch, settings, tokenizer):
@@ -428,7 +432,7 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
         "logp": "the trainer (float32 network, float64 log-softmax) after one step on this batch",
         "old_logp": "the trainer before the step",
         "prompt_id": "the prompt; a group of group_size responses shares it",
-        "reward": "exact match (1/0)",
+        "reward": f"{settings.match} match (1/0)",
         "advantage": "group-normalised reward used in the step",
     }
     if settings.run == "mismatch":

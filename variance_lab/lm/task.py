@@ -15,10 +15,13 @@ kind        request (user message)                                 answer
 
 The correct ``copy`` response has :math:`n` words (:math:`n` from 1 to ``max_words``), the
 ``repeat`` response :math:`m` words; a model that does not stop runs to the token budget,
-so lengths cover the whole range up to it. :func:`reward` is exact match after
-normalisation (:func:`normalize`: case folded, runs of white space made one space, leading
-and trailing space and a final ``.`` dropped); for ``add`` the normalised response must be
-the number.
+so lengths cover the whole range up to it. :func:`reward` compares after normalisation
+(:func:`normalize`: case folded, runs of white space made one space, leading and trailing
+space and a final ``.`` dropped), in one of two modes (:data:`MATCHES`):
+
+- ``"exact"``: the normalised response is the answer (for ``add``, the number alone);
+- ``"contains"``: the answer occurs in the normalised response as whole words (not inside a
+  longer word or number): ``5 + 5 = 10`` answers "What is 5 + 5?", ``10`` in ``100`` does not.
 
 Everything is deterministic given a :class:`numpy.random.Generator`; no PyTorch here.
 """
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["KINDS", "WORDS", "Prompt", "make_prompts", "normalize", "reward", "rewards"]
+__all__ = ["KINDS", "MATCHES", "WORDS", "Prompt", "make_prompts", "normalize", "reward", "rewards"]
 
 #: The kinds of request, in the order :func:`make_prompts` cycles through them.
 KINDS = ("add", "copy", "repeat")
@@ -86,6 +89,8 @@ WORDS = [
     "wallet",
 ]
 _SPACE = re.compile(r"\s+")
+#: The reward's modes.
+MATCHES = ("exact", "contains")
 
 
 @dataclass(frozen=True)
@@ -178,23 +183,29 @@ def make_prompts(
     return [makers[KINDS[i % len(KINDS)]]() for i in range(n)]
 
 
-def reward(prompt: Prompt, response: str) -> float:
-    """1.0 when the normalised response equals the answer, else 0.0.
+def reward(prompt: Prompt, response: str, match: str = "exact") -> float:
+    """1.0 when the normalised response matches the answer (``match``, see the module), else 0.0.
 
     Parameters
     ----------
     prompt : Prompt
     response : str
         The decoded response, special tokens removed.
+    match : {"exact", "contains"}, optional
 
     Returns
     -------
     float
     """
-    return float(normalize(response) == prompt.answer)
+    if match not in MATCHES:
+        raise ValueError(f"match must be one of {MATCHES}, got {match!r}")
+    text = normalize(response)
+    if match == "exact":
+        return float(text == prompt.answer)
+    return float(re.search(rf"(?<!\w){re.escape(prompt.answer)}(?!\w)", text) is not None)
 
 
-def rewards(prompts: list[Prompt], responses: list[str]) -> np.ndarray:
+def rewards(prompts: list[Prompt], responses: list[str], match: str = "exact") -> np.ndarray:
     """:func:`reward` of each pair.
 
     Parameters
@@ -202,6 +213,7 @@ def rewards(prompts: list[Prompt], responses: list[str]) -> np.ndarray:
     prompts : list of Prompt
     responses : list of str
         Same length.
+    match : {"exact", "contains"}, optional
 
     Returns
     -------
@@ -210,4 +222,4 @@ def rewards(prompts: list[Prompt], responses: list[str]) -> np.ndarray:
     """
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
-    return np.array([reward(p, r) for p, r in zip(prompts, responses, strict=True)], dtype=float)
+    return np.array([reward(p, r, match) for p, r in zip(prompts, responses, strict=True)], dtype=float)
