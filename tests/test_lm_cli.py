@@ -7,7 +7,7 @@ import pytest
 
 from variance_lab.cli import main
 
-HAS_LM = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "gguf"))
+HAS_LM = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
 needs_lm = pytest.mark.skipif(not HAS_LM, reason="pip install 'variance_lab[lm]'")
 #: A run of seconds on the tiny model.
 SMALL = [

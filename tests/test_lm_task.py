@@ -3,7 +3,17 @@
 import numpy as np
 import pytest
 
-from variance_lab.lm.task import KINDS, WORDS, Prompt, make_prompts, normalize, reward, rewards
+from variance_lab.lm.task import (
+    EXAMPLES,
+    KINDS,
+    WORDS,
+    Prompt,
+    make_prompts,
+    messages,
+    normalize,
+    reward,
+    rewards,
+)
 
 
 def test_prompts_are_deterministic_and_cycle_through_the_kinds():
@@ -100,3 +110,17 @@ def test_contains_for_word_lists():
     assert reward(p, "river apple", "contains") == 0.0
     with pytest.raises(ValueError, match="match must"):
         reward(p, "x", "fuzzy")
+
+
+def test_messages_put_one_example_of_the_kind_first():
+    """One shot: the example's question and exact answer, then the request; zero shots: the request."""
+    for p in make_prompts(np.random.default_rng(4), 3):
+        one = messages(p, 1)
+        assert [m["role"] for m in one] == ["user", "assistant", "user"]
+        assert one[1]["content"] == EXAMPLES[p.kind][1]
+        assert (
+            reward(Prompt(p.kind, one[0]["content"], normalize(one[1]["content"])), one[1]["content"]) == 1.0
+        )
+        assert messages(p, 0) == [{"role": "user", "content": p.text}]
+    with pytest.raises(ValueError, match="shots"):
+        messages(p, 2)

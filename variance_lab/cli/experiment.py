@@ -143,12 +143,12 @@ def lm_settings_from_args(args: argparse.Namespace):
         raise CLIError(f"bad settings: {exc}") from None
 
 
-def _require_lm() -> None:
+def _require_lm(model: str) -> None:
     import importlib.util
 
-    for name in ("torch", "transformers", "gguf"):
+    for name in ("torch", "transformers", "gguf") if model == "smollm2" else ("torch", "transformers"):
         if importlib.util.find_spec(name) is None:
-            raise CLIError(f"--model smollm2 needs {name}: {LM_HINT}")
+            raise CLIError(f"--model {model} needs {name}: {LM_HINT}")
 
 
 def _loaded_tiny(folder):
@@ -160,7 +160,7 @@ def _loaded_tiny(folder):
 
 
 def _cmd_run_lm(args: argparse.Namespace) -> int:
-    _require_lm()
+    _require_lm(args.model)
     settings = lm_settings_from_args(args)
     from variance_lab.lm.runs import default_name
 

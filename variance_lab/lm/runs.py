@@ -48,7 +48,7 @@ from variance_lab.lm.losses import AGGREGATIONS, CLIP, aggregated_loss, group_ad
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
 from variance_lab.lm.scoring import response_log_probs, score
-from variance_lab.lm.task import MATCHES, make_prompts, rewards
+from variance_lab.lm.task import MATCHES, make_prompts, messages, rewards
 from variance_lab.rollouts.io import detect_format
 
 __all__ = [
@@ -100,6 +100,8 @@ class LMSettings:
         The task's sizes (:func:`~variance_lab.lm.task.make_prompts`).
     match : {"exact", "contains"}
         The reward's mode (:func:`~variance_lab.lm.task.reward`).
+    shots : {0, 1}
+        Worked examples before each request (:func:`~variance_lab.lm.task.messages`).
     sample_batch, score_batch : int
         Sequences per sampling batch and per scoring/training minibatch.
     threads : int
@@ -125,6 +127,7 @@ class LMSettings:
     max_term: int = 50
     max_words: int = 60
     match: str = "exact"
+    shots: int = 1
     sample_batch: int = 16
     score_batch: int = 4
     threads: int = 2
@@ -146,7 +149,7 @@ class LMSettings:
             raise ValueError(f"run {self.run!r} samples in fp32, got sampler={self.sampler!r}")
         minimum = {"n_prompts": 1, "group_size": 2, "max_new_tokens": 1, "lags": 1, "train_prompts": 1}
         minimum |= {"max_term": 1, "max_words": 1, "sample_batch": 1, "score_batch": 1, "threads": 1}
-        minimum |= {"seed": 0, "top_k": 0, "digits": 0}
+        minimum |= {"seed": 0, "top_k": 0, "digits": 0, "shots": 0}
         for name, low in minimum.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -154,6 +157,8 @@ class LMSettings:
         for name in ("temperature", "lr"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.shots > 1:
+            raise ValueError(f"shots must be 0 or 1, got {self.shots!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.run == "stale" and self.n_prompts % (self.lags + 1):
@@ -197,22 +202,24 @@ def default_name(settings: LMSettings, quick: bool = False) -> str:
     return f"smollm2_{settings.run}_{variant}{'_quick' if quick else ''}.jsonl.gz"
 
 
-def chat_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
-    """Token ids of each user message through the tokenizer's chat template, ready for the answer.
+def chat_prompts(tokenizer, conversations: list) -> list[list[int]]:
+    """Token ids of each conversation through the tokenizer's chat template, ready for the answer.
 
     Parameters
     ----------
     tokenizer : transformers tokenizer with a chat template
-    texts : list of str
+    conversations : list of str or list of list of dict
+        A user message, or chat messages (:func:`~variance_lab.lm.task.messages`).
 
     Returns
     -------
     list of list of int
     """
     out = []
-    for text in texts:
+    for conv in conversations:
+        msgs = [{"role": "user", "content": conv}] if isinstance(conv, str) else conv
         ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+            msgs, add_generation_prompt=True, tokenize=True, return_dict=False
         )
         out.append([int(i) for i in ids])
     return out
@@ -283,7 +290,7 @@ def _draw(model, tokenizer, settings, rng, generator, n_prompts, first_id, *, to
     plist = make_prompts(rng, n_prompts, max_term=settings.max_term, max_words=settings.max_words)
     rows = [p for p in plist for _ in range(settings.group_size)]
     pid = np.repeat(np.arange(first_id, first_id + n_prompts), settings.group_size)
-    ids = chat_prompts(tokenizer, [p.text for p in rows])
+    ids = chat_prompts(tokenizer, [messages(p, settings.shots) for p in rows])
     samples = sample(
         model,
         ids,

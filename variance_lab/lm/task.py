@@ -23,6 +23,10 @@ space and a final ``.`` dropped), in one of two modes (:data:`MATCHES`):
 - ``"contains"``: the answer occurs in the normalised response as whole words (not inside a
   longer word or number): ``5 + 5 = 10`` answers "What is 5 + 5?", ``10`` in ``100`` does not.
 
+:func:`messages` turns a prompt into chat messages, optionally after one worked example of
+its kind (:data:`EXAMPLES`, a user turn and the assistant's exact answer): at temperature 1,
+SmolLM2-135M-Instruct rarely stops at the answer without one.
+
 Everything is deterministic given a :class:`numpy.random.Generator`; no PyTorch here.
 """
 
@@ -33,7 +37,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["KINDS", "MATCHES", "WORDS", "Prompt", "make_prompts", "normalize", "reward", "rewards"]
+__all__ = [
+    "EXAMPLES",
+    "KINDS",
+    "MATCHES",
+    "WORDS",
+    "Prompt",
+    "make_prompts",
+    "messages",
+    "normalize",
+    "reward",
+    "rewards",
+]
 
 #: The kinds of request, in the order :func:`make_prompts` cycles through them.
 KINDS = ("add", "copy", "repeat")
@@ -91,6 +106,18 @@ WORDS = [
 _SPACE = re.compile(r"\s+")
 #: The reward's modes.
 MATCHES = ("exact", "contains")
+#: One worked example per kind: (user message, the assistant's answer).
+EXAMPLES = {
+    "add": ("What is 3 + 4? Reply with the number only.", "7"),
+    "copy": (
+        "Copy these words exactly, separated by single spaces, and write nothing else: paper horse",
+        "paper horse",
+    ),
+    "repeat": (
+        'Write the word "stone" 3 times, separated by single spaces, and write nothing else.',
+        "stone stone stone",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -181,6 +208,28 @@ def make_prompts(
     makers = {"add": lambda: _add(rng, max_term), "copy": lambda: _copy(rng, max_words)}
     makers["repeat"] = lambda: _repeat(rng, max_words)
     return [makers[KINDS[i % len(KINDS)]]() for i in range(n)]
+
+
+def messages(prompt: Prompt, shots: int = 1) -> list[dict]:
+    """Chat messages for ``prompt``: ``shots`` (0 or 1) worked examples of its kind, then the request.
+
+    Parameters
+    ----------
+    prompt : Prompt
+    shots : {0, 1}, optional
+
+    Returns
+    -------
+    list of dict
+        ``{"role": ..., "content": ...}`` entries for a chat template.
+    """
+    if shots not in (0, 1):
+        raise ValueError(f"shots must be 0 or 1, got {shots!r}")
+    out = []
+    if shots:
+        question, answer = EXAMPLES[prompt.kind]
+        out += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    return [*out, {"role": "user", "content": prompt.text}]
 
 
 def reward(prompt: Prompt, response: str, match: str = "exact") -> float:
