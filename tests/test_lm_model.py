@@ -68,7 +68,9 @@ def test_smollm2_loads_and_scores():
     with torch.no_grad():
         full = model(input_ids=torch.tensor([prompt + response])).logits[0].double().log_softmax(-1)
     ref = [float(full[len(prompt) - 1 + t, y]) for t, y in enumerate(response)]
-    np.testing.assert_allclose(lp, ref, rtol=1e-6)
+    # float32 logits from matrix products of other shapes (selected rows vs every position) differ
+    # by a few float32 steps of the logits (|z| ~ 20, step 2e-6); measured 3.7e-6 here
+    np.testing.assert_allclose(lp, ref, atol=2e-5)
     low, _ = low_precision_copy(model, "bf16")
     diff = np.abs(score(low, [prompt], [response], softmax_dtype=torch.float32)[0] - lp)
     assert 0 < diff.max() < 0.5

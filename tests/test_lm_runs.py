@@ -70,6 +70,7 @@ def test_onpolicy_run_writes_a_loadable_data_set(loaded, tmp_path, aggregation):
     assert saved["wall_time_s"] > 0
     assert saved["versions"]["transformers"]
     assert side["summary"]["n_sequences"] == len(records)
+    assert side["groups_with_advantage"] == [settings.n_prompts] * 2
 
 
 def test_the_three_aggregations_share_their_rollouts(loaded, tmp_path):

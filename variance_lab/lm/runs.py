@@ -384,7 +384,8 @@ def collect_records(model, tokenizer, settings: LMSettings, *, progress=None) ->
     Returns
     -------
     (list of dict, dict)
-        The records, and ``{"sampler_arithmetic": ..., "timing_s": {...}}``.
+        The records, and ``{"sampler_arithmetic": ..., "timing_s": {...}, "groups_with_advantage":
+        [groups whose rewards differ, groups]}`` (a batch without any has ``logp == old_logp``).
     """
     say = progress or (lambda message: None)
     ss = _streams(settings.seed)
@@ -405,14 +406,25 @@ def collect_records(model, tokenizer, settings: LMSettings, *, progress=None) ->
             batch.rollout_logp = batch.samples.logp
         old_model = model
     timing["sample"] = time.perf_counter() - t0
-    say(f"sampled {len(batch.prompts)} responses, mean reward {batch.reward.mean():.3f}")
+    signal = len(np.unique(batch.prompt_ids[batch.advantage != 0]))
+    n_groups = len(np.unique(batch.prompt_ids))
+    say(
+        f"sampled {len(batch.prompts)} responses, mean reward {batch.reward.mean():.3f}; "
+        f"{signal} of {n_groups} groups have a nonzero advantage"
+        + ("" if signal else " (the update changes nothing: logp equals old_logp)")
+    )
     t1 = time.perf_counter()
     old = _score(old_model, batch, settings, tokenizer)
     new_model = update(old_model, batch.ids, batch.samples.tokens, old, batch.advantage, settings)
     new = _score(new_model, batch, settings, tokenizer)
     timing["update_and_score"] = time.perf_counter() - t1
     say(f"updated ({settings.aggregation}) and scored in {timing['update_and_score']:.1f} s")
-    return _records(batch, old, new, settings), {"sampler_arithmetic": arithmetic, "timing_s": timing}
+    facts = {
+        "sampler_arithmetic": arithmetic,
+        "timing_s": timing,
+        "groups_with_advantage": [signal, n_groups],
+    }
+    return _records(batch, old, new, settings), facts
 
 
 def _stale(model, tokenizer, settings, ss, rng, say):
@@ -478,6 +490,7 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
         "machine": {"platform": platform.platform(), "processor": ver["cpu"], "threads": settings.threads},
         "wall_time_s": wall,
         "timing_s": facts["timing_s"],
+        "groups_with_advantage": facts["groups_with_advantage"],
         "numbers_sha256": numbers_sha256(records),
         "summary": summarize(records),
         "reproduce": f"variance-lab experiment run --model smollm2 --settings {sidecar_path(path).name} "
