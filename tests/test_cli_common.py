@@ -165,6 +165,9 @@ HEAVY_MODULES = (
     "variance_lab.rollouts.models",
     "variance_lab.simulate",
     "variance_lab.sweep.run",
+    "torch",
+    "transformers",
+    "variance_lab.lm.runs",
 )
 
 

@@ -38,6 +38,7 @@ FLOORS = {
     "rollouts": 3,
     "integrations": 4,  # capture helpers for TRL and verl (write the rollouts Parquet format)
     "experiment": 4,
+    "lm": 4,  # the pretrained-model experiment (imports experiment's sidecar and torch helpers)
     "sweep": 4,
     "paper": 4,
     "cli": 5,

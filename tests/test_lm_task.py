@@ -1,0 +1,126 @@
+"""The language-model task: prompts, answers and the exact-match reward (no PyTorch)."""
+
+import numpy as np
+import pytest
+
+from variance_lab.lm.task import (
+    EXAMPLES,
+    KINDS,
+    WORDS,
+    Prompt,
+    make_prompts,
+    messages,
+    normalize,
+    reward,
+    rewards,
+)
+
+
+def test_prompts_are_deterministic_and_cycle_through_the_kinds():
+    """Prompts are deterministic and cycle through the kinds."""
+    a = make_prompts(np.random.default_rng(3), 9)
+    b = make_prompts(np.random.default_rng(3), 9)
+    assert a == b
+    assert [p.kind for p in a] == list(KINDS) * 3
+
+
+def test_answers_are_right():
+    """Answers are right."""
+    for p in make_prompts(np.random.default_rng(0), 300, max_term=30, max_words=40):
+        if p.kind == "add":
+            x, y = (int(v) for v in p.text.split("What is ")[1].split("?")[0].split(" + "))
+            assert p.answer == str(x + y)
+            assert 1 <= x <= 30
+            assert 1 <= y <= 30
+        elif p.kind == "copy":
+            assert p.text.endswith(p.answer)
+            assert 1 <= len(p.answer.split()) <= 40
+        else:
+            word = p.text.split('"')[1]
+            count = int(p.text.split('" ')[1].split(" times")[0])
+            assert p.answer.split() == [word] * count
+        assert set(p.answer.split()) <= set(WORDS) or p.kind == "add"
+
+
+def test_answer_lengths_spread():
+    """Answer lengths spread."""
+    words = [len(p.answer.split()) for p in make_prompts(np.random.default_rng(1), 600) if p.kind != "add"]
+    assert min(words) <= 2
+    assert max(words) >= 55
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [("22", 1.0), (" 22. ", 1.0), ("22\n", 1.0), ("The answer is 22", 0.0), ("23", 0.0), ("", 0.0)],
+)
+def test_reward_is_exact_match_after_normalising(response, expected):
+    """Reward is exact match after normalising."""
+    assert reward(Prompt("add", "What is 17 + 5?", "22"), response) == expected
+
+
+def test_copy_reward_ignores_case_and_spacing_only():
+    """Copy reward ignores case and spacing only."""
+    p = Prompt("copy", "Copy: apple river", "apple river")
+    assert reward(p, "Apple  river.") == 1.0
+    assert reward(p, "apple, river") == 0.0
+    np.testing.assert_array_equal(rewards([p, p], ["apple river", "river apple"]), [1.0, 0.0])
+
+
+def test_normalize():
+    """Normalize."""
+    assert normalize("  A\tb \n C. ") == "a b c"
+    assert normalize("x..") == "x."
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"n": -1}, "n must"), ({"n": 2, "max_term": 0}, "max_term"), ({"n": 2, "max_words": 1.5}, "max_words")],
+)
+def test_bad_sizes_are_named(kwargs, match):
+    """Bad sizes are named."""
+    n = kwargs.pop("n")
+    with pytest.raises(ValueError, match=match):
+        make_prompts(np.random.default_rng(0), n, **kwargs)
+
+
+def test_bad_prompt_and_lengths_are_named():
+    """Bad prompt and lengths are named."""
+    with pytest.raises(ValueError, match="kind"):
+        Prompt("sum", "x", "1")
+    with pytest.raises(ValueError, match="not normalised"):
+        Prompt("add", "x", "A")
+    with pytest.raises(ValueError, match="2 prompts but 1"):
+        rewards([Prompt("add", "x", "1")] * 2, ["1"])
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [("5 + 5 = 10", 1.0), ("It is 10.", 1.0), ("100", 0.0), ("10x", 0.0), ("1 0", 0.0)],
+)
+def test_contains_finds_the_answer_as_whole_words(response, expected):
+    """``contains``: the answer occurs in the response, not inside a longer number or word."""
+    assert reward(Prompt("add", "What is 5 + 5?", "10"), response, "contains") == expected
+
+
+def test_contains_for_word_lists():
+    """A word list counts when it occurs whole and in order."""
+    p = Prompt("copy", "Copy: apple river", "apple river")
+    assert reward(p, "Sure! Apple river", "contains") == 1.0
+    assert reward(p, "apple rivers", "contains") == 0.0
+    assert reward(p, "river apple", "contains") == 0.0
+    with pytest.raises(ValueError, match="match must"):
+        reward(p, "x", "fuzzy")
+
+
+def test_messages_put_one_example_of_the_kind_first():
+    """One shot: the example's question and exact answer, then the request; zero shots: the request."""
+    for p in make_prompts(np.random.default_rng(4), 3):
+        one = messages(p, 1)
+        assert [m["role"] for m in one] == ["user", "assistant", "user"]
+        assert one[1]["content"] == EXAMPLES[p.kind][1]
+        assert (
+            reward(Prompt(p.kind, one[0]["content"], normalize(one[1]["content"])), one[1]["content"]) == 1.0
+        )
+        assert messages(p, 0) == [{"role": "user", "content": p.text}]
+    with pytest.raises(ValueError, match="shots"):
+        messages(p, 2)

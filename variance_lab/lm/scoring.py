@@ -1,0 +1,131 @@
+r"""Teacher-forced token log-probs of responses under a model: the trainer's view.
+
+For a prompt :math:`x` (token ids, chat template applied) and a response
+:math:`y_1, \dots, y_T`, the model's logits :math:`z_t \in \mathbb{R}^V` at the position
+before :math:`y_t` give
+
+.. math::
+
+    \log \pi(y_t \mid x, y_{<t}) = z_{t, y_t} / \tau - \log \sum_{v=1}^{V} \exp(z_{t, v} / \tau),
+
+:math:`\tau` the temperature (1 for the trainer), and the sequence log-prob is their sum.
+Sequences are right-padded within a minibatch (a causal model's outputs at a position do
+not depend on later positions, so no attention mask is needed); the output layer runs only
+at the positions that predict a response token, which keeps a 49,152-word vocabulary
+within memory. The log-softmax runs in float64 (``softmax_dtype``) on the network's float32
+logits, so that log-ratios of tokens with probability near 1 (log-prob near :math:`-10^{-6}`)
+are not lost to float32 rounding; a 16-bit sampler's own log-probs use float32, as
+inference engines do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["response_log_probs", "score"]
+
+
+def _decoder_and_head(model):
+    return model.get_decoder(), model.get_output_embeddings()
+
+
+def response_log_probs(
+    model,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    *,
+    temperature: float = 1.0,
+    softmax_dtype: torch.dtype = torch.float64,
+    pad_id: int = 0,
+) -> list[torch.Tensor]:
+    r"""Log-probs of each response token given the prompt and the response before it, one minibatch.
+
+    Differentiable when gradients are enabled (the trainer's loss uses it).
+
+    Parameters
+    ----------
+    model : transformers causal language model
+    prompts, responses : list of list of int
+        Token ids, same number of each; every response non-empty.
+    temperature : float, optional
+        :math:`\tau > 0`.
+    softmax_dtype : torch.dtype, optional
+        The dtype of the log-softmax.
+    pad_id : int, optional
+        Filler after short sequences (never read).
+
+    Returns
+    -------
+    list of torch.Tensor
+        One 1-D tensor of length ``len(responses[i])`` per sequence.
+    """
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    if any(len(r) == 0 for r in responses) or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt and every response needs at least one token")
+    seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+    rows, cols, targets = [], [], []
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        pos = torch.arange(len(p) - 1, len(p) + len(r) - 1)
+        rows.append(torch.full_like(pos, i))
+        cols.append(pos)
+        targets.append(torch.tensor(r))
+    rows, cols, targets = torch.cat(rows), torch.cat(cols), torch.cat(targets)
+    decoder, head = _decoder_and_head(model)
+    hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
+    logits = head(hidden[rows, cols]).to(softmax_dtype)
+    if temperature != 1.0:
+        logits = logits / temperature
+    lp = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return list(lp.split([len(r) for r in responses]))
+
+
+def score(
+    model,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    *,
+    batch_size: int = 4,
+    temperature: float = 1.0,
+    softmax_dtype: torch.dtype = torch.float64,
+    pad_id: int = 0,
+) -> list[np.ndarray]:
+    """Teacher-forced log-probs of every response, in minibatches, without gradients.
+
+    Parameters
+    ----------
+    model : transformers causal language model
+    prompts, responses : list of list of int
+    batch_size : int, optional
+        Sequences per forward pass.
+    temperature : float, optional
+    softmax_dtype : torch.dtype, optional
+    pad_id : int, optional
+
+    Returns
+    -------
+    list of numpy.ndarray
+        float64 log-probs, one array per response; each entry <= 0.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+    out: list[np.ndarray] = []
+    with torch.no_grad():
+        for lo in range(0, len(prompts), batch_size):
+            parts = response_log_probs(
+                model,
+                prompts[lo : lo + batch_size],
+                responses[lo : lo + batch_size],
+                temperature=temperature,
+                softmax_dtype=softmax_dtype,
+                pad_id=pad_id,
+            )
+            out.extend(np.minimum(p.double().numpy(), 0.0) for p in parts)
+    return out

@@ -1,0 +1,274 @@
+r"""The language-model task: short verifiable requests whose correct answers range in length.
+
+Three kinds of request, each with one exact answer, mixed so that response lengths spread
+from a few tokens to a few hundred:
+
+==========  =====================================================  ========================
+kind        request (user message)                                 answer
+==========  =====================================================  ========================
+``add``     ``What is 17 + 5? Reply with the number only.``         ``22``
+``copy``    ``Copy these words exactly, separated by single         the words, in order
+            spaces, and write nothing else: apple river ...``
+``repeat``  ``Write the word "blue" 9 times, separated by single    ``blue blue ... blue``
+            spaces, and write nothing else.``
+==========  =====================================================  ========================
+
+The correct ``copy`` response has :math:`n` words (:math:`n` from 1 to ``max_words``), the
+``repeat`` response :math:`m` words; a model that does not stop runs to the token budget,
+so lengths cover the whole range up to it. :func:`reward` compares after normalisation
+(:func:`normalize`: case folded, runs of white space made one space, leading and trailing
+space and a final ``.`` dropped), in one of two modes (:data:`MATCHES`):
+
+- ``"exact"``: the normalised response is the answer (for ``add``, the number alone);
+- ``"contains"``: the answer occurs in the normalised response as whole words (not inside a
+  longer word or number): ``5 + 5 = 10`` answers "What is 5 + 5?", ``10`` in ``100`` does not.
+
+:func:`messages` turns a prompt into chat messages, optionally after one worked example of
+its kind (:data:`EXAMPLES`, a user turn and the assistant's exact answer): at temperature 1,
+SmolLM2-135M-Instruct rarely stops at the answer without one.
+
+Everything is deterministic given a :class:`numpy.random.Generator`; no PyTorch here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "EXAMPLES",
+    "KINDS",
+    "MATCHES",
+    "WORDS",
+    "Prompt",
+    "make_prompts",
+    "messages",
+    "normalize",
+    "reward",
+    "rewards",
+]
+
+#: The kinds of request, in the order :func:`make_prompts` cycles through them.
+KINDS = ("add", "copy", "repeat")
+#: Common English words (one or two tokens each for SmolLM2's tokenizer).
+WORDS = [
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "green",
+    "table",
+    "music",
+    "light",
+    "window",
+    "garden",
+    "paper",
+    "bread",
+    "horse",
+    "silver",
+    "orange",
+    "winter",
+    "summer",
+    "chair",
+    "tiger",
+    "ocean",
+    "forest",
+    "candle",
+    "yellow",
+    "mountain",
+    "pencil",
+    "sugar",
+    "planet",
+    "rabbit",
+    "doctor",
+    "market",
+    "island",
+    "butter",
+    "letter",
+    "castle",
+    "rocket",
+    "violin",
+    "dragon",
+    "lemon",
+    "jacket",
+    "bottle",
+    "camera",
+    "flower",
+    "basket",
+    "monkey",
+    "pillow",
+    "spider",
+    "turtle",
+    "wallet",
+]
+_SPACE = re.compile(r"\s+")
+#: The reward's modes.
+MATCHES = ("exact", "contains")
+#: One worked example per kind: (user message, the assistant's answer).
+EXAMPLES = {
+    "add": ("What is 3 + 4? Reply with the number only.", "7"),
+    "copy": (
+        "Copy these words exactly, separated by single spaces, and write nothing else: paper horse",
+        "paper horse",
+    ),
+    "repeat": (
+        'Write the word "stone" 3 times, separated by single spaces, and write nothing else.',
+        "stone stone stone",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request and its exact answer.
+
+    Attributes
+    ----------
+    kind : str
+        One of :data:`KINDS`.
+    text : str
+        The user message (the chat template wraps it).
+    answer : str
+        The correct response, normalised (:func:`normalize`).
+    """
+
+    kind: str
+    text: str
+    answer: str
+
+    def __post_init__(self):
+        """Check the kind and that the answer is normalised."""
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if normalize(self.answer) != self.answer or not self.answer:
+            raise ValueError(f"answer {self.answer!r} is empty or not normalised")
+
+
+def normalize(text: str) -> str:
+    """Case-fold, collapse white space, strip, and drop one final ``.``.
+
+    Parameters
+    ----------
+    text : str
+
+    Returns
+    -------
+    str
+    """
+    out = _SPACE.sub(" ", text.casefold()).strip()
+    if out.endswith("."):
+        out = out[:-1].rstrip()
+    return out
+
+
+def _add(rng: np.random.Generator, max_term: int) -> Prompt:
+    a, b = (int(v) for v in rng.integers(1, max_term + 1, size=2))
+    return Prompt("add", f"What is {a} + {b}? Reply with the number only.", str(a + b))
+
+
+def _copy(rng: np.random.Generator, max_words: int) -> Prompt:
+    n = int(rng.integers(1, max_words + 1))
+    words = " ".join(WORDS[int(i)] for i in rng.integers(0, len(WORDS), size=n))
+    text = f"Copy these words exactly, separated by single spaces, and write nothing else: {words}"
+    return Prompt("copy", text, words)
+
+
+def _repeat(rng: np.random.Generator, max_words: int) -> Prompt:
+    word = WORDS[int(rng.integers(0, len(WORDS)))]
+    m = int(rng.integers(1, max_words + 1))
+    text = f'Write the word "{word}" {m} times, separated by single spaces, and write nothing else.'
+    return Prompt("repeat", text, " ".join([word] * m))
+
+
+def make_prompts(
+    rng: np.random.Generator, n: int, *, max_term: int = 50, max_words: int = 60
+) -> list[Prompt]:
+    r"""Draw ``n`` requests, cycling through :data:`KINDS` (``add``, ``copy``, ``repeat``, ``add``, ...).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    n : int
+        Number of prompts, >= 0.
+    max_term : int, optional
+        ``add`` draws both terms uniformly from :math:`\{1, \dots, \text{max\_term}\}`.
+    max_words : int, optional
+        ``copy`` and ``repeat`` draw their word count uniformly from
+        :math:`\{1, \dots, \text{max\_words}\}`.
+
+    Returns
+    -------
+    list of Prompt
+    """
+    for name, value in (("n", n), ("max_term", max_term), ("max_words", max_words)):
+        if not isinstance(value, int | np.integer) or value < (0 if name == "n" else 1):
+            raise ValueError(f"{name} must be an integer >= {0 if name == 'n' else 1}, got {value!r}")
+    makers = {"add": lambda: _add(rng, max_term), "copy": lambda: _copy(rng, max_words)}
+    makers["repeat"] = lambda: _repeat(rng, max_words)
+    return [makers[KINDS[i % len(KINDS)]]() for i in range(n)]
+
+
+def messages(prompt: Prompt, shots: int = 1) -> list[dict]:
+    """Chat messages for ``prompt``: ``shots`` (0 or 1) worked examples of its kind, then the request.
+
+    Parameters
+    ----------
+    prompt : Prompt
+    shots : {0, 1}, optional
+
+    Returns
+    -------
+    list of dict
+        ``{"role": ..., "content": ...}`` entries for a chat template.
+    """
+    if shots not in (0, 1):
+        raise ValueError(f"shots must be 0 or 1, got {shots!r}")
+    out = []
+    if shots:
+        question, answer = EXAMPLES[prompt.kind]
+        out += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    return [*out, {"role": "user", "content": prompt.text}]
+
+
+def reward(prompt: Prompt, response: str, match: str = "exact") -> float:
+    """1.0 when the normalised response matches the answer (``match``, see the module), else 0.0.
+
+    Parameters
+    ----------
+    prompt : Prompt
+    response : str
+        The decoded response, special tokens removed.
+    match : {"exact", "contains"}, optional
+
+    Returns
+    -------
+    float
+    """
+    if match not in MATCHES:
+        raise ValueError(f"match must be one of {MATCHES}, got {match!r}")
+    text = normalize(response)
+    if match == "exact":
+        return float(text == prompt.answer)
+    return float(re.search(rf"(?<!\w){re.escape(prompt.answer)}(?!\w)", text) is not None)
+
+
+def rewards(prompts: list[Prompt], responses: list[str], match: str = "exact") -> np.ndarray:
+    """:func:`reward` of each pair.
+
+    Parameters
+    ----------
+    prompts : list of Prompt
+    responses : list of str
+        Same length.
+    match : {"exact", "contains"}, optional
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, shape ``(len(prompts),)``.
+    """
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    return np.array([reward(p, r, match) for p, r in zip(prompts, responses, strict=True)], dtype=float)
