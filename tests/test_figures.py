@@ -71,7 +71,17 @@ def test_sidecar_params_reproduce_the_data(quick):
         assert hashlib.sha256(data.to_csv(index=False).encode()).hexdigest() == sidecar["data_sha256"], name
 
 
-@pytest.mark.parametrize("name", ["variance_vs_T", "heatmap_var_P", "decay_boundary", "clip_fractions"])
+#: clip_fractions analyses the shipped data set again (about 27 s): in the slow run; the other
+#: three (Monte Carlo, a heat map, a contour plot) rebuild by default.
+@pytest.mark.parametrize(
+    "name",
+    [
+        "variance_vs_T",
+        "heatmap_var_P",
+        "decay_boundary",
+        pytest.param("clip_fractions", marks=pytest.mark.slow),
+    ],
+)
 def test_from_sidecar_reproduces_the_files_byte_for_byte(quick, tmp_path, capsys, name):
     """``figures --from-sidecar`` rewrites a figure's four files byte for byte."""
     assert cli.main(["figures", "--from-sidecar", str(quick / f"{name}.json"), "--out", str(tmp_path)]) == 0
@@ -583,14 +593,22 @@ def test_rebuilding_the_default_folder_needs_out_or_force(tmp_path, monkeypatch,
     assert cli.main(["figures", "--from-sidecar", str(side), "--force"]) == 0
 
 
-def test_from_sidecar_works_for_every_figure_in_help(quick, tmp_path, capsys):
-    """Every figure is in --help and the experiment figure rebuilds byte for byte from its sidecar."""
+def test_every_figure_is_in_help_and_reads_its_sidecar(quick, capsys):
+    """Every figure is in --help, and each quick sidecar reads back as its figure's."""
     with pytest.raises(SystemExit):
         cli.main(["figures", "--help"])
     helptext = " ".join(capsys.readouterr().out.split())
     for name in figs.ALL_FIGURES:
         assert name in helptext
         assert figs.read_sidecar(quick / f"{name}.json")["figure"] == name
+
+
+@pytest.mark.slow
+def test_experiment_figure_rebuilds_byte_for_byte_from_its_sidecar(quick, tmp_path):
+    """The experiment figure rebuilds byte for byte from its sidecar.
+
+    One more analysis of the shipped data (about 58 s), so in the slow run.
+    """
     side = quick / f"{figs.EXPERIMENT_FIGURE}.json"
     assert cli.main(["figures", "--from-sidecar", str(side), "--out", str(tmp_path)]) == 0
     for ext in ("csv", "png", "pdf"):

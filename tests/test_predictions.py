@@ -46,13 +46,16 @@ def _random_scale_batch(seed, n=1200, alpha=0.3, theta=1e-3):
     return TokenBatch.from_ragged(new, old)
 
 
-def test_analyze_on_random_scale_rollouts_chooses_hier():
+@pytest.mark.parametrize("folds", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_analyze_on_random_scale_rollouts_chooses_hier(folds):
     """Strong heterogeneity: hier's GSPO clip prediction fits, iid's does not.
 
     alpha = 0.3, per-token variance 3e-4: hier's prediction is inside the Wilson interval in
-    every bucket with 100+ sequences, iid's outside; the model chosen is hier.
+    every bucket with 100+ sequences, iid's outside; the model chosen is hier, in sample
+    (``folds=0``) and judged on held-out prompts (``folds=2``: three fits of every model, about
+    70 s, in the slow run; the command line's tests run the held-out judgment by default).
     """
-    res = analyze(_random_scale_batch(2027), seed=0, n_boot=200)
+    res = analyze(_random_scale_batch(2027), seed=0, n_boot=200, folds=folds)
     t = res.table
     assert list(t.columns) == list(ANALYSIS_COLUMNS)
     big = t[t["n_seq"] >= 100]
@@ -82,8 +85,8 @@ def test_analyze_on_random_scale_rollouts_chooses_hier():
     assert np.all(big["gspo_clip_se_comb"].to_numpy() < width / 10)
     text = render_analysis(t, s, "markdown")
     assert "Verdict: hier, the model whose Var(G_T) and GSPO clip fraction" in text
-    assert "2-fold by prompt" not in text
-    assert "2-fold by sequence" in text
+    assert "2-fold by prompt" not in text  # no prompt_id: the folds split sequences
+    assert ("2-fold by sequence" in text) == (folds == 2)
     assert f"; hier: alpha = {s['models']['hier']['alpha']:.4g} (SE" in text  # the chosen model's parameters
     assert "Model comb (" in text
     assert "GMPO clip [95%]" in text
