@@ -81,6 +81,29 @@ def test_default_name_and_settings_file_reruns(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
 
 
+@needs_lm
+def test_aggregation_all_writes_three_files_from_one_sampling(tmp_path, capsys):
+    """``--aggregation all``: the three default names in --out-dir, the same responses, other ratios."""
+    argv = ["experiment", "run", "--model", "tiny", "--quick", "--out-dir", str(tmp_path), *SMALL]
+    assert main([*argv, "--aggregation", "all"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.count("wrote ") == 3
+    assert "reusing the rollouts" in captured.err
+    sides = [
+        json.loads((tmp_path / f"smollm2_onpolicy_{a}_quick.json").read_text())
+        for a in ("gspo", "token-mean", "seq-mean-token-mean")
+    ]
+    assert [s["rollouts_shared"] for s in sides] == [False, True, True]
+    assert [s["aggregation"] for s in sides] == ["gspo", "token-mean", "seq-mean-token-mean"]
+    assert len({s["summary"]["n_tokens"] for s in sides}) == 1
+    # the same file as a run of its own
+    alone = tmp_path / "alone.jsonl.gz"
+    one = ["experiment", "run", "--model", "tiny", "--quick", "--quiet", *SMALL]
+    assert main([*one, "--aggregation", "token-mean", "--out", str(alone)]) == 0
+    assert json.loads((tmp_path / "alone.json").read_text())["numbers_sha256"] == sides[1]["numbers_sha256"]
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -89,6 +112,13 @@ def test_default_name_and_settings_file_reruns(tmp_path, monkeypatch, capsys):
         (["--model", "tiny", "--run", "onpolicy", "--sampler", "bf16"], "samples in fp32"),
         (["--model", "tiny", "--run", "stale", "--set", "n_prompts=6"], "multiple of lags"),
         (["--model", "tiny", "--set", "lr=x"], "expected a number"),
+        (["--model", "tiny", "--set", "system=maybe"], "expected true or false"),
+        (
+            ["--model", "tiny", "--aggregation", "all", "--out", "x.jsonl.gz"],
+            "name their folder with --out-dir",
+        ),
+        (["--model", "tiny", "--out-dir", "."], "--out-dir: only with --aggregation all"),
+        (["--model", "tiny", "--aggregation", "all", "--out-dir", "nowhere"], "is not a folder"),
         (["--model", "tiny", "--out", "x.csv"], "must end in"),
         (["--model", "tiny", "--settings", "missing.json"], "cannot read"),
         (["--model", "gpt2"], "invalid choice"),

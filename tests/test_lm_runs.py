@@ -70,16 +70,29 @@ def test_onpolicy_run_writes_a_loadable_data_set(loaded, tmp_path, aggregation):
     assert saved["wall_time_s"] > 0
     assert saved["versions"]["transformers"]
     assert side["summary"]["n_sequences"] == len(records)
-    assert side["groups_with_advantage"] == [settings.n_prompts] * 2
+    assert side["groups_with_advantage"] == [settings.train_prompts] * 2
+    assert side["data_groups_with_advantage"] == [settings.n_prompts] * 2
+    assert side["rollouts_shared"] is False
+    # the first minibatch is other prompts: its ids follow the data batch's
+    assert "first minibatch" in side["fields"]["logp"]
 
 
 def test_the_three_aggregations_share_their_rollouts(loaded, tmp_path):
-    """The three aggregations share their rollouts."""
+    """The three aggregations share their rollouts; a shared cache changes no number."""
     runs = [_run(loaded, tmp_path, aggregation=a)[3] for a in ("gspo", "token-mean")]
     for a, b in zip(*runs, strict=True):
         assert a["response"] == b["response"]
         assert a["old_logp"] == b["old_logp"]
     assert any(a["logp"] != b["logp"] for a, b in zip(*runs, strict=True))
+    cache: dict = {}
+    (tmp_path / "shared").mkdir()
+    for aggregation in ("gspo", "token-mean"):
+        settings = LMSettings(**{**TINY.to_dict(), "aggregation": aggregation})
+        side = run(settings, tmp_path / "shared" / default_name(settings), loaded=loaded, cache=cache)
+        alone = json.loads(sidecar_path(tmp_path / default_name(settings)).read_text())
+        assert side["numbers_sha256"] == alone["numbers_sha256"]
+        assert side["rollouts_shared"] is (aggregation == "token-mean")
+    assert len([k for k in cache if k != "loaded"]) == 1
 
 
 @pytest.mark.parametrize("sampler", ["bf16", "fp16", "top-p"])
@@ -111,9 +124,10 @@ def test_stale_run_has_every_lag(loaded, tmp_path):
     assert np.bincount(lags).tolist() == [settings.n_prompts // 4 * settings.group_size] * 4
     batch = load_batch(out)
     staleness = [np.abs(np.subtract(r["old_logp"], r["rollout_logp"])).max() for r in records]
-    # lag 0 was sampled by the trainer's own policy: no staleness; every older part has some
-    assert all(s == 0 for s, lag in zip(staleness, lags, strict=True) if lag == 0)
-    assert all(s > 0 for s, lag in zip(staleness, lags, strict=True) if lag > 0)
+    # lag 0 was sampled by the trainer's own policy: no staleness beyond float32 noise from
+    # scoring in other minibatches; every older part has some
+    assert all(s < 1e-4 for s, lag in zip(staleness, lags, strict=True) if lag == 0)
+    assert all(s > 1e-3 for s, lag in zip(staleness, lags, strict=True) if lag > 0)
     assert len(np.unique(batch.prompt_id)) == settings.n_prompts
 
 

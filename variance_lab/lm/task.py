@@ -6,26 +6,31 @@ from a few tokens to a few hundred:
 ==========  =====================================================  ========================
 kind        request (user message)                                 answer
 ==========  =====================================================  ========================
-``add``     ``What is 17 + 5? Reply with the number only.``         ``22``
+``add``     ``What is 7 + 5? Reply with the number only.``          ``12``
 ``copy``    ``Copy these words exactly, separated by single         the words, in order
             spaces, and write nothing else: apple river ...``
-``repeat``  ``Write the word "blue" 9 times, separated by single    ``blue blue ... blue``
+``repeat``  ``Write the word "blue" 3 times, separated by single    ``blue blue blue``
             spaces, and write nothing else.``
 ==========  =====================================================  ========================
 
-The correct ``copy`` response has :math:`n` words (:math:`n` from 1 to ``max_words``), the
-``repeat`` response :math:`m` words; a model that does not stop runs to the token budget,
-so lengths cover the whole range up to it. :func:`reward` compares after normalisation
-(:func:`normalize`: case folded, runs of white space made one space, leading and trailing
-space and a final ``.`` dropped), in one of two modes (:data:`MATCHES`):
+``add`` draws both terms from :math:`\{1, \dots, \text{max\_term}\}`, ``repeat`` its count
+from :math:`\{1, \dots, \text{max\_times}\}` (uniformly), ``copy`` its word count
+:math:`n \in \{1, \dots, N\}` (:math:`N` = ``max_words``) log-uniformly,
+:math:`P(n) = \log\frac{n+1}{n} / \log(N+1)`, so short lists, which SmolLM2-135M-Instruct
+copies often, and long ones, which it rarely does, both occur. A model that does not stop runs
+to the token budget, so lengths cover the whole range up to it. :func:`reward` compares
+after normalisation (:func:`normalize`: case folded, runs of white space made one space,
+leading and trailing space and a final ``.`` dropped), in one of two modes (:data:`MATCHES`):
 
 - ``"exact"``: the normalised response is the answer (for ``add``, the number alone);
 - ``"contains"``: the answer occurs in the normalised response as whole words (not inside a
   longer word or number): ``5 + 5 = 10`` answers "What is 5 + 5?", ``10`` in ``100`` does not.
 
-:func:`messages` turns a prompt into chat messages, optionally after one worked example of
-its kind (:data:`EXAMPLES`, a user turn and the assistant's exact answer): at temperature 1,
-SmolLM2-135M-Instruct rarely stops at the answer without one.
+:func:`messages` turns a prompt into chat messages: the instruction :data:`SYSTEM` as a system
+turn, then up to three worked examples of its kind (:data:`EXAMPLES`, a user turn and the
+assistant's exact answer each), then the request. At temperature 1, SmolLM2-135M-Instruct
+rarely answers with the answer alone without them (the pass rates by setting are in the
+docs page of the experiment).
 
 Everything is deterministic given a :class:`numpy.random.Generator`; no PyTorch here.
 """
@@ -41,6 +46,8 @@ __all__ = [
     "EXAMPLES",
     "KINDS",
     "MATCHES",
+    "MAX_SHOTS",
+    "SYSTEM",
     "WORDS",
     "Prompt",
     "make_prompts",
@@ -106,18 +113,29 @@ WORDS = [
 _SPACE = re.compile(r"\s+")
 #: The reward's modes.
 MATCHES = ("exact", "contains")
-#: One worked example per kind: (user message, the assistant's answer).
+#: The system turn of every conversation (:func:`messages`).
+SYSTEM = "You follow instructions exactly. Reply with the answer only, with no other words."
+#: Three worked examples per kind: (user message, the assistant's answer).
 EXAMPLES = {
-    "add": ("What is 3 + 4? Reply with the number only.", "7"),
-    "copy": (
-        "Copy these words exactly, separated by single spaces, and write nothing else: paper horse",
-        "paper horse",
+    "add": (
+        ("What is 3 + 4? Reply with the number only.", "7"),
+        ("What is 8 + 6? Reply with the number only.", "14"),
+        ("What is 2 + 9? Reply with the number only.", "11"),
     ),
-    "repeat": (
-        'Write the word "stone" 3 times, separated by single spaces, and write nothing else.',
-        "stone stone stone",
+    "copy": tuple(
+        (f"Copy these words exactly, separated by single spaces, and write nothing else: {w}", w)
+        for w in ("paper horse", "winter", "candle tiger ocean bread")
+    ),
+    "repeat": tuple(
+        (
+            f'Write the word "{w}" {k} times, separated by single spaces, and write nothing else.',
+            " ".join([w] * k),
+        )
+        for w, k in (("stone", 3), ("music", 1), ("ocean", 2))
     ),
 }
+#: The most worked examples :func:`messages` puts before a request.
+MAX_SHOTS = 3
 
 
 @dataclass(frozen=True)
@@ -169,21 +187,21 @@ def _add(rng: np.random.Generator, max_term: int) -> Prompt:
 
 
 def _copy(rng: np.random.Generator, max_words: int) -> Prompt:
-    n = int(rng.integers(1, max_words + 1))
+    n = min(int(np.exp(rng.uniform(0.0, np.log(max_words + 1)))), max_words)
     words = " ".join(WORDS[int(i)] for i in rng.integers(0, len(WORDS), size=n))
     text = f"Copy these words exactly, separated by single spaces, and write nothing else: {words}"
     return Prompt("copy", text, words)
 
 
-def _repeat(rng: np.random.Generator, max_words: int) -> Prompt:
+def _repeat(rng: np.random.Generator, max_times: int) -> Prompt:
     word = WORDS[int(rng.integers(0, len(WORDS)))]
-    m = int(rng.integers(1, max_words + 1))
+    m = int(rng.integers(1, max_times + 1))
     text = f'Write the word "{word}" {m} times, separated by single spaces, and write nothing else.'
     return Prompt("repeat", text, " ".join([word] * m))
 
 
 def make_prompts(
-    rng: np.random.Generator, n: int, *, max_term: int = 50, max_words: int = 60
+    rng: np.random.Generator, n: int, *, max_term: int = 9, max_words: int = 24, max_times: int = 4
 ) -> list[Prompt]:
     r"""Draw ``n`` requests, cycling through :data:`KINDS` (``add``, ``copy``, ``repeat``, ``add``, ...).
 
@@ -195,39 +213,45 @@ def make_prompts(
     max_term : int, optional
         ``add`` draws both terms uniformly from :math:`\{1, \dots, \text{max\_term}\}`.
     max_words : int, optional
-        ``copy`` and ``repeat`` draw their word count uniformly from
-        :math:`\{1, \dots, \text{max\_words}\}`.
+        ``copy`` draws its word count :math:`n` from :math:`\{1, \dots, N\}`, :math:`N` =
+        ``max_words``, log-uniformly: :math:`n = \min(\lfloor e^{U \log(N + 1)} \rfloor, N)`,
+        :math:`U \sim \mathrm{Uniform}(0, 1)`, so :math:`P(n) = \log\frac{n+1}{n} / \log(N+1)`.
+    max_times : int, optional
+        ``repeat`` draws its count uniformly from :math:`\{1, \dots, \text{max\_times}\}`.
 
     Returns
     -------
     list of Prompt
     """
-    for name, value in (("n", n), ("max_term", max_term), ("max_words", max_words)):
+    sizes = (("n", n), ("max_term", max_term), ("max_words", max_words), ("max_times", max_times))
+    for name, value in sizes:
         if not isinstance(value, int | np.integer) or value < (0 if name == "n" else 1):
             raise ValueError(f"{name} must be an integer >= {0 if name == 'n' else 1}, got {value!r}")
     makers = {"add": lambda: _add(rng, max_term), "copy": lambda: _copy(rng, max_words)}
-    makers["repeat"] = lambda: _repeat(rng, max_words)
+    makers["repeat"] = lambda: _repeat(rng, max_times)
     return [makers[KINDS[i % len(KINDS)]]() for i in range(n)]
 
 
-def messages(prompt: Prompt, shots: int = 1) -> list[dict]:
-    """Chat messages for ``prompt``: ``shots`` (0 or 1) worked examples of its kind, then the request.
+def messages(prompt: Prompt, shots: int = MAX_SHOTS, *, system: bool = True) -> list[dict]:
+    """Chat messages for ``prompt``: :data:`SYSTEM`, ``shots`` worked examples of its kind, the request.
 
     Parameters
     ----------
     prompt : Prompt
-    shots : {0, 1}, optional
+    shots : int, optional
+        0 to :data:`MAX_SHOTS`: the first ``shots`` of :data:`EXAMPLES` for the prompt's kind.
+    system : bool, optional
+        Start with :data:`SYSTEM` as a system turn.
 
     Returns
     -------
     list of dict
         ``{"role": ..., "content": ...}`` entries for a chat template.
     """
-    if shots not in (0, 1):
-        raise ValueError(f"shots must be 0 or 1, got {shots!r}")
-    out = []
-    if shots:
-        question, answer = EXAMPLES[prompt.kind]
+    if not isinstance(shots, int | np.integer) or not 0 <= shots <= MAX_SHOTS:
+        raise ValueError(f"shots must be an integer from 0 to {MAX_SHOTS}, got {shots!r}")
+    out = [{"role": "system", "content": SYSTEM}] if system else []
+    for question, answer in EXAMPLES[prompt.kind][:shots]:
         out += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
     return [*out, {"role": "user", "content": prompt.text}]
 
