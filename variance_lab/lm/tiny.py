@@ -3,7 +3,8 @@
 :func:`write_tiny_llama` writes a model folder (``config.json``, weights, tokenizer with
 SmolLM2's ``<|im_start|>``/``<|im_end|>`` chat format) that :func:`~variance_lab.lm.model.load_model`
 loads exactly as it loads SmolLM2; the tests and ``variance-lab experiment run --model tiny``
-use it to run everything without the 98 MB model. Its weights are random (drawn from a
+use it to run everything without the 98 MB model (:mod:`variance_lab.lm.tiny_gguf` writes the
+same model as a GGUF file). Its weights are random (drawn from a
 :class:`torch.Generator`), so its answers are noise: the task's rewards are all 0 and
 advantages 0 unless a response happens to match.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "write_tiny_llama"]
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "tiny_model", "write_tiny_llama"]
 
 #: ChatML, as SmolLM2-Instruct's template (without its default system message).
 CHAT_TEMPLATE = (
@@ -42,31 +43,20 @@ def _tokenizer():
     return fast
 
 
-def write_tiny_llama(
-    folder, *, seed: int = 0, hidden_size: int = 32, layers: int = 2, eos_scale: float = 3.0
-):
-    r"""Write a tiny random Llama and its tokenizer to ``folder``; return the folder.
+def tiny_model(*, seed: int = 0, hidden_size: int = 32, layers: int = 2, eos_scale: float = 3.0):
+    """Build the tiny random Llama and its tokenizer in memory (:func:`write_tiny_llama` saves them).
 
     Parameters
     ----------
-    folder : str or Path
-        Created if missing.
-    seed : int, optional
-        Seeds the :class:`torch.Generator` that draws the weights (normal, sd 0.5 for the
-        embedding, :math:`1/\sqrt{\text{fan-in}}` for the other matrices; norms 1).
-    hidden_size, layers : int, optional
-    eos_scale : float, optional
-        The end token's (tied) embedding is multiplied by this, so responses end at varied
-        lengths.
+    seed, hidden_size, layers, eos_scale
+        As in :func:`write_tiny_llama`.
 
     Returns
     -------
-    Path
+    (transformers.LlamaForCausalLM, transformers.PreTrainedTokenizerFast)
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -93,6 +83,33 @@ def write_tiny_llama(
             else:
                 p.normal_(0.0, p.shape[1] ** -0.5, generator=g)
         model.get_input_embeddings().weight[tokenizer.eos_token_id] *= eos_scale
+    return model, tokenizer
+
+
+def write_tiny_llama(
+    folder, *, seed: int = 0, hidden_size: int = 32, layers: int = 2, eos_scale: float = 3.0
+):
+    r"""Write a tiny random Llama and its tokenizer to ``folder``; return the folder.
+
+    Parameters
+    ----------
+    folder : str or Path
+        Created if missing.
+    seed : int, optional
+        Seeds the :class:`torch.Generator` that draws the weights (normal, sd 0.5 for the
+        embedding, :math:`1/\sqrt{\text{fan-in}}` for the other matrices; norms 1).
+    hidden_size, layers : int, optional
+    eos_scale : float, optional
+        The end token's (tied) embedding is multiplied by this, so responses end at varied
+        lengths.
+
+    Returns
+    -------
+    Path
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = tiny_model(seed=seed, hidden_size=hidden_size, layers=layers, eos_scale=eos_scale)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
