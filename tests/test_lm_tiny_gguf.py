@@ -140,6 +140,7 @@ def test_tokenizer_and_chat_template_match(twins):
     for text in TEXTS:
         ids = th(text, add_special_tokens=False)["input_ids"]
         assert tg(text, add_special_tokens=False)["input_ids"] == ids, text
+        assert tg(text)["input_ids"] == th(text)["input_ids"] == ids, text  # neither adds a BOS
         assert tg.decode(ids) == text
     kw = {"add_generation_prompt": True, "tokenize": True, "return_dict": False}
     prompt = th.apply_chat_template(CONVERSATION, **kw)

