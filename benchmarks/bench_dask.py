@@ -1,4 +1,4 @@
-"""Dask executors against local threads: scaling, and the overhead of one task (README table).
+"""Dask executors against local threads: scaling, and the overhead of one task (the Dask page's table).
 
 ::
 

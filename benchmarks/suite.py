@@ -35,7 +35,7 @@ Contenders of a section run round-robin for ``--repeats`` rounds, so that a burs
 from other processes does not land on one contender only; rates are medians over the
 rounds, ratios are medians of the ratios measured back to back in one round. Wall-clock
 rates move with the machine's load (printed before and after), CPU-time rates much less;
-on a shared machine read the CPU-time ratios, and rerun on a quiet one for the README.
+on a shared machine read the CPU-time ratios, and rerun on a quiet one for the performance page.
 """
 
 from __future__ import annotations

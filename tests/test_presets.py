@@ -296,3 +296,31 @@ def test_cli_reads_prime_rl_with_the_mismatch_ratio(tmp_path, capsys):
     row = dict(zip(cols, rows[0].split(","), strict=True))
     assert int(row["n_seq"]) == len(batch) == 12
     assert float(row["var_w"]) > 0  # the mismatch ratio varies; the update ratio (pi_old/pi_old) would not
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "preset"), [("torch", "x.pt", "slime"), ("pyarrow", "x.parquet", None)]
+)
+def test_cli_names_a_missing_reader_in_one_line(module, name, preset, tmp_path, monkeypatch, capsys):
+    """Without torch (slime's .pt) or pyarrow (Parquet) the CLI says what to install, in one line."""
+    import builtins
+
+    from variance_lab.cli import main
+
+    real_import = builtins.__import__
+
+    def no_module(mod, *args, **kwargs):
+        if mod == module or mod.startswith(module + "."):
+            raise ImportError(f"No module named {module!r}")
+        return real_import(mod, *args, **kwargs)
+
+    f = tmp_path / name
+    f.write_bytes(b"not read")
+    monkeypatch.setattr(builtins, "__import__", no_module)
+    argv = ["analyze", str(f), "--n-boot", "0", *(["--preset", preset] if preset else [])]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+    assert f"{name}: reading" in err
+    assert ("pip install torch" if module == "torch" else "variance_lab[parquet]") in err

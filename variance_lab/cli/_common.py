@@ -468,6 +468,8 @@ def report_list(title: str, items: list[str], limit: int = 10) -> None:
 def load_rollouts(file: str, *, format: str | None = None, on_bad: str = "raise", preset: str | None = None):
     """Load the token batch of a rollout file; a missing or unreadable file is a one-line :class:`CLIError`.
 
+    So is a missing optional reader (pyarrow, torch): the line names what to install.
+
     ``preset`` names a framework's dump format (:data:`variance_lab.rollouts.io.PRESET_NAMES`).
     """
     import zipfile
@@ -486,6 +488,8 @@ def load_rollouts(file: str, *, format: str | None = None, on_bad: str = "raise"
         pass
     try:
         return load_batch(path, format=format, on_bad=on_bad, preset=preset)
+    except ImportError as exc:  # pyarrow for Parquet, torch for slime's .pt: the message names the install
+        raise CLIError(f"{file}: {str(exc).splitlines()[0]}") from None
     except errors as exc:
         raise CLIError(
             f"{file}: cannot read it as {format or 'its extension says'}: "

@@ -90,7 +90,7 @@ generating function, :math:`E[X^k] = e^{T K(k)}` for :math:`P_T` and :math:`e^{T
 for :math:`G_T`). Where it is at most ``C``, the estimated standard error is within a
 small fraction of the true one in nearly every sample, the studentized pivot is close to
 normal, and the interval covers at its level; elsewhere the verdict says ``marginal``.
-``C`` was chosen from the coverage measured over 1,000 to 2,000 seeds per case (README,
+``C`` was chosen from the coverage measured over 1,000 to 2,000 seeds per case (docs page
 *Honest intervals*; 2,000 seeds each, lognormal :math:`\operatorname{Var}(P_T)`): at theory's
 relative standard error of :math:`\hat m_4` 0.07 the interval covered 95.9 %; at 0.21, 95.2 %
 (T = 3, n = 20,000) and 94.0 % (T = 1, n = 2,000); at 0.66, 94.7 % (T = 5, n = 20,000) and
