@@ -428,30 +428,18 @@ def _rollouts(model, tokenizer, settings: LMSettings, say) -> _Rollouts:
         trainer, sampler, top = model, model, settings.sampler == "top-p"
         if settings.sampler in ("bf16", "fp16"):
             sampler, arithmetic = low_precision_copy(model, settings.sampler, settings.precision_mode)
-        batch = _draw(
-            sampler,
-            tokenizer,
-            settings,
-            np.random.default_rng(ss[0]),
-            torch_generator(ss[1]),
-            settings.n_prompts,
-            0,
-            top=top,
-            progress=_ticker(say, "sampling the data batch"),
+
+    def draw(streams, n_prompts, first_id, what):
+        rng, gen = np.random.default_rng(ss[streams[0]]), torch_generator(ss[streams[1]])
+        return _draw(
+            sampler, tokenizer, settings, rng, gen, n_prompts, first_id, top=top, progress=_ticker(say, what)
         )
+
+    if settings.run != "stale":
+        batch = draw((0, 1), settings.n_prompts, 0, "sampling the data batch")
         if settings.run == "mismatch":
             batch.rollout_logp = batch.samples.logp
-    train = _draw(
-        sampler,
-        tokenizer,
-        settings,
-        np.random.default_rng(ss[3]),
-        torch_generator(ss[4]),
-        settings.train_prompts,
-        settings.n_prompts,
-        top=top,
-        progress=_ticker(say, "sampling the first minibatch"),
-    )
+    train = draw((3, 4), settings.train_prompts, settings.n_prompts, "sampling the first minibatch")
     say(
         f"sampled {len(batch.prompts)} responses, mean reward {batch.reward.mean():.3f}, and a first "
         f"minibatch of {len(train.prompts)}, mean reward {train.reward.mean():.3f}; "
