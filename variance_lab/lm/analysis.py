@@ -47,7 +47,7 @@ from variance_lab.corrections.data import evaluate
 from variance_lab.experiment.files import sidecar_path
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.io import load_batch
-from variance_lab.rollouts.statistics import length_buckets
+from variance_lab.rollouts.statistics import kong_ess, length_buckets
 from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE
 
 __all__ = [
@@ -269,10 +269,7 @@ def _lag_row(log_r: np.ndarray, offsets: np.ndarray, groups, seed: int) -> dict:
     log_p = np.add.reduceat(log_r, offsets[:-1])
     log_g = log_p / lengths
     n = lengths.size
-    ess = {}
-    for name, lw in (("ess_frac_seq", log_p), ("ess_frac_gspo", log_g)):
-        w = np.exp(lw - lw.max())
-        ess[name] = float(w.sum() ** 2 / np.sum(w * w) / n)
+    ess = {"ess_frac_seq": kong_ess(log_p) / n, "ess_frac_gspo": kong_ess(log_g) / n}
     ppo = (log_r < np.log(PPO_RANGE[0])) | (log_r > np.log(PPO_RANGE[1]))
     gspo = (log_g < np.log(GSPO_RANGE[0])) | (log_g > np.log(GSPO_RANGE[1]))
     row = {

@@ -40,6 +40,7 @@ __all__ = [
     "autocorrelation",
     "bucket_variances",
     "fit_log_ratios",
+    "kong_ess",
     "length_buckets",
     "log_sample_var",
 ]
@@ -267,8 +268,19 @@ def _checked(point: float, lo: float, hi: float) -> tuple[float, float, float, b
     return point, lo, hi, False
 
 
-def _kong_ess(log_w: np.ndarray) -> float:
-    r"""Kong's effective sample size :math:`(\sum w)^2 / \sum w^2` of weights given in log space."""
+def kong_ess(log_w: np.ndarray) -> float:
+    r"""Kong's effective sample size :math:`(\sum w)^2 / \sum w^2` of weights given in log space.
+
+    Parameters
+    ----------
+    log_w : numpy.ndarray
+        Log weights, finite.
+
+    Returns
+    -------
+    float
+        Between 1 and ``log_w.size``.
+    """
     w = np.exp(log_w - np.max(log_w))
     return float(w.sum() ** 2 / np.sum(w * w))
 
@@ -329,7 +341,7 @@ def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng, groups=None) -> dict:
         "gspo_clip_frac": float(w.clipped_gspo[sel].mean()),
         "ppo_clip_frac": float(w.n_token_clipped[sel].sum() / T.sum()),
         "mean_G": float(np.exp(log_G).mean()),
-        "ess_P": _kong_ess(log_P),
+        "ess_P": kong_ess(log_P),
     }
     row |= _gspo_clip_interval(w.clipped_gspo[sel].astype(np.float64), groups, n_boot, level, rng)
     if sel.size < 2:  # no sample variance: every variance column is NaN
