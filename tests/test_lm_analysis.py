@@ -8,11 +8,15 @@ import pytest
 
 from variance_lab.lm.analysis import (
     EDGES,
+    RATIOS,
     STALE_CORRECTIONS,
     fit_lag_law,
+    kept_mass_table,
     length_profile,
     mismatch_by_probability,
+    ratio_batch,
     read_run,
+    read_token_field,
     staleness_table,
     update_scale,
     variance_shares,
@@ -188,3 +192,76 @@ def test_read_run_returns_the_sequence_fields(tmp_path):
     assert batch.has_rollout
     table = staleness_table(batch, frame["policy_lag"].to_numpy())
     assert table["n_sequences"].tolist() == [2, 2, 2]
+
+
+def test_ratio_batch_gives_each_ratio_and_keeps_the_prompts():
+    """The total and mismatch batches' log-ratios are the parts of the original's; prompts stay."""
+    batch = _batch(np.random.default_rng(8), n=40, mismatch=0.02)
+    assert ratio_batch(batch, "update") is batch
+    total, mis = ratio_batch(batch, "total"), ratio_batch(batch, "mismatch")
+    np.testing.assert_array_equal(total.log_ratio, batch.logp - batch.rollout_logp)
+    np.testing.assert_array_equal(mis.log_ratio, batch.old_logp - batch.rollout_logp)
+    np.testing.assert_allclose(total.log_ratio, mis.log_ratio + batch.log_ratio, atol=1e-15)
+    for b in (total, mis):
+        np.testing.assert_array_equal(b.prompt_id, batch.prompt_id)
+        np.testing.assert_array_equal(b.lengths, batch.lengths)
+        assert not b.has_rollout
+    assert RATIOS == ("update", "mismatch", "total")
+
+
+def test_ratio_batch_names_bad_input():
+    """An unknown ratio, or a mismatch without rollout_logp, is named."""
+    batch = _batch(np.random.default_rng(9), n=20)
+    with pytest.raises(ValueError, match="'sum'"):
+        ratio_batch(batch, "sum")
+    with pytest.raises(ValueError, match="'mismatch' needs rollout_logp"):
+        ratio_batch(batch, "mismatch")
+
+
+def _top_p_batch(rng, n=200):
+    """Draw a top-p sampler's batch: log mu = log pi - log S, S < 1 on about a third of the tokens."""
+    lengths = rng.integers(1, 257, size=n)
+    total = int(lengths.sum())
+    old = np.log(rng.beta(2.0, 1.0, size=total).clip(1e-6, 1.0))
+    log_s = np.where(rng.random(total) < 0.3, np.log(rng.uniform(0.8, 1.0, size=total)), 0.0)
+    new = np.minimum(old + 0.01 * rng.standard_normal(total), 0.0)
+    prompt = np.repeat(np.arange(n // 4), 4)
+    rollout = np.minimum(old - log_s, 0.0)
+    batch = TokenBatch.from_flat(new, old, lengths, prompt_id=prompt, rollout_logp=rollout)
+    return batch, log_s, old - rollout
+
+
+def test_kept_mass_table_finds_the_mismatch_equal_to_the_log_kept_mass():
+    """m_t = log S_t where mu = pi / S, so the means agree and the counts add up."""
+    batch, log_s, m = _top_p_batch(np.random.default_rng(10))
+    table = kept_mass_table(batch, log_s)
+    whole = table.iloc[0]
+    assert (whole["T_min"], whole["T_max"], whole["n_tokens"]) == (0, 0, batch.n_tokens)
+    assert whole["mean_mismatch"] == pytest.approx(m.mean(), rel=1e-12)
+    # rollout = min(old - log S, 0) differs from old - log S only where that exceeds 0
+    exact = np.isclose(m, log_s, rtol=0, atol=1e-12)
+    assert whole["max_abs_diff"] == pytest.approx(np.max(np.abs(m - log_s)))
+    assert exact.mean() > 0.9
+    assert whole["share_processed"] == pytest.approx(np.mean(log_s < 0))
+    assert table["n_tokens"].iloc[1:].sum() == batch.n_tokens
+    assert table["n_sequences"].iloc[1:].sum() == len(batch)
+
+
+def test_kept_mass_table_names_bad_input():
+    """The per-token array must match the batch, which must have rollout_logp."""
+    batch, log_s, _ = _top_p_batch(np.random.default_rng(11), n=20)
+    with pytest.raises(ValueError, match="one value per token"):
+        kept_mass_table(batch, log_s[:-1])
+    with pytest.raises(ValueError, match="needs rollout_logp"):
+        kept_mass_table(_batch(np.random.default_rng(12), n=20), log_s)
+
+
+def test_read_token_field_concatenates_and_names_a_missing_field(tmp_path):
+    """A per-token field comes back flat in record order; a record without it is named."""
+    path = tmp_path / "run.jsonl.gz"
+    records = [{"log_kept_mass": [-0.1 * i] * (i + 1)} for i in range(3)]
+    with gzip.open(path, "wt") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+    np.testing.assert_allclose(read_token_field(path, "log_kept_mass"), [0, -0.1, -0.1, -0.2, -0.2, -0.2])
+    with pytest.raises(ValueError, match="record 1 has no field 'entropy'"):
+        read_token_field(path, "entropy")

@@ -4,6 +4,7 @@ Recovery of known parameters within k standard errors, the marginal likelihood a
 quadrature, and predictions against the families' exact theory.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -125,6 +126,18 @@ def test_random_scale_predictions_match_the_family_theory():
         finite = np.isfinite(want)
         np.testing.assert_allclose(pred[stat][finite], want[finite], rtol=1e-6, atol=1e-9)
         assert np.array_equal(np.isinf(pred[stat]), ~finite), stat
+
+
+def test_random_scale_prediction_with_almost_no_spread_is_a_tiny_variance():
+    """theta ~ 1e-20 (f2 rounds to 0): log Var is below -30 or -inf, never NaN, and warns nothing."""
+    batch, _ = random_scale_batch(4, beta=0.0)
+    fit = dataclasses.replace(fit_random_scale(batch, length_dependent=False), theta0=1e-20)
+    T = np.array([1, 10, 100])
+    pred = fit.predict(T, G_RANGE, P_RANGE)
+    for stat in ("var_P", "var_G"):
+        assert not np.any(np.isnan(pred[stat])), stat
+        assert np.all(pred[stat] < -30), (stat, pred[stat])
+    np.testing.assert_allclose(pred["mean_P"], fit.c * T, rtol=1e-9)
 
 
 def test_random_scale_clip_prediction_against_simulation():

@@ -53,11 +53,15 @@ from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE
 __all__ = [
     "EDGES",
     "LARGE",
+    "RATIOS",
     "STALE_CORRECTIONS",
     "fit_lag_law",
+    "kept_mass_table",
     "length_profile",
     "mismatch_by_probability",
+    "ratio_batch",
     "read_run",
+    "read_token_field",
     "staleness_table",
     "update_scale",
     "variance_shares",
@@ -71,6 +75,9 @@ LARGE = 0.01
 #: 2 (verl's ``rollout_is_threshold``), IcePop's [0.5, 5] band, and a sequence mask of the product
 #: ratio outside [0.5, 2].
 STALE_CORRECTIONS = ("tis:2", "icepop:0.5:5", "seq-mask:0.5:2")
+#: The ratios a run's records give: the update :math:`\pi_\theta/\pi_{\text{old}}`, the mismatch
+#: :math:`\pi_{\text{old}}/\mu` and the total :math:`\pi_\theta/\mu` (:func:`ratio_batch`).
+RATIOS = ("update", "mismatch", "total")
 _SEQUENCE_FIELDS = ("id", "prompt_id", "task", "reward", "advantage", "policy_lag", "finished")
 
 
@@ -99,6 +106,127 @@ def read_run(path) -> tuple[TokenBatch, pd.DataFrame, dict]:
     side = sidecar_path(path)
     sidecar = json.loads(side.read_text()) if side.is_file() else {}
     return batch, frame, sidecar
+
+
+def read_token_field(path, field: str) -> np.ndarray:
+    """Return one per-token field of a run's records (e.g. ``log_kept_mass``), flat in record order.
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``.jsonl.gz`` or ``.jsonl`` of records.
+    field : str
+        A list-valued field every record holds.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, the records' lists concatenated (aligned with a batch's flat tokens when each
+        list has the record's length).
+    """
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    parts = []
+    with opener(path, "rt") as fh:
+        for number, line in enumerate((raw for raw in fh if raw.strip()), start=1):
+            record = json.loads(line)
+            if field not in record:
+                raise ValueError(f"{path}: record {number} has no field {field!r}")
+            parts.append(np.asarray(record[field], dtype=float))
+    if not parts:
+        raise ValueError(f"{path}: no records")
+    return np.concatenate(parts)
+
+
+def ratio_batch(batch: TokenBatch, ratio: str = "total") -> TokenBatch:
+    r"""Return a batch whose ``log_ratio`` is one of :data:`RATIOS`, prompts kept.
+
+    So :func:`~variance_lab.rollouts.analysis.analyze` and the length profile can judge the
+    ratio a trainer with a mismatched or stale sampler weighs by,
+    :math:`\log \pi_\theta - \log \mu` (``"total"``), or its mismatch part
+    :math:`\log \pi_{\text{old}} - \log \mu` (``"mismatch"``).
+
+    Parameters
+    ----------
+    batch : TokenBatch
+        With ``rollout_logp`` (:math:`\log \mu`) unless ``ratio="update"``.
+    ratio : {"update", "mismatch", "total"}, optional
+
+    Returns
+    -------
+    TokenBatch
+        ``logp`` and ``old_logp`` are the ratio's numerator and denominator; no ``rollout_logp``.
+    """
+    if ratio not in RATIOS:
+        raise ValueError(f"ratio must be one of {RATIOS}, got {ratio!r}")
+    if ratio == "update":
+        return batch
+    if not batch.has_rollout:
+        raise ValueError(f"ratio {ratio!r} needs rollout_logp (the sampler's log-probs)")
+    top = batch.logp if ratio == "total" else batch.old_logp
+    return TokenBatch.from_flat(
+        top, batch.rollout_logp, batch.lengths, ids=batch.ids, prompt_id=batch.prompt_id
+    )
+
+
+def kept_mass_table(batch: TokenBatch, log_kept_mass, edges=EDGES) -> pd.DataFrame:
+    r"""Tabulate a top-p/top-k sampler's mismatch against the log of its kept mass, per length bucket.
+
+    The sampler draws from :math:`\tilde\pi = \pi / S` on its kept set, so a sampled token's
+    mismatch log-ratio is :math:`m_t = \log \pi_{\text{old}}(y_t) - \log \tilde\pi(y_t) =
+    \log S_t \le 0`: the trainer's ratio :math:`\pi/\tilde\pi` sits below 1 by the kept mass,
+    and :math:`\log(\tilde\pi/\pi) = -\log S_t` (the sign TRL #6789 reports).
+
+    Parameters
+    ----------
+    batch : TokenBatch
+        With ``rollout_logp`` (the processed log-probs).
+    log_kept_mass : array_like of float
+        :math:`\log S_t` per token, flat, aligned with the batch (:func:`read_token_field`).
+    edges : sequence of int, optional
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row for all tokens (``T_min`` = ``T_max`` = 0) and one per non-empty bucket:
+        ``n_sequences``, ``n_tokens``, ``mean_mismatch`` (:math:`\overline{m_t}`),
+        ``mean_neg_log_kept`` (:math:`-\overline{\log S_t}`), ``max_abs_diff``
+        (:math:`\max_t |m_t - \log S_t|`, float32 rounding), ``share_processed`` (tokens with
+        :math:`S_t < 1`), and ``mean_seq_mismatch``, the mean over sequences of
+        :math:`\frac1T \sum_t m_t` (GSPO's log-ratio).
+    """
+    if not batch.has_rollout:
+        raise ValueError("kept_mass_table needs rollout_logp (the sampler's processed log-probs)")
+    log_s = np.asarray(log_kept_mass, dtype=float)
+    if log_s.shape != (batch.n_tokens,):
+        raise ValueError(
+            f"log_kept_mass must hold one value per token ({batch.n_tokens}), got shape {log_s.shape}"
+        )
+    m = batch.mismatch_log_ratio
+    seq_mean = np.add.reduceat(m, batch.offsets[:-1]) / batch.lengths
+    bucket, edges = _buckets(batch, edges)
+    seg = batch.segment
+    selections = [(0, 0, np.ones(len(batch), dtype=bool))]
+    selections += [(int(edges[j]), int(edges[j + 1] - 1), bucket == j) for j in range(len(edges) - 1)]
+    rows = []
+    for lo, hi, sel in selections:
+        if not sel.any():
+            continue
+        tok = sel[seg]
+        rows.append(
+            {
+                "T_min": lo,
+                "T_max": hi,
+                "n_sequences": int(sel.sum()),
+                "n_tokens": int(tok.sum()),
+                "mean_mismatch": float(m[tok].mean()),
+                "mean_neg_log_kept": float(-log_s[tok].mean()),
+                "max_abs_diff": float(np.max(np.abs(m[tok] - log_s[tok]))),
+                "share_processed": float(np.mean(log_s[tok] < 0)),
+                "mean_seq_mismatch": float(seq_mean[sel].mean()),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def _buckets(batch: TokenBatch, edges) -> tuple[np.ndarray, np.ndarray]:

@@ -351,7 +351,7 @@ class RandomScaleFit:
         out = {}
         for name, s in (("P", np.ones_like(T)), ("G", 1.0 / T)):
             c1, c2 = cgf(s), cgf(2 * s)
-            with np.errstate(invalid="ignore", over="ignore"):
+            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # f2 = 0: variance 0
                 f2 = c2 - 2 * c1
                 out[f"mean_{name}"] = c1
                 out[f"var_{name}"] = np.where(np.isinf(c2), np.inf, 2 * c1 + np.log(np.expm1(f2)))
