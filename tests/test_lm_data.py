@@ -5,7 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from variance_lab.lm.analysis import length_profile, read_run
+from variance_lab.lm.analysis import (
+    length_profile,
+    read_run,
+)
 from variance_lab.lm.model import GGUF_SHA256
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "smollm2"
@@ -59,3 +62,32 @@ def test_long_responses_move_less_under_every_loss():
     for aggregation in AGGREGATIONS:
         prof = length_profile(_run(aggregation)[0]).set_index("T_min")
         assert prof.loc[128, "rms"] < 0.2 * prof.loc[1, "rms"]
+
+
+SAMPLERS = ("bf16",)
+
+
+def _mismatch(sampler):
+    return read_run(DATA / f"smollm2_mismatch_{sampler}.jsonl.gz")
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_each_mismatch_file_is_complete_and_records_its_sampler(sampler):
+    """>= 1,000 grouped sequences with the sampler's log-probs; the sidecar names run, sampler, arithmetic."""
+    batch, frame, side = _mismatch(sampler)
+    assert len(batch) >= 1000
+    assert batch.has_rollout
+    assert batch.has_groups
+    assert frame.groupby("prompt_id").size().eq(4).all()
+    assert (side["run"], side["sampler"]) == ("mismatch", sampler)
+    assert side["sampler_arithmetic"] == "native"
+    assert side["model"]["sha256"] == GGUF_SHA256
+    assert frame["length"].min() < 16
+    assert frame["length"].max() > 200
+    assert np.abs(batch.mismatch_log_ratio).max() > 0
+
+
+def test_the_bf16_sampler_mismatch_is_larger_than_the_update():
+    """bf16 rounding moves the sampled tokens' log-probs more than one step of lr 1e-6 does."""
+    batch, _, _ = _mismatch("bf16")
+    assert batch.mismatch_log_ratio.std() > batch.log_ratio.std()
