@@ -5,10 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from variance_lab.lm.analysis import (
-    length_profile,
-    read_run,
-)
+from variance_lab.lm.analysis import length_profile, read_run, staleness_table
 from variance_lab.lm.model import GGUF_SHA256
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "smollm2"
@@ -91,3 +88,14 @@ def test_the_bf16_sampler_mismatch_is_larger_than_the_update():
     """bf16 rounding moves the sampled tokens' log-probs more than one step of lr 1e-6 does."""
     batch, _, _ = _mismatch("bf16")
     assert batch.mismatch_log_ratio.std() > batch.log_ratio.std()
+
+
+def test_the_stale_file_has_four_lags_and_staleness_grows():
+    """256 sequences per lag 0..3; Var of log pi_theta/pi_behaviour is larger at lag 3 than at 0."""
+    batch, frame, side = read_run(DATA / "smollm2_stale_gspo.jsonl.gz")
+    assert side["run"] == "stale"
+    assert frame.groupby("policy_lag").size().to_dict() == {0: 256, 1: 256, 2: 256, 3: 256}
+    assert batch.has_rollout
+    assert batch.has_groups
+    table = staleness_table(batch, frame["policy_lag"].to_numpy()).set_index("lag")
+    assert table.loc[3, "var_token"] > table.loc[0, "var_token"]
