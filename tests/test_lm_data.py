@@ -5,7 +5,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from variance_lab.lm.analysis import length_profile, read_run, staleness_table
+from variance_lab.lm.analysis import (
+    kept_mass_table,
+    length_profile,
+    read_run,
+    read_token_field,
+    staleness_table,
+)
 from variance_lab.lm.model import GGUF_SHA256
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "smollm2"
@@ -61,7 +67,7 @@ def test_long_responses_move_less_under_every_loss():
         assert prof.loc[128, "rms"] < 0.2 * prof.loc[1, "rms"]
 
 
-SAMPLERS = ("bf16",)
+SAMPLERS = ("bf16", "top-p")
 
 
 def _mismatch(sampler):
@@ -82,6 +88,18 @@ def test_each_mismatch_file_is_complete_and_records_its_sampler(sampler):
     assert frame["length"].min() < 16
     assert frame["length"].max() > 200
     assert np.abs(batch.mismatch_log_ratio).max() > 0
+
+
+def test_the_top_p_mismatch_is_the_log_of_the_kept_mass():
+    """old_logp - rollout_logp = log S per token (up to float32 and 7 digits); the mean is below 0."""
+    path = DATA / "smollm2_mismatch_top-p.jsonl.gz"
+    batch, _, _ = read_run(path)
+    table = kept_mass_table(batch, read_token_field(path, "log_kept_mass")).set_index("T_min")
+    assert table.loc[0, "max_abs_diff"] < 1e-4
+    assert table.loc[0, "mean_mismatch"] < 0
+    # the mean differs from -mean log S by at most the largest per-token difference
+    gap = abs(table.loc[0, "mean_mismatch"] + table.loc[0, "mean_neg_log_kept"])
+    assert gap <= table.loc[0, "max_abs_diff"]
 
 
 def test_the_bf16_sampler_mismatch_is_larger_than_the_update():
