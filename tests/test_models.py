@@ -129,7 +129,7 @@ def test_random_scale_predictions_match_the_family_theory():
 
 
 def test_random_scale_prediction_with_almost_no_spread_is_a_tiny_variance():
-    """theta ~ 1e-20 (f2 rounds to 0): log Var is below -30 or -inf, never NaN, and warns nothing."""
+    """A theta of 1e-20 (f2 rounds to 0) gives log Var below -30 or -inf, never NaN, and no warning."""
     batch, _ = random_scale_batch(4, beta=0.0)
     fit = dataclasses.replace(fit_random_scale(batch, length_dependent=False), theta0=1e-20)
     T = np.array([1, 10, 100])
