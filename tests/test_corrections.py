@@ -674,3 +674,19 @@ def test_numerical_theory_against_the_engines_monte_carlo(name):
         assert abs(m.mc_frac_modified - p) <= 4 * math.sqrt(p * (1 - p) / units) + 1e-12, (t.correction, t.T)
         checked += 1
     assert checked >= 10
+
+
+def test_a_fitted_mixture_never_predicts_a_fraction_above_one():
+    """The 3-component mixture fitted to the shipped top-p mismatch gave 1 + 1.8e-13 at T = 256."""
+    comps = (
+        "0.18521669987535691:-0.020196271188371667:0.00021368435122550277,"
+        "0.54840479860973868:-0.14469519261739247:0.0053908253240576689,"
+        "0.26637850151490511:-0.42466492189976196:0.039717592724359499"
+    )
+    components = [tuple(float(x) for x in part.split(":")) for part in comps.split(",")]
+    fam = get_family("lognormal-mixture", components=components)
+    th = co.theory(fam, [20, 50, 100, 256], ["seq-mask:0.5:2", "seq-tis:2"])
+    assert (th["frac_modified"] <= 1.0).all()
+    assert (th["frac_seq_any"] <= 1.0).all()
+    mask = th[(th["correction"] == "seq-mask:0.5:2") & (th["T"] == 256)]
+    assert mask["frac_modified"].iloc[0] == pytest.approx(1.0, abs=1e-12)

@@ -231,8 +231,13 @@ def _row(c: Correction, family: Family, T: int) -> dict:
 
 
 def _row_from_logs(c: Correction, T: int, logs, frac_seq_any: float, method: str) -> dict:
-    """Build a :func:`theory` row from (log E[w], log E[w^2], log frac_modified, log E[base])."""
+    """Build a :func:`theory` row from (log E[w], log E[w^2], log frac_modified, log E[base]).
+
+    Fractions are probabilities: a log above 0 (a mixture's weights summing to 1 + 1e-16 give
+    1 + 2e-13) is rounding and is read as 0.
+    """
     l1, l2, lf, lbase = logs
+    lf, frac_seq_any = min(lf, 0.0), min(frac_seq_any, 1.0)
     mean_w, mean_base = math.exp(l1) if l1 < 709 else _INF, math.exp(lbase) if lbase < 709 else _INF
     if l1 == -_INF:
         var_w, log10_var, ess = 0.0, -_INF, math.nan
