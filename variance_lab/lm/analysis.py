@@ -81,6 +81,13 @@ RATIOS = ("update", "mismatch", "total")
 _SEQUENCE_FIELDS = ("id", "prompt_id", "task", "reward", "advantage", "policy_lag", "finished")
 
 
+def _records(path: Path) -> list[dict]:
+    """Return the records of a ``.jsonl`` or ``.jsonl.gz`` file, blank lines skipped."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
 def read_run(path) -> tuple[TokenBatch, pd.DataFrame, dict]:
     """Load a run: its batch, one row per sequence of the record fields, and its sidecar.
 
@@ -98,9 +105,7 @@ def read_run(path) -> tuple[TokenBatch, pd.DataFrame, dict]:
     """
     path = Path(path)
     batch = load_batch(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as fh:
-        records = [json.loads(line) for line in fh if line.strip()]
+    records = _records(path)
     frame = pd.DataFrame([{k: r[k] for k in _SEQUENCE_FIELDS if k in r} for r in records])
     frame["length"] = batch.lengths
     side = sidecar_path(path)
@@ -125,17 +130,13 @@ def read_token_field(path, field: str) -> np.ndarray:
         list has the record's length).
     """
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    parts = []
-    with opener(path, "rt") as fh:
-        for number, line in enumerate((raw for raw in fh if raw.strip()), start=1):
-            record = json.loads(line)
-            if field not in record:
-                raise ValueError(f"{path}: record {number} has no field {field!r}")
-            parts.append(np.asarray(record[field], dtype=float))
-    if not parts:
+    records = _records(path)
+    if not records:
         raise ValueError(f"{path}: no records")
-    return np.concatenate(parts)
+    for number, record in enumerate(records, start=1):
+        if field not in record:
+            raise ValueError(f"{path}: record {number} has no field {field!r}")
+    return np.concatenate([np.asarray(record[field], dtype=float) for record in records])
 
 
 def ratio_batch(batch: TokenBatch, ratio: str = "total") -> TokenBatch:
