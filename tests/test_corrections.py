@@ -581,6 +581,33 @@ def test_evaluate_frac_modified_intervals():
     assert again.equals(df)
 
 
+@pytest.mark.parametrize("grouped", [False, True])
+def test_no_modified_token_gets_wilsons_interval_not_zero_width(grouped):
+    """No token modified: [0, z^2/(n + z^2)] with n the prompts (or sequences), as Wilson's at k = 0.
+
+    A small true rate that the sample happened not to hit (here 1e-5 per token, 0.074 expected
+    events) lies inside it; the bootstrap's [0, 0] excluded every positive rate. The other
+    intervals do not move (the bootstrap still draws).
+    """
+    rng = np.random.default_rng(21)
+    lengths = rng.integers(5, 40, size=300)
+    off = np.concatenate([[0], np.cumsum(lengths)])
+    log_r = rng.normal(0.0, 0.05, size=off[-1])
+    groups = np.repeat(np.arange(75), 4) if grouped else None
+    df = co.evaluate(log_r, off, "icepop:0.5:2,gmpo:0.5", seed=4, groups=groups)
+    n = 75 if grouped else 300
+    z = stats.norm.ppf(0.975)
+    ref = stats.binomtest(0, n).proportion_ci(0.95, method="wilson")
+    for row in df.itertuples():
+        assert row.frac_modified == 0.0
+        assert row.frac_modified_lo == 0.0
+        assert row.frac_modified_hi == pytest.approx(z * z / (n + z * z), rel=1e-9)
+        assert row.frac_modified_hi == pytest.approx(ref.high, rel=1e-9)
+        assert row.frac_modified_lo <= 1e-5 <= row.frac_modified_hi
+    # the mean weight's interval comes from the same draws as before the rule: it is not [w, w]
+    assert (df.mean_w_hi > df.mean_w_lo).all()
+
+
 def test_evaluate_prediction_of_a_fitted_lognormal():
     """On lognormal data the fitted lognormal's modified fractions lie inside the observed intervals."""
     rng = np.random.default_rng(12)

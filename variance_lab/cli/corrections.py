@@ -122,7 +122,8 @@ def _data(args, cs) -> tuple:
     if groups is None:
         how = (
             "Wilson's score interval for sequence-level corrections, a bootstrap over sequences "
-            f"({corrections.N_BOOT:,} replicates, seed 0) for token-level ones and GMPO; the file has no "
+            f"({corrections.N_BOOT:,} replicates, seed 0) for token-level ones and GMPO (where no token "
+            "is modified, Wilson's [0, z^2 / (n + z^2)] with n the bucket's sequences); the file has no "
             "prompt_id, so sequences are taken as independent"
         )
         n_identical = batch.n_identical()
@@ -136,7 +137,8 @@ def _data(args, cs) -> tuple:
             f"a bootstrap over prompts ({int(groups.max()) + 1:,} prompts, "
             f"{corrections.N_BOOT:,} replicates, seed 0; a prompt's responses resampled together): "
             "Wilson's score interval at the effective size n / design effect for sequence-level "
-            "corrections, percentiles for token-level ones and GMPO"
+            "corrections, percentiles for token-level ones and GMPO; where no token is modified, "
+            "Wilson's [0, z^2 / (n + z^2)] with n the bucket's prompts"
         )
     notes = [
         "T: the bucket's median sequence length (the bucket's range of lengths is in the next column). "

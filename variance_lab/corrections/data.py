@@ -118,7 +118,9 @@ def evaluate(
         a ``ci`` interval of the modified fraction: for a sequence-level correction Wilson's
         score interval (without ``groups``) or Wilson's at the effective size ``n / design
         effect`` from a bootstrap over prompts; a percentile bootstrap over sequences (or
-        prompts; tokens of one sequence kept together) for a token-level one and GMPO.
+        prompts; tokens of one sequence kept together) for a token-level one and GMPO, except
+        that a bucket with no modified token gets Wilson's ``[0, z^2 / (n + z^2)]``, ``n`` its
+        prompts (sequences without ``groups``), not the bootstrap's ``[0, 0]``.
     """
     log_r, off = _rollout_arrays(log_r, offsets)
     cs = parse_list(corrections)
@@ -293,6 +295,23 @@ def _boot_ratio(num: np.ndarray, den: np.ndarray, rng, ci: float, groups=None) -
     return float(lo), float(hi)
 
 
+def _frac_interval(nmod: np.ndarray, tokens: np.ndarray, rng, ci: float, groups=None) -> tuple[float, float]:
+    """Interval of a token-level modified fraction ``sum(nmod) / sum(tokens)``.
+
+    The percentile bootstrap of :func:`_boot_ratio`, except when no token was modified: every
+    resample is then 0, and ``[0, 0]`` would claim a fraction known to be exactly 0. The
+    interval is then Wilson's at no events with one unit per prompt (per sequence without
+    ``groups``), ``[0, z^2 / (n + z^2)]``, the convention of the clustered proportions
+    (:func:`variance_lab.stats.cluster_ratio`). The bootstrap still runs, so the random streams
+    of the other intervals do not depend on it.
+    """
+    lo, hi = _boot_ratio(nmod, tokens, rng, ci, groups)
+    if np.any(nmod):
+        return lo, hi
+    n = nmod.size if groups is None else np.unique(groups).size
+    return tuple(float(e) for e in wilson_interval(0.0, n, ci))
+
+
 def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> dict:
     L = lengths[sel]
     seq_idx = np.flatnonzero(sel)
@@ -314,7 +333,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> di
             w = np.exp(np.add.reduceat(zt, off[:-1])[sel] / L)
             nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
             frac, any_ = float(nmod.sum() / L.sum()), float((nmod > 0).mean())
-            frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci, g)
+            frac_ci = _frac_interval(nmod, L.astype(float), rng, ci, g)
         mean_ci = _boot_ratio(w, np.ones(w.size), rng, ci, g)
         base = np.exp(log_p[sel] / L) if c.base == "G" else np.exp(log_p[sel])
         n = w.size
@@ -335,7 +354,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> di
         se = math.sqrt(float(np.sum(resid * resid))) / ntok if L.size > 1 else math.nan
         ess = mean * mean / float(np.mean(wt[tok] ** 2)) if np.any(wt[tok] > 0) else math.nan
         frac, any_ = float(nmod.sum() / ntok), float((nmod > 0).mean())
-        frac_ci = _boot_ratio(nmod, L.astype(float), rng, ci, g)
+        frac_ci = _frac_interval(nmod, L.astype(float), rng, ci, g)
         mean_ci = _boot_ratio(ws, L.astype(float), rng, ci, g)
         base_mean = float(np.exp(log_r[tok]).mean())
         n = L.size
