@@ -13,6 +13,7 @@ from variance_lab.lm.analysis import (
     fit_lag_law,
     kept_mass_table,
     length_profile,
+    mismatch_by_entropy,
     mismatch_by_probability,
     ratio_batch,
     read_run,
@@ -116,6 +117,42 @@ def test_mismatch_by_probability_partitions_the_tokens():
     assert table["n_tokens"].sum() == batch.n_tokens
     np.testing.assert_allclose(table["share_sq"].sum(), 1.0, rtol=1e-12)
     np.testing.assert_allclose(table["share_tokens"].sum(), 1.0, rtol=1e-12)
+
+
+def test_mismatch_by_entropy_recovers_a_mismatch_that_grows_with_entropy():
+    """m_t = 0.01 H_t z_t: per bin, the mean of m^2 is 1e-4 mean(H^2) within 4 standard errors."""
+    rng = np.random.default_rng(8)
+    batch = _batch(rng, mismatch=0.0)
+    h = rng.uniform(0.0, 8.0, size=batch.n_tokens)
+    m = 0.01 * h * rng.standard_normal(batch.n_tokens)
+    old = batch.old_logp - 1.0  # |m| would need 12 sd to push rollout_logp above 0
+    batch = TokenBatch.from_flat(batch.logp - 1.0, old, batch.lengths, rollout_logp=old - m)
+    table = mismatch_by_entropy(batch, h)
+    assert table["n_tokens"].sum() == batch.n_tokens
+    np.testing.assert_allclose(table["share_sq"].sum(), 1.0, rtol=1e-12)
+    assert list(table["h_lo"]) == [0.0, 0.5, 1.0, 2.0, 4.0, 6.0]
+    for row in table.itertuples():
+        sel = (h >= row.h_lo) & (h < row.h_hi)
+        # given H, m^2 has mean 1e-4 H^2 and variance 2e-8 H^4
+        expected = 1e-4 * np.mean(h[sel] ** 2)
+        se = np.sqrt(2e-8 * np.sum(h[sel] ** 4)) / sel.sum()
+        assert abs(row.rms**2 - expected) < 4.0 * se
+    assert np.all(np.diff(table["rms"]) > 0)
+
+
+def test_mismatch_by_entropy_names_bad_input():
+    """The entropy must match the tokens and be finite and >= 0; bins start at 0."""
+    batch = _batch(np.random.default_rng(9), n=20, mismatch=0.01)
+    h = np.ones(batch.n_tokens)
+    with pytest.raises(ValueError, match="entropy has shape"):
+        mismatch_by_entropy(batch, h[:-1])
+    with pytest.raises(ValueError, match=r"finite and >= 0, got -1\.0"):
+        mismatch_by_entropy(batch, np.r_[h[:-1], -1.0])
+    with pytest.raises(ValueError, match="edges from 0"):
+        mismatch_by_entropy(batch, h, bins=(0.5, 1.0))
+    plain = TokenBatch.from_flat(batch.logp, batch.old_logp, batch.lengths)
+    with pytest.raises(ValueError, match="needs rollout_logp"):
+        mismatch_by_entropy(plain, h)
 
 
 def test_staleness_grows_with_the_lag_and_the_law_fits_it():

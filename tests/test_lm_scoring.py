@@ -43,6 +43,24 @@ def test_token_log_probs_sum_to_the_sequence_log_prob(tiny, temperature):
         np.testing.assert_allclose(lp.sum(), _reference(model, p, r, temperature), rtol=1e-6)
 
 
+def test_entropy_matches_scipy_on_the_full_logits(tiny):
+    """H_t from score(entropy=True) is scipy's entropy of the softmax of the full model's logits."""
+    from scipy.stats import entropy
+
+    model, _, prompts, responses = tiny
+    lp, h = score(model, prompts, responses, batch_size=2, entropy=True)
+    plain = score(model, prompts, responses, batch_size=2)
+    for lpi, hi, pi, p, r in zip(lp, h, plain, prompts, responses, strict=True):
+        np.testing.assert_array_equal(lpi, pi)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p + r])).logits[0].double().numpy()
+        rows = logits[len(p) - 1 : len(p) + len(r) - 1]
+        probs = np.exp(rows - rows.max(-1, keepdims=True))
+        expected = entropy(probs / probs.sum(-1, keepdims=True), axis=-1)
+        np.testing.assert_allclose(hi, expected, rtol=1e-5)
+        assert np.all((hi > 0) & (hi <= np.log(logits.shape[-1]) + 1e-9))
+
+
 def test_batching_does_not_change_scores(tiny):
     """Batching does not change scores."""
     model, _, prompts, responses = tiny

@@ -1,4 +1,4 @@
-"""The ``variance-lab experiment`` subcommands: ``run`` (train and collect) and ``figure``.
+"""The ``variance-lab experiment`` subcommands: ``run`` (train and collect), ``entropy`` and ``figure``.
 
 Registered by :mod:`variance_lab.cli`. Nothing here imports PyTorch or ``transformers`` at
 import time: ``run`` imports them when called and, without them, stops with a one-line error
@@ -8,6 +8,8 @@ naming the extra to install (exit status 2); ``figure`` needs no PyTorch.
 (:mod:`variance_lab.experiment`); ``run --model smollm2 --run onpolicy|mismatch|stale``
 runs the pretrained model's experiment (:mod:`variance_lab.lm.runs`); ``--model tiny`` runs the
 same code on a tiny random Llama (:mod:`variance_lab.lm.tiny`), in seconds, to check an install.
+``entropy`` adds the old policy's per-token entropy to a language-model run made before the
+runs recorded it (:func:`variance_lab.lm.recover.add_entropy`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from pathlib import Path
 
 from variance_lab._validate import parse_integer
-from variance_lab.cli._common import PROG, CLIError, int_arg
+from variance_lab.cli._common import PROG, CLIError, float_arg, int_arg
 
 __all__ = [
     "LM_HINT",
@@ -293,6 +295,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_entropy(args: argparse.Namespace) -> int:
+    import json
+
+    from variance_lab.experiment.files import sidecar_path
+
+    path = Path(args.data)
+    if not path.is_file():
+        raise CLIError(f"{str(path)!r}: no such file")
+    side = sidecar_path(path)
+    if not side.is_file():
+        raise CLIError(f"{str(path)!r} has no sidecar {side.name!r}")
+    model = json.loads(side.read_text()).get("model", {}).get("name", "")
+    tiny = model.startswith("tiny")
+    _require_lm("tiny" if tiny else "smollm2")
+    import tempfile
+
+    from variance_lab.lm.recover import add_entropy
+
+    with tempfile.TemporaryDirectory(prefix="variance-lab-tiny-") as tmp:
+        loaded = _loaded_tiny(tmp) if tiny else None
+        new = add_entropy(path, loaded=loaded, tol=args.tol, say=None if args.quiet else _say)
+    r = new["entropy_recovery"]
+    done, total = r["encoded"] + r["searched"], r["encoded"] + r["searched"] + r["not found"]
+    print(
+        f"added entropy to {done} of {total} sequences of {path} ({r['encoded']} re-encoded, "
+        f"{r['searched']} searched, {r['not found']} not found; largest log-prob difference "
+        f"{r['max_abs_logp_diff']:.2g}) in {r['wall_time_s']:.1f} s"
+    )
+    return 0
+
+
 def _cmd_figure(args: argparse.Namespace) -> int:
     from variance_lab.experiment.figure import save_experiment_figure
 
@@ -380,6 +413,29 @@ def _add_run(sub) -> None:
     p.set_defaults(func=_cmd_run)
 
 
+def _add_entropy(sub) -> None:
+    p = sub.add_parser(
+        "entropy",
+        help="add the old policy's per-token entropy to a language-model run (needs the lm extra)",
+        description="Recover the sampled token ids of each record of a smollm2 (or tiny) run from its "
+        "text and old_logp, check that scoring them reproduces old_logp, and add 'entropy': the entropy "
+        "(nats) of the old policy's next-token distribution at every response position. The data file and "
+        "its sidecar are rewritten atomically, every other field unchanged; the sidecar's entropy_recovery "
+        "counts the sequences re-encoded, searched and not found.",
+    )
+    p.add_argument("data", help="a .jsonl.gz run with its .json sidecar")
+    p.add_argument(
+        "--tol",
+        type=float_arg,
+        default=1e-4,
+        help="the largest difference from old_logp taken as equal (default 1e-4)",
+    )
+    p.add_argument(
+        "--quiet", "--no-progress", action="store_true", help="no progress lines on standard error"
+    )
+    p.set_defaults(func=_cmd_entropy)
+
+
 def _add_figure(sub) -> None:
     from variance_lab.experiment.names import DEFAULT_DATA, FIGURE_NAME  # figure loads matplotlib
 
@@ -410,4 +466,5 @@ def add_command(sub) -> None:
     inner = p.add_subparsers(dest="experiment_command", metavar="SUBCOMMAND", parser_class=type(p))
     inner.required = True
     _add_run(inner)
+    _add_entropy(inner)
     _add_figure(inner)

@@ -58,8 +58,10 @@ __all__ = [
     "fit_lag_law",
     "kept_mass_table",
     "length_profile",
+    "mismatch_by_entropy",
     "mismatch_by_probability",
     "ratio_batch",
+    "read_records",
     "read_run",
     "read_token_field",
     "staleness_table",
@@ -81,8 +83,18 @@ RATIOS = ("update", "mismatch", "total")
 _SEQUENCE_FIELDS = ("id", "prompt_id", "task", "reward", "advantage", "policy_lag", "finished")
 
 
-def _records(path: Path) -> list[dict]:
-    """Return the records of a ``.jsonl`` or ``.jsonl.gz`` file, blank lines skipped."""
+def read_records(path) -> list[dict]:
+    """Return the records of a ``.jsonl`` or ``.jsonl.gz`` file, blank lines skipped.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    list of dict
+    """
+    path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as fh:
         return [json.loads(line) for line in fh if line.strip()]
@@ -105,7 +117,7 @@ def read_run(path) -> tuple[TokenBatch, pd.DataFrame, dict]:
     """
     path = Path(path)
     batch = load_batch(path)
-    records = _records(path)
+    records = read_records(path)
     frame = pd.DataFrame([{k: r[k] for k in _SEQUENCE_FIELDS if k in r} for r in records])
     frame["length"] = batch.lengths
     side = sidecar_path(path)
@@ -130,7 +142,7 @@ def read_token_field(path, field: str) -> np.ndarray:
         list has the record's length).
     """
     path = Path(path)
-    records = _records(path)
+    records = read_records(path)
     if not records:
         raise ValueError(f"{path}: no records")
     for number, record in enumerate(records, start=1):
@@ -372,8 +384,47 @@ def mismatch_by_probability(batch: TokenBatch, bins=(0.0, 0.1, 0.5, 0.9, 0.99, 1
     bins = np.asarray(bins, dtype=float)
     if bins.ndim != 1 or bins.size < 2 or np.any(np.diff(bins) <= 0) or bins[0] < 0 or bins[-1] > 1:
         raise ValueError(f"bins must be increasing edges in [0, 1], at least two, got {bins.tolist()!r}")
-    m, mu = batch.mismatch_log_ratio, np.exp(batch.rollout_logp)
-    k = np.clip(np.searchsorted(bins, mu, side="right") - 1, 0, bins.size - 2)
+    table = _binned(batch.mismatch_log_ratio, np.exp(batch.rollout_logp), bins)
+    return table.rename(columns={"lo": "p_lo", "hi": "p_hi"})
+
+
+def mismatch_by_entropy(batch: TokenBatch, entropy, bins=(0.0, 0.5, 1.0, 2.0, 4.0, 6.0, np.inf)) -> pd.DataFrame:
+    r"""Where the mismatch :math:`m_t = \log \pi_{\text{old}} - \log \mu` sits, by the old policy's entropy.
+
+    Parameters
+    ----------
+    batch : TokenBatch
+        With ``rollout_logp``.
+    entropy : array_like
+        :math:`H_t \ge 0` (nats) of :math:`\pi_{\text{old}}(\cdot \mid x, y_{<t})`, one per token of
+        ``batch`` in its flat order (a run's ``entropy`` field, :func:`read_token_field`).
+    bins : sequence of float, optional
+        Increasing edges from 0; a token with :math:`H_t` in ``[bins[k], bins[k+1])`` (the last
+        bin closed) falls in bin ``k``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Per bin: ``h_lo``, ``h_hi``, ``n_tokens``, ``share_tokens``, ``mean``, ``rms`` of
+        :math:`m_t`, and ``share_sq``, the bin's share of :math:`\sum_t m_t^2`.
+    """
+    if not batch.has_rollout:
+        raise ValueError("mismatch_by_entropy needs rollout_logp (the sampler's log-probs)")
+    h = np.asarray(entropy, dtype=float)
+    if h.shape != batch.logp.shape:
+        raise ValueError(f"entropy has shape {h.shape}, the batch has {batch.logp.shape[0]} tokens")
+    if not np.all(np.isfinite(h) & (h >= 0)):
+        bad = float(h[~(np.isfinite(h) & (h >= 0))][0])
+        raise ValueError(f"entropy must be finite and >= 0, got {bad!r}")
+    bins = np.asarray(bins, dtype=float)
+    if bins.ndim != 1 or bins.size < 2 or np.any(np.diff(bins) <= 0) or bins[0] != 0:
+        raise ValueError(f"bins must be increasing edges from 0, at least two, got {bins.tolist()!r}")
+    return _binned(batch.mismatch_log_ratio, h, bins).rename(columns={"lo": "h_lo", "hi": "h_hi"})
+
+
+def _binned(m: np.ndarray, x: np.ndarray, bins: np.ndarray) -> pd.DataFrame:
+    r"""Mean, RMS and share of :math:`\sum m^2` of ``m`` in the bins of ``x`` (last bin closed)."""
+    k = np.clip(np.searchsorted(bins, x, side="right") - 1, 0, bins.size - 2)
     total = float(np.sum(m * m))
     rows = []
     for j in range(bins.size - 1):
@@ -381,8 +432,8 @@ def mismatch_by_probability(batch: TokenBatch, bins=(0.0, 0.1, 0.5, 0.9, 0.99, 1
         mj = m[sel]
         rows.append(
             {
-                "p_lo": float(bins[j]),
-                "p_hi": float(bins[j + 1]),
+                "lo": float(bins[j]),
+                "hi": float(bins[j + 1]),
                 "n_tokens": int(sel.sum()),
                 "share_tokens": float(sel.mean()),
                 "mean": float(mj.mean()) if sel.any() else float("nan"),

@@ -26,7 +26,8 @@ batch under the updated policy (``logp``): the ratios a trainer sees on its seco
   ``old_logp - rollout_logp`` is the staleness and ``logp - old_logp`` the update.
 
 :func:`run` writes the records (``id``, ``prompt_id``, ``logp``, ``old_logp`` and, where
-they apply, ``rollout_logp``, ``policy_lag``, ``reward``, ``advantage``) in the toolkit's JSONL
+they apply, ``rollout_logp``, ``policy_lag``, ``reward``, ``advantage``; and ``entropy``, the
+old policy's next-token entropy at each position) in the toolkit's JSONL
 format with a sidecar (:func:`~variance_lab.experiment.files.sidecar_path`) recording the
 settings, seed, model file and its SHA-256, versions, machine and wall time.
 """
@@ -325,7 +326,7 @@ def _draw(
     return _Batch(rows, ids, samples, tokenizer, pid, settings.match, lag)
 
 
-def _score(model, batch: _Batch, settings, tokenizer, progress=None):
+def _score(model, batch: _Batch, settings, tokenizer, progress=None, entropy=False):
     return score(
         model,
         batch.ids,
@@ -334,6 +335,7 @@ def _score(model, batch: _Batch, settings, tokenizer, progress=None):
         temperature=settings.temperature,
         pad_id=tokenizer.pad_token_id,
         progress=progress,
+        entropy=entropy,
     )
 
 
@@ -358,7 +360,7 @@ def _round(values, digits: int) -> list[float]:
     return [float(f"{v:.{digits}g}") for v in values]
 
 
-def _records(batch: _Batch, old, new, settings: LMSettings) -> list[dict]:
+def _records(batch: _Batch, old, new, entropy, settings: LMSettings) -> list[dict]:
     k, d = settings.group_size, settings.digits
     records = []
     for i, p in enumerate(batch.prompts):
@@ -374,6 +376,7 @@ def _records(batch: _Batch, old, new, settings: LMSettings) -> list[dict]:
             "response": batch.texts[i],
             "logp": _round(new[i], d),
             "old_logp": _round(old[i], d),
+            "entropy": _round(entropy[i], d),
         }
         if batch.rollout_logp is not None:
             rec["rollout_logp"] = _round(batch.rollout_logp[i], d)
@@ -405,8 +408,8 @@ def _ticker(say, what: str, every: float = 30.0):
 class _Rollouts:
     """What the three aggregations of one run share: the data batch, the first minibatch, the trainer."""
 
-    def __init__(self, batch, old, train, train_old, trainer, arithmetic, seconds):
-        self.batch, self.old, self.train, self.train_old = batch, old, train, train_old
+    def __init__(self, batch, old, entropy, train, train_old, trainer, arithmetic, seconds):
+        self.batch, self.old, self.entropy, self.train, self.train_old = batch, old, entropy, train, train_old
         self.trainer, self.arithmetic, self.seconds = trainer, arithmetic, seconds
 
 
@@ -446,9 +449,11 @@ def _rollouts(model, tokenizer, settings: LMSettings, say) -> _Rollouts:
         f"{_signal(train)} of {settings.train_prompts} of its groups have a nonzero advantage"
         + ("" if _signal(train) else " (the update changes nothing: logp equals old_logp)")
     )
-    old = _score(trainer, batch, settings, tokenizer, _ticker(say, "scoring the data batch (old policy)"))
+    tick = _ticker(say, "scoring the data batch (old policy)")
+    old, entropy = _score(trainer, batch, settings, tokenizer, tick, entropy=True)
     train_old = _score(trainer, train, settings, tokenizer)
-    return _Rollouts(batch, old, train, train_old, trainer, arithmetic, time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    return _Rollouts(batch, old, entropy, train, train_old, trainer, arithmetic, seconds)
 
 
 def _signal(batch: _Batch) -> int:
@@ -512,7 +517,7 @@ def collect_records(
         "data_groups_with_advantage": [_signal(batch), len(np.unique(batch.prompt_ids))],
         "rollouts_shared": reused,
     }
-    return _records(batch, shared.old, new, settings), facts
+    return _records(batch, shared.old, new, shared.entropy, settings), facts
 
 
 def _stale(model, tokenizer, settings, ss, rng, say):
@@ -541,6 +546,8 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
         f"minibatch of {settings.train_prompts} prompts x {settings.group_size} drawn the same way "
         "(this batch is the second minibatch)",
         "old_logp": "the trainer before the step",
+        "entropy": "the entropy (nats) of the trainer's next-token distribution before the step, "
+        "at each response position",
         "prompt_id": "the prompt; a group of group_size responses shares it",
         "reward": f"{settings.match} match (1/0)",
         "advantage": "group-normalised reward used in the step",

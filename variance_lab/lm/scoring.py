@@ -16,6 +16,15 @@ within memory. The log-softmax runs in float64 (``softmax_dtype``) on the networ
 logits, so that log-ratios of tokens with probability near 1 (log-prob near :math:`-10^{-6}`)
 are not lost to float32 rounding; a 16-bit sampler's own log-probs use float32, as
 inference engines do.
+
+With ``entropy=True`` each position also gives the entropy of the model's next-token
+distribution, in nats,
+
+.. math::
+
+    H_t = -\sum_{v=1}^{V} \pi(v \mid x, y_{<t}) \log \pi(v \mid x, y_{<t}),
+
+computed from the same float64 log-softmax.
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ def response_log_probs(
     temperature: float = 1.0,
     softmax_dtype: torch.dtype = torch.float64,
     pad_id: int = 0,
-) -> list[torch.Tensor]:
+    entropy: bool = False,
+) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
     r"""Log-probs of each response token given the prompt and the response before it, one minibatch.
 
     Differentiable when gradients are enabled (the trainer's loss uses it).
@@ -54,11 +64,14 @@ def response_log_probs(
         The dtype of the log-softmax.
     pad_id : int, optional
         Filler after short sequences (never read).
+    entropy : bool, optional
+        Also return :math:`H_t` at every response position.
 
     Returns
     -------
-    list of torch.Tensor
-        One 1-D tensor of length ``len(responses[i])`` per sequence.
+    list of torch.Tensor, or (list of torch.Tensor, list of torch.Tensor)
+        One 1-D tensor of length ``len(responses[i])`` per sequence; with ``entropy``, the
+        log-probs and the entropies.
     """
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
@@ -83,8 +96,13 @@ def response_log_probs(
     logits = head(hidden[rows, cols]).to(softmax_dtype)
     if temperature != 1.0:
         logits = logits / temperature
-    lp = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return list(lp.split([len(r) for r in responses]))
+    full = logits.log_softmax(-1)
+    lp = full.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    sizes = [len(r) for r in responses]
+    if not entropy:
+        return list(lp.split(sizes))
+    h = -(full.exp() * full).sum(-1)
+    return list(lp.split(sizes)), list(h.split(sizes))
 
 
 def score(
@@ -97,7 +115,8 @@ def score(
     softmax_dtype: torch.dtype = torch.float64,
     pad_id: int = 0,
     progress=None,
-) -> list[np.ndarray]:
+    entropy: bool = False,
+) -> list[np.ndarray] | tuple[list[np.ndarray], list[np.ndarray]]:
     """Teacher-forced log-probs of every response, in minibatches of similar lengths, without gradients.
 
     Parameters
@@ -111,11 +130,14 @@ def score(
     pad_id : int, optional
     progress : callable, optional
         Called with ``(sequences done, sequences)`` after each minibatch.
+    entropy : bool, optional
+        Also return the entropy :math:`H_t` (nats, >= 0) of every response position (see the module).
 
     Returns
     -------
-    list of numpy.ndarray
-        float64 log-probs, one array per response; each entry <= 0.
+    list of numpy.ndarray, or (list of numpy.ndarray, list of numpy.ndarray)
+        float64 log-probs, one array per response, each entry <= 0; with ``entropy``, the
+        log-probs and the entropies.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -124,6 +146,7 @@ def score(
     # minibatches of similar lengths pad less; the results go back in the callers' order
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(responses[i]))
     out: list[np.ndarray | None] = [None] * len(prompts)
+    ent: list[np.ndarray | None] = [None] * len(prompts)
     with torch.no_grad():
         for lo in range(0, len(order), batch_size):
             rows = order[lo : lo + batch_size]
@@ -134,9 +157,12 @@ def score(
                 temperature=temperature,
                 softmax_dtype=softmax_dtype,
                 pad_id=pad_id,
+                entropy=entropy,
             )
-            for i, p in zip(rows, parts, strict=True):
+            parts, h = parts if entropy else (parts, [None] * len(rows))
+            for i, p, hi in zip(rows, parts, h, strict=True):
                 out[i] = np.minimum(p.double().numpy(), 0.0)
+                ent[i] = None if hi is None else np.maximum(hi.double().numpy(), 0.0)
             if progress is not None:
                 progress(min(lo + batch_size, len(order)), len(order))
-    return out
+    return (out, ent) if entropy else out
