@@ -8,6 +8,7 @@ import pytest
 from variance_lab.lm.analysis import (
     kept_mass_table,
     length_profile,
+    mismatch_by_entropy,
     read_run,
     read_token_field,
     staleness_table,
@@ -67,7 +68,7 @@ def test_long_responses_move_less_under_every_loss():
         assert prof.loc[128, "rms"] < 0.2 * prof.loc[1, "rms"]
 
 
-SAMPLERS = ("bf16", "top-p")
+SAMPLERS = ("bf16", "fp16", "top-p")
 
 
 def _mismatch(sampler):
@@ -106,6 +107,33 @@ def test_the_bf16_sampler_mismatch_is_larger_than_the_update():
     """bf16 rounding moves the sampled tokens' log-probs more than one step of lr 1e-6 does."""
     batch, _, _ = _mismatch("bf16")
     assert batch.mismatch_log_ratio.std() > batch.log_ratio.std()
+
+
+def test_fp16_rounds_finer_than_bf16():
+    """fp16 keeps 10 mantissa bits to bf16's 7 (8 times finer): its mismatch's sd is under half bf16's."""
+    bf16, fp16 = (_mismatch(s)[0].mismatch_log_ratio for s in ("bf16", "fp16"))
+    assert 0 < fp16.std() < 0.5 * bf16.std()
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_each_mismatch_file_has_the_entropy_of_every_token(sampler):
+    """Every sequence's ids were recovered (scores reproduced to 1e-4): an entropy per token in [0, log V]."""
+    path = DATA / f"smollm2_mismatch_{sampler}.jsonl.gz"
+    batch, _, side = read_run(path)
+    recovery = side["entropy_recovery"]
+    assert recovery["not found"] == 0
+    assert recovery["encoded"] + recovery["searched"] == len(batch)
+    assert recovery["max_abs_logp_diff"] <= recovery["tol"] == 1e-4
+    h = read_token_field(path, "entropy")
+    assert h.shape == batch.logp.shape
+    assert np.all((h >= 0) & (h <= np.log(49152)))
+
+
+def test_bf16_mismatch_sits_on_high_entropy_tokens():
+    """Tokens where the trainer's entropy is under 0.5 nat carry a far smaller mismatch than those above 2."""
+    path = DATA / "smollm2_mismatch_bf16.jsonl.gz"
+    table = mismatch_by_entropy(read_run(path)[0], read_token_field(path, "entropy")).set_index("h_lo")
+    assert table.loc[0.0, "rms"] < 0.5 * table.loc[2.0, "rms"]
 
 
 def test_the_stale_file_has_four_lags_and_staleness_grows():
