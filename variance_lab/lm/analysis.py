@@ -388,7 +388,9 @@ def mismatch_by_probability(batch: TokenBatch, bins=(0.0, 0.1, 0.5, 0.9, 0.99, 1
     return table.rename(columns={"lo": "p_lo", "hi": "p_hi"})
 
 
-def mismatch_by_entropy(batch: TokenBatch, entropy, bins=(0.0, 0.5, 1.0, 2.0, 4.0, 6.0, np.inf)) -> pd.DataFrame:
+def mismatch_by_entropy(
+    batch: TokenBatch, entropy, bins=(0.0, 0.5, 1.0, 2.0, 4.0, 6.0, np.inf)
+) -> pd.DataFrame:
     r"""Where the mismatch :math:`m_t = \log \pi_{\text{old}} - \log \mu` sits, by the old policy's entropy.
 
     Parameters

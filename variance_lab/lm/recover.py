@@ -35,8 +35,8 @@ from variance_lab.experiment.collect import write_dataset
 from variance_lab.experiment.files import numbers_sha256, sidecar_path
 from variance_lab.experiment.train import deterministic_torch
 from variance_lab.lm.analysis import read_records
-from variance_lab.lm.runs import SIDECAR_KIND, LMSettings, _end_ids, _streams, _ticker, chat_prompts
-from variance_lab.lm.sampling import _cache_of
+from variance_lab.lm.runs import SIDECAR_KIND, LMSettings, chat_prompts, random_streams, stop_ids, ticker
+from variance_lab.lm.sampling import cache_of
 from variance_lab.lm.scoring import score
 from variance_lab.lm.task import make_prompts, messages
 
@@ -186,7 +186,7 @@ class _Forward:
             keep = 0
         with torch.no_grad():
             out = self.model(input_ids=torch.tensor([seq[keep:]]), use_cache=True, **extra)
-        self.cache, self.seq = _cache_of(out), seq
+        self.cache, self.seq = cache_of(out), seq
         logits = out.logits[0, need - keep :].double() / self.temperature
         return logits.log_softmax(-1).numpy()
 
@@ -268,12 +268,12 @@ def recover(
     if len(prompts) != len(records):
         raise ValueError(f"{len(prompts)} prompts but {len(records)} records")
     say = say or (lambda message: None)
-    ends = _end_ids(tokenizer)
+    ends = stop_ids(tokenizer)
     pad = tokenizer.pad_token_id
     options = {"tol": tol, "batch_size": batch_size, "temperature": temperature, "pad_id": pad}
     n = len(records)
     candidates = [_encoded(tokenizer, r, ends) for r in records]
-    tick = _ticker(say, "scoring the re-encoded responses")
+    tick = ticker(say, "scoring the re-encoded responses")
     found = _check(model, prompts, candidates, records, range(n), **options, progress=tick)
     how = ["encoded" if i in found else "not found" for i in range(n)]
     rest = [i for i in range(n) if i not in found]
@@ -330,7 +330,7 @@ def prompt_list(settings: LMSettings, tokenizer) -> tuple[list, list[list[int]]]
     (list of Prompt, list of list of int)
         The prompts and their ids, one per sequence (each prompt ``group_size`` times).
     """
-    rng = np.random.default_rng(_streams(settings.seed)[0])
+    rng = np.random.default_rng(random_streams(settings.seed)[0])
     sizes = {"max_term": settings.max_term, "max_words": settings.max_words, "max_times": settings.max_times}
     if settings.run == "stale":
         per_lag = settings.n_prompts // (settings.lags + 1)

@@ -63,7 +63,10 @@ __all__ = [
     "chat_prompts",
     "collect_records",
     "default_name",
+    "random_streams",
     "run",
+    "stop_ids",
+    "ticker",
     "update",
 ]
 
@@ -240,7 +243,18 @@ def chat_prompts(tokenizer, conversations: list) -> list[list[int]]:
     return out
 
 
-def _end_ids(tokenizer) -> list[int]:
+def stop_ids(tokenizer) -> list[int]:
+    """Return the token ids that end a response: the end-of-text token and ``<|im_end|>`` where it exists.
+
+    Parameters
+    ----------
+    tokenizer : transformers tokenizer
+
+    Returns
+    -------
+    list of int
+        Sorted.
+    """
     ids = {tokenizer.eos_token_id}
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
@@ -315,7 +329,7 @@ def _draw(
         ids,
         max_new_tokens=settings.max_new_tokens,
         generator=generator,
-        eos_ids=_end_ids(tokenizer),
+        eos_ids=stop_ids(tokenizer),
         pad_id=tokenizer.pad_token_id,
         temperature=settings.temperature,
         top_k=settings.top_k if top else 0,
@@ -388,12 +402,40 @@ def _records(batch: _Batch, old, new, entropy, settings: LMSettings) -> list[dic
     return records
 
 
-def _streams(seed: int) -> list[np.random.SeedSequence]:
+def random_streams(seed: int) -> list[np.random.SeedSequence]:
+    """Return a run's independent random streams, spawned from its seed.
+
+    Stream 0 draws the data batch's prompts, 1 its samples, 2 the stale chain's samples, 3 and 4
+    the first minibatch's prompts and samples.
+
+    Parameters
+    ----------
+    seed : int
+
+    Returns
+    -------
+    list of numpy.random.SeedSequence
+    """
     return np.random.SeedSequence(seed).spawn(_STREAMS)
 
 
-def _ticker(say, what: str, every: float = 30.0):
-    """Return a callback ``(done, total)`` saying ``what: done/total`` every ``every`` s and at the end."""
+def ticker(say, what: str, every: float = 30.0):
+    """Return a callback ``(done, total)`` saying ``what: done/total sequences`` now and then.
+
+    It speaks every ``every`` seconds and at the end.
+
+    Parameters
+    ----------
+    say : callable
+        Takes one message.
+    what : str
+    every : float, optional
+        Seconds between messages.
+
+    Returns
+    -------
+    callable
+    """
     last = [time.perf_counter()]
 
     def tick(done: int, total: int) -> None:
@@ -421,7 +463,7 @@ def _rollout_key(settings: LMSettings) -> tuple:
 
 
 def _rollouts(model, tokenizer, settings: LMSettings, say) -> _Rollouts:
-    ss = _streams(settings.seed)
+    ss = random_streams(settings.seed)
     t0 = time.perf_counter()
     arithmetic = "native"
     if settings.run == "stale":
@@ -435,7 +477,7 @@ def _rollouts(model, tokenizer, settings: LMSettings, say) -> _Rollouts:
     def draw(streams, n_prompts, first_id, what):
         rng, gen = np.random.default_rng(ss[streams[0]]), torch_generator(ss[streams[1]])
         return _draw(
-            sampler, tokenizer, settings, rng, gen, n_prompts, first_id, top=top, progress=_ticker(say, what)
+            sampler, tokenizer, settings, rng, gen, n_prompts, first_id, top=top, progress=ticker(say, what)
         )
 
     if settings.run != "stale":
@@ -449,7 +491,7 @@ def _rollouts(model, tokenizer, settings: LMSettings, say) -> _Rollouts:
         f"{_signal(train)} of {settings.train_prompts} of its groups have a nonzero advantage"
         + ("" if _signal(train) else " (the update changes nothing: logp equals old_logp)")
     )
-    tick = _ticker(say, "scoring the data batch (old policy)")
+    tick = ticker(say, "scoring the data batch (old policy)")
     old, entropy = _score(trainer, batch, settings, tokenizer, tick, entropy=True)
     train_old = _score(trainer, train, settings, tokenizer)
     seconds = time.perf_counter() - t0
@@ -505,7 +547,7 @@ def collect_records(
     new_model = update(
         shared.trainer, train.ids, train.samples.tokens, shared.train_old, train.advantage, settings
     )
-    tick = _ticker(say, f"scoring the data batch after the {settings.aggregation} step")
+    tick = ticker(say, f"scoring the data batch after the {settings.aggregation} step")
     new = _score(new_model, batch, settings, tokenizer, tick)
     timing = {"sample_and_score": shared.seconds}
     timing["update_and_score"] = time.perf_counter() - t1
@@ -528,7 +570,7 @@ def _stale(model, tokenizer, settings, ss, rng, say):
     gen = torch_generator(ss[2])
     for k in range(settings.lags + 1):
         lag = settings.lags - k
-        tick = _ticker(say, f"sampling lag {lag} from policy {k}")
+        tick = ticker(say, f"sampling lag {lag} from policy {k}")
         part = _draw(current, tokenizer, settings, rng, gen, per_lag, lag * per_lag, lag=lag, progress=tick)
         part.rollout_logp = _score(current, part, settings, tokenizer)
         parts.append(part)

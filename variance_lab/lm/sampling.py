@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Samples", "process_logits", "sample"]
+__all__ = ["Samples", "cache_of", "process_logits", "sample"]
 
 
 @dataclass
@@ -164,8 +164,17 @@ def sample(
     return out
 
 
-def _cache_of(result):
-    """Return a forward pass's key-value cache (``cache`` in transformers 5, else ``past_key_values``)."""
+def cache_of(result):
+    """Return a forward pass's key-value cache (``cache`` in transformers 5, else ``past_key_values``).
+
+    Parameters
+    ----------
+    result : transformers model output
+
+    Returns
+    -------
+    transformers cache
+    """
     cache = getattr(result, "cache", None)
     return cache if cache is not None else result.past_key_values
 
@@ -186,7 +195,7 @@ def _sample_batch(model, prompts, max_new_tokens, generator, eos, pad_id, option
     alive = torch.arange(n)  # original row of each batch row
     with torch.no_grad():
         result = model(input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True)
-        cache, last = _cache_of(result), result.logits[:, -1, :]
+        cache, last = cache_of(result), result.logits[:, -1, :]
         cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         position = position[:, -1:]
         for _ in range(max_new_tokens):
@@ -214,7 +223,7 @@ def _sample_batch(model, prompts, max_new_tokens, generator, eos, pad_id, option
                 use_cache=True,
                 **{cache_arg: cache},
             )
-            cache, last = _cache_of(result), result.logits[:, -1, :]
+            cache, last = cache_of(result), result.logits[:, -1, :]
     return Samples(
         tokens,
         [np.minimum(np.array(v, dtype=float), 0.0) for v in logp],
