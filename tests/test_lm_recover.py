@@ -177,6 +177,9 @@ def test_bad_files_are_named_and_left_as_they_were(loaded, tmp_path):
     _write(bare, records)
     with pytest.raises(ValueError, match=r"has no sidecar 'bare\.json'"):
         add_entropy(bare, loaded=loaded[:2])
+    sidecar_path(bare).write_text("{not json")
+    with pytest.raises(ValueError, match=r"cannot read the sidecar .*bare\.json"):
+        add_entropy(bare, loaded=loaded[:2])
     sidecar_path(bare).write_text(json.dumps({"kind": "variance_lab experiment"}))
     with pytest.raises(ValueError, match="not a sidecar of a language-model run"):
         add_entropy(bare, loaded=loaded[:2])

@@ -22,7 +22,6 @@ it.
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from dataclasses import dataclass
@@ -35,8 +34,17 @@ from variance_lab.experiment.collect import write_dataset
 from variance_lab.experiment.files import numbers_sha256, sidecar_path
 from variance_lab.experiment.train import deterministic_torch
 from variance_lab.lm.analysis import read_records
-from variance_lab.lm.runs import SIDECAR_KIND, LMSettings, chat_prompts, random_streams, stop_ids, ticker
-from variance_lab.lm.sampling import cache_of
+from variance_lab.lm.runs import (
+    ENTROPY_FIELD,
+    SIDECAR_KIND,
+    LMSettings,
+    chat_prompts,
+    random_streams,
+    round_digits,
+    stop_ids,
+    ticker,
+)
+from variance_lab.lm.sampling import cache_arg, cache_of
 from variance_lab.lm.scoring import score
 from variance_lab.lm.task import make_prompts, messages
 
@@ -171,7 +179,7 @@ class _Forward:
     def __init__(self, model, prompt, temperature: float = 1.0):
         self.model, self.prompt, self.temperature = model, list(prompt), temperature
         self.cache, self.seq = None, []
-        self.arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.arg = cache_arg(model)
 
     def __call__(self, ids: list[int], start: int) -> np.ndarray:
         seq = self.prompt + list(ids)
@@ -263,8 +271,7 @@ def recover(
     -------
     Recovered
     """
-    if not (tol > 0 and np.isfinite(tol)):
-        raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+    _check_tol(tol)
     if len(prompts) != len(records):
         raise ValueError(f"{len(prompts)} prompts but {len(records)} records")
     say = say or (lambda message: None)
@@ -285,7 +292,7 @@ def recover(
     def encode(text):
         return tokenizer.encode(text, add_special_tokens=False)
 
-    t0 = time.perf_counter()
+    tick = ticker(say, "searching the others")
     for k, i in enumerate(rest, start=1):
         r = records[i]
         candidates[i] = search_tokens(
@@ -298,9 +305,7 @@ def recover(
             end_ids=ends,
             tol=tol,
         )
-        if time.perf_counter() - t0 > 30 or k == len(rest):
-            say(f"searched {k}/{len(rest)} responses")
-            t0 = time.perf_counter()
+        tick(k, len(rest))
     searched = _check(model, prompts, candidates, records, rest, **options)
     for i in searched:
         how[i] = "searched"
@@ -368,13 +373,15 @@ def add_entropy(path, *, loaded=None, tol: float = 1e-4, say=None) -> dict:
     dict
         The new sidecar.
     """
-    if not (tol > 0 and np.isfinite(tol)):
-        raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+    _check_tol(tol)
     path = Path(path)
     side = sidecar_path(path)
     if not side.is_file():
         raise ValueError(f"{str(path)!r} has no sidecar {side.name!r}")
-    sidecar = json.loads(side.read_text())
+    try:
+        sidecar = json.loads(side.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the sidecar {str(side)!r}: {exc}") from None
     if sidecar.get("kind") != SIDECAR_KIND:
         kind = sidecar.get("kind")
         raise ValueError(f"{str(side)!r} is not a sidecar of a language-model run (kind {kind!r})")
@@ -392,16 +399,14 @@ def add_entropy(path, *, loaded=None, tol: float = 1e-4, say=None) -> dict:
         found = recover(
             model, tokenizer, prompts, records, tol=tol, temperature=settings.temperature, say=say
         )
-    digits = settings.digits
     for record, h in zip(records, found.entropy, strict=True):
         record.pop("entropy", None)
         if h is not None:
-            record["entropy"] = [float(f"{v:.{digits}g}") if digits else float(v) for v in h]
+            record["entropy"] = round_digits(h, settings.digits)
     if numbers_sha256(records) != sidecar.get("numbers_sha256", numbers_sha256(records)):
         raise ValueError(f"{str(path)!r}: the ids and log-probs changed while adding entropy (not written)")
     sidecar["fields"]["entropy"] = (
-        "the entropy (nats) of the trainer's next-token distribution before the step, at each "
-        "response position (added later from the recovered token ids: variance_lab.lm.recover)"
+        f"{ENTROPY_FIELD} (added later from the recovered token ids: variance_lab.lm.recover)"
     )
     sidecar["entropy_recovery"] = {
         **found.counts(),
@@ -411,6 +416,11 @@ def add_entropy(path, *, loaded=None, tol: float = 1e-4, say=None) -> dict:
     }
     write_dataset(records, path, sidecar)
     return sidecar
+
+
+def _check_tol(tol) -> None:
+    if not (tol > 0 and np.isfinite(tol)):
+        raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
 
 
 def _check_prompts(rows, records, path) -> None:

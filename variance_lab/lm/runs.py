@@ -54,6 +54,7 @@ from variance_lab.lm.task import MATCHES, MAX_SHOTS, make_prompts, messages, rew
 from variance_lab.rollouts.io import detect_format
 
 __all__ = [
+    "ENTROPY_FIELD",
     "FULL",
     "QUICK",
     "RUNS",
@@ -64,12 +65,17 @@ __all__ = [
     "collect_records",
     "default_name",
     "random_streams",
+    "round_digits",
     "run",
     "stop_ids",
     "ticker",
     "update",
 ]
 
+#: The sidecar's description of the ``entropy`` field.
+ENTROPY_FIELD = (
+    "the entropy (nats) of the trainer's next-token distribution before the step, at each response position"
+)
 #: The ``kind`` of a run's sidecar.
 SIDECAR_KIND = "variance_lab.lm rollouts"
 RUNS = ("onpolicy", "mismatch", "stale")
@@ -368,7 +374,18 @@ def _concat(batches: list[_Batch]) -> _Batch:
     return out
 
 
-def _round(values, digits: int) -> list[float]:
+def round_digits(values, digits: int) -> list[float]:
+    """Return ``values`` as floats rounded to ``digits`` significant digits (0: unrounded), as written.
+
+    Parameters
+    ----------
+    values : iterable of float
+    digits : int
+
+    Returns
+    -------
+    list of float
+    """
     if digits == 0:
         return [float(v) for v in values]
     return [float(f"{v:.{digits}g}") for v in values]
@@ -388,14 +405,14 @@ def _records(batch: _Batch, old, new, entropy, settings: LMSettings) -> list[dic
             "finished": bool(batch.samples.finished[i]),
             "prompt": p.text,
             "response": batch.texts[i],
-            "logp": _round(new[i], d),
-            "old_logp": _round(old[i], d),
-            "entropy": _round(entropy[i], d),
+            "logp": round_digits(new[i], d),
+            "old_logp": round_digits(old[i], d),
+            "entropy": round_digits(entropy[i], d),
         }
         if batch.rollout_logp is not None:
-            rec["rollout_logp"] = _round(batch.rollout_logp[i], d)
+            rec["rollout_logp"] = round_digits(batch.rollout_logp[i], d)
         if settings.run == "mismatch" and settings.sampler == "top-p":
-            rec["log_kept_mass"] = _round(batch.samples.log_kept_mass[i], d)
+            rec["log_kept_mass"] = round_digits(batch.samples.log_kept_mass[i], d)
         if batch.lag is not None:
             rec["policy_lag"] = int(np.asarray(batch.lag)[i] if np.ndim(batch.lag) else batch.lag)
         records.append(rec)
@@ -588,8 +605,7 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
         f"minibatch of {settings.train_prompts} prompts x {settings.group_size} drawn the same way "
         "(this batch is the second minibatch)",
         "old_logp": "the trainer before the step",
-        "entropy": "the entropy (nats) of the trainer's next-token distribution before the step, "
-        "at each response position",
+        "entropy": ENTROPY_FIELD,
         "prompt_id": "the prompt; a group of group_size responses shares it",
         "reward": f"{settings.match} match (1/0)",
         "advantage": "group-normalised reward used in the step",

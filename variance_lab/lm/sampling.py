@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Samples", "cache_of", "process_logits", "sample"]
+__all__ = ["Samples", "cache_arg", "cache_of", "process_logits", "sample"]
 
 
 @dataclass
@@ -179,6 +179,20 @@ def cache_of(result):
     return cache if cache is not None else result.past_key_values
 
 
+def cache_arg(model) -> str:
+    """Return the name of ``model.forward``'s key-value cache argument (``cache`` or ``past_key_values``).
+
+    Parameters
+    ----------
+    model : transformers causal language model
+
+    Returns
+    -------
+    str
+    """
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _sample_batch(model, prompts, max_new_tokens, generator, eos, pad_id, options) -> Samples:
     n = len(prompts)
     width = max(len(p) for p in prompts)
@@ -196,7 +210,7 @@ def _sample_batch(model, prompts, max_new_tokens, generator, eos, pad_id, option
     with torch.no_grad():
         result = model(input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True)
         cache, last = cache_of(result), result.logits[:, -1, :]
-        cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        arg = cache_arg(model)
         position = position[:, -1:]
         for _ in range(max_new_tokens):
             processed, log_kept = process_logits(last.float(), **options)
@@ -221,7 +235,7 @@ def _sample_batch(model, prompts, max_new_tokens, generator, eos, pad_id, option
                 attention_mask=mask,
                 position_ids=position,
                 use_cache=True,
-                **{cache_arg: cache},
+                **{arg: cache},
             )
             cache, last = cache_of(result), result.logits[:, -1, :]
     return Samples(
