@@ -1,0 +1,1 @@
+"""Special functions shared by the theory, the families and the rollout models (one home each)."""
