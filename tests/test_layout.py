@@ -25,6 +25,7 @@ MAX_TOP_LEVEL_MODULES = 8
 #: or below (the design notes' "Rooms, from the ground up"). A new room must be given a floor here.
 FLOORS = {
     "_atomic": 1,
+    "_jsonl": 1,  # JSON Lines input (plain or gzip) shared by every reader
     "_lazy": 1,
     "_validate": 1,
     "schema": 1,
