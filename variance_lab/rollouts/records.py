@@ -286,6 +286,8 @@ def batch_from_records(
     Returns
     -------
     TokenBatch
+        The counted tokens of the good records; with ``on_bad="drop"`` the bad ones are listed
+        in its ``dropped``.
 
     Raises
     ------
