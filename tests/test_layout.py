@@ -25,6 +25,7 @@ MAX_TOP_LEVEL_MODULES = 8
 #: or below (the design notes' "Rooms, from the ground up"). A new room must be given a floor here.
 FLOORS = {
     "_atomic": 1,
+    "_jsonl": 1,  # JSON Lines input (plain or gzip) shared by every reader
     "_lazy": 1,
     "_validate": 1,
     "schema": 1,
@@ -224,3 +225,11 @@ def test_the_checker_sees_a_cycle_and_a_private_import(tmp_path, monkeypatch):
     monkeypatch.setattr(f"{__name__}.GRAPH", {m: _imports(m) for m in _modules()})
     assert _cycles() == [[f"{ROOT}.a", f"{ROOT}.sub.b"]]
     assert GRAPH[f"{ROOT}.a"][1] == [(f"{ROOT}.sub.b", "_hidden")]
+
+
+def test_the_rollouts_table_names_every_module():
+    """The module table in ``rollouts/__init__.py``'s docstring lists each module of the package, once."""
+    doc = importlib.import_module(f"{ROOT}.rollouts").__doc__
+    listed = [line.split()[0].strip("`") for line in doc.splitlines() if line.startswith("``")]
+    modules = sorted(p.stem for p in (PACKAGE / "rollouts").glob("*.py") if p.stem != "__init__")
+    assert sorted(listed) == modules

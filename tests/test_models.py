@@ -1,4 +1,4 @@
-"""Fitted ratio models (rollouts/models.py).
+"""Fitted ratio models (rollouts/mixture.py, random_scale.py, combined.py; models.py names them all).
 
 Recovery of known parameters within k standard errors, the marginal likelihood against
 quadrature, and predictions against the families' exact theory.
@@ -14,16 +14,9 @@ from scipy import integrate, special
 from variance_lab import theory
 from variance_lab.families import get_family
 from variance_lab.rollouts import TokenBatch
-from variance_lab.rollouts.models import (
-    CombinedFit,
-    MixtureFit,
-    _log_integral,
-    fit_combined,
-    fit_mixture,
-    fit_random_scale,
-    normal_outside,
-    random_scale_loglik,
-)
+from variance_lab.rollouts.combined import CombinedFit, fit_combined
+from variance_lab.rollouts.mixture import MixtureFit, fit_mixture, normal_outside
+from variance_lab.rollouts.random_scale import _log_integral, fit_random_scale, random_scale_loglik
 from variance_lab.rollouts.weights import log_clip_range
 
 K_SE = 4.0  # every estimate within 4 standard errors of the truth
@@ -279,7 +272,7 @@ def test_combined_fit_finds_its_own_components():
 
 def test_combined_loglik_against_quadrature():
     """The marginal log-likelihood (adaptive Gauss-Hermite) against scipy quad over z, per sequence."""
-    from variance_lab.rollouts import models
+    from variance_lab.rollouts import combined
 
     batch = comb_batch(9, n=12)
     fit = _comb(-3.0, 0.5, 1.2)
@@ -305,7 +298,7 @@ def test_combined_loglik_against_quadrature():
         want += top + math.log(
             integrate.quad(g, -12, 12, epsabs=0, epsrel=1e-12, limit=200)[0] / math.sqrt(2 * math.pi)
         )
-    got = models._comb_loglik(np.array([-3.0, 0.5, math.log(1.2)]), l0, l1, lp, batch.offsets[:-1])
+    got = combined._comb_loglik(np.array([-3.0, 0.5, math.log(1.2)]), l0, l1, lp, batch.offsets[:-1])
     assert got == pytest.approx(want, abs=1e-3)  # 12 adaptive nodes: within 1e-4 per sequence
 
 
@@ -359,3 +352,13 @@ def test_bad_input(call, match):
     """Bad input to the fits raises ValueError with the expected message."""
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_models_names_every_fitted_model():
+    """rollouts.models, the models' overview, gives each public name of the three model modules."""
+    from variance_lab.rollouts import combined, mixture, models, random_scale
+
+    homes = {name: mod for mod in (mixture, random_scale, combined) for name in mod.__all__}
+    assert set(models.__all__) == set(homes) - {"fit_mixture_bic"}
+    for name in models.__all__:
+        assert getattr(models, name) is getattr(homes[name], name)

@@ -10,6 +10,7 @@ import pytest
 
 from variance_lab.rollouts.io import load_batch
 from variance_lab.rollouts.presets import read_run
+from variance_lab.rollouts.records import NEMO_RL_FIELDS, field_names, parse_record
 
 try:
     import torch
@@ -180,6 +181,68 @@ def test_nemo_rl_reads_advantages_and_token_ids(tmp_path):
     for x, y in zip(a.arrays(), b.arrays(), strict=True):
         np.testing.assert_array_equal(x, y)
     assert a.ids.tolist() == b.ids.tolist() == [0, 1]
+
+
+def _nemo_records():
+    """Return the two NeMo-RL lines of the test above (a batch of one each)."""
+    return [
+        {
+            "idx": i,
+            "prev_logprobs": [[0.0, -0.1 * (i + 1), -0.2]],
+            "generation_logprobs": [[0.0, -0.1, -0.3]],
+            "token_loss_mask": [[0, 1, 1]],
+            "advantages": [[0.0, 1.5 * i, 1.5 * i]],
+            "token_ids": [[7, 8, 9]],
+        }
+        for i in range(2)
+    ]
+
+
+def test_the_one_nemo_rl_parser():
+    """parse_record with NeMo-RL's names reads a line: unwrapped arrays, idx as id and prompt, extras."""
+    names = field_names(NEMO_RL_FIELDS)
+    rec = _nemo_records()[1]
+    parsed = parse_record(rec, 5, names, unwrap=True, extra=("advantages", "token_ids"))
+    assert (parsed.id, parsed.prompt_id, parsed.problem) == (1, 1, None)
+    np.testing.assert_array_equal(parsed.arrays["logp"], [0.0, -0.2, -0.2])
+    np.testing.assert_array_equal(parsed.arrays["old_logp"], parsed.arrays["logp"])
+    np.testing.assert_array_equal(parsed.arrays["rollout_logp"], [0.0, -0.1, -0.3])
+    np.testing.assert_array_equal(parsed.arrays["mask"], [0, 1, 1])
+    np.testing.assert_array_equal(parsed.arrays["advantages"], [0.0, 1.5, 1.5])
+    assert parsed.arrays["token_ids"].tolist() == [7, 8, 9]
+    bad = parse_record({**rec, "prev_logprobs": [-0.4]}, 5, names, unwrap=True)
+    assert bad.problem == "field 'prev_logprobs' must be a list holding one list (a batch of one)"
+    assert parse_record([1], 5, names, unwrap=True) == (5, {}, "record is not a JSON object", None)
+    with pytest.raises(ValueError, match=r"record 5 \(id=1\): inconsistent prompt ids 'idx'=1 and"):
+        parse_record({**rec, "prompt_id": 2}, 5, names, unwrap=True)
+
+
+@pytest.mark.parametrize("drop", ["token_loss_mask", "generation_logprobs"])
+def test_both_nemo_rl_paths_read_an_optional_field_alike(tmp_path, drop):
+    """Both paths share the parser: no mask, every token counts; no vLLM log-probs, no rollout_logp.
+
+    Before the one parser, read_run called a missing ``token_loss_mask`` bad data.
+    """
+    recs = [{k: v for k, v in r.items() if k != drop} for r in _nemo_records()]
+    f = _write_jsonl(tmp_path / "train_data_step1.jsonl", recs)
+    run = read_run(f, "nemo-rl")
+    assert run.problems == {}
+    a, b = run.to_batch(), load_batch(f, preset="nemo-rl")
+    assert a.lengths.tolist() == b.lengths.tolist() == ([3, 3] if drop == "token_loss_mask" else [2, 2])
+    assert (a.rollout_logp is None) == (b.rollout_logp is None) == (drop == "generation_logprobs")
+    for x, y in zip(a.arrays(), b.arrays(), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_both_nemo_rl_paths_name_the_same_problem(tmp_path):
+    """A field that is not a batch of one is the same problem on both paths (read_run adds the line)."""
+    recs = _nemo_records()
+    recs[1]["generation_logprobs"] = [-0.1, -0.3]
+    f = _write_jsonl(tmp_path / "train_data_step1.jsonl", recs)
+    problem = "field 'generation_logprobs' must be a list holding one list (a batch of one)"
+    assert read_run(f, "nemo-rl").problems == {1: f"line 2: {problem}"}
+    dropped = load_batch(f, preset="nemo-rl", on_bad="drop").dropped
+    assert [(d.index, d.reason) for d in dropped] == [(1, problem)]
 
 
 # --------------------------------------------------------------------------------------

@@ -36,13 +36,13 @@ size, the clip fractions and the corrections' modified fractions; a least-square
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from variance_lab._jsonl import read_jsonl
 from variance_lab.corrections.data import evaluate
 from variance_lab.experiment.files import sidecar_path
 from variance_lab.rollouts.batch import TokenBatch
@@ -94,10 +94,7 @@ def read_records(path) -> list[dict]:
     -------
     list of dict
     """
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    return read_jsonl(path)
 
 
 def read_run(path) -> tuple[TokenBatch, pd.DataFrame, dict]:

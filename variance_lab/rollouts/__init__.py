@@ -5,12 +5,19 @@ module             holds
 =================  ====================================================================
 ``batch``          :class:`TokenBatch` and the validation of raw token log-probs
 ``weights``        sequence weights (P, GSPO's s, perplexities, GMPO), clip ranges, exact segment sums
-``io``             JSONL, Parquet and NPZ loaders and savers
+``records``        the one parser of a record's fields: JSONL records, NeMo-RL's batch-of-one lines
 ``presets``        readers of frameworks' run files (prime-rl token exports, slime ``.pt``, NeMo-RL)
+``io``             JSONL, Parquet and NPZ loaders and savers
 ``statistics``     length buckets, bucket variances, the pooled fit, autocorrelation
 ``cgf``            the empirical cumulant generating function
+``split``          the total ratio split into the rollout mismatch and the policy update
+``mixture``        the ``mix`` model: a Gaussian token mixture in log space (EM, BIC); ``normal_outside``
+``random_scale``   the ``hier`` model: a length-dependent random scale (likelihood)
+``combined``       the ``comb`` model: a per-sequence scale of a sparse token mixture
+``models``         the three fitted models' names in one place, and their overview
+``predictions``    per-bucket predictions of the fitted models, clip intervals, the choice of model
+``heldout``        held-out judgment of the models: K-fold by prompt
 ``analysis``       observed per-bucket variances against i.i.d. and corrected predictions
-``models``         fitted ratio models: token mixture (EM, BIC) and length-dependent random scale (likelihood)
 =================  ====================================================================
 
 The names most users need are re-exported here, each imported when first used.

@@ -30,6 +30,7 @@ __all__ = [
     "as_prompt_ids",
     "build_batch",
     "check_on_bad",
+    "prompt_id_problem",
     "segment_offsets",
 ]
 
@@ -168,8 +169,19 @@ def _as_ids(ids, n: int) -> np.ndarray:
     return out
 
 
-def _prompt_problem(value) -> str | None:
-    """Why ``value`` cannot be a prompt id (None when it can: a string or an integer)."""
+def prompt_id_problem(value) -> str | None:
+    """Return why ``value`` cannot be a prompt id, as ``"is null"`` or ``"must be ..."``; None when it can.
+
+    A prompt id is a string or an integer (not a bool): null, a float, a bool or a container is not.
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    str or None
+    """
     if isinstance(value, str):
         return None
     if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
@@ -198,7 +210,7 @@ def as_prompt_ids(prompt_id, n: int) -> np.ndarray:
     if len(values) != n:
         raise ValueError(f"prompt_id must be a 1-D sequence of {n} ids, got {len(values)}")
     for i, v in enumerate(values):
-        problem = _prompt_problem(v)
+        problem = prompt_id_problem(v)
         if problem:
             raise ValueError(f"prompt_id of sequence {i} {problem}")
     if all(isinstance(v, int) for v in values):

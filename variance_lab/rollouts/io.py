@@ -64,15 +64,29 @@ its problem; ``on_bad="drop"`` leaves bad sequences out and lists them in
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 
-from variance_lab.rollouts.batch import TokenBatch, as_prompt_ids, build_batch, check_on_bad, segment_offsets
+from variance_lab._jsonl import iter_jsonl, open_text
+from variance_lab.rollouts.batch import (
+    TokenBatch,
+    build_batch,
+    check_on_bad,
+    prompt_id_problem,
+    segment_offsets,
+)
 from variance_lab.rollouts.presets import RUN_PRESETS, load_run
+from variance_lab.rollouts.records import (
+    FIELDS,
+    NEMO_RL_FIELDS,
+    TOKEN_FIELDS,
+    batch_from_records,
+    field_names,
+    id_array,
+)
 
 __all__ = [
     "FIELDS",
@@ -86,26 +100,10 @@ __all__ = [
 ]
 
 FORMATS = ("jsonl", "parquet", "npz")
-#: Canonical field names; ``fields=`` maps them to a file's own names.
-FIELDS = ("logp", "old_logp", "mask", "id", "rollout_logp", "prompt_id")
-#: Token fields, in the order problems are looked for; ``rollout_logp`` and ``mask`` are optional.
-_TOKEN_FIELDS = ("logp", "old_logp", "mask", "rollout_logp")
 
 #: Field names of frameworks' dumps: preset -> (fields mapping, per-token lists wrapped in a
-#: one-element list).
-PRESETS: dict[str, tuple[dict[str, str], bool]] = {
-    "nemo-rl": (
-        {
-            "logp": "prev_logprobs",
-            "old_logp": "prev_logprobs",
-            "rollout_logp": "generation_logprobs",
-            "mask": "token_loss_mask",
-            "id": "idx",
-            "prompt_id": "idx",
-        },
-        True,
-    ),
-}
+#: one-element list); their records are parsed by :func:`variance_lab.rollouts.records.parse_record`.
+PRESETS: dict[str, tuple[dict[str, str], bool]] = {"nemo-rl": (NEMO_RL_FIELDS, True)}
 #: Every name ``preset=`` takes: the field mappings above, and the framework files that
 #: :mod:`variance_lab.rollouts.presets` reads (prime-rl's token exports, slime's ``.pt`` dumps).
 PRESET_NAMES = tuple(sorted({*PRESETS, *RUN_PRESETS}))
@@ -140,188 +138,11 @@ def detect_format(path, format: str | None = None) -> str:
     raise ValueError(f"{p.name}: cannot tell the format from the extension; pass format= one of {FORMATS}")
 
 
-def _field_names(fields: Mapping[str, str] | None) -> dict[str, str]:
-    names = {f: f for f in FIELDS}
-    for key, value in (fields or {}).items():
-        if key not in names:
-            raise ValueError(f"fields: unknown field {key!r}; the fields are {FIELDS}")
-        names[key] = str(value)
-    return names
-
-
-def _id_array(ids: list) -> np.ndarray:
-    """Ids as int64, str or (mixed) object array."""
-    if all(isinstance(i, int | np.integer) and not isinstance(i, bool) for i in ids):
-        return np.array(ids, dtype=np.int64)
-    if all(isinstance(i, str) for i in ids):
-        return np.array(ids, dtype=str)
-    out = np.empty(len(ids), dtype=object)
-    out[:] = ids
-    return out
-
-
-# --------------------------------------------------------------------------------------
-# records -> batch, with record-level problems (missing, null or non-numeric fields)
-# --------------------------------------------------------------------------------------
-_EMPTY = np.zeros(0)
-
-
-def _record_array(
-    rec: Mapping, key: str, *, required: bool, unwrap: bool = False
-) -> tuple[np.ndarray | None, str | None]:
-    """(1-D float array or None, problem or None) for one field of one record.
-
-    ``unwrap``: the field is a list holding one list (a batch of one, as NeMo-RL writes it).
-    """
-    if rec.get(key) is None:
-        if not required:
-            return None, None
-        return None, (f"missing field {key!r}" if key not in rec else f"field {key!r} is null")
-    value = rec[key]
-    if unwrap:
-        if not isinstance(value, list) or len(value) != 1 or not isinstance(value[0], list):
-            return None, f"field {key!r} must be a list holding one list (a batch of one)"
-        value = value[0]
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None, f"field {key!r} is not a list of numbers"
-    if arr.ndim != 1:
-        return None, f"field {key!r} must be a flat list, got shape {arr.shape}"
-    return arr, None
-
-
-def _record_fields(rec, names: dict[str, str], unwrap: bool = False) -> tuple[dict, str | None]:
-    """Return the arrays of one record (mask, rollout_logp may be None), or the record's first problem."""
-    if not isinstance(rec, Mapping):
-        return {}, "record is not a JSON object"
-    arrays = {}
-    for f in _TOKEN_FIELDS:
-        arrays[f], problem = _record_array(rec, names[f], required=f in ("logp", "old_logp"), unwrap=unwrap)
-        if problem:
-            return {}, problem
-    return arrays, None
-
-
-_ABSENT = object()
-
-
-def _record_prompt(rec, i: int, names: dict[str, str], unwrap: bool):
-    """Return record ``i``'s prompt id (``_ABSENT`` when none); ValueError naming the record when bad.
-
-    ``unwrap``: a one-element list is unwrapped (NeMo-RL's batch of one). When the file names
-    the prompt under a preset's field and also has a ``prompt_id`` field, the two must agree.
-    """
-    if not isinstance(rec, Mapping):
-        return _ABSENT
-    keys = [k for k in dict.fromkeys((names["prompt_id"], "prompt_id")) if k in rec]
-    values = []
-    for key in keys:
-        value = rec[key]
-        if unwrap and isinstance(value, list) and len(value) == 1:
-            value = value[0]
-        problem = _prompt_field_problem(value)
-        if problem:
-            raise ValueError(f"record {i} (id={rec.get(names['id'], i)!r}): field {key!r} {problem}")
-        values.append(value)
-    if len(values) == 2 and values[0] != values[1]:
-        raise ValueError(
-            f"record {i} (id={rec.get(names['id'], i)!r}): inconsistent prompt ids "
-            f"{keys[0]!r}={values[0]!r} and {keys[1]!r}={values[1]!r}"
-        )
-    return values[0] if values else _ABSENT
-
-
-def _prompt_field_problem(value) -> str | None:
-    try:
-        as_prompt_ids([value], 1)
-    except ValueError as exc:
-        return str(exc).removeprefix("prompt_id of sequence 0 ")
-    return None
-
-
-def _prompt_column(prompts: list, label: str = "record") -> list | None:
-    """Return the prompt ids of every record, None when none has one; ValueError when only some have."""
-    have = [p is not _ABSENT for p in prompts]
-    if not any(have):
-        return None
-    if not all(have):
-        i = have.index(False)
-        raise ValueError(f"{label} {i}: no prompt_id, though other {label}s have one (all or none must)")
-    return prompts
-
-
-def _batch_from_records(
-    records: Iterable, names: dict[str, str], on_bad: str, unwrap: bool = False
-) -> TokenBatch:
-    """Build a batch from parsed records; a record with a bad field enters with length 0 and its problem.
-
-    ``rollout_logp`` is optional for the file, but once one record has it, every record must;
-    the same for ``prompt_id``, whose bad values are errors (not bad sequences).
-    """
-    cols: dict[str, list] = {f: [] for f in _TOKEN_FIELDS}
-    ids, known, has_mask, with_rollout, prompts = [], {}, False, [], []
-    for i, rec in enumerate(records):
-        rid = rec.get(names["id"]) if isinstance(rec, Mapping) else None
-        ids.append(i if rid is None else rid)
-        prompts.append(_record_prompt(rec, i, names, unwrap))
-        arrays, problem = _record_fields(rec, names, unwrap)
-        if problem:
-            known[i] = problem
-            arrays = {"logp": _EMPTY, "old_logp": _EMPTY, "mask": None, "rollout_logp": _EMPTY}
-        has_mask |= arrays["mask"] is not None
-        with_rollout.append(arrays["rollout_logp"] is not None)
-        for f in cols:
-            fill = np.ones(arrays["logp"].size) if f == "mask" else _EMPTY
-            cols[f].append(arrays[f] if arrays[f] is not None else fill)
-    if not ids:
-        raise ValueError("no records")
-    has_rollout = any(with_rollout[i] for i in range(len(ids)) if i not in known)
-    if has_rollout:
-        for i in np.flatnonzero(~np.array(with_rollout)).tolist():
-            known.setdefault(i, f"missing field {names['rollout_logp']!r} (other records have it)")
-    lens = {f: np.array([a.size for a in arrs], dtype=np.int64) for f, arrs in cols.items()}
-    for i in known:  # a record with a problem enters with length 0 in every field
-        for f in cols:
-            cols[f][i], lens[f][i] = _EMPTY, 0
-    return build_batch(
-        np.concatenate(cols["logp"]),
-        np.concatenate(cols["old_logp"]),
-        lens["logp"],
-        old_lengths=lens["old_logp"],
-        mask=np.concatenate(cols["mask"]) if has_mask else None,
-        mask_lengths=lens["mask"] if has_mask else None,
-        ids=_id_array(ids),
-        on_bad=on_bad,
-        known=known,
-        rollout_logp=np.concatenate(cols["rollout_logp"]) if has_rollout else None,
-        rollout_lengths=lens["rollout_logp"] if has_rollout else None,
-        prompt_id=_prompt_column(prompts),
-    )
-
-
 # --------------------------------------------------------------------------------------
 # readers
 # --------------------------------------------------------------------------------------
-def _open_text(path: Path, mode: str):
-    if path.name.lower().endswith(".gz"):
-        return gzip.open(path, mode + "t", encoding="utf-8")
-    return open(path, mode, encoding="utf-8")
-
-
-def _jsonl_records(path: Path):
-    with _open_text(path, "r") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path.name}: line {lineno}: invalid JSON ({exc.msg})") from None
-
-
 def _read_jsonl(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
-    return _batch_from_records(_jsonl_records(path), names, on_bad, unwrap)
+    return batch_from_records((rec for _, rec in iter_jsonl(path)), names, on_bad, unwrap=unwrap)
 
 
 def _import_pyarrow():
@@ -374,12 +195,12 @@ def _read_parquet(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
     if names["prompt_id"] in present:
         prompts = table.column(names["prompt_id"]).to_pylist()
         for i, v in enumerate(prompts):
-            problem = _prompt_field_problem(v)
+            problem = prompt_id_problem(v)
             if problem:
                 raise ValueError(
                     f"{path.name}: row {i} (id={ids[i]!r}): column {names['prompt_id']!r} {problem}"
                 )
-    fields = [f for f in _TOKEN_FIELDS if names[f] in present]
+    fields = [f for f in TOKEN_FIELDS if names[f] in present]
     cols = {f: _parquet_list_column(table, names[f]) for f in fields}
     if "mask" in cols:
         cols["mask"] = _null_mask_counts_all(*cols["mask"], cols["logp"][1])
@@ -403,7 +224,7 @@ def _read_parquet(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
         old_lengths=cols["old_logp"][1],
         mask=mask,
         mask_lengths=mask_lens,
-        ids=_id_array(ids),
+        ids=id_array(ids),
         on_bad=on_bad,
         known=known,
         rollout_logp=roll,
@@ -516,7 +337,7 @@ def load_batch(
         fields = {**base, **(fields or {})}
         if unwrap and fmt != "jsonl":
             raise ValueError(f"preset {preset!r} reads JSONL files, not {fmt}")
-    return _READERS[fmt](path, _field_names(fields), on_bad, unwrap)
+    return _READERS[fmt](path, field_names(fields), on_bad, unwrap)
 
 
 # --------------------------------------------------------------------------------------
@@ -552,7 +373,7 @@ def _mask_list(values: list) -> list:
 def _write_jsonl_flat(path: Path, flat, lens, ids, prompts=None) -> None:
     parts = {f: np.split(flat[f], segment_offsets(lens[f])[1:-1]) for f in flat}
     prompts = None if prompts is None else prompts.tolist()
-    with _open_text(path, "w") as fh:
+    with open_text(path, "w") as fh:
         for i, rid in enumerate(ids.tolist()):
             rec = {"id": rid, "logp": parts["logp"][i].tolist(), "old_logp": parts["old_logp"][i].tolist()}
             if prompts is not None:
@@ -652,14 +473,14 @@ def _plain(value):
 
 
 def _write_jsonl_records(path: Path, records: list[dict]) -> None:
-    with _open_text(path, "w") as fh:
+    with open_text(path, "w") as fh:
         for rec in records:
             fh.write(json.dumps({k: _plain(v) for k, v in rec.items()}) + "\n")
 
 
 def _write_parquet_records(path: Path, records: list[dict]) -> None:
     pa, pq = _import_pyarrow()
-    ids = _file_ids(_id_array([rec.get("id", i) for i, rec in enumerate(records)]))
+    ids = _file_ids(id_array([rec.get("id", i) for i, rec in enumerate(records)]))
     columns = {"id": pa.array(ids.tolist())}
     if any("prompt_id" in rec for rec in records):
         columns["prompt_id"] = pa.array([_plain(rec.get("prompt_id")) for rec in records])
@@ -685,10 +506,10 @@ def _write_npz_records(path: Path, records: list[dict], layout: str) -> None:
             cols[f].append(np.asarray(value, dtype=np.float64).ravel())
     flat = {f: np.concatenate(arrs) for f, arrs in cols.items()}
     lens = {f: np.array([a.size for a in arrs], dtype=np.int64) for f, arrs in cols.items()}
-    ids = _id_array([rec.get("id", i) for i, rec in enumerate(records)])
+    ids = id_array([rec.get("id", i) for i, rec in enumerate(records)])
     prompts = None
     if any("prompt_id" in rec for rec in records):
-        prompts = _file_ids(_id_array([rec.get("prompt_id") for rec in records]))
+        prompts = _file_ids(id_array([rec.get("prompt_id") for rec in records]))
     _write_npz_flat(path, flat, lens, ids, layout, prompts)
 
 

@@ -44,6 +44,12 @@ restart (a position not above the one before it); a piece with no token in the l
 (the padding of a packed micro-batch) is left out, as prime-rl's exporter leaves out such
 sequences. Sequence ids are ``"LINE:PIECE"`` (1-based line, 0-based piece).
 
+**NeMo-RL**: each line is parsed by :func:`variance_lab.rollouts.records.parse_record` with
+:data:`~variance_lab.rollouts.records.NEMO_RL_FIELDS`, the parser that
+:func:`~variance_lab.rollouts.io.load_batch` uses for ``preset="nemo-rl"``: a line without
+``token_loss_mask`` counts every token, one without ``generation_logprobs`` has no
+inference-engine log-probs, and ``idx`` is the id and the prompt.
+
 **slime**: the file is loaded with ``torch.load(weights_only=True)``: a file that needs
 arbitrary objects unpickled is refused, as the NPZ reader refuses pickles. Per-token fields
 cover the response only (``response_lengths`` tokens); a sample without ``loss_masks`` counts
@@ -58,7 +64,6 @@ names the file and the sequence id.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import pickle
 from collections.abc import Mapping
@@ -67,7 +72,15 @@ from pathlib import Path
 
 import numpy as np
 
+from variance_lab._jsonl import iter_jsonl
 from variance_lab.rollouts.batch import TokenBatch, build_batch, check_on_bad
+from variance_lab.rollouts.records import (
+    NEMO_RL_FIELDS,
+    ParsedRecord,
+    field_names,
+    parse_record,
+    record_array,
+)
 
 __all__ = ["RUN_PRESETS", "RunRecords", "load_run", "read_run"]
 
@@ -135,6 +148,8 @@ class RunRecords:
         Returns
         -------
         TokenBatch
+            The counted tokens of the good sequences (bad ones listed in its ``dropped`` with
+            ``on_bad="drop"``); ``rollout_logp`` and ``prompt_id`` where the file has them.
 
         Raises
         ------
@@ -175,23 +190,6 @@ class RunRecords:
 # --------------------------------------------------------------------------------------
 # checks shared by the readers: they name the file's fields
 # --------------------------------------------------------------------------------------
-def _floats(value, name: str) -> tuple[np.ndarray | None, str | None]:
-    """(1-D float64 array, None) or (None, problem); ``null`` entries become NaN."""
-    if value is None:
-        return None, f"field {name!r} is null"
-    if hasattr(value, "detach"):  # a torch tensor (slime): no torch import needed here
-        value = value.detach().cpu().double().numpy()
-    elif isinstance(value, list):
-        value = [math.nan if v is None else v for v in value]
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None, f"field {name!r} is not a list of numbers"
-    if arr.ndim != 1:
-        return None, f"field {name!r} must be a flat list, got shape {arr.shape}"
-    return arr, None
-
-
 def _value_problem(x: np.ndarray, mask: np.ndarray, name: str) -> str | None:
     """Describe the first counted token of ``x`` that is not a finite log-prob <= 0 (file field names)."""
     with np.errstate(invalid="ignore"):
@@ -269,26 +267,6 @@ class _Collector:
         )
 
 
-def _json_lines(path: Path):
-    """(line number, parsed object) of each non-blank line; invalid JSON is a ValueError naming the line."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path.name}: line {lineno}: invalid JSON ({exc.msg})") from None
-
-
-def _field(rec: Mapping, name: str, required: bool = True) -> tuple[np.ndarray | None, str | None]:
-    if name not in rec:
-        return None, (f"missing field {name!r}" if required else None)
-    if rec[name] is None and not required:
-        return None, None
-    return _floats(rec[name], name)
-
-
 # --------------------------------------------------------------------------------------
 # prime-rl
 # --------------------------------------------------------------------------------------
@@ -314,7 +292,7 @@ def _prime_line(rec, lineno: int, out: _Collector) -> None:
         )
     arrays = {}
     for name in ("position_ids", "loss_mask", *_PRIME_FLOATS, "token_ids"):
-        arrays[name], problem = _field(rec, name, required=name not in ("advantages", "token_ids"))
+        arrays[name], problem = record_array(rec, name, required=name not in ("advantages", "token_ids"))
         if problem:
             return out.add(rid, f"line {lineno}: {problem}")
     present = {k: v for k, v in arrays.items() if v is not None}
@@ -348,7 +326,7 @@ def _prime_line(rec, lineno: int, out: _Collector) -> None:
 
 def _read_prime_rl(path: Path) -> RunRecords:
     out = _Collector(path, "prime-rl")
-    for lineno, rec in _json_lines(path):
+    for lineno, rec in iter_jsonl(path):
         _prime_line(rec, lineno, out)
     return out.records()
 
@@ -356,52 +334,37 @@ def _read_prime_rl(path: Path) -> RunRecords:
 # --------------------------------------------------------------------------------------
 # NeMo-RL
 # --------------------------------------------------------------------------------------
-def _unwrapped(rec: Mapping, name: str, required: bool = True):
-    """Return a NeMo-RL per-token field (a list holding one list: a batch of one) as (array, problem)."""
-    if rec.get(name) is None:
-        return None, (
-            None
-            if not required
-            else (f"missing field {name!r}" if name not in rec else f"field {name!r} is null")
-        )
-    value = rec[name]
-    if not isinstance(value, list) or len(value) != 1 or not isinstance(value[0], list):
-        return None, f"field {name!r} must be a list holding one list (a batch of one)"
-    return _floats(value[0], name)
-
-
-def _nemo_line(rec, lineno: int, out: _Collector) -> None:
-    if not isinstance(rec, Mapping):
-        return out.add(lineno - 1, f"line {lineno}: not a JSON object")
-    rid = rec.get("idx", len(out.ids))
-    arrays = {}
-    for name in ("prev_logprobs", "generation_logprobs", "token_loss_mask", "advantages", "token_ids"):
-        arrays[name], problem = _unwrapped(rec, name, required=name != "token_ids" and name != "advantages")
-        if problem:
-            return out.add(rid, f"line {lineno}: {problem}")
-    mask = arrays["token_loss_mask"]
+def _nemo_line(parsed: ParsedRecord, lineno: int, out: _Collector) -> None:
+    """Add one NeMo-RL line, parsed by :func:`~variance_lab.rollouts.records.parse_record`, to ``out``."""
+    if parsed.problem:
+        return out.add(parsed.id, f"line {lineno}: {parsed.problem}")
+    arrays = parsed.arrays
+    mask = np.ones(arrays["logp"].size) if arrays["mask"] is None else arrays["mask"]
+    names = {f: NEMO_RL_FIELDS[f] for f in ("logp", "rollout_logp", "mask") if arrays[f] is not None}
     problem = _sequence_problem(
-        {n: arrays[n] for n in ("prev_logprobs", "generation_logprobs", "token_loss_mask")},
+        {name: arrays[f] for f, name in names.items()},
         mask,
-        ("generation_logprobs", "prev_logprobs"),
+        [names[f] for f in ("rollout_logp", "logp") if f in names],
     )
+    token_ids = arrays["token_ids"]
     out.add(
-        rid,
+        parsed.id,
         f"line {lineno}: {problem}" if problem else None,
-        prompt_id=rec.get("idx"),  # GRPO repeats a prompt's entry, idx included, per generation
-        logp=arrays["prev_logprobs"],
-        rollout_logp=arrays["generation_logprobs"],
+        prompt_id=parsed.prompt_id,
+        logp=arrays["logp"],
+        rollout_logp=arrays["rollout_logp"],
         mask=mask,
         advantages=arrays["advantages"],
-        token_ids=None if arrays["token_ids"] is None else arrays["token_ids"].astype(np.int64),
+        token_ids=None if token_ids is None else token_ids.astype(np.int64),
     )
     return None
 
 
 def _read_nemo_rl(path: Path) -> RunRecords:
     out = _Collector(path, "nemo-rl")
-    for lineno, rec in _json_lines(path):
-        _nemo_line(rec, lineno, out)
+    names = field_names(NEMO_RL_FIELDS)
+    for i, (lineno, rec) in enumerate(iter_jsonl(path)):
+        _nemo_line(parse_record(rec, i, names, unwrap=True, extra=("advantages", "token_ids")), lineno, out)
     return out.records()
 
 
@@ -439,7 +402,7 @@ def _slime_sample(sample, index: int, out: _Collector) -> None:
     n = int(n)
     arrays = {}
     for name in ("log_probs", "rollout_log_probs", "loss_masks", "advantages"):
-        arrays[name], problem = _field(sample, name, required=name == "log_probs")
+        arrays[name], problem = record_array(sample, name, required=name == "log_probs")
         if problem:
             return out.add(rid, f"{where}: {problem}")
     mask = arrays["loss_masks"] if arrays["loss_masks"] is not None else np.ones(n)
@@ -456,7 +419,7 @@ def _slime_sample(sample, index: int, out: _Collector) -> None:
     problem = _sequence_problem(
         checked, mask, [f for f in ("rollout_log_probs", "log_probs") if f in checked]
     )
-    tokens, _ = _field(sample, "tokens", required=False)
+    tokens, _ = record_array(sample, "tokens", required=False)
     out.add(
         rid,
         f"{where}: {problem}" if problem else None,

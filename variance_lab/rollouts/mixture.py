@@ -1,0 +1,259 @@
+r"""The ``mix`` model: tokens i.i.d. from a Gaussian mixture in log space, fitted by EM with BIC.
+
+Tokens i.i.d. from a mixture of :math:`K \le 3` Gaussians in log space,
+:math:`y = \log r \sim \sum_j w_j N(m_j, v_j)`: the ``lognormal-mixture`` family. Fitted by EM on
+the pooled log-ratios (:func:`fit_mixture`); :math:`K` is the one with the smallest BIC,
+:math:`-2\log L + (3K - 1)\log N`. Standard errors from the outer product of the per-token
+scores (they treat tokens as independent, so they are too small where tokens within a sequence
+are correlated). :meth:`MixtureFit.predict` gives ln E and ln Var of :math:`P_T` and :math:`G_T`
+(the family's exact theory) and the probabilities that GSPO clips a sequence and that PPO clips a
+token, from :func:`normal_outside`, which the other fitted models use as well.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special
+
+from variance_lab import theory
+from variance_lab.families import LognormalMixture
+from variance_lab.rollouts.batch import TokenBatch
+
+__all__ = ["MixtureFit", "fit_mixture", "fit_mixture_bic", "normal_outside"]
+
+
+def normal_outside(mean, var, log_range) -> np.ndarray:
+    r"""Return :math:`P(N(m, v) \notin (lo, hi))`, elementwise.
+
+    :math:`\Phi((lo - m)/\sqrt v) + \Phi((m - hi)/\sqrt v)`. A point mass where ``var == 0``;
+    NaN where ``var`` or ``mean`` is NaN.
+    """
+    lo, hi = log_range
+    mean, var = np.broadcast_arrays(np.asarray(mean, float), np.asarray(var, float))
+    sd = np.sqrt(var)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = special.ndtr((lo - mean) / sd) + special.ndtr((mean - hi) / sd)
+    point = np.where(np.isnan(mean), np.nan, ((mean < lo) | (mean > hi)).astype(float))
+    return np.where(sd > 0, p, np.where(np.isnan(sd), np.nan, point))
+
+
+# --------------------------------------------------------------------------------------
+# the token mixture
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MixtureFit:
+    r"""A Gaussian mixture fitted to pooled token log-ratios (see the module docstring).
+
+    Attributes
+    ----------
+    weights, means, variances : ndarray
+        :math:`w_j, m_j, v_j`, ordered by variance.
+    se_weights, se_means, se_variances : ndarray
+        Standard errors (outer product of scores).
+    loglik : float
+    bic : dict
+        BIC of each number of components tried.
+    n_tokens : int
+    """
+
+    weights: np.ndarray
+    means: np.ndarray
+    variances: np.ndarray
+    se_weights: np.ndarray
+    se_means: np.ndarray
+    se_variances: np.ndarray
+    loglik: float
+    bic: dict
+    n_tokens: int
+
+    @property
+    def n_components(self) -> int:
+        """Return the number of fitted components."""
+        return int(self.weights.size)
+
+    @property
+    def components(self) -> str:
+        """The ``weight:mean:variance`` text of the fitted components (``--components``)."""
+        return ",".join(
+            f"{w:.17g}:{m:.17g}:{v:.17g}"
+            for w, m, v in zip(self.weights, self.means, self.variances, strict=True)
+        )
+
+    def family(self) -> LognormalMixture:
+        """Return the fitted ``lognormal-mixture`` family."""
+        return LognormalMixture(
+            None, None, components=tuple(zip(self.weights, self.means, self.variances, strict=True))
+        )
+
+    def predict(self, T, gspo_log_range, ppo_log_range) -> dict[str, np.ndarray]:
+        """Ln E / ln Var of P_T and G_T (exact theory of the family) and clip probabilities at ``T``."""
+        T = np.atleast_1d(np.asarray(T, dtype=np.int64))
+        fam = self.family()
+        out = {}
+        for stat in ("mean_P", "var_P", "mean_G", "var_G"):
+            out[stat] = theory.value(stat, fam, T, log10=True) * math.log(10.0)
+        out["gspo_clip"] = np.array([self._gspo_clip(int(t), gspo_log_range) for t in T])
+        out["ppo_clip"] = self.token_clip(T, ppo_log_range)
+        return out
+
+    def token_clip(self, T, log_range) -> np.ndarray:
+        r"""Return :math:`\sum_j w_j P(N(m_j, v_j) \notin` ``log_range``:math:`)`, the same at every ``T``."""
+        p = float(np.sum(self.weights * normal_outside(self.means, self.variances, log_range)))
+        return np.full(np.atleast_1d(np.asarray(T)).shape, p)
+
+    def _gspo_clip(self, T: int, log_range) -> float:
+        r"""Return the clip probability of the mean of :math:`T` tokens.
+
+        :math:`P(\bar y \notin (\log a, \log b))`, exact over the component counts
+        :math:`n \sim \mathrm{Multinomial}(T, w)`, given which
+        :math:`\bar y \sim N(\sum n_j m_j / T, \sum n_j v_j / T^2)`.
+        """
+        w, m, v = self.weights, self.means, self.variances
+        counts = _compositions(T, w.size)
+        logp = special.gammaln(T + 1) + np.sum(counts * np.log(w) - special.gammaln(counts + 1), axis=1)
+        keep = logp > np.max(logp) - 40.0  # drops terms below e^-40 of the largest
+        c, p = counts[keep], np.exp(logp[keep])
+        prob = normal_outside(c @ m / T, c @ v / T**2, log_range)
+        return float(np.sum(p * prob) / np.sum(p))
+
+
+def _compositions(T: int, K: int) -> np.ndarray:
+    """Every (n_1..n_K) of non-negative integers summing to T, as rows."""
+    if K == 1:
+        return np.array([[T]])
+    if K == 2:
+        n = np.arange(T + 1)
+        return np.column_stack([n, T - n])
+    i, j = np.triu_indices(T + 1)
+    return np.column_stack([i, j - i, T - j])
+
+
+def _em(y: np.ndarray, w, m, v, floor: float, max_iter: int = 300, tol: float = 1e-3):
+    """Run EM for a 1-D Gaussian mixture from (w, m, v).
+
+    Until the log-likelihood gains less than ``tol`` (or ``max_iter`` steps); returns
+    (w, m, v, loglik).
+    """
+    ll_old = -math.inf
+    y2 = y[:, None]
+    for _ in range(max_iter):
+        logd = (np.log(w) - 0.5 * np.log(2 * math.pi * v)) - (y2 - m) ** 2 * (0.5 / v)
+        top = logd.max(axis=1, keepdims=True)
+        g = np.exp(logd - top)
+        tot = g.sum(axis=1, keepdims=True)
+        ll = float(np.sum(top) + np.sum(np.log(tot)))
+        g /= tot
+        nk = g.sum(axis=0) + 1e-300
+        w = nk / y.size
+        m = (g * y2).sum(axis=0) / nk
+        v = np.maximum((g * (y2 - m) ** 2).sum(axis=0) / nk, floor)
+        if ll - ll_old <= tol:
+            break
+        ll_old = ll
+    return w, m, v, ll
+
+
+def _mixture_start(y: np.ndarray, K: int, floor: float, variant: int):
+    """Deterministic starting points: components that differ in scale (variant 0) or in location (1)."""
+    med = float(np.median(y))
+    if variant == 0:
+        dev2 = (y - med) ** 2
+        qs = np.linspace(0.3, 0.999, K) if K > 1 else np.array([0.5])
+        v = np.maximum(np.quantile(dev2, qs), floor)
+        return np.full(K, 1.0 / K), np.full(K, med), v
+    qs = (np.arange(K) + 0.5) / K
+    return np.full(K, 1.0 / K), np.quantile(y, qs), np.full(K, max(float(np.var(y)), floor))
+
+
+def _mixture_se(y, w, m, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compute the standard errors of (w, m, v) from the outer product of per-token scores.
+
+    The scores are taken in the well-scaled parameters (w_1..w_{K-1}, m_j / sd_j, log v_j), with
+    w_K = 1 - sum of the rest, and mapped back: se(m_j) = sd_j se(m_j / sd_j), se(v_j) = v_j se(log v_j).
+    """
+    K = w.size
+    sd = np.sqrt(v)
+    logd = np.log(w) - 0.5 * np.log(2 * math.pi * v) - 0.5 * (y[:, None] - m) ** 2 / v
+    g = np.exp(logd - special.logsumexp(logd, axis=1)[:, None])
+    z = (y[:, None] - m) / sd
+    scores = [g[:, j] / w[j] - g[:, -1] / w[-1] for j in range(K - 1)]
+    scores += [g[:, j] * z[:, j] for j in range(K)]
+    scores += [g[:, j] * (z[:, j] ** 2 - 1) / 2 for j in range(K)]
+    S = np.column_stack(scores)
+    cov = np.linalg.inv(S.T @ S)
+    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    se_w = np.zeros(K)
+    if K > 1:
+        ones = np.ones(K - 1)
+        se_w[: K - 1] = se[: K - 1]
+        se_w[-1] = math.sqrt(max(float(ones @ cov[: K - 1, : K - 1] @ ones), 0.0))
+    return se_w, sd * se[K - 1 : 2 * K - 1], v * se[2 * K - 1 :]
+
+
+def fit_mixture(data, *, max_components: int = 3, floor: float | None = None) -> MixtureFit:
+    r"""Fit a Gaussian mixture of 1 to ``max_components`` components to pooled log-ratios by EM.
+
+    Parameters
+    ----------
+    data : TokenBatch or array_like
+        A batch (its pooled :math:`y = \log r`) or the log-ratios themselves.
+    max_components : int
+        1 to 3; the number of components is the one with the smallest BIC
+        :math:`-2\log L + (3K - 1)\log N`.
+    floor : float, optional
+        Smallest component variance (default :math:`10^{-12}` times the pooled variance),
+        against EM collapsing a component onto one value.
+
+    Returns
+    -------
+    MixtureFit
+    """
+    y = np.asarray(data.log_ratio if isinstance(data, TokenBatch) else data, dtype=np.float64).ravel()
+    if not isinstance(max_components, int) or not 1 <= max_components <= 3:
+        raise ValueError(f"max_components must be 1, 2 or 3, got {max_components!r}")
+    if y.size < 10 or not np.all(np.isfinite(y)):
+        raise ValueError(f"fit_mixture needs at least 10 finite log-ratios, got {y.size}")
+    var = float(np.var(y))
+    if var == 0:
+        raise ValueError("fit_mixture: the log-ratios are constant")
+    floor = 1e-12 * var if floor is None else float(floor)
+    return fit_mixture_bic(y, max_components, floor)
+
+
+def fit_mixture_bic(y: np.ndarray, max_components: int, floor: float) -> MixtureFit:
+    """Return the EM fit of 1 to ``max_components`` components with the smallest BIC, with standard errors.
+
+    The kernel of :func:`fit_mixture`, without its checks: any number of components
+    (:func:`~variance_lab.rollouts.combined.fit_combined` asks for up to
+    :data:`~variance_lab.rollouts.combined.COMB_MAX_COMPONENTS`).
+
+    Parameters
+    ----------
+    y : ndarray
+        Finite pooled log-ratios, not all equal.
+    max_components : int
+    floor : float
+        Smallest component variance.
+
+    Returns
+    -------
+    MixtureFit
+    """
+    best, bic = {}, {}
+    for K in range(1, max_components + 1):
+        # converge on every step-th token (deterministic), then polish on all of them
+        step = max(1, y.size // 10_000)
+        fits = [_em(y[::step], *_mixture_start(y, K, floor, variant), floor) for variant in (0, 1)]
+        w, m, v, ll = _em(y, *max(fits, key=lambda f: f[3])[:3], floor, max_iter=3)
+        bic[K] = -2 * ll + (3 * K - 1) * math.log(y.size)
+        best[K] = (w, m, v)
+    K = min(bic, key=bic.get)
+    w, m, v, ll = _em(y, *best[K], floor, max_iter=20)  # polish the chosen one on every token
+    bic[K] = -2 * ll + (3 * K - 1) * math.log(y.size)
+    order = np.argsort(v)
+    w, m, v = w[order], m[order], v[order]
+    se_w, se_m, se_v = _mixture_se(y, w, m, v)
+    return MixtureFit(w, m, v, se_w, se_m, se_v, ll, bic, int(y.size))
