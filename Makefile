@@ -4,6 +4,12 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# PyTorch's CPU wheels (https://pytorch.org/get-started/locally/, "CPU"): without this index pip
+# takes torch from PyPI, whose Linux wheel is the CUDA build (several GB). A torch==2.13.0 that pip
+# finds without any index (already installed, or a local wheel that pip's configuration points
+# at) is used as it is. For the CUDA build: make test TORCH_INDEX=https://pypi.org/simple
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH      := torch==2.13.0
 
 .PHONY: table test test-slow lint format bench clean baselines docs
 
@@ -15,7 +21,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+$(VENV)/.torch: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --no-index '$(TORCH)' 2>/dev/null \
+	  || $(BIN)/python -m pip install --quiet '$(TORCH)' --index-url $(TORCH_INDEX)
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(VENV)/.torch
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(VENV)/.installed $@
 
@@ -46,7 +57,7 @@ format: $(VENV)/.installed-dev
 baselines: $(VENV)/.installed-dev
 	VARIANCE_LAB_UPDATE_BASELINES=1 $(BIN)/python -m pytest -q tests/test_figure_baselines.py
 
-$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-docs: pyproject.toml | $(VENV)/.torch
 	$(BIN)/python -m pip install --quiet -e '.[docs]'
 	touch $(VENV)/.installed $(VENV)/.installed-dev $@
 

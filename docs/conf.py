@@ -40,7 +40,7 @@ extensions = [
     "sphinx.ext.viewcode",
     "numpydoc",
 ]
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints"]
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "guide/_generated"]
 # .rst first: autosummary writes its generated API pages with the first suffix
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
@@ -80,6 +80,20 @@ autodoc_typehints = "none"
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
+
+
+def _write_rooms_table() -> None:
+    """Write the development page's rooms table from the layout test's ``FLOORS`` and ``ROOMS``.
+
+    The layout test is the one place that says which room sits on which floor; the page
+    includes the table written here, so it shows what the test enforces.
+    """
+    spec = importlib.util.spec_from_file_location("layout_rules", ROOT / "tests" / "test_layout.py")
+    layout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layout)
+    target = DOCS / "guide" / "_generated"
+    target.mkdir(exist_ok=True)
+    (target / "rooms.md").write_text(layout.rooms_table())
 
 
 def _copy_notebooks() -> None:
@@ -150,6 +164,7 @@ def _gallery() -> None:
     (DOCS / "gallery.md").write_text("\n".join(lines) + "\n")
 
 
+_write_rooms_table()
 _copy_notebooks()
 _mathjax()
 _gallery()

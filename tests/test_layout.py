@@ -1,7 +1,9 @@
 """The package's layout rules, checked on its source.
 
-No import cycle, no private name taken across modules, few modules at the top, and nothing
-that imports the command line.
+No import cycle, no private name taken across modules, few modules at the top, nothing
+that imports the command line, no module over MAX_LINES lines, and one module defining each
+public name. ``docs/guide/development.md`` shows the rooms table that :func:`rooms_table`
+renders from ``ROOMS`` (``docs/conf.py`` writes it at build time), so the page cannot drift.
 
 Imports are read from the syntax tree, function-level imports included; importing ``a.b.c``
 also runs the ``__init__`` of the subpackage ``a.b``, so that edge counts too (the root
@@ -20,6 +22,14 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "variance_lab"
 ROOT = PACKAGE.name
 MAX_TOP_LEVEL_MODULES = 8
+MAX_LINES = 700
+
+#: Public names that several modules define on purpose. Only the command line's subcommand
+#: protocol: each ``cli/<subcommand>.py`` defines ``add_command`` (its parser) and ``run``.
+SHARED_NAMES = {
+    "add_command": "cli: every subcommand module's parser hook",
+    "run": "cli: every subcommand module's entry point",
+}
 
 #: The floor of each room (a top-level module or package): a room imports only rooms on its floor
 #: or below (the design notes' "Rooms, from the ground up"). A new room must be given a floor here.
@@ -43,6 +53,29 @@ FLOORS = {
     "sweep": 4,
     "paper": 4,
     "cli": 5,
+}
+
+#: What each room holds: the development page's rooms table is rendered from this and FLOORS.
+ROOMS = {
+    "_atomic": "atomic file writes (nothing half-written is ever left)",
+    "_lazy": "lazy re-exports (PEP 562) of `variance_lab`, `rollouts`, `sweep`",
+    "_jsonl": "JSON Lines input, plain or gzip, shared by every reader (a bad line names file and line)",
+    "_validate": "input checks shared by every public function (T grids, n, seeds, paths)",
+    "schema": "the tidy columns shared by theory and Monte Carlo; `json_safe`, the one JSON converter",
+    "families": "ratio families: K(s), log-moments, sampler codes and parameters",
+    "stats": "statistics on arrays: intervals, one bootstrap, tails (GPD, k-hat, ESS), special functions",
+    "report": "tables and figures from tidy frames only",
+    "theory": "exact and approximate moments of P_T and G_T, any T: float64 and mpmath paths, frames, grid",
+    "simulate": "draws, kernels, accumulators, the chunk plan, the `Engine` (threads or Dask), estimates",
+    "corrections": "TIS, masks, Geo-RS, clips: weight transformations, closed forms, Monte Carlo, data",
+    "frameworks": "each framework's conventions and metric names over the shared core; logged metrics",
+    "rollouts": "token log-probs: batch, readers, weights, statistics, models, predictions, analysis",
+    "integrations": "capture helpers for TRL and verl (write the rollouts Parquet format)",
+    "experiment": "the controlled arithmetic experiment (PyTorch, optional)",
+    "lm": "the pretrained-model experiment (SmolLM2-135M; transformers, optional)",
+    "sweep": "sweeps: plan and identities, SQLite store, export, run, grid syntax",
+    "paper": "the figures pipeline, the notebooks' sizes and the figure names",
+    "cli": "the `variance-lab` command line: parses, calls one function, formats, exits",
 }
 
 
@@ -233,3 +266,76 @@ def test_the_rollouts_table_names_every_module():
     listed = [line.split()[0].strip("`") for line in doc.splitlines() if line.startswith("``")]
     modules = sorted(p.stem for p in (PACKAGE / "rollouts").glob("*.py") if p.stem != "__init__")
     assert sorted(listed) == modules
+
+
+def _public_definitions() -> dict[str, list[str]]:
+    """Map each public top-level name (function, class, assigned constant) to the modules defining it."""
+    defined: dict[str, list[str]] = {}
+    for module, (path, _) in sorted(MODULES.items()):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            for name in names:
+                if not name.startswith("_"):
+                    defined.setdefault(name, []).append(module)
+    return defined
+
+
+def test_one_module_defines_each_public_name():
+    """A public name is defined in one module (the others import it), but for ``SHARED_NAMES``."""
+    twice = {
+        name: mods
+        for name, mods in _public_definitions().items()
+        if len(mods) > 1 and not (name in SHARED_NAMES and all(m.startswith(f"{ROOT}.cli.") for m in mods))
+    }
+    assert twice == {}
+
+
+def test_the_checker_sees_a_name_defined_twice(tmp_path, monkeypatch):
+    """The checker itself: a function and a constant defined in two modules are found."""
+    pkg = tmp_path / ROOT
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("LIMIT = 1\n\ndef f():\n    pass\n")
+    (pkg / "b.py").write_text("LIMIT: int = 2\n\nclass f:\n    pass\n\n_private = 3\n")
+    monkeypatch.setattr(
+        f"{__name__}.MODULES", {f"{ROOT}.a": (pkg / "a.py", False), f"{ROOT}.b": (pkg / "b.py", False)}
+    )
+    assert _public_definitions() == {"LIMIT": [f"{ROOT}.a", f"{ROOT}.b"], "f": [f"{ROOT}.a", f"{ROOT}.b"]}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_is_too_long(module):
+    """No module passes MAX_LINES lines: a longer one holds more than one concept."""
+    lines = len(MODULES[module][0].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module}: {lines} lines"
+
+
+def rooms_table() -> str:
+    """Render the rooms table of ``docs/guide/development.md`` from ``FLOORS`` and ``ROOMS``."""
+    rows = ["| floor | room | holds |", "|---|---|---|"]
+    for room in sorted(FLOORS, key=lambda r: (FLOORS[r], r.lstrip("_"))):
+        path = PACKAGE / room
+        shown = f"`{ROOT}/{room}/`" if path.is_dir() else f"`{ROOT}/{room}.py`"
+        rows.append(f"| {FLOORS[room]:g} | {shown} | {ROOMS[room]} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_every_room_is_described():
+    """Each room of FLOORS has a line in ROOMS (the development page's table) and exists."""
+    assert sorted(FLOORS) == sorted(ROOMS)
+    missing = [r for r in FLOORS if not (PACKAGE / r).is_dir() and not (PACKAGE / f"{r}.py").is_file()]
+    assert missing == []
+
+
+def test_the_development_page_includes_the_rooms_table():
+    """The development page includes the generated table rather than a hand-kept copy."""
+    page = (PACKAGE.parent / "docs" / "guide" / "development.md").read_text()
+    assert "_generated/rooms.md" in page
+    assert "| floor | room | holds |" not in page
