@@ -30,6 +30,7 @@ FLOORS = {
     "schema": 1,
     "families": 1,
     "stats": 1,
+    "ratios": 1,  # the shared core for token log-ratios: defaults, the bound rule, weights, advantages
     "report": 1,
     "theory": 2,
     "simulate": 2,
