@@ -53,7 +53,7 @@ def vllm_is_correction(
     ----------
     old_log_probs, rollout_log_probs : array_like, shape (B, T)
     action_mask : array_like, shape (B, T)
-    vllm_is_truncated_threshold : (float, float), default (0.5, 5.0)
+    vllm_is_truncated_threshold : (float, float), default :data:`~variance_lab.ratios.ICEPOP_BAND`
         ``[low, high]``, 0 <= low < high.
     vllm_is_correction_type : {"tis", "icepop", "seq-mask-tis"}
     """

@@ -228,11 +228,11 @@ def sequence_weights(
     batch : TokenBatch
         Validated token log-probs.
     gspo_range : tuple of float
-        GSPO's range of :math:`s`, default :data:`GSPO_RANGE` ``(1 - 3e-4, 1 + 4e-4)``.
+        GSPO's range of :math:`s`, default :data:`~variance_lab.ratios.GSPO_RANGE`.
     ppo_range : tuple of float
-        Token-level PPO range of :math:`r_t`, default :data:`PPO_RANGE` ``(0.8, 1.2)``.
+        Token-level PPO range of :math:`r_t`, default :data:`~variance_lab.ratios.PPO_RANGE`.
     gmpo_range : tuple of float
-        GMPO's token range of :math:`r_t`, default :data:`GMPO_RANGE` ``(e^-0.4, e^0.4)``.
+        GMPO's token range of :math:`r_t`, default :data:`~variance_lab.ratios.GMPO_RANGE`.
 
     Returns
     -------
