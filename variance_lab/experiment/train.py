@@ -313,43 +313,28 @@ def _mask(lengths: list[int], width: int, dtype: torch.dtype) -> torch.Tensor:
     return (torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).to(dtype)
 
 
-#: The arithmetic experiment's group advantages (:func:`variance_lab.ratios.group_advantages`):
-#: the standard deviation with ``ddof=0``, plus :math:`10^{-4}`.
-ADVANTAGE_EPS = 1e-4
-ADVANTAGE_DDOF = 0
+#: This experiment's :func:`variance_lab.ratios.group_advantages`: std with ``ddof=0``, plus 1e-4.
+ADVANTAGE_EPS, ADVANTAGE_DDOF = 1e-4, 0
 
 
 def clipped_surrogate(w: torch.Tensor, adv: torch.Tensor, eps: tuple[float, float]) -> torch.Tensor:
-    r"""Return PPO's clipped surrogate :math:`\min(w A, \operatorname{clip}(w, lo, hi) A)`.
+    r"""Return PPO's surrogate :math:`\min(wA, \operatorname{clip}(w, 1-\varepsilon_l, 1+\varepsilon_h)A)`.
 
-    :math:`(lo, hi) = (1 - \varepsilon_l, 1 + \varepsilon_h)` from ``eps``
-    (:func:`variance_lab.ratios.eps_range`).
-
-    The clip's gradient passes at a bound (``torch.clamp`` keeps :math:`[lo, hi]` closed), so a
-    weight exactly at a bound is not clipped, as :data:`variance_lab.ratios.CLOSED` says.
+    The gradient passes at a bound (``torch.clamp`` is closed): :data:`variance_lab.ratios.CLOSED`.
     """
     lo, hi = eps_range(*eps)
     return torch.minimum(w * adv, w.clamp(lo, hi) * adv)
 
 
 def gspo_surrogate(log_s: torch.Tensor, adv: torch.Tensor, eps=GSPO_EPS) -> torch.Tensor:
-    r"""Return GSPO's per-sequence objective: :func:`clipped_surrogate` of :math:`s = e^{\log s}`.
-
-    The one GSPO objective of both experiments (:func:`gspo_loss`,
-    :func:`variance_lab.lm.losses.aggregated_loss`); ``eps`` defaults to
-    :data:`variance_lab.ratios.GSPO_EPS`.
-    """
+    r"""Return GSPO's objective :func:`clipped_surrogate` of :math:`s = e^{\log s}`, both experiments' one."""
     return clipped_surrogate(log_s.exp(), adv, eps)
 
 
 def gspo_clipped(log_s: torch.Tensor, eps=GSPO_EPS) -> torch.Tensor:
-    r"""Return where :math:`s` lies outside GSPO's band, by the bound rule of the sequence weights.
+    """Return where :math:`s` is outside GSPO's band: :data:`variance_lab.rollouts.weights.CLIP_RULE`'s rule.
 
-    :func:`variance_lab.ratios.compare` with
-    :data:`variance_lab.rollouts.weights.CLIP_RULE`'s convention (a bound is not clipped, log
-    space, the log of the ratio band :math:`(1 - \varepsilon_l, 1 + \varepsilon_h)`), in the
-    tensor's dtype: the indicator
-    :attr:`~variance_lab.rollouts.weights.SequenceWeights.clipped_gspo` gives on the same numbers.
+    Log space, the log of the float64 ratio band, a bound not clipped, in the tensor's dtype.
     """
     return compare(log_s, *log_bounds(*eps_range(*eps)), CLIP_RULE.inclusive)
 
@@ -373,8 +358,7 @@ def gspo_loss(
         1 for a response token, 0 for padding; every row has at least one 1.
     advantages : Tensor, shape ``(B,)``
     clip_low, clip_high : float
-        The range of :math:`s` is :math:`(1 - \varepsilon_l, 1 + \varepsilon_h)`
-        (default :data:`variance_lab.ratios.GSPO_EPS`).
+        The range of :math:`s` is :math:`(1 - \varepsilon_l, 1 + \varepsilon_h)`; ratios' GSPO_EPS.
 
     Returns
     -------
