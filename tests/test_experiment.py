@@ -190,9 +190,13 @@ def test_gspo_clipping_stops_the_gradient(torch_mod):
 def test_group_advantages():
     """Group advantages are standardised rewards per group, zero for a group of equal rewards."""
     pytest.importorskip("torch")
-    from variance_lab.experiment.train import group_advantages
+    from variance_lab.experiment.train import ADVANTAGE_DDOF, ADVANTAGE_EPS
+    from variance_lab.ratios import group_advantages
 
-    adv = group_advantages(np.array([1.0, 0, 0, 1, 1, 1, 1, 1]), 4)
+    assert (ADVANTAGE_EPS, ADVANTAGE_DDOF) == (1e-4, 0)
+    adv = group_advantages(
+        np.array([1.0, 0, 0, 1, 1, 1, 1, 1]), np.arange(8) // 4, eps=ADVANTAGE_EPS, ddof=ADVANTAGE_DDOF
+    )
     np.testing.assert_allclose(adv[:4], [1, -1, -1, 1], rtol=1e-3)
     np.testing.assert_array_equal(adv[4:], 0.0)
 

@@ -41,6 +41,7 @@ FLOORS = {
     "schema": 1,
     "families": 1,
     "stats": 1,
+    "ratios": 1,  # the shared core for token log-ratios: defaults, the bound rule, weights, advantages
     "report": 1,
     "theory": 2,
     "simulate": 2,
@@ -63,6 +64,9 @@ ROOMS = {
     "_validate": "input checks shared by every public function (T grids, n, seeds, paths)",
     "schema": "the tidy columns shared by theory and Monte Carlo; `json_safe`, the one JSON converter",
     "families": "ratio families: K(s), log-moments, sampler codes and parameters",
+    "ratios": "the shared core for token log-ratios: every clip and band default, the one bound rule with "
+    "its convention (inclusive ends, log/linear/value space, float32/float64), segment sums, "
+    "group advantages, the variance split",
     "stats": "statistics on arrays: intervals, one bootstrap, tails (GPD, k-hat, ESS), special functions",
     "report": "tables and figures from tidy frames only",
     "theory": "exact and approximate moments of P_T and G_T, any T: float64 and mpmath paths, frames, grid",

@@ -5,7 +5,13 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="pip install 'variance_lab[experiment]'")
 
-from variance_lab.lm.losses import AGGREGATIONS, aggregated_loss, group_advantages  # noqa: E402
+from variance_lab.lm.losses import (  # noqa: E402
+    ADVANTAGE_DDOF,
+    ADVANTAGE_EPS,
+    AGGREGATIONS,
+    aggregated_loss,
+)
+from variance_lab.ratios import group_advantages  # noqa: E402
 
 OLD = [np.array([-0.5, -1.0, -2.0]), np.array([-0.1, -0.3]), np.array([-1.5])]
 #: New log-probs off the old ones by small amounts (no clip active for the token losses).
@@ -81,10 +87,10 @@ def test_an_active_clip_zeroes_the_gradient():
 
 
 def test_group_advantages():
-    """Group advantages."""
+    """Group advantages (the core's, with the SmolLM2 experiment's eps 1e-6 and ddof 1)."""
     r = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.5, 0.5])
     pid = np.array([0, 0, 0, 0, 1, 1, 2, 2])
-    a = group_advantages(r, pid)
+    a = group_advantages(r, pid, eps=ADVANTAGE_EPS, ddof=ADVANTAGE_DDOF)
     g0 = r[:4]
     np.testing.assert_allclose(a[:4], (g0 - g0.mean()) / (g0.std(ddof=1) + 1e-6))
     np.testing.assert_array_equal(a[4:], 0.0)  # equal rewards: no signal
@@ -100,4 +106,4 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="n_sequences"):
         aggregated_loss("gspo", t, t, [1.0], n_sequences=0, n_tokens=2)
     with pytest.raises(ValueError, match="1-D"):
-        group_advantages([1.0, 2.0], [0])
+        group_advantages([1.0, 2.0], [0], eps=ADVANTAGE_EPS, ddof=ADVANTAGE_DDOF)

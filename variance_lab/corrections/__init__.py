@@ -41,6 +41,11 @@ spec                  level     weight :math:`w` (modified: what counts as trunc
                                 GMPO's sequence weight, log-ratios clipped at 0.4 by default
 ====================  ========  ===========================================================
 
+On data a value exactly at a bound is kept (:data:`BOUND_RULE`, the rule of
+:mod:`variance_lab.ratios.bounds`: closed ends, log space, float64), as the table's
+:math:`1\{LO \le X \le HI\}` says; the defaults (GSPO's widths, GMPO's clip, IcePop's band)
+are :mod:`variance_lab.ratios.defaults`'.
+
 PPO and CISPO have the same weight value; they differ in the gradient: PPO's clipped
 tokens lose their gradient (for the sign of advantage that makes the clip bind), CISPO's
 keep it. ``frac_modified`` counts tokens outside the clip range on both sides, an upper
@@ -132,10 +137,11 @@ from variance_lab.corrections.specs import (
     parse,
     parse_list,
 )
-from variance_lab.corrections.weights import apply_sequence, apply_tokens
+from variance_lab.corrections.weights import BOUND_RULE, apply_sequence, apply_tokens
 
 __all__ = [
     "BOOTSTRAP_COLUMNS",
+    "BOUND_RULE",
     "COLUMNS",
     "DATA_COLUMNS",
     "GMPO_DEFAULT",

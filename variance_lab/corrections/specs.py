@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from variance_lab.ratios import GMPO_EPS, GSPO_EPS, ICEPOP_BAND
+
 __all__ = ["GMPO_DEFAULT", "GSPO_DEFAULT", "ICEPOP_DEFAULT", "KINDS", "Correction", "parse", "parse_list"]
 
 _INF = math.inf
@@ -28,11 +30,11 @@ KINDS = {
     "gmpo": ("token", "G", (0, 1)),
 }
 
-#: GSPO's default clip range of s (Zheng et al. 2025) and GMPO's log-space clip.
-GSPO_DEFAULT = (3e-4, 4e-4)
-GMPO_DEFAULT = 0.4
-#: IcePop's default band of the token ratio, [0.5, 5] (Ring-1T; OpenRLHF's ``vllm_is_truncated_threshold``).
-ICEPOP_DEFAULT = (0.5, 5.0)
+#: The defaults of ``gspo`` (GSPO's clip widths of s), ``gmpo`` (its log-space clip) and ``icepop``
+#: (the band of the token ratio): the public names of :mod:`variance_lab.ratios.defaults`' values.
+GSPO_DEFAULT = GSPO_EPS
+GMPO_DEFAULT = GMPO_EPS
+ICEPOP_DEFAULT = ICEPOP_BAND
 
 
 # --------------------------------------------------------------------------------------
@@ -100,7 +102,9 @@ class Correction:
         r"""Return the weight as pieces ``(a, b, log c, p)``: :math:`w = c X^p` for :math:`a < \log X \le b`.
 
         ``X`` is the base weight (for ``gmpo``: one token's ratio, whose clipped log is
-        averaged). Where no piece covers :math:`\log X`, :math:`w = 0` (masked).
+        averaged). Where no piece covers :math:`\log X`, :math:`w = 0` (masked). The pieces
+        serve the closed forms, where a bound has probability 0; on data the ends follow
+        :data:`variance_lab.corrections.weights.BOUND_RULE` (a value at a bound is kept).
         """
         a, b = self.log_bounds(T)
         if self.kind in ("seq-mask", "geo-rs", "icepop"):

@@ -4,6 +4,10 @@ r"""Weights from log-ratios: each correction applied to measured or simulated va
 token's :math:`\log r`; both return the weights and where they were truncated, clipped or
 masked. Shared by the Monte Carlo (:mod:`variance_lab.corrections.monte_carlo`), the data
 (:mod:`variance_lab.corrections.data`) and the frameworks' mirrors.
+
+A value exactly at a bound is kept (:data:`BOUND_RULE`: :math:`1\{LO \le X \le HI\}`, as the
+specs' table says), compared in log space in float64 with the bounds of
+:meth:`~variance_lab.corrections.specs.Correction.log_bounds` (:mod:`variance_lab.ratios.bounds`).
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import math
 import numpy as np
 
 from variance_lab.corrections.specs import Correction
+from variance_lab.ratios import CLOSED, BoundRule
 
-__all__ = ["apply_sequence", "apply_tokens"]
+__all__ = ["BOUND_RULE", "apply_sequence", "apply_tokens"]
 
-_INF = math.inf
+#: The corrections' convention on data: a value at a bound is kept, log space, float64.
+BOUND_RULE = BoundRule(CLOSED, "log", "float64")
 
 
 def apply_sequence(c: Correction, log_p: np.ndarray, T) -> tuple[np.ndarray, np.ndarray]:
@@ -43,24 +49,22 @@ def apply_sequence(c: Correction, log_p: np.ndarray, T) -> tuple[np.ndarray, np.
     x = log_p / T if c.base == "G" else log_p
     if c.kind == "geo-rs":
         lo, hi = math.log(c.params[0]), math.log(c.params[1])
-        g = log_p / T
-        keep = (g >= lo) & (g <= hi)
-        return np.where(keep, np.exp(np.where(keep, log_p, 0.0)), 0.0), ~keep
+        out = BOUND_RULE.outside(log_p / T, lo, hi)
+        return np.where(out, 0.0, np.exp(np.where(out, 0.0, log_p))), out
     return _apply_pieces(c, x)
 
 
 def _apply_pieces(c: Correction, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Weights of the T-free pieces of ``c`` at base log-values ``x``."""
+    """Weights of the T-free pieces of ``c`` at base log-values ``x``; the ends by :data:`BOUND_RULE`."""
     a, b = c.log_bounds()
-    keep = (x > a) & (x <= b) if a > -_INF else x <= b
+    out = BOUND_RULE.outside(x, a, b)
     w = np.zeros_like(x)
     for lo, hi, logc, p in c.pieces():
-        inside = (x > lo) & (x <= hi)
         if p == 1.0:
-            w = np.where(inside, np.exp(np.where(inside, x, 0.0) + logc), w)
+            w = np.where(out, w, np.exp(np.where(out, 0.0, x) + logc))
         else:
-            w = np.where(inside, math.exp(logc), w)
-    return w, ~keep
+            w = np.where(out & (x > lo) & (x <= hi), math.exp(logc), w)
+    return w, out
 
 
 def apply_tokens(c: Correction, log_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -77,5 +81,5 @@ def apply_tokens(c: Correction, log_r: np.ndarray) -> tuple[np.ndarray, np.ndarr
     log_r = np.asarray(log_r, dtype=float)
     if c.kind == "gmpo":
         e = c.params[0]
-        return np.clip(log_r, -e, e), np.abs(log_r) > e
+        return np.clip(log_r, -e, e), BOUND_RULE.outside(log_r, -e, e)
     return _apply_pieces(c, log_r)

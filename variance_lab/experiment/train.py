@@ -6,7 +6,8 @@ r"""Train the policy: supervised warm-up to partial competence, then a few GSPO 
 2. **GSPO.** Each iteration (:func:`pg_iteration`) draws prompts, samples a group of
    responses per prompt from the current policy (the old policy
    :math:`\pi_{old}` of that iteration), scores them with :func:`~variance_lab.experiment.task.reward`,
-   normalises rewards within each group (GRPO: :math:`A_i = (R_i - \bar R) / (s_R + 10^{-4})`)
+   normalises rewards within each group (GRPO: :math:`A_i = (R_i - \bar R) / (s_R + 10^{-4})`,
+   :func:`variance_lab.ratios.group_advantages` with :data:`ADVANTAGE_EPS`, :data:`ADVANTAGE_DDOF`)
    and takes one optimiser step per minibatch on the sequence-level GSPO objective
    (:func:`gspo_loss`)
 
@@ -56,19 +57,24 @@ from variance_lab.experiment.task import (
     max_response_length,
     rewards,
 )
+from variance_lab.ratios import GSPO_EPS, PPO_RANGE, compare, eps_range, group_advantages, log_bounds
 from variance_lab.rollouts.batch import TokenBatch
-from variance_lab.rollouts.weights import PPO_RANGE, sequence_weights
+from variance_lab.rollouts.weights import CLIP_RULE, sequence_weights
 
 __all__ = [
+    "ADVANTAGE_DDOF",
+    "ADVANTAGE_EPS",
     "FULL",
     "QUICK",
     "STREAMS",
     "Settings",
     "TrainResult",
+    "clipped_surrogate",
     "deterministic_torch",
     "evaluate",
-    "group_advantages",
+    "gspo_clipped",
     "gspo_loss",
+    "gspo_surrogate",
     "pg_iteration",
     "sample_responses",
     "sft",
@@ -134,8 +140,8 @@ class Settings:
     group_size: int = 8
     pg_minibatches: int = 4
     pg_lr: float = 1e-4
-    clip_low: float = 3e-4
-    clip_high: float = 4e-4
+    clip_low: float = GSPO_EPS[0]
+    clip_high: float = GSPO_EPS[1]
     temperature: float = 1.0
     data_prompts: int = 512
     data_samples: int = 4
@@ -307,13 +313,39 @@ def _mask(lengths: list[int], width: int, dtype: torch.dtype) -> torch.Tensor:
     return (torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).to(dtype)
 
 
+#: This experiment's :func:`variance_lab.ratios.group_advantages`: std with ``ddof=0``, plus 1e-4.
+ADVANTAGE_EPS, ADVANTAGE_DDOF = 1e-4, 0
+
+
+def clipped_surrogate(w: torch.Tensor, adv: torch.Tensor, eps: tuple[float, float]) -> torch.Tensor:
+    r"""Return PPO's surrogate :math:`\min(wA, \operatorname{clip}(w, 1-\varepsilon_l, 1+\varepsilon_h)A)`.
+
+    The gradient passes at a bound (``torch.clamp`` is closed): :data:`variance_lab.ratios.CLOSED`.
+    """
+    lo, hi = eps_range(*eps)
+    return torch.minimum(w * adv, w.clamp(lo, hi) * adv)
+
+
+def gspo_surrogate(log_s: torch.Tensor, adv: torch.Tensor, eps=GSPO_EPS) -> torch.Tensor:
+    r"""Return GSPO's objective :func:`clipped_surrogate` of :math:`s = e^{\log s}`, both experiments' one."""
+    return clipped_surrogate(log_s.exp(), adv, eps)
+
+
+def gspo_clipped(log_s: torch.Tensor, eps=GSPO_EPS) -> torch.Tensor:
+    """Return where :math:`s` is outside GSPO's band: :data:`variance_lab.rollouts.weights.CLIP_RULE`'s rule.
+
+    Log space, the log of the float64 ratio band, a bound not clipped, in the tensor's dtype.
+    """
+    return compare(log_s, *log_bounds(*eps_range(*eps)), CLIP_RULE.inclusive)
+
+
 def gspo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     mask: torch.Tensor,
     advantages: torch.Tensor,
-    clip_low: float = 3e-4,
-    clip_high: float = 4e-4,
+    clip_low: float = GSPO_EPS[0],
+    clip_high: float = GSPO_EPS[1],
 ) -> tuple[torch.Tensor, dict]:
     r"""GSPO's clipped sequence-level surrogate, negated (a loss), with its weights.
 
@@ -326,7 +358,7 @@ def gspo_loss(
         1 for a response token, 0 for padding; every row has at least one 1.
     advantages : Tensor, shape ``(B,)``
     clip_low, clip_high : float
-        The range of :math:`s` is :math:`(1 - \varepsilon_l, 1 + \varepsilon_h)`.
+        The range of :math:`s` is :math:`(1 - \varepsilon_l, 1 + \varepsilon_h)`; ratios' GSPO_EPS.
 
     Returns
     -------
@@ -334,33 +366,14 @@ def gspo_loss(
         :math:`-J`, a scalar, differentiable in ``logp``.
     info : dict
         ``log_s`` (detached, shape ``(B,)``) and ``clipped`` (bool: :math:`s` outside the range,
-        the batch's GSPO clip indicator as :func:`variance_lab.rollouts.weights.sequence_weights` defines it).
+        :func:`gspo_clipped`, the batch's GSPO clip indicator as
+        :func:`variance_lab.rollouts.weights.sequence_weights` defines it).
     """
     d = (logp - old_logp.detach()) * mask
     log_s = d.sum(dim=1) / mask.sum(dim=1)
-    s = log_s.exp()
-    s_clip = s.clamp(1.0 - clip_low, 1.0 + clip_high)
-    objective = torch.minimum(s * advantages, s_clip * advantages)
-    clipped = (log_s < math.log1p(-clip_low)) | (log_s > math.log1p(clip_high))
-    return -objective.mean(), {"log_s": log_s.detach(), "clipped": clipped.detach()}
-
-
-def group_advantages(rewards: np.ndarray, group_size: int) -> np.ndarray:
-    r"""GRPO advantages: each reward minus its group's mean, over the group's std plus :math:`10^{-4}`.
-
-    Parameters
-    ----------
-    rewards : ndarray, shape ``(n_groups * group_size,)``
-        Rewards, group after group.
-    group_size : int
-
-    Returns
-    -------
-    ndarray of float64
-        Zero for a group whose rewards are all equal.
-    """
-    r = np.asarray(rewards, dtype=np.float64).reshape(-1, group_size)
-    return ((r - r.mean(axis=1, keepdims=True)) / (r.std(axis=1, keepdims=True) + 1e-4)).ravel()
+    objective = gspo_surrogate(log_s, advantages, (clip_low, clip_high))
+    clipped = gspo_clipped(log_s.detach(), (clip_low, clip_high))
+    return -objective.mean(), {"log_s": log_s.detach(), "clipped": clipped}
 
 
 # --------------------------------------------------------------------------------------
@@ -602,7 +615,9 @@ def pg_iteration(
     prompts = [encode(p.prompt) for p in group]
     responses = sample_responses(old, group, generator, settings)
     r = rewards(group, _decode_responses(responses))
-    adv = group_advantages(r, settings.group_size)
+    adv = group_advantages(
+        r, np.arange(r.size) // settings.group_size, eps=ADVANTAGE_EPS, ddof=ADVANTAGE_DDOF
+    )
     with torch.no_grad():
         old_logp = score(old, prompts, responses)
     model.train()

@@ -23,6 +23,10 @@ NeMo-RL's conventions, all kept:
   sequences whose **geometric mean** :math:`e^{\overline{\Delta}}` (mean over ``token_mask``)
   is outside the bounds, and keeps the raw, **untruncated** token weights of the others
   (``geo-rs:LO:HI``, reference bounds 0.999-1.002);
+- the bound rules: ``tis`` and ``icepop`` compare the weights themselves (an overflowed weight
+  is 0) with the bounds, a weight at a bound kept (:data:`WEIGHT_RULE`); ``seq-mask-tis``
+  compares the mean log-ratio with the logs of the bounds, a bound kept (:data:`SEQUENCE_RULE`;
+  with min = max, :math:`e^{\overline{\Delta}}` in linear space, kept only at the bound);
 - ``is_oob_ratio``: the fraction of tokens (``tis``, ``icepop``) or of sequences
   (``seq-mask-tis``) outside the bounds; ``sampling_importance_ratio``: the mean weight after
   truncation or masking, over tokens (over sequences with sequence-level ratios).
@@ -32,10 +36,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.corrections import apply_sequence, parse
 from variance_lab.frameworks.batch import as_mask, as_values, masked_mean
+from variance_lab.ratios import CLOSED, BoundRule, log_bounds
 
-__all__ = ["TRUNCATED_IMPORTANCE_SAMPLING_TYPES", "clipped_pg_importance_weights"]
+__all__ = [
+    "SEQUENCE_RULE",
+    "TRUNCATED_IMPORTANCE_SAMPLING_TYPES",
+    "WEIGHT_RULE",
+    "clipped_pg_importance_weights",
+]
+
+#: NeMo-RL's token bound rule: the weight (0 where it overflowed) against the bounds, both kept.
+WEIGHT_RULE = BoundRule(CLOSED, "value", "float64")
+#: ``seq-mask-tis``'s rule: the mean log-ratio against the bounds' logs, both kept.
+SEQUENCE_RULE = BoundRule(CLOSED, "log", "float64")
 
 #: NeMo-RL's ``truncated_importance_sampling_type`` values.
 TRUNCATED_IMPORTANCE_SAMPLING_TYPES = ("tis", "icepop", "seq-mask-tis")
@@ -109,20 +123,19 @@ def clipped_pg_importance_weights(
         if kind == "tis":
             floor = 0.0 if lo is None else lo
             metrics["is_oob_ratio"] = float(
-                masked_mean(np.broadcast_to((w > hi) | (w < floor), mask.shape), mask)
+                masked_mean(np.broadcast_to(WEIGHT_RULE.outside(w, floor, hi), mask.shape), mask)
             )
             w = np.clip(w, floor, hi)  # an overflowed weight, set to 0 above, stays 0
         elif kind == "icepop":
-            keep = (w >= lo) & (w <= hi)
-            metrics["is_oob_ratio"] = float(masked_mean(np.broadcast_to(~keep, mask.shape), mask))
-            w = np.where(keep, w, 0.0)
+            out = WEIGHT_RULE.outside(w, lo, hi)
+            metrics["is_oob_ratio"] = float(masked_mean(np.broadcast_to(out, mask.shape), mask))
+            w = np.where(out, 0.0, w)
         else:
             mean_delta = (delta * tm).sum(axis=-1) / (tm.sum(axis=-1) + 1e-8)
             if lo < hi:
-                _, out = apply_sequence(parse(f"geo-rs:{lo!r}:{hi!r}"), mean_delta, 1)
+                out = SEQUENCE_RULE.outside(mean_delta, *log_bounds(lo, hi))
             else:
-                g = np.exp(mean_delta)
-                out = ~((g >= lo) & (g <= hi))
+                out = BoundRule(CLOSED, "linear").outside(mean_delta, lo, hi)
             kept = (~out).astype(float)
             metrics["is_oob_ratio"] = float(masked_mean(1.0 - kept, sm))
             w = w * kept[:, None]

@@ -17,6 +17,9 @@ OpenRLHF's conventions, all kept:
   bounds (the toolkit's ``geo-rs:0.5:5``), and its tokens then get the raw ratio
   :math:`e^{y_t}`, **not truncated** (the source's comment says "still use TIS (token-level
   clamp)", its code multiplies by the unclamped ratio);
+- the bound rule (:data:`BOUND_RULE`): ``icepop`` and ``seq-mask-tis`` keep a ratio exactly at
+  either bound (``>= low``, ``<= high``) and compare :math:`e^y` (resp. :math:`e^{\bar y}`) with
+  the bounds in **linear** space; a low bound of 0 is accepted (it masks nothing below);
 - ``vllm_kl`` :math:`= \overline{\log\pi_{rollout} - \log\pi_{old}}` over the action mask
   (``masked_mean`` divides by the count with no :math:`\varepsilon`).
 """
@@ -25,10 +28,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.corrections import apply_sequence, apply_tokens, parse
 from variance_lab.frameworks.batch import as_mask, as_values
+from variance_lab.ratios import CLOSED, ICEPOP_BAND, BoundRule
 
-__all__ = ["VLLM_IS_CORRECTION_TYPES", "vllm_is_correction"]
+__all__ = ["BOUND_RULE", "VLLM_IS_CORRECTION_TYPES", "vllm_is_correction"]
+
+#: OpenRLHF's bound rule: a ratio at either bound is kept, compared in linear space (float64 here).
+BOUND_RULE = BoundRule(CLOSED, "linear", "float64")
 
 #: OpenRLHF's ``vllm_is_correction_type`` values.
 VLLM_IS_CORRECTION_TYPES = ("tis", "icepop", "seq-mask-tis")
@@ -38,7 +44,7 @@ def vllm_is_correction(
     old_log_probs,
     rollout_log_probs,
     action_mask,
-    vllm_is_truncated_threshold=(0.5, 5.0),
+    vllm_is_truncated_threshold=ICEPOP_BAND,
     vllm_is_correction_type: str = "tis",
 ) -> tuple[np.ndarray, float]:
     r"""Return OpenRLHF's per-token ``vllm_is`` coefficients (0 on padding) and ``vllm_kl``.
@@ -47,8 +53,8 @@ def vllm_is_correction(
     ----------
     old_log_probs, rollout_log_probs : array_like, shape (B, T)
     action_mask : array_like, shape (B, T)
-    vllm_is_truncated_threshold : (float, float), default (0.5, 5.0)
-        ``[low, high]``, 0 < low < high.
+    vllm_is_truncated_threshold : (float, float), default :data:`~variance_lab.ratios.ICEPOP_BAND`
+        ``[low, high]``, 0 <= low < high.
     vllm_is_correction_type : {"tis", "icepop", "seq-mask-tis"}
     """
     m = as_mask(action_mask, "action_mask")
@@ -63,19 +69,19 @@ def vllm_is_correction(
         raise ValueError(
             f"bad vllm_is_truncated_threshold {vllm_is_truncated_threshold!r}: expected [low, high]"
         ) from None
-    if not 0 < lo < hi < np.inf:
+    if not 0 <= lo < hi < np.inf:
         raise ValueError(
-            f"bad vllm_is_truncated_threshold {vllm_is_truncated_threshold!r}: needs 0 < low < high"
+            f"bad vllm_is_truncated_threshold {vllm_is_truncated_threshold!r}: needs 0 <= low < high"
         )
     y = old - rollout
     if kind == "tis":
         w = np.clip(np.exp(y), lo, hi)
     elif kind == "icepop":
-        w, _ = apply_tokens(parse(f"icepop:{lo!r}:{hi!r}"), y)
+        w = np.where(BOUND_RULE.outside(y, lo, hi), 0.0, np.exp(y))
     else:
         length = m.sum(axis=-1)
         mean_y = (y * m).sum(axis=-1) / np.where(length > 0, length, 1.0)
-        _, out = apply_sequence(parse(f"geo-rs:{lo!r}:{hi!r}"), mean_y, 1)
+        out = BOUND_RULE.outside(mean_y, lo, hi)
         w = np.exp(y) * (~out & (length > 0))[:, None]
     vllm_kl = float(((rollout - old) * m).sum() / m.sum()) if m.sum() > 0 else float("nan")
     return w * m, vllm_kl

@@ -19,7 +19,10 @@ slime's conventions, all kept:
   ``loss_mask``, count clamped to at least 1), then over the samples (slime's default
   ``calculate_per_token_loss=False``): long and short sequences weigh the same;
 - the veto rejects a whole sequence when any of its tokens has :math:`e^y <` the threshold
-  (``catastrophic_token_fraction``, ``catastrophic_seq_fraction``).
+  (``catastrophic_token_fraction``, ``catastrophic_seq_fraction``);
+- the bound rules: IcePop compares the ratio :math:`e^y` with ``[tis_clip_low, tis_clip]`` in
+  linear space, a ratio at a bound kept (:data:`ICEPOP_RULE`); the veto compares :math:`y` with
+  the threshold's log, a token exactly at the threshold kept (:data:`VETO_RULE`).
 """
 
 from __future__ import annotations
@@ -27,8 +30,14 @@ from __future__ import annotations
 import numpy as np
 
 from variance_lab.frameworks.batch import as_mask, as_values
+from variance_lab.ratios import CLOSED, BoundRule
 
-__all__ = ["sample_mean", "tis_metrics", "veto_mask"]
+__all__ = ["ICEPOP_RULE", "VETO_RULE", "sample_mean", "tis_metrics", "veto_mask"]
+
+#: slime's IcePop: the ratio against the bounds in linear space, both kept.
+ICEPOP_RULE = BoundRule(CLOSED, "linear", "float64")
+#: slime's veto: the log-ratio against the threshold's log, a token at the threshold kept.
+VETO_RULE = BoundRule(CLOSED, "log", "float64")
 
 
 def sample_mean(values, loss_mask) -> float:
@@ -81,7 +90,7 @@ def tis_metrics(
         raise ValueError(f"bad tis_clip_low {tis_clip_low!r}: must be <= tis_clip {tis_clip!r}")
     r = np.exp(y)
     w = (
-        np.where((r >= tis_clip_low) & (r <= tis_clip), r, 0.0)
+        np.where(ICEPOP_RULE.outside(y, tis_clip_low, tis_clip), 0.0, r)
         if icepop
         else np.clip(r, tis_clip_low, tis_clip)
     )
@@ -109,7 +118,7 @@ def veto_mask(old_log_probs, rollout_log_probs, loss_masks, veto_threshold: floa
         or not veto_threshold > 0
     ):
         raise ValueError(f"bad veto_threshold {veto_threshold!r}: must be a number > 0")
-    bad = (y < np.log(veto_threshold)) & (m > 0)
+    bad = VETO_RULE.outside(y, float(np.log(veto_threshold)), None) & (m > 0)
     seq_bad = bad.any(axis=-1)
     metrics = {
         "catastrophic_token_fraction": sample_mean(bad.astype(float), m),

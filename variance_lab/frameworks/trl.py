@@ -23,7 +23,8 @@ TRL's conventions, all kept:
   ``importance_sampling_level="sequence"`` uses for GSPO); ``*_truncate`` clamps to
   :math:`[C_{min}, C_{max}]`, ``*_mask`` sets ratios outside to 0. With the defaults these are the
   toolkit's ``seq-mask:3``, ``seq-tis:3``, ``tis:3`` and (``token_mask`` with a lower bound)
-  ``icepop:LO:HI`` (:mod:`variance_lab.corrections`);
+  ``icepop:LO:HI`` (:mod:`variance_lab.corrections`); the masks compare the ratio with the
+  bounds in linear space and keep a ratio exactly at a bound (:data:`MASK_RULE`);
 - ``sampling/importance_sampling_ratio/{min,mean,max}`` are taken **after** truncation or
   masking, over the valid tokens (token modes) or over every sequence of the batch (sequence
   modes): a masked token or sequence counts as 0, so ``min`` is 0 whenever anything was masked;
@@ -51,8 +52,11 @@ import numpy as np
 
 from variance_lab.corrections import apply_sequence, apply_tokens, parse
 from variance_lab.frameworks.batch import as_mask, as_values
+from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
+    "MASK_RULE",
+    "OFF_POLICY_RULE",
     "VLLM_IMPORTANCE_SAMPLING_MODES",
     "get_gamma_weights",
     "get_off_policy_mask",
@@ -63,6 +67,13 @@ __all__ = [
 VLLM_IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 _LOG_MIN_W = math.log(1e-8)
+
+#: TRL's ``*_mask`` modes: the ratio :math:`e^x` against ``[clip_min, clip_max]`` in linear space,
+#: a ratio exactly at a bound kept (set to 0 only when ``< clip_min`` or ``> clip_max``).
+MASK_RULE = BoundRule(CLOSED, "linear", "float64")
+#: ``get_off_policy_mask``: the mean log-ratio against the threshold as it is, a mean equal to
+#: the threshold kept.
+OFF_POLICY_RULE = BoundRule(CLOSED, "value", "float64")
 
 
 def _advantages(advantages, B: int) -> np.ndarray:
@@ -102,7 +113,7 @@ def get_off_policy_mask(
     delta = _finite(off_policy_threshold, "off_policy_threshold")
     kl = np.nan_to_num(sampling - new, nan=0.0)
     avg = (kl * m).sum(axis=1, keepdims=True) / np.maximum(m.sum(axis=1, keepdims=True), 1.0)
-    return ((adv >= 0) | (avg <= delta)).astype(np.float64)
+    return ((adv >= 0) | ~OFF_POLICY_RULE.outside(avg, None, delta)).astype(np.float64)
 
 
 def get_gamma_weights(
@@ -161,18 +172,10 @@ def get_gamma_weights(
     return np.where(np.isfinite(phi), phi, 0.0)
 
 
-def _correction(mode: str, lo: float | None, hi: float | None):
-    """Return the toolkit's correction for a mode and bounds, or None where it has none."""
-    seq = mode.startswith("sequence")
-    if mode.endswith("truncate") and lo is None and hi is not None:
-        return parse(f"{'seq-tis' if seq else 'tis'}:{hi!r}")
-    if mode.endswith("mask") and hi is not None:
-        if seq and (lo is None or lo <= 0):
-            return parse(f"seq-mask:{hi!r}")
-        if lo is not None and 0 < lo < hi:
-            if seq:
-                return parse(f"seq-mask:{lo!r}:{hi!r}")
-            return parse(f"icepop:{lo!r}:{hi!r}")
+def _truncation(mode: str, lo: float | None, hi: float | None):
+    """Return the toolkit's truncation (``tis:C``, ``seq-tis:C``) for a ``*_truncate`` mode, or None."""
+    if lo is None and hi is not None:
+        return parse(f"{'seq-tis' if mode.startswith('sequence') else 'tis'}:{hi!r}")
     return None
 
 
@@ -222,17 +225,15 @@ def vllm_importance_sampling_correction(
     diff = np.nan_to_num((old - sampling) * m, nan=0.0)
     sequence_level = mode.startswith("sequence")
     x = diff.sum(axis=-1, keepdims=True) if sequence_level else diff
-    c = _correction(mode, lo, hi)
+    c = _truncation(mode, lo, hi) if mode.endswith("truncate") else None
+    with np.errstate(over="ignore"):
+        r = np.exp(x)
     if c is not None:
         ratio = (apply_sequence(c, x, 1) if sequence_level else apply_tokens(c, x))[0]
+    elif mode.endswith("truncate"):
+        ratio = np.clip(r, -np.inf if lo is None else lo, np.inf if hi is None else hi)
     else:
-        with np.errstate(over="ignore"):
-            r = np.exp(x)
-        if mode.endswith("truncate"):
-            ratio = np.clip(r, -np.inf if lo is None else lo, np.inf if hi is None else hi)
-        else:
-            bad = (r < (-np.inf if lo is None else lo)) | (r > (np.inf if hi is None else hi))
-            ratio = np.where(bad, 0.0, r)
+        ratio = np.where(MASK_RULE.outside(x, lo, hi), 0.0, r)
     inside = m > 0
     delta = np.abs(old - sampling)[inside]
     delta = delta[~np.isnan(delta)]

@@ -36,6 +36,10 @@ verl's conventions, all kept:
   ``chi2_seq`` :math:`= \operatorname{mean}_i e^{2\operatorname{clip}(\sum_t y_{it}, \pm 20)} - 1`
   over every row of the batch; ``kl`` :math:`= -\bar y`, ``k3_kl`` :math:`= \overline{e^y - 1 - y}`
   (unclamped);
+- the bound rules: the weights and the k1 masks keep a value at a bound, in log space (the
+  corrections' rule, :data:`WEIGHT_RULE`); flags, fractions and the k2/k3 rejections keep a
+  value equal to the threshold, on the statistic's own scale (:data:`THRESHOLD_RULE`); a band
+  with LO = HI keeps only a weight equal to it, in linear space (:data:`LINEAR_RULE`);
 - the fractions verl takes as ``flags.float().mean()`` (the sequence-level ``fraction_high``
   and ``_low``, ``seq_fraction_*``, ``rollout_rs_seq_masked_fraction``) are float32 values
   (1/6 logs as 0.1666666716), the others float64; the mirror rounds the same ones.
@@ -48,12 +52,16 @@ import math
 import numpy as np
 
 from variance_lab._validate import parse_float
-from variance_lab.corrections import apply_sequence, apply_tokens, parse
+from variance_lab.corrections import BOUND_RULE, apply_sequence, apply_tokens, parse
 from variance_lab.frameworks.batch import as_mask, as_values, masked_mean, masked_sum
+from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
+    "LINEAR_RULE",
     "SAFETY_BOUND",
     "SUPPORTED_ROLLOUT_RS_OPTIONS",
+    "THRESHOLD_RULE",
+    "WEIGHT_RULE",
     "compute_offpolicy_metrics",
     "compute_rollout_correction_and_rejection_mask",
     "compute_rollout_correction_weights",
@@ -62,6 +70,27 @@ __all__ = [
 
 #: verl's clamp of log-ratios before exponentiating: :math:`e^{\pm 20}`.
 SAFETY_BOUND = 20.0
+
+#: verl's flags and metrics (``fraction_high``/``_low``, ``oob_ratio``, the k2/k3 rejections): a value
+#: exactly at a threshold is within it, compared on the statistic's own scale (the weight, the
+#: k-statistic, or the log-ratio against the threshold's log).
+THRESHOLD_RULE = BoundRule(CLOSED, "value", "float64")
+#: A band with LO = HI keeps only a weight equal to it, compared in linear space.
+LINEAR_RULE = BoundRule(CLOSED, "linear", "float64")
+#: The weights and the k1 masks follow the corrections' rule (:data:`variance_lab.corrections.BOUND_RULE`:
+#: log space, a bound kept).
+WEIGHT_RULE = BOUND_RULE
+
+
+def _above(x, c: float) -> np.ndarray:
+    """Where ``x > c`` under :data:`THRESHOLD_RULE`."""
+    return THRESHOLD_RULE.outside(x, None, c)
+
+
+def _below(x, c: float) -> np.ndarray:
+    """Where ``x < c`` under :data:`THRESHOLD_RULE`."""
+    return THRESHOLD_RULE.outside(x, c, None)
+
 
 #: verl's rejection options (``rollout_rs``), comma-separable.
 SUPPORTED_ROLLOUT_RS_OPTIONS = (
@@ -172,7 +201,7 @@ def _token_weights(y: np.ndarray, mask: np.ndarray, upper: float, lower: float |
     elif (c := _band("icepop", lower, upper)) is not None:
         w, _ = apply_tokens(c, ys)
     else:  # LO == HI: only a weight exactly equal to it is kept
-        w = np.where(np.exp(ys) == upper, upper, 0.0)
+        w = np.where(LINEAR_RULE.outside(ys, upper, upper), 0.0, upper)
     return w * mask
 
 
@@ -184,7 +213,7 @@ def _sequence_weights(log_p: np.ndarray, upper: float, lower: float | None) -> n
     elif (c := _band("seq-mask", lower, upper)) is not None:
         w, _ = apply_sequence(c, x, 1)
     else:
-        w = np.where(np.exp(x) == upper, upper, 0.0)
+        w = np.where(LINEAR_RULE.outside(x, upper, upper), 0.0, upper)
     return w
 
 
@@ -233,7 +262,7 @@ def compute_rollout_correction_weights(
         log_for_metrics = log_p
     metrics = _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, rollout_is_threshold)
     if lower is not None:
-        oob = (raw < lower) | (raw > upper)
+        oob = THRESHOLD_RULE.outside(raw, lower, upper)
         metrics["rollout_is_oob_ratio"] = float(masked_mean(oob.astype(float), mask))
     if rollout_is_batch_normalize:
         if rollout_is == "token":
@@ -259,12 +288,12 @@ def _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, t
         m["rollout_is_max"] = math.exp(min(float(log_for_metrics.max()), SAFETY_BOUND))
         m["rollout_is_min"] = math.exp(float(log_for_metrics.min()))
         m["rollout_is_mean"] = float(masked_mean(weights, mask))
-        m["rollout_is_ratio_fraction_high"] = _fraction32(log_for_metrics > math.log(upper))
-        m["rollout_is_ratio_fraction_low"] = _fraction32(log_for_metrics < math.log(lower_eff))
+        m["rollout_is_ratio_fraction_high"] = _fraction32(_above(log_for_metrics, math.log(upper)))
+        m["rollout_is_ratio_fraction_low"] = _fraction32(_below(log_for_metrics, math.log(lower_eff)))
     else:
         m["rollout_is_mean"] = float(masked_mean(weights, mask))
-        m["rollout_is_ratio_fraction_high"] = float(masked_mean((raw > upper).astype(float), mask))
-        m["rollout_is_ratio_fraction_low"] = float(masked_mean((raw < lower_eff).astype(float), mask))
+        m["rollout_is_ratio_fraction_high"] = float(masked_mean(_above(raw, upper).astype(float), mask))
+        m["rollout_is_ratio_fraction_low"] = float(masked_mean(_below(raw, lower_eff).astype(float), mask))
         m["rollout_is_max"] = float(weights[inside].max())
         m["rollout_is_min"] = float(weights[inside].min())
     clamped = np.clip(weights, 0.0, upper)
@@ -289,8 +318,8 @@ def _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, t
     m["rollout_is_seq_min"] = float(seq_mean.min())
     m["rollout_is_seq_max_deviation"] = float(np.abs(seq_mean - 1.0).max())
     raw_seq_mean = masked_mean(raw, mask, axis=-1)
-    m["rollout_is_seq_fraction_high"] = _fraction32(raw_seq_mean > upper)
-    m["rollout_is_seq_fraction_low"] = _fraction32(raw_seq_mean < lower_eff)
+    m["rollout_is_seq_fraction_high"] = _fraction32(_above(raw_seq_mean, upper))
+    m["rollout_is_seq_fraction_low"] = _fraction32(_below(raw_seq_mean, lower_eff))
     return m
 
 
@@ -302,17 +331,25 @@ def _k1_keep(option: str, ys: np.ndarray, mask: np.ndarray, lower: float, upper:
     lo, hi = 1.0 / upper, 1.0 / lower
     if option == "token_k1":
         c = _band("icepop", lo, hi)
-        return ~apply_tokens(c, ys)[1] if c is not None else (-ys == math.log(lower))
+        return (
+            ~apply_tokens(c, ys)[1]
+            if c is not None
+            else ~THRESHOLD_RULE.outside(-ys, *(2 * [math.log(lower)]))
+        )
     log_p = masked_sum(ys, mask, axis=-1)
     if option == "seq_sum_k1":
         c = _band("seq-mask", lo, hi)
-        keep = ~apply_sequence(c, log_p, 1)[1] if c is not None else (-log_p == math.log(lower))
+        keep = (
+            ~apply_sequence(c, log_p, 1)[1]
+            if c is not None
+            else ~THRESHOLD_RULE.outside(-log_p, *(2 * [math.log(lower)]))
+        )
     else:  # seq_mean_k1: Geo-RS on verl's mean, whose denominator is the length + 1e-8
         length = mask.sum(axis=-1) + 1e-8
         keep = (
             ~apply_sequence(parse(f"geo-rs:{lo!r}:{hi!r}"), log_p, length)[1]
             if lo < hi
-            else (-log_p / length == math.log(lower))
+            else ~THRESHOLD_RULE.outside(-log_p / length, *(2 * [math.log(lower)]))
         )
     return np.broadcast_to(keep[:, None], mask.shape)
 
@@ -353,7 +390,7 @@ def compute_rollout_rejection_mask(
         per_seq = None
         if opt.startswith("token"):
             per_token = stats[k]
-            keep = _k1_keep(opt, ys, mask, lower, upper) if is_k1 else per_token <= upper
+            keep = _k1_keep(opt, ys, mask, lower, upper) if is_k1 else ~_above(per_token, upper)
         else:
             if opt.startswith("seq_sum"):
                 per_seq = masked_sum(stats[k], mask, axis=-1)
@@ -365,7 +402,7 @@ def compute_rollout_rejection_mask(
             keep = (
                 _k1_keep(opt, ys, mask, lower, upper)
                 if is_k1
-                else np.broadcast_to((per_seq <= upper)[:, None], mask.shape)
+                else np.broadcast_to(~_above(per_seq, upper)[:, None], mask.shape)
             )
             per_token = np.broadcast_to(per_seq[:, None], mask.shape)
         hi_stat = math.log(upper) if is_k1 else upper
@@ -396,13 +433,13 @@ def _rs_metrics(opt, stat, mask, seq_valid, per_seq, upper, lower, apply_lower) 
     sequence_level = not opt.startswith("token")
     if sequence_level and valid.size:
         m[f"{p}_max"], m[f"{p}_min"] = float(valid.max()), float(valid.min())
-        m[f"{p}_fraction_high"] = _fraction32(valid > upper)
-        m[f"{p}_fraction_low"] = _fraction32(valid < lower) if apply_lower else 0.0
+        m[f"{p}_fraction_high"] = _fraction32(_above(valid, upper))
+        m[f"{p}_fraction_low"] = _fraction32(_below(valid, lower)) if apply_lower else 0.0
     else:
         m[f"{p}_max"], m[f"{p}_min"] = float(stat[inside].max()), float(stat[inside].min())
-        m[f"{p}_fraction_high"] = float(masked_mean((stat > upper).astype(float), mask))
+        m[f"{p}_fraction_high"] = float(masked_mean(_above(stat, upper).astype(float), mask))
         m[f"{p}_fraction_low"] = (
-            float(masked_mean((stat < lower).astype(float), mask)) if apply_lower else 0.0
+            float(masked_mean(_below(stat, lower).astype(float), mask)) if apply_lower else 0.0
         )
     if mask.sum() > 1:
         s = np.clip(stat, lower if apply_lower else 0.0, upper)
@@ -416,9 +453,9 @@ def _rs_metrics(opt, stat, mask, seq_valid, per_seq, upper, lower, apply_lower) 
         m[f"{p}_seq_max"] = float(valid.max())
         m[f"{p}_seq_min"] = float(valid.min())
         m[f"{p}_seq_max_deviation"] = float(np.abs(valid).max())
-        m[f"{p}_seq_fraction_high"] = _fraction32(valid > upper)
+        m[f"{p}_seq_fraction_high"] = _fraction32(_above(valid, upper))
         if apply_lower:
-            m[f"{p}_seq_fraction_low"] = _fraction32(valid < lower)
+            m[f"{p}_seq_fraction_low"] = _fraction32(_below(valid, lower))
     return m
 
 

@@ -45,6 +45,7 @@ import pandas as pd
 from variance_lab._jsonl import read_jsonl
 from variance_lab.corrections.data import evaluate
 from variance_lab.experiment.files import sidecar_path
+from variance_lab.ratios import variance_split
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.io import load_batch
 from variance_lab.rollouts.statistics import kong_ess, length_buckets
@@ -314,14 +315,13 @@ def length_profile(batch: TokenBatch, edges=EDGES, *, large: float = LARGE) -> p
 
 
 def _shares(u: np.ndarray, m: np.ndarray) -> dict:
-    vu, vm = float(np.var(u, ddof=1)), float(np.var(m, ddof=1))
-    cov = float(np.cov(u, m)[0, 1])
-    total = vu + vm + 2.0 * cov
+    """Shares of Var(U + M) (:func:`variance_lab.ratios.variance_split`, ``ddof=1``)."""
+    v = variance_split(u, m, ddof=1)
     return {
-        "var_total": total,
-        "share_update": vu / total if total > 0 else float("nan"),
-        "share_mismatch": vm / total if total > 0 else float("nan"),
-        "share_cross": 2.0 * cov / total if total > 0 else float("nan"),
+        "var_total": v.total,
+        "share_update": v.share_a,
+        "share_mismatch": v.share_b,
+        "share_cross": v.share_cross,
     }
 
 

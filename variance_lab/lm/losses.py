@@ -28,58 +28,36 @@ Where the clip is active (:math:`w A` above the clipped value), the gradient is 
 The normalisers :math:`G` and :math:`\sum_i T_i` are those of the whole batch, passed in, so
 a batch split into minibatches accumulates the full batch's gradient.
 
-Advantages (:func:`group_advantages`): :math:`A_i = (R_i - \bar R_g) / (s_g + 10^{-6})`,
-:math:`\bar R_g` and :math:`s_g` the mean and standard deviation (``ddof=1``, as
-``torch.std``) of the rewards of sequence :math:`i`'s group :math:`g` (the responses to one
-prompt); a group whose rewards are all equal gets 0.
+The GSPO objective and the clipped surrogate are the arithmetic experiment's
+(:func:`variance_lab.experiment.train.gspo_surrogate`,
+:func:`~variance_lab.experiment.train.clipped_surrogate`: a weight exactly at a bound is not
+clipped); the clip widths are :mod:`variance_lab.ratios.defaults`'.
+
+Advantages (:func:`variance_lab.ratios.group_advantages` with :data:`ADVANTAGE_EPS`,
+:data:`ADVANTAGE_DDOF`): :math:`A_i = (R_i - \bar R_g) / (s_g + 10^{-6})`, :math:`\bar R_g` and
+:math:`s_g` the mean and standard deviation (``ddof=1``, as ``torch.std``) of the rewards of
+sequence :math:`i`'s group :math:`g` (the responses to one prompt); a group whose rewards are all
+equal gets 0.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-__all__ = ["AGGREGATIONS", "CLIP", "aggregated_loss", "group_advantages"]
+from variance_lab.experiment.train import clipped_surrogate, gspo_surrogate
+from variance_lab.ratios import DAPO_EPS, GSPO_EPS, PPO_EPS
+
+__all__ = ["ADVANTAGE_DDOF", "ADVANTAGE_EPS", "AGGREGATIONS", "CLIP", "aggregated_loss"]
 
 #: The loss aggregations by name.
 AGGREGATIONS = ("gspo", "token-mean", "seq-mean-token-mean")
 #: Default clip range (eps_low, eps_high) per aggregation: GSPO's paper values; DAPO's clip-higher
 #: for token-mean; PPO's 0.2 for GRPO's seq-mean-token-mean.
-CLIP = {"gspo": (3e-4, 4e-4), "token-mean": (0.2, 0.28), "seq-mean-token-mean": (0.2, 0.2)}
-
-
-def group_advantages(rewards, prompt_ids) -> np.ndarray:
-    """GRPO's group-normalised advantages.
-
-    Parameters
-    ----------
-    rewards : array_like
-        One reward per sequence.
-    prompt_ids : array_like
-        The group (prompt) of each sequence.
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 advantages.
-    """
-    rewards = np.asarray(rewards, dtype=float)
-    prompt_ids = np.asarray(prompt_ids)
-    if rewards.shape != prompt_ids.shape or rewards.ndim != 1:
-        raise ValueError(
-            f"rewards {rewards.shape} and prompt_ids {prompt_ids.shape} must be 1-D, same length"
-        )
-    out = np.zeros_like(rewards)
-    for g in np.unique(prompt_ids):
-        sel = prompt_ids == g
-        r = rewards[sel]
-        if r.size > 1 and np.ptp(r) > 0:
-            out[sel] = (r - r.mean()) / (r.std(ddof=1) + 1e-6)
-    return out
-
-
-def _surrogate(w: torch.Tensor, adv: torch.Tensor, eps: tuple[float, float]) -> torch.Tensor:
-    return torch.minimum(w * adv, w.clamp(1 - eps[0], 1 + eps[1]) * adv)
+CLIP = {"gspo": GSPO_EPS, "token-mean": DAPO_EPS, "seq-mean-token-mean": PPO_EPS}
+#: The SmolLM2 experiment's group advantages (:func:`variance_lab.ratios.group_advantages`):
+#: the standard deviation with ``ddof=1`` (as ``torch.std``), plus :math:`10^{-6}`.
+ADVANTAGE_EPS = 1e-6
+ADVANTAGE_DDOF = 1
 
 
 def aggregated_loss(
@@ -127,9 +105,9 @@ def aggregated_loss(
         d = lp - old.to(lp.dtype)
         adv = torch.as_tensor(float(a), dtype=lp.dtype)
         if aggregation == "gspo":
-            total = total - _surrogate(d.mean().exp(), adv, eps) / n_sequences
+            total = total - gspo_surrogate(d.mean(), adv, eps) / n_sequences
         elif aggregation == "token-mean":
-            total = total - _surrogate(d.exp(), adv, eps).sum() / n_tokens
+            total = total - clipped_surrogate(d.exp(), adv, eps).sum() / n_tokens
         else:
-            total = total - _surrogate(d.exp(), adv, eps).mean() / n_sequences
+            total = total - clipped_surrogate(d.exp(), adv, eps).mean() / n_sequences
     return total

@@ -2,7 +2,7 @@ r"""The three runs on a pretrained model: on-policy updates, a mismatched sample
 
 Every run draws prompts (:mod:`~variance_lab.lm.task`, through the chat template), samples
 ``group_size`` responses per prompt (GRPO-style groups), rewards them by exact match, takes
-group advantages (:func:`~variance_lab.lm.losses.group_advantages`), and scores them with the
+group advantages (:func:`~variance_lab.ratios.group_advantages`), and scores them with the
 float32 trainer (``old_logp``). The trainer takes **one** AdamW step with the run's loss
 aggregation (:func:`~variance_lab.lm.losses.aggregated_loss`) on a first minibatch of
 ``train_prompts`` prompts drawn the same way (its own random streams), then scores the data
@@ -46,11 +46,12 @@ import torch
 from variance_lab.experiment.collect import summarize, versions, write_dataset
 from variance_lab.experiment.files import numbers_sha256, sidecar_path
 from variance_lab.experiment.train import deterministic_torch, torch_generator
-from variance_lab.lm.losses import AGGREGATIONS, CLIP, aggregated_loss, group_advantages
+from variance_lab.lm.losses import ADVANTAGE_DDOF, ADVANTAGE_EPS, AGGREGATIONS, CLIP, aggregated_loss
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
 from variance_lab.lm.scoring import response_log_probs, score
 from variance_lab.lm.task import MATCHES, MAX_SHOTS, make_prompts, messages, rewards
+from variance_lab.ratios import group_advantages
 from variance_lab.rollouts.io import detect_format
 
 __all__ = [
@@ -316,7 +317,7 @@ class _Batch:
         self.prompts, self.ids, self.samples, self.prompt_ids = prompts, ids, samples, prompt_ids
         self.texts = [tokenizer.decode(t, skip_special_tokens=True) for t in samples.tokens]
         self.reward = rewards(prompts, self.texts, match)
-        self.advantage = group_advantages(self.reward, prompt_ids)
+        self.advantage = group_advantages(self.reward, prompt_ids, eps=ADVANTAGE_EPS, ddof=ADVANTAGE_DDOF)
         self.lag = lag
         self.rollout_logp = None
 
@@ -368,7 +369,7 @@ def _concat(batches: list[_Batch]) -> _Batch:
         setattr(out.samples, name, [x for b in batches for x in getattr(b.samples, name)])
     out.prompt_ids = np.concatenate([b.prompt_ids for b in batches])
     out.reward = np.concatenate([b.reward for b in batches])
-    out.advantage = group_advantages(out.reward, out.prompt_ids)
+    out.advantage = group_advantages(out.reward, out.prompt_ids, eps=ADVANTAGE_EPS, ddof=ADVANTAGE_DDOF)
     out.lag = np.concatenate([np.full(len(b.prompts), b.lag) for b in batches])
     out.rollout_logp = [x for b in batches for x in b.rollout_logp]
     return out

@@ -25,7 +25,9 @@ frameworks log (computed here before any truncation): with :math:`\rho = e^d` th
 
 Which part dominates is decided on the variance of the token log-ratios:
 :math:`\operatorname{Var}(d_{tot}) = \operatorname{Var}(d_{mis}) + \operatorname{Var}(d_{upd})
-+ 2\operatorname{Cov}`; each part's share is its variance over the total's.
++ 2\operatorname{Cov}`; each part's share is its variance over the total's
+(:func:`variance_lab.ratios.variance_split`, ``ddof=0``). The clip fractions follow
+:data:`variance_lab.rollouts.weights.CLIP_RULE`.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ import pandas as pd
 from scipy import special
 
 from variance_lab import corrections
+from variance_lab.ratios import GSPO_RANGE, PPO_RANGE, log_clip_range, segment_sums, variance_split
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.statistics import length_buckets
-from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE, log_clip_range, segment_sums
+from variance_lab.rollouts.weights import CLIP_RULE
 from variance_lab.stats import exp_quiet
 
 __all__ = ["DEFAULT_CHECKS", "PARTS", "SPLIT_COLUMNS", "SplitResult", "split_ratios"]
@@ -113,8 +116,8 @@ def _part_row(d, offsets, seq_sel, tok_sel, lengths, ranges, checks) -> dict:
         "var_log_P": float(log_p.var(ddof=1)) if L.size > 1 else math.nan,
         "chi2_seq": float(np.expm1(_log_mean_exp(log_p, 2.0))),
         "ess_seq": math.exp(2 * _log_mean_exp(log_p) - _log_mean_exp(log_p, 2.0)),
-        "ppo_clip_frac": float(np.mean((dt < ranges["ppo"][0]) | (dt > ranges["ppo"][1]))),
-        "gspo_clip_frac": float(np.mean((log_p / L < ranges["gspo"][0]) | (log_p / L > ranges["gspo"][1]))),
+        "ppo_clip_frac": float(np.mean(CLIP_RULE.outside(dt, *ranges["ppo"]))),
+        "gspo_clip_frac": float(np.mean(CLIP_RULE.outside(log_p / L, *ranges["gspo"]))),
     }
     for c in checks:
         if c.level == "sequence":
@@ -126,16 +129,16 @@ def _part_row(d, offsets, seq_sel, tok_sel, lengths, ranges, checks) -> dict:
 
 
 def _shares(mis: np.ndarray, upd: np.ndarray) -> tuple[dict, str, str]:
-    v_mis, v_upd = float(np.var(mis)), float(np.var(upd))
-    cov = float(np.mean((mis - mis.mean()) * (upd - upd.mean())))
-    total = v_mis + v_upd + 2 * cov
+    """Shares of the token log-ratio variance (:func:`variance_lab.ratios.variance_split`, ``ddof=0``)."""
+    v = variance_split(mis, upd, ddof=0)
+    v_mis, v_upd, total = v.var_a, v.var_b, v.total
     if total <= 0.0 or not math.isfinite(total):
         return (
             {"mismatch": math.nan, "update": math.nan, "covariance": math.nan},
             "neither",
             ("Neither part dominates: the token log-ratios of both parts are constant."),
         )
-    shares = {"mismatch": v_mis / total, "update": v_upd / total, "covariance": 2 * cov / total}
+    shares = {"mismatch": v.share_a, "update": v.share_b, "covariance": v.share_cross}
     dominant = "mismatch" if v_mis >= v_upd else "update"
     other = "update" if dominant == "mismatch" else "mismatch"
     what = {"mismatch": "the mismatch pi_old/mu_rollout", "update": "the update pi_theta/pi_old"}

@@ -29,6 +29,9 @@ carries no cancellation error. :math:`P` itself is never exponentiated; linear p
 beyond the float64 range come back as ``inf`` (their ``log_`` twins stay finite), never NaN and
 never with a warning.
 
+The summation (:func:`~variance_lab.ratios.weights.segment_sums`), the clip bands and their
+defaults live in :mod:`variance_lab.ratios`; the clip indicators follow :data:`CLIP_RULE`.
+
 The sequences come as a :class:`~variance_lab.rollouts.batch.TokenBatch` (validated token
 log-probs, flat with offsets).
 """
@@ -41,10 +44,20 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from variance_lab.ratios import (
+    CLOSED,
+    GMPO_RANGE,
+    GSPO_RANGE,
+    PPO_RANGE,
+    BoundRule,
+    log_clip_range,
+    segment_sums,
+)
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.stats import exp_quiet
 
 __all__ = [
+    "CLIP_RULE",
     "GMPO_RANGE",
     "GSPO_RANGE",
     "PPO_RANGE",
@@ -55,77 +68,11 @@ __all__ = [
     "sequence_weights",
 ]
 
-
-#: GSPO's sequence-level clipping range of s (Zheng et al. 2025): 1 - 3e-4, 1 + 4e-4.
-GSPO_RANGE = (1.0 - 3e-4, 1.0 + 4e-4)
-
-
-#: PPO/GRPO token-level clipping range of the ratio, epsilon = 0.2.
-PPO_RANGE = (0.8, 1.2)
-
-
-#: GMPO's token-level clipping range of the ratio, (e^-0.4, e^0.4) (Zhao et al. 2025, sec. 4).
-GMPO_RANGE = (math.exp(-0.4), math.exp(0.4))
-
-
-# --------------------------------------------------------------------------------------
-# summation
-# --------------------------------------------------------------------------------------
-def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    r"""Return the sums of ``x`` over the segments ``[offsets[i], offsets[i+1])``, accurate to about 1 ulp.
-
-    Each value is split exactly as :math:`x = h + l`, with :math:`h` a multiple of
-    :math:`2^g` and :math:`|l| \le 2^{g-1}`, where :math:`2^g` is chosen from
-    :math:`\max|x|` and the longest segment so that every partial sum of the :math:`h` is an
-    integer multiple of :math:`2^g` below :math:`2^{53+g}`: those sums are exact in any order.
-    The small remainders are summed by NumPy (pairwise), their error is below
-    :math:`\varepsilon^2`-order of :math:`\max|x|`, and the result :math:`\sum h + \sum l`
-    is rounded once. Vectorised: two ``np.add.reduceat`` calls, no loop over tokens.
-
-    Parameters
-    ----------
-    x : ndarray of float64
-        Finite values, all segments concatenated.
-    offsets : ndarray of int
-        ``n + 1`` non-decreasing offsets into ``x``, ``offsets[0] == 0``,
-        ``offsets[-1] == len(x)``; every segment must be non-empty.
-
-    Returns
-    -------
-    ndarray of float64, shape ``(n,)``
-    """
-    x = np.asarray(x, dtype=np.float64)
-    offsets = np.asarray(offsets, dtype=np.int64)
-    n = offsets.size - 1
-    if n <= 0:
-        return np.zeros(0)
-    lengths = np.diff(offsets)
-    if np.any(lengths < 1) or offsets[0] != 0 or offsets[-1] != x.size:
-        raise ValueError("segment_sums needs non-empty segments that cover x")
-    m = float(np.max(np.abs(x)))
-    if m == 0.0:
-        return np.zeros(n)
-    if not math.isfinite(m):
-        raise ValueError("segment_sums needs finite values")
-    _, e_m = math.frexp(m)  # m < 2**e_m
-    e = e_m + int(lengths.max()).bit_length()  # every partial sum of |x| is < 2**e
-    g = max(e - 52, -1000)
-    scale = math.ldexp(1.0, -g)
-    hi = np.rint(x * scale) / scale  # exact: scaling by a power of two, rounding to an integer
-    lo = x - hi  # exact: |lo| <= 2**(g-1) and lo is a multiple of ulp(x)
-    starts = offsets[:-1]
-    return np.add.reduceat(hi, starts) + np.add.reduceat(lo, starts)
-
-
-def log_clip_range(rng, name: str) -> tuple[float, float]:
-    """Validate a ratio clipping range (lo, hi), 0 < lo <= 1 <= hi < inf, and return its logs."""
-    try:
-        lo, hi = (float(v) for v in rng)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair (lo, hi) of ratios, got {rng!r}") from None
-    if not (0.0 < lo <= 1.0 <= hi < math.inf):
-        raise ValueError(f"{name} must satisfy 0 < lo <= 1 <= hi < inf, got {rng!r}")
-    return math.log(lo), math.log(hi)
+#: The bound rule of the clip indicators here (GSPO's ``clipped_gspo``, PPO's ``n_token_clipped``):
+#: a value exactly at a bound is not clipped, compared in log space (log of the float64 ratio
+#: band), in float64 (:mod:`variance_lab.ratios.bounds`). The bands' defaults are
+#: :mod:`variance_lab.ratios.defaults`' (imported here, where they were first defined).
+CLIP_RULE = BoundRule(CLOSED, "log", "float64")
 
 
 # --------------------------------------------------------------------------------------
@@ -281,11 +228,11 @@ def sequence_weights(
     batch : TokenBatch
         Validated token log-probs.
     gspo_range : tuple of float
-        GSPO's range of :math:`s`, default :data:`GSPO_RANGE` ``(1 - 3e-4, 1 + 4e-4)``.
+        GSPO's range of :math:`s`, default :data:`~variance_lab.ratios.GSPO_RANGE`.
     ppo_range : tuple of float
-        Token-level PPO range of :math:`r_t`, default :data:`PPO_RANGE` ``(0.8, 1.2)``.
+        Token-level PPO range of :math:`r_t`, default :data:`~variance_lab.ratios.PPO_RANGE`.
     gmpo_range : tuple of float
-        GMPO's token range of :math:`r_t`, default :data:`GMPO_RANGE` ``(e^-0.4, e^0.4)``.
+        GMPO's token range of :math:`r_t`, default :data:`~variance_lab.ratios.GMPO_RANGE`.
 
     Returns
     -------
@@ -299,7 +246,7 @@ def sequence_weights(
     log_G = log_P / T
     d = batch.log_ratio
     log_gmpo = segment_sums(np.clip(d, m_lo, m_hi), off) / T
-    token_out = (d < p_lo) | (d > p_hi)
+    token_out = CLIP_RULE.outside(d, p_lo, p_hi)
     return SequenceWeights(
         ids=batch.ids,
         length=T,
@@ -308,7 +255,7 @@ def sequence_weights(
         log_ppl_old=-segment_sums(batch.old_logp, off) / T,
         log_ppl_new=-segment_sums(batch.logp, off) / T,
         log_gmpo=log_gmpo,
-        clipped_gspo=(log_G < g_lo) | (log_G > g_hi),
+        clipped_gspo=CLIP_RULE.outside(log_G, g_lo, g_hi),
         n_token_clipped=np.add.reduceat(token_out.astype(np.int64), off[:-1]),
         gspo_range=tuple(float(v) for v in gspo_range),
         ppo_range=tuple(float(v) for v in ppo_range),

@@ -1,0 +1,59 @@
+r"""Every clip, mask and band default of the toolkit, each typed once.
+
+The corrections' specs (:mod:`variance_lab.corrections.specs`), the sequence weights
+(:mod:`variance_lab.rollouts.weights`), the frameworks' mirrors (:mod:`variance_lab.frameworks`)
+and both experiments' losses take their defaults from here.
+
+- :data:`GSPO_EPS` :math:`(3\cdot10^{-4}, 4\cdot10^{-4})`: GSPO's clip widths of :math:`s`
+  (Zheng et al. 2025); :data:`GSPO_RANGE` the same band as ratios.
+- :data:`PPO_EPS` :math:`(0.2, 0.2)`: PPO/GRPO's clip widths of a token ratio; :data:`PPO_RANGE`
+  ``(0.8, 1.2)``.
+- :data:`DAPO_EPS` :math:`(0.2, 0.28)`: DAPO's clip-higher widths (the token-mean loss).
+- :data:`GMPO_EPS` :math:`0.4`: GMPO's log-space clip (Zhao et al. 2025, sec. 4);
+  :data:`GMPO_RANGE` :math:`(e^{-0.4}, e^{0.4})`.
+- :data:`ICEPOP_BAND` :math:`(0.5, 5)`: IcePop's band of a token ratio (Ring-1T; OpenRLHF's
+  ``vllm_is_truncated_threshold``).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "DAPO_EPS",
+    "GMPO_EPS",
+    "GMPO_RANGE",
+    "GSPO_EPS",
+    "GSPO_RANGE",
+    "ICEPOP_BAND",
+    "PPO_EPS",
+    "PPO_RANGE",
+    "eps_range",
+]
+
+
+def eps_range(eps_low: float, eps_high: float) -> tuple[float, float]:
+    r"""Return the ratio band :math:`(1 - \varepsilon_l, 1 + \varepsilon_h)` of a clip's widths (float64)."""
+    return 1.0 - eps_low, 1.0 + eps_high
+
+
+#: GSPO's clip widths :math:`(\varepsilon_l, \varepsilon_h)` of :math:`s` (Zheng et al. 2025).
+GSPO_EPS = (3e-4, 4e-4)
+#: GSPO's band of :math:`s` as ratios, :math:`(1 - \varepsilon_l, 1 + \varepsilon_h)`.
+GSPO_RANGE = eps_range(*GSPO_EPS)
+
+#: PPO/GRPO's token-level clip widths, :math:`\varepsilon = 0.2` on both sides.
+PPO_EPS = (0.2, 0.2)
+#: PPO's band of a token ratio, ``(0.8, 1.2)``.
+PPO_RANGE = eps_range(*PPO_EPS)
+
+#: DAPO's clip-higher widths of a token ratio (the token-mean loss).
+DAPO_EPS = (0.2, 0.28)
+
+#: GMPO's clip of a token log-ratio, :math:`|\log r| \le 0.4` (Zhao et al. 2025, sec. 4).
+GMPO_EPS = 0.4
+#: GMPO's band of a token ratio, :math:`(e^{-0.4}, e^{0.4})`.
+GMPO_RANGE = (math.exp(-GMPO_EPS), math.exp(GMPO_EPS))
+
+#: IcePop's band of a token ratio, [0.5, 5] (Ring-1T; OpenRLHF's ``vllm_is_truncated_threshold``).
+ICEPOP_BAND = (0.5, 5.0)
