@@ -13,8 +13,8 @@ from variance_lab.rollouts.statistics import (
     bucket_variances,
     fit_log_ratios,
     length_buckets,
-    log_sample_var,
 )
+from variance_lab.stats import log_sample_var
 
 
 def _ar1(rng, n, L, rho, sigma2, mu=0.0):
