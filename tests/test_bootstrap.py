@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from variance_lab.corrections import evaluate
 from variance_lab.stats import (
     bootstrap_ratio,
     cluster_counts,
@@ -114,3 +115,13 @@ def test_log_var_interval_without_spread_or_resamples():
     assert math.isfinite(point)
     assert math.isnan(lo)
     assert math.isnan(hi)
+
+
+@pytest.mark.parametrize("groups", [None, [7]])
+def test_one_sequence_bucket_has_no_bootstrap_interval(groups):
+    """One sequence (or one prompt) has nothing to resample: the token-level interval is NaN, not [f, f]."""
+    df = evaluate([0.0, 1.0, 0.1, -0.2], [0, 4], "tis:2", groups=groups)
+    row = df.iloc[0]
+    assert row["frac_modified"] == 0.25
+    assert math.isnan(row["frac_modified_lo"])
+    assert math.isnan(row["frac_modified_hi"])

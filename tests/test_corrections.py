@@ -717,13 +717,3 @@ def test_a_fitted_mixture_never_predicts_a_fraction_above_one():
     assert (th["frac_seq_any"] <= 1.0).all()
     mask = th[(th["correction"] == "seq-mask:0.5:2") & (th["T"] == 256)]
     assert mask["frac_modified"].iloc[0] == pytest.approx(1.0, abs=1e-12)
-
-
-@pytest.mark.parametrize("groups", [None, [7]])
-def test_one_sequence_bucket_has_no_bootstrap_interval(groups):
-    """One sequence (or one prompt) has nothing to resample: the token-level interval is NaN, not [f, f]."""
-    df = co.evaluate([0.0, 1.0, 0.1, -0.2], [0, 4], "tis:2", groups=groups)
-    row = df.iloc[0]
-    assert row["frac_modified"] == 0.25
-    assert math.isnan(row["frac_modified_lo"])
-    assert math.isnan(row["frac_modified_hi"])
