@@ -7,7 +7,8 @@ the three models. For every length bucket this adds
 
 - 95 % intervals of the observed clip fractions (GSPO's fraction of sequences clipped, with its
   interval and design effect, comes from :func:`~variance_lab.rollouts.statistics.bucket_variances`):
-  a bootstrap over sequences, or over prompts when the batch has ``prompt_id``, for the fractions
+  a percentile bootstrap (:func:`~variance_lab.stats.bootstrap_ratio`) over sequences, or over prompts
+  when the batch has ``prompt_id``, for the fractions
   of tokens clipped by PPO (:math:`r_t` outside its range) and by GMPO
   (:math:`|\log r_t| > \epsilon`, :math:`\epsilon` the ``gmpo`` correction's default 0.4 of
   :mod:`variance_lab.corrections`), whose tokens within a sequence are not independent
