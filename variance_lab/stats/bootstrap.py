@@ -403,9 +403,10 @@ def log_var_interval(
     n_boot : int
         Resamples; 0 gives no interval.
     level : float
+        Confidence level, in (0, 1).
     rng : numpy.random.Generator
     groups : array_like, shape ``(n,)``, optional
-        Cluster (prompt) of each unit.
+        Cluster (prompt) of each unit; ``None``: every unit its own cluster.
 
     Returns
     -------
