@@ -18,7 +18,14 @@ from variance_lab.corrections.closed_forms import WEIGHT_COLUMNS, theory
 from variance_lab.corrections.specs import parse_list
 from variance_lab.corrections.weights import apply_sequence, apply_tokens
 from variance_lab.families import LogNormal
-from variance_lab.stats import bootstrap_ratio, proportion_interval, resample, wilson_interval, z_value
+from variance_lab.stats import (
+    bootstrap_ratio,
+    ess_fraction,
+    proportion_interval,
+    resample,
+    wilson_interval,
+    z_value,
+)
 
 __all__ = [
     "BOOTSTRAP_COLUMNS",
@@ -317,7 +324,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> di
         mean = float(w.mean())
         var = float(w.var(ddof=1)) if n > 1 else math.nan
         se = math.sqrt(var / n) if n > 1 else math.nan
-        ess = mean * mean / float(np.mean(w * w)) if np.any(w > 0) else math.nan
+        ess = float(ess_fraction(mean, np.mean(w * w))) if np.any(w > 0) else math.nan
         base_mean = float(base.mean())
     else:
         wt, modt = apply_tokens(c, log_r)
@@ -329,7 +336,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> di
         var = float(wt[tok].var(ddof=1)) if tok.size > 1 else math.nan
         resid = ws - mean * L  # ratio estimator: se of sum(w) / sum(L)
         se = math.sqrt(float(np.sum(resid * resid))) / ntok if L.size > 1 else math.nan
-        ess = mean * mean / float(np.mean(wt[tok] ** 2)) if np.any(wt[tok] > 0) else math.nan
+        ess = float(ess_fraction(mean, np.mean(wt[tok] ** 2))) if np.any(wt[tok] > 0) else math.nan
         frac, any_ = float(nmod.sum() / ntok), float((nmod > 0).mean())
         frac_ci = _frac_interval(nmod, L.astype(float), rng, ci, g)
         mean_ci = bootstrap_ratio(ws, L, n_boot=N_BOOT, level=ci, rng=rng, groups=g)
