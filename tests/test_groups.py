@@ -452,3 +452,65 @@ def test_no_event_in_grouped_data_counts_prompts_not_responses():
     _, hi = wilson_interval(0, 100)
     assert (r["lo"], r["hi"]) == (0.0, pytest.approx(float(hi), rel=1e-12))
     assert float(hi) > float(wilson_interval(0, 400)[1]) * 3.5  # about 4 times the i.i.d. upper end
+
+
+# --------------------------------------------------------------------------------------
+# a bucket of one prompt (issue #34: was a ZeroDivisionError)
+# --------------------------------------------------------------------------------------
+def _one_prompt_per_bucket(tmp_path):
+    """Four lines, two prompts: prompt a's two responses of 3 tokens, prompt b's two of 9 (two buckets)."""
+    rng = np.random.default_rng(34)
+    recs = []
+    for prompt, length in (("a", 3), ("b", 9)):
+        for k in range(2):
+            old = -rng.exponential(1.0, length)
+            logp = np.minimum(old + 0.05 * rng.standard_normal(length), 0.0)
+            recs.append(
+                {"id": f"{prompt}{k}", "prompt_id": prompt, "logp": logp.tolist(), "old_logp": old.tolist()}
+            )
+    return write_records(recs, tmp_path / "four.jsonl")
+
+
+def test_one_prompt_bucket_has_undefined_intervals_not_a_traceback(tmp_path, capsys):
+    """Each bucket holds one prompt: NaN variance intervals, nothing to resample between (API and CLI)."""
+    path = _one_prompt_per_bucket(tmp_path)
+    batch = load_batch(path)
+    result = analyze(batch, n_boot=200, seed=0)
+    t = result.table
+    assert list(t["n_seq"]) == [2, 2]
+    assert list(t["n_prompts"]) == [1, 1]
+    assert np.isfinite(t["var_G"]).all()
+    assert t[["var_G_lo", "var_G_hi", "log10_var_P_lo", "log10_var_P_hi"]].isna().all().all()
+    assert list(t["interval_failed"]) == ["", ""]
+    assert main(["analyze", str(path), "--n-boot", "200"]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    assert "Error" not in err
+    assert "(2 prompts;" in out
+    assert out.count("| too few sequences |") == 2
+
+
+def test_one_prompt_bucket_verdict_names_its_reason():
+    """A bucket of enough sequences, all of one prompt: verdict n/a with its reason; one threshold."""
+    from types import SimpleNamespace
+
+    from variance_lab.report.analysis_table import MIN_JUDGED, bucket_verdict
+    from variance_lab.rollouts.predictions import MIN_BUCKET_SEQUENCES
+
+    assert MIN_JUDGED == MIN_BUCKET_SEQUENCES
+    row = SimpleNamespace(verdict="n/a", n_seq=24, n_prompts=1)
+    assert bucket_verdict(row, 1000) == "n/a (one prompt)"
+    assert bucket_verdict(row, 0) == "n/a"  # no bootstrap asked for: no interval is the reason
+    assert (
+        bucket_verdict(SimpleNamespace(verdict="n/a", n_seq=1, n_prompts=math.nan), 1000)
+        == "too few sequences"
+    )
+    assert bucket_verdict(SimpleNamespace(verdict="n/a", n_seq=1, n_prompts=math.nan), 0) == "n/a"
+    assert bucket_verdict(SimpleNamespace(verdict="corrected", n_seq=24, n_prompts=1), 1000) == "corrected"
+    lengths = np.full(24, 12)
+    d = 0.02 * np.random.default_rng(5).standard_normal(lengths.sum())
+    batch = TokenBatch.from_flat(d - 3.0, np.full(d.size, -3.0), lengths, prompt_id=np.zeros(24, dtype=int))
+    row = bucket_variances(batch, n_boot=100, seed=0).iloc[0]
+    assert row["n_prompts"] == 1
+    assert math.isnan(row["var_G_lo"])
+    assert math.isnan(row["log10_var_P_hi"])

@@ -10,7 +10,8 @@ from scipy import stats
 from variance_lab.report.analysis_table import render_analysis
 from variance_lab.rollouts import TokenBatch
 from variance_lab.rollouts.analysis import ANALYSIS_COLUMNS, analyze
-from variance_lab.rollouts.predictions import PREDICTION_COLUMNS, choose_model, wilson_interval
+from variance_lab.rollouts.predictions import PREDICTION_COLUMNS, choose_model
+from variance_lab.stats import wilson_interval
 
 
 @pytest.mark.parametrize(("p", "n"), [(0.1, 352), (0.5, 77), (0.02, 400), (0.7, 419)])

@@ -1,10 +1,13 @@
 """Empirical statistics on synthetic log-ratios drawn with NumPy: i.i.d. lognormal and Gaussian AR(1)."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from variance_lab.cli import main
+from variance_lab.rollouts.analysis import analyze
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.io import load_batch, save_batch
 from variance_lab.rollouts.statistics import (
@@ -13,8 +16,8 @@ from variance_lab.rollouts.statistics import (
     bucket_variances,
     fit_log_ratios,
     length_buckets,
-    log_sample_var,
 )
+from variance_lab.stats import log_sample_var
 
 
 def _ar1(rng, n, L, rho, sigma2, mu=0.0):
@@ -280,3 +283,42 @@ def test_synthetic_ar1_through_each_file_format(tmp_path, name):
     N = batch.n_tokens
     assert abs(ac.rho - rho) < 3 * math.sqrt((1 - rho**2) / ac.n_pairs[1])
     assert abs(fit.sigma2_y - sigma2) < 3 * sigma2 * math.sqrt(2 * (1 + rho**2) / ((1 - rho**2) * N))
+
+
+# ---------------------------------------------------------------- the README's example (issue #34)
+def _readme_example(tmp_path):
+    """Write the README's two-line JSONL example (its ```jsonl block) and return its path."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text(text.split("```jsonl\n", 1)[1].split("```", 1)[0])
+    return path
+
+
+def test_readme_example_has_iid_standard_errors_not_zero(tmp_path, capsys):
+    """Autocorrelation undefined (5 pairs): tau = 1, so the fit's SEs are the i.i.d. ones, not 0."""
+    path = _readme_example(tmp_path)
+    result = analyze(load_batch(path), seed=0)
+    fit = result.fit
+    assert result.acf is None
+    assert result.acf_note.startswith("too few sequences")
+    assert fit.n_tokens == 7
+    assert (fit.tau_y, fit.tau_sq) == (1.0, 1.0)
+    assert fit.se_mu_y == pytest.approx(math.sqrt(fit.sigma2_y / 7), rel=1e-12)
+    assert fit.se_mu_y > 0.01
+    assert main(["analyze", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "mu_y = 0.03143 (SE 0.034)" in out
+    assert "(SE 0)" not in out
+
+
+def test_one_sequence_buckets_say_too_few_sequences(tmp_path, capsys):
+    """The README's example: two buckets of one sequence each; their verdict and the overall one say why."""
+    path = _readme_example(tmp_path)
+    result = analyze(load_batch(path), seed=0)
+    assert list(result.table["n_seq"]) == [1, 1]
+    assert main(["analyze", str(path)]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("| 2-3 | 1 |", "| 4-7 | 1 |"))]
+    verdicts = [row.rstrip(" |").rsplit("| ", 1)[1] for row in rows[:2]]  # the variance table's last cell
+    assert verdicts == ["too few sequences", "too few sequences"]
+    assert "Verdict: too few sequences: no length bucket holds 20 sequences" in out

@@ -18,7 +18,14 @@ from variance_lab.corrections.closed_forms import WEIGHT_COLUMNS, theory
 from variance_lab.corrections.specs import parse_list
 from variance_lab.corrections.weights import apply_sequence, apply_tokens
 from variance_lab.families import LogNormal
-from variance_lab.stats import cluster_counts, cluster_ratio, wilson_interval, z_value
+from variance_lab.stats import (
+    bootstrap_ratio,
+    ess_fraction,
+    proportion_interval,
+    resample,
+    wilson_interval,
+    z_value,
+)
 
 __all__ = [
     "BOOTSTRAP_COLUMNS",
@@ -228,16 +235,10 @@ def bucket_bootstrap(
         if not sel.size:
             continue
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
-        if groups is None:
-            idx = sel[rng.integers(0, sel.size, size=(n_boot, sel.size))]
+        res = resample(sel.size, n_boot, rng, None if groups is None else np.asarray(groups)[sel])
 
-            def resum(x, idx=idx):
-                return x[idx].sum(axis=1)
-        else:
-            W = cluster_counts(np.asarray(groups)[sel], n_boot, rng).astype(float)
-
-            def resum(x, W=W, sel=sel):
-                return W @ x[sel]
+        def resum(x, res=res, sel=sel):
+            return res.sums(x[sel])
 
         for c in cs:
             w1, w2, b, k = sums[c.spec]
@@ -283,29 +284,17 @@ def _predictions(family, cs, lengths) -> dict:
     return out
 
 
-def _boot_ratio(num: np.ndarray, den: np.ndarray, rng, ci: float, groups=None) -> tuple[float, float]:
-    """Percentile bootstrap interval of sum(num) / sum(den), resampling sequences (or their prompts)."""
-    if groups is not None:
-        r = cluster_ratio(num, den, groups, n_boot=N_BOOT, level=ci, rng=rng)
-        return r["lo"], r["hi"]
-    n = num.size
-    idx = rng.integers(0, n, size=(N_BOOT, n))
-    ratio = num[idx].sum(axis=1) / den[idx].sum(axis=1)
-    lo, hi = np.quantile(ratio, [(1 - ci) / 2, (1 + ci) / 2])
-    return float(lo), float(hi)
-
-
 def _frac_interval(nmod: np.ndarray, tokens: np.ndarray, rng, ci: float, groups=None) -> tuple[float, float]:
     """Interval of a token-level modified fraction ``sum(nmod) / sum(tokens)``.
 
-    The percentile bootstrap of :func:`_boot_ratio`, except when no token was modified: every
-    resample is then 0, and ``[0, 0]`` would claim a fraction known to be exactly 0. The
+    The percentile bootstrap of :func:`~variance_lab.stats.bootstrap_ratio`, except when no token
+    was modified: every resample is then 0, and ``[0, 0]`` would claim a fraction known to be exactly 0. The
     interval is then Wilson's at no events with one unit per prompt (per sequence without
     ``groups``), ``[0, z^2 / (n + z^2)]``, the convention of the clustered proportions
     (:func:`variance_lab.stats.cluster_ratio`). The bootstrap still runs, so the random streams
     of the other intervals do not depend on it.
     """
-    lo, hi = _boot_ratio(nmod, tokens, rng, ci, groups)
+    lo, hi = bootstrap_ratio(nmod, tokens, n_boot=N_BOOT, level=ci, rng=rng, groups=groups)
     if np.any(nmod):
         return lo, hi
     n = nmod.size if groups is None else np.unique(groups).size
@@ -321,26 +310,21 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> di
             w, mod = apply_sequence(c, log_p[sel], L)
             frac = float(mod.mean())
             any_ = frac
-            if g is None:
-                frac_ci = tuple(float(e) for e in wilson_interval(float(mod.sum()), mod.size, ci))
-            else:
-                r = cluster_ratio(
-                    mod.astype(float), np.ones(mod.size), g, n_boot=N_BOOT, level=ci, rng=rng, proportion=True
-                )
-                frac_ci = (r["lo"], r["hi"])
+            r = proportion_interval(mod, n_boot=N_BOOT, level=ci, rng=rng, groups=g)
+            frac_ci = (r["lo"], r["hi"])
         else:
             zt, modt = apply_tokens(c, log_r)
             w = np.exp(np.add.reduceat(zt, off[:-1])[sel] / L)
             nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
             frac, any_ = float(nmod.sum() / L.sum()), float((nmod > 0).mean())
             frac_ci = _frac_interval(nmod, L.astype(float), rng, ci, g)
-        mean_ci = _boot_ratio(w, np.ones(w.size), rng, ci, g)
+        mean_ci = bootstrap_ratio(w, np.ones(w.size), n_boot=N_BOOT, level=ci, rng=rng, groups=g)
         base = np.exp(log_p[sel] / L) if c.base == "G" else np.exp(log_p[sel])
         n = w.size
         mean = float(w.mean())
         var = float(w.var(ddof=1)) if n > 1 else math.nan
         se = math.sqrt(var / n) if n > 1 else math.nan
-        ess = mean * mean / float(np.mean(w * w)) if np.any(w > 0) else math.nan
+        ess = float(ess_fraction(mean, np.mean(w * w))) if np.any(w > 0) else math.nan
         base_mean = float(base.mean())
     else:
         wt, modt = apply_tokens(c, log_r)
@@ -352,10 +336,10 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> di
         var = float(wt[tok].var(ddof=1)) if tok.size > 1 else math.nan
         resid = ws - mean * L  # ratio estimator: se of sum(w) / sum(L)
         se = math.sqrt(float(np.sum(resid * resid))) / ntok if L.size > 1 else math.nan
-        ess = mean * mean / float(np.mean(wt[tok] ** 2)) if np.any(wt[tok] > 0) else math.nan
+        ess = float(ess_fraction(mean, np.mean(wt[tok] ** 2))) if np.any(wt[tok] > 0) else math.nan
         frac, any_ = float(nmod.sum() / ntok), float((nmod > 0).mean())
         frac_ci = _frac_interval(nmod, L.astype(float), rng, ci, g)
-        mean_ci = _boot_ratio(ws, L.astype(float), rng, ci, g)
+        mean_ci = bootstrap_ratio(ws, L, n_boot=N_BOOT, level=ci, rng=rng, groups=g)
         base_mean = float(np.exp(log_r[tok]).mean())
         n = L.size
     return {

@@ -48,8 +48,9 @@ from variance_lab.experiment.files import sidecar_path
 from variance_lab.ratios import variance_split
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.io import load_batch
-from variance_lab.rollouts.statistics import kong_ess, length_buckets
+from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE
+from variance_lab.stats import kong_ess
 
 __all__ = [
     "EDGES",

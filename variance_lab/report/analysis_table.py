@@ -25,7 +25,9 @@ from variance_lab.schema import json_safe
 
 __all__ = [
     "FORMATS",
+    "MIN_JUDGED",
     "VERDICT_NOTE",
+    "bucket_verdict",
     "group_lines",
     "model_lines",
     "render_analysis",
@@ -35,19 +37,26 @@ __all__ = [
 
 FORMATS = ("markdown", "csv", "json")
 
+#: Fewest sequences a length bucket needs to be judged: the analysis's ``MIN_BUCKET_SEQUENCES``
+#: (:mod:`variance_lab.rollouts.predictions`, a floor above this one; a test keeps the two equal).
+MIN_JUDGED = 20
+
+#: A bucket's verdict (and the overall one) where it holds fewer than :data:`MIN_JUDGED` sequences.
+_TOO_FEW = "too few sequences"
+
 VERDICT_NOTE = (
-    "How to read the verdict: score = distance of a prediction of Var(G_T) from the observed one, in units "
-    "of the bootstrap interval's half-width on that side (|score| <= 1: inside the interval). The verdict "
-    "is the first of iid-lognormal, iid-empirical, corrected that lies inside and is at least twice as "
-    "close as each one before it; none: no prediction qualifies; n/a: no interval; too few sequences: a "
-    "bucket of fewer than 20 sequences, shown but not judged (no verdict, no best model). The buckets' "
-    "vote (ties go to i.i.d.) judges the three simple predictions on Var(G_T) alone; with the fitted "
-    "models the verdict is the model that fits the most buckets on Var(G_T) and the GSPO clip "
-    "fraction together, judged on prompts it was not fitted to. design effect: the clustered variance "
-    "of the GSPO clip fraction over the i.i.d. one (responses to one prompt are not independent). "
-    "Var(P_T) is shown but not judged: once T sigma_y^2 "
-    "exceeds a few its sample variance is erratic, usually far below the truth and sometimes far "
-    "above it (see ESS(P))."
+    "How to read the verdict: score = distance of a prediction of Var(G_T) from the observed one, in "
+    "units of the bootstrap interval's half-width on that side (|score| <= 1: inside the interval). "
+    "The verdict is the first of iid-lognormal, iid-empirical, corrected that lies inside and is at "
+    "least twice as close as each one before it; none: no prediction qualifies; n/a: no interval; "
+    f"too few sequences: a bucket of fewer than {MIN_JUDGED} sequences, shown but not judged (no verdict, no "
+    "best model). The buckets' vote (ties go to i.i.d.) judges the three simple predictions on "
+    "Var(G_T) alone; with the fitted models the verdict is the model that fits the most buckets on "
+    "Var(G_T) and the GSPO clip fraction together, judged on prompts it was not fitted to. design "
+    "effect: the clustered variance of the GSPO clip fraction over the i.i.d. one (responses to one "
+    "prompt are not independent). Var(P_T) is shown but not judged: once T sigma_y^2 exceeds a few "
+    "its sample variance is erratic, usually far below the truth and sometimes far above it (see "
+    "ESS(P))."
 )
 
 
@@ -100,10 +109,10 @@ def summary_lines(summary: dict) -> list[str]:
         + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in summary["rms_scores"].items())
         + ")"
     )
-    if summary["verdict"] == "too few sequences":  # no bucket holds enough sequences to judge by
+    if summary["verdict"] == _TOO_FEW:  # no bucket holds enough sequences to judge by
         return [
             *lines,
-            "Verdict: too few sequences: no length bucket holds 20 sequences, so no prediction or model "
+            f"Verdict: {_TOO_FEW}: no length bucket holds {MIN_JUDGED} sequences, so no prediction or model "
             "is judged.",
         ]
     if not summary.get("models"):
@@ -273,7 +282,34 @@ def _checked_interval(r, name: str, point, lo, hi, fmt) -> str:
     return _interval(point, lo, hi, fmt)
 
 
-def _variance_cells(r) -> list[str]:
+def bucket_verdict(r, n_boot: int) -> str:
+    """Return the verdict shown for bucket ``r`` (a row of the analysis table), with its reason.
+
+    The table's ``n/a`` (no interval) is shown as "too few sequences" where the bootstrap ran
+    (``n_boot > 0``) on fewer than :data:`MIN_JUDGED` sequences: a bucket of one sequence has no
+    variance to form an interval of, and one of fewer than :data:`MIN_JUDGED` would not be judged
+    even with one. A bucket of enough sequences that all answer one prompt says so (nothing to
+    resample between). Any other verdict is shown as it is.
+    """
+    verdict = str(r.verdict)
+    if verdict != "n/a" or n_boot < 1:
+        return verdict
+    if r.n_seq < MIN_JUDGED:
+        return _TOO_FEW
+    return "n/a (one prompt)" if r.n_prompts == 1 else verdict
+
+
+def _overall(summary: dict, shown: list[str]) -> dict:
+    """Return ``summary`` with the overall verdict "too few sequences" where no bucket votes for that reason.
+
+    As the buckets' vote says it: no bucket votes (``n/a``) and some hold too few sequences.
+    """
+    if summary["verdict"] == "n/a" and _TOO_FEW in shown:
+        return {**summary, "verdict": _TOO_FEW}
+    return summary
+
+
+def _variance_cells(r, n_boot: int = 0) -> list[str]:
     """Return the variance table's cells of bucket ``r``: Var(P_T), Var(G_T), scores and verdict."""
     return [
         _checked_interval(r, "var_P", r.log10_var_P, r.log10_var_P_lo, r.log10_var_P_hi, _fixed),
@@ -282,7 +318,7 @@ def _variance_cells(r) -> list[str]:
         _checked_interval(r, "var_G", r.var_G, r.var_G_lo, r.var_G_hi, _sci),
         *(_sci(v) for v in (r.var_G_iid, r.var_G_emp, r.var_G_corr)),
         " / ".join(_score(v) for v in (r.score_iid, r.score_emp, r.score_corr)),
-        r.verdict,
+        bucket_verdict(r, n_boot),
     ]
 
 
@@ -329,11 +365,13 @@ def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
     ]
     clip_header = ["T", "n", f"GSPO clip [{pct}]", "prompts", "design effect", "pred. corr", "pred. iid"]
     clip_header += ["PPO clip", "pred."]
+    n_boot = int(summary.get("n_boot") or 0)
+    summary = _overall(summary, [bucket_verdict(r, n_boot) for r in table.itertuples(index=False)])
     parts = [title, ""] if title else []
     parts += [
         *summary_lines(summary),
         "",
-        _markdown_table(var_header, _bucket_rows(table, _variance_cells)),
+        _markdown_table(var_header, _bucket_rows(table, lambda r: _variance_cells(r, n_boot))),
         "",
         _markdown_table(clip_header, _bucket_rows(table, _clip_cells)),
         "",

@@ -7,7 +7,8 @@ the three models. For every length bucket this adds
 
 - 95 % intervals of the observed clip fractions (GSPO's fraction of sequences clipped, with its
   interval and design effect, comes from :func:`~variance_lab.rollouts.statistics.bucket_variances`):
-  a bootstrap over sequences, or over prompts when the batch has ``prompt_id``, for the fractions
+  a percentile bootstrap (:func:`~variance_lab.stats.bootstrap_ratio`) over sequences, or over prompts
+  when the batch has ``prompt_id``, for the fractions
   of tokens clipped by PPO (:math:`r_t` outside its range) and by GMPO
   (:math:`|\log r_t| > \epsilon`, :math:`\epsilon` the ``gmpo`` correction's default 0.4 of
   :mod:`variance_lab.corrections`), whose tokens within a sequence are not independent
@@ -51,7 +52,7 @@ from variance_lab.rollouts.models import (
     normal_outside,
 )
 from variance_lab.rollouts.weights import segment_sums
-from variance_lab.stats import cluster_ratio, wilson_interval
+from variance_lab.stats import bootstrap_ratio
 
 __all__ = [
     "ALL_MODELS",
@@ -66,7 +67,6 @@ __all__ = [
     "fitted_models",
     "interval_score",
     "prediction_columns",
-    "wilson_interval",
 ]
 
 #: Every model, in the order of parsimony.
@@ -106,21 +106,6 @@ PREDICTION_COLUMNS = (
 )
 
 _LN10 = math.log(10.0)
-
-
-def _bootstrap_ratio(
-    num: np.ndarray, den: np.ndarray, n_boot: int, level: float, rng, groups=None
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of sum(num)/sum(den), resampling sequences (or their prompts)."""
-    if n_boot < 1 or num.size < 2:
-        return math.nan, math.nan
-    if groups is not None:
-        r = cluster_ratio(num, den, groups, n_boot=n_boot, level=level, rng=rng)
-        return r["lo"], r["hi"]
-    idx = rng.integers(0, num.size, size=(n_boot, num.size))
-    ratios = num[idx].sum(axis=1) / den[idx].sum(axis=1)
-    a = (1 - level) / 2
-    return float(np.quantile(ratios, a)), float(np.quantile(ratios, 1 - a))
 
 
 def _child_seed(seed, key: int) -> np.random.SeedSequence:
@@ -232,12 +217,13 @@ def prediction_columns(
         uniq, counts = np.unique(T, return_counts=True)
         row: dict = {}
         g = None if groups is None else groups[sel]
-        row["ppo_clip_frac_lo"], row["ppo_clip_frac_hi"] = _bootstrap_ratio(
-            p_seq[sel], T.astype(float), n_boot, level, _child_rng(seed, j), g
+        boot = {"n_boot": n_boot, "level": level, "groups": g}
+        row["ppo_clip_frac_lo"], row["ppo_clip_frac_hi"] = bootstrap_ratio(
+            p_seq[sel], T, rng=_child_rng(seed, j), **boot
         )
         row["gmpo_clip_frac"] = float(m_seq[sel].sum() / T.sum())
-        row["gmpo_clip_frac_lo"], row["gmpo_clip_frac_hi"] = _bootstrap_ratio(
-            m_seq[sel], T.astype(float), n_boot, level, _child_rng(seed, 20_000 + j), g
+        row["gmpo_clip_frac_lo"], row["gmpo_clip_frac_hi"] = bootstrap_ratio(
+            m_seq[sel], T, rng=_child_rng(seed, 20_000 + j), **boot
         )
         obs_G = [base[k] * _LN10 for k in ("log10_var_G", "log10_var_G_lo", "log10_var_G_hi")]
         row["gspo_clip_se_comb"] = math.nan

@@ -31,7 +31,7 @@ from scipy import fft
 
 from variance_lab.rollouts.batch import TokenBatch, segment_offsets
 from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE, segment_sums, sequence_weights
-from variance_lab.stats import cluster_counts, cluster_ratio, exp_quiet, wilson_interval
+from variance_lab.stats import exp_quiet, kong_ess, log_var_interval, proportion_interval
 
 __all__ = [
     "BUCKET_COLUMNS",
@@ -40,9 +40,7 @@ __all__ = [
     "autocorrelation",
     "bucket_variances",
     "fit_log_ratios",
-    "kong_ess",
     "length_buckets",
-    "log_sample_var",
 ]
 
 _LN10 = math.log(10.0)
@@ -99,192 +97,6 @@ def length_buckets(lengths, edges=None) -> tuple[np.ndarray, np.ndarray]:
     return bucket, edges
 
 
-def _log_var_scaled(a: np.ndarray) -> tuple[float, np.ndarray]:
-    """(c, w) with w = exp(a - c), c = max(a): the sample variance of exp(a) is exp(2c) var(w)."""
-    c = float(np.max(a))
-    return c, np.exp(a - c)
-
-
-def _log(x):
-    with np.errstate(divide="ignore"):
-        return np.log(x)
-
-
-def log_sample_var(log_x) -> float:
-    r"""Natural log of the unbiased sample variance of :math:`x = e^{a}`, from the :math:`a = \log x`.
-
-    With :math:`c = \max a` and :math:`w = e^{a - c} \le 1`,
-    :math:`\widehat{\operatorname{Var}}(x) = e^{2c}\,\widehat{\operatorname{Var}}(w)`, so
-    nothing overflows for any :math:`a` (e.g. :math:`\log P = 5\cdot 10^6`).
-
-    Parameters
-    ----------
-    log_x : array_like of float
-        At least two finite values.
-
-    Returns
-    -------
-    float
-        ``-inf`` when the sample variance is 0.
-    """
-    a = np.asarray(log_x, dtype=np.float64)
-    if a.ndim != 1 or a.size < 2 or not np.all(np.isfinite(a)):
-        raise ValueError("log_sample_var needs at least two finite values")
-    c, w = _log_var_scaled(a)
-    return float(2 * c + _log(np.var(w, ddof=1)))
-
-
-def _log_var_and_se(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    r"""Row-wise :math:`\log s^2` (ddof=1) and its delta-method standard error.
-
-    The standard error of :math:`\log s^2` is :math:`\sqrt{(\hat\kappa - (n-3)/(n-1))/n}`,
-    :math:`\hat\kappa = m_4/m_2^2` the sample kurtosis.
-    """
-    n = x.shape[-1]
-    d = x - x.mean(axis=-1, keepdims=True)
-    d2 = d * d
-    m2 = d2.mean(axis=-1)
-    m4 = (d2 * d2).mean(axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        kurt = m4 / (m2 * m2)
-        se = np.sqrt(np.maximum(kurt - (n - 3.0) / (n - 1.0), 0.0) / n)
-        return np.log(m2 * (n / (n - 1.0))), se
-
-
-def _bootstrap_t(w: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    r"""Studentized :math:`t^* = (\log s^{2*} - \log s^2)/\operatorname{se}^*` of resamples of ``w``.
-
-    Drawn in memory-bounded blocks; resamples whose :math:`t^*` is not finite (a constant
-    resample) are dropped.
-    """
-    n = w.size
-    point, _ = _log_var_and_se(w)
-    block = max(1, _FFT_BUDGET // n)
-    out = np.empty(n_boot)
-    for start in range(0, n_boot, block):
-        stop = min(n_boot, start + block)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        lv, se = _log_var_and_se(w[idx])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out[start:stop] = (lv - point) / se
-    return out[np.isfinite(out)]
-
-
-def _log_var_interval(a: np.ndarray, n_boot: int, level: float, rng) -> tuple[float, float, float]:
-    r"""(log var, log lo, log hi) of exp(a): point estimate and studentized (bootstrap-t) interval.
-
-    On the log scale, with :math:`\hat\theta = \log s^2`, its standard error
-    :math:`\widehat{\operatorname{se}}` from the sample kurtosis and the quantiles
-    :math:`t^*_{q}` of the resampled studentized statistic (:func:`_bootstrap_t`):
-    :math:`[\hat\theta - t^*_{(1+\ell)/2}\hat s,\ \hat\theta - t^*_{(1-\ell)/2}\hat s]`
-    (:math:`\hat s = \widehat{\operatorname{se}}`, :math:`\ell` the level).
-    A constant sample (no spread to resample) gives the point itself at both ends.
-    """
-    c, w = _log_var_scaled(a)
-    point, se = _log_var_and_se(w)
-    if n_boot == 0:
-        return float(2 * c + point), math.nan, math.nan
-    t = _bootstrap_t(w, n_boot, rng)
-    if not (np.isfinite(point) and se > 0 and t.size):
-        return float(2 * c + point), float(2 * c + point), float(2 * c + point)
-    t_lo, t_hi = np.quantile(t, [(1 - level) / 2, (1 + level) / 2])
-    return float(2 * c + point), float(2 * c + point - t_hi * se), float(2 * c + point - t_lo * se)
-
-
-def _cluster_log_var_t(
-    x: np.ndarray, W: np.ndarray, starts: np.ndarray, G: int
-) -> tuple[np.ndarray, np.ndarray]:
-    r"""Row-wise weighted :math:`\log s^2` and its cluster-robust standard error.
-
-    ``x`` is sorted by cluster, ``starts`` the first unit of each of the ``G`` clusters; row
-    ``b`` of ``W`` holds each unit's weight (its cluster's count in resample ``b``). With
-    :math:`n^* = \sum_i w_i`, the weighted mean and :math:`m_2`, the influence of unit
-    :math:`i` on :math:`\log m_2` is :math:`\psi_i = d_i^2/m_2 - 1`, and the standard error
-    sums it over each cluster first:
-    :math:`\operatorname{se}^2 = \frac{G}{G-1}\sum_g c_g (\sum_{i \in g}\psi_i)^2 / n^{*2}`
-    (:math:`c_g` the cluster's count). With one unit per cluster this is the i.i.d.
-    :math:`\sqrt{(m_4/m_2^2 - 1)/n}`.
-    """
-    n_star = W.sum(axis=1)
-    mean = (W @ x) / n_star
-    d2 = (x[None, :] - mean[:, None]) ** 2
-    m2 = np.einsum("bi,bi->b", W, d2) / n_star
-    with np.errstate(divide="ignore", invalid="ignore"):
-        psi = d2 / m2[:, None] - 1.0
-        S = np.add.reduceat(psi, starts, axis=1)
-        counts = W[:, starts]
-        se = np.sqrt(G / (G - 1.0) * np.einsum("bg,bg->b", counts, S * S)) / n_star
-        return np.log(m2 * n_star / (n_star - 1.0)), se
-
-
-def _clustered_log_var_interval(a, groups, n_boot: int, level: float, rng) -> tuple[float, float, float]:
-    r"""(log var, log lo, log hi) of exp(a), the sequences grouped: bootstrap-t over prompts.
-
-    As :func:`_log_var_interval`, with prompts resampled (:func:`~variance_lab.stats.cluster_counts`)
-    and the standard error of every resample clustered by prompt (:func:`_cluster_log_var_t`).
-    Fewer than two prompts give NaN ends.
-    """
-    c, w = _log_var_scaled(a)
-    order = np.argsort(groups, kind="stable")
-    w, g = w[order], groups[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    G = starts.size
-    point, se = _cluster_log_var_t(w, np.ones((1, w.size)), starts, G)
-    point, se = float(point[0]), float(se[0])
-    if n_boot == 0 or G < 2:
-        return float(2 * c + point), math.nan, math.nan
-    if not (np.isfinite(point) and se > 0):
-        return float(2 * c + point), float(2 * c + point), float(2 * c + point)
-    block = max(1, _FFT_BUDGET // w.size)
-    t = np.empty(n_boot)
-    for start in range(0, n_boot, block):
-        stop = min(n_boot, start + block)
-        W = cluster_counts(g, stop - start, rng).astype(np.float64)
-        lv, se_b = _cluster_log_var_t(w, W, starts, G)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t[start:stop] = (lv - point) / se_b
-    t = t[np.isfinite(t)]
-    if not t.size:
-        return float(2 * c + point), math.nan, math.nan
-    t_lo, t_hi = np.quantile(t, [(1 - level) / 2, (1 + level) / 2])
-    return float(2 * c + point), float(2 * c + point - t_hi * se), float(2 * c + point - t_lo * se)
-
-
-#: A log-scale interval whose one side is more than this many times the other, or wider than
-#: :data:`_FAIL_HALF` (ln) on a side, is a failed bootstrap-t (resamples with a near-zero
-#: standard error blow the studentized quantiles up): its ends become NaN and the table says so.
-_FAIL_RATIO = 10.0
-_FAIL_HALF = math.log(1e6)
-
-
-def _checked(point: float, lo: float, hi: float) -> tuple[float, float, float, bool]:
-    """(point, lo, hi, failed): NaN ends when the interval is a failed bootstrap-t (:data:`_FAIL_RATIO`)."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return point, lo, hi, False
-    up, down = hi - point, point - lo
-    big, small = max(up, down), min(up, down)
-    if big > _FAIL_HALF or (small > 0 and big > _FAIL_RATIO * small) or (small <= 0 < big):
-        return point, math.nan, math.nan, True
-    return point, lo, hi, False
-
-
-def kong_ess(log_w: np.ndarray) -> float:
-    r"""Kong's effective sample size :math:`(\sum w)^2 / \sum w^2` of weights given in log space.
-
-    Parameters
-    ----------
-    log_w : numpy.ndarray
-        Log weights, finite.
-
-    Returns
-    -------
-    float
-        Between 1 and ``log_w.size``.
-    """
-    w = np.exp(log_w - np.max(log_w))
-    return float(w.sum() ** 2 / np.sum(w * w))
-
-
 #: Columns of :func:`bucket_variances`, in order.
 BUCKET_COLUMNS = (
     "bucket",
@@ -316,16 +128,6 @@ BUCKET_COLUMNS = (
 )
 
 
-def _gspo_clip_interval(clipped: np.ndarray, groups, n_boot: int, level: float, rng) -> dict:
-    """GSPO clip fraction's interval: Wilson (no groups) or clustered by prompt, with the design effect."""
-    n = clipped.size
-    if groups is None:
-        lo, hi = wilson_interval(clipped.sum(), n, level)
-        return {"gspo_clip_frac_lo": float(lo), "gspo_clip_frac_hi": float(hi), "design_effect": math.nan}
-    r = cluster_ratio(clipped, np.ones(n), groups, n_boot=n_boot, level=level, rng=rng, proportion=True)
-    return {"gspo_clip_frac_lo": r["lo"], "gspo_clip_frac_hi": r["hi"], "design_effect": r["design_effect"]}
-
-
 def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng, groups=None) -> dict:
     """One row of :func:`bucket_variances`: sequences ``sel`` of bucket ``k`` (``groups``: their prompts)."""
     log_P, log_G, T = w.log_P[sel], w.log_G[sel], w.length[sel]
@@ -343,16 +145,18 @@ def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng, groups=None) -> dict:
         "mean_G": float(np.exp(log_G).mean()),
         "ess_P": kong_ess(log_P),
     }
-    row |= _gspo_clip_interval(w.clipped_gspo[sel].astype(np.float64), groups, n_boot, level, rng)
+    clip = proportion_interval(w.clipped_gspo[sel], n_boot=n_boot, level=level, rng=rng, groups=groups)
+    row |= {
+        "gspo_clip_frac_lo": clip["lo"],
+        "gspo_clip_frac_hi": clip["hi"],
+        "design_effect": clip["design_effect"],
+    }
     if sel.size < 2:  # no sample variance: every variance column is NaN
         row["interval_failed"] = ""
         return row | dict.fromkeys((c for c in BUCKET_COLUMNS if c not in row), math.nan)
-    if groups is None:
-        vP, vP_lo, vP_hi, fP = _checked(*_log_var_interval(log_P, n_boot, level, rng))
-        vG, vG_lo, vG_hi, fG = _checked(*_log_var_interval(log_G, n_boot, level, rng))
-    else:
-        vP, vP_lo, vP_hi, fP = _checked(*_clustered_log_var_interval(log_P, groups, n_boot, level, rng))
-        vG, vG_lo, vG_hi, fG = _checked(*_clustered_log_var_interval(log_G, groups, n_boot, level, rng))
+    boot = {"n_boot": n_boot, "level": level, "rng": rng, "groups": groups}
+    vP, vP_lo, vP_hi, fP = log_var_interval(log_P, **boot)
+    vG, vG_lo, vG_hi, fG = log_var_interval(log_G, **boot)
     row["interval_failed"] = ",".join(name for name, f in (("var_P", fP), ("var_G", fG)) if f)
     return row | {
         "var_log_P": float(np.var(log_P, ddof=1)),
@@ -381,7 +185,7 @@ def bucket_variances(
     r"""Per length bucket, the sample variances of :math:`P_T` and :math:`G_T` with bootstrap intervals.
 
     :math:`\widehat{\operatorname{Var}}(P_T)` is computed in log space
-    (:func:`log_sample_var`) and reported as ``log_var_P`` (natural log), ``log10_var_P``
+    (:func:`~variance_lab.stats.log_sample_var`) and reported as ``log_var_P`` (natural log), ``log10_var_P``
     and ``var_P`` (``inf`` beyond float64). Intervals are studentized bootstraps on the log
     scale (bootstrap-t: ``n_boot`` resamples of the bucket's sequences, each giving
     :math:`t^* = (\log s^{2*} - \log s^2)/\operatorname{se}^*` with the standard error from
@@ -393,6 +197,12 @@ def bucket_variances(
     A heavy-tailed :math:`P_T` makes both the estimate and its interval unreliable, since
     a few sequences carry the sum: ``ess_P`` (Kong's :math:`(\sum P)^2/\sum P^2`, between 1
     and ``n_seq``) says how many. Buckets with a single sequence get NaN variances.
+
+    With ``prompt_id`` in the batch the resamples draw prompts, a prompt's responses together, and
+    the standard errors are clustered by prompt (:func:`~variance_lab.stats.log_var_interval`,
+    :func:`~variance_lab.stats.proportion_interval`). A bucket whose sequences all answer one
+    prompt has nothing to resample between: its variance intervals are NaN, and ``n_prompts`` (1)
+    says why.
 
     Parameters
     ----------
@@ -676,8 +486,11 @@ class LogRatioFit:
         (:math:`\sqrt{2/N}\,\sigma_y^2` when Gaussian); for a Gaussian AR(1),
         :math:`\sigma_y^2\sqrt{2(1+\rho^2)/((1-\rho^2)N)}`.
     tau_y, tau_sq : float
-        Integrated autocorrelation times of :math:`y` and of :math:`z` (1 when no sequence
-        has two tokens, since sequences are independent).
+        Integrated autocorrelation times of :math:`y` and of :math:`z`: 1 when no sequence
+        has two tokens (sequences are independent), and 1 when the autocorrelation is undefined
+        (fewer than :data:`MIN_AUTOCORRELATION_PAIRS` neighbouring pairs, too few to estimate it:
+        the standard errors are then the i.i.d. ones, never 0 from a noisy
+        :math:`\hat\tau \le 0`).
     """
 
     n_tokens: int
@@ -689,19 +502,30 @@ class LogRatioFit:
     tau_sq: float
 
 
-def _tau_or_one(x: np.ndarray, batch: TokenBatch, c: float) -> float:
+def _tau_or_one(x: np.ndarray, batch: TokenBatch, c: float, min_pairs: int) -> float:
+    """tau_int of ``x``, or 1 where the autocorrelation is undefined (as :func:`autocorrelation` says)."""
     spans = batch.positions[batch.offsets[1:] - 1] + 1
     if spans.max() < 2 or np.all(x == x[0]):
         return 1.0
-    return max(_autocorrelation(x, batch, c, None).tau_int, 0.0)
+    try:
+        acf = _autocorrelation(x, batch, c, None)
+    except ValueError:  # no two counted tokens one position apart
+        return 1.0
+    if acf.n_pairs[1] < min_pairs:  # too few pairs: tau_int would be noise (7 tokens gave tau <= 0)
+        return 1.0
+    return max(acf.tau_int, 0.0)
 
 
-def fit_log_ratios(batch: TokenBatch, *, c: float = 5.0) -> LogRatioFit:
+def fit_log_ratios(
+    batch: TokenBatch, *, c: float = 5.0, min_pairs: int = MIN_AUTOCORRELATION_PAIRS
+) -> LogRatioFit:
     r"""Fit :math:`\mu_y = E[\log r]`, :math:`\sigma_y^2 = \operatorname{Var}[\log r]` to the pooled tokens.
 
     The standard errors allow for autocorrelation within sequences through the integrated
     autocorrelation times of :math:`y` and of :math:`(y - \bar y)^2` (Sokal window,
-    constant ``c``); see :class:`LogRatioFit`.
+    constant ``c``); see :class:`LogRatioFit`. Where the autocorrelation is undefined (fewer than
+    ``min_pairs`` pairs of neighbouring tokens, the rule of :func:`autocorrelation`), the times
+    are 1 and the standard errors the i.i.d. ones.
 
     Parameters
     ----------
@@ -709,6 +533,9 @@ def fit_log_ratios(batch: TokenBatch, *, c: float = 5.0) -> LogRatioFit:
         At least two tokens in all.
     c : float
         Sokal's window constant.
+    min_pairs : int
+        Fewest lag-one pairs for an autocorrelation time (default
+        :data:`MIN_AUTOCORRELATION_PAIRS`).
 
     Returns
     -------
@@ -721,8 +548,8 @@ def fit_log_ratios(batch: TokenBatch, *, c: float = 5.0) -> LogRatioFit:
     mu = float(segment_sums(y, np.array([0, n]))[0] / n)
     dev2 = (y - mu) ** 2
     sigma2 = float(dev2.sum() / (n - 1))
-    tau_y = _tau_or_one(y, batch, c)
-    tau_sq = _tau_or_one(dev2, batch, c)
+    tau_y = _tau_or_one(y, batch, c, min_pairs)
+    tau_sq = _tau_or_one(dev2, batch, c, min_pairs)
     return LogRatioFit(
         n_tokens=n,
         mu_y=mu,
