@@ -6,6 +6,7 @@ the long-run estimate, and a parser that builds without loading the heavy module
 
 import errno
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -224,3 +225,28 @@ def test_lazy_names_are_the_submodules_objects():
     assert rollouts.load_batch is io.load_batch
     assert sweep.sweep is run.sweep
     assert sweep.SweepInterrupted is run.SweepInterrupted
+
+
+def test_a_note_comes_after_the_output_or_not_at_all(tmp_path, capsys, monkeypatch):
+    """A note queued by a command is printed once its output is written; a failure drops it (one line)."""
+    from variance_lab.cli import analyze as analyze_cli
+
+    f = tmp_path / "same.jsonl"
+    f.write_text(
+        "".join(
+            json.dumps({"logp": [-0.5, -1.0, -0.2], "old_logp": [-0.6, -0.9, -0.25]}) + "\n" for _ in range(4)
+        )
+    )
+    assert main(["analyze", str(f), "--n-boot", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "note: " in err
+    assert "prompt_id" in err
+
+    def refuse(text, out):
+        raise OSError(30, "Read-only file system", "x.md")
+
+    monkeypatch.setattr(analyze_cli, "write_output", refuse)
+    assert main(["analyze", str(f), "--n-boot", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("variance-lab: error: 'x.md': Read-only file system")

@@ -163,6 +163,32 @@ def say_wrote(what: str, path: str | None) -> None:
         print(f"{PROG}: wrote {what} to {path}", file=sys.stderr)
 
 
+#: Notes of the running command (:func:`note`): printed once its output is written, dropped when it fails.
+_NOTES: list[str] = []
+
+
+def note(text: str) -> None:
+    """Queue a note for standard error: printed by :func:`flush_notes` once the output is written.
+
+    A command that fails after a note was queued prints its one-line error alone:
+    :func:`variance_lab.cli.main` drops the queued notes (:func:`drop_notes`) and flushes them
+    only when the command succeeds.
+    """
+    _NOTES.append(text)
+
+
+def flush_notes() -> None:
+    """Print the queued notes on standard error, ``note: TEXT`` each, and forget them."""
+    for text in _NOTES:
+        print(f"note: {text}", file=sys.stderr)
+    _NOTES.clear()
+
+
+def drop_notes() -> None:
+    """Forget the queued notes (the command failed: its error is the one line on standard error)."""
+    _NOTES.clear()
+
+
 def write_output(text: str, out: str | None) -> None:
     """Print ``text``, or write it to ``out`` atomically.
 

@@ -17,9 +17,11 @@ from pathlib import Path
 from variance_lab.cli._common import (
     CLIError,
     check_output,
+    flush_notes,
     int_arg,
     int_grid,
     load_rollouts,
+    note,
     say_wrote,
     write_file,
     write_output,
@@ -89,13 +91,14 @@ def run(args: argparse.Namespace) -> int:
         batch, args.edges, n_boot=args.n_boot, level=args.level, seed=args.seed, folds=args.folds
     )
     summary = result.summary()
-    note = summary["groups"].get("note")
-    if note and args.table_format != "csv":  # csv: the summary, note included, goes to stderr below
-        print("note: " + note, file=sys.stderr)
+    groups_note = summary["groups"].get("note")
+    if groups_note and args.table_format != "csv":  # csv: the summary, note included, goes to stderr below
+        note(groups_note)  # printed once the table is written: a failure before that is one line
     title = (
         f"Analysis of {Path(args.file).name} (variance-lab analyze, n_boot={args.n_boot}, seed={args.seed})"
     )
     write_output(render_analysis(result.table, summary, args.table_format, title=title), args.out)
+    flush_notes()
     if args.table_format == "csv":  # keep the CSV parseable: the summary goes to stderr
         print("\n".join(summary_lines(summary) + split_lines(summary.get("split"))), file=sys.stderr)
     say_wrote("the table", args.out)
