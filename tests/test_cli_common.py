@@ -143,12 +143,13 @@ def test_long_runs_need_yes(capsys):
 
 
 def test_monte_carlo_estimate_follows_the_plan():
-    """monte_carlo_seconds is n times the longest path's token cost over the workers' rate."""
+    """estimate_run_seconds is n times the longest path's token cost over the workers' rate."""
     from variance_lab import get_family
+    from variance_lab.simulate.engine import estimate_run_seconds
     from variance_lab.simulate.plan import TOKEN_COST, WORK_RATE
 
     fam = get_family("gamma", 1.0, 0.1)
-    seconds = common.monte_carlo_seconds(fam, [1, 1000], 10**6, sampler="token", workers=2)
+    seconds = estimate_run_seconds(fam, [1, 1000], 10**6, sampler="token", workers=2)
     assert seconds == pytest.approx(10**6 * 1000 * TOKEN_COST[2] / (2 * WORK_RATE))
 
 

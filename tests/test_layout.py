@@ -27,6 +27,7 @@ FLOORS = {
     "_atomic": 1,
     "_lazy": 1,
     "_validate": 1,
+    "progress": 1,  # the one progress helper (progress=None/True/False)
     "schema": 1,
     "families": 1,
     "stats": 1,

@@ -15,6 +15,7 @@ from pathlib import Path
 from variance_lab._atomic import atomic_write
 from variance_lab._validate import parse_integer
 from variance_lab.families import FAMILIES, get_family
+from variance_lab.progress import watched
 
 PROG = "variance-lab"
 
@@ -406,13 +407,13 @@ def add_progress_arg(p: argparse.ArgumentParser) -> None:
 
 
 def show_progress(args: argparse.Namespace) -> bool:
-    """Whether to draw a progress bar: not with ``--no-progress``, and only on a terminal."""
+    """Whether to draw a progress bar: not with ``--no-progress``, and only where someone watches.
+
+    Someone watches standard error when it is a terminal (:func:`variance_lab.progress.watched`).
+    """
     if getattr(args, "no_progress", False):
         return False
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):  # a closed or replaced stream
-        return False
+    return watched()
 
 
 #: Estimated Monte Carlo time above which a run needs ``--yes`` (or a "y" on a terminal).
@@ -432,22 +433,6 @@ def add_long_run_args(p: argparse.ArgumentParser) -> None:
     """Add ``--no-progress`` and ``--yes`` (start a run longer than :data:`LONG_RUN_S` without asking)."""
     add_progress_arg(p)
     p.add_argument("--yes", action="store_true", help=YES_HELP)
-
-
-def monte_carlo_seconds(family, T, n: int, *, sampler: str, independent: bool = False, workers=None) -> float:
-    """Estimate the rough wall time of one Monte Carlo run.
-
-    Its work units (from the chunk plan's :func:`~variance_lab.simulate.plan.path_draws`) at
-    the measured :data:`~variance_lab.simulate.plan.WORK_RATE` per core.
-    """
-    from variance_lab.simulate import resolve_sampler
-    from variance_lab.simulate.executor import default_workers
-    from variance_lab.simulate.plan import estimate_seconds, path_draws
-
-    code, _ = family.sampler_params()
-    resolved = resolve_sampler(sampler, code, family.name)
-    draws = path_draws(T, independent=independent, sampler=resolved, code=code)
-    return estimate_seconds(n, draws, workers or default_workers())
 
 
 def _duration(seconds: float) -> str:

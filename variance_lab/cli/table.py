@@ -18,7 +18,6 @@ from variance_lab.cli._common import (
     float_arg,
     grid_arg,
     int_arg,
-    monte_carlo_seconds,
     say_wrote,
     show_progress,
     write_output,
@@ -40,9 +39,10 @@ def run(args: argparse.Namespace) -> int:
     source = "exact theory"
     if args.n != 0:  # Monte Carlo columns beside the theory
         from variance_lab.simulate import simulate
+        from variance_lab.simulate.engine import estimate_run_seconds
 
         if args.n >= 2:  # n = 1 is refused by simulate with the reason
-            seconds = monte_carlo_seconds(family, T, args.n, sampler=args.sampler, workers=args.workers)
+            seconds = estimate_run_seconds(family, T, args.n, sampler=args.sampler, workers=args.workers)
             confirm_long_run(seconds, f"table up to T = {max(T):,} with n = {args.n:,}", args)
 
         with engine_from_args(args) as engine:

@@ -10,6 +10,7 @@ module             holds
 ``statistics``     length buckets, bucket variances, the pooled fit, autocorrelation
 ``cgf``            the empirical cumulant generating function
 ``analysis``       observed per-bucket variances against i.i.d. and corrected predictions
+``judgment``       the per-bucket judgment of ``analysis``: predictions, scores, verdicts, held-out folds
 ``models``         fitted ratio models: token mixture (EM, BIC) and length-dependent random scale (likelihood)
 =================  ====================================================================
 
