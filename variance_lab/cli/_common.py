@@ -110,6 +110,11 @@ def int_arg(name: str, *, minimum: int | None = None):
     return parse
 
 
+def add_seed_arg(p: argparse.ArgumentParser, help: str, *, default: int | None = 0) -> None:
+    """Add ``--seed``: an integer >= 0 by the one integer rule (:func:`int_arg`), with ``help``."""
+    p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=default, help=help)
+
+
 def float_arg(text: str) -> float:
     try:
         return float(text)

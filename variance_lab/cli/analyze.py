@@ -16,6 +16,7 @@ from pathlib import Path
 
 from variance_lab.cli._common import (
     CLIError,
+    add_seed_arg,
     check_output,
     flush_notes,
     int_arg,
@@ -169,7 +170,7 @@ def add_command(sub) -> None:
         help="K of the held-out judgment of the fitted models: prompts (or sequences, without prompt_id) "
         "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
     )
-    p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=0, help="seed of the bootstrap")
+    add_seed_arg(p, "seed of the bootstrap")
     p.add_argument("--table-format", default="markdown", choices=TABLE_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write the table to this file instead of standard output")
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf, .png, .svg)")

@@ -21,6 +21,7 @@ from pathlib import Path
 from variance_lab.cli._common import (
     PROG,
     CLIError,
+    add_seed_arg,
     check_output,
     float_arg,
     int_arg,
@@ -172,7 +173,7 @@ def add_command(sub) -> None:
         default=400,
         help="simulated batches per step for the intervals",
     )
-    p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=0, help="seed of the simulation")
+    add_seed_arg(p, "seed of the simulation")
     p.add_argument("--table-format", default="markdown", choices=TABLE_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write the table to this file instead of standard output")
     p.set_defaults(func=run)

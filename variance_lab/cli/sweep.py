@@ -13,13 +13,13 @@ from variance_lab.cli._common import (
     add_executor_args,
     add_long_run_args,
     add_sampler_arg,
+    add_seed_arg,
     check_output,
     confirm_long_run,
     engine_from_args,
     family_list,
     float_arg,
     grid_arg,
-    int_arg,
     one_line,
     param_grid,
     report_list,
@@ -169,9 +169,7 @@ def add_command(sub) -> None:
         metavar="NAME=GRID",
         help=f"grid of an extra family parameter, repeatable: {', '.join(extras)}",
     )
-    p.add_argument(
-        "--seed", type=int_arg("--seed", minimum=0), default=0, help="root seed of the Monte Carlo cells"
-    )
+    add_seed_arg(p, "root seed of the Monte Carlo cells")
     p.add_argument("--ci", type=float_arg, default=0.95, help="confidence level of Monte Carlo intervals")
     p.add_argument(
         "--independent",

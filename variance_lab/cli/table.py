@@ -10,6 +10,7 @@ from variance_lab.cli._common import (
     add_family_args,
     add_long_run_args,
     add_sampler_arg,
+    add_seed_arg,
     check_output,
     confirm_long_run,
     engine_from_args,
@@ -98,9 +99,7 @@ def add_command(sub) -> None:
         "Var(P_T), Var(G_T) with intervals, E[G_T], ESS fraction and Pareto k-hat of the weights P_T, "
         "and the verdicts",
     )
-    p.add_argument(
-        "--seed", type=int_arg("--seed", minimum=0), default=0, help="root seed of the Monte Carlo draws"
-    )
+    add_seed_arg(p, "root seed of the Monte Carlo draws")
     add_sampler_arg(p)
     add_executor_args(p)
     p.add_argument(
