@@ -72,7 +72,7 @@ MODEL_LABELS = {"iid": "iid-lognormal", "emp": "iid-empirical", "corr": "correct
 VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "n/a", TOO_FEW)
 
 
-#: Columns of :attr:`AnalysisResult.table`, in order.
+#: Columns of :attr:`~variance_lab.rollouts.analysis.AnalysisResult.table`, in order.
 ANALYSIS_COLUMNS = (
     "bucket",
     "T_lo",
