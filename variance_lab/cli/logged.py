@@ -30,7 +30,7 @@ from variance_lab.cli._common import (
     write_output,
 )
 from variance_lab.frameworks.logfiles import FRAMEWORKS, read_lengths, read_metrics
-from variance_lab.report.logged_table import FORMATS as TABLE_FORMATS
+from variance_lab.report.logged_table import LOGGED_FORMATS as TABLE_FORMATS
 
 __all__ = ["add_command", "run"]
 

@@ -21,9 +21,9 @@ import pandas as pd
 from variance_lab.report.table import format_number
 from variance_lab.schema import json_safe
 
-__all__ = ["FORMATS", "render_logged"]
+__all__ = ["LOGGED_FORMATS", "render_logged"]
 
-FORMATS = ("markdown", "csv", "json")
+LOGGED_FORMATS = ("markdown", "csv", "json")
 
 
 def _fmt(value, digits: int = 4) -> str:
@@ -121,7 +121,7 @@ def render_logged(laws: pd.DataFrame, metrics: pd.DataFrame, fmt: str = "markdow
         (``metrics.attrs``: ``level``, ``batch_size``, ``target_rel``, ``framework``,
         ``ratio_level``).
     fmt : {"markdown", "csv", "json"}
-        :data:`FORMATS`.
+        :data:`LOGGED_FORMATS`.
     title : str
         The markdown heading.
 
@@ -129,8 +129,8 @@ def render_logged(laws: pd.DataFrame, metrics: pd.DataFrame, fmt: str = "markdow
     -------
     str
     """
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; formats are {', '.join(FORMATS)}")
+    if fmt not in LOGGED_FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; formats are {', '.join(LOGGED_FORMATS)}")
     if fmt == "json":
         return (
             json.dumps(

@@ -393,7 +393,7 @@ def analyze(
         log10_var_G, _lo, _hi                the same, log10
         var_G_iid, _emp, _corr (+ log10)     the three predictions of Var(G_T)
         score_iid, score_emp, score_corr     signed distance in interval half-widths (module doc)
-        verdict                              one of :data:`~variance_lab.rollouts.judgment.VERDICTS`
+        verdict                              one of :data:`~variance_lab.rollouts.judgment.BUCKET_VERDICTS`
         gspo_clip_frac, gspo_clip_pred,      GSPO: observed fraction of sequences clipped;
         gspo_clip_pred_iid                   predicted under ``corr`` and under ``iid``
         ppo_clip_frac, ppo_clip_pred         PPO: observed fraction of tokens clipped; predicted

@@ -43,10 +43,10 @@ from variance_lab.rollouts.statistics import (
 
 __all__ = [
     "ANALYSIS_COLUMNS",
+    "BUCKET_VERDICTS",
     "LN10",
     "MODELS",
     "MODEL_LABELS",
-    "VERDICTS",
     "Judged",
     "PredictionModels",
     "group_summary",
@@ -69,7 +69,7 @@ MODEL_LABELS = {"iid": "iid-lognormal", "emp": "iid-empirical", "corr": "correct
 
 
 #: Every verdict a bucket can get.
-VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "n/a", TOO_FEW)
+BUCKET_VERDICTS = ("iid-lognormal", "iid-empirical", "corrected", "none", "n/a", TOO_FEW)
 
 
 #: Columns of :attr:`~variance_lab.rollouts.analysis.AnalysisResult.table`, in order.
@@ -225,7 +225,7 @@ def overall_verdict(verdicts) -> str:
     Returns
     -------
     str
-        One of :data:`VERDICTS`: :data:`TOO_FEW` when no bucket votes and some had too few
+        One of :data:`BUCKET_VERDICTS`: :data:`TOO_FEW` when no bucket votes and some had too few
         sequences, ``"n/a"`` when no bucket votes otherwise.
     """
     verdicts = list(verdicts)
