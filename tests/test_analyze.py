@@ -21,18 +21,12 @@ from scipy.stats import binomtest
 from variance_lab import theory
 from variance_lab.cli import main
 from variance_lab.families import get_family
-from variance_lab.rollouts.analysis import (
-    ANALYSIS_COLUMNS,
-    CURVE_COLUMNS,
-    MIN_BUCKET_SEQUENCES,
-    analyze,
-    overall_verdict,
-    verdict,
-)
+from variance_lab.rollouts.analysis import CURVE_COLUMNS, analyze
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.cgf import EmpiricalCGF
 from variance_lab.rollouts.io import load_batch, save_batch
-from variance_lab.rollouts.predictions import expected_sample_var, interval_score
+from variance_lab.rollouts.judgment import ANALYSIS_COLUMNS, overall_verdict, verdict
+from variance_lab.rollouts.predictions import MIN_BUCKET_SEQUENCES, expected_sample_var, interval_score
 from variance_lab.rollouts.statistics import bucket_variances
 
 SIGMA2, N_SEQ = 0.01, 1000
@@ -645,7 +639,7 @@ def test_huge_log_ratios_and_long_sequences_never_overflow():
 # --------------------------------------------------------------------------- small samples (issue #18)
 def test_small_buckets_say_too_few_and_do_not_vote():
     """A bucket under 20 sequences is marked too few and does not enter the overall verdict."""
-    from variance_lab.rollouts.analysis import MIN_BUCKET_SEQUENCES, TOO_FEW, overall_verdict
+    from variance_lab.rollouts.predictions import TOO_FEW
 
     assert MIN_BUCKET_SEQUENCES == 20
     assert overall_verdict([TOO_FEW, TOO_FEW, "n/a"]) == TOO_FEW

@@ -6,6 +6,7 @@ the long-run estimate, and a parser that builds without loading the heavy module
 
 import errno
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -142,12 +143,13 @@ def test_long_runs_need_yes(capsys):
 
 
 def test_monte_carlo_estimate_follows_the_plan():
-    """monte_carlo_seconds is n times the longest path's token cost over the workers' rate."""
+    """estimate_run_seconds is n times the longest path's token cost over the workers' rate."""
     from variance_lab import get_family
+    from variance_lab.simulate.engine import estimate_run_seconds
     from variance_lab.simulate.plan import TOKEN_COST, WORK_RATE
 
     fam = get_family("gamma", 1.0, 0.1)
-    seconds = common.monte_carlo_seconds(fam, [1, 1000], 10**6, sampler="token", workers=2)
+    seconds = estimate_run_seconds(fam, [1, 1000], 10**6, sampler="token", workers=2)
     assert seconds == pytest.approx(10**6 * 1000 * TOKEN_COST[2] / (2 * WORK_RATE))
 
 
@@ -224,3 +226,28 @@ def test_lazy_names_are_the_submodules_objects():
     assert rollouts.load_batch is io.load_batch
     assert sweep.sweep is run.sweep
     assert sweep.SweepInterrupted is run.SweepInterrupted
+
+
+def test_a_note_comes_after_the_output_or_not_at_all(tmp_path, capsys, monkeypatch):
+    """A note queued by a command is printed once its output is written; a failure drops it (one line)."""
+    from variance_lab.cli import analyze as analyze_cli
+
+    f = tmp_path / "same.jsonl"
+    f.write_text(
+        "".join(
+            json.dumps({"logp": [-0.5, -1.0, -0.2], "old_logp": [-0.6, -0.9, -0.25]}) + "\n" for _ in range(4)
+        )
+    )
+    assert main(["analyze", str(f), "--n-boot", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "note: " in err
+    assert "prompt_id" in err
+
+    def refuse(text, out):
+        raise OSError(30, "Read-only file system", "x.md")
+
+    monkeypatch.setattr(analyze_cli, "write_output", refuse)
+    assert main(["analyze", str(f), "--n-boot", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("variance-lab: error: 'x.md': Read-only file system")

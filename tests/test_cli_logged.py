@@ -8,7 +8,6 @@ import math
 import pytest
 
 from variance_lab.cli import main
-from variance_lab.cli.logged import read_records
 
 NEMO = {
     "step": 1,
@@ -130,13 +129,6 @@ def test_needs_lengths(tmp_path, capsys):
     assert "--lengths" in capsys.readouterr().err
     assert main(["logged", f, "--batch-size", "8", "--lengths", "10,5"]) == 2
     assert "must not decrease" in capsys.readouterr().err
-
-
-def test_read_records_skips_blank_lines(tmp_path):
-    """Read records skips blank lines."""
-    f = tmp_path / "r.jsonl"
-    f.write_text('{"a": 1}\n\n{"a": 2}\n')
-    assert read_records(str(f)) == [{"a": 1}, {"a": 2}]
 
 
 def test_unknown_keys_name_the_option(tmp_path, capsys):

@@ -21,9 +21,9 @@ import pytest
 
 from variance_lab import LogNormal, TwoPoint, cli
 from variance_lab.cli import _common as cli_common
+from variance_lab.progress import progress_bar
 from variance_lab.simulate import DaskMissingError, Engine, prepare, run_accumulators, simulate, simulate_many
 from variance_lab.simulate import dask_executor as dx
-from variance_lab.simulate.executor import make_progress
 from variance_lab.sweep import Store, SweepInterrupted, compute, load_store, load_table, plan, sweep
 
 pytestmark = pytest.mark.filterwarnings(
@@ -131,11 +131,11 @@ def test_progress_bar_from_the_task_stream(client, capsys, monkeypatch):
     """The local progress bar moves by every chunk finished on the cluster."""
     bars = []
 
-    def recording(*args):
-        bars.append(make_progress(*args))
+    def recording(*args, **options):
+        bars.append(progress_bar(*args, **options))
         return bars[-1]
 
-    monkeypatch.setattr(dx, "make_progress", recording)
+    monkeypatch.setattr(dx, "progress_bar", recording)
     simulate(FAM, [2], 6000, engine=Engine(client=client), progress=True)
     assert "simulating" in capsys.readouterr().err  # the bar of local runs
     assert bars[0].n == bars[0].total == 6000  # moved by every finished chunk

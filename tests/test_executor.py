@@ -59,11 +59,11 @@ def test_compile_progress_bar_says_first_run(monkeypatch):
     """The bar a compile opens: the first-run words, a count of kernels, shown at once with progress=True."""
     opened = []
 
-    def fake_make_progress(progress, total, desc, unit="path"):
+    def fake_progress_bar(progress, total, desc, *, unit="it", **options):
         opened.append((progress, total, desc, unit))
         return None
 
-    monkeypatch.setattr(ex, "make_progress", fake_make_progress)
+    monkeypatch.setattr(ex, "progress_bar", fake_progress_bar)
 
     def fake_compile_progress(kernels, open_bar):
         open_bar(len(kernels))

@@ -23,10 +23,11 @@ from scipy import stats as st
 from scipy.stats import binomtest
 
 from variance_lab.cli import main
-from variance_lab.rollouts.analysis import analyze, group_summary
+from variance_lab.rollouts.analysis import analyze
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.heldout import heldout_judgment, prompt_folds
 from variance_lab.rollouts.io import load_batch, save_batch, write_records
+from variance_lab.rollouts.judgment import group_summary
 from variance_lab.rollouts.statistics import bucket_variances
 from variance_lab.stats import cluster_counts, cluster_ratio, design_effect, wilson_interval
 

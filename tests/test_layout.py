@@ -38,6 +38,7 @@ FLOORS = {
     "_jsonl": 1,  # JSON Lines input (plain or gzip) shared by every reader
     "_lazy": 1,
     "_validate": 1,
+    "progress": 1,  # the one progress helper (progress=None/True/False)
     "schema": 1,
     "families": 1,
     "stats": 1,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
+from variance_lab.frameworks import logfiles, nemo_rl, trl, verl
 from variance_lab.frameworks import logged as lg
-from variance_lab.frameworks import nemo_rl, trl, verl
 
 KINDS = ("k3", "chi2", "mult", "absdiff", "tis_abs")
 
@@ -106,7 +106,7 @@ def test_targets_match_quadrature():
         e2 = integrate.quad(
             lambda x, g=g, dens=dens: g(x) ** 2 * dens(x), M - 12 * S, M + 12 * S, points=pts
         )[0]
-        metric = lg.SequenceMetric("x", kind, "seq", 2.0)
+        metric = logfiles.SequenceMetric("x", kind, "seq", 2.0)
         out = lg.predict(law, metric, 64, draw, grid, n_batches=50)
         assert out["target"] == pytest.approx(e1, rel=1e-7)
         assert out["n_needed"] == pytest.approx((e2 - e1 * e1) / (0.1 * e1) ** 2, rel=1e-6)
@@ -210,7 +210,7 @@ def _mirror_values(rng, law: lg.TokenLaw, B: int, qs) -> dict[str, float]:
 def _coverage(n_seeds: int) -> dict[str, int]:
     law, B, qs, level = lg.TokenLaw(-0.01, 0.02), 48, [10, 60], 0.9
     draw, grid = lg.length_sampler(quantiles=qs)
-    metrics = [m for fw in ("nemo-rl", "trl", "verl") for m in lg.SEQUENCE_METRICS[fw]]
+    metrics = [m for fw in ("nemo-rl", "trl", "verl") for m in logfiles.SEQUENCE_METRICS[fw]]
     rng = np.random.default_rng(np.random.SeedSequence(5))
     Z = rng.standard_normal((1000, B))
     Ls = draw(rng, (1000, B))
@@ -302,3 +302,53 @@ def test_degenerate_laws_give_finite_verdicts():
     frac = out.set_index("metric").loc["rollout_corr/rollout_is_ratio_fraction_high"]
     assert frac["target"] == 0.0
     assert frac["verdict"] == "unreliable"
+
+
+def test_read_metrics_skips_blank_lines(tmp_path):
+    """Read records skips blank lines."""
+    f = tmp_path / "r.jsonl"
+    f.write_text('{"a": 1}\n\n{"a": 2}\n')
+    assert logfiles.read_metrics(str(f)) == [{"a": 1}, {"a": 2}]
+
+
+def test_read_metrics_csv_and_bad_lines(tmp_path):
+    """CSV rows leave empty cells out; a line that is not an object names its record and line."""
+    f = tmp_path / "r.csv"
+    f.write_text("step,kl\n1,0.5\n2,\n")
+    assert logfiles.read_metrics(f) == [{"step": "1", "kl": "0.5"}, {"step": "2"}]
+    g = tmp_path / "r.jsonl"
+    g.write_text('{"a": 1}\n\n[1]\n')
+    with pytest.raises(ValueError, match=r"record 2 \(line 3\): expected an object"):
+        logfiles.read_metrics(g)
+    with pytest.raises(ValueError, match="no such file"):
+        logfiles.read_metrics(tmp_path / "none.jsonl")
+
+
+def test_read_lengths(tmp_path):
+    """A length dump: numbers separated by commas or blanks; a bad one is named."""
+    f = tmp_path / "l.txt"
+    f.write_text("100 200, 300\n400\n")
+    assert logfiles.read_lengths(f) == [100.0, 200.0, 300.0, 400.0]
+    f.write_text("100 x\n")
+    with pytest.raises(ValueError, match="length 2: expected a number, got 'x'"):
+        logfiles.read_lengths(f)
+
+
+def test_render_logged_formats():
+    """The report renders the two frames; an unknown format is refused."""
+    from variance_lab.report.logged_table import render_logged
+
+    laws, metrics = lg.analyze_logged(
+        [{"token_mult_prob_error": 1.024, "sampling_importance_ratio": 0.06}],
+        batch_size=8,
+        quantiles=[100],
+        framework="nemo-rl",
+        ratio_level="sequence",
+        n_batches=100,
+    )
+    text = render_logged(laws, metrics, title="t")
+    assert text.startswith("# t\n")
+    assert "sampling_importance_ratio" in text
+    assert render_logged(laws, metrics, "csv", title="t").startswith("step,metric,logged")
+    with pytest.raises(ValueError, match="unknown format 'html'"):
+        render_logged(laws, metrics, "html", title="t")

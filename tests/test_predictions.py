@@ -9,7 +9,8 @@ from scipy import stats
 
 from variance_lab.report.analysis_table import render_analysis
 from variance_lab.rollouts import TokenBatch
-from variance_lab.rollouts.analysis import ANALYSIS_COLUMNS, analyze
+from variance_lab.rollouts.analysis import analyze
+from variance_lab.rollouts.judgment import ANALYSIS_COLUMNS
 from variance_lab.rollouts.predictions import PREDICTION_COLUMNS, choose_model
 from variance_lab.stats import wilson_interval
 

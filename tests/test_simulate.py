@@ -142,23 +142,6 @@ def test_chunk_task_is_a_picklable_unit_of_work(reference):
     _assert_identical(merge_all(results), reference)
 
 
-def test_progress_falls_back_to_text_without_widgets(monkeypatch, capsys):
-    """In a notebook without ipywidgets tqdm.auto cannot build its widget: a text bar instead."""
-    import tqdm.auto
-
-    from variance_lab.simulate.executor import make_progress
-
-    def no_widgets(*args, **kwargs):
-        raise ImportError("IProgress not found")
-
-    monkeypatch.setattr(tqdm.auto, "tqdm", no_widgets)
-    bar = make_progress(True, 10, "simulating")
-    bar.update(10)
-    bar.close()
-    assert "simulating" in capsys.readouterr().err
-    assert make_progress(False, 10, "x") is None
-
-
 # --------------------------------------------------------------------------- large T (issue #18)
 def _check_large_T_frame(df):
     """Every k-hat finite or NaN (never an exception), every variance inside its own log10 interval."""

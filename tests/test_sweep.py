@@ -458,10 +458,10 @@ def test_progress_counts_monte_carlo_work_as_the_estimate_does(tmp_path):
     Issue #25, item 5: counted in cells, the theory cells (milliseconds each) set the rate and the
     bar showed ``[00:04<00:21]`` on a sweep the command line had estimated at 24 minutes. Now a
     theory cell weighs nothing, a Monte Carlo cell its paths times the work units of one path, the
-    same units the command line's estimate (``monte_carlo_seconds``) divides by the work rate, and
+    same units the command line's estimate (``estimate_run_seconds``) divides by the work rate, and
     cells the store already has start the bar where it stands (``initial``, out of the rate).
     """
-    from variance_lab.cli._common import monte_carlo_seconds
+    from variance_lab.simulate.engine import estimate_run_seconds
     from variance_lab.simulate.plan import WORK_RATE
     from variance_lab.sweep.run import _progress_bar, cell_work
 
@@ -472,7 +472,7 @@ def test_progress_counts_monte_carlo_work_as_the_estimate_does(tmp_path):
     assert len(mc_cells) == 4
     assert all(cell_work(c) == 0 for c in theory_cells)
     for c in mc_cells:
-        seconds = monte_carlo_seconds(c.family, c.T, c.n, sampler="token", workers=1)
+        seconds = estimate_run_seconds(c.family, c.T, c.n, sampler="token", workers=1)
         assert cell_work(c) / WORK_RATE == pytest.approx(seconds, rel=1e-12)
     assert cell_work(mc_cells[0]) != cell_work(mc_cells[1])  # n = 400 and 1000 weigh differently
 

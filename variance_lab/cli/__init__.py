@@ -11,7 +11,7 @@ import sys
 
 from variance_lab import __version__
 from variance_lab.cli import analyze, corrections, experiment, export, figures, logged, sweep, table
-from variance_lab.cli._common import PROG, CLIError, Parser, one_line, os_error_line
+from variance_lab.cli._common import PROG, CLIError, Parser, drop_notes, flush_notes, one_line, os_error_line
 
 __all__ = ["build_parser", "main"]
 
@@ -39,15 +39,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``variance-lab`` console script; returns the exit status."""
     parser = build_parser()
+    drop_notes()
     try:
         args = parser.parse_args(argv)
-        return args.func(args)
-    except (CLIError, ValueError) as exc:
-        print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # the file system refused (read-only, full, no permission, /proc)
-        print(f"{PROG}: error: {os_error_line(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+        status = args.func(args)
+    except (CLIError, ValueError, OSError, KeyboardInterrupt) as exc:
+        drop_notes()  # a failure is one line: notes queued before it are not printed
+        return _failure(exc)
+    flush_notes()
+    return status
+
+
+def _failure(exc: BaseException) -> int:
+    """Print the one line of a failed command on standard error; return its exit status."""
+    if isinstance(exc, KeyboardInterrupt):
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    if isinstance(exc, OSError):  # the file system refused (read-only, full, no permission, /proc)
+        print(f"{PROG}: error: {os_error_line(exc)}", file=sys.stderr)
+        return 2
+    print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
+    return 2

@@ -15,6 +15,7 @@ from pathlib import Path
 from variance_lab._atomic import atomic_write
 from variance_lab._validate import parse_integer
 from variance_lab.families import FAMILIES, get_family
+from variance_lab.progress import watched
 
 PROG = "variance-lab"
 
@@ -109,6 +110,11 @@ def int_arg(name: str, *, minimum: int | None = None):
     return parse
 
 
+def add_seed_arg(p: argparse.ArgumentParser, help: str, *, default: int | None = 0) -> None:
+    """Add ``--seed``: an integer >= 0 by the one integer rule (:func:`int_arg`), with ``help``."""
+    p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=default, help=help)
+
+
 def float_arg(text: str) -> float:
     try:
         return float(text)
@@ -161,6 +167,32 @@ def say_wrote(what: str, path: str | None) -> None:
     """Say on standard error that ``what`` was written to ``path``; nothing when ``path`` is None."""
     if path is not None:
         print(f"{PROG}: wrote {what} to {path}", file=sys.stderr)
+
+
+#: Notes of the running command (:func:`note`): printed once its output is written, dropped when it fails.
+_NOTES: list[str] = []
+
+
+def note(text: str) -> None:
+    """Queue a note for standard error: printed by :func:`flush_notes` once the output is written.
+
+    A command that fails after a note was queued prints its one-line error alone:
+    :func:`variance_lab.cli.main` drops the queued notes (:func:`drop_notes`) and flushes them
+    only when the command succeeds.
+    """
+    _NOTES.append(text)
+
+
+def flush_notes() -> None:
+    """Print the queued notes on standard error, ``note: TEXT`` each, and forget them."""
+    for text in _NOTES:
+        print(f"note: {text}", file=sys.stderr)
+    _NOTES.clear()
+
+
+def drop_notes() -> None:
+    """Forget the queued notes (the command failed: its error is the one line on standard error)."""
+    _NOTES.clear()
 
 
 def write_output(text: str, out: str | None) -> None:
@@ -380,13 +412,13 @@ def add_progress_arg(p: argparse.ArgumentParser) -> None:
 
 
 def show_progress(args: argparse.Namespace) -> bool:
-    """Whether to draw a progress bar: not with ``--no-progress``, and only on a terminal."""
+    """Whether to draw a progress bar: not with ``--no-progress``, and only where someone watches.
+
+    Someone watches standard error when it is a terminal (:func:`variance_lab.progress.watched`).
+    """
     if getattr(args, "no_progress", False):
         return False
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):  # a closed or replaced stream
-        return False
+    return watched()
 
 
 #: Estimated Monte Carlo time above which a run needs ``--yes`` (or a "y" on a terminal).
@@ -406,22 +438,6 @@ def add_long_run_args(p: argparse.ArgumentParser) -> None:
     """Add ``--no-progress`` and ``--yes`` (start a run longer than :data:`LONG_RUN_S` without asking)."""
     add_progress_arg(p)
     p.add_argument("--yes", action="store_true", help=YES_HELP)
-
-
-def monte_carlo_seconds(family, T, n: int, *, sampler: str, independent: bool = False, workers=None) -> float:
-    """Estimate the rough wall time of one Monte Carlo run.
-
-    Its work units (from the chunk plan's :func:`~variance_lab.simulate.plan.path_draws`) at
-    the measured :data:`~variance_lab.simulate.plan.WORK_RATE` per core.
-    """
-    from variance_lab.simulate import resolve_sampler
-    from variance_lab.simulate.executor import default_workers
-    from variance_lab.simulate.plan import estimate_seconds, path_draws
-
-    code, _ = family.sampler_params()
-    resolved = resolve_sampler(sampler, code, family.name)
-    draws = path_draws(T, independent=independent, sampler=resolved, code=code)
-    return estimate_seconds(n, draws, workers or default_workers())
 
 
 def _duration(seconds: float) -> str:

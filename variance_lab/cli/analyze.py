@@ -16,10 +16,13 @@ from pathlib import Path
 
 from variance_lab.cli._common import (
     CLIError,
+    add_seed_arg,
     check_output,
+    flush_notes,
     int_arg,
     int_grid,
     load_rollouts,
+    note,
     say_wrote,
     write_file,
     write_output,
@@ -89,13 +92,14 @@ def run(args: argparse.Namespace) -> int:
         batch, args.edges, n_boot=args.n_boot, level=args.level, seed=args.seed, folds=args.folds
     )
     summary = result.summary()
-    note = summary["groups"].get("note")
-    if note and args.table_format != "csv":  # csv: the summary, note included, goes to stderr below
-        print("note: " + note, file=sys.stderr)
+    groups_note = summary["groups"].get("note")
+    if groups_note and args.table_format != "csv":  # csv: the summary, note included, goes to stderr below
+        note(groups_note)  # printed once the table is written: a failure before that is one line
     title = (
         f"Analysis of {Path(args.file).name} (variance-lab analyze, n_boot={args.n_boot}, seed={args.seed})"
     )
     write_output(render_analysis(result.table, summary, args.table_format, title=title), args.out)
+    flush_notes()
     if args.table_format == "csv":  # keep the CSV parseable: the summary goes to stderr
         print("\n".join(summary_lines(summary) + split_lines(summary.get("split"))), file=sys.stderr)
     say_wrote("the table", args.out)
@@ -166,7 +170,7 @@ def add_command(sub) -> None:
         help="K of the held-out judgment of the fitted models: prompts (or sequences, without prompt_id) "
         "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
     )
-    p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=0, help="seed of the bootstrap")
+    add_seed_arg(p, "seed of the bootstrap")
     p.add_argument("--table-format", default="markdown", choices=TABLE_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write the table to this file instead of standard output")
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf, .png, .svg)")

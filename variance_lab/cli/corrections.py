@@ -16,6 +16,7 @@ from variance_lab import __version__
 from variance_lab.cli._common import (
     CLIError,
     add_family_args,
+    add_seed_arg,
     family_from_args,
     float_arg,
     int_arg,
@@ -229,9 +230,7 @@ def add_command(sub) -> None:
     p.add_argument(
         "--n", type=int_arg("--n", minimum=0), default=0, help="Monte Carlo sequences; 0 = closed form only"
     )
-    p.add_argument(
-        "--seed", type=int_arg("--seed", minimum=0), default=0, help="root seed of the Monte Carlo draws"
-    )
+    add_seed_arg(p, "root seed of the Monte Carlo draws")
     p.add_argument(
         "--find-T",
         action="store_true",

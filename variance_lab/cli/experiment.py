@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from variance_lab._validate import parse_integer
-from variance_lab.cli._common import PROG, CLIError, float_arg, int_arg
+from variance_lab.cli._common import PROG, CLIError, add_seed_arg, float_arg, int_arg
 
 __all__ = [
     "LM_HINT",
@@ -73,6 +73,43 @@ def _coerce(name: str, value: str, default):
         raise CLIError(f"--set {name}={value}: expected {expected}") from None
 
 
+def _preset_or_sidecar(args: argparse.Namespace, full, quick, read) -> dict:
+    """Return the settings a run starts from: ``read(--settings)`` (a sidecar's), or the preset's.
+
+    ``--settings`` and ``--quick`` (the ``quick`` preset, else ``full``) exclude each other.
+    """
+    if args.settings is not None and args.quick:
+        raise CLIError("--settings and --quick exclude each other")
+    if args.settings is not None:
+        return read(args.settings)
+    return (quick if args.quick else full).to_dict()
+
+
+def _read_lm_settings(path) -> dict:
+    """Return the settings of a language-model sidecar (or of a JSON object of settings)."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise CLIError(f"--settings: cannot read {str(path)!r}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("settings", data), dict):
+        raise CLIError(f"--settings {str(path)!r} does not hold a JSON object of settings")
+    return dict(data.get("settings", data))
+
+
+def _with_seed_and_sets(values: dict, args: argparse.Namespace, defaults: dict) -> dict:
+    """Return ``values`` with ``--seed`` and each ``--set NAME=VALUE`` applied (a name of ``defaults``)."""
+    values = dict(values)
+    if args.seed is not None:
+        values["seed"] = args.seed
+    for key, value in args.set or []:
+        if key not in defaults:
+            raise CLIError(f"--set {key}: unknown setting; the settings are {', '.join(defaults)}")
+        values[key] = _coerce(key, value, defaults[key])
+    return values
+
+
 def settings_from_args(args: argparse.Namespace):
     """Return the run's settings: a sidecar's (``--settings``) or the preset, then ``--seed`` and ``--set``.
 
@@ -87,20 +124,8 @@ def settings_from_args(args: argparse.Namespace):
     from variance_lab.experiment.files import read_sidecar
     from variance_lab.experiment.train import FULL, QUICK, Settings
 
-    if args.settings is not None and args.quick:
-        raise CLIError("--settings and --quick exclude each other")
-    base = QUICK if args.quick else FULL
-    values = base.to_dict()
-    if args.settings is not None:
-        values = dict(read_sidecar(args.settings)["settings"])
-    if args.seed is not None:
-        values["seed"] = args.seed
-    defaults = FULL.to_dict()
-    for key, value in args.set or []:
-        if key not in defaults:
-            raise CLIError(f"--set {key}: unknown setting; the settings are {', '.join(defaults)}")
-        values[key] = _coerce(key, value, defaults[key])
-    return Settings.from_dict(values)
+    values = _preset_or_sidecar(args, FULL, QUICK, lambda path: dict(read_sidecar(path)["settings"]))
+    return Settings.from_dict(_with_seed_and_sets(values, args, FULL.to_dict()))
 
 
 def lm_settings_from_args(args: argparse.Namespace):
@@ -114,21 +139,9 @@ def lm_settings_from_args(args: argparse.Namespace):
     -------
     variance_lab.lm.runs.LMSettings
     """
-    import json
-
     from variance_lab.lm.runs import FULL, QUICK, LMSettings
 
-    if args.settings is not None and args.quick:
-        raise CLIError("--settings and --quick exclude each other")
-    values = (QUICK if args.quick else FULL).to_dict()
-    if args.settings is not None:
-        try:
-            data = json.loads(Path(args.settings).read_text())
-        except (OSError, ValueError) as exc:
-            raise CLIError(f"--settings: cannot read {str(args.settings)!r}: {exc}") from None
-        if not isinstance(data, dict) or not isinstance(data.get("settings", data), dict):
-            raise CLIError(f"--settings {str(args.settings)!r} does not hold a JSON object of settings")
-        values = dict(data.get("settings", data))
+    values = _preset_or_sidecar(args, FULL, QUICK, _read_lm_settings)
     for name in _LM_OPTIONS:
         if getattr(args, name) is not None:
             values[name] = getattr(args, name)
@@ -136,13 +149,7 @@ def lm_settings_from_args(args: argparse.Namespace):
         values["sampler"] = "bf16"
     if args.run in ("onpolicy", "stale") and args.sampler is None:
         values["sampler"] = "fp32"
-    if args.seed is not None:
-        values["seed"] = args.seed
-    defaults = FULL.to_dict()
-    for key, value in args.set or []:
-        if key not in defaults:
-            raise CLIError(f"--set {key}: unknown setting; the settings are {', '.join(defaults)}")
-        values[key] = _coerce(key, value, defaults[key])
+    values = _with_seed_and_sets(values, args, FULL.to_dict())
     try:
         return LMSettings.from_dict(values)
     except (TypeError, ValueError) as exc:
@@ -375,12 +382,7 @@ def _add_run(sub) -> None:
         action="store_true",
         help="arith: tiny model, short problems, few steps (seconds); smollm2: 8 prompts x 4, 32 new tokens",
     )
-    p.add_argument(
-        "--seed",
-        type=int_arg("--seed", minimum=0),
-        default=None,
-        help="root seed (default: the preset's or sidecar's, 0)",
-    )
+    add_seed_arg(p, "root seed (default: the preset's or sidecar's, 0)", default=None)
     p.add_argument(
         "--out",
         default=None,

@@ -13,80 +13,36 @@ the record and the field; exit status 2; nothing written.
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
-import json
 import math
 import sys
 from pathlib import Path
 
-from variance_lab.cli._common import PROG, CLIError, check_output, float_arg, int_arg, say_wrote, write_output
+from variance_lab.cli._common import (
+    PROG,
+    CLIError,
+    add_seed_arg,
+    check_output,
+    float_arg,
+    int_arg,
+    load_rollouts,
+    say_wrote,
+    write_output,
+)
+from variance_lab.frameworks.logfiles import FRAMEWORKS, read_lengths, read_metrics
+from variance_lab.report.logged_table import LOGGED_FORMATS as TABLE_FORMATS
 
-__all__ = ["FRAMEWORK_CHOICES", "TABLE_FORMATS", "add_command", "read_lengths", "read_records", "run"]
+__all__ = ["add_command", "run"]
 
-#: The frameworks (variance_lab.frameworks.logged.FRAMEWORKS; not imported here, it loads scipy).
-FRAMEWORK_CHOICES = ("verl", "trl", "nemo-rl", "prime-rl", "slime", "openrlhf")
-TABLE_FORMATS = ("markdown", "csv", "json")
+#: Length dumps read as rollout files (their sequences' lengths); anything else holds numbers.
 _ROLLOUT_SUFFIXES = (".jsonl", ".gz", ".parquet", ".npz")
 
 
-def _open_text(path: Path):
-    if not path.is_file():
-        raise CLIError(f"{path}: no such file")
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CLIError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
-
-
-def read_records(file: str) -> list[dict]:
-    """Read METRICS_FILE: JSONL (one object per line) or CSV with a header; a bad line is a one-line error."""
-    path = Path(file)
-    text = _open_text(path)
-    if path.suffix.lower() == ".csv":
-        rows = list(csv.DictReader(text.splitlines()))
-        records = []
-        for i, row in enumerate(rows):
-            if None in row:
-                raise CLIError(f"{file}: record {i + 1}: more values than the header has names")
-            records.append({k: v for k, v in row.items() if v not in ("", None)})
-    else:
-        records = []
-        for i, line in enumerate(text.splitlines()):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CLIError(
-                    f"{file}: record {len(records) + 1} (line {i + 1}): not JSON: {exc.msg}"
-                ) from None
-            if not isinstance(rec, dict):
-                raise CLIError(
-                    f"{file}: record {len(records) + 1} (line {i + 1}): expected an object of metrics"
-                )
-            records.append(rec)
-    if not records:
-        raise CLIError(f"{file}: no records")
-    return records
-
-
-def read_lengths(file: str) -> list[float]:
-    """Read a length dump: a rollout file (its sequences' lengths) or numbers (commas or blanks)."""
-    path = Path(file)
-    if path.suffix.lower() in _ROLLOUT_SUFFIXES:
-        from variance_lab.cli._common import load_rollouts
-
+def _lengths(file: str) -> list[float]:
+    """Return the lengths of ``--lengths-file``: a rollout file's sequences, or the numbers in it."""
+    if Path(file).suffix.lower() in _ROLLOUT_SUFFIXES:
         return [float(x) for x in load_rollouts(file).lengths]
-    values = []
-    for i, tok in enumerate(_open_text(path).replace(",", " ").split()):
-        try:
-            values.append(float(tok))
-        except ValueError:
-            raise CLIError(f"{file}: length {i + 1}: expected a number, got {tok!r}") from None
-    if not values:
-        raise CLIError(f"{file}: no lengths")
-    return values
+    return read_lengths(file)
 
 
 def _quantiles(text: str) -> list[float]:
@@ -108,123 +64,16 @@ def _level(text: str) -> float:
     return value
 
 
-def _fmt(value, digits: int = 4) -> str:
-    from variance_lab.report.table import format_number
-
-    return format_number(value, digits=digits)
-
-
-def _markdown(laws, metrics, title: str) -> str:
-    lines = [f"# {title}", "", "## Token law per step: log r ~ N(m, s2)", ""]
-    fit_cols = [c for c in laws.columns if c.startswith("s2[")]
-    header = ["step", "m", "s2", "from", *fit_cols, "spread"]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for _, r in laws.iterrows():
-        cells = [_fmt(r["step"]), _fmt(r["m"]), _fmt(r["s2"]), r["source"], *(_fmt(r[c]) for c in fit_cols)]
-        lines.append("| " + " | ".join([*cells, _fmt(r["s2_spread"])]) + " |")
-    worst = float(laws["s2_spread"].max())
-    if worst > 2.0:
-        lines += [
-            "",
-            f"Warning: the token metrics disagree (fitted s2 up to {_fmt(worst)} times apart): "
-            "the tokens are not i.i.d. lognormal (rare large log-ratios, heavy tails), so every "
-            "prediction below holds for the law of its 'from' column only; metrics that weigh the "
-            "tail (k3, chi2) give the larger s2.",
-        ]
-    if metrics.empty:
-        lines += [
-            "",
-            f"No sequence-level sample estimate to judge ({metrics.attrs.get('framework')} with "
-            f"{metrics.attrs.get('ratio_level')}-level ratios: its importance metrics are token averages).",
-        ]
-        return "\n".join(lines) + "\n"
-    level = metrics.attrs.get("level", 0.9)
-    lines += ["", "## Summary over steps", ""]
-    for name, rows in metrics.groupby("metric", sort=False):
-        logged = rows[rows["agreement"] != "not logged"]
-        outside = logged[logged["agreement"] != "inside"]
-        counts = rows["verdict"].value_counts()
-        verdicts = ", ".join(
-            f"{v} at {counts[v]}" for v in ("reliable", "marginal", "unreliable") if v in counts
-        )
-        first = f" (first: step {_fmt(outside['step'].iloc[0])})" if len(outside) else ""
-        lines.append(
-            f"- {name}: {verdicts} of {len(rows)} steps; logged at {len(logged)}, outside the predicted "
-            f"interval at {len(outside)}{first}"
-        )
-    lines += [
-        "",
-        f"## Sequence-level metrics (B = {metrics.attrs.get('batch_size')}, {level:.0%} intervals)",
-        "",
-    ]
-    header = [
-        "step",
-        "metric",
-        "logged",
-        "predicted [interval]",
-        "agreement",
-        "estimates",
-        "draws needed",
-        "k-hat",
-        "verdict",
-    ]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for _, r in metrics.iterrows():
-        khat = "n/a (bounded)" if math.isnan(r["khat"]) else f"{r['khat']:.2f} (limit {r['khat_limit']:.2f})"
-        needed = f"10^{r['log10_n_needed']:.1f}" if math.isfinite(r["log10_n_needed"]) else "inf"
-        target = _fmt(r["target"]) if math.isfinite(r["target"]) else f"10^{r['log10_target']:.1f}"
-        cells = [
-            _fmt(r["step"]),
-            r["metric"],
-            _fmt(r["logged"]),
-            f"{_fmt(r['predicted'])} [{_fmt(r['lo'])}, {_fmt(r['hi'])}]",
-            r["agreement"],
-            target,
-            needed,
-            khat,
-            f"{r['verdict']}: {r['reason']}",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "agreement: where the logged value falls against the interval predicted from the token law "
-        "(outside: the i.i.d. lognormal law at that s2 does not describe the run). estimates: the "
-        "expectation the metric is a sample estimate of. draws needed: sequences for a "
-        f"{metrics.attrs.get('target_rel', 0.1):.0%} relative standard error.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def render(laws, metrics, fmt: str, title: str) -> str:
-    """Format the two frames of :func:`~variance_lab.frameworks.logged.analyze_logged`."""
-    from variance_lab.schema import json_safe
-
-    if fmt == "json":
-        return (
-            json.dumps(
-                json_safe(
-                    {"laws": laws.to_dict(orient="records"), "metrics": metrics.to_dict(orient="records")}
-                ),
-                indent=1,
-            )
-            + "\n"
-        )
-    if fmt == "csv":
-        law_cols = ["step", "framework", "m", "s2", "source"]
-        merged = metrics.merge(laws[law_cols], on="step", how="left") if not metrics.empty else laws
-        return merged.to_csv(index=False)
-    return _markdown(laws, metrics, title)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``variance-lab logged``: read the log and the lengths, predict, write the table."""
-    from variance_lab.frameworks.logged import analyze_logged
+    from variance_lab.frameworks.logged import analyze_logged  # loads scipy: only when the command runs
+    from variance_lab.report.logged_table import render_logged
 
     check_output(args.out, inputs=(args.file,) + ((args.lengths_file,) if args.lengths_file else ()))
     if (args.lengths is None) == (args.lengths_file is None):
         raise CLIError("give the run's lengths: --lengths QUANTILES or --lengths-file FILE (one of them)")
-    records = read_records(args.file)
-    lengths = read_lengths(args.lengths_file) if args.lengths_file else None
+    records = read_metrics(args.file)
+    lengths = _lengths(args.lengths_file) if args.lengths_file else None
     laws, metrics = analyze_logged(
         records,
         batch_size=args.batch_size,
@@ -240,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         source=args.file,
     )
     title = f"Logged metrics of {Path(args.file).name} ({laws['framework'].iloc[0]}, variance-lab logged)"
-    write_output(render(laws, metrics, args.table_format, title), args.out)
+    write_output(render_logged(laws, metrics, args.table_format, title=title), args.out)
     if metrics.attrs.get("skipped"):
         print(
             f"{PROG}: skipped {metrics.attrs['skipped']} record(s) without any of the framework's metrics",
@@ -292,7 +141,7 @@ def add_command(sub) -> None:
     p.add_argument(
         "--framework",
         default=None,
-        choices=FRAMEWORK_CHOICES,
+        choices=FRAMEWORKS,
         help="whose names the log uses (None: from its keys)",
     )
     p.add_argument(
@@ -324,7 +173,7 @@ def add_command(sub) -> None:
         default=400,
         help="simulated batches per step for the intervals",
     )
-    p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=0, help="seed of the simulation")
+    add_seed_arg(p, "seed of the simulation")
     p.add_argument("--table-format", default="markdown", choices=TABLE_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write the table to this file instead of standard output")
     p.set_defaults(func=run)

@@ -13,14 +13,13 @@ from variance_lab.cli._common import (
     add_executor_args,
     add_long_run_args,
     add_sampler_arg,
+    add_seed_arg,
     check_output,
     confirm_long_run,
     engine_from_args,
     family_list,
     float_arg,
     grid_arg,
-    int_arg,
-    monte_carlo_seconds,
     one_line,
     param_grid,
     report_list,
@@ -104,6 +103,8 @@ def _finished(store: str) -> set[str]:
 
 def _confirm(args: argparse.Namespace, sweep_mod) -> None:
     """Estimate the Monte Carlo cells still to run; a long sweep needs ``--yes`` (confirm_long_run)."""
+    from variance_lab.simulate.engine import estimate_run_seconds  # loads numba: only for a Monte Carlo sweep
+
     the_plan = sweep_mod.plan(*_grid(args), sampler=args.sampler, **_cell_options(args))
     todo = [c for c in the_plan.cells if c.kind == "monte_carlo"]
     if not todo:
@@ -113,7 +114,7 @@ def _confirm(args: argparse.Namespace, sweep_mod) -> None:
     seconds = 0.0
     for cell in todo:
         try:
-            seconds += monte_carlo_seconds(
+            seconds += estimate_run_seconds(
                 cell.family,
                 cell.T,
                 cell.n,
@@ -168,9 +169,7 @@ def add_command(sub) -> None:
         metavar="NAME=GRID",
         help=f"grid of an extra family parameter, repeatable: {', '.join(extras)}",
     )
-    p.add_argument(
-        "--seed", type=int_arg("--seed", minimum=0), default=0, help="root seed of the Monte Carlo cells"
-    )
+    add_seed_arg(p, "root seed of the Monte Carlo cells")
     p.add_argument("--ci", type=float_arg, default=0.95, help="confidence level of Monte Carlo intervals")
     p.add_argument(
         "--independent",

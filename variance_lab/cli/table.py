@@ -10,6 +10,7 @@ from variance_lab.cli._common import (
     add_family_args,
     add_long_run_args,
     add_sampler_arg,
+    add_seed_arg,
     check_output,
     confirm_long_run,
     engine_from_args,
@@ -18,7 +19,6 @@ from variance_lab.cli._common import (
     float_arg,
     grid_arg,
     int_arg,
-    monte_carlo_seconds,
     say_wrote,
     show_progress,
     write_output,
@@ -40,9 +40,10 @@ def run(args: argparse.Namespace) -> int:
     source = "exact theory"
     if args.n != 0:  # Monte Carlo columns beside the theory
         from variance_lab.simulate import simulate
+        from variance_lab.simulate.engine import estimate_run_seconds
 
         if args.n >= 2:  # n = 1 is refused by simulate with the reason
-            seconds = monte_carlo_seconds(family, T, args.n, sampler=args.sampler, workers=args.workers)
+            seconds = estimate_run_seconds(family, T, args.n, sampler=args.sampler, workers=args.workers)
             confirm_long_run(seconds, f"table up to T = {max(T):,} with n = {args.n:,}", args)
 
         with engine_from_args(args) as engine:
@@ -98,9 +99,7 @@ def add_command(sub) -> None:
         "Var(P_T), Var(G_T) with intervals, E[G_T], ESS fraction and Pareto k-hat of the weights P_T, "
         "and the verdicts",
     )
-    p.add_argument(
-        "--seed", type=int_arg("--seed", minimum=0), default=0, help="root seed of the Monte Carlo draws"
-    )
+    add_seed_arg(p, "root seed of the Monte Carlo draws")
     add_sampler_arg(p)
     add_executor_args(p)
     p.add_argument(

@@ -38,7 +38,8 @@ those that do not (``mult``, ``absdiff``).
 
 **The sequence metrics.** At length :math:`L`, :math:`\log P_L \sim N(mL, s^2L)`. Each
 framework's sequence metric is a batch average of :math:`f(\log P)` (over sequences, or
-weighted by length over tokens, as the framework does; :data:`SEQUENCE_METRICS`):
+weighted by length over tokens, as the framework does;
+:data:`~variance_lab.frameworks.logfiles.SEQUENCE_METRICS`):
 ``chi2_seq`` (:math:`f = e^{2\operatorname{clip}(\log P, \pm 20)}`, minus 1), a truncated mean
 (:math:`\min(P, C)`, non-finite weights 0 as NeMo-RL), a masked mean (:math:`P\,1\{P \le C\}`,
 TRL's ``sequence_mask``), the fraction above :math:`C`, and verl's token-weighted Kong ESS of
@@ -73,14 +74,20 @@ import pandas as pd
 from scipy import optimize, special
 
 from variance_lab import stats
+from variance_lab.frameworks.logfiles import (
+    DEFAULT_RATIO_LEVEL,
+    FRAMEWORKS,
+    SEQUENCE_METRICS,
+    TOKEN_METRICS,
+    SequenceMetric,
+    detect_framework,
+    field_number,
+    find_metric,
+)
 from variance_lab.simulate.estimates import khat_limit
 
 __all__ = [
-    "DEFAULT_RATIO_LEVEL",
-    "FRAMEWORKS",
     "LAW_PRIORITY",
-    "SEQUENCE_METRICS",
-    "TOKEN_METRICS",
     "TokenLaw",
     "analyze_logged",
     "fit_law",
@@ -92,73 +99,14 @@ __all__ = [
 #: verl's clamp of a sequence log-ratio before ``exp``.
 SAFETY_BOUND = 20.0
 
-#: Frameworks and their token-level metrics: logged name -> kind (the module docstring's table).
-TOKEN_METRICS: dict[str, dict[str, str]] = {
-    "verl": {"rollout_corr/kl": "kl", "rollout_corr/chi2_token": "chi2", "rollout_corr/k3_kl": "k3"},
-    "trl": {"sampling/sampling_logp_difference/mean": "absdiff"},
-    "nemo-rl": {"token_mult_prob_error": "mult", "gen_kl_error": "k3"},
-    "prime-rl": {"mismatch_kl": "k3"},
-    "slime": {"tis_abs": "tis_abs"},
-    "openrlhf": {"vllm_kl": "kl"},
-}
-
 #: Which spread metric sets the law when several are logged, first first.
 LAW_PRIORITY = ("chi2", "k3", "mult", "absdiff", "tis_abs")
 
-
-@dataclass(frozen=True)
-class SequenceMetric:
-    """A logged sequence-level batch estimate: its summand, its aggregation, its default bound."""
-
-    name: str
-    kind: str  # chi2_seq | trunc_mean | masked_mean | frac_above | ess_trunc
-    weighting: str  # "seq": mean over sequences; "token": weighted by length
-    bound: float | None = None  # C (the framework's default; threshold= overrides)
-    #: "sequence": a sequence metric only when the run uses sequence-level ratios (verl
-    #: rollout_is="sequence", NeMo-RL sequence_level_importance_ratios, TRL sequence_* modes);
-    #: "any": always (verl's chi2_seq).
-    ratio_level: str = "sequence"
-
-
-#: Frameworks' sequence-level estimates, as they compute them with sequence-level ratios.
-SEQUENCE_METRICS: dict[str, tuple[SequenceMetric, ...]] = {
-    "verl": (
-        SequenceMetric("rollout_corr/chi2_seq", "chi2_seq", "seq", ratio_level="any"),
-        SequenceMetric("rollout_corr/rollout_is_mean", "trunc_mean", "token", 2.0),
-        SequenceMetric("rollout_corr/rollout_is_eff_sample_size", "ess_trunc", "token", 2.0),
-        SequenceMetric("rollout_corr/rollout_is_ratio_fraction_high", "frac_above", "seq", 2.0),
-    ),
-    "trl": (SequenceMetric("sampling/importance_sampling_ratio/mean", "masked_mean", "seq", 3.0),),
-    "nemo-rl": (
-        SequenceMetric("sampling_importance_ratio", "trunc_mean", "seq", 2.0),
-        SequenceMetric("is_oob_ratio", "frac_above", "token", 2.0),
-    ),
-    "prime-rl": (),
-    "slime": (),
-    "openrlhf": (),
-}
-
-#: Each framework's ratio level by default: verl's ``rollout_is`` and NeMo-RL's
-#: ``sequence_level_importance_ratios`` default to tokens, TRL's ``vllm_importance_sampling_mode``
-#: to ``sequence_mask``.
-DEFAULT_RATIO_LEVEL = {
-    "verl": "token",
-    "trl": "sequence",
-    "nemo-rl": "token",
-    "prime-rl": "token",
-    "slime": "token",
-    "openrlhf": "token",
-}
 
 #: Simulated sequences per step at most (:func:`analyze_logged` uses fewer batches for large B) ...
 MAX_DRAWS = 2_000_000
 #: ... but never fewer batches than this.
 MIN_BATCHES = 100
-
-#: Framework names accepted by :func:`analyze_logged`.
-FRAMEWORKS = tuple(TOKEN_METRICS)
-
-_SQRT2PI = math.sqrt(2.0 * math.pi)
 
 
 # --------------------------------------------------------------------------------------
@@ -226,7 +174,7 @@ def fit_law(
     values : dict
         Logged name -> value, for the names of ``kinds`` present.
     kinds : dict
-        Logged name -> kind (one of :data:`TOKEN_METRICS`'s dictionaries).
+        Logged name -> kind (one of :data:`~variance_lab.frameworks.logfiles.TOKEN_METRICS`'s dictionaries).
     law_from : str, optional
         The metric that sets the law (default: the first of :data:`LAW_PRIORITY` present).
 
@@ -529,47 +477,6 @@ def predict(
 # --------------------------------------------------------------------------------------
 # a run's log
 # --------------------------------------------------------------------------------------
-def _lookup(record: dict, name: str):
-    """Return the record's key for a metric name: the name itself or a key ending in '/' + name.
-
-    A key whose value is ``None`` (JSON ``null``: the step did not log it) does not count.
-    """
-    if record.get(name) is not None:
-        return name
-    for key, value in record.items():
-        if isinstance(key, str) and key.endswith("/" + name) and value is not None:
-            return key
-    return None
-
-
-def detect_framework(records: list[dict]) -> str:
-    """Return the framework whose token metrics the records hold most of (ValueError if none)."""
-    best, count = None, 0
-    for fw, kinds in TOKEN_METRICS.items():
-        c = sum(_lookup(r, n) is not None for r in records[:20] for n in kinds)
-        if c > count:
-            best, count = fw, c
-    if best is None:
-        raise ValueError(
-            "no known token-level metric in the records: expected e.g. rollout_corr/k3_kl (verl), "
-            "token_mult_prob_error (nemo-rl), mismatch_kl (prime-rl); pass framework="
-        )
-    return best
-
-
-def _number(record: dict, key: str, where: str) -> float:
-    v = record[key]
-    if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise ValueError(f"{where}: field {key!r}: expected a number, got {v!r}")
-    try:
-        x = float(v)
-    except ValueError:
-        raise ValueError(f"{where}: field {key!r}: expected a number, got {v!r}") from None
-    if not math.isfinite(x):
-        raise ValueError(f"{where}: field {key!r}: expected a finite number, got {v!r}")
-    return x
-
-
 def analyze_logged(
     records: list[dict],
     *,
@@ -601,15 +508,16 @@ def analyze_logged(
     lengths, quantiles : array_like
         The run's sequence lengths: a sample, or quantiles (:func:`length_sampler`).
     framework : str, optional
-        One of :data:`FRAMEWORKS`; None: from the records' keys.
+        One of :data:`~variance_lab.frameworks.logfiles.FRAMEWORKS`; None: from the records' keys.
     threshold : float, optional
         The bound C of the truncated, masked and out-of-bound metrics (default: the framework's).
     ratio_level : {None, "token", "sequence"}
         Whether the run's importance ratios are per token or per sequence (verl
         ``rollout_is``, NeMo-RL ``sequence_level_importance_ratios``, TRL
         ``vllm_importance_sampling_mode``); None: the framework's default
-        (:data:`DEFAULT_RATIO_LEVEL`). With token-level ratios the IS metrics are token
-        averages, precise and not judged here; only ``chi2_seq`` stays a sequence metric.
+        (:data:`~variance_lab.frameworks.logfiles.DEFAULT_RATIO_LEVEL`). With token-level ratios
+        the IS metrics are token averages, precise and not judged here; only ``chi2_seq`` stays a
+        sequence metric.
     law_from : str, optional
         The token metric that sets each step's law (:func:`fit_law`).
     level : float
@@ -666,16 +574,16 @@ def analyze_logged(
             )
         where = f"{source}: record {i + 1}"
         names = [*kinds, *(mt.name for mt in SEQUENCE_METRICS[framework])]
-        if all(_lookup(rec, n) is None for n in names):  # an eval or timing row of the log
+        if all(find_metric(rec, n) is None for n in names):  # an eval or timing row of the log
             skipped += 1
             continue
         step_key = next((k for k in ("step", "_step", "global_step") if k in rec), None)
-        step = _number(rec, step_key, where) if step_key else float(i)
+        step = field_number(rec, step_key, where) if step_key else float(i)
         values = {}
         for name in kinds:
-            key = _lookup(rec, name)
+            key = find_metric(rec, name)
             if key is not None:
-                values[name] = _number(rec, key, where)
+                values[name] = field_number(rec, key, where)
         try:
             law, fits = fit_law(values, kinds, law_from)
         except ValueError as exc:
@@ -696,8 +604,8 @@ def analyze_logged(
             M, S = law.sequence(L)
             x = M + S * Z
         for metric in seq_metrics:
-            key = _lookup(rec, metric.name)
-            logged = _number(rec, key, where) if key is not None else math.nan
+            key = find_metric(rec, metric.name)
+            logged = field_number(rec, key, where) if key is not None else math.nan
             out = predict(
                 law,
                 metric,

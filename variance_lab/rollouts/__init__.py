@@ -18,6 +18,7 @@ module             holds
 ``predictions``    per-bucket predictions of the fitted models, clip intervals, the choice of model
 ``heldout``        held-out judgment of the models: K-fold by prompt
 ``analysis``       observed per-bucket variances against i.i.d. and corrected predictions
+``judgment``       the per-bucket judgment of ``analysis``: predictions, scores, verdicts, held-out folds
 =================  ====================================================================
 
 The names most users need are re-exported here, each imported when first used.

@@ -197,8 +197,9 @@ def simulate(
     ci : float, default 0.95
         Confidence level of the intervals.
     progress : None or bool
-        ``None``: a progress bar (tqdm, notebook-aware) for runs longer than about 1 s;
-        ``True``: always; ``False``: never.
+        :func:`variance_lab.progress.progress_bar`'s meaning: ``None``: a progress bar (tqdm,
+        notebook-aware) where someone watches (a terminal, a notebook), for runs longer than
+        about 1 s; ``True``: always; ``False``: never.
     chunk_size : int, optional
         Paths per chunk; default a function of ``n`` and the resolved sampler alone
         (aggregate runs use larger chunks, :func:`~variance_lab.simulate.plan.make_plan`).

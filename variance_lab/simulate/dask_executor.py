@@ -54,8 +54,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from variance_lab._validate import check_workers
+from variance_lab.progress import progress_bar
 from variance_lab.simulate.accumulators import Accumulator, merge_into
-from variance_lab.simulate.executor import make_progress
 
 __all__ = [
     "EXECUTORS",
@@ -244,7 +244,7 @@ def run_tasks_dask(
     client : distributed.Client
         A connected, synchronous client.
     progress : None or bool
-        See :func:`variance_lab.simulate.executor.make_progress`.
+        See :func:`variance_lab.progress.progress_bar`.
     fn : callable, optional
         Task -> accumulator, importable on the workers (default
         :func:`~variance_lab.simulate.kernels.run_chunk`).
@@ -263,7 +263,7 @@ def run_tasks_dask(
     """
     if not tasks:
         raise ValueError("run_tasks_dask needs at least one task")
-    bar = make_progress(progress, sum(t.n_paths for t in tasks), "simulating")
+    bar = progress_bar(progress, sum(t.n_paths for t in tasks), "simulating", unit="path", unit_scale=True)
     try:
         one = run_groups_dask([(0, tasks)], client, fn=fn, retries=retries, bar=bar)
         with contextlib.closing(one) as runs:

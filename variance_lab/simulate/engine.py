@@ -30,7 +30,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
 from variance_lab._validate import check_workers
 from variance_lab.simulate.accumulators import Accumulator
-from variance_lab.simulate.aggregate import SAMPLER_CHOICES
+from variance_lab.simulate.aggregate import SAMPLER_CHOICES, resolve_sampler
 from variance_lab.simulate.dask_executor import (
     EXECUTORS,
     check_scheduler,
@@ -42,8 +42,46 @@ from variance_lab.simulate.dask_executor import (
     run_tasks_dask,
 )
 from variance_lab.simulate.executor import default_workers, run_tasks
+from variance_lab.simulate.plan import estimate_seconds, path_draws
 
-__all__ = ["Engine", "check_sampler", "using_engine"]
+__all__ = ["Engine", "check_sampler", "estimate_run_seconds", "using_engine"]
+
+
+def estimate_run_seconds(
+    family, T, n: int, *, sampler: str = "token", independent: bool = False, workers: int | None = None
+) -> float:
+    r"""Estimate the rough wall time of one Monte Carlo run of ``n`` paths of ``family`` over the grid ``T``.
+
+    :math:`n \cdot d / (\text{WORK\_RATE} \cdot w)`: ``d`` the work units of one path
+    (:func:`~variance_lab.simulate.plan.path_draws`, the units a chunk's size is capped by),
+    :data:`~variance_lab.simulate.plan.WORK_RATE` the units per second measured on one core,
+    ``w`` the workers (:func:`~variance_lab.simulate.plan.estimate_seconds`). What the command
+    line shows, and asks about, before a long run.
+
+    Parameters
+    ----------
+    family : Family
+    T : array_like of int
+        The T grid.
+    n : int
+        Paths.
+    sampler : {"token", "aggregate", "auto"}
+        Resolved for the family as the run resolves it (``ValueError`` for aggregate draws of a
+        family without an exact aggregate).
+    independent : bool
+        Fresh paths for every T.
+    workers : int, optional
+        Cores; None: :func:`~variance_lab.simulate.executor.default_workers`.
+
+    Returns
+    -------
+    float
+        Seconds (rough).
+    """
+    code, _ = family.sampler_params()
+    resolved = resolve_sampler(sampler, code, family.name)
+    draws = path_draws(T, independent=independent, sampler=resolved, code=code)
+    return estimate_seconds(n, draws, workers or default_workers())
 
 
 def check_sampler(sampler) -> str:
@@ -212,7 +250,7 @@ class Engine:
             In chunk order (:func:`variance_lab.simulate.prepare`); the tasks carry the
             resolved sampler.
         progress : None or bool
-            See :func:`variance_lab.simulate.executor.make_progress`.
+            See :func:`variance_lab.progress.progress_bar`.
         fn : callable, optional
             Task -> accumulator (default :func:`variance_lab.simulate.kernels.run_chunk`).
 

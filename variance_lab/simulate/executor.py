@@ -25,15 +25,14 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 import numpy as np
 
 from variance_lab._validate import check_workers
+from variance_lab.progress import progress_bar
 from variance_lab.simulate._jit import compile_progress, kernels_reached
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec, merge, merge_into
 from variance_lab.simulate.kernels import SAMPLER_RUNNERS, run_chunk
 from variance_lab.simulate.plan import ChunkTask
 
-__all__ = ["COMPILING", "compile_kernels", "default_workers", "make_progress", "run_tasks"]
+__all__ = ["COMPILING", "compile_kernels", "default_workers", "run_tasks"]
 
-#: Seconds before an automatic progress bar appears.
-PROGRESS_DELAY_S = 1.0
 #: What the bar of a first run's compiling says.
 COMPILING = "compiling kernels (first run only)"
 
@@ -44,31 +43,6 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
-
-
-def make_progress(progress, total: int, desc: str, unit: str = "path"):
-    """Return a progress bar over ``total`` paths (or other ``unit``), or ``None``.
-
-    ``progress=None`` (auto): a ``tqdm.auto`` bar (a widget in notebooks, text in a
-    terminal, and text in a notebook without ``ipywidgets``) that appears only once the
-    run has taken :data:`PROGRESS_DELAY_S`; ``True``: shown at once; ``False``: none.
-    """
-    if progress is False:
-        return None
-    from tqdm import auto, std
-
-    options = {
-        "total": total,
-        "desc": desc,
-        "unit": unit,
-        "unit_scale": unit == "path",
-        "delay": PROGRESS_DELAY_S if progress is None else 0.0,
-        "leave": False,
-    }
-    try:
-        return auto.tqdm(**options)
-    except ImportError:  # a notebook without ipywidgets: the widget bar cannot be built, use text
-        return std.tqdm(**options)
 
 
 def compile_kernels(task: ChunkTask, progress=None) -> int:
@@ -89,9 +63,10 @@ def compile_kernels(task: ChunkTask, progress=None) -> int:
     task : ChunkTask
         A task of the run (its sampler, code and parameters pick the kernels).
     progress : None or bool
-        As in :func:`make_progress`, for the bar of a kernel compiling: ``None`` shows it
-        once the compiling has taken :data:`PROGRESS_DELAY_S` (a first run takes seconds),
-        ``True`` at once, ``False`` never.
+        As in :func:`variance_lab.progress.progress_bar`, for the bar of a kernel compiling:
+        ``None`` shows it where someone watches once the compiling has taken
+        :data:`~variance_lab.progress.DELAY_S` (a first run takes seconds), ``True`` at once,
+        ``False`` never.
 
     Returns
     -------
@@ -109,7 +84,7 @@ def compile_kernels(task: ChunkTask, progress=None) -> int:
     tiny = dataclasses.replace(task, spec=tiny_spec, n_paths=1, tail_keep=None)
     roots = (SAMPLER_RUNNERS[task.sampler], run_chunk, merge, merge_into)
     with compile_progress(
-        kernels_reached(*roots), lambda total: make_progress(progress, total, COMPILING, unit="kernel")
+        kernels_reached(*roots), lambda total: progress_bar(progress, total, COMPILING, unit="kernel")
     ) as counter:
         a, b = run_chunk(tiny), run_chunk(tiny)  # one path each: tails one value wide
         c = merge(a, b)  # two wide: full
@@ -134,7 +109,8 @@ def run_tasks(
     workers : int
         Threads, >= 1 (1 runs in the calling thread).
     progress : None, bool
-        See :func:`make_progress`. Unless ``False``, the kernels are loaded or compiled
+        :func:`variance_lab.progress.progress_bar`'s meaning (None: a bar after a second where
+        someone watches; True: at once; False: none). Unless ``False``, the kernels are loaded or compiled
         first (:func:`compile_kernels`, with the default ``fn``), a first run's compiling
         shown in a bar of its own.
     fn : callable
@@ -150,7 +126,7 @@ def run_tasks(
         raise ValueError("run_tasks needs at least one task")
     if progress is not False and fn is run_chunk:
         compile_kernels(tasks[0], progress)
-    bar = make_progress(progress, sum(t.n_paths for t in tasks), "simulating")
+    bar = progress_bar(progress, sum(t.n_paths for t in tasks), "simulating", unit="path", unit_scale=True)
     try:
         if workers == 1:
             return _serial(tasks, fn, bar)

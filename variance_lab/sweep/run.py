@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from variance_lab import theory
+from variance_lab.progress import progress_bar
 from variance_lab.simulate import Engine, resolve_sampler, simulate, simulate_many, using_engine
 from variance_lab.simulate.plan import path_draws
 from variance_lab.sweep.cells import Cell, plan
@@ -167,23 +168,22 @@ class _Progress:
     (tqdm's ``initial``, left out of the rate). A sweep without Monte Carlo counts cells.
     """
 
-    def __init__(self, cells: Sequence[Cell], finished: set, enabled: bool):
-        from tqdm.auto import tqdm
-
+    def __init__(self, cells: Sequence[Cell], finished: set, progress: bool | None):
         work = {c.id: cell_work(c) for c in cells}
         self.by_work = sum(work.values()) > 0
         self.weight = work if self.by_work else {c.id: 1 for c in cells}
         self.cells, self.done = len(cells), sum(1 for c in cells if c.id in finished)
         initial = sum(self.weight[c.id] for c in cells if c.id in finished)
-        self.total, self.n = sum(self.weight.values()), initial  # as tqdm's, kept when it is disabled
-        self.bar = tqdm(
-            total=self.total,
-            initial=initial,
-            disable=not enabled,
+        self.total, self.n = sum(self.weight.values()), initial  # as tqdm's, kept without a bar
+        self.bar = progress_bar(
+            progress,
+            self.total,
+            "sweep",
             unit=" draws" if self.by_work else " cells",
             unit_scale=self.by_work,
-            desc="sweep",
+            initial=initial,
             dynamic_ncols=True,
+            leave=True,  # the sweep's last line stays: cells done, failed
         )
         self._label = ""
 
@@ -191,12 +191,19 @@ class _Progress:
         return self
 
     def __exit__(self, *exc):
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
         return False
 
     def set_postfix_str(self, label: str, refresh: bool = False) -> None:
         self._label = label
-        self.bar.set_postfix_str(self._postfix(), refresh=refresh)
+        self._show(refresh)
+
+    def _show(self, refresh: bool = False, work: int = 0) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(self._postfix(), refresh=refresh)
+            if work:
+                self.bar.update(work)
 
     def _postfix(self) -> str:
         return f"{self.done}/{self.cells} cells" + (f": {self._label}" if self._label else "")
@@ -205,15 +212,14 @@ class _Progress:
         """Count cell ``cid`` as done."""
         self.done += 1
         self.n += self.weight.get(cid, 0)
-        self.bar.set_postfix_str(self._postfix(), refresh=False)
-        self.bar.update(self.weight.get(cid, 0))
+        self._show(work=self.weight.get(cid, 0))
 
     def skip(self, cid: str) -> None:
         """Count a cell the store already had: already in ``initial``, so only the count moves."""
-        self.bar.set_postfix_str(self._postfix(), refresh=False)
+        self._show()
 
 
-def _progress_bar(cells: Sequence[Cell], finished: set, enabled: bool) -> _Progress:
+def _progress_bar(cells: Sequence[Cell], finished: set, enabled: bool | None) -> _Progress:
     return _Progress(cells, finished, enabled)
 
 
@@ -232,7 +238,7 @@ def sweep(
     ci: float = 0.95,
     target: float = theory.DEFAULT_TARGET,
     params: Mapping[str, object] | None = None,
-    progress: bool = True,
+    progress: bool | None = True,
 ) -> SweepResult:
     """Run a grid of theory and Monte Carlo cells, resuming from ``store``.
 
@@ -275,8 +281,10 @@ def sweep(
         Grids of extra family parameters (:func:`extra_parameters`), such as
         ``{"q": [0.3, 0.5]}`` for two-point or ``{"rho": [0, 0.5]}`` for ar1; each applies
         to the families that have it (an error if none has it).
-    progress : bool
-        Show a progress bar over cells (tqdm, on standard error).
+    progress : bool or None
+        A progress bar over the cells' work on standard error, as
+        :func:`variance_lab.progress.progress_bar` means it (True: at once; None: after a second
+        where someone watches; False: none).
 
     Returns
     -------

@@ -1,0 +1,148 @@
+"""Text output of the logged-metrics judgment (``variance-lab logged``): markdown, CSV or JSON.
+
+Built from the two tidy frames of :func:`variance_lab.frameworks.logged.analyze_logged` only
+(``laws``: one row per step; ``metrics``: one row per step and sequence-level metric, with the
+run's settings in ``metrics.attrs``); this module computes nothing.
+
+- ``markdown``: the token law per step, a warning when the token metrics' fits disagree, a
+  summary over steps per metric, the table of predictions and verdicts, and how to read it.
+- ``csv``: one row per step and metric, the law's columns repeated (the laws alone when no
+  sequence metric is judged).
+- ``json``: ``{"laws": [...], "metrics": [...]}``, NaN and infinities as ``null``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from variance_lab.report.table import format_number
+from variance_lab.schema import json_safe
+
+__all__ = ["LOGGED_FORMATS", "render_logged"]
+
+LOGGED_FORMATS = ("markdown", "csv", "json")
+
+
+def _fmt(value, digits: int = 4) -> str:
+    return format_number(value, digits=digits)
+
+
+def _markdown(laws, metrics, title: str) -> str:
+    lines = [f"# {title}", "", "## Token law per step: log r ~ N(m, s2)", ""]
+    fit_cols = [c for c in laws.columns if c.startswith("s2[")]
+    header = ["step", "m", "s2", "from", *fit_cols, "spread"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, r in laws.iterrows():
+        cells = [_fmt(r["step"]), _fmt(r["m"]), _fmt(r["s2"]), r["source"], *(_fmt(r[c]) for c in fit_cols)]
+        lines.append("| " + " | ".join([*cells, _fmt(r["s2_spread"])]) + " |")
+    worst = float(laws["s2_spread"].max())
+    if worst > 2.0:
+        lines += [
+            "",
+            f"Warning: the token metrics disagree (fitted s2 up to {_fmt(worst)} times apart): "
+            "the tokens are not i.i.d. lognormal (rare large log-ratios, heavy tails), so every "
+            "prediction below holds for the law of its 'from' column only; metrics that weigh the "
+            "tail (k3, chi2) give the larger s2.",
+        ]
+    if metrics.empty:
+        lines += [
+            "",
+            f"No sequence-level sample estimate to judge ({metrics.attrs.get('framework')} with "
+            f"{metrics.attrs.get('ratio_level')}-level ratios: its importance metrics are token averages).",
+        ]
+        return "\n".join(lines) + "\n"
+    level = metrics.attrs.get("level", 0.9)
+    lines += ["", "## Summary over steps", ""]
+    for name, rows in metrics.groupby("metric", sort=False):
+        logged = rows[rows["agreement"] != "not logged"]
+        outside = logged[logged["agreement"] != "inside"]
+        counts = rows["verdict"].value_counts()
+        verdicts = ", ".join(
+            f"{v} at {counts[v]}" for v in ("reliable", "marginal", "unreliable") if v in counts
+        )
+        first = f" (first: step {_fmt(outside['step'].iloc[0])})" if len(outside) else ""
+        lines.append(
+            f"- {name}: {verdicts} of {len(rows)} steps; logged at {len(logged)}, outside the predicted "
+            f"interval at {len(outside)}{first}"
+        )
+    lines += [
+        "",
+        f"## Sequence-level metrics (B = {metrics.attrs.get('batch_size')}, {level:.0%} intervals)",
+        "",
+    ]
+    header = [
+        "step",
+        "metric",
+        "logged",
+        "predicted [interval]",
+        "agreement",
+        "estimates",
+        "draws needed",
+        "k-hat",
+        "verdict",
+    ]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, r in metrics.iterrows():
+        khat = "n/a (bounded)" if math.isnan(r["khat"]) else f"{r['khat']:.2f} (limit {r['khat_limit']:.2f})"
+        needed = f"10^{r['log10_n_needed']:.1f}" if math.isfinite(r["log10_n_needed"]) else "inf"
+        target = _fmt(r["target"]) if math.isfinite(r["target"]) else f"10^{r['log10_target']:.1f}"
+        cells = [
+            _fmt(r["step"]),
+            r["metric"],
+            _fmt(r["logged"]),
+            f"{_fmt(r['predicted'])} [{_fmt(r['lo'])}, {_fmt(r['hi'])}]",
+            r["agreement"],
+            target,
+            needed,
+            khat,
+            f"{r['verdict']}: {r['reason']}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "agreement: where the logged value falls against the interval predicted from the token law "
+        "(outside: the i.i.d. lognormal law at that s2 does not describe the run). estimates: the "
+        "expectation the metric is a sample estimate of. draws needed: sequences for a "
+        f"{metrics.attrs.get('target_rel', 0.1):.0%} relative standard error.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_logged(laws: pd.DataFrame, metrics: pd.DataFrame, fmt: str = "markdown", *, title: str) -> str:
+    """Format the two frames of :func:`~variance_lab.frameworks.logged.analyze_logged`.
+
+    Parameters
+    ----------
+    laws, metrics : DataFrame
+        The per-step token laws and the per-step, per-metric predictions and verdicts
+        (``metrics.attrs``: ``level``, ``batch_size``, ``target_rel``, ``framework``,
+        ``ratio_level``).
+    fmt : {"markdown", "csv", "json"}
+        :data:`LOGGED_FORMATS`.
+    title : str
+        The markdown heading.
+
+    Returns
+    -------
+    str
+    """
+    if fmt not in LOGGED_FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; formats are {', '.join(LOGGED_FORMATS)}")
+    if fmt == "json":
+        return (
+            json.dumps(
+                json_safe(
+                    {"laws": laws.to_dict(orient="records"), "metrics": metrics.to_dict(orient="records")}
+                ),
+                indent=1,
+            )
+            + "\n"
+        )
+    if fmt == "csv":
+        law_cols = ["step", "framework", "m", "s2", "source"]
+        merged = metrics.merge(laws[law_cols], on="step", how="left") if not metrics.empty else laws
+        return merged.to_csv(index=False)
+    return _markdown(laws, metrics, title)
