@@ -27,21 +27,8 @@ sampler lives in one place.
   first component :math:`j` with :math:`U < c_j` (cumulative weights), then
   :math:`\log r = m_j + s_j Z`; :math:`\log P_t = \sum`.
 
-The parameters ``par`` are those of :meth:`variance_lab.families.Family.sampler_params`:
-
-=================  ==========================================================================
-code               ``par``
-=================  ==========================================================================
-degenerate         ``[log mu]``
-lognormal          ``[m, s]``
-gamma              ``[k, log theta]``
-two-point          ``[q, log a, log b]``
-ar1                ``[m, s, rho]``
-random-scale       ``[log mu, alpha, theta]``
-mixture            ``[K, c_1..c_K, m_1..m_K, s_1..s_K, p_1..p_K]`` (length ``1 + 4K``):
-                   cumulative weights (``c_K = 1``), means, sds, and the conditional
-                   probabilities :math:`p_j = w_j / (w_j + \dots + w_K)` (``p_K = 1``)
-=================  ==========================================================================
+The parameters ``par`` are those of :meth:`variance_lab.families.Family.sampler_params`,
+whose table gives each code's layout (each family's module computes its own).
 
 For a small gamma shape :math:`k < 1`, :math:`\Gamma_k` itself underflows to 0 (its log to
 :math:`-\infty`) with non-negligible probability, so its log is drawn as

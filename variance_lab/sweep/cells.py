@@ -31,13 +31,13 @@ SCHEMA_VERSION = 1
 # --------------------------------------------------------------------------- cells
 #: Source files whose code determines a cell's numbers, per kind (relative to the package).
 RESULT_SOURCES = {
-    "theory": ("families.py", "theory", "_validate.py", "schema.py"),
+    "theory": ("families", "theory", "stats", "_validate.py", "schema.py"),
     "monte_carlo": (
-        "families.py",
+        "families",
         "theory",
         "_validate.py",
         "schema.py",
-        "stats.py",
+        "stats",
         "simulate",
     ),
 }

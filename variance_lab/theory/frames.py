@@ -17,8 +17,9 @@ import pandas as pd
 
 from variance_lab._validate import check_finite, check_positive, check_T
 from variance_lab.families import FAMILIES, Family, get_family
+from variance_lab.families.mixture import mixture_components
 from variance_lab.theory.exact import DEFAULT_TARGET, exact_value
-from variance_lab.theory.fast import FAST_FAMILIES, mixture_components, moments, quantity
+from variance_lab.theory.fast import FAST_FAMILIES, moments, quantity
 from variance_lab.theory.quantities import check_quantity, check_target
 
 __all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "grid", "summary", "tidy", "tidy_many"]
