@@ -7,8 +7,9 @@ path that evaluates them gets the same bits:
   :math:`e^{2\ell}\operatorname{expm1}(w)`, :mod:`variance_lab.theory` and
   :mod:`variance_lab.rollouts.cgf`);
 - :func:`stirling_tail`, the remainder of Stirling's series for :math:`\log\Gamma`, and
-  :func:`lgamma_ratio`, :math:`\log\Gamma(k+s) - \log\Gamma(k) - s\log k` to full relative
-  precision at large :math:`k` (the gamma family's :math:`K(s)` and its float theory parts).
+  :func:`lgamma_ratio`, :math:`\log\Gamma(k+s) - \log\Gamma(k) - s\log k` with an error of
+  order :math:`u|s|` rather than :math:`u\,k\log k` at large :math:`k` (the gamma family's
+  :math:`K(s)` and its float theory parts; :math:`u` the unit roundoff).
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def lgamma_ratio(k, s):
         \bigl(k + s - \tfrac12\bigr)\operatorname{log1p}(s/k) - s + \bigl(c(k+s) - c(k)\bigr),
 
     with the tail :math:`c` of :func:`stirling_tail`: the plain difference of ``gammaln``
-    loses digits as :math:`k` grows (both terms are of order :math:`k \log k`). Elsewhere it is
-    that plain difference. Both branches are evaluated (``np.where``) without a warning.
+    loses digits as :math:`k` grows (both terms are of order :math:`k \log k`, and so is their
+    rounding). Elsewhere it is that plain difference. Both branches are evaluated
+    (``np.where``) without a warning.
 
     Parameters
     ----------
@@ -120,8 +122,8 @@ def lgamma_ratio(k, s):
     Returns
     -------
     value, error : ndarray of float64
-        The value and an estimate of its absolute error (a few units of roundoff of the terms,
-        plus the series' truncation), broadcast over ``k`` and ``s``.
+        The value and an estimate of its absolute error (a few units of roundoff of each term,
+        the two tails included, plus the series' truncation), broadcast over ``k`` and ``s``.
     """
     k, s = np.asarray(k, dtype=np.float64), np.asarray(s, dtype=np.float64)
     big = (k >= 10) & (k + s >= 10)
@@ -129,10 +131,11 @@ def lgamma_ratio(k, s):
     x = np.where(big, s, 0.0)  # both branches are evaluated: log1p(s / k) is NaN for s < -k
     lp = np.log1p(x / kb)
     a = (kb + x - 0.5) * lp
-    tail = stirling_tail(kb + x) - stirling_tail(kb)
+    t1, t0 = stirling_tail(kb + x), stirling_tail(kb)
+    tail = t1 - t0
     stir = a - x + tail
     ax = np.abs(x)
-    e_stir = 4 * UNIT_ROUNDOFF * (np.abs(a) + ax + np.abs(tail)) + 1e-16 / (kb * kb) * ax / kb
+    e_stir = 4 * UNIT_ROUNDOFF * (np.abs(a) + ax + t1 + t0) + 1e-16 / (kb * kb) * ax / kb
     ks = np.where(big, 1.0, k)
     g1, g0 = special.gammaln(ks + s), special.gammaln(ks)
     xl = s * np.log(ks)
