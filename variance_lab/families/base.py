@@ -30,6 +30,7 @@ __all__ = [
     "CODE_RANDOM_SCALE",
     "CODE_TWO_POINT",
     "Family",
+    "check_sigma2",
 ]
 
 # Kernel dispatch codes (see variance_lab.simulate); the degenerate ratio r = mu has
@@ -41,6 +42,14 @@ CODE_TWO_POINT = 3
 CODE_AR1 = 4
 CODE_RANDOM_SCALE = 5
 CODE_MIXTURE = 6
+
+
+def check_sigma2(value) -> float:
+    """Return ``value`` as a float if it is a finite variance ``sigma2 >= 0``, else ``ValueError``."""
+    sigma2 = check_finite("sigma2", value)
+    if sigma2 < 0:
+        raise ValueError(f"sigma2 must be >= 0, got {sigma2!r}")
+    return sigma2
 
 
 @dataclass(frozen=True)
@@ -77,10 +86,7 @@ class Family(ABC):
     def __post_init__(self) -> None:
         """Check mu > 0 and a finite sigma2 >= 0, and that the family can reach them."""
         object.__setattr__(self, "mu", check_positive("mu", self.mu))
-        sigma2 = check_finite("sigma2", self.sigma2)
-        if sigma2 < 0:
-            raise ValueError(f"sigma2 must be >= 0, got {sigma2!r}")
-        object.__setattr__(self, "sigma2", sigma2)
+        object.__setattr__(self, "sigma2", check_sigma2(self.sigma2))
         self._check_reachable()
 
     # -- to be provided by each family ------------------------------------------------

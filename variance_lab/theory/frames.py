@@ -15,8 +15,9 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from variance_lab._validate import check_finite, check_positive, check_T
+from variance_lab._validate import check_positive, check_T
 from variance_lab.families import FAMILIES, Family, get_family
+from variance_lab.families.base import check_sigma2
 from variance_lab.families.mixture import mixture_components
 from variance_lab.theory.exact import DEFAULT_TARGET, exact_value
 from variance_lab.theory.fast import FAST_FAMILIES, moments, quantity
@@ -306,8 +307,7 @@ def grid(
     for m in axes["mu"]:
         check_positive("mu", m)
     for s2 in axes["sigma2"]:
-        if check_finite("sigma2", s2) < 0:
-            raise ValueError(f"sigma2 must be >= 0, got {float(s2)!r}")
+        check_sigma2(s2)
     for k in shape:
         for v in axes[k]:
             get_family(family, 1.0, 0.0, **{k: v})  # sigma2 = 0 is reachable for every family
