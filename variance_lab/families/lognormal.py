@@ -30,8 +30,23 @@ def ar1_var_sum(v, rho, T):
 
         V_T = v \Bigl[T \frac{1+\rho}{1-\rho} - \frac{2\rho(1-\rho^T)}{(1-\rho)^2}\Bigr].
 
-    In the arithmetic of its arguments: pass ``v`` and ``rho`` as mpmath numbers of the
-    context (and precision) to compute in.
+    Computed in the arithmetic of its arguments: :meth:`AR1.var_sum_mp` passes mpmath numbers
+    of the global context, the aggregate sampler's tables
+    (:func:`variance_lab.simulate.aggregate.aggregate_table`) those of a private 50-digit one.
+
+    Parameters
+    ----------
+    v : mpmath.mpf or float
+        Marginal variance of one :math:`Y_t`.
+    rho : mpmath.mpf or float
+        Lag-one correlation, :math:`-1 < \rho < 1`.
+    T : int
+        Number of terms.
+
+    Returns
+    -------
+    mpmath.mpf or float
+        :math:`V_T`, of the type of ``v`` and ``rho``.
     """
     return v * (T * (1 + rho) / (1 - rho) - 2 * rho * (1 - rho**T) / (1 - rho) ** 2)
 
@@ -40,6 +55,7 @@ def ar1_var_sum(v, rho, T):
 # Family.float_parts: a dict of arrays broadcastable to (parameters, T), each with an
 # absolute error estimate "e" + key (the keys are listed at Family.float_parts).
 def _lognormal_parts(mu, s2, T, shape):
+    """Float theory parts of the lognormal family (:attr:`Family.float_parts`): no cancellation."""
     v = np.log1p(s2 / (mu * mu))
     lmu = np.log(mu)
     zero = np.zeros_like(v)
