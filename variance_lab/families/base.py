@@ -200,6 +200,24 @@ class Family(ABC):
         """Names of the family's parameters beyond ``mu`` and ``sigma2``, in field order."""
         return tuple(f.name for f in fields(cls) if f.name not in ("mu", "sigma2"))
 
+    @classmethod
+    def stack_parameters(cls, families) -> dict:
+        """Extra parameters of many families of this class, stacked for one :attr:`float_parts` call.
+
+        Parameters
+        ----------
+        families : sequence of Family
+            Instances of this class.
+
+        Returns
+        -------
+        dict
+            Each of :meth:`extra_parameters` as a float64 array of shape ``(len(families), 1)``
+            (T on the last axis of the call).
+        """
+        names = cls.extra_parameters()
+        return {k: np.array([getattr(f, k) for f in families], dtype=float)[:, None] for k in names}
+
     def describe(self) -> dict:
         """Plain-dict description (family name and parameters), for provenance."""
         return {"family": self.name, "mu": self.mu, "sigma2": self.sigma2}

@@ -307,6 +307,11 @@ class LognormalMixture(Family):
         sds = [math.sqrt(c[2]) for c in self.components]
         return CODE_MIXTURE, np.array([float(k), *cum, *means, *sds, *cond])
 
+    @classmethod
+    def stack_parameters(cls, families) -> dict:
+        """Components of many mixtures as one array ``(len(families), 1, J, 3)``, padded with weight 0."""
+        return {"components": mixture_components([f.components for f in families])[:, None]}
+
     def describe(self) -> dict:
         """Plain-dict description (family name, mu, sigma2 and canonical components), for provenance."""
         return {**super().describe(), "components": format_components(self.components)}
