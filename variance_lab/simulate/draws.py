@@ -5,7 +5,10 @@ sampler codes of :mod:`variance_lab.families`. The token kernels
 (:mod:`~variance_lab.simulate.kernels`) and the aggregate kernel
 (:mod:`~variance_lab.simulate.aggregate`) both draw through it, and so does everything
 else that draws log-ratios (:func:`draw_log_r`, the paper's histograms), so a family's
-sampler lives in one place.
+sampler lives in one place. Each family's module in :mod:`variance_lab.families` gives its
+code and parameters (:meth:`~variance_lab.families.Family.sampler_params`); the draws
+themselves are here because they are numba kernels, compiled through the engine's one jit
+helper (:mod:`variance_lab.simulate._jit`), which the families, a floor below, cannot import.
 
 **Token draws.** The running sum of a path is kept in each family's cheapest exact form
 (its *raw* sum), and turned into :math:`\log P_t` only at the grid points
