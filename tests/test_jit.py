@@ -204,7 +204,7 @@ def test_an_edit_to_an_inlined_kernel_in_another_file_compiles_the_caller_again(
 
 
 def test_sources_digest_covers_the_simulate_sources_and_families(tmp_path, monkeypatch):
-    """A SHA-256 (hex) read once per process, that moves with ``simulate/*.py`` and ``families.py`` only."""
+    """A SHA-256 (hex) read once per process, that moves with ``simulate/*.py`` and ``families/*.py`` only."""
     digest = sources_digest()
     assert len(digest) == 64
     assert set(digest) <= set("0123456789abcdef")
@@ -221,6 +221,6 @@ def test_sources_digest_covers_the_simulate_sources_and_families(tmp_path, monke
 
     assert read() == digest  # the same sources, elsewhere
     assert after_editing(pkg / "cli" / "table.py") == digest  # no kernel compiles it in
-    with_families = after_editing(pkg / "families.py")
+    with_families = after_editing(pkg / "families" / "base.py")
     assert with_families != digest
     assert after_editing(pkg / "simulate" / "draws.py") != with_families

@@ -15,6 +15,7 @@ import numpy as np
 from variance_lab.rollouts.weights import (
     segment_sums,
 )
+from variance_lab.stats.special import log_expm1
 
 __all__ = ["EmpiricalCGF", "gauss_log_moments", "logsumexp"]
 
@@ -22,16 +23,6 @@ __all__ = ["EmpiricalCGF", "gauss_log_moments", "logsumexp"]
 # --------------------------------------------------------------------------------------
 # numerics
 # --------------------------------------------------------------------------------------
-def _log_expm1(x):
-    r""":math:`\log(e^x - 1)` for :math:`x \ge 0`, without overflow (``-inf`` at 0)."""
-    x = np.asarray(x, dtype=np.float64)
-    big = x > 30.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        small = np.log(np.expm1(np.where(big, 0.0, x)))
-        large = x + np.log1p(-np.exp(-np.where(big, x, 30.0)))
-    return np.where(big, large, small)
-
-
 def logsumexp(a, log_w=None) -> float:
     """Return log sum_j exp(a_j + log_w_j), ``-inf`` entries allowed (all ``-inf`` gives ``-inf``)."""
     a = np.asarray(a, dtype=np.float64) + (0.0 if log_w is None else log_w)
@@ -45,7 +36,7 @@ def gauss_log_moments(m, V, a):
     r"""(:math:`\log E[X]`, :math:`\log\operatorname{Var}X`) of :math:`X = e^{aZ}`, :math:`Z \sim N(m, V)`."""
     a2V = a * a * np.asarray(V, dtype=np.float64)
     log_mean = a * np.asarray(m, dtype=np.float64) + 0.5 * a2V
-    return log_mean, 2.0 * log_mean + _log_expm1(a2V)
+    return log_mean, 2.0 * log_mean + log_expm1(a2V)
 
 
 _SERIES_X = 2.0  # the moment series is used where |s| max|y_i - ybar| <= this
@@ -159,4 +150,4 @@ class EmpiricalCGF:
         La, L2a = self.L(a), self.L(2.0 * a)
         log_mean = T * (a * self.mean + La)
         gap = np.maximum(T * (L2a - 2.0 * La), 0.0)  # >= 0 by Jensen; guard a rounding -0
-        return log_mean, 2.0 * log_mean + _log_expm1(gap)
+        return log_mean, 2.0 * log_mean + log_expm1(gap)

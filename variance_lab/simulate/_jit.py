@@ -28,7 +28,7 @@ a call can compile (those it calls, and theirs).
 ``kernels.py`` that inlines a draw of ``draws.py`` would load its old machine code after
 ``draws.py`` changed (numba's documented limitation; numba PR #8396 would lift it). The
 cache of a :func:`kernel` is keyed also by :func:`sources_digest`, the SHA-256 of every
-source a kernel can compile in (``variance_lab/simulate/*.py`` and ``families.py``): an
+source a kernel can compile in (``variance_lab/simulate/*.py`` and ``families/*.py``): an
 edit to any of them compiles every kernel again once, on its next call, and an unchanged
 package loads from the cache as before.
 """
@@ -61,13 +61,14 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 
 @functools.cache
 def sources_digest() -> str:
-    """Return the SHA-256 of every source a kernel can compile in: ``simulate/*.py`` and ``families.py``.
+    """Return the SHA-256 of every source a kernel can compile in: ``simulate/*.py`` and ``families/*.py``.
 
     Read once per process. A kernel inlines the kernels it calls, from any of these files,
     and folds their module constants (``families.CODE_*``) into its machine code.
     """
     h = hashlib.sha256()
-    for path in [*sorted((_PACKAGE / "simulate").glob("*.py")), _PACKAGE / "families.py"]:
+    paths = [path for folder in ("simulate", "families") for path in sorted((_PACKAGE / folder).glob("*.py"))]
+    for path in paths:
         for part in (path.name.encode(), path.read_bytes()):
             h.update(len(part).to_bytes(8, "little"))
             h.update(part)

@@ -45,7 +45,7 @@ deviation :math:`L = e_\Delta` are jointly Gaussian:
 The first block starts from the stationary law, :math:`e \sim N(0, s^2)` unobserved:
 :math:`\alpha = \beta = 0` and the unconditional covariance, the conditional one plus
 :math:`s^2 (\alpha, \beta)^\top(\alpha, \beta)`
-(:math:`\operatorname{Var} S = V_\Delta`, the family's ``var_sum_mp``). A path draws
+(:math:`\operatorname{Var} S = V_\Delta`, :func:`variance_lab.families.lognormal.ar1_var_sum`). A path draws
 :math:`S = \alpha e + \ell_{11} Z_1` and :math:`e \leftarrow \beta e + \ell_{21} Z_1 + \ell_{22} Z_2`
 with the Cholesky factor :math:`\ell` of the 2 x 2 covariance (no :math:`Z_2` at the last
 grid point, whose :math:`L` is never needed). The coefficients are computed per grid step
@@ -99,6 +99,7 @@ import mpmath
 import numpy as np
 
 from variance_lab.families import CODE_AR1, CODE_LOGNORMAL, CODE_MIXTURE, CODE_RANDOM_SCALE, CODE_TWO_POINT
+from variance_lab.families.lognormal import ar1_var_sum
 from variance_lab.simulate._jit import kernel
 from variance_lab.simulate.block import BlockState, reduce_columns
 from variance_lab.simulate.draws import AGGREGATE_CODES, aggregate_paths
@@ -162,12 +163,9 @@ def _ar1_rows(s: float, rho: float, steps, independent: bool) -> np.ndarray:
     s2, r = ctx.mpf(s) ** 2, ctx.mpf(rho)
     c2 = s2 * (1 - r * r)
 
-    def var_sum(d):  # V_d: the variance of the sum of d stationary deviations
-        return s2 * (d * (1 + r) / (1 - r) - 2 * r * (1 - r**d) / (1 - r) ** 2)
-
     for j, d in enumerate(steps):
         if independent:
-            out[j, 2] = float(ctx.sqrt(var_sum(d)))
+            out[j, 2] = float(ctx.sqrt(ar1_var_sum(s2, r, d)))  # V_d: the sum of d deviations
             continue
         rd, r2d = r**d, r ** (2 * d)
         alpha, beta = r * (1 - rd) / (1 - r), rd

@@ -5,7 +5,10 @@ sampler codes of :mod:`variance_lab.families`. The token kernels
 (:mod:`~variance_lab.simulate.kernels`) and the aggregate kernel
 (:mod:`~variance_lab.simulate.aggregate`) both draw through it, and so does everything
 else that draws log-ratios (:func:`draw_log_r`, the paper's histograms), so a family's
-sampler lives in one place.
+sampler lives in one place. Each family's module in :mod:`variance_lab.families` gives its
+code and parameters (:meth:`~variance_lab.families.Family.sampler_params`); the draws
+themselves are here because they are numba kernels, compiled through the engine's one jit
+helper (:mod:`variance_lab.simulate._jit`), which the families, a floor below, cannot import.
 
 **Token draws.** The running sum of a path is kept in each family's cheapest exact form
 (its *raw* sum), and turned into :math:`\log P_t` only at the grid points
@@ -27,21 +30,8 @@ sampler lives in one place.
   first component :math:`j` with :math:`U < c_j` (cumulative weights), then
   :math:`\log r = m_j + s_j Z`; :math:`\log P_t = \sum`.
 
-The parameters ``par`` are those of :meth:`variance_lab.families.Family.sampler_params`:
-
-=================  ==========================================================================
-code               ``par``
-=================  ==========================================================================
-degenerate         ``[log mu]``
-lognormal          ``[m, s]``
-gamma              ``[k, log theta]``
-two-point          ``[q, log a, log b]``
-ar1                ``[m, s, rho]``
-random-scale       ``[log mu, alpha, theta]``
-mixture            ``[K, c_1..c_K, m_1..m_K, s_1..s_K, p_1..p_K]`` (length ``1 + 4K``):
-                   cumulative weights (``c_K = 1``), means, sds, and the conditional
-                   probabilities :math:`p_j = w_j / (w_j + \dots + w_K)` (``p_K = 1``)
-=================  ==========================================================================
+The parameters ``par`` are those of :meth:`variance_lab.families.Family.sampler_params`,
+whose table gives each code's layout (each family's module computes its own).
 
 For a small gamma shape :math:`k < 1`, :math:`\Gamma_k` itself underflows to 0 (its log to
 :math:`-\infty`) with non-negligible probability, so its log is drawn as

@@ -5,7 +5,6 @@ See :mod:`variance_lab.sweep` for what a cell is and what its identity covers.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import itertools
@@ -20,6 +19,7 @@ import numpy as np
 from variance_lab import __version__, theory
 from variance_lab._validate import check_finite, check_positive, check_seed, check_T
 from variance_lab.families import FAMILIES, Family, get_family
+from variance_lab.families.base import check_sigma2
 
 __all__ = ["RESULT_SOURCES", "SCHEMA_VERSION", "Cell", "Plan", "code_fingerprint", "extra_parameters", "plan"]
 
@@ -31,13 +31,13 @@ SCHEMA_VERSION = 1
 # --------------------------------------------------------------------------- cells
 #: Source files whose code determines a cell's numbers, per kind (relative to the package).
 RESULT_SOURCES = {
-    "theory": ("families.py", "theory", "_validate.py", "schema.py"),
+    "theory": ("families", "theory", "stats", "_validate.py", "schema.py"),
     "monte_carlo": (
-        "families.py",
+        "families",
         "theory",
         "_validate.py",
         "schema.py",
-        "stats.py",
+        "stats",
         "simulate",
     ),
 }
@@ -159,13 +159,6 @@ def _check_ns(n) -> list[int]:
     return sorted(set(out))
 
 
-def _check_variance(value) -> float:
-    value = check_finite("sigma2", value)
-    if value < 0:
-        raise ValueError(f"sigma2 must be >= 0, got {value!r}")
-    return value
-
-
 def _check_unit_interval(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
         raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
@@ -174,7 +167,7 @@ def _check_unit_interval(name: str, value) -> float:
 
 def extra_parameters(name: str) -> tuple[str, ...]:
     """Names of a family's parameters besides ``mu`` and ``sigma2`` (``q``, ``rho``, ...)."""
-    return tuple(f.name for f in dataclasses.fields(FAMILIES[name]) if f.name not in ("mu", "sigma2"))
+    return FAMILIES[name].extra_parameters()
 
 
 def _check_extra(family: str, key: str, value):
@@ -235,7 +228,7 @@ def plan(
     if sampler != "token":  # part of the identity; token cells keep their key
         mc_options += (("sampler", sampler),)
     mus = sorted({check_positive("mu", m) for m in _as_list(mu, "mu")})
-    sigma2s = sorted({_check_variance(s2) for s2 in _as_list(sigma2, "sigma2")})
+    sigma2s = sorted({check_sigma2(s2) for s2 in _as_list(sigma2, "sigma2")})
     extras = _extra_grids(names, params)
     cells, unreachable = [], []
     for name in names:

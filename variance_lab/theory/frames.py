@@ -15,10 +15,11 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from variance_lab._validate import check_finite, check_positive, check_T
+from variance_lab._validate import check_positive, check_T
 from variance_lab.families import FAMILIES, Family, get_family
+from variance_lab.families.base import check_sigma2
 from variance_lab.theory.exact import DEFAULT_TARGET, exact_value
-from variance_lab.theory.fast import FAST_FAMILIES, mixture_components, moments, quantity
+from variance_lab.theory.fast import FAST_FAMILIES, moments, quantity
 from variance_lab.theory.quantities import check_quantity, check_target
 
 __all__ = ["TABLE_COLUMNS", "TIDY_QUANTITIES", "grid", "summary", "tidy", "tidy_many"]
@@ -85,12 +86,7 @@ def _evaluate(families: list, Ts: np.ndarray, names, target: float, precise: boo
             continue
         fam = [families[i] for i in idx]
         params = {k: np.array([getattr(f, k) for f in fam], dtype=float)[:, None] for k in ("mu", "sigma2")}
-        shape = {}
-        for k in FAST_FAMILIES[name][1]:
-            if k == "components":  # mixtures: one array (families, 1, J, 3), padded with weight 0
-                shape[k] = mixture_components([f.components for f in fam])[:, None]
-            else:
-                shape[k] = np.array([getattr(f, k) for f in fam], dtype=float)[:, None]
+        shape = FAMILIES[name].stack_parameters(fam)  # mixtures: (families, 1, J, 3), padded
         m = moments(name, params["mu"], params["sigma2"], Ts[None, :].astype(float), shape, target=target)
         slow[idx] = ~np.broadcast_to(m.ok, (len(idx), M))
         for q, lg in out:
@@ -305,8 +301,7 @@ def grid(
     for m in axes["mu"]:
         check_positive("mu", m)
     for s2 in axes["sigma2"]:
-        if check_finite("sigma2", s2) < 0:
-            raise ValueError(f"sigma2 must be >= 0, got {float(s2)!r}")
+        check_sigma2(s2)
     for k in shape:
         for v in axes[k]:
             get_family(family, 1.0, 0.0, **{k: v})  # sigma2 = 0 is reachable for every family
