@@ -1,6 +1,15 @@
-"""Test-wide settings and fixtures: hypothesis runs derandomized, so every run tests the same examples."""
+"""Test-wide settings and fixtures: hypothesis runs derandomized, so every run tests the same examples.
 
+Markers (``pyproject.toml``) that a test need not set by hand, given here from where it lives:
+``cli`` for the tests under ``tests/cli/``, ``notebook`` for ``tests/test_notebooks.py``, and
+``torch`` for every test of a module that imports PyTorch (``pytest -m "not torch"`` runs the
+suite without the experiments). ``slow`` is set by hand.
+"""
+
+import re
 import signal
+from functools import cache
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -22,3 +31,23 @@ def sigint_default():
     KeyboardInterrupt handler, and a child sent SIGINT runs on to its end.
     """
     return _default_sigint
+
+
+_TORCH = re.compile(r"^\s*(import torch|from torch\b)|importorskip\(\"torch\"\)", re.MULTILINE)
+
+
+@cache
+def _imports_torch(path: Path) -> bool:
+    return bool(_TORCH.search(path.read_text()))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test ``cli``, ``notebook`` or ``torch`` from its module's place and imports."""
+    for item in items:
+        path = Path(item.path)
+        if path.parent.name == "cli":
+            item.add_marker(pytest.mark.cli)
+        if path.name == "test_notebooks.py":
+            item.add_marker(pytest.mark.notebook)
+        if _imports_torch(path):
+            item.add_marker(pytest.mark.torch)
