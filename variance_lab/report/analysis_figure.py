@@ -32,6 +32,7 @@ from matplotlib.lines import Line2D
 
 from variance_lab.report import style
 from variance_lab.report import style as _style
+from variance_lab.report.figure_kit import T_LABEL
 
 __all__ = ["COINCIDE", "ESS_RELIABLE", "LEGEND_HEIGHT", "MODEL_STYLE", "analysis_figure"]
 
@@ -64,7 +65,6 @@ _PANEL = {
     "P": ("log10_var_P", "log10_var_P_lo", "log10_var_P_hi", r"$\mathrm{Var}(P_T)$"),
     "G": ("log10_var_G", "log10_var_G_lo", "log10_var_G_hi", r"$\mathrm{Var}(G_T)$"),
 }
-T_LABEL = "sequence length $T$ (tokens)"
 #: Order in which the predictions stand in for all of them when they coincide (one line).
 _MERGED_ORDER = ("corr", "iid", "emp")
 #: Height a legend below the panels adds to a new figure, inches.
