@@ -46,6 +46,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from variance_lab._atomic import atomic_write
 from variance_lab.report import style as sty
@@ -384,17 +385,21 @@ def ess_vs_T(
         rows = frame[frame["statistic"] == "ess_frac_P"]
         keys = series_keys(rows)
         varying = varying_params(keys)
-        any_mc, flagged = False, set()
+        any_mc, flagged, series = False, set(), []
         for i, key in enumerate(keys):
             family, mu, sigma2 = key
             sub = rows[(rows["family"] == family) & (rows["mu"] == mu) & (rows["sigma2"] == sigma2)]
             exact = rows_where(sub, method="exact")
             line = sty.line_style(i)
             marker = line.pop("marker")
-            ax.plot(exact["T"], real_values(exact), label=series_label(key, varying), **{**line, **kwargs})
+            (drawn,) = ax.plot(exact["T"], real_values(exact), **{**line, **kwargs})
             mc = rows_where(sub, method="monte_carlo")
             any_mc |= not mc.empty
             flagged |= mc_points(ax, mc, line["color"], marker=marker)
+            # the legend shows the series' marker with its line where it has Monte Carlo points
+            kw = {"color": drawn.get_color(), "ls": drawn.get_linestyle(), "lw": drawn.get_linewidth()}
+            shown = {"marker": marker, "mfc": drawn.get_color()} if not mc.empty else {}
+            series.append(Line2D([], [], label=series_label(key, varying), **kw, **shown))
         if n:
             ax.axhline(
                 1.0 / n, color="0.4", lw=0.7, ls=(0, (6, 2)), label=r"$1/n$ (one draw holds all weight)"
@@ -404,7 +409,7 @@ def ess_vs_T(
         ax.set_yscale("log")
         log_x_T(ax)
         ax.set_ylabel(rf"{STAT_LABEL['ess_frac_P']} (ESS$/n$)")
-        handles, _ = ax.get_legend_handles_labels()
+        handles = series + ax.get_legend_handles_labels()[0]
         if any_mc:
             handles += mc_legend_handles("0.3", flagged)
         common = common_text(keys, varying)
