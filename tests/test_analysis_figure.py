@@ -121,3 +121,62 @@ def test_bad_arguments(result):
         analysis_figure(result.table, result.curves(), panels=("Q",))
     with pytest.raises(ValueError, match="ax must hold 2 axes"):
         analysis_figure(result.table, result.curves(), ax=Figure().add_subplot())
+
+
+@pytest.fixture(scope="module")
+def two_lines():
+    """Return the README's two-line example, analysed: one sequence per bucket, no autocorrelation."""
+    ratios = [
+        ([-0.11, -2.31, -0.05, -0.72], [-0.12, -2.25, -0.05, -0.80]),
+        ([-0.40, -0.02, -1.10], [-0.38, -0.02, -1.31]),
+    ]
+    width = max(len(new) for new, _ in ratios)
+    new, old = np.zeros((2, width)), np.zeros((2, width))
+    for i, (a, b) in enumerate(ratios):
+        new[i, : len(a)], old[i, : len(b)] = a, b
+    mask = np.arange(width)[None, :] < np.array([[4], [3]])
+    return analyze(TokenBatch.from_padded(new, old, mask), n_boot=100, seed=0)
+
+
+def test_empty_panels_say_why_and_draw_the_predictions_there_are(two_lines):
+    """No bucket has two sequences: each panel says so; the coinciding predictions are drawn all the same."""
+    curves = two_lines.curves()
+    assert "corr" not in set(curves["model"])  # no autocorrelation from 7 tokens
+    fig = analysis_figure(two_lines.table, curves, style="paper")
+    top, bottom = fig.axes
+    for ax in (top, bottom):
+        texts = " ".join(t.get_text() for t in ax.texts)
+        assert "no observed" in texts
+        assert "2 sequences" in texts
+        assert any(line.get_xydata().size for line in ax.get_lines())  # a drawn line, not an empty one
+    labels = [t.get_text() for t in bottom.get_legend().get_texts()]
+    assert labels[0].startswith("both predictions, one line")
+    assert not any(lab.startswith("observed") for lab in labels)  # no point to explain
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+@pytest.mark.parametrize("rc", [{}, "paper"], ids=["matplotlib-defaults", "paper"])
+def test_new_figure_layout_fits(result, rc):
+    """A new figure holds its legend, below the x label; T labels and notes overlap nothing."""
+    with style.use(rc or None):
+        fig = analysis_figure(result.table, result.curves())
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        page = fig.bbox
+        top, bottom = fig.axes
+        legend = bottom.get_legend().get_window_extent(renderer)
+        assert page.x0 - 1 <= legend.x0
+        assert legend.x1 <= page.x1 + 1
+        assert page.y0 - 1 <= legend.y0
+        assert legend.y1 <= bottom.xaxis.label.get_window_extent(renderer).y0
+        ticks = [t.get_window_extent(renderer) for t in bottom.get_xticklabels() if t.get_text()]
+        assert len(ticks) >= 2
+        assert not any(_overlap(a, b) for i, a in enumerate(ticks) for b in ticks[i + 1 :])
+        for ax in (top, bottom):
+            ylabels = [t.get_window_extent(renderer) for t in ax.get_yticklabels() if t.get_text()]
+            for note in ax.texts:
+                box = note.get_window_extent(renderer)
+                assert not any(_overlap(box, y) for y in ylabels)

@@ -188,7 +188,7 @@ def test_layout_options_and_return_value():
     assert tuple(fig.get_size_inches()) == (3.0, 3.0)
     (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == MODEL_MARKERS["hier"]["marker"]]
     assert line.get_markersize() == 7.0
-    assert _legend_labels(fig)[0] == "random scale"
+    assert _legend_labels(fig)[0] == "hier (random scale)"  # the command line's name and what it is
     fig = Figure()
     assert clip_figure(_table(), fig=fig) is fig
     assert len(fig.axes) == 2

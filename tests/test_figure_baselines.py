@@ -29,6 +29,7 @@ from matplotlib.testing.compare import compare_images
 from variance_lab import theory
 from variance_lab.families import get_family
 from variance_lab.report import figures as plots
+from variance_lab.report.analysis_figure import analysis_figure
 from variance_lab.report.clip_figure import clip_figure
 
 BASELINE = Path(__file__).parent / "baseline"
@@ -150,6 +151,36 @@ def _clip_fractions():
     return clip_figure(table, style="paper", title="made-up rollouts")
 
 
+def _analysis_figure():
+    """Draw the analyze command's figure from a fixed per-bucket table and prediction curves (no bootstrap).
+
+    Var(P_T): the three predictions coincide (one line and its note), one point hollow (small ESS);
+    Var(G_T): three lines apart.
+    """
+    T_lo, T_hi = np.array([8, 16, 32, 64, 128]), np.array([15, 31, 63, 127, 255])
+    T_mean = np.sqrt(T_lo * T_hi)
+    s2 = 0.004
+    log_p = np.log10(np.expm1(s2 * T_mean))
+    log_g = np.log10(s2 / T_mean)
+    table = pd.DataFrame(
+        {
+            "T_min": T_lo, "T_mean": T_mean, "T_max": T_hi, "n_seq": [350, 340, 420, 440, 420],
+            "ess_P": [340.0, 320.0, 380.0, 300.0, 20.0],
+            "log10_var_P": log_p + np.array([0.1, -0.05, 0.2, -0.1, -0.6]),
+            "log10_var_P_lo": log_p - 0.3, "log10_var_P_hi": log_p + 0.4,
+            "log10_var_G": log_g + np.array([0.05, 0.1, -0.05, 0.0, 0.08]),
+            "log10_var_G_lo": log_g - 0.15, "log10_var_G_hi": log_g + 0.2,
+        }
+    )  # fmt: skip
+    T = np.unique(np.geomspace(8, 255, 40).round())
+    curves = []
+    for model, dp, f in (("iid", 0.0, 1.0), ("emp", 0.01, 0.8), ("corr", -0.01, 1.6)):
+        log_pt, var_g = np.log10(np.expm1(s2 * T)) + dp, f * s2 / T
+        curves.append(pd.DataFrame({"T": T, "model": model, "log10_var_P": log_pt, "var_G": var_g}))
+    curves = pd.concat(curves, ignore_index=True).assign(log10_var_G=lambda d: np.log10(d["var_G"]))
+    return analysis_figure(table, curves, level=0.95, style="paper")
+
+
 FIGURES = {
     "corrections_vs_T": _corrections_vs_T,
     "variance_panels": _variance_panels,
@@ -159,6 +190,7 @@ FIGURES = {
     "approx_error": _approx_error,
     "mc_frontier": _mc_frontier,
     "clip_fractions": _clip_fractions,
+    "analysis_figure": _analysis_figure,
 }
 
 

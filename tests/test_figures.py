@@ -938,3 +938,50 @@ def test_with_resampled_gspo_fills_only_a_missing_prediction():
     assert missing["gspo_clip_pred_emp"].isna().all()  # the caller's frame is left as it was
     with pytest.raises(ValueError, match=f"cover {len(expected)} buckets, the table 2"):
         figs.with_resampled_gspo(missing.head(2), params)
+
+
+def test_ess_legend_shows_each_series_marker():
+    """Each series' legend entry carries the marker of its Monte Carlo points (circle, square, triangle)."""
+    exact = pd.concat(
+        [_theory(get_family("lognormal", 1.0, s2), [1, 10, 100], ["ess_frac_P"]) for s2 in (0.01, 0.1, 0.5)]
+    )
+    mc = exact.assign(method="monte_carlo", lo=exact["value"] * 0.9, hi=exact["value"] * 1.1)
+    mc = mc.assign(reliable=True, reason="")
+    fig = plots.ess_vs_T(pd.concat([exact, mc], ignore_index=True), n=1000)
+    legend = fig.axes[0].get_legend()
+    markers = {
+        t.get_text(): h.get_marker() for t, h in zip(legend.get_texts(), legend.legend_handles, strict=True)
+    }
+    drawn = {li.get_marker() for li in fig.axes[0].get_lines()} - {"None", ""}
+    series = [markers[rf"$\sigma^2={s2:g}$"] for s2 in (0.01, 0.1, 0.5)]
+    assert series == ["o", "s", "^"]
+    assert set(series) <= drawn  # the markers the points are drawn with
+    theory_only = plots.ess_vs_T(exact, n=1000).axes[0].get_legend()
+    assert {h.get_marker() for h in theory_only.legend_handles[:3]} == {"None"}  # no points, no marker
+
+
+def test_shipped_captions_say_what_the_code_does():
+    """The sidecars' captions: approx_error's floor is the code's, the fitted models carry the CLI's names.
+
+    Issue #34: the caption said 1e-16 while the floor is 1e-12; clip_fractions named the models
+    "random scale / token mixture / combined" while ``analyze`` prints ``hier/mix/comb``;
+    experiment_variance said "bootstrap over sequences" while its intervals resample prompts.
+    """
+    from variance_lab.report.clip_figure import MODEL_MARKERS
+    from variance_lab.report.theory_figures import REL_ERROR_FLOOR
+
+    committed = Path(__file__).resolve().parent.parent / "figures"
+
+    def caption(name):
+        return json.loads((committed / f"{name}.json").read_text())["description"]
+
+    floor = f"{REL_ERROR_FLOOR:g}"
+    assert f"values below {floor} drawn at {floor}" in caption("approx_error")
+    clips = caption("clip_fractions")
+    for key in ("mix", "hier", "comb"):
+        assert MODEL_MARKERS[key]["label"].startswith(f"{key} (")
+        assert f"{key} (" in clips
+    experiment = json.loads((committed / "experiment_variance.json").read_text())
+    assert experiment["analysis"]["groups"]["n_prompts"] > 1
+    assert "bootstrap over prompts" in experiment["description"]
+    assert "bootstrap over sequences" not in experiment["description"]

@@ -172,3 +172,27 @@ def test_capped_plan_is_bit_identical_for_any_workers():
     b = run_accumulators(fam, grid, 200, seed=5, workers=2, progress=False)
     for x, y in ((a.shift, b.shift), (a.sums, b.sums), (a.tail, b.tail)):
         np.testing.assert_array_equal(x, y)
+
+
+def test_sizes_are_lazy_and_match_the_array():
+    """``sizes()`` builds no array: 1e9 one-path chunks take no memory; its array is the plan's chunking."""
+    import tracemalloc
+
+    tracemalloc.start()
+    plan = make_plan(10**9 + 7, draws=10**9)
+    sizes = plan.sizes()
+    assert sizes.sum() == plan.n
+    assert len(sizes) == plan.n_chunks == 10**9 + 7
+    assert sizes[0] == 1
+    assert sizes[-1] == 1
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 10**6  # bytes; the array would take 8 GB
+    plan = make_plan(1000, chunk_size=300)
+    arr = np.asarray(plan.sizes())
+    assert arr.dtype == np.int64
+    assert arr.tolist() == [300, 300, 300, 100]
+    assert plan.sizes()[1:].tolist() == [300, 300, 100]
+    assert plan.sizes()[-1] == 100
+    with pytest.raises(IndexError):
+        plan.sizes()[4]

@@ -104,9 +104,11 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(summary_lines(summary) + split_lines(summary.get("split"))), file=sys.stderr)
     say_wrote("the table", args.out)
     if args.figure is not None:
+        from variance_lab.report import style
         from variance_lab.report.analysis_figure import analysis_figure
 
-        _save_figure(analysis_figure(result.table, result.curves(), level=args.level), args.figure)
+        with style.paper():  # one column at 7-8 pt; saved in the same style (tight box, 300 dpi)
+            _save_figure(analysis_figure(result.table, result.curves(), level=args.level), args.figure)
         say_wrote("the figure", args.figure)
     return 0
 

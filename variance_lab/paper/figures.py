@@ -715,7 +715,7 @@ class _DOCS:
     )
     approx_error = (
         "|approximation/exact - 1| of Var(G_T): the lognormal approximation, its small-x form and "
-        "the naive sigma^2/T of the derivation's table, per family; values below 1e-16 drawn at 1e-16 "
+        "the naive sigma^2/T of the derivation's table, per family; values below 1e-12 drawn at 1e-12 "
         "(exact)."
     )
     mc_frontier = (
@@ -747,7 +747,8 @@ class _DOCS:
         "Buckets are numbered on each "
         "panel's top edge over their observed fraction, and the title gives each number's range of "
         "lengths. One hollow marker per model of the analysis (i.i.d. lognormal, i.i.d. empirical, "
-        "autocorrelation-corrected, token mixture, random scale, combined, and any other it has), "
+        "autocorrelation-corrected, mix (token mixture), hier (random scale), comb (combined), and any other "
+        "it has), "
         "largest first so that coincident markers nest; equal predictions share one marker. The i.i.d. "
         "empirical GSPO prediction resamples tokens from their pooled law, as experiment_variance draws "
         "it. Values below a log panel's floor are drawn on its edge and listed in a note; grey: "

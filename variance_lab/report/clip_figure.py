@@ -64,14 +64,15 @@ __all__ = [
     "clip_models",
 ]
 
-#: Colour, marker and label of each known model (the first three as in the analysis figure).
+#: Colour, marker and label of each known model (the first three as in the analysis figure; the fitted
+#: ones under the names the command line prints, ``mix``, ``hier``, ``comb``, and what they are).
 MODEL_MARKERS = {
     "iid": {"color": MODEL_STYLE["iid"]["color"], "marker": "s", "label": "i.i.d. lognormal"},
     "emp": {"color": MODEL_STYLE["emp"]["color"], "marker": "v", "label": "i.i.d. empirical"},
     "corr": {"color": MODEL_STYLE["corr"]["color"], "marker": "^", "label": "autocorrelation-corrected"},
-    "mix": {"color": _style.color(5), "marker": "D", "label": "token mixture"},
-    "hier": {"color": _style.color(6), "marker": "o", "label": "random scale"},
-    "comb": {"color": _style.color(0), "marker": "P", "label": "combined (sparse rate by position)"},
+    "mix": {"color": _style.color(5), "marker": "D", "label": "mix (token mixture)"},
+    "hier": {"color": _style.color(6), "marker": "o", "label": "hier (random scale)"},
+    "comb": {"color": _style.color(0), "marker": "P", "label": "comb (combined)"},
 }
 #: (marker, colour) of models not in :data:`MODEL_MARKERS`, in the order they are found.
 EXTRA_MARKERS = (

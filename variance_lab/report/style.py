@@ -28,7 +28,6 @@ __all__ = [
     "RC",
     "SEQUENTIAL_CMAP",
     "STYLE_FILE",
-    "clip_log10",
     "color",
     "errorbar_points",
     "line_style",
@@ -178,15 +177,6 @@ def log10_axis(ax, which: str = "y") -> None:
     axis.set_major_locator(ticker.MaxNLocator(nbins=6, integer=True, steps=[1, 2, 5, 10]))
     axis.set_major_formatter(ticker.FuncFormatter(_power_of_ten))
     axis.set_minor_locator(ticker.NullLocator())
-
-
-def clip_log10(values, floor: float = -300.0) -> np.ndarray:
-    """log10 of non-negative values, with 0 and negatives mapped to ``floor``."""
-    arr = np.asarray(values, dtype=float)
-    out = np.full(arr.shape, floor)
-    pos = arr > 0
-    out[pos] = np.log10(arr[pos])
-    return out
 
 
 def power10(log10_values) -> np.ndarray:

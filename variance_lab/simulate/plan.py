@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,7 @@ __all__ = [
     "TOKEN_COST",
     "WORK_RATE",
     "ChunkPlan",
+    "ChunkSizes",
     "ChunkTask",
     "check_seed",
     "chunk_generator",
@@ -132,6 +134,68 @@ def chunk_tail_keep(n: int, chunk: int, tail: int) -> int:
     return int(min(tail, chunk, k))
 
 
+class ChunkSizes(Sequence, np.lib.mixins.NDArrayOperatorsMixin):
+    r"""The chunk sizes of a plan, computed on demand: ``n`` paths in chunks of ``chunk_size``.
+
+    Chunk :math:`i` holds :math:`\min(c, n - ic)` paths, :math:`c` = ``chunk_size``: all
+    full but the last. A read-only sequence of ints that behaves as the int64 array of
+    those sizes (``len``, indexing, iteration, ``sum``, ``size``, ``tolist``, NumPy
+    operators and ``np.asarray``) without holding it: a plan of :math:`10^9` one-path
+    chunks costs nothing until an array of it is asked for. ``sum`` is ``n`` by
+    construction.
+    """
+
+    def __init__(self, n: int, chunk_size: int, n_chunks: int):
+        self.n, self.chunk_size, self.n_chunks = int(n), int(chunk_size), int(n_chunks)
+
+    def __len__(self) -> int:
+        """Return the number of chunks."""
+        return self.n_chunks
+
+    @property
+    def size(self) -> int:
+        """Number of chunks (as ``ndarray.size``)."""
+        return self.n_chunks
+
+    def _at(self, i):
+        return np.minimum(self.chunk_size, self.n - i * self.chunk_size)
+
+    def __getitem__(self, key):
+        """Paths of chunk ``key`` (negative counts from the end), or an int64 array for a slice."""
+        if isinstance(key, slice):
+            return self._at(np.arange(self.n_chunks, dtype=np.int64)[key])
+        i = int(key) + self.n_chunks if int(key) < 0 else int(key)
+        if not 0 <= i < self.n_chunks:
+            raise IndexError(f"chunk index {key!r} out of range for {self.n_chunks} chunks")
+        return min(self.chunk_size, self.n - i * self.chunk_size)
+
+    def __iter__(self):
+        """Iterate over the sizes, in chunk order."""
+        c, n = self.chunk_size, self.n
+        return (min(c, n - i * c) for i in range(self.n_chunks))
+
+    def sum(self) -> int:
+        """Total paths, ``n``, without building the array."""
+        return self.n
+
+    def tolist(self) -> list[int]:
+        """Return the sizes as a list of ints."""
+        return list(self)
+
+    def __array__(self, dtype=None, copy=None):
+        """Build the int64 array of the sizes (``np.asarray``)."""
+        return self._at(np.arange(self.n_chunks, dtype=np.int64)).astype(dtype or np.int64, copy=False)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """Apply a NumPy ufunc to the array of the sizes (``sizes >= 1``, ``sizes == c``)."""
+        args = [np.asarray(x) if isinstance(x, ChunkSizes) else x for x in inputs]
+        return getattr(ufunc, method)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        """Show the plan's numbers, not the sizes."""
+        return f"ChunkSizes(n={self.n}, chunk_size={self.chunk_size}, n_chunks={self.n_chunks})"
+
+
 @dataclass(frozen=True)
 class ChunkPlan:
     r"""``n`` paths cut into ``n_chunks`` chunks of ``chunk_size`` (the last one may be smaller).
@@ -159,11 +223,9 @@ class ChunkPlan:
             raise ValueError(f"chunk index must lie in [0, {self.n_chunks}), got {i!r}")
         return min(self.chunk_size, self.n - i * self.chunk_size)
 
-    def sizes(self) -> np.ndarray:
-        """Paths of every chunk, in chunk order (they sum to ``n``)."""
-        out = np.full(self.n_chunks, self.chunk_size, dtype=np.int64)
-        out[-1] = self.n - (self.n_chunks - 1) * self.chunk_size
-        return out
+    def sizes(self) -> ChunkSizes:
+        """Paths of every chunk, in chunk order (they sum to ``n``): a lazy :class:`ChunkSizes`."""
+        return ChunkSizes(self.n, self.chunk_size, self.n_chunks)
 
     def tail_keep(self, i: int) -> int:
         """Tail values chunk ``i`` keeps per T (:func:`chunk_tail_keep`)."""
@@ -320,6 +382,6 @@ def make_tasks(
         raise ValueError(f"a task's sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
     params = np.ascontiguousarray(params, dtype=np.float64)
     return [
-        ChunkTask(int(code), params, spec, bool(independent), seed, i, int(size), sampler, plan.tail_keep(i))
+        ChunkTask(int(code), params, spec, bool(independent), seed, i, size, sampler, plan.tail_keep(i))
         for i, size in enumerate(plan.sizes())
     ]
