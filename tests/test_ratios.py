@@ -152,7 +152,7 @@ def test_each_default_is_typed_once():
         (0.5, 5.0): {home},
         3e-4: {
             home,
-            "rollouts/models.py",  # SPARSE_SD, a model's scale that happens to equal the width
+            "rollouts/combined.py",  # SPARSE_SD, a model's scale that happens to equal the width
         },
         4e-4: {home},
     }

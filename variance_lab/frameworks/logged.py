@@ -84,6 +84,7 @@ from variance_lab.frameworks.logfiles import (
     field_number,
     find_metric,
 )
+from variance_lab.frameworks.verl import SAFETY_BOUND
 from variance_lab.simulate.estimates import khat_limit
 
 __all__ = [
@@ -95,9 +96,6 @@ __all__ = [
     "predict",
     "token_metric",
 ]
-
-#: verl's clamp of a sequence log-ratio before ``exp``.
-SAFETY_BOUND = 20.0
 
 #: Which spread metric sets the law when several are logged, first first.
 LAW_PRIORITY = ("chi2", "k3", "mult", "absdiff", "tis_abs")

@@ -24,7 +24,7 @@ NeMo-RL's conventions, all kept:
   is outside the bounds, and keeps the raw, **untruncated** token weights of the others
   (``geo-rs:LO:HI``, reference bounds 0.999-1.002);
 - the bound rules: ``tis`` and ``icepop`` compare the weights themselves (an overflowed weight
-  is 0) with the bounds, a weight at a bound kept (:data:`WEIGHT_RULE`); ``seq-mask-tis``
+  is 0) with the bounds, a weight at a bound kept (:data:`NEMO_WEIGHT_RULE`); ``seq-mask-tis``
   compares the mean log-ratio with the logs of the bounds, a bound kept (:data:`SEQUENCE_RULE`;
   with min = max, :math:`e^{\overline{\Delta}}` in linear space, kept only at the bound);
 - ``is_oob_ratio``: the fraction of tokens (``tis``, ``icepop``) or of sequences
@@ -40,14 +40,14 @@ from variance_lab.frameworks.batch import as_mask, as_values, masked_mean
 from variance_lab.ratios import CLOSED, BoundRule, log_bounds
 
 __all__ = [
+    "NEMO_WEIGHT_RULE",
     "SEQUENCE_RULE",
     "TRUNCATED_IMPORTANCE_SAMPLING_TYPES",
-    "WEIGHT_RULE",
     "clipped_pg_importance_weights",
 ]
 
 #: NeMo-RL's token bound rule: the weight (0 where it overflowed) against the bounds, both kept.
-WEIGHT_RULE = BoundRule(CLOSED, "value", "float64")
+NEMO_WEIGHT_RULE = BoundRule(CLOSED, "value", "float64")
 #: ``seq-mask-tis``'s rule: the mean log-ratio against the bounds' logs, both kept.
 SEQUENCE_RULE = BoundRule(CLOSED, "log", "float64")
 
@@ -123,11 +123,11 @@ def clipped_pg_importance_weights(
         if kind == "tis":
             floor = 0.0 if lo is None else lo
             metrics["is_oob_ratio"] = float(
-                masked_mean(np.broadcast_to(WEIGHT_RULE.outside(w, floor, hi), mask.shape), mask)
+                masked_mean(np.broadcast_to(NEMO_WEIGHT_RULE.outside(w, floor, hi), mask.shape), mask)
             )
             w = np.clip(w, floor, hi)  # an overflowed weight, set to 0 above, stays 0
         elif kind == "icepop":
-            out = WEIGHT_RULE.outside(w, lo, hi)
+            out = NEMO_WEIGHT_RULE.outside(w, lo, hi)
             metrics["is_oob_ratio"] = float(masked_mean(np.broadcast_to(out, mask.shape), mask))
             w = np.where(out, 0.0, w)
         else:

@@ -17,7 +17,7 @@ OpenRLHF's conventions, all kept:
   bounds (the toolkit's ``geo-rs:0.5:5``), and its tokens then get the raw ratio
   :math:`e^{y_t}`, **not truncated** (the source's comment says "still use TIS (token-level
   clamp)", its code multiplies by the unclamped ratio);
-- the bound rule (:data:`BOUND_RULE`): ``icepop`` and ``seq-mask-tis`` keep a ratio exactly at
+- the bound rule (:data:`OPENRLHF_RULE`): ``icepop`` and ``seq-mask-tis`` keep a ratio exactly at
   either bound (``>= low``, ``<= high``) and compare :math:`e^y` (resp. :math:`e^{\bar y}`) with
   the bounds in **linear** space; a low bound of 0 is accepted (it masks nothing below);
 - ``vllm_kl`` :math:`= \overline{\log\pi_{rollout} - \log\pi_{old}}` over the action mask
@@ -31,10 +31,10 @@ import numpy as np
 from variance_lab.frameworks.batch import as_mask, as_values
 from variance_lab.ratios import CLOSED, ICEPOP_BAND, BoundRule
 
-__all__ = ["BOUND_RULE", "VLLM_IS_CORRECTION_TYPES", "vllm_is_correction"]
+__all__ = ["OPENRLHF_RULE", "VLLM_IS_CORRECTION_TYPES", "vllm_is_correction"]
 
 #: OpenRLHF's bound rule: a ratio at either bound is kept, compared in linear space (float64 here).
-BOUND_RULE = BoundRule(CLOSED, "linear", "float64")
+OPENRLHF_RULE = BoundRule(CLOSED, "linear", "float64")
 
 #: OpenRLHF's ``vllm_is_correction_type`` values.
 VLLM_IS_CORRECTION_TYPES = ("tis", "icepop", "seq-mask-tis")
@@ -77,11 +77,11 @@ def vllm_is_correction(
     if kind == "tis":
         w = np.clip(np.exp(y), lo, hi)
     elif kind == "icepop":
-        w = np.where(BOUND_RULE.outside(y, lo, hi), 0.0, np.exp(y))
+        w = np.where(OPENRLHF_RULE.outside(y, lo, hi), 0.0, np.exp(y))
     else:
         length = m.sum(axis=-1)
         mean_y = (y * m).sum(axis=-1) / np.where(length > 0, length, 1.0)
-        out = BOUND_RULE.outside(mean_y, lo, hi)
+        out = OPENRLHF_RULE.outside(mean_y, lo, hi)
         w = np.exp(y) * (~out & (length > 0))[:, None]
     vllm_kl = float(((rollout - old) * m).sum() / m.sum()) if m.sum() > 0 else float("nan")
     return w * m, vllm_kl

@@ -29,11 +29,11 @@ import numpy as np
 from variance_lab.frameworks.batch import as_mask, as_values
 from variance_lab.ratios import CLOSED, BoundRule
 
-__all__ = ["BOUND_RULE", "compute_importance_ratio_and_mismatch_kl", "dppo_mask"]
+__all__ = ["PRIME_RL_RULE", "compute_importance_ratio_and_mismatch_kl", "dppo_mask"]
 
 #: prime-rl's DPPO bound rule: the probability difference against the bounds as it is (no log, no
 #: exp), a difference exactly at a bound kept (``d > high`` and ``d < -low`` mask).
-BOUND_RULE = BoundRule(CLOSED, "value", "float64")
+PRIME_RL_RULE = BoundRule(CLOSED, "value", "float64")
 
 
 def compute_importance_ratio_and_mismatch_kl(trainer_logprobs, inference_logprobs, loss_mask=None):
@@ -89,7 +89,7 @@ def dppo_mask(
     r = np.exp(y)
     kl = r - y - 1.0
     d = np.exp(t) - np.exp(i)
-    high, low = BOUND_RULE.outside(d, None, dppo_mask_high), BOUND_RULE.outside(d, -dppo_mask_low, None)
+    high, low = PRIME_RL_RULE.outside(d, None, dppo_mask_high), PRIME_RL_RULE.outside(d, -dppo_mask_low, None)
     pos, neg = a > 0, a < 0
     masked = np.where(pos, high, low)
     lm = m > 0

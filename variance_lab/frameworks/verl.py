@@ -37,9 +37,10 @@ verl's conventions, all kept:
   over every row of the batch; ``kl`` :math:`= -\bar y`, ``k3_kl`` :math:`= \overline{e^y - 1 - y}`
   (unclamped);
 - the bound rules: the weights and the k1 masks keep a value at a bound, in log space (the
-  corrections' rule, :data:`WEIGHT_RULE`); flags, fractions and the k2/k3 rejections keep a
-  value equal to the threshold, on the statistic's own scale (:data:`THRESHOLD_RULE`); a band
-  with LO = HI keeps only a weight equal to it, in linear space (:data:`LINEAR_RULE`);
+  corrections' rule, :data:`variance_lab.corrections.BOUND_RULE`); flags, fractions and the
+  k2/k3 rejections keep a value equal to the threshold, on the statistic's own scale
+  (:data:`THRESHOLD_RULE`); a band with LO = HI keeps only a weight equal to it, in linear
+  space (:data:`LINEAR_RULE`);
 - the fractions verl takes as ``flags.float().mean()`` (the sequence-level ``fraction_high``
   and ``_low``, ``seq_fraction_*``, ``rollout_rs_seq_masked_fraction``) are float32 values
   (1/6 logs as 0.1666666716), the others float64; the mirror rounds the same ones.
@@ -52,7 +53,7 @@ import math
 import numpy as np
 
 from variance_lab._validate import parse_float
-from variance_lab.corrections import BOUND_RULE, apply_sequence, apply_tokens, parse
+from variance_lab.corrections import apply_sequence, apply_tokens, parse
 from variance_lab.frameworks.batch import as_mask, as_values, masked_mean, masked_sum
 from variance_lab.ratios import CLOSED, BoundRule
 
@@ -61,7 +62,6 @@ __all__ = [
     "SAFETY_BOUND",
     "SUPPORTED_ROLLOUT_RS_OPTIONS",
     "THRESHOLD_RULE",
-    "WEIGHT_RULE",
     "compute_offpolicy_metrics",
     "compute_rollout_correction_and_rejection_mask",
     "compute_rollout_correction_weights",
@@ -77,9 +77,6 @@ SAFETY_BOUND = 20.0
 THRESHOLD_RULE = BoundRule(CLOSED, "value", "float64")
 #: A band with LO = HI keeps only a weight equal to it, compared in linear space.
 LINEAR_RULE = BoundRule(CLOSED, "linear", "float64")
-#: The weights and the k1 masks follow the corrections' rule (:data:`variance_lab.corrections.BOUND_RULE`:
-#: log space, a bound kept).
-WEIGHT_RULE = BOUND_RULE
 
 
 def _above(x, c: float) -> np.ndarray:
