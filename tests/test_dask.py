@@ -469,8 +469,18 @@ def test_unreachable_scheduler(monkeypatch):
 
 
 def test_cli_executors_match_the_engine():
-    """The command line offers exactly the engine's executors."""
-    assert cli_common.EXECUTORS == dx.EXECUTORS
+    """The command line offers exactly the engine's executors (one tuple, in the schema)."""
+    import argparse
+
+    from variance_lab.schema import EXECUTORS
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    cli_common.add_executor_args(parser)
+    assert [parser.parse_args(["--executor", name]).executor for name in EXECUTORS] == list(EXECUTORS)
+    with pytest.raises(argparse.ArgumentError, match="invalid choice"):
+        parser.parse_args(["--executor", "processes"])
+    with pytest.raises(ValueError, match="executor must be one of threads, dask, dask-local"):
+        Engine("processes")
 
 
 @pytest.mark.parametrize(

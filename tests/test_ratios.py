@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from variance_lab import corrections, ratios
-from variance_lab.corrections import KINDS, apply_sequence, apply_tokens, parse
+from variance_lab.corrections import CORRECTION_KINDS, apply_sequence, apply_tokens, parse
 from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl, slime, trl, verl
 from variance_lab.ratios import CLOSED, LEFT_OPEN, OPEN, RIGHT_OPEN, BoundRule, outside
 from variance_lab.rollouts.batch import TokenBatch
@@ -201,7 +201,7 @@ SPECS = [
 
 def test_every_kind_is_probed():
     """Every correction kind has a spec in the boundary test."""
-    assert {s.split(":")[0] for s in SPECS} == set(KINDS)
+    assert {s.split(":")[0] for s in SPECS} == set(CORRECTION_KINDS)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])

@@ -29,9 +29,25 @@ import math
 
 import numpy as np
 
-__all__ = ["METHODS", "RENAMED_METHODS", "TIDY_COLUMNS", "VERDICTS", "json_safe", "verdict_level"]
+__all__ = [
+    "EXECUTORS",
+    "METHODS",
+    "RENAMED_METHODS",
+    "SAMPLER_CHOICES",
+    "TIDY_COLUMNS",
+    "VERDICTS",
+    "json_safe",
+    "verdict_level",
+]
 
 METHODS = ("exact", "lognormal", "delta", "naive", "monte_carlo")
+
+#: Where the Monte Carlo engine runs its chunks (:class:`variance_lab.simulate.engine.Engine`); here,
+#: light to import, so that the command line offers them without loading numba.
+EXECUTORS = ("threads", "dask", "dask-local")
+#: What the engine's ``sampler=`` accepts (:mod:`variance_lab.simulate.aggregate`): every token, log P_T
+#: drawn at the grid points from its exact law, or the aggregate where it is exact.
+SAMPLER_CHOICES = ("token", "aggregate", "auto")
 
 #: ``method`` names of earlier versions -> their names now: rows read back from a sweep store
 #: written before the rename carry the current name (:func:`variance_lab.sweep.store.normalise_frame`).

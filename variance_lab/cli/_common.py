@@ -16,6 +16,7 @@ from variance_lab._atomic import atomic_write
 from variance_lab._validate import parse_integer
 from variance_lab.families import FAMILIES, get_family
 from variance_lab.progress import watched
+from variance_lab.schema import EXECUTORS, SAMPLER_CHOICES
 
 PROG = "variance-lab"
 
@@ -340,10 +341,6 @@ def positive_int(text: str) -> int:
     return int_arg("--workers", minimum=1)(text)
 
 
-#: Executors of the Monte Carlo engine (variance_lab.simulate.EXECUTORS; not imported here, it loads numba).
-EXECUTORS = ("threads", "dask", "dask-local")
-
-
 def add_executor_args(p: argparse.ArgumentParser) -> None:
     """``--workers``, ``--executor`` and ``--scheduler``: where Monte Carlo chunks run."""
     p.add_argument(
@@ -368,15 +365,11 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-#: Monte Carlo samplers (variance_lab.simulate.SAMPLER_CHOICES; not imported here, it loads numba).
-SAMPLERS = ("token", "aggregate", "auto")
-
-
 def add_sampler_arg(p: argparse.ArgumentParser) -> None:
     """``--sampler``: token-level draws, or exact aggregate draws of log P_T at the grid points."""
     p.add_argument(
         "--sampler",
-        choices=SAMPLERS,
+        choices=SAMPLER_CHOICES,
         default="token",
         help="Monte Carlo sampling: every token (the reference, all families); log P_T drawn at the T "
         "grid points from its exact law (aggregate: every family but gamma; one or two draws per "

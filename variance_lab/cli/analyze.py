@@ -115,9 +115,9 @@ def run(args: argparse.Namespace) -> int:
 
 def add_command(sub) -> None:
     """Register ``analyze`` on the subparsers ``sub`` of ``variance-lab``."""
-    from variance_lab.report.analysis_table import FORMATS as TABLE_FORMATS
+    from variance_lab.report.analysis_table import ANALYSIS_FORMATS
     from variance_lab.rollouts.batch import ON_BAD
-    from variance_lab.rollouts.io import FORMATS, PRESET_NAMES
+    from variance_lab.rollouts.io import PRESET_NAMES, ROLLOUT_FORMATS
 
     p = sub.add_parser(
         "analyze",
@@ -135,7 +135,10 @@ def add_command(sub) -> None:
     )
     p.add_argument("file", metavar="FILE", help="token log-probs: .jsonl[.gz], .parquet or .npz")
     p.add_argument(
-        "--format", default="auto", choices=("auto", *FORMATS), help="file format (auto: from the extension)"
+        "--format",
+        default="auto",
+        choices=("auto", *ROLLOUT_FORMATS),
+        help="file format (auto: from the extension)",
     )
     p.add_argument(
         "--preset",
@@ -173,7 +176,7 @@ def add_command(sub) -> None:
         "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
     )
     add_seed_arg(p, "seed of the bootstrap")
-    p.add_argument("--table-format", default="markdown", choices=TABLE_FORMATS, help="output format")
+    p.add_argument("--table-format", default="markdown", choices=ANALYSIS_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write the table to this file instead of standard output")
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf, .png, .svg)")
     p.set_defaults(func=run)

@@ -83,7 +83,7 @@ def _model(args, cs) -> tuple:
     if args.n:
         mc = corrections.simulate_corrections(family, T, cs, args.n, seed=args.seed)
         frame = mc if frame is None else frame.merge(mc, on=["T", "correction", "level"], validate="1:1")
-        notes.append(report.monte_carlo_notes(mc, args.n, args.seed))
+        notes.append(report.corrections_mc_notes(mc, args.n, args.seed))
         source = " and ".join(s for s in (source, f"Monte Carlo (n = {args.n:,}, seed {args.seed})") if s)
     if args.find_T:
         if not lognormal:
@@ -196,14 +196,14 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CLIError(f"--correction: {exc}") from None
     frame, title, notes = _data(args, cs) if args.data else _model(args, cs)
-    text = report.render(frame, args.format, title=title, notes="\n\n".join(notes))
+    text = report.render_corrections(frame, args.format, title=title, notes="\n\n".join(notes))
     write_output(text, args.out)
     return 0
 
 
 def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
-    from variance_lab.report.table import FORMATS
+    from variance_lab.report.table import TABLE_FORMATS
     from variance_lab.rollouts.io import PRESET_NAMES
 
     p = sub.add_parser(
@@ -266,6 +266,6 @@ def add_command(sub) -> None:
         help="--data: a framework's dump (nemo-rl: train_data_step*.jsonl; prime-rl: "
         "token_exports/step_N/rank_R.jsonl; slime: the .pt of --save-debug-train-data)",
     )
-    p.add_argument("--format", default="markdown", choices=FORMATS, help="output format")
+    p.add_argument("--format", default="markdown", choices=TABLE_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
     p.set_defaults(func=run)

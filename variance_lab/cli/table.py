@@ -105,7 +105,7 @@ def add_command(sub) -> None:
     p.add_argument(
         "--target", type=float_arg, default=0.1, help="target relative error for the draws-needed columns"
     )
-    p.add_argument("--format", default="markdown", choices=table_report.FORMATS, help="output format")
+    p.add_argument("--format", default="markdown", choices=table_report.TABLE_FORMATS, help="output format")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
     add_long_run_args(p)
     p.set_defaults(func=run)

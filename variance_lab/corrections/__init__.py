@@ -120,19 +120,19 @@ from variance_lab.corrections.closed_forms import (
 )
 from variance_lab.corrections.data import (
     BOOTSTRAP_COLUMNS,
+    CORRECTIONS_PREDICTION_COLUMNS,
     DATA_COLUMNS,
     N_BOOT,
-    PREDICTION_COLUMNS,
     bucket_bootstrap,
     evaluate,
     fit_lognormal,
 )
-from variance_lab.corrections.monte_carlo import MC_COLUMNS, MIN_ESS, simulate_corrections
+from variance_lab.corrections.monte_carlo import CORRECTIONS_MC_COLUMNS, MIN_ESS, simulate_corrections
 from variance_lab.corrections.specs import (
+    CORRECTION_KINDS,
     GMPO_DEFAULT,
     GSPO_DEFAULT,
     ICEPOP_DEFAULT,
-    KINDS,
     Correction,
     parse,
     parse_list,
@@ -143,17 +143,17 @@ __all__ = [
     "BOOTSTRAP_COLUMNS",
     "BOUND_RULE",
     "COLUMNS",
+    "CORRECTIONS_MC_COLUMNS",
+    "CORRECTIONS_PREDICTION_COLUMNS",
+    "CORRECTION_KINDS",
     "DATA_COLUMNS",
     "GMPO_DEFAULT",
     "GSPO_DEFAULT",
     "ICEPOP_DEFAULT",
-    "KINDS",
     "MAX_COUNT_TERMS",
-    "MC_COLUMNS",
     "MIN_ESS",
     "MIXTURE_TAIL_MASS",
     "N_BOOT",
-    "PREDICTION_COLUMNS",
     "TAIL_MASS",
     "WEIGHT_COLUMNS",
     "Correction",

@@ -29,9 +29,9 @@ from variance_lab.stats import (
 
 __all__ = [
     "BOOTSTRAP_COLUMNS",
+    "CORRECTIONS_PREDICTION_COLUMNS",
     "DATA_COLUMNS",
     "N_BOOT",
-    "PREDICTION_COLUMNS",
     "bucket_bootstrap",
     "evaluate",
     "fit_lognormal",
@@ -53,7 +53,7 @@ DATA_COLUMNS = (
 
 #: Columns :func:`evaluate` adds with ``predict=``: the model's modified fraction and whether it
 #: lies inside the observed interval.
-PREDICTION_COLUMNS = ("pred_frac_modified", "pred_inside")
+CORRECTIONS_PREDICTION_COLUMNS = ("pred_frac_modified", "pred_inside")
 
 #: Bootstrap replicates of the token-level modified fraction's interval (:func:`evaluate`).
 N_BOOT = 2000
@@ -102,7 +102,7 @@ def evaluate(
     ci : float
     predict : Family, optional
         A model with a :func:`theory` (for example :func:`fit_lognormal` of the same log-ratios):
-        adds :data:`PREDICTION_COLUMNS`, its ``frac_modified`` for the bucket (sequence level:
+        adds :data:`CORRECTIONS_PREDICTION_COLUMNS`, its ``frac_modified`` for the bucket (sequence level:
         the mean over the bucket's sequences of the prediction at each one's length; token
         level and GMPO: per token, which for these models does not depend on T) and whether it
         lies inside ``[frac_modified_lo, frac_modified_hi]``.
@@ -157,7 +157,7 @@ def evaluate(
                 row["pred_frac_modified"] = p
                 row["pred_inside"] = bool(row["frac_modified_lo"] <= p <= row["frac_modified_hi"])
             rows.append({**row, "T_min": lo, "T_max": hi})
-    extra = list(PREDICTION_COLUMNS) if pred is not None else []
+    extra = list(CORRECTIONS_PREDICTION_COLUMNS) if pred is not None else []
     return pd.DataFrame(rows, columns=[*DATA_COLUMNS, "T_min", "T_max", *extra])
 
 

@@ -13,10 +13,10 @@ from variance_lab.corrections.weights import apply_sequence, apply_tokens
 from variance_lab.families import CODE_AR1, CODE_RANDOM_SCALE, Family
 from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, z_value
 
-__all__ = ["MC_COLUMNS", "MIN_ESS", "simulate_corrections"]
+__all__ = ["CORRECTIONS_MC_COLUMNS", "MIN_ESS", "simulate_corrections"]
 
 #: Monte Carlo columns added by :func:`simulate_corrections`.
-MC_COLUMNS = (
+CORRECTIONS_MC_COLUMNS = (
     "mc_mean_w",
     "mc_mean_w_lo",
     "mc_mean_w_hi",
@@ -165,7 +165,7 @@ def simulate_corrections(
     Returns
     -------
     pandas.DataFrame
-        One row per (T, correction): ``T, correction, level`` and :data:`MC_COLUMNS`.
+        One row per (T, correction): ``T, correction, level`` and :data:`CORRECTIONS_MC_COLUMNS`.
     """
     from variance_lab.simulate.plan import chunk_generator
 
@@ -190,7 +190,7 @@ def simulate_corrections(
         for t in grid
         for c in cs
     ]
-    out = pd.DataFrame(rows, columns=["T", "correction", "level", *MC_COLUMNS])
+    out = pd.DataFrame(rows, columns=["T", "correction", "level", *CORRECTIONS_MC_COLUMNS])
     out.attrs["provenance"] = {
         "family": family.describe(),
         "n": n,

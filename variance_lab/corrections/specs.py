@@ -1,6 +1,6 @@
 """The correction kinds and their spec strings: :class:`Correction`, :func:`parse`, :func:`parse_list`.
 
-A spec names a kind of :data:`KINDS` and its numeric parameters (``seq-tis:3``, ``icepop:5``,
+A spec names a kind of :data:`CORRECTION_KINDS` and its numeric parameters (``seq-tis:3``, ``icepop:5``,
 ``gspo``); a :class:`Correction` gives its level, its base weight and its weight as pieces
 ``(a, b, log c, p)`` on the log of the base weight, from which every other module of the
 package computes.
@@ -13,12 +13,20 @@ from dataclasses import dataclass
 
 from variance_lab.ratios import GMPO_EPS, GSPO_EPS, ICEPOP_BAND
 
-__all__ = ["GMPO_DEFAULT", "GSPO_DEFAULT", "ICEPOP_DEFAULT", "KINDS", "Correction", "parse", "parse_list"]
+__all__ = [
+    "CORRECTION_KINDS",
+    "GMPO_DEFAULT",
+    "GSPO_DEFAULT",
+    "ICEPOP_DEFAULT",
+    "Correction",
+    "parse",
+    "parse_list",
+]
 
 _INF = math.inf
 
 #: Correction kinds: name -> (level, base weight, number of parameters allowed).
-KINDS = {
+CORRECTION_KINDS = {
     "seq-tis": ("sequence", "P", (1,)),
     "seq-mask": ("sequence", "P", (1, 2)),
     "geo-rs": ("sequence", "P", (2,)),
@@ -42,7 +50,7 @@ ICEPOP_DEFAULT = ICEPOP_BAND
 # --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Correction:
-    """One correction: its kind (:data:`KINDS`) and numeric parameters.
+    """One correction: its kind (:data:`CORRECTION_KINDS`) and numeric parameters.
 
     Attributes
     ----------
@@ -60,12 +68,12 @@ class Correction:
     @property
     def level(self) -> str:
         """``"sequence"`` or ``"token"``: where the correction acts."""
-        return KINDS[self.kind][0]
+        return CORRECTION_KINDS[self.kind][0]
 
     @property
     def base(self) -> str:
         """The uncorrected weight: ``"P"`` (P_T), ``"G"`` (G_T) or ``"r"`` (a token's ratio)."""
-        return KINDS[self.kind][1]
+        return CORRECTION_KINDS[self.kind][1]
 
     @property
     def unit(self) -> str:
@@ -166,9 +174,9 @@ def parse(spec: str) -> Correction:
     text = spec.strip()
     kind, *raw = text.split(":")
     kind = kind.strip().lower()
-    if kind not in KINDS:
-        raise ValueError(f"unknown correction {spec!r}; kinds are {', '.join(KINDS)}")
-    allowed = KINDS[kind][2]
+    if kind not in CORRECTION_KINDS:
+        raise ValueError(f"unknown correction {spec!r}; kinds are {', '.join(CORRECTION_KINDS)}")
+    allowed = CORRECTION_KINDS[kind][2]
     if len(raw) not in allowed:
         counts = " or ".join(str(c) for c in allowed)
         raise ValueError(f"bad correction {spec!r}: {kind} takes {counts} parameter(s), got {len(raw)}")

@@ -24,7 +24,7 @@ from variance_lab.report.table import format_number
 from variance_lab.schema import json_safe
 
 __all__ = [
-    "FORMATS",
+    "ANALYSIS_FORMATS",
     "MIN_JUDGED",
     "VERDICT_NOTE",
     "bucket_verdict",
@@ -35,7 +35,7 @@ __all__ = [
     "summary_lines",
 ]
 
-FORMATS = ("markdown", "csv", "json")
+ANALYSIS_FORMATS = ("markdown", "csv", "json")
 
 #: Fewest sequences a length bucket needs to be judged: the analysis's ``MIN_BUCKET_SEQUENCES``
 #: (:mod:`variance_lab.rollouts.predictions`, a floor above this one; a test keeps the two equal).
@@ -407,8 +407,8 @@ def render_analysis(table: pd.DataFrame, summary: dict, fmt: str = "markdown", *
     -------
     str
     """
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt not in ANALYSIS_FORMATS:
+        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(ANALYSIS_FORMATS)}")
     if fmt == "csv":
         return table.to_csv(index=False, float_format="%.17g")
     if fmt == "json":

@@ -12,10 +12,10 @@ import math
 
 import pandas as pd
 
-from variance_lab.report.table import FORMATS, format_number
+from variance_lab.report.table import TABLE_FORMATS, format_number
 from variance_lab.report.table import render as render_table
 
-__all__ = ["FORMATS", "display_columns", "find_T_line", "monte_carlo_notes", "render"]
+__all__ = ["TABLE_FORMATS", "corrections_mc_notes", "display_columns", "find_T_line", "render_corrections"]
 
 # Theory / data columns shown in markdown and LaTeX: column -> header (T is shown by report.table).
 _HEADERS = {
@@ -99,7 +99,7 @@ def find_T_line(correction: str, level: str, T, threshold: float, family_text: s
     return f"- {correction}: {share} {what} from T = {int(T):,} on ({family_text})."
 
 
-def monte_carlo_notes(frame: pd.DataFrame, n: int, seed: int) -> str:
+def corrections_mc_notes(frame: pd.DataFrame, n: int, seed: int) -> str:
     """Plain-words verdicts: one line per unreliable Monte Carlo row."""
     lines = [
         f"Monte Carlo: n = {n:,} sequences, seed {seed}; a row is unreliable when its effective number "
@@ -113,7 +113,9 @@ def monte_carlo_notes(frame: pd.DataFrame, n: int, seed: int) -> str:
     return "\n".join(lines)
 
 
-def render(frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes: str = "", ci=0.95) -> str:
+def render_corrections(
+    frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes: str = "", ci=0.95
+) -> str:
     """Render a corrections frame as ``markdown``, ``latex``, ``csv`` or ``json``.
 
     csv and json hold the frame's own columns (stable names); markdown and LaTeX show

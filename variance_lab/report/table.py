@@ -16,10 +16,10 @@ import pandas as pd
 from variance_lab.schema import json_safe, verdict_level
 
 __all__ = [
-    "FORMATS",
     "MC_COLUMNS",
     "PRINTED",
     "PRINTED_FAMILY",
+    "TABLE_FORMATS",
     "errata",
     "infinite_variance_note",
     "monte_carlo_notes",
@@ -27,7 +27,7 @@ __all__ = [
     "with_monte_carlo",
 ]
 
-FORMATS = ("markdown", "latex", "csv", "json")
+TABLE_FORMATS = ("markdown", "latex", "csv", "json")
 
 #: The numbers the source derivation printed in its comparison table (mu = 1, sigma^2 = 0.1):
 #: T -> (Var(P_T), Var(G_T), Var(P_T)/Var(G_T)). Its Var(G_T) is sigma^2 / T.
@@ -211,14 +211,14 @@ def render(frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes
     frame : pandas.DataFrame
         Columns of :data:`variance_lab.theory.TABLE_COLUMNS` (and Monte Carlo columns).
     fmt : str
-        One of :data:`FORMATS`.
+        One of :data:`TABLE_FORMATS`.
     title : str
         A line printed above the markdown table.
     notes : str
         Text printed below the markdown table (errata, verdicts).
     """
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt not in TABLE_FORMATS:
+        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(TABLE_FORMATS)}")
     if fmt == "csv":
         return frame.to_csv(index=False, float_format="%.17g")
     if fmt == "json":

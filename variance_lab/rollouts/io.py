@@ -90,16 +90,16 @@ from variance_lab.rollouts.records import (
 
 __all__ = [
     "FIELDS",
-    "FORMATS",
     "PRESETS",
     "PRESET_NAMES",
+    "ROLLOUT_FORMATS",
     "detect_format",
     "load_batch",
     "save_batch",
     "write_records",
 ]
 
-FORMATS = ("jsonl", "parquet", "npz")
+ROLLOUT_FORMATS = ("jsonl", "parquet", "npz")
 
 #: Field names of frameworks' dumps: preset -> (fields mapping, per-token lists wrapped in a
 #: one-element list); their records are parsed by :func:`variance_lab.rollouts.records.parse_record`.
@@ -123,8 +123,8 @@ def detect_format(path, format: str | None = None) -> str:
     str
     """
     if format is not None:
-        if format not in FORMATS:
-            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        if format not in ROLLOUT_FORMATS:
+            raise ValueError(f"format must be one of {ROLLOUT_FORMATS}, got {format!r}")
         return format
     p = Path(path)
     suffixes = [s.lower() for s in p.suffixes]
@@ -135,7 +135,9 @@ def detect_format(path, format: str | None = None) -> str:
         raise ValueError(f"{p.name}: only JSONL may be gzip-compressed (.jsonl.gz)")
     if suffixes and suffixes[-1] in _SUFFIXES:
         return _SUFFIXES[suffixes[-1]]
-    raise ValueError(f"{p.name}: cannot tell the format from the extension; pass format= one of {FORMATS}")
+    raise ValueError(
+        f"{p.name}: cannot tell the format from the extension; pass format= one of {ROLLOUT_FORMATS}"
+    )
 
 
 # --------------------------------------------------------------------------------------

@@ -39,9 +39,10 @@ import pandas as pd
 
 from variance_lab._validate import check_n, check_T
 from variance_lab.families import Family
+from variance_lab.schema import EXECUTORS, SAMPLER_CHOICES
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec, merge, merge_all
-from variance_lab.simulate.aggregate import SAMPLER_CHOICES, resolve_sampler
-from variance_lab.simulate.dask_executor import EXECUTORS, DaskMissingError
+from variance_lab.simulate.aggregate import resolve_sampler
+from variance_lab.simulate.dask_executor import DaskMissingError
 from variance_lab.simulate.draws import draw_log_r
 from variance_lab.simulate.engine import Engine, using_engine
 from variance_lab.simulate.kernels import accumulate_log_p, draw_log_p, run_chunk

@@ -100,13 +100,13 @@ import numpy as np
 
 from variance_lab.families import CODE_AR1, CODE_LOGNORMAL, CODE_MIXTURE, CODE_RANDOM_SCALE, CODE_TWO_POINT
 from variance_lab.families.lognormal import ar1_var_sum
+from variance_lab.schema import SAMPLER_CHOICES
 from variance_lab.simulate._jit import kernel
 from variance_lab.simulate.block import BlockState, reduce_columns
 from variance_lab.simulate.draws import AGGREGATE_CODES, aggregate_paths
 
 __all__ = [
     "EXACT_CODES",
-    "SAMPLER_CHOICES",
     "aggregate_table",
     "has_exact_aggregate",
     "resolve_sampler",
@@ -115,9 +115,6 @@ __all__ = [
 
 #: Family codes whose sum of log-ratios the aggregate sampler draws exactly.
 EXACT_CODES = AGGREGATE_CODES
-
-#: What ``sampler=`` accepts.
-SAMPLER_CHOICES = ("token", "aggregate", "auto")
 
 #: Longest grid step (tokens) whose two-point binomial is drawn from a table.
 TWO_POINT_TABLE_MAX = 1024

@@ -58,7 +58,6 @@ from variance_lab.progress import progress_bar
 from variance_lab.simulate.accumulators import Accumulator, merge_into
 
 __all__ = [
-    "EXECUTORS",
     "KERNEL_MODULES",
     "DaskMissingError",
     "check_scheduler",
@@ -71,8 +70,6 @@ __all__ = [
     "run_tasks_dask",
 ]
 
-#: Executor names.
-EXECUTORS = ("threads", "dask", "dask-local")
 #: What to install for the Dask executors.
 INSTALL_HINT = "pip install 'variance_lab[distributed]' (or: pip install 'dask[distributed]>=2024.1')"
 #: Seconds to wait for an existing scheduler to answer.

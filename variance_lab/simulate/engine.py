@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
 from variance_lab._validate import check_workers
+from variance_lab.schema import EXECUTORS, SAMPLER_CHOICES
 from variance_lab.simulate.accumulators import Accumulator
-from variance_lab.simulate.aggregate import SAMPLER_CHOICES, resolve_sampler
+from variance_lab.simulate.aggregate import resolve_sampler
 from variance_lab.simulate.dask_executor import (
-    EXECUTORS,
     check_scheduler,
     cluster_threads,
     connect,
@@ -85,7 +85,7 @@ def estimate_run_seconds(
 
 
 def check_sampler(sampler) -> str:
-    """``sampler`` if it is one of :data:`~variance_lab.simulate.aggregate.SAMPLER_CHOICES`.
+    """``sampler`` if it is one of :data:`~variance_lab.schema.SAMPLER_CHOICES`.
 
     Raises
     ------
