@@ -29,6 +29,7 @@ FLOORS = {
     "_validate": 1,
     "schema": 1,
     "families": 1,
+    "provenance": 1,  # versions, fingerprints, sidecars, PyTorch determinism (torch imported in functions)
     "stats": 1,
     "report": 1,
     "theory": 2,

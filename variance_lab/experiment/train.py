@@ -23,13 +23,13 @@ r"""Train the policy: supervised warm-up to partial competence, then a few GSPO 
 :func:`train` runs both and returns the last iteration's old and new policies, which
 :mod:`variance_lab.experiment.collect` compares on fresh samples. All randomness comes from
 :class:`numpy.random.Generator` and :class:`torch.Generator` objects spawned from one
-:class:`numpy.random.SeedSequence` (:func:`streams`); :func:`deterministic_torch` fixes the
-thread count and turns on PyTorch's deterministic algorithms for the duration of a run.
+:class:`numpy.random.SeedSequence` (:func:`streams`, :func:`variance_lab.provenance.torch_generator`);
+:func:`variance_lab.provenance.deterministic_torch` fixes the thread count and turns on PyTorch's
+deterministic algorithms for the duration of a run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import time
@@ -56,6 +56,7 @@ from variance_lab.experiment.task import (
     max_response_length,
     rewards,
 )
+from variance_lab.provenance import torch_generator
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.weights import PPO_RANGE, sequence_weights
 
@@ -65,7 +66,6 @@ __all__ = [
     "STREAMS",
     "Settings",
     "TrainResult",
-    "deterministic_torch",
     "evaluate",
     "group_advantages",
     "gspo_loss",
@@ -73,7 +73,6 @@ __all__ = [
     "sample_responses",
     "sft",
     "streams",
-    "torch_generator",
     "train",
 ]
 
@@ -261,43 +260,6 @@ def streams(seed: int) -> dict[str, np.random.SeedSequence]:
         :data:`STREAMS` to :class:`numpy.random.SeedSequence`.
     """
     return dict(zip(STREAMS, np.random.SeedSequence(seed).spawn(len(STREAMS)), strict=True))
-
-
-def torch_generator(ss: np.random.SeedSequence) -> torch.Generator:
-    """Return a CPU :class:`torch.Generator` seeded from a seed sequence.
-
-    Parameters
-    ----------
-    ss : numpy.random.SeedSequence
-
-    Returns
-    -------
-    torch.Generator
-    """
-    seed = int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-    return torch.Generator().manual_seed(seed)
-
-
-@contextlib.contextmanager
-def deterministic_torch(threads: int):
-    """Run with ``threads`` intra-op threads and deterministic algorithms; restore both after.
-
-    Parameters
-    ----------
-    threads : int
-
-    Yields
-    ------
-    None
-    """
-    saved = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved[0])
-        torch.use_deterministic_algorithms(saved[1])
 
 
 # --------------------------------------------------------------------------------------
@@ -649,8 +611,8 @@ class TrainResult:
 def train(settings: Settings) -> TrainResult:
     """SFT, then ``settings.pg_iters`` GSPO iterations, deterministically from ``settings.seed``.
 
-    Call inside :func:`deterministic_torch` for reproducible results (the command line and
-    :func:`variance_lab.experiment.collect.run` do).
+    Call inside :func:`~variance_lab.provenance.deterministic_torch` for reproducible results (the
+    command line and :func:`variance_lab.experiment.collect.run` do).
 
     Parameters
     ----------

@@ -28,8 +28,9 @@ batch under the updated policy (``logp``): the ratios a trainer sees on its seco
 :func:`run` writes the records (``id``, ``prompt_id``, ``logp``, ``old_logp`` and, where
 they apply, ``rollout_logp``, ``policy_lag``, ``reward``, ``advantage``; and ``entropy``, the
 old policy's next-token entropy at each position) in the toolkit's JSONL
-format with a sidecar (:func:`~variance_lab.experiment.files.sidecar_path`) recording the
-settings, seed, model file and its SHA-256, versions, machine and wall time.
+format with a sidecar (:func:`~variance_lab.experiment.files.dataset_sidecar`, beside the data file:
+:func:`~variance_lab.experiment.files.sidecar_path`) recording the settings, seed, model file and
+its SHA-256, versions, machine and wall time.
 """
 
 from __future__ import annotations
@@ -43,14 +44,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from variance_lab.experiment.collect import summarize, versions, write_dataset
-from variance_lab.experiment.files import numbers_sha256, sidecar_path
-from variance_lab.experiment.train import deterministic_torch, torch_generator
+from variance_lab.experiment.files import dataset_sidecar, sidecar_path, write_dataset
 from variance_lab.lm.losses import AGGREGATIONS, CLIP, aggregated_loss, group_advantages
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
 from variance_lab.lm.scoring import response_log_probs, score
-from variance_lab.lm.task import MATCHES, MAX_SHOTS, make_prompts, messages, rewards
+from variance_lab.lm.task import MATCHES, MAX_SHOTS, chat_prompts, make_prompts, messages, rewards, stop_ids
+from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
 from variance_lab.rollouts.io import detect_format
 
 __all__ = [
@@ -61,13 +61,11 @@ __all__ = [
     "SAMPLERS",
     "SIDECAR_KIND",
     "LMSettings",
-    "chat_prompts",
     "collect_records",
     "default_name",
     "random_streams",
     "round_digits",
     "run",
-    "stop_ids",
     "ticker",
     "update",
 ]
@@ -224,48 +222,6 @@ def default_name(settings: LMSettings, quick: bool = False) -> str:
     """
     variant = settings.sampler if settings.run == "mismatch" else settings.aggregation
     return f"smollm2_{settings.run}_{variant}{'_quick' if quick else ''}.jsonl.gz"
-
-
-def chat_prompts(tokenizer, conversations: list) -> list[list[int]]:
-    """Token ids of each conversation through the tokenizer's chat template, ready for the answer.
-
-    Parameters
-    ----------
-    tokenizer : transformers tokenizer with a chat template
-    conversations : list of str or list of list of dict
-        A user message, or chat messages (:func:`~variance_lab.lm.task.messages`).
-
-    Returns
-    -------
-    list of list of int
-    """
-    out = []
-    for conv in conversations:
-        msgs = [{"role": "user", "content": conv}] if isinstance(conv, str) else conv
-        ids = tokenizer.apply_chat_template(
-            msgs, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        out.append([int(i) for i in ids])
-    return out
-
-
-def stop_ids(tokenizer) -> list[int]:
-    """Return the token ids that end a response: the end-of-text token and ``<|im_end|>`` where it exists.
-
-    Parameters
-    ----------
-    tokenizer : transformers tokenizer
-
-    Returns
-    -------
-    list of int
-        Sorted.
-    """
-    ids = {tokenizer.eos_token_id}
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        ids.add(im_end)
-    return sorted(i for i in ids if i is not None)
 
 
 def update(model, prompts, responses, old_logp, advantages, settings: LMSettings):
@@ -625,13 +581,8 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
             "the behaviour policy (policy_lag updates behind the trainer), float32 teacher-forced"
         )
         fields_["policy_lag"] = "updates between the sampling policy and the trainer's old policy"
-    import transformers
-
-    ver = versions() | {"transformers": transformers.__version__, "torch_threads": settings.threads}
-    return {
-        "kind": SIDECAR_KIND,
-        "sidecar_version": 1,
-        "data_file": path.name,
+    ver = versions((*TORCH_VERSIONS, "transformers")) | {"torch_threads": settings.threads}
+    head = {
         "run": settings.run,
         "aggregation": settings.aggregation,
         "sampler": settings.sampler,
@@ -649,11 +600,11 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
         "groups_with_advantage": facts["groups_with_advantage"],
         "data_groups_with_advantage": facts["data_groups_with_advantage"],
         "rollouts_shared": facts["rollouts_shared"],
-        "numbers_sha256": numbers_sha256(records),
-        "summary": summarize(records),
-        "reproduce": f"variance-lab experiment run --model smollm2 --settings {sidecar_path(path).name} "
-        f"--out {path.name}",
     }
+    reproduce = (
+        f"variance-lab experiment run --model smollm2 --settings {sidecar_path(path).name} --out {path.name}"
+    )
+    return dataset_sidecar(SIDECAR_KIND, path, records, head, reproduce=reproduce)
 
 
 def run(

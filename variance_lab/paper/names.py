@@ -1,7 +1,7 @@
 """The names of the figures ``variance-lab figures`` writes, cheap to import (the parser lists them).
 
-:data:`variance_lab.paper.figures.ALL_FIGURES` is the same tuple, built from each figure's parameters;
-importing that module loads matplotlib, the Monte Carlo engine and the rollouts analysis.
+:data:`variance_lab.paper.catalog.ALL_FIGURES` is the same tuple, built from each figure's parameters;
+importing that module loads the sweep grids and the theory.
 """
 
 from __future__ import annotations
