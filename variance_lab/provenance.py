@@ -118,10 +118,12 @@ def text_sha256(text: str) -> str:
     Parameters
     ----------
     text : str
+        The file's text, before it is written (:func:`file_sha256` of the file gives the same).
 
     Returns
     -------
     str
+        64 hexadecimal digits.
     """
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -46,6 +46,7 @@ from variance_lab.experiment.model import (
     score,
     token_log_probs,
 )
+from variance_lab.experiment.settings import RunSettings, check_choices, check_integers
 from variance_lab.experiment.task import (
     SEP,
     TAGS,
@@ -78,7 +79,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(RunSettings):
     """Everything a run depends on (with the seed, the whole recipe of a data set).
 
     Attributes
@@ -143,24 +144,11 @@ class Settings:
 
     def __post_init__(self):
         """Check that the settings are integers where they must be and in range."""
-        ints = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
-        bad = [k for k, v in ints.items() if isinstance(v, bool) or not isinstance(v, int)]
-        if bad:
-            raise ValueError(f"settings {', '.join(bad)} must be integers")
-        at_least_one = (
-            "sft_batch",
-            "pg_prompts",
-            "group_size",
-            "pg_minibatches",
-            "data_prompts",
-            "data_samples",
-            "threads",
-        )
-        low = [k for k in at_least_one if ints[k] < 1] + [
-            k for k in ("sft_steps", "pg_iters", "eval_prompts") if ints[k] < 0
-        ]
-        if low:
-            raise ValueError(f"settings {', '.join(low)} out of range (counts must be >= 1, steps >= 0)")
+        counts = ("sft_batch", "pg_prompts", "group_size", "pg_minibatches", "data_prompts", "data_samples")
+        steps = ("sft_steps", "pg_iters", "eval_prompts")
+        minimum = {f.name: None for f in fields(self) if f.type in ("int", int)}  # any integer
+        minimum |= dict.fromkeys((*counts, "threads"), 1) | dict.fromkeys(steps, 0)
+        check_integers(self, minimum)
         if self.pg_minibatches > self.pg_prompts:
             raise ValueError("pg_minibatches must not exceed pg_prompts (each minibatch holds whole groups)")
         if not (
@@ -171,10 +159,7 @@ class Settings:
             and self.pg_lr > 0
         ):
             raise ValueError("need 0 < clip_low < 1, clip_high > 0, temperature > 0, learning rates > 0")
-        if self.sampler_dtype not in SAMPLER_DTYPES:
-            raise ValueError(
-                f"sampler_dtype must be one of {', '.join(SAMPLER_DTYPES)}, got {self.sampler_dtype!r}"
-            )
+        check_choices(self, {"sampler_dtype": SAMPLER_DTYPES})
         self.model_config()  # validates the model size and n range
 
     def model_config(self) -> ModelConfig:
@@ -190,33 +175,6 @@ class Settings:
         return ModelConfig(
             d_model=self.d_model, n_layer=self.n_layer, n_head=self.n_head, d_ff=self.d_ff, max_len=max_len
         )
-
-    def to_dict(self) -> dict:
-        """Return the settings as a plain dict (for the JSON sidecar).
-
-        Returns
-        -------
-        dict
-        """
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> Settings:
-        """Return the settings from a dict such as :meth:`to_dict` wrote; unknown keys are an error.
-
-        Parameters
-        ----------
-        values : dict
-
-        Returns
-        -------
-        Settings
-        """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown settings: {', '.join(unknown)}")
-        return cls(**values)
 
 
 #: Precisions of the data set's sampler (:attr:`Settings.sampler_dtype`).

@@ -38,13 +38,14 @@ from __future__ import annotations
 import copy
 import platform
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from variance_lab.experiment.files import dataset_sidecar, sidecar_path, write_dataset
+from variance_lab.experiment.settings import RunSettings, check_choices, check_integers, check_positive
 from variance_lab.lm.losses import AGGREGATIONS, CLIP, aggregated_loss, group_advantages
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
@@ -82,7 +83,7 @@ _STREAMS = 8
 
 
 @dataclass(frozen=True)
-class LMSettings:
+class LMSettings(RunSettings):
     """Everything a run depends on (with the model file and the versions).
 
     Attributes
@@ -148,35 +149,15 @@ class LMSettings:
 
     def __post_init__(self):
         """Check every setting, naming a bad one."""
-        choices = {
-            "run": RUNS,
-            "aggregation": AGGREGATIONS,
-            "sampler": SAMPLERS,
-            "precision_mode": ("auto", "native", "emulated"),
-            "match": MATCHES,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        modes = ("auto", "native", "emulated")
+        choices = {"run": RUNS, "aggregation": AGGREGATIONS, "sampler": SAMPLERS, "precision_mode": modes}
+        check_choices(self, choices | {"match": MATCHES})
         if self.run != "mismatch" and self.sampler != "fp32":
             raise ValueError(f"run {self.run!r} samples in fp32, got sampler={self.sampler!r}")
-        minimum = {"n_prompts": 1, "group_size": 2, "max_new_tokens": 1, "lags": 1, "train_prompts": 1}
-        minimum |= {
-            "max_term": 1,
-            "max_words": 1,
-            "max_times": 1,
-            "sample_batch": 1,
-            "score_batch": 1,
-            "threads": 1,
-        }
-        minimum |= {"seed": 0, "top_k": 0, "digits": 0, "shots": 0}
-        for name, low in minimum.items():
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        for name in ("temperature", "lr"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        sizes = ("n_prompts", "max_new_tokens", "lags", "train_prompts", "max_term", "max_words", "max_times")
+        minimum = dict.fromkeys((*sizes, "sample_batch", "score_batch", "threads"), 1) | {"group_size": 2}
+        check_integers(self, minimum | dict.fromkeys(("seed", "top_k", "digits", "shots"), 0))
+        check_positive(self, ("temperature", "lr"))
         if self.shots > MAX_SHOTS:
             raise ValueError(f"shots must be at most {MAX_SHOTS}, got {self.shots!r}")
         if not isinstance(self.system, bool):
@@ -187,19 +168,6 @@ class LMSettings:
             raise ValueError(
                 f"stale: n_prompts={self.n_prompts} must be a multiple of lags + 1 = {self.lags + 1}"
             )
-
-    def to_dict(self) -> dict:
-        """Return the settings as a plain dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> LMSettings:
-        """Return settings from a dict, naming an unknown key."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown settings {unknown}; the settings are {sorted(known)}")
-        return cls(**values)
 
 
 #: Full size: 256 prompts x 4 responses (1,024 sequences), up to 256 new tokens.
