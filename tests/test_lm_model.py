@@ -13,7 +13,7 @@ from variance_lab.lm.model import GGUF_NAME, GGUF_SHA256, locate_gguf
 from variance_lab.provenance import file_sha256
 
 
-def test_sha256_file_matches_hashlib(tmp_path):
+def test_file_sha256_matches_hashlib(tmp_path):
     """The chunked digest equals hashlib's digest of the whole file."""
     data = np.random.default_rng(0).bytes(3_000_001)
     path = tmp_path / "x.bin"

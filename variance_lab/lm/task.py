@@ -32,7 +32,9 @@ assistant's exact answer each), then the request. At temperature 1, SmolLM2-135M
 rarely answers with the answer alone without them (the pass rates by setting are in the
 docs page of the experiment).
 
-Everything is deterministic given a :class:`numpy.random.Generator`; no PyTorch here.
+:func:`chat_prompts` turns the messages into token ids through a tokenizer's chat template, and
+:func:`stop_ids` names the tokens that end a response. Everything is deterministic given a
+:class:`numpy.random.Generator`; no PyTorch here.
 """
 
 from __future__ import annotations
