@@ -87,3 +87,17 @@ def test_torch_generator_depends_on_the_seed_sequence_alone():
     draw = [torch.rand(4, generator=torch_generator(ss)) for ss in (a, b, c)]
     assert torch.equal(draw[0], draw[1])
     assert not torch.equal(draw[0], draw[2])
+
+
+def test_importing_provenance_loads_no_torch():
+    """Provenance is on the ground floor: PyTorch is imported inside its two torch functions only."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    code = "import sys, variance_lab.provenance as p; p.versions(); print('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "False"

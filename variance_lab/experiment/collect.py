@@ -28,7 +28,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from variance_lab.experiment.files import SIDECAR_KIND, dataset_sidecar, sidecar_path, write_dataset
+from variance_lab.experiment.files import (
+    SIDECAR_KIND,
+    dataset_sidecar,
+    output_path,
+    sidecar_path,
+    write_dataset,
+)
 from variance_lab.experiment.model import sampler_log_probs, score
 from variance_lab.experiment.task import Problem, decode, encode, make_problems, rewards
 from variance_lab.experiment.train import (
@@ -40,7 +46,6 @@ from variance_lab.experiment.train import (
     train,
 )
 from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
-from variance_lab.rollouts.io import detect_format
 
 __all__ = ["collect", "run"]
 
@@ -144,8 +149,7 @@ def run(settings: Settings, out, *, progress=None) -> dict:
     dict
         The sidecar, with ``paths`` (data file and sidecar) added.
     """
-    out = Path(out)
-    detect_format(out)
+    out = output_path(out)
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
     with deterministic_torch(settings.threads):

@@ -27,6 +27,7 @@ __all__ = [
     "SIDECAR_KIND",
     "compare_files",
     "dataset_sidecar",
+    "output_path",
     "read_sidecar",
     "sidecar_path",
     "summarize",
@@ -263,6 +264,30 @@ def dataset_sidecar(
     }
 
 
+def output_path(path) -> Path:
+    """Return a data set's file name as a Path, checked before a run spends time on it.
+
+    Parameters
+    ----------
+    path : str or Path
+        A name :func:`~variance_lab.rollouts.io.detect_format` knows, in a folder that exists.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    ValueError
+        For an unknown format or a missing folder (naming it).
+    """
+    path = Path(path)
+    detect_format(path)
+    if not path.parent.is_dir():
+        raise ValueError(f"folder {str(path.parent)!r} does not exist")
+    return path
+
+
 def write_dataset(records: list[dict], path, sidecar: dict) -> tuple[Path, Path]:
     """Write the records (format from the name) and the sidecar, each atomically.
 
@@ -280,10 +305,7 @@ def write_dataset(records: list[dict], path, sidecar: dict) -> tuple[Path, Path]
     (Path, Path)
         The data file and the sidecar.
     """
-    path = Path(path)
-    detect_format(path)
-    if not path.parent.is_dir():
-        raise ValueError(f"folder {str(path.parent)!r} does not exist")
+    path = output_path(path)
     side = sidecar_path(path)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".experiment-"))
     try:

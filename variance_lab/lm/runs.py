@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from variance_lab.experiment.files import dataset_sidecar, sidecar_path, write_dataset
+from variance_lab.experiment.files import dataset_sidecar, output_path, sidecar_path, write_dataset
 from variance_lab.experiment.settings import RunSettings, check_choices, check_integers, check_positive
 from variance_lab.lm.losses import AGGREGATIONS, CLIP, aggregated_loss, group_advantages
 from variance_lab.lm.precision import low_precision_copy, native_support
@@ -52,7 +52,6 @@ from variance_lab.lm.sampling import sample
 from variance_lab.lm.scoring import response_log_probs, score
 from variance_lab.lm.task import MATCHES, MAX_SHOTS, chat_prompts, make_prompts, messages, rewards, stop_ids
 from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
-from variance_lab.rollouts.io import detect_format
 
 __all__ = [
     "ENTROPY_FIELD",
@@ -601,10 +600,7 @@ def run(
     dict
         The sidecar, with ``paths`` added.
     """
-    out = Path(out)
-    detect_format(out)
-    if not out.parent.is_dir():
-        raise ValueError(f"folder {str(out.parent)!r} does not exist")
+    out = output_path(out)
     t0 = time.perf_counter()
     with deterministic_torch(settings.threads):
         if loaded is None and cache is not None:
