@@ -788,6 +788,7 @@ def test_every_committed_figure_reproduces_from_its_sidecar(capsys):
 def test_light_figure_names_match_the_figures():
     """paper.names.ALL_FIGURES (read by the command line's parser) is paper.catalog.ALL_FIGURES."""
     assert names.ALL_FIGURES == catalog.ALL_FIGURES
+    assert (*catalog.FIGURES, catalog.EXPERIMENT_FIGURE) == names.ALL_FIGURES
     assert names.ALL_FIGURES[-1] == catalog.EXPERIMENT_FIGURE
 
 

@@ -4,7 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from variance_lab.experiment.settings import RunSettings, check_choices, check_integers, check_positive
+from variance_lab._validate import check_positive
+from variance_lab.experiment.settings import RunSettings, check_choices, check_integers
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,7 @@ class _Toy(RunSettings):
     def __post_init__(self):
         check_choices(self, {"kind": ("a", "b")})
         check_integers(self, {"n": 1, "seed": None})
-        check_positive(self, ("rate",))
+        check_positive("rate", self.rate)
 
 
 def test_settings_round_trip_and_name_unknown_keys():
@@ -40,7 +41,7 @@ def test_settings_round_trip_and_name_unknown_keys():
         ({"n": 0}, r"settings n out of range: n must be >= 1, got 0"),
         ({"kind": "c"}, r"kind must be one of a, b, got 'c'"),
         ({"rate": 0.0}, r"rate must be > 0, got 0\.0"),
-        ({"rate": float("nan")}, r"rate must be > 0, got nan"),
+        ({"rate": float("nan")}, r"rate must be finite, got nan"),
     ],
 )
 def test_bad_settings_get_one_message(changes, message):

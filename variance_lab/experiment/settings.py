@@ -5,17 +5,18 @@ arithmetic experiment, :class:`variance_lab.lm.runs.LMSettings` for the SmolLM2 
 that derives from :class:`RunSettings`: it is written to the sidecar as a plain dict
 (:meth:`RunSettings.to_dict`) and read back from one, an unknown key named
 (:meth:`RunSettings.from_dict`). Its ``__post_init__`` checks each setting with
-:func:`check_integers`, :func:`check_choices` and :func:`check_positive`, so that a bad value
-gets the same message in both experiments. No PyTorch here.
+:func:`check_integers` and :func:`check_choices` (and numbers with
+:func:`variance_lab._validate.check_positive`), so that a bad value gets the same message in
+both experiments. No PyTorch here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
-__all__ = ["RunSettings", "check_choices", "check_integers", "check_positive"]
+__all__ = ["RunSettings", "check_choices", "check_integers"]
 
 
 class RunSettings:
@@ -107,22 +108,3 @@ def check_choices(settings, choices: Mapping[str, Sequence[str]]) -> None:
         value = getattr(settings, name)
         if value not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-
-
-def check_positive(settings, names: Iterable[str]) -> None:
-    """Check that each named setting is a number > 0.
-
-    Parameters
-    ----------
-    settings : object
-    names : iterable of str
-
-    Raises
-    ------
-    ValueError
-        ``name must be > 0, got value`` for the first setting that is not (NaN is not).
-    """
-    for name in names:
-        value = getattr(settings, name)
-        if not value > 0:
-            raise ValueError(f"{name} must be > 0, got {value!r}")

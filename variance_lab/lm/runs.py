@@ -44,8 +44,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from variance_lab._validate import check_positive
 from variance_lab.experiment.files import dataset_sidecar, output_path, sidecar_path, write_dataset
-from variance_lab.experiment.settings import RunSettings, check_choices, check_integers, check_positive
+from variance_lab.experiment.settings import RunSettings, check_choices, check_integers
 from variance_lab.lm.losses import AGGREGATIONS, CLIP, aggregated_loss, group_advantages
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
@@ -156,7 +157,8 @@ class LMSettings(RunSettings):
         sizes = ("n_prompts", "max_new_tokens", "lags", "train_prompts", "max_term", "max_words", "max_times")
         minimum = dict.fromkeys((*sizes, "sample_batch", "score_batch", "threads"), 1) | {"group_size": 2}
         check_integers(self, minimum | dict.fromkeys(("seed", "top_k", "digits", "shots"), 0))
-        check_positive(self, ("temperature", "lr"))
+        for name in ("temperature", "lr"):
+            check_positive(name, getattr(self, name))
         if self.shots > MAX_SHOTS:
             raise ValueError(f"shots must be at most {MAX_SHOTS}, got {self.shots!r}")
         if not isinstance(self.system, bool):

@@ -33,7 +33,8 @@ Figures (:data:`FIGURES`):
 
 ``experiment_variance`` (:data:`EXPERIMENT_FIGURE`) is the analysis of the shipped experiment
 data (:mod:`variance_lab.experiment.figure`), with its own data set and sidecar format;
-:data:`ALL_FIGURES` is every figure ``variance-lab figures`` writes. The data of each figure
+:data:`ALL_FIGURES` (from :mod:`variance_lab.paper.names`, light to import) is every figure
+``variance-lab figures`` writes: :data:`FIGURES`, then :data:`EXPERIMENT_FIGURE`. The data of each figure
 come from :mod:`variance_lab.paper.frames`; :mod:`variance_lab.paper.pipeline` draws and writes them.
 """
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from variance_lab.experiment.names import FIGURE_NAME
+from variance_lab.paper.names import ALL_FIGURES
 from variance_lab.sweep.grid import parse_grid
 
 __all__ = ["ALL_FIGURES", "EXPERIMENT_FIGURE", "FIGURES", "caption", "default_params"]
@@ -162,8 +164,6 @@ def default_params(name: str, *, quick: bool = False) -> dict:
 #: The analysis of the shipped experiment data (variance_lab.experiment.figure), which has
 #: its own data set and sidecar format.
 EXPERIMENT_FIGURE = FIGURE_NAME
-#: Every figure ``variance-lab figures`` writes.
-ALL_FIGURES = (*FIGURES, EXPERIMENT_FIGURE)
 
 
 def caption(name: str) -> str:
