@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from variance_lab import __version__, cli, theory
+from variance_lab.experiment.names import DATA_DIR
 from variance_lab.families import get_family
 from variance_lab.paper import catalog, frames, names, pipeline, sidecar_check
 from variance_lab.report import figures as plots
@@ -655,7 +656,7 @@ def test_corrections_figure_experiment_rows():
 
     params = {**catalog.default_params("corrections_vs_T", quick=True), "n": 0, "n_boot": 50}
     frame = frames.figure_data("corrections_vs_T", params)
-    batch = load_batch(frames.DATA_DIR / params["data"])
+    batch = load_batch(DATA_DIR / params["data"])
     log_r = batch.mismatch_log_ratio
     boot = corrections.bucket_bootstrap(
         log_r, batch.offsets, params["corrections"], [(8, 15), (256, 346)], n_boot=50

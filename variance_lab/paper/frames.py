@@ -18,13 +18,13 @@ import numpy as np
 import pandas as pd
 
 from variance_lab import corrections, theory
+from variance_lab.experiment.names import DATA_DIR
 from variance_lab.families import Family, get_family
 from variance_lab.paper.catalog import FIGURES
 from variance_lab.simulate import Engine, draw_log_p, resolve_sampler, simulate, using_engine
 from variance_lab.sweep import plan
 
 __all__ = [
-    "DATA_DIR",
     "clip_analysis",
     "clip_columns",
     "clip_frame",
@@ -240,10 +240,6 @@ def corrections_frame(params: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-#: Where the experiments' data files live (a ``data`` name that is not a path to a file is looked up here).
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-
-
 def _experiment_rows(p: dict) -> list[dict]:
     """Compute the experiment's measured points per length bucket and the lognormal fitted to its log-ratios.
 
@@ -327,11 +323,9 @@ def clip_analysis(params: dict):
 
 def _clip_data_path(params: dict) -> Path:
     """Return the data file of the ``clip_fractions`` figure (a bare name: in the shipped data folder)."""
-    from variance_lab.experiment.figure import DEFAULT_DATA
-
     path = Path(params["data"])
     if not path.is_absolute() and path.parent == Path():
-        path = DEFAULT_DATA.parent / path
+        path = DATA_DIR / path
     return path
 
 
