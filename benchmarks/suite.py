@@ -480,7 +480,7 @@ SECTIONS = ("throughput", "aggregate", "dense", "memory", "table", "first-run", 
 def _machine() -> dict:
     import numba
 
-    from variance_lab.experiment.files import cpu_model
+    from variance_lab.provenance import cpu_model
 
     return {
         "cpu": cpu_model(),

@@ -24,12 +24,12 @@ from variance_lab.experiment.figure import (
 )
 from variance_lab.experiment.files import (
     compare_files,
-    numbers_sha256,
     read_sidecar,
     sidecar_path,
     version_differences,
     version_warning,
 )
+from variance_lab.provenance import TORCH_VERSIONS, numbers_sha256, versions
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.io import load_batch
 from variance_lab.rollouts.weights import sequence_weights
@@ -289,7 +289,7 @@ def test_another_seed_gives_other_numbers(quick_run, tmp_path):
 @needs_torch
 def test_run_restores_torch_settings(torch_mod, tmp_path):
     """``deterministic_torch`` sets one thread and deterministic algorithms, then restores both."""
-    from variance_lab.experiment.train import deterministic_torch
+    from variance_lab.provenance import deterministic_torch
 
     before = torch_mod.get_num_threads(), torch_mod.are_deterministic_algorithms_enabled()
     with deterministic_torch(1):
@@ -410,7 +410,7 @@ def test_run_from_a_sidecar_warns_when_its_versions_differ(change, torch_mod, mo
 
     calls = []
     monkeypatch.setattr(collect, "run", _fake_run(calls))  # no training: only the warning path
-    here = collect.versions()
+    here = versions(TORCH_VERSIONS)
     there = {**here, "torch": "0.0.0-test", "cpu": "Imaginary CPU"} if change == "other" else here
     side = {"settings": QUICK.to_dict()}
     if change != "plain settings":
@@ -554,7 +554,8 @@ FLOAT32_ROUNDING = 8 * 2.0**-23
 def _sft_losses(side: dict, steps: int) -> dict[int, float]:
     """Return the SFT losses a sidecar's settings log in their first ``steps`` steps, computed here."""
     from variance_lab.experiment.model import TinyGPT
-    from variance_lab.experiment.train import Settings, deterministic_torch, sft, streams, torch_generator
+    from variance_lab.experiment.train import Settings, sft, streams
+    from variance_lab.provenance import deterministic_torch, torch_generator
 
     settings = Settings.from_dict(side["settings"])
     ss = streams(settings.seed)
@@ -573,9 +574,7 @@ def _cannot_reproduce(side: dict, name: str) -> str | None:
     steps must give its logged loss at step 0 to float32 rounding (a code change fails
     here), and a step-10 loss off by float32 rounding only means other arithmetic.
     """
-    from variance_lab.experiment.collect import versions
-
-    here, there = versions(), side["versions"]
+    here, there = versions(TORCH_VERSIONS), side["versions"]
     for key in ("torch", "cpu", "cpu_capability"):
         if key in there and there[key] != here[key]:
             return f"{name} was written with {key} {there[key]!r}; this machine has {here[key]!r}"
@@ -617,7 +616,8 @@ def test_shipped_training_log_reproduces(data):
     reason = _cannot_reproduce(side, data.name)
     if reason is not None:
         pytest.skip(reason)
-    from variance_lab.experiment.train import Settings, deterministic_torch, train
+    from variance_lab.experiment.train import Settings, train
+    from variance_lab.provenance import deterministic_torch
 
     settings = Settings.from_dict(side["settings"])
     with deterministic_torch(settings.threads):

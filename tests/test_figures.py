@@ -16,9 +16,9 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from variance_lab import __version__, cli, theory
+from variance_lab.experiment.names import DATA_DIR
 from variance_lab.families import get_family
-from variance_lab.paper import figures as figs
-from variance_lab.paper import names
+from variance_lab.paper import catalog, frames, names, pipeline, sidecar_check
 from variance_lab.report import figures as plots
 from variance_lab.report import style
 
@@ -41,7 +41,7 @@ def quick(tmp_path_factory):
 # ----------------------------------------------------------------------------- the command
 def test_quick_writes_every_figure(quick):
     """The quick run writes every figure as PDF, PNG, CSV and a complete sidecar, nothing else."""
-    for name in figs.FIGURES:
+    for name in catalog.FIGURES:
         pdf, png = (quick / f"{name}.pdf").read_bytes(), (quick / f"{name}.png").read_bytes()
         assert pdf.startswith(b"%PDF-"), name
         assert len(pdf) > 5000, name
@@ -56,18 +56,18 @@ def test_quick_writes_every_figure(quick):
             assert key in sidecar, (name, key)
         data = (quick / f"{name}.csv").read_bytes()
         assert hashlib.sha256(data).hexdigest() == sidecar["data_sha256"]
-    expected = {f"{n}.{ext}" for n in figs.ALL_FIGURES for ext in ("pdf", "png", "csv", "json")}
-    expected.add(f"{figs.EXPERIMENT_FIGURE}_curves.csv")  # the experiment figure's prediction curves
+    expected = {f"{n}.{ext}" for n in catalog.ALL_FIGURES for ext in ("pdf", "png", "csv", "json")}
+    expected.add(f"{catalog.EXPERIMENT_FIGURE}_curves.csv")  # the experiment figure's prediction curves
     assert {p.name for p in quick.iterdir()} == expected  # and no temporary files left
-    exp = json.loads((quick / f"{figs.EXPERIMENT_FIGURE}.json").read_text())
+    exp = json.loads((quick / f"{catalog.EXPERIMENT_FIGURE}.json").read_text())
     assert exp["version"] == __version__
 
 
 def test_sidecar_params_reproduce_the_data(quick):
     """Each sidecar's parameters regenerate data with the recorded SHA-256."""
-    for name in figs.FIGURES:
+    for name in catalog.FIGURES:
         sidecar = json.loads((quick / f"{name}.json").read_text())
-        data = figs.figure_data(name, sidecar["params"])
+        data = frames.figure_data(name, sidecar["params"])
         assert hashlib.sha256(data.to_csv(index=False).encode()).hexdigest() == sidecar["data_sha256"], name
 
 
@@ -109,7 +109,7 @@ def test_only_and_bad_names(tmp_path, capsys):
         f"ratio_vs_T.{e}" for e in ("csv", "json", "pdf", "png")
     ]
     with pytest.raises(ValueError, match="unknown figure"):
-        figs.default_params("nope")
+        catalog.default_params("nope")
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert cli.main(["figures", "--from-sidecar", str(bad)]) == 2
@@ -127,7 +127,7 @@ def test_interrupted_figures_leave_no_partial_folder(tmp_path, monkeypatch, exis
     if existing:
         out.mkdir()
         (out / "ratio_vs_T.pdf").write_bytes(b"an earlier figure")
-    real, calls = figs.make_figure, []
+    real, calls = pipeline.make_figure, []
 
     def interrupt_second(name, *args, **kwargs):
         calls.append(name)
@@ -135,9 +135,9 @@ def test_interrupted_figures_leave_no_partial_folder(tmp_path, monkeypatch, exis
             raise KeyboardInterrupt
         return real(name, *args, **kwargs)
 
-    monkeypatch.setattr(figs, "make_figure", interrupt_second)
+    monkeypatch.setattr(pipeline, "make_figure", interrupt_second)
     with pytest.raises(KeyboardInterrupt):
-        figs.make_all(out, quick=True, only=["ratio_vs_T", "heatmap_var_P"], progress=False)
+        pipeline.make_all(out, quick=True, only=["ratio_vs_T", "heatmap_var_P"], progress=False)
     assert calls == ["ratio_vs_T", "heatmap_var_P"]
     assert [p.name for p in tmp_path.iterdir()] == (["figs"] if existing else [])
     if existing:
@@ -147,7 +147,7 @@ def test_interrupted_figures_leave_no_partial_folder(tmp_path, monkeypatch, exis
 
 # ----------------------------------------------------------------------------- plot functions
 def _theory(family, T, names):
-    return figs._theory(family, T, names)
+    return frames._theory(family, T, names)
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +218,7 @@ def test_every_plot_function_takes_ax_or_fig_and_returns_the_figure(var_frame):
     ess = _theory(fam, [1, 10, 100], ["ess_frac_P"])
     need = _theory(fam, list(range(1, 40)), ["n_needed_P"])
     rng = np.random.default_rng(0)
-    hist = figs.histogram_frame(rng.normal(size=(500, 2)), [1, 10], bins=10)
+    hist = frames.histogram_frame(rng.normal(size=(500, 2)), [1, 10], bins=10)
     for draw, frame, kwargs in [
         (plots.ratio_vs_T, ratio, {}),
         (plots.heatmap, heat, {"statistic": "var_P"}),
@@ -297,8 +297,8 @@ def test_frontier_matches_theory_n_needed():
 def test_sample_log_P_moments_and_determinism():
     """Sampled log P_T has the right mean and variance, and depends on the seed, not grid order."""
     fam = get_family("gamma", 1.0, 0.2)
-    a = figs.sample_log_P(fam, [1, 5, 20], 20000, seed=3)
-    b = figs.sample_log_P(fam, [20, 1, 5], 20000, seed=3)
+    a = frames.sample_log_P(fam, [1, 5, 20], 20000, seed=3)
+    b = frames.sample_log_P(fam, [20, 1, 5], 20000, seed=3)
     assert a.shape == (20000, 3)
     np.testing.assert_array_equal(a[:, 0], b[:, 1])
     np.testing.assert_array_equal(a[:, 2], b[:, 0])
@@ -306,7 +306,7 @@ def test_sample_log_P_moments_and_determinism():
         se = np.sqrt(T * fam.var_log / 20000)
         assert abs(a[:, j].mean() - T * fam.mean_log) < 5 * se
         assert a[:, j].var() == pytest.approx(T * fam.var_log, rel=0.1)
-    assert not np.array_equal(a, figs.sample_log_P(fam, [1, 5, 20], 20000, seed=4))
+    assert not np.array_equal(a, frames.sample_log_P(fam, [1, 5, 20], 20000, seed=4))
 
 
 SAMPLE_FAMILIES = [
@@ -334,7 +334,7 @@ def test_sample_log_P_every_family_draws_like_the_engine(fam):
     from variance_lab.simulate import draw_log_p
 
     T, n = [1, 5, 20], 20_000
-    x = figs.sample_log_P(fam, T, n, seed=3)
+    x = frames.sample_log_P(fam, T, n, seed=3)
     code, par = fam.sampler_params()
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(3)))
     np.testing.assert_array_equal(x, draw_log_p(code, par, T, rng, n))
@@ -354,24 +354,24 @@ def test_sample_log_P_every_family_draws_like_the_engine(fam):
 def test_sample_log_P_aggregate_sampler():
     """The aggregate sampler's AR(1) log P_T variance is within 5 SE of the exact one; gamma is refused."""
     fam = get_family("ar1", 1.0, 0.1, rho=0.5)
-    x = figs.sample_log_P(fam, [1, 10], 50_000, seed=1, sampler="aggregate")
+    x = frames.sample_log_P(fam, [1, 10], 50_000, seed=1, sampler="aggregate")
     var = float(fam.var_sum_mp(10))
     d = x[:, 1] - x[:, 1].mean()
     assert abs(d.var() - var) < 5 * np.sqrt((np.mean(d**4) - np.mean(d**2) ** 2) / 50_000)
     with pytest.raises(ValueError, match="gamma family has no exact aggregate"):
-        figs.sample_log_P(get_family("gamma", 1.0, 0.1), [1], 10, sampler="aggregate")
+        frames.sample_log_P(get_family("gamma", 1.0, 0.1), [1], 10, sampler="aggregate")
 
 
 def test_sample_log_P_other_families():
     """Two-point samples take the two values; degenerate ones are T log mu; T = 0 raises."""
     two = get_family("two-point", 1.0, 0.1)
     _, (_, la, lb) = two.sampler_params()
-    x = figs.sample_log_P(two, [1], 1000, seed=0)[:, 0]
+    x = frames.sample_log_P(two, [1], 1000, seed=0)[:, 0]
     assert set(np.round(x, 12)) == {round(la, 12), round(lb, 12)}
-    flat = figs.sample_log_P(get_family("lognormal", 1.2, 0.0), [3], 10)
+    flat = frames.sample_log_P(get_family("lognormal", 1.2, 0.0), [3], 10)
     np.testing.assert_allclose(flat, 3 * np.log(1.2))
     with pytest.raises(ValueError, match="T must be"):
-        figs.sample_log_P(two, [0], 10)
+        frames.sample_log_P(two, [0], 10)
 
 
 # ----------------------------------------------------------------------------- composing with matplotlib
@@ -394,7 +394,7 @@ def small_frames(var_frame):
         [_theory(get_family("lognormal", 1.0, s2), [1, 10, 100], ["ess_frac_P"]) for s2 in (0.1, 0.5)]
     )
     need = _theory(get_family("lognormal", 1.0, 0.1), list(range(1, 40)), ["n_needed_P"])
-    hist = figs.histogram_frame(np.linspace(-3, 3, 2000).reshape(1000, 2), [1, 10], bins=10)
+    hist = frames.histogram_frame(np.linspace(-3, 3, 2000).reshape(1000, 2), [1, 10], bins=10)
     return {
         "variance_panels": (plots.variance_panels, var_frame, {"n": 1000}),
         "ratio_vs_T": (plots.ratio_vs_T, ratio, {"zoom": 10}),
@@ -598,9 +598,9 @@ def test_every_figure_is_in_help_and_reads_its_sidecar(quick, capsys):
     with pytest.raises(SystemExit):
         cli.main(["figures", "--help"])
     helptext = " ".join(capsys.readouterr().out.split())
-    for name in figs.ALL_FIGURES:
+    for name in catalog.ALL_FIGURES:
         assert name in helptext
-        assert figs.read_sidecar(quick / f"{name}.json")["figure"] == name
+        assert pipeline.read_figure_sidecar(quick / f"{name}.json")["figure"] == name
 
 
 @pytest.mark.slow
@@ -609,11 +609,11 @@ def test_experiment_figure_rebuilds_byte_for_byte_from_its_sidecar(quick, tmp_pa
 
     One more analysis of the shipped data (about 58 s), so in the slow run.
     """
-    side = quick / f"{figs.EXPERIMENT_FIGURE}.json"
+    side = quick / f"{catalog.EXPERIMENT_FIGURE}.json"
     assert cli.main(["figures", "--from-sidecar", str(side), "--out", str(tmp_path)]) == 0
     for ext in ("csv", "png", "pdf"):
-        rebuilt = (tmp_path / f"{figs.EXPERIMENT_FIGURE}.{ext}").read_bytes()
-        assert rebuilt == (quick / f"{figs.EXPERIMENT_FIGURE}.{ext}").read_bytes(), ext
+        rebuilt = (tmp_path / f"{catalog.EXPERIMENT_FIGURE}.{ext}").read_bytes()
+        assert rebuilt == (quick / f"{catalog.EXPERIMENT_FIGURE}.{ext}").read_bytes(), ext
 
 
 def test_the_readme_figures_example_runs(tmp_path):
@@ -636,8 +636,8 @@ def test_corrections_figure_is_readable_and_greyscale_safe():
     """corrections_vs_T in the paper style: text at least 7 pt, one line style per correction."""
     from variance_lab.report import corrections_figure
 
-    params = {**figs.default_params("corrections_vs_T", quick=True), "n": 0}
-    frame = figs.figure_data("corrections_vs_T", params)
+    params = {**catalog.default_params("corrections_vs_T", quick=True), "n": 0}
+    frame = frames.figure_data("corrections_vs_T", params)
     fig = corrections_figure.corrections_vs_T(frame, title="lognormal", style="paper")
     fig.canvas.draw()
     texts = [t for t in fig.findobj(Text) if t.get_text().strip()]
@@ -654,9 +654,9 @@ def test_corrections_figure_experiment_rows():
     from variance_lab import corrections
     from variance_lab.rollouts.io import load_batch
 
-    params = {**figs.default_params("corrections_vs_T", quick=True), "n": 0, "n_boot": 50}
-    frame = figs.figure_data("corrections_vs_T", params)
-    batch = load_batch(figs.DATA_DIR / params["data"])
+    params = {**catalog.default_params("corrections_vs_T", quick=True), "n": 0, "n_boot": 50}
+    frame = frames.figure_data("corrections_vs_T", params)
+    batch = load_batch(DATA_DIR / params["data"])
     log_r = batch.mismatch_log_ratio
     boot = corrections.bucket_bootstrap(
         log_r, batch.offsets, params["corrections"], [(8, 15), (256, 346)], n_boot=50
@@ -669,11 +669,11 @@ def test_corrections_figure_experiment_rows():
     fit = corrections.theory(corrections.fit_lognormal(log_r), params["data_T"], params["corrections"])
     lines = frame[(frame.method == "experiment_fit") & (frame.statistic == "rel_bias")]
     np.testing.assert_allclose(lines.value, fit.bias / fit.mean_base, rtol=1e-12)
-    fig = figs.draw("corrections_vs_T", frame, params, style="paper")
+    fig = pipeline.draw("corrections_vs_T", frame, params, style="paper")
     assert len(fig.axes) == 4
-    none = figs.figure_data("corrections_vs_T", {**params, "data": None})
+    none = frames.figure_data("corrections_vs_T", {**params, "data": None})
     assert not none.method.str.startswith("experiment").any()
-    assert len(figs.draw("corrections_vs_T", none, params).axes) == 2
+    assert len(pipeline.draw("corrections_vs_T", none, params).axes) == 2
 
 
 def test_clip_fractions_is_the_analysis_of_the_shipped_data(quick):
@@ -694,14 +694,14 @@ def test_clip_fractions_is_the_analysis_of_the_shipped_data(quick):
     # the i.i.d. empirical GSPO prediction is the one experiment_variance draws (issue #25, item 4)
     committed = pd.read_csv(Path(__file__).resolve().parent.parent / "figures" / "experiment_variance.csv")
     np.testing.assert_allclose(data["gspo_clip_pred_emp"], committed["gspo_clip_resampled"], rtol=1e-12)
-    fig = figs.draw("clip_fractions", data, sidecar["params"], style="paper")
+    fig = pipeline.draw("clip_fractions", data, sidecar["params"], style="paper")
     notes = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
     assert "no prediction" not in notes
     assert fig.get_suptitle().startswith("arith_rollouts.jsonl.gz: ")
     assert "1: 8-15" in fig.get_suptitle()
     params = {**sidecar["params"], "data": "no_such_rollouts.jsonl.gz"}
     with pytest.raises(ValueError, match="no_such_rollouts"):
-        figs.figure_data("clip_fractions", params)
+        frames.figure_data("clip_fractions", params)
 
 
 def test_check_of_a_committed_figure_with_mathtext(capsys):
@@ -711,7 +711,7 @@ def test_check_of_a_committed_figure_with_mathtext(capsys):
     subscripts of ``approx_error`` (a traceback instead of a verdict).
     """
     committed = Path(__file__).resolve().parent.parent / "figures"
-    assert figs.CHECK_DPI >= 24
+    assert sidecar_check.CHECK_DPI >= 24
     args = ["figures", "--check", "--out", str(committed), "--only", "approx_error", "--no-progress"]
     assert cli.main(args) == 0
     assert capsys.readouterr().out.strip().endswith(": OK")
@@ -787,9 +787,10 @@ def test_every_committed_figure_reproduces_from_its_sidecar(capsys):
 
 
 def test_light_figure_names_match_the_figures():
-    """paper.names.ALL_FIGURES (read by the command line's parser) is paper.figures.ALL_FIGURES."""
-    assert names.ALL_FIGURES == figs.ALL_FIGURES
-    assert names.ALL_FIGURES[-1] == figs.EXPERIMENT_FIGURE
+    """paper.names.ALL_FIGURES (read by the command line's parser) is paper.catalog.ALL_FIGURES."""
+    assert names.ALL_FIGURES == catalog.ALL_FIGURES
+    assert (*catalog.FIGURES, catalog.EXPERIMENT_FIGURE) == names.ALL_FIGURES
+    assert names.ALL_FIGURES[-1] == catalog.EXPERIMENT_FIGURE
 
 
 def test_quick_help_does_not_promise_seconds():
@@ -926,18 +927,18 @@ def test_with_resampled_gspo_fills_only_a_missing_prediction():
     """The i.i.d. empirical GSPO column is filled from resampled tokens only where the analysis has none."""
     from variance_lab.experiment.figure import DEFAULT_DATA, load_data, resampled_clip
 
-    params = figs.default_params("clip_fractions")
+    params = catalog.default_params("clip_fractions")
     has = pd.DataFrame({"bucket": [3], "gspo_clip_pred_emp": [0.3]})
-    out = figs.with_resampled_gspo(has, {**params, "data": "no_such_file.jsonl"})  # nothing loaded
+    out = frames.with_resampled_gspo(has, {**params, "data": "no_such_file.jsonl"})  # nothing loaded
     pd.testing.assert_frame_equal(out, has)
     assert out is not has
     expected = resampled_clip(load_data(DEFAULT_DATA)[0], seed=params["seed"])
     missing = pd.DataFrame({"bucket": range(len(expected)), "gspo_clip_pred_emp": np.nan})
-    filled = figs.with_resampled_gspo(missing, params)
+    filled = frames.with_resampled_gspo(missing, params)
     np.testing.assert_array_equal(filled["gspo_clip_pred_emp"], expected)
     assert missing["gspo_clip_pred_emp"].isna().all()  # the caller's frame is left as it was
     with pytest.raises(ValueError, match=f"cover {len(expected)} buckets, the table 2"):
-        figs.with_resampled_gspo(missing.head(2), params)
+        frames.with_resampled_gspo(missing.head(2), params)
 
 
 def test_ess_legend_shows_each_series_marker():

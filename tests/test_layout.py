@@ -41,6 +41,7 @@ FLOORS = {
     "progress": 1,  # the one progress helper (progress=None/True/False)
     "schema": 1,
     "families": 1,
+    "provenance": 1,  # versions, fingerprints, sidecars, PyTorch determinism (torch imported in functions)
     "stats": 1,
     "ratios": 1,  # the shared core for token log-ratios: defaults, the bound rule, weights, advantages
     "report": 1,

@@ -16,7 +16,7 @@ from variance_lab.lm.analysis import (
     mismatch_by_entropy,
     mismatch_by_probability,
     ratio_batch,
-    read_run,
+    read_lm_run,
     read_token_field,
     staleness_table,
     update_scale,
@@ -212,7 +212,7 @@ def test_bad_lags_and_bins_are_named():
 
 
 def test_read_run_returns_the_sequence_fields(tmp_path):
-    """read_run gives the batch, the per-sequence fields with lengths, and the sidecar."""
+    """read_lm_run gives the batch, the per-sequence fields with lengths, and the sidecar."""
     path = tmp_path / "run.jsonl.gz"
     records = [
         {"id": f"{i}", "prompt_id": i // 2, "task": "copy", "reward": float(i % 2), "policy_lag": i % 3}
@@ -222,7 +222,7 @@ def test_read_run_returns_the_sequence_fields(tmp_path):
     with gzip.open(path, "wt") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in records)
     (tmp_path / "run.json").write_text(json.dumps({"run": "stale"}))
-    batch, frame, side = read_run(path)
+    batch, frame, side = read_lm_run(path)
     assert side == {"run": "stale"}
     assert frame["length"].tolist() == list(range(1, 7))
     assert frame["policy_lag"].tolist() == [0, 1, 2, 0, 1, 2]

@@ -9,7 +9,7 @@ from variance_lab.lm.analysis import (
     kept_mass_table,
     length_profile,
     mismatch_by_entropy,
-    read_run,
+    read_lm_run,
     read_token_field,
     staleness_table,
 )
@@ -20,7 +20,7 @@ AGGREGATIONS = ("gspo", "token-mean", "seq-mean-token-mean")
 
 
 def _run(aggregation):
-    return read_run(DATA / f"smollm2_onpolicy_{aggregation}.jsonl.gz")
+    return read_lm_run(DATA / f"smollm2_onpolicy_{aggregation}.jsonl.gz")
 
 
 def test_the_shipped_files_fit_the_budget():
@@ -72,7 +72,7 @@ SAMPLERS = ("bf16", "fp16", "top-p")
 
 
 def _mismatch(sampler):
-    return read_run(DATA / f"smollm2_mismatch_{sampler}.jsonl.gz")
+    return read_lm_run(DATA / f"smollm2_mismatch_{sampler}.jsonl.gz")
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
@@ -94,7 +94,7 @@ def test_each_mismatch_file_is_complete_and_records_its_sampler(sampler):
 def test_the_top_p_mismatch_is_the_log_of_the_kept_mass():
     """old_logp - rollout_logp = log S per token (up to float32 and 7 digits); the mean is below 0."""
     path = DATA / "smollm2_mismatch_top-p.jsonl.gz"
-    batch, _, _ = read_run(path)
+    batch, _, _ = read_lm_run(path)
     table = kept_mass_table(batch, read_token_field(path, "log_kept_mass")).set_index("T_min")
     assert table.loc[0, "max_abs_diff"] < 1e-4
     assert table.loc[0, "mean_mismatch"] < 0
@@ -119,7 +119,7 @@ def test_fp16_rounds_finer_than_bf16():
 def test_each_mismatch_file_has_the_entropy_of_every_token(sampler):
     """Every sequence's ids were recovered (scores reproduced to 1e-4): an entropy per token in [0, log V]."""
     path = DATA / f"smollm2_mismatch_{sampler}.jsonl.gz"
-    batch, _, side = read_run(path)
+    batch, _, side = read_lm_run(path)
     recovery = side["entropy_recovery"]
     assert recovery["not found"] == 0
     assert recovery["encoded"] + recovery["searched"] == len(batch)
@@ -132,13 +132,13 @@ def test_each_mismatch_file_has_the_entropy_of_every_token(sampler):
 def test_bf16_mismatch_sits_on_high_entropy_tokens():
     """Tokens where the trainer's entropy is under 0.5 nat carry a far smaller mismatch than those above 2."""
     path = DATA / "smollm2_mismatch_bf16.jsonl.gz"
-    table = mismatch_by_entropy(read_run(path)[0], read_token_field(path, "entropy")).set_index("h_lo")
+    table = mismatch_by_entropy(read_lm_run(path)[0], read_token_field(path, "entropy")).set_index("h_lo")
     assert table.loc[0.0, "rms"] < 0.5 * table.loc[2.0, "rms"]
 
 
 def test_the_stale_file_has_four_lags_and_staleness_grows():
     """256 sequences per lag 0..3; Var of log pi_theta/pi_behaviour is larger at lag 3 than at 0."""
-    batch, frame, side = read_run(DATA / "smollm2_stale_gspo.jsonl.gz")
+    batch, frame, side = read_lm_run(DATA / "smollm2_stale_gspo.jsonl.gz")
     assert side["run"] == "stale"
     assert frame.groupby("policy_lag").size().to_dict() == {0: 256, 1: 256, 2: 256, 3: 256}
     assert batch.has_rollout

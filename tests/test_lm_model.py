@@ -9,15 +9,16 @@ import numpy as np
 import pytest
 
 from variance_lab.lm import model as lm_model
-from variance_lab.lm.model import GGUF_NAME, GGUF_SHA256, locate_gguf, sha256_file
+from variance_lab.lm.model import GGUF_NAME, GGUF_SHA256, locate_gguf
+from variance_lab.provenance import file_sha256
 
 
-def test_sha256_file_matches_hashlib(tmp_path):
+def test_file_sha256_matches_hashlib(tmp_path):
     """The chunked digest equals hashlib's digest of the whole file."""
     data = np.random.default_rng(0).bytes(3_000_001)
     path = tmp_path / "x.bin"
     path.write_bytes(data)
-    assert sha256_file(path, chunk=1 << 16) == hashlib.sha256(data).hexdigest()
+    assert file_sha256(path, chunk=1 << 16) == hashlib.sha256(data).hexdigest()
 
 
 def _fake_package(monkeypatch, folder):
@@ -55,11 +56,11 @@ def test_smollm2_loads_and_scores():
     import torch
 
     from variance_lab.lm.precision import low_precision_copy
-    from variance_lab.lm.runs import chat_prompts
     from variance_lab.lm.scoring import score
+    from variance_lab.lm.task import chat_prompts
 
     model, tok, path = lm_model.load_smollm2()
-    assert sha256_file(path) == GGUF_SHA256
+    assert file_sha256(path) == GGUF_SHA256
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     prompt = chat_prompts(tok, ["What is 2 + 3?"])[0]
     assert tok.decode(prompt).rstrip().endswith("assistant")

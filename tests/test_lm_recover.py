@@ -192,7 +192,7 @@ def test_the_cached_forward_equals_a_full_pass(loaded):
     import torch
 
     from variance_lab.lm.recover import _Forward
-    from variance_lab.lm.runs import chat_prompts
+    from variance_lab.lm.task import chat_prompts
 
     model, tok, _ = loaded
     prompt = chat_prompts(tok, ["Copy these words: apple river"])[0]

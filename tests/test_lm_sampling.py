@@ -7,9 +7,9 @@ pytest.importorskip("transformers", reason="pip install 'variance_lab[lm]'")
 import torch
 
 from variance_lab.lm.model import load_model
-from variance_lab.lm.runs import chat_prompts
 from variance_lab.lm.sampling import process_logits, sample
 from variance_lab.lm.scoring import score
+from variance_lab.lm.task import chat_prompts
 from variance_lab.lm.tiny import write_tiny_llama
 
 

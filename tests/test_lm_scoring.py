@@ -8,8 +8,8 @@ import torch
 
 from variance_lab.lm.model import load_model
 from variance_lab.lm.precision import low_precision_copy, native_support
-from variance_lab.lm.runs import chat_prompts
 from variance_lab.lm.scoring import response_log_probs, score
+from variance_lab.lm.task import chat_prompts
 from variance_lab.lm.tiny import write_tiny_llama
 
 

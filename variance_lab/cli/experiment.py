@@ -279,10 +279,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     out = Path(args.out or ("arith_rollouts_quick.jsonl.gz" if args.quick else "arith_rollouts.jsonl.gz"))
     _check_out(out)
-    from variance_lab.experiment.collect import run, versions
+    from variance_lab.experiment.collect import run
+    from variance_lab.provenance import TORCH_VERSIONS, versions
 
     if args.settings is not None:
-        _warn_versions(args.settings, versions())
+        _warn_versions(args.settings, versions(TORCH_VERSIONS))
     side = run(settings, out, progress=None if args.quiet else _say)
     s, t, log = side["summary"], side["training"]["timing_s"], side["training"]
     acc = [log.get(k, {}).get("accuracy") for k in ("eval_after_sft", "eval_after_pg")]

@@ -20,7 +20,7 @@ DEFAULT_OUT = "figures"
 
 
 def _formats(text: str) -> list[str]:
-    from variance_lab.paper.figures import FORMATS
+    from variance_lab.paper.pipeline import FORMATS
     from variance_lab.sweep import grid
 
     return grid.parse_name_list(text, name="--format", choices=list(FORMATS))
@@ -54,13 +54,14 @@ def _guard(out, force: bool, target: Path) -> None:
         )
 
 
-def _check(args, figures_mod) -> int:
+def _check(args) -> int:
     target = args.from_sidecar or args.out or DEFAULT_OUT
-    only = _only(args, figures_mod) if args.only is not None else None
+    only = _only(args) if args.only is not None else None
     from variance_lab.paper.compare import STATUSES
+    from variance_lab.paper.sidecar_check import check
 
     with engine_from_args(args) as engine:
-        results = figures_mod.check(target, engine=engine, only=only)
+        results = check(target, engine=engine, only=only)
     for result in results:
         for file in result.files:
             print(f"{result.sidecar}: {file.line()}", file=sys.stdout if file.ok else sys.stderr)
@@ -74,33 +75,34 @@ def _check(args, figures_mod) -> int:
     return 1 if differs else 0
 
 
-def _only(args, figures_mod):
+def _only(args):
+    from variance_lab.paper.catalog import ALL_FIGURES
     from variance_lab.sweep import grid
 
-    return grid.parse_name_list(args.only, name="--only", choices=list(figures_mod.ALL_FIGURES))
+    return grid.parse_name_list(args.only, name="--only", choices=list(ALL_FIGURES))
 
 
 def run(args: argparse.Namespace) -> int:
     """Write all or the chosen figures, or one again from its sidecar, and return 0."""
-    from variance_lab.paper import figures as figures_mod
-
     if args.check:
-        return _check(args, figures_mod)
+        return _check(args)
+    from variance_lab.paper import pipeline
+
     style = _style(args.style) if args.style is not None else None
     formats = args.format
     if args.from_sidecar is not None:
         side = Path(args.from_sidecar)
-        figures_mod.read_sidecar(side)  # a bad file is reported before anything else
+        pipeline.read_figure_sidecar(side)  # a bad file is reported before anything else
         _guard(args.out, args.force, side.parent)
         with engine_from_args(args) as engine:
-            paths = figures_mod.from_sidecar(
+            paths = pipeline.from_sidecar(
                 side, args.out, engine=engine, formats=formats, dpi=args.dpi, style=style
             )
     else:
-        only = None if args.only is None else _only(args, figures_mod)
+        only = None if args.only is None else _only(args)
         _guard(args.out, args.force, Path(DEFAULT_OUT))
         with engine_from_args(args) as engine:
-            paths = figures_mod.make_all(
+            paths = pipeline.make_all(
                 args.out or DEFAULT_OUT,
                 quick=args.quick,
                 only=only,
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=show_progress(args),
                 formats=formats,
                 dpi=args.dpi,
-                style=figures_mod.DEFAULT_STYLE if args.style is None else style,
+                style=pipeline.DEFAULT_STYLE if args.style is None else style,
             )
     folders = sorted({str(p.parent) for p in paths})
     print(f"wrote {len(paths)} files to {', '.join(folders)}")
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
-    from variance_lab.paper.names import ALL_FIGURES  # not paper.figures: it takes a second to import
+    from variance_lab.paper.names import ALL_FIGURES  # not paper.catalog: it imports the sweep grids
 
     p = sub.add_parser(
         "figures",
@@ -126,8 +128,9 @@ def add_command(sub) -> None:
         "NAME.csv (the data drawn) and NAME.json (parameters, seed, n, style, versions). Figures: "
         + ", ".join(ALL_FIGURES)
         + ". --from-sidecar rebuilds any of them from its JSON sidecar; --check rebuilds in a temporary "
-        "folder and compares data SHA-256 and versions with the sidecars, writing nothing (exit 1 on a "
-        "mismatch). Writing into the committed figures/ folder needs --out figures or --force.",
+        "folder and compares the data number by number and versions with the sidecars, writing nothing "
+        "(exit 1 when a data file differs or its SHA-256 is not the one its sidecar records). Writing "
+        "into the committed figures/ folder needs --out figures or --force.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(

@@ -9,21 +9,18 @@ format (:func:`variance_lab.rollouts.io.write_records`; one record per response 
 and ``variance-lab analyze`` read it directly. JSONL records also carry ``prompt_id``,
 ``sample``, ``n_terms``, ``reward``, ``prompt`` and ``response`` (loaders ignore extra fields).
 
-Beside the data file a JSON sidecar (:func:`sidecar_path`: ``NAME.json`` for
-``NAME.jsonl.gz``) records the seed and every setting, the versions, the training log
-(losses, accuracies, per-iteration rewards and clip fractions), phase timings, a summary
-of the data, and the SHA-256 of the numbers (:func:`numbers_sha256`). :func:`run` does it
+Beside the data file a JSON sidecar (:func:`~variance_lab.experiment.files.sidecar_path`:
+``NAME.json`` for ``NAME.jsonl.gz``; :func:`~variance_lab.experiment.files.dataset_sidecar`)
+records the seed and every setting, the versions
+(:data:`~variance_lab.provenance.TORCH_VERSIONS`), the training log (losses, accuracies,
+per-iteration rewards and clip fractions), phase timings, a summary of the data, and the SHA-256
+of the numbers (:func:`~variance_lab.provenance.numbers_sha256`). :func:`run` does it
 all; ``variance-lab experiment run --settings SIDECAR`` reruns a sidecar's recipe.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import os
-import platform
-import shutil
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,25 +28,26 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from variance_lab import __version__
-from variance_lab.experiment.files import SIDECAR_KIND, cpu_model, numbers_sha256, sidecar_path
+from variance_lab.experiment.files import (
+    SIDECAR_KIND,
+    dataset_sidecar,
+    output_path,
+    sidecar_path,
+    write_dataset,
+)
 from variance_lab.experiment.model import sampler_log_probs, score
 from variance_lab.experiment.task import Problem, decode, encode, make_problems, rewards
 from variance_lab.experiment.train import (
     QUICK,
     Settings,
     TrainResult,
-    deterministic_torch,
     sample_responses,
     streams,
-    torch_generator,
     train,
 )
-from variance_lab.rollouts.io import detect_format, write_records
+from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
 
-__all__ = ["collect", "run", "summarize", "versions", "write_dataset"]
-
-SIDECAR_VERSION = 1
+__all__ = ["collect", "run"]
 
 
 def _problem_rows(settings: Settings) -> list[Problem]:
@@ -111,100 +109,8 @@ def collect(result: TrainResult, settings: Settings) -> list[dict]:
     return records
 
 
-def summarize(records: list[dict]) -> dict:
-    """Size, lengths, rewards and pooled log-ratio moments of a data set.
-
-    Parameters
-    ----------
-    records : list of dict
-
-    Returns
-    -------
-    dict
-    """
-    lengths = np.array([len(r["logp"]) for r in records])
-    d = np.concatenate([np.subtract(r["logp"], r["old_logp"]) for r in records])
-    out = {
-        "n_sequences": len(records),
-        "n_tokens": int(lengths.sum()),
-        "length_min": int(lengths.min()),
-        "length_median": float(np.median(lengths)),
-        "length_max": int(lengths.max()),
-        "mean_log_ratio": float(d.mean()),
-        "var_log_ratio": float(d.var(ddof=1)),
-    }
-    if all("rollout_logp" in r for r in records):
-        m = np.concatenate([np.subtract(r["old_logp"], r["rollout_logp"]) for r in records])
-        out["mean_mismatch_log_ratio"] = float(m.mean())
-        out["var_mismatch_log_ratio"] = float(m.var(ddof=1))
-    if all("reward" in r for r in records):
-        out["mean_reward"] = float(np.mean([r["reward"] for r in records]))
-    return out
-
-
-def write_dataset(records: list[dict], path, sidecar: dict) -> tuple[Path, Path]:
-    """Write the records (format from the name) and the sidecar, each atomically.
-
-    Parameters
-    ----------
-    records : list of dict
-    path : str or Path
-        ``.jsonl``, ``.jsonl.gz``, ``.parquet`` or ``.npz`` (Parquet and NPZ keep only ``id``,
-        ``logp`` and ``old_logp``).
-    sidecar : dict
-        Written as JSON to :func:`sidecar_path` of ``path``.
-
-    Returns
-    -------
-    (Path, Path)
-        The data file and the sidecar.
-    """
-    path = Path(path)
-    detect_format(path)
-    if not path.parent.is_dir():
-        raise ValueError(f"folder {str(path.parent)!r} does not exist")
-    side = sidecar_path(path)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".experiment-"))
-    try:
-        write_records(records, tmp / path.name)
-        (tmp / side.name).write_text(json.dumps(sidecar, indent=1) + "\n")
-        os.replace(tmp / path.name, path)
-        os.replace(tmp / side.name, side)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path, side
-
-
-def versions() -> dict:
-    """Return the software and hardware a run's float32 numbers depend on (the sidecar's ``versions``).
-
-    Besides the package versions: ``cpu`` (the processor's model name) and ``cpu_capability``
-    (the instruction set PyTorch dispatches its kernels to, :func:`torch.backends.cpu.get_cpu_capability`).
-    Training is chaotic: a difference in the last bit of a float32 sum (another processor,
-    another kernel path) grows until other tokens are sampled, so a data set reproduces
-    exactly only with the same versions on the same kind of processor, with
-    ``settings.threads`` threads.
-
-    Returns
-    -------
-    dict
-    """
-    return {
-        "variance_lab": __version__,
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpu": cpu_model(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-    }
-
-
 def _sidecar(settings: Settings, path: Path, records: list[dict], log: dict) -> dict:
-    return {
-        "kind": SIDECAR_KIND,
-        "sidecar_version": SIDECAR_VERSION,
-        "data_file": path.name,
+    facts = {
         "seed": settings.seed,
         "quick": settings == replace(QUICK, seed=settings.seed),
         "settings": settings.to_dict(),
@@ -217,25 +123,24 @@ def _sidecar(settings: Settings, path: Path, records: list[dict], log: dict) -> 
                 else {}
             ),
         },
-        "versions": versions(),
-        "numbers_sha256": numbers_sha256(records),
-        "summary": summarize(records),
-        "training": log,
-        "reproduce": f"variance-lab experiment run --settings {sidecar_path(path).name} --out {path.name}",
+        "versions": versions(TORCH_VERSIONS),
     }
+    reproduce = f"variance-lab experiment run --settings {sidecar_path(path).name} --out {path.name}"
+    return dataset_sidecar(SIDECAR_KIND, path, records, facts, after={"training": log}, reproduce=reproduce)
 
 
 def run(settings: Settings, out, *, progress=None) -> dict:
     """Train, collect and write a data set with its sidecar; deterministic for given settings.
 
-    Runs under :func:`~variance_lab.experiment.train.deterministic_torch` with
+    Runs under :func:`~variance_lab.provenance.deterministic_torch` with
     ``settings.threads`` threads.
 
     Parameters
     ----------
     settings : Settings
     out : str or Path
-        The data file (see :func:`write_dataset`); the sidecar goes beside it.
+        The data file (see :func:`~variance_lab.experiment.files.write_dataset`); the sidecar goes
+        beside it.
     progress : callable, optional
         Called with a one-line message after each phase.
 
@@ -244,8 +149,7 @@ def run(settings: Settings, out, *, progress=None) -> dict:
     dict
         The sidecar, with ``paths`` (data file and sidecar) added.
     """
-    out = Path(out)
-    detect_format(out)
+    out = output_path(out)
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
     with deterministic_torch(settings.threads):

@@ -13,7 +13,6 @@ is the function the ``figures`` command calls for this figure. No PyTorch needed
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 from pathlib import Path
 
@@ -24,12 +23,11 @@ from matplotlib.lines import Line2D
 
 from variance_lab import __version__
 from variance_lab._atomic import atomic_write
-from variance_lab.experiment.files import cpu_model
 from variance_lab.experiment.names import DEFAULT_DATA, FIGURE_NAME
 from variance_lab.experiment.task import TAGS
+from variance_lab.provenance import read_json_object, text_sha256, versions, write_sidecar
 from variance_lab.report import style as _style
 from variance_lab.report.analysis_figure import COINCIDE, MODEL_STYLE
-from variance_lab.report.figures import versions
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.rollouts.weights import GSPO_RANGE, log_clip_range, sequence_weights
@@ -377,7 +375,7 @@ def _data_fingerprint(path: Path) -> dict:
     side = sidecar_path(path)
     if not side.is_file():
         return {}
-    meta = json.loads(side.read_text())
+    meta = read_json_object(side, "the data set's sidecar")
     return {k: meta.get(k) for k in ("seed", "settings", "numbers_sha256", "quick")}
 
 
@@ -464,11 +462,11 @@ def save_experiment_figure(
         "quick": quick,
         "style": None if style is None else str(style),
         "version": __version__,
-        "versions": {**versions(), "cpu": cpu_model()},
+        "versions": versions(),
         "files": {k: p.name for k, p in names.items() if k != "json"},
         "png_dpi": dpi,
-        "data_sha256": {k: hashlib.sha256(t.encode()).hexdigest() for k, t in texts.items()},
+        "data_sha256": {k: text_sha256(t) for k, t in texts.items()},
         "reproduce": f"variance-lab experiment figure --data {path.name} --out DIR",
     }
-    atomic_write(names["json"], lambda tmp: tmp.write_text(json.dumps(sidecar, indent=1) + "\n"))
+    write_sidecar(names["json"], sidecar)
     return [names[k] for k in (*formats, "csv", "curves", "json")]

@@ -1,33 +1,39 @@
-"""Files of the experiment, without PyTorch: sidecar names, settings, fingerprints, comparison.
+"""Data sets of the two experiments, without PyTorch: sidecars, summaries, writing, comparison.
 
-A data set is a data file in the toolkit's format (:mod:`variance_lab.rollouts.io`) plus a JSON
-sidecar beside it (:func:`sidecar_path`) recording the seed, every setting and a
-fingerprint of the numbers (:func:`numbers_sha256`). :func:`compare_files` checks that a
+A data set (of the arithmetic experiment, :mod:`variance_lab.experiment`, or the SmolLM2
+experiment, :mod:`variance_lab.lm`) is a data file in the toolkit's format
+(:mod:`variance_lab.rollouts.io`) plus a JSON sidecar beside it (:func:`sidecar_path`) recording
+the seed, every setting, the versions and a fingerprint of the numbers
+(:func:`variance_lab.provenance.numbers_sha256`): both experiments build it with
+:func:`dataset_sidecar` and write both files with :func:`write_dataset`. :func:`compare_files` checks that a
 rerun reproduces a data set; :func:`version_differences` and :func:`version_warning` say,
 before a rerun, when it cannot (other versions or another processor than the sidecar's).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import platform
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from variance_lab.rollouts.io import load_batch
+from variance_lab.provenance import numbers_sha256, read_json_object, sidecar_text
+from variance_lab.rollouts.io import detect_format, load_batch, write_records
 
 __all__ = [
     "REPRODUCTION_KEYS",
     "SIDECAR_KIND",
     "compare_files",
-    "cpu_model",
-    "numbers_sha256",
+    "dataset_sidecar",
+    "output_path",
     "read_sidecar",
     "sidecar_path",
+    "summarize",
     "version_differences",
     "version_warning",
+    "write_dataset",
 ]
 
 #: The ``kind`` field of a data set's sidecar.
@@ -62,24 +68,6 @@ def sidecar_path(path) -> Path:
     return path.with_name(name + ".json")
 
 
-def numbers_sha256(records) -> str:
-    """SHA-256 of the ids and log-probs of the records, as JSON text (an exact fingerprint).
-
-    Parameters
-    ----------
-    records : iterable of dict
-
-    Returns
-    -------
-    str
-    """
-    h = hashlib.sha256()
-    for rec in records:
-        h.update(json.dumps([rec["id"], list(rec["logp"]), list(rec["old_logp"])]).encode())
-        h.update(b"\n")
-    return h.hexdigest()
-
-
 def read_sidecar(path) -> dict:
     """Read a data set's sidecar (or a plain settings dict) and check its kind.
 
@@ -93,31 +81,10 @@ def read_sidecar(path) -> dict:
         The sidecar; a plain dict of settings comes back as ``{"settings": ...}``.
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read settings from {str(path)!r}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{str(path)!r} does not hold a JSON object")
+    data = read_json_object(path, "settings")
     if "kind" in data and data["kind"] != SIDECAR_KIND:
         raise ValueError(f"{str(path)!r} is a {data['kind']!r} file, not an experiment sidecar")
     return data if "settings" in data else {"settings": data}
-
-
-def cpu_model() -> str:
-    """Return the processor's model name (``/proc/cpuinfo`` on Linux, else the platform's).
-
-    A sidecar's ``versions["cpu"]`` (:func:`variance_lab.experiment.collect.versions`); the
-    benchmark suite prints it too.
-    """
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _shown(value, missing: str) -> str:
@@ -137,7 +104,8 @@ def version_differences(recorded: dict, current: dict, keys=REPRODUCTION_KEYS) -
         ``cpu_capability``) differs as ``not recorded``, since the sidecar then cannot vouch
         that this run computes the same float32 numbers.
     current : dict
-        This run's versions (:func:`variance_lab.experiment.collect.versions`).
+        This run's versions (:func:`variance_lab.provenance.versions` of
+        :data:`~variance_lab.provenance.TORCH_VERSIONS`).
     keys : sequence of str, optional
         The keys to compare; default :data:`REPRODUCTION_KEYS`.
 
@@ -223,3 +191,128 @@ def compare_files(a, b) -> dict:
         "max_abs_diff": float(diff.max()),
         "max_rel_diff": float((diff / scale).max()),
     }
+
+
+def summarize(records: list[dict]) -> dict:
+    """Size, lengths, rewards and pooled log-ratio moments of a data set.
+
+    Parameters
+    ----------
+    records : list of dict
+
+    Returns
+    -------
+    dict
+    """
+    lengths = np.array([len(r["logp"]) for r in records])
+    d = np.concatenate([np.subtract(r["logp"], r["old_logp"]) for r in records])
+    out = {
+        "n_sequences": len(records),
+        "n_tokens": int(lengths.sum()),
+        "length_min": int(lengths.min()),
+        "length_median": float(np.median(lengths)),
+        "length_max": int(lengths.max()),
+        "mean_log_ratio": float(d.mean()),
+        "var_log_ratio": float(d.var(ddof=1)),
+    }
+    if all("rollout_logp" in r for r in records):
+        m = np.concatenate([np.subtract(r["old_logp"], r["rollout_logp"]) for r in records])
+        out["mean_mismatch_log_ratio"] = float(m.mean())
+        out["var_mismatch_log_ratio"] = float(m.var(ddof=1))
+    if all("reward" in r for r in records):
+        out["mean_reward"] = float(np.mean([r["reward"] for r in records]))
+    return out
+
+
+def dataset_sidecar(
+    kind: str, path, records: list[dict], facts: dict, *, after: dict | None = None, reproduce: str
+) -> dict:
+    """Build a data set's sidecar: the layout both experiments share.
+
+    Keys, in order: ``kind``, ``sidecar_version`` (1), ``data_file`` (the name of ``path``), the
+    experiment's own ``facts`` (seed, settings, versions, ...), ``numbers_sha256``
+    (:func:`variance_lab.provenance.numbers_sha256`), ``summary`` (:func:`summarize`), ``after``
+    and ``reproduce``.
+
+    Parameters
+    ----------
+    kind : str
+        What wrote it (:data:`SIDECAR_KIND`, or :data:`variance_lab.lm.runs.SIDECAR_KIND`).
+    path : str or Path
+        The data file.
+    records : list of dict
+    facts : dict
+        The experiment's fields before the fingerprint.
+    after : dict, optional
+        Fields after the summary (the arithmetic experiment's training log).
+    reproduce : str
+        The command that writes the data set again.
+
+    Returns
+    -------
+    dict
+    """
+    return {
+        "kind": kind,
+        "sidecar_version": 1,
+        "data_file": Path(path).name,
+        **facts,
+        "numbers_sha256": numbers_sha256(records),
+        "summary": summarize(records),
+        **(after or {}),
+        "reproduce": reproduce,
+    }
+
+
+def output_path(path) -> Path:
+    """Return a data set's file name as a Path, checked before a run spends time on it.
+
+    Parameters
+    ----------
+    path : str or Path
+        A name :func:`~variance_lab.rollouts.io.detect_format` knows, in a folder that exists.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    ValueError
+        For an unknown format or a missing folder (naming it).
+    """
+    path = Path(path)
+    detect_format(path)
+    if not path.parent.is_dir():
+        raise ValueError(f"folder {str(path.parent)!r} does not exist")
+    return path
+
+
+def write_dataset(records: list[dict], path, sidecar: dict) -> tuple[Path, Path]:
+    """Write the records (format from the name) and the sidecar, each atomically.
+
+    Parameters
+    ----------
+    records : list of dict
+    path : str or Path
+        ``.jsonl``, ``.jsonl.gz``, ``.parquet`` or ``.npz`` (Parquet and NPZ keep only ``id``,
+        ``logp`` and ``old_logp``).
+    sidecar : dict
+        Written (:func:`variance_lab.provenance.sidecar_text`) to :func:`sidecar_path` of ``path``.
+
+    Returns
+    -------
+    (Path, Path)
+        The data file and the sidecar.
+    """
+    path = output_path(path)
+    side = sidecar_path(path)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".experiment-"))
+    try:
+        write_records(records, tmp / path.name)
+        (tmp / side.name).write_text(sidecar_text(sidecar))
+        os.replace(tmp / path.name, path)
+        os.replace(tmp / side.name, side)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path, side

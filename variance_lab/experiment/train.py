@@ -24,17 +24,17 @@ r"""Train the policy: supervised warm-up to partial competence, then a few GSPO 
 :func:`train` runs both and returns the last iteration's old and new policies, which
 :mod:`variance_lab.experiment.collect` compares on fresh samples. All randomness comes from
 :class:`numpy.random.Generator` and :class:`torch.Generator` objects spawned from one
-:class:`numpy.random.SeedSequence` (:func:`streams`); :func:`deterministic_torch` fixes the
-thread count and turns on PyTorch's deterministic algorithms for the duration of a run.
+:class:`numpy.random.SeedSequence` (:func:`streams`, :func:`variance_lab.provenance.torch_generator`);
+:func:`variance_lab.provenance.deterministic_torch` fixes the thread count and turns on PyTorch's
+deterministic algorithms for the duration of a run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -47,6 +47,7 @@ from variance_lab.experiment.model import (
     score,
     token_log_probs,
 )
+from variance_lab.experiment.settings import RunSettings, check_choices, check_integers
 from variance_lab.experiment.task import (
     SEP,
     TAGS,
@@ -57,6 +58,7 @@ from variance_lab.experiment.task import (
     max_response_length,
     rewards,
 )
+from variance_lab.provenance import torch_generator
 from variance_lab.ratios import GSPO_EPS, PPO_RANGE, compare, eps_range, group_advantages, log_bounds
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.weights import CLIP_RULE, sequence_weights
@@ -70,7 +72,6 @@ __all__ = [
     "Settings",
     "TrainResult",
     "clipped_surrogate",
-    "deterministic_torch",
     "evaluate",
     "gspo_clipped",
     "gspo_loss",
@@ -79,13 +80,12 @@ __all__ = [
     "sample_responses",
     "sft",
     "streams",
-    "torch_generator",
     "train",
 ]
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(RunSettings):
     """Everything a run depends on (with the seed, the whole recipe of a data set).
 
     Attributes
@@ -150,24 +150,11 @@ class Settings:
 
     def __post_init__(self):
         """Check that the settings are integers where they must be and in range."""
-        ints = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
-        bad = [k for k, v in ints.items() if isinstance(v, bool) or not isinstance(v, int)]
-        if bad:
-            raise ValueError(f"settings {', '.join(bad)} must be integers")
-        at_least_one = (
-            "sft_batch",
-            "pg_prompts",
-            "group_size",
-            "pg_minibatches",
-            "data_prompts",
-            "data_samples",
-            "threads",
-        )
-        low = [k for k in at_least_one if ints[k] < 1] + [
-            k for k in ("sft_steps", "pg_iters", "eval_prompts") if ints[k] < 0
-        ]
-        if low:
-            raise ValueError(f"settings {', '.join(low)} out of range (counts must be >= 1, steps >= 0)")
+        counts = ("sft_batch", "pg_prompts", "group_size", "pg_minibatches", "data_prompts", "data_samples")
+        steps = ("sft_steps", "pg_iters", "eval_prompts")
+        minimum = {f.name: None for f in fields(self) if f.type in ("int", int)}  # any integer
+        minimum |= dict.fromkeys((*counts, "threads"), 1) | dict.fromkeys(steps, 0)
+        check_integers(self, minimum)
         if self.pg_minibatches > self.pg_prompts:
             raise ValueError("pg_minibatches must not exceed pg_prompts (each minibatch holds whole groups)")
         if not (
@@ -178,10 +165,7 @@ class Settings:
             and self.pg_lr > 0
         ):
             raise ValueError("need 0 < clip_low < 1, clip_high > 0, temperature > 0, learning rates > 0")
-        if self.sampler_dtype not in SAMPLER_DTYPES:
-            raise ValueError(
-                f"sampler_dtype must be one of {', '.join(SAMPLER_DTYPES)}, got {self.sampler_dtype!r}"
-            )
+        check_choices(self, {"sampler_dtype": SAMPLER_DTYPES})
         self.model_config()  # validates the model size and n range
 
     def model_config(self) -> ModelConfig:
@@ -197,33 +181,6 @@ class Settings:
         return ModelConfig(
             d_model=self.d_model, n_layer=self.n_layer, n_head=self.n_head, d_ff=self.d_ff, max_len=max_len
         )
-
-    def to_dict(self) -> dict:
-        """Return the settings as a plain dict (for the JSON sidecar).
-
-        Returns
-        -------
-        dict
-        """
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> Settings:
-        """Return the settings from a dict such as :meth:`to_dict` wrote; unknown keys are an error.
-
-        Parameters
-        ----------
-        values : dict
-
-        Returns
-        -------
-        Settings
-        """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown settings: {', '.join(unknown)}")
-        return cls(**values)
 
 
 #: Precisions of the data set's sampler (:attr:`Settings.sampler_dtype`).
@@ -267,43 +224,6 @@ def streams(seed: int) -> dict[str, np.random.SeedSequence]:
         :data:`STREAMS` to :class:`numpy.random.SeedSequence`.
     """
     return dict(zip(STREAMS, np.random.SeedSequence(seed).spawn(len(STREAMS)), strict=True))
-
-
-def torch_generator(ss: np.random.SeedSequence) -> torch.Generator:
-    """Return a CPU :class:`torch.Generator` seeded from a seed sequence.
-
-    Parameters
-    ----------
-    ss : numpy.random.SeedSequence
-
-    Returns
-    -------
-    torch.Generator
-    """
-    seed = int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-    return torch.Generator().manual_seed(seed)
-
-
-@contextlib.contextmanager
-def deterministic_torch(threads: int):
-    """Run with ``threads`` intra-op threads and deterministic algorithms; restore both after.
-
-    Parameters
-    ----------
-    threads : int
-
-    Yields
-    ------
-    None
-    """
-    saved = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved[0])
-        torch.use_deterministic_algorithms(saved[1])
 
 
 # --------------------------------------------------------------------------------------
@@ -664,8 +584,8 @@ class TrainResult:
 def train(settings: Settings) -> TrainResult:
     """SFT, then ``settings.pg_iters`` GSPO iterations, deterministically from ``settings.seed``.
 
-    Call inside :func:`deterministic_torch` for reproducible results (the command line and
-    :func:`variance_lab.experiment.collect.run` do).
+    Call inside :func:`~variance_lab.provenance.deterministic_torch` for reproducible results (the
+    command line and :func:`variance_lab.experiment.collect.run` do).
 
     Parameters
     ----------

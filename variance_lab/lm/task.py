@@ -32,7 +32,9 @@ assistant's exact answer each), then the request. At temperature 1, SmolLM2-135M
 rarely answers with the answer alone without them (the pass rates by setting are in the
 docs page of the experiment).
 
-Everything is deterministic given a :class:`numpy.random.Generator`; no PyTorch here.
+:func:`chat_prompts` turns the messages into token ids through a tokenizer's chat template, and
+:func:`stop_ids` names the tokens that end a response. Everything is deterministic given a
+:class:`numpy.random.Generator`; no PyTorch here.
 """
 
 from __future__ import annotations
@@ -50,11 +52,13 @@ __all__ = [
     "SYSTEM",
     "WORDS",
     "Prompt",
+    "chat_prompts",
     "make_prompts",
     "messages",
     "normalize",
     "reward",
     "rewards",
+    "stop_ids",
 ]
 
 #: The kinds of request, in the order :func:`make_prompts` cycles through them.
@@ -296,3 +300,45 @@ def rewards(prompts: list[Prompt], responses: list[str], match: str = "exact") -
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
     return np.array([reward(p, r, match) for p, r in zip(prompts, responses, strict=True)], dtype=float)
+
+
+def chat_prompts(tokenizer, conversations: list) -> list[list[int]]:
+    """Token ids of each conversation through the tokenizer's chat template, ready for the answer.
+
+    Parameters
+    ----------
+    tokenizer : transformers tokenizer with a chat template
+    conversations : list of str or list of list of dict
+        A user message, or chat messages (:func:`~variance_lab.lm.task.messages`).
+
+    Returns
+    -------
+    list of list of int
+    """
+    out = []
+    for conv in conversations:
+        msgs = [{"role": "user", "content": conv}] if isinstance(conv, str) else conv
+        ids = tokenizer.apply_chat_template(
+            msgs, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        out.append([int(i) for i in ids])
+    return out
+
+
+def stop_ids(tokenizer) -> list[int]:
+    """Return the token ids that end a response: the end-of-text token and ``<|im_end|>`` where it exists.
+
+    Parameters
+    ----------
+    tokenizer : transformers tokenizer
+
+    Returns
+    -------
+    list of int
+        Sorted.
+    """
+    ids = {tokenizer.eos_token_id}
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return sorted(i for i in ids if i is not None)

@@ -1,7 +1,7 @@
 """The names of the figures ``variance-lab figures`` writes, cheap to import (the parser lists them).
 
-:data:`variance_lab.paper.figures.ALL_FIGURES` is the same tuple, built from each figure's parameters;
-importing that module loads matplotlib, the Monte Carlo engine and the rollouts analysis.
+:mod:`variance_lab.paper.catalog` holds each figure's parameters (importing it loads the sweep
+grids and the theory); a test checks that its figures, then the experiment's, are these.
 """
 
 from __future__ import annotations

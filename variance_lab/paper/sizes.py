@@ -9,7 +9,7 @@ and seeds from ``S`` only, so that one switch decides how much it computes:
 Grids are written in the command line's grid syntax (:mod:`variance_lab.sweep.grid`), so
 ``variance-lab sweep --mu 0.8:1.2:21 ...`` reproduces a notebook's grid. Figures that
 ``variance-lab figures`` also draws take their parameters from
-:func:`variance_lab.paper.figures.default_params` with ``quick=S.quick``, not from here, so
+:func:`variance_lab.paper.catalog.default_params` with ``quick=S.quick``, not from here, so
 that a notebook's figure and the command's figure are the same figure.
 
 ``VARIANCE_LAB_NOTEBOOK_OUT`` names a folder where notebooks may write files (tables,

@@ -38,11 +38,8 @@ legend says which is which.
 from __future__ import annotations
 
 import math
-import platform
-from importlib import metadata
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -95,7 +92,6 @@ __all__ = [
     "relative_error_frame",
     "variance_panels",
     "variance_vs_T",
-    "versions",
     "write_images",
 ]
 
@@ -113,28 +109,6 @@ def write_images(fig, out: str | Path, name: str, formats, dpi: int) -> list[Pat
         atomic_write(path, lambda tmp, ext=ext, kwargs=kwargs: fig.savefig(tmp, format=ext, **kwargs))
         paths.append(path)
     return paths
-
-
-def versions() -> dict:
-    """Return the machine and the versions a figure's numbers depend on, for its sidecar.
-
-    Returns
-    -------
-    dict
-        ``{"python", "numpy", "scipy", "numba", "pandas", "matplotlib", "machine"}``: version
-        strings and the processor architecture (:func:`platform.machine`). The Monte Carlo
-        draws are promised identical for the same architecture, Python, NumPy and numba
-        (:func:`variance_lab.paper.compare.sampler_promise`).
-    """
-    return {
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": metadata.version("scipy"),
-        "numba": metadata.version("numba"),
-        "pandas": pd.__version__,
-        "matplotlib": matplotlib.__version__,
-        "machine": platform.machine(),
-    }
 
 
 # ----------------------------------------------------------------------------- variance

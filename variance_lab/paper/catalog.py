@@ -1,0 +1,240 @@
+"""The catalog of the paper's figures: their names, parameters and captions.
+
+Figures (:data:`FIGURES`):
+
+``variance_vs_T``
+    Var(P_T) and Var(G_T) against T: exact and Monte Carlo, and the Var(G_T)
+    approximations of the derivation as ratios to the exact value.
+``ratio_vs_T``
+    Var(P_T)/Var(G_T) against T for mu < 1, mu = 1 and mu > 1.
+``heatmap_var_P``, ``heatmap_var_G``
+    Var(P_T) and Var(G_T) over mu x sigma^2 at one T, contours, mu = 1 and sigma^2 = 1 - mu^2 marked.
+``decay_boundary``
+    Var(P_100)/Var(P_10) over mu x sigma^2: where Var(P_T) grows or decays (sigma^2 = 1 - mu^2).
+``approx_error``
+    Relative error of the Var(G_T) approximations, per family, against T.
+``mc_frontier``
+    Largest T at which n draws estimate Var(P_T) to 10 %, against n (theory).
+``ess_vs_T``
+    Kong's ESS fraction of P_T against T: exact and Monte Carlo.
+``log_histograms``
+    Histograms of log P_T and log G_T at a few T, from raw draws (:func:`sample_log_P`).
+
+``corrections_vs_T``
+    Relative bias and ESS fraction of TIS, masks and clips against T: lognormal closed
+    forms (:func:`variance_lab.corrections.theory`) and Monte Carlo
+    (:func:`variance_lab.corrections.simulate_corrections`); below, the bfloat16 experiment's
+    measured points per length bucket (``data``, with bootstrap intervals) against the
+    lognormal fitted to its log-ratios.
+``clip_fractions``
+    Observed against predicted GSPO, PPO and GMPO clip fractions per length bucket of the shipped
+    data set (``data/arith_rollouts.jsonl.gz``), one marker per model of
+    :func:`variance_lab.rollouts.analysis.analyze` (:func:`clip_frame`,
+
+``experiment_variance`` (:data:`EXPERIMENT_FIGURE`) is the analysis of the shipped experiment
+data (:mod:`variance_lab.experiment.figure`), with its own data set and sidecar format;
+:data:`ALL_FIGURES` (from :mod:`variance_lab.paper.names`, light to import) is every figure
+``variance-lab figures`` writes: :data:`FIGURES`, then :data:`EXPERIMENT_FIGURE`. The data of each figure
+come from :mod:`variance_lab.paper.frames`; :mod:`variance_lab.paper.pipeline` draws and writes them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from variance_lab.experiment.names import FIGURE_NAME
+from variance_lab.paper.names import ALL_FIGURES
+from variance_lab.sweep.grid import parse_grid
+
+__all__ = ["ALL_FIGURES", "EXPERIMENT_FIGURE", "FIGURES", "caption", "default_params"]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in parse_grid(text, integer=True)]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in parse_grid(text)]
+
+
+# --------------------------------------------------------------------------- parameters
+def _defaults(quick: bool) -> dict[str, dict]:
+    T_line = _ints("1:1000:log12" if quick else "1:1000:log40")
+    n_mc = 2000 if quick else 100_000
+    base = {"family": "lognormal", "mu": 1.0, "sigma2": 0.1}
+    return {
+        "variance_vs_T": {
+            **base,
+            "T": T_line,
+            "n": n_mc,
+            "seed": 0,
+            "ci": 0.95,
+            "mc_T": [1, 10, 100, 1000] if quick else [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+        },
+        "ratio_vs_T": {"family": "lognormal", "mu": [0.9, 1.0, 1.1], "sigma2": 0.1, "T": T_line},
+        "heatmap_var_P": {
+            "family": "lognormal",
+            "statistic": "var_P",
+            "T": 100,
+            "mu": _floats("0.8:1.2:9" if quick else "0.8:1.2:41"),
+            "sigma2": _floats("0.01:1:log7" if quick else "0.01:1:log31"),
+        },
+        "heatmap_var_G": {
+            "family": "lognormal",
+            "statistic": "var_G",
+            "T": 100,
+            "mu": _floats("0.8:1.2:9" if quick else "0.8:1.2:41"),
+            "sigma2": _floats("0.01:1:log7" if quick else "0.01:1:log31"),
+        },
+        "decay_boundary": {
+            "family": "lognormal",
+            "T": [10, 100],
+            "mu": _floats("0.5:1.2:8" if quick else "0.5:1.2:36"),
+            "sigma2": _floats("0.01:1:log7" if quick else "0.01:1:log31"),
+        },
+        "approx_error": {
+            "families": ["lognormal", "gamma", "two-point"],
+            "mu": 1.0,
+            "sigma2": 0.1,
+            "T": _ints("1:1000:log8" if quick else "1:10000:log40"),
+        },
+        "mc_frontier": {
+            "series": [
+                ["lognormal", 1.0, 0.01],
+                ["lognormal", 1.0, 0.1],
+                ["lognormal", 1.0, 0.5],
+                ["gamma", 1.0, 0.1],
+                ["two-point", 1.0, 0.1],
+            ],
+            "T": _ints("1:2000:log25" if quick else "1:2000:log90"),
+            "n": [float(v) for v in np.logspace(2, 12, 21 if quick else 101)],
+            "target": 0.1,
+        },
+        "ess_vs_T": {
+            "family": "lognormal",
+            "mu": 1.0,
+            "sigma2": [0.01, 0.1, 0.5],
+            "T": T_line,
+            "mc_T": [1, 10, 100, 1000] if quick else [1, 3, 10, 30, 100, 300, 1000],
+            "n": n_mc,
+            "seed": 0,
+            "ci": 0.95,
+        },
+        "log_histograms": {
+            **base,
+            "T": [1, 10, 100, 1000],
+            "n": 2000 if quick else 20_000,
+            "seed": 0,
+            "bins": 60,
+        },
+        "corrections_vs_T": {
+            **base,
+            "corrections": ["seq-tis:3", "seq-mask:3", "geo-rs:0.9:1.1", "tis:2", "icepop:2", "gmpo"],
+            "T": _ints("1:1000:log12" if quick else "1:1000:log40"),
+            "mc_T": [1, 10, 100] if quick else [1, 3, 10, 30, 100, 300, 1000],
+            "n": 2000 if quick else 100_000,
+            "seed": 0,
+            "ci": 0.95,
+            "data": "arith_rollouts_bf16.jsonl.gz",
+            "ratio": "mismatch",
+            "buckets": [8, 16, 32, 64, 128, 256],
+            "data_T": _ints("8:346:log12" if quick else "8:346:log40"),
+            "n_boot": 200 if quick else 2000,
+        },
+        "clip_fractions": {
+            "data": "arith_rollouts.jsonl.gz",  # in data/ of the source tree (clip_frame)
+            "n_boot": 200 if quick else 1000,
+            "seed": 0,
+            "level": 0.95,
+        },
+    }
+
+
+FIGURES = tuple(_defaults(True))
+
+
+def default_params(name: str, *, quick: bool = False) -> dict:
+    """Return the parameters of figure ``name`` (``quick``: small grids and few draws)."""
+    if name not in FIGURES:
+        raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
+    params = _defaults(quick)[name]
+    return params
+
+
+#: The analysis of the shipped experiment data (variance_lab.experiment.figure), which has
+#: its own data set and sidecar format.
+EXPERIMENT_FIGURE = FIGURE_NAME
+
+
+def caption(name: str) -> str:
+    """Return the one-line caption of figure ``name`` (one of :data:`FIGURES`), as its sidecar records it."""
+    if name not in FIGURES:
+        raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
+    return getattr(_Captions, name)
+
+
+class _Captions:
+    """One-line captions, stored in each sidecar (:func:`caption`)."""
+
+    variance_vs_T = (
+        "(a) Var(P_T) and (b) Var(G_T) against T: exact lines and Monte Carlo estimates with 95 % "
+        "confidence intervals (filled: reliable; half filled: flagged marginal, a sound value whose "
+        "interval may cover less than 95 %; hollow: flagged unreliable, fewer draws than a 10 % relative "
+        "error needs, so even a point on the line does not confirm it); (c) the Var(G_T) approximations "
+        "of the derivation (lognormal, its small-x form, the naive sigma^2/T of its table) and Monte "
+        "Carlo as ratios to the exact Var(G_T)."
+    )
+    ratio_vs_T = "Exact Var(P_T)/Var(G_T) against T for mu < 1, mu = 1 and mu > 1; lower panel: T <= 50."
+    heatmap_var_P = (
+        "Exact Var(P_T) over mu x sigma^2 at one T, colour in decades with labelled contours; dashed: "
+        "mu = 1; red: sigma^2 = 1 - mu^2, below which (mu < 1) Var(P_T) decays."
+    )
+    heatmap_var_G = (
+        "Exact Var(G_T) over mu x sigma^2 at one T, colour in decades with labelled contours (its own "
+        "colour bar); dashed: mu = 1; red: sigma^2 = 1 - mu^2."
+    )
+    decay_boundary = (
+        "Var(P_T2)/Var(P_T1) over mu x sigma^2 (exact): growth (orange) or decay (purple) of Var(P_T); "
+        "black contour: no change; red: sigma^2 = 1 - mu^2, the exact boundary, not mu = 1."
+    )
+    approx_error = (
+        "|approximation/exact - 1| of Var(G_T): the lognormal approximation, its small-x form and "
+        "the naive sigma^2/T of the derivation's table, per family; values below 1e-12 drawn at 1e-12 "
+        "(exact)."
+    )
+    mc_frontier = (
+        "Largest T at which n plain Monte Carlo draws estimate Var(P_T) to the target relative error "
+        "(theory: n_needed_P, interpolated in log10 between grid lengths)."
+    )
+    ess_vs_T = (
+        "Kong's ESS fraction of the weights P_T against T: exact lines and Monte Carlo estimates "
+        "(hollow: flagged unreliable); dashed: 1/n, one draw holding all the weight."
+    )
+    log_histograms = "Histograms of log P_T and log G_T = log P_T / T at a few T, from raw draws."
+    corrections_vs_T = (
+        "Relative bias E[w]/E[b] - 1 (w: a correction's weight; b: the uncorrected weight it acts on, P_T, "
+        "or G_T for GMPO, or r_t for the token-level TIS and IcePop) and ESS fraction E[w]^2/E[w^2] of "
+        "sequence- and token-level corrections (TIS, masks, Geo-RS, IcePop, GMPO) against T: (a, b) "
+        "lognormal closed forms (lines) and Monte Carlo (filled points with 95 % intervals; hollow: "
+        "flagged unreliable); (c, d) the bfloat16 experiment's mismatch ratio per length bucket "
+        "(half-filled points at the median length, 95 % bootstrap intervals over prompts, a prompt's "
+        "responses resampled together) against the "
+        "lognormal fitted to its pooled token log-ratios (lines)."
+    )
+    clip_fractions = (
+        "Observed against predicted clip fractions per length bucket of the shipped arithmetic-task "
+        "rollouts (data/arith_rollouts.jsonl.gz), one panel per kind of clip: GSPO's fraction of sequences "
+        "with G_T outside its range (linear axes), PPO's fraction of tokens outside its range and GMPO's "
+        "fraction of tokens whose log-ratio lies outside its clip (log axes); horizontal bars: the "
+        "observed fraction's 95 % interval as the analysis computes it (clustered by prompt: for GSPO "
+        "Wilson's at the effective size n / design effect, for PPO and GMPO a bootstrap over prompts). "
+        "Buckets are numbered on each "
+        "panel's top edge over their observed fraction, and the title gives each number's range of "
+        "lengths. One hollow marker per model of the analysis (i.i.d. lognormal, i.i.d. empirical, "
+        "autocorrelation-corrected, mix (token mixture), hier (random scale), comb (combined), and any other "
+        "it has), "
+        "largest first so that coincident markers nest; equal predictions share one marker. The i.i.d. "
+        "empirical GSPO prediction resamples tokens from their pooled law, as experiment_variance draws "
+        "it. Values below a log panel's floor are drawn on its edge and listed in a note; grey: "
+        "predicted = observed."
+    )
