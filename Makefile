@@ -52,10 +52,10 @@ lint: $(VENV)/.installed-dev
 format: $(VENV)/.installed-dev
 	$(BIN)/python -m ruff format variance_lab tests benchmarks
 
-# Refresh the image baselines of tests/test_figure_baselines.py after a deliberate drawing change
+# Refresh the image baselines of tests/report/test_figure_baselines.py after a deliberate drawing change
 # (look at tests/baseline/*.png before committing them)
 baselines: $(VENV)/.installed-dev
-	VARIANCE_LAB_UPDATE_BASELINES=1 $(BIN)/python -m pytest -q tests/test_figure_baselines.py
+	VARIANCE_LAB_UPDATE_BASELINES=1 $(BIN)/python -m pytest -q tests/report/test_figure_baselines.py
 
 $(VENV)/.installed-docs: pyproject.toml | $(VENV)/.torch
 	$(BIN)/python -m pip install --quiet -e '.[docs]'

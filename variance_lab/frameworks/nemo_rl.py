@@ -4,7 +4,7 @@ A mirror of ``ClippedPGLossFn.__call__`` in ``nemo_rl/algorithms/loss/loss_funct
 (NVIDIA-NeMo/RL at ``ced083a``, the last commit touching it in the snapshot ``7ea279a``,
 2026-08-22) and ``masked_mean`` of ``nemo_rl/algorithms/utils.py``, for one micro-batch (the
 global token and sequence counts are the batch's own). Checked by hand-computed cases from that
-source (``tests/test_frameworks_others.py``); NeMo-RL is not installed here.
+source (``tests/frameworks/test_others.py``); NeMo-RL is not installed here.
 
 NeMo-RL's conventions, all kept:
 

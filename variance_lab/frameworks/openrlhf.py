@@ -5,7 +5,7 @@ A mirror of the ``enable_vllm_is_correction`` block of ``PolicyLoss.forward`` in
 (OpenRLHF/OpenRLHF at ``3c3be62``, 2026-08-13; defaults ``--algo.advantage.is_correction_type
 tis`` and ``--algo.advantage.is_correction_threshold 0.5 5.0`` in
 ``openrlhf/cli/train_ppo_ray.py``). Checked by hand-computed cases from that source
-(``tests/test_frameworks_others.py``); OpenRLHF is not installed here.
+(``tests/frameworks/test_others.py``); OpenRLHF is not installed here.
 
 OpenRLHF's conventions, all kept:
 

@@ -4,7 +4,7 @@ A mirror of ``compute_importance_ratio_and_mismatch_kl`` and the mask and metric
 ``default_loss_fn`` in ``src/prime_rl/trainer/rl/loss.py`` (PrimeIntellect-ai/prime-rl at
 ``559b447``, 2026-08-21; defaults ``dppo_mask_low = dppo_mask_high = 0.2`` from
 ``packages/prime-rl-configs/src/prime_rl/configs/trainer.py``). Checked by hand-computed cases
-from that source (``tests/test_frameworks_others.py``); prime-rl is not installed here.
+from that source (``tests/frameworks/test_others.py``); prime-rl is not installed here.
 
 prime-rl's conventions, all kept:
 

@@ -6,7 +6,7 @@ averaging of ``get_sum_of_sample_mean`` (``slime/backends/megatron_utils/cp_util
 ``calculate_veto_mask`` in ``examples/train_infer_mismatch_helper/mis.py`` (THUDM/slime at
 ``624b824``, 2026-08-21; defaults ``--tis-clip 2``, ``--tis-clip-low 0``, veto ``1e-4`` in
 ``mis.yaml``). Checked by hand-computed cases from that source
-(``tests/test_frameworks_others.py``); slime is not installed here.
+(``tests/frameworks/test_others.py``); slime is not installed here.
 
 slime's conventions, all kept:
 

@@ -6,7 +6,7 @@ A mirror of ``trl/trainer/grpo_trainer.py`` of TRL 1.16.0, the PyPI release (fil
 ``(B, 1)``; sequence-level results ``(B, 1)``):
 
 - :func:`get_off_policy_mask` and :func:`get_gamma_weights` are ``GRPOTrainer``'s static methods,
-  checked against TRL itself (``tools/framework_fixtures.py``, ``tests/test_frameworks_trl.py``,
+  checked against TRL itself (``tools/framework_fixtures.py``, ``tests/frameworks/test_trl.py``,
   :math:`10^{-9}` relative);
 - :func:`vllm_importance_sampling_correction` is the block of
   ``GRPOTrainer._generate_and_score_completions`` that builds ``importance_sampling_ratio`` and

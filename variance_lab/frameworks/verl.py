@@ -5,7 +5,7 @@ A mirror of ``verl/trainer/ppo/rollout_corr_helper.py`` (and ``masked_mean``/``m
 the volcengine/verl snapshot at ``b178a3c``, 2026-01-29, predates it and differs), with verl's
 function and argument names, so that a run's ``rollout_corr/...`` logs can be recomputed from its
 ``old_log_probs``, ``rollout_log_probs`` and ``response_mask``. Checked against verl itself:
-``tools/framework_fixtures.py`` runs verl's functions and ``tests/test_frameworks_verl.py``
+``tools/framework_fixtures.py`` runs verl's functions and ``tests/frameworks/test_verl.py``
 compares to :math:`10^{-9}` relative.
 
 verl's conventions, all kept:

@@ -80,7 +80,7 @@ or none, whichever most buckets say, ties going to i.i.d., then corrected (the i
 is the more frequent of the two kinds, lognormal on ties). A vote rather than a pooled score,
 since one bucket in twenty falls outside its 95 % interval anyway. The intervals are
 studentized bootstraps (:func:`~variance_lab.rollouts.statistics.bucket_variances`); their
-coverage is checked on synthetic batches with known answers (``tests/test_analyze.py``,
+coverage is checked on synthetic batches with known answers (``tests/rollouts/test_analysis.py``,
 i.i.d. lognormal and AR(1) tokens: 1,000 batches each in the slow tests).
 The root mean square of each prediction's scores is reported beside it. The intervals carry
 the sampling error of the bucket's sequences, not that of the fitted parameters (pooled

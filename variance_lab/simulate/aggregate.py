@@ -88,7 +88,7 @@ point at most, whatever :math:`\Delta`.
 Draws and the paths they feed are fixed by the chunk alone (one path at a time, grid
 points in order), so the sampler keeps the engine's determinism: bit-identical results
 for any number of workers. The two samplers give different bits but the same law; the
-token sampler stays the reference (``tests/test_aggregate.py`` compares them).
+token sampler stays the reference (``tests/simulate/test_aggregate.py`` compares them).
 """
 
 from __future__ import annotations

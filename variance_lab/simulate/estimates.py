@@ -42,7 +42,7 @@ reason of a row that is not reliable starts with its level, ``"marginal: "`` or
 ``reliable``
     precise enough (theory's relative standard error at most ``target``), its interval
     calibrated (below), and the weights' tail light enough for the sample size. The
-    coverage tests (``tests/test_estimates.py``) check that such intervals cover at their
+    coverage tests (``tests/simulate/test_estimates.py``) check that such intervals cover at their
     nominal level, by binomial tests over many seeds.
 ``marginal``
     precise enough, but the interval's own width rests on a moment estimate that is not

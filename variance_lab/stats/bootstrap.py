@@ -131,7 +131,7 @@ def cluster_ratio(num, den, groups, *, n_boot: int, level: float, rng, proportio
     A proportion of sequences (``proportion=True``: :math:`x_i = 1`, :math:`y_i \in \{0,1\}`)
     gets Wilson's score interval at Kish's effective size
     :math:`n_{eff} = \hat p(1-\hat p)/v^*` (``n / design effect``), which keeps the ends inside
-    :math:`[0, 1]`; its coverage is tested in ``tests/test_groups.py`` (true fractions 0.12 to
+    :math:`[0, 1]`; its coverage is tested in ``tests/rollouts/test_groups.py`` (true fractions 0.12 to
     0.50, 95.0 % nominal, 94.4 % measured over 2,000 intervals). When every unit is 0 (or every
     one 1) there is no spread to measure the clustering by, and the effective size is the number
     of clusters, as if each were one unit. A ratio of token counts gets the percentile interval

@@ -15,7 +15,7 @@ from variance_lab.lm.analysis import (
 )
 from variance_lab.lm.model import GGUF_SHA256
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "smollm2"
+DATA = Path(__file__).resolve().parents[2] / "data" / "smollm2"
 AGGREGATIONS = ("gspo", "token-mean", "seq-mean-token-mean")
 
 

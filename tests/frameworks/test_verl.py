@@ -16,7 +16,7 @@ import pytest
 
 from variance_lab.frameworks import verl
 
-DATA = Path(__file__).resolve().parent / "data" / "frameworks"
+DATA = Path(__file__).resolve().parents[1] / "data" / "frameworks"
 META = json.loads((DATA / "verl.json").read_text())
 RTOL, ATOL = 1e-9, 1e-12
 

@@ -212,7 +212,7 @@ def test_trl_tool_mask_and_missing_old_logps(tmp_path):
 @pytest.mark.parametrize("name", ["capture_verl", "capture_trl"])
 def test_guide_examples_run_and_print_what_the_page_says(name, tmp_path):
     """docs/examples/capture_*.py run without the framework; the guide quotes what they print."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [sys.executable, str(root / "docs" / "examples" / f"{name}.py"), str(tmp_path)],
         capture_output=True,

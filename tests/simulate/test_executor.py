@@ -97,7 +97,7 @@ def _table_on_a_terminal(cache_dir, *argv) -> tuple[str, str]:
     import termios
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(root)}
     master, slave = pty.openpty()
     size = struct.pack("HHHH", 24, 120, 0, 0)  # rows, columns: with 0 columns a bar prints nothing

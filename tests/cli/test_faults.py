@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOOD = {"logp": [-0.5, -1.0, -0.2], "old_logp": [-0.6, -0.9, -0.25]}
 
 

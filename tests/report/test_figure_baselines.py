@@ -6,7 +6,7 @@ compared with ``tests/baseline/NAME.png`` by
 :func:`matplotlib.testing.compare.compare_images` (RMS tolerance :data:`TOL` on 0-255
 grey levels). After a deliberate change, look at the new images and refresh the baselines:
 
-    VARIANCE_LAB_UPDATE_BASELINES=1 python -m pytest tests/test_figure_baselines.py   # or: make baselines
+    VARIANCE_LAB_UPDATE_BASELINES=1 python -m pytest tests/report/test_figure_baselines.py   # or: make baselines
 
 then commit ``tests/baseline/``. A failed comparison leaves ``NAME-failed-diff.png`` in the
 test's temporary folder.
@@ -32,7 +32,7 @@ from variance_lab.report import figures as plots
 from variance_lab.report.analysis_figure import analysis_figure
 from variance_lab.report.clip_figure import clip_figure
 
-BASELINE = Path(__file__).parent / "baseline"
+BASELINE = Path(__file__).parents[1] / "baseline"
 UPDATE_ENV = "VARIANCE_LAB_UPDATE_BASELINES"
 #: RMS difference allowed (0-255 scale): font hinting differences pass, a moved line does not.
 TOL = 2.0

@@ -176,7 +176,7 @@ HEAVY_MODULES = (
 
 def _fresh_python(code: str) -> str:
     """Run ``code`` in a new interpreter on this source tree; return its standard output."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),

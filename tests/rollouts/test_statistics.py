@@ -288,7 +288,7 @@ def test_synthetic_ar1_through_each_file_format(tmp_path, name):
 # ---------------------------------------------------------------- the README's example (issue #34)
 def _readme_example(tmp_path):
     """Write the README's two-line JSONL example (its ```jsonl block) and return its path."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     path = tmp_path / "rollouts.jsonl"
     path.write_text(text.split("```jsonl\n", 1)[1].split("```", 1)[0])
     return path

@@ -622,7 +622,7 @@ def test_the_readme_figures_example_runs(tmp_path):
     import subprocess
     import sys
 
-    section = (Path(__file__).parent.parent / "docs" / "guide" / "figures.md").read_text()
+    section = (Path(__file__).parents[2] / "docs" / "guide" / "figures.md").read_text()
     code = section[
         section.index("```python") + len("```python") : section.index("```", section.index("```python") + 9)
     ]
@@ -692,7 +692,7 @@ def test_clip_fractions_is_the_analysis_of_the_shipped_data(quick):
     assert (data["gspo_clip_frac"] <= data["gspo_clip_frac_hi"]).all()
     assert data["n_seq"].sum() == 2048  # every sequence of the data set lies in a bucket
     # the i.i.d. empirical GSPO prediction is the one experiment_variance draws (issue #25, item 4)
-    committed = pd.read_csv(Path(__file__).resolve().parent.parent / "figures" / "experiment_variance.csv")
+    committed = pd.read_csv(Path(__file__).resolve().parents[2] / "figures" / "experiment_variance.csv")
     np.testing.assert_allclose(data["gspo_clip_pred_emp"], committed["gspo_clip_resampled"], rtol=1e-12)
     fig = pipeline.draw("clip_fractions", data, sidecar["params"], style="paper")
     notes = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
@@ -710,7 +710,7 @@ def test_check_of_a_committed_figure_with_mathtext(capsys):
     The rebuild draws throw-away PNGs at ``CHECK_DPI``; at 10 dpi FreeType refused the
     subscripts of ``approx_error`` (a traceback instead of a verdict).
     """
-    committed = Path(__file__).resolve().parent.parent / "figures"
+    committed = Path(__file__).resolve().parents[2] / "figures"
     assert sidecar_check.CHECK_DPI >= 24
     args = ["figures", "--check", "--out", str(committed), "--only", "approx_error", "--no-progress"]
     assert cli.main(args) == 0
@@ -738,7 +738,7 @@ def _check_elsewhere(tmp_path, *only) -> str:
     import subprocess
     import sys
 
-    committed = Path(__file__).resolve().parent.parent / "figures"
+    committed = Path(__file__).resolve().parents[2] / "figures"
     argv = ["figures", "--check", "--out", str(committed), "--no-progress"]
     argv += ["--only", ",".join(only)] if only else []
     env = {**_other_code_paths(), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
@@ -781,7 +781,7 @@ def test_every_committed_figure_reproduces_from_its_sidecar(capsys):
     experiment_variance's CSV once lagged behind the analysis (new model columns) unseen,
     because no test rebuilt the committed folder; about 90 s on 2 cores.
     """
-    committed = Path(__file__).resolve().parent.parent / "figures"
+    committed = Path(__file__).resolve().parents[2] / "figures"
     assert cli.main(["figures", "--check", "--out", str(committed), "--no-progress"]) == 0
     assert capsys.readouterr().out.strip().endswith(": OK")
 
@@ -896,7 +896,7 @@ def test_variance_vs_T_explains_its_flagged_points():
     moment) and T = 20, 50 unreliable (theory needs more draws than n), all four on the exact
     line: marginal points are half filled, unreliable ones hollow, and the legend names both.
     """
-    data = pd.read_csv(Path(__file__).parent.parent / "figures" / "variance_vs_T.csv", keep_default_na=False)
+    data = pd.read_csv(Path(__file__).parents[2] / "figures" / "variance_vs_T.csv", keep_default_na=False)
     data = data.replace("", np.nan).astype({"reliable": bool})
     data["reason"] = data["reason"].fillna("")
     mc = data[(data.method == "monte_carlo") & (data.statistic == "var_P")]
@@ -971,7 +971,7 @@ def test_shipped_captions_say_what_the_code_does():
     from variance_lab.report.clip_figure import MODEL_MARKERS
     from variance_lab.report.theory_figures import REL_ERROR_FLOOR
 
-    committed = Path(__file__).resolve().parent.parent / "figures"
+    committed = Path(__file__).resolve().parents[2] / "figures"
 
     def caption(name):
         return json.loads((committed / f"{name}.json").read_text())["description"]

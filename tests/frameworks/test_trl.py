@@ -15,7 +15,7 @@ import pytest
 
 from variance_lab.frameworks import trl
 
-DATA = Path(__file__).resolve().parent / "data" / "frameworks"
+DATA = Path(__file__).resolve().parents[1] / "data" / "frameworks"
 META = json.loads((DATA / "trl.json").read_text())
 RTOL = 1e-9
 

@@ -241,7 +241,7 @@ def test_benchmark_suite_runs_in_quick_mode(tmp_path):
     from pathlib import Path
 
     out = tmp_path / "bench.json"
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)], check=True, cwd=root)
     rows = json.loads(out.read_text())["rows"]
     assert {r["section"] for r in rows} == {

@@ -10,7 +10,7 @@ from variance_lab import cli
 from variance_lab.paper.sidecar_check import fingerprint_problem, recorded_fingerprints
 from variance_lab.provenance import file_sha256
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
+FIGURES = Path(__file__).resolve().parents[2] / "figures"
 WRONG = "0" * 64
 
 
