@@ -348,7 +348,7 @@ def test_the_development_page_includes_the_rooms_table():
 
 
 def test_tests_mirror_the_packages():
-    """Each folder of ``tests/`` is named for a package of the source (``tests/<package>/test_<module>.py``)."""
+    """Each folder of ``tests/`` is named for a source package (``tests/<package>/test_<module>.py``)."""
     tests = PACKAGE.parent / "tests"
     folders = sorted(p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}

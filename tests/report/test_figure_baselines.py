@@ -6,7 +6,7 @@ compared with ``tests/baseline/NAME.png`` by
 :func:`matplotlib.testing.compare.compare_images` (RMS tolerance :data:`TOL` on 0-255
 grey levels). After a deliberate change, look at the new images and refresh the baselines:
 
-    VARIANCE_LAB_UPDATE_BASELINES=1 python -m pytest tests/report/test_figure_baselines.py   # or: make baselines
+    VARIANCE_LAB_UPDATE_BASELINES=1 python -m pytest tests/report/test_figure_baselines.py  # make baselines
 
 then commit ``tests/baseline/``. A failed comparison leaves ``NAME-failed-diff.png`` in the
 test's temporary folder.
