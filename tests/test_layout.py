@@ -64,7 +64,11 @@ ROOMS = {
     "_lazy": "lazy re-exports (PEP 562) of `variance_lab`, `rollouts`, `sweep`",
     "_jsonl": "JSON Lines input, plain or gzip, shared by every reader (a bad line names file and line)",
     "_validate": "input checks shared by every public function (T grids, n, seeds, paths)",
-    "schema": "the tidy columns shared by theory and Monte Carlo; `json_safe`, the one JSON converter",
+    "progress": "the one progress helper: `progress=None` a bar after a delay where someone watches, "
+    "True at once, False none; the 30 s ticker of long runs",
+    "provenance": "versions, fingerprints (SHA-256 of text, files, numbers), sidecars, PyTorch determinism",
+    "schema": "the tidy columns shared by theory and Monte Carlo; the engine's executor and sampler names; "
+    "`json_safe`, the one JSON converter",
     "families": "ratio families: K(s), log-moments, sampler codes and parameters",
     "ratios": "the shared core for token log-ratios: every clip and band default, the one bound rule with "
     "its convention (inclusive ends, log/linear/value space, float32/float64), segment sums, "
@@ -77,7 +81,8 @@ ROOMS = {
     "frameworks": "each framework's conventions and metric names over the shared core; logged metrics",
     "rollouts": "token log-probs: batch, readers, weights, statistics, models, predictions, analysis",
     "integrations": "capture helpers for TRL and verl (write the rollouts Parquet format)",
-    "experiment": "the controlled arithmetic experiment (PyTorch, optional)",
+    "experiment": "the controlled arithmetic experiment (PyTorch, optional) and what both experiments share: "
+    "settings, data files and their sidecars, the torch GSPO objective",
     "lm": "the pretrained-model experiment (SmolLM2-135M; transformers, optional)",
     "sweep": "sweeps: plan and identities, SQLite store, export, run, grid syntax",
     "paper": "the figures pipeline, the notebooks' sizes and the figure names",
