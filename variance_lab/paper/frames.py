@@ -296,12 +296,14 @@ def _experiment_rows(p: dict) -> list[dict]:
     return rows
 
 
-def clip_analysis(params: dict):
+def clip_analysis(params: dict, *, progress: bool | None = False):
     """Run :func:`variance_lab.rollouts.analysis.analyze` on the data set of the ``clip_fractions`` figure.
 
     ``params["data"]`` is a file name in the source tree's ``data/`` folder (the shipped
     ``arith_rollouts.jsonl.gz``) or a path; ``n_boot``, ``level`` and ``seed`` are the
-    bootstrap's.
+    bootstrap's. ``progress`` is :func:`~variance_lab.rollouts.analysis.analyze`'s
+    (:mod:`variance_lab.progress`); no bar by default: the figures pipeline shows its own, and an
+    executed notebook keeps no progress widget.
 
     Returns
     -------
@@ -317,7 +319,12 @@ def clip_analysis(params: dict):
 
     batch, _ = load_data(_clip_data_path(params))
     return analyze(  # the figure draws the table, not the held-out model judgment: folds=0
-        batch, n_boot=int(params["n_boot"]), level=float(params["level"]), seed=int(params["seed"]), folds=0
+        batch,
+        n_boot=int(params["n_boot"]),
+        level=float(params["level"]),
+        seed=int(params["seed"]),
+        folds=0,
+        progress=progress,
     )
 
 
