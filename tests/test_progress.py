@@ -67,3 +67,19 @@ def test_a_closed_stderr_is_not_watched(monkeypatch):
 
     monkeypatch.setattr(sys, "stderr", Closed())
     assert pg.watched() is False
+
+
+def test_ticker_speaks_at_the_end_and_every_interval(monkeypatch):
+    """The ticker says 'what: done/total sequences' at the last step and after ``every`` seconds."""
+    now = [100.0]
+    monkeypatch.setattr(pg.time, "perf_counter", lambda: now[0])
+    said: list[str] = []
+    tick = pg.ticker(said.append, "scoring", every=30.0)
+    tick(1, 4)  # 0 s since the start: quiet
+    now[0] += 29.0
+    tick(2, 4)  # 29 s: quiet
+    now[0] += 1.0
+    tick(3, 4)  # 30 s: speaks, and the clock restarts
+    now[0] += 1.0
+    tick(4, 4)  # the end: speaks however soon
+    assert said == ["scoring: 3/4 sequences", "scoring: 4/4 sequences"]

@@ -15,15 +15,19 @@ Every function of the package that can show a bar takes ``progress=`` and hands 
 A bar goes to standard error (a widget in a notebook with ``ipywidgets``), never to standard
 output, and disappears when the work is done (tqdm's ``leave=False``), so that the command
 line's output and an executed notebook's cells stay as they were.
+
+Long runs that report in lines of text instead of a bar (the language-model experiment's
+``progress=`` callable) use :func:`ticker`, which says ``what: done/total sequences`` now and then.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Iterator
 
-__all__ = ["DELAY_S", "check_progress", "progress_bar", "progress_steps", "watched"]
+__all__ = ["DELAY_S", "check_progress", "progress_bar", "progress_steps", "ticker", "watched"]
 
 #: Seconds before an automatic (``progress=None``) bar appears.
 DELAY_S = 1.0
@@ -119,3 +123,31 @@ def progress_steps(progress, total: int, desc: str, **options) -> Iterator[Calla
         yield bar.update
     finally:
         bar.close()
+
+
+def ticker(say, what: str, every: float = 30.0):
+    """Return a callback ``(done, total)`` saying ``what: done/total sequences`` now and then.
+
+    It speaks every ``every`` seconds and at the end.
+
+    Parameters
+    ----------
+    say : callable
+        Takes one message.
+    what : str
+    every : float, optional
+        Seconds between messages.
+
+    Returns
+    -------
+    callable
+    """
+    last = [time.perf_counter()]
+
+    def tick(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done == total or now - last[0] >= every:
+            last[0] = now
+            say(f"{what}: {done}/{total} sequences")
+
+    return tick

@@ -252,3 +252,12 @@ def test_a_note_comes_after_the_output_or_not_at_all(tmp_path, capsys, monkeypat
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert err.startswith("variance-lab: error: 'x.md': Read-only file system")
+
+
+@pytest.mark.parametrize("command", [["experiment", "run"], ["experiment", "entropy", "x.jsonl.gz"]])
+@pytest.mark.parametrize("flag", ["--quiet", "--no-progress"])
+def test_quiet_is_one_argument_with_two_spellings(command, flag):
+    """add_quiet_arg: --quiet and --no-progress both set ``quiet``; without either it is off."""
+    parser = build_parser()
+    assert parser.parse_args([*command, flag]).quiet is True
+    assert parser.parse_args(command).quiet is False

@@ -50,15 +50,15 @@ def test_problem_texts_and_reward():
     assert p.prompt == "a3b5c2d7:"
     assert p.response == "a3+b5=8,8+c2=10,10+d7=17."
     assert p.total == 17
-    assert task.reward(p, p.response) == 1.0
-    assert task.reward(p, p.response + "junk") == 1.0  # after the end token: ignored
-    assert task.reward(p, "a3+b5=8,8+c2=10,10+d7=18.") == 0.0  # wrong final answer
-    assert task.reward(p, "a3+b5=8,8+c2=10,10+d7=17") == 0.0  # truncated: no end token
-    assert task.reward(p, "17.") == 0.0
-    assert task.reward(p, "=.") == 0.0
-    assert task.reward(p, "=1+7.") == 0.0
-    assert task.reward(p, "x=9,=17.") == 1.0  # only the final answer counts
-    np.testing.assert_array_equal(task.rewards([p, p], [p.response, "."]), [1.0, 0.0])
+    assert task.arith_reward(p, p.response) == 1.0
+    assert task.arith_reward(p, p.response + "junk") == 1.0  # after the end token: ignored
+    assert task.arith_reward(p, "a3+b5=8,8+c2=10,10+d7=18.") == 0.0  # wrong final answer
+    assert task.arith_reward(p, "a3+b5=8,8+c2=10,10+d7=17") == 0.0  # truncated: no end token
+    assert task.arith_reward(p, "17.") == 0.0
+    assert task.arith_reward(p, "=.") == 0.0
+    assert task.arith_reward(p, "=1+7.") == 0.0
+    assert task.arith_reward(p, "x=9,=17.") == 1.0  # only the final answer counts
+    np.testing.assert_array_equal(task.arith_rewards([p, p], [p.response, "."]), [1.0, 0.0])
 
 
 def test_problem_validation_and_vocabulary():
@@ -204,9 +204,9 @@ def test_group_advantages():
 def test_settings_validation():
     """Settings round-trip through a dict; each out-of-range or unknown setting raises ValueError."""
     pytest.importorskip("torch")
-    from variance_lab.experiment.train import FULL, QUICK, Settings
+    from variance_lab.experiment.train import ARITH_FULL, ARITH_QUICK, Settings
 
-    assert Settings.from_dict(QUICK.to_dict()) == QUICK
+    assert Settings.from_dict(ARITH_QUICK.to_dict()) == ARITH_QUICK
     for bad, message in [
         ({"n_max": 60}, r"need 2 <= n_min <= n_max <= "),
         ({"n_min": 1}, r"need 2 <= n_min <= n_max <= "),
@@ -218,9 +218,9 @@ def test_settings_validation():
         ({"pg_lr": 0.0}, r"learning rates > 0"),
     ]:
         with pytest.raises(ValueError, match=message):
-            replace(FULL, **bad)
+            replace(ARITH_FULL, **bad)
     with pytest.raises(ValueError, match="unknown settings: bogus"):
-        Settings.from_dict({**FULL.to_dict(), "bogus": 1})
+        Settings.from_dict({**ARITH_FULL.to_dict(), "bogus": 1})
 
 
 # --------------------------------------------------------------------------------------
@@ -278,10 +278,10 @@ def test_rerun_from_the_sidecar_reproduces_the_numbers(quick_run, tmp_path, caps
 @needs_torch
 def test_another_seed_gives_other_numbers(quick_run, tmp_path):
     """Another seed gives another numbers hash."""
-    from variance_lab.experiment.collect import run
-    from variance_lab.experiment.train import QUICK
+    from variance_lab.experiment.collect import run_arith_experiment
+    from variance_lab.experiment.train import ARITH_QUICK
 
-    side = run(replace(QUICK, seed=4), tmp_path / "other.npz")
+    side = run_arith_experiment(replace(ARITH_QUICK, seed=4), tmp_path / "other.npz")
     assert side["numbers_sha256"] != read_sidecar(sidecar_path(quick_run))["numbers_sha256"]
     assert load_batch(tmp_path / "other.npz").n_tokens == side["summary"]["n_tokens"]
 
@@ -406,20 +406,21 @@ def _fake_run(calls):
 def test_run_from_a_sidecar_warns_when_its_versions_differ(change, torch_mod, monkeypatch, tmp_path, capsys):
     """``run --settings --quiet``: one stderr warning naming the differing keys, then the run, exit 0."""
     from variance_lab.experiment import collect
-    from variance_lab.experiment.train import QUICK
+    from variance_lab.experiment.train import ARITH_QUICK
 
     calls = []
-    monkeypatch.setattr(collect, "run", _fake_run(calls))  # no training: only the warning path
+    # no training: only the warning path
+    monkeypatch.setattr(collect, "run_arith_experiment", _fake_run(calls))
     here = versions(TORCH_VERSIONS)
     there = {**here, "torch": "0.0.0-test", "cpu": "Imaginary CPU"} if change == "other" else here
-    side = {"settings": QUICK.to_dict()}
+    side = {"settings": ARITH_QUICK.to_dict()}
     if change != "plain settings":
         side = {"kind": "variance_lab.experiment rollouts", **side, "versions": there}
     path = tmp_path / "s.json"
     path.write_text(json.dumps(side))
     argv = ["experiment", "run", "--quiet", "--settings", str(path), "--out", str(tmp_path / "x.jsonl.gz")]
     assert main(argv) == 0
-    assert calls == [QUICK]  # the run went ahead with the sidecar's settings
+    assert calls == [ARITH_QUICK]  # the run went ahead with the sidecar's settings
     err = capsys.readouterr().err
     if change != "other":
         assert err == ""
@@ -435,12 +436,12 @@ def test_run_from_a_sidecar_warns_when_its_versions_differ(change, torch_mod, mo
 def test_run_refuses_a_sidecar_whose_versions_are_not_an_object(torch_mod, monkeypatch, tmp_path, capsys):
     """A sidecar whose versions are not a JSON object: one stderr line naming the file, exit 2."""
     from variance_lab.experiment import collect
-    from variance_lab.experiment.train import QUICK
+    from variance_lab.experiment.train import ARITH_QUICK
 
     calls = []
-    monkeypatch.setattr(collect, "run", _fake_run(calls))
+    monkeypatch.setattr(collect, "run_arith_experiment", _fake_run(calls))
     path = tmp_path / "s.json"
-    path.write_text(json.dumps({"settings": QUICK.to_dict(), "versions": "2.3.0"}))
+    path.write_text(json.dumps({"settings": ARITH_QUICK.to_dict(), "versions": "2.3.0"}))
     assert main(["experiment", "run", "--settings", str(path), "--out", str(tmp_path / "x.npz")]) == 2
     err = capsys.readouterr().err
     assert f"--settings {str(path)!r}: 'versions' must be a JSON object, got '2.3.0'" in err
@@ -467,7 +468,7 @@ def test_shipped_data_set_is_valid_and_matches_its_sidecar():
     assert batch.lengths.max() > 256  # a handful to a few hundred tokens
     for rec in records[:50]:
         assert (
-            task.reward(task.Problem(tuple(int(c) for c in rec["prompt"][1:-1:2])), rec["response"])
+            task.arith_reward(task.Problem(tuple(int(c) for c in rec["prompt"][1:-1:2])), rec["response"])
             == rec["reward"]
         )
 
@@ -650,13 +651,13 @@ def test_shipped_data_set_reproduces_from_its_sidecar(tmp_path):
 # --------------------------------------------------------------------------------------
 def test_sampler_log_probs_of_a_float64_model_are_its_scores(torch_mod):
     """A float64 sampler's log-probs equal the model's scores, and a temperature changes them."""
-    from variance_lab.experiment.model import sampler_log_probs, score
+    from variance_lab.experiment.model import sampler_log_probs, score_responses
 
     model = _tiny_model(torch_mod).double()
     prompts = [task.encode("1+2="), task.encode("3+4+5=")]
     responses = [[5, 6, 7], [8, 9]]
     got = sampler_log_probs(model, prompts, responses).numpy()
-    ref = score(model, prompts, responses).numpy()
+    ref = score_responses(model, prompts, responses).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
     hot = sampler_log_probs(model, prompts, responses, temperature=2.0).numpy()
     assert not np.allclose(hot[0, :3], ref[0, :3])  # the temperature enters
@@ -664,19 +665,19 @@ def test_sampler_log_probs_of_a_float64_model_are_its_scores(torch_mod):
 
 def test_settings_reject_an_unknown_sampler_dtype():
     """Settings refuse a sampler_dtype outside float32 and bfloat16."""
-    from variance_lab.experiment.train import QUICK
+    from variance_lab.experiment.train import ARITH_QUICK
 
     with pytest.raises(ValueError, match="sampler_dtype must be one of float32, bfloat16, got 'fp8'"):
-        replace(QUICK, sampler_dtype="fp8")
+        replace(ARITH_QUICK, sampler_dtype="fp8")
 
 
 @pytest.mark.parametrize("steps", [0, -1, 2.0, True, "3", 10**9])
 def test_sft_rejects_a_bad_number_of_steps(steps, torch_mod):
     """sft(steps=) takes an integer from 1 to the schedule's sft_steps, else a ValueError naming it."""
-    from variance_lab.experiment.train import QUICK, sft
+    from variance_lab.experiment.train import ARITH_QUICK, sft
 
     with pytest.raises(ValueError, match=f"got {steps!r}"):
-        sft(None, QUICK, np.random.default_rng(0), steps=steps)
+        sft(None, ARITH_QUICK, np.random.default_rng(0), steps=steps)
 
 
 def test_bfloat16_sampler_records_rollout_logp(torch_mod, tmp_path):

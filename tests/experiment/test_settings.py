@@ -54,9 +54,9 @@ def test_bad_settings_get_one_message(changes, message):
 def test_both_experiments_share_the_checks():
     """The arithmetic and the SmolLM2 settings word a bad count and an unknown key alike."""
     pytest.importorskip("torch")
-    from variance_lab.experiment.train import QUICK as ARITH
+    from variance_lab.experiment.train import ARITH_QUICK as ARITH
     from variance_lab.experiment.train import Settings
-    from variance_lab.lm.runs import QUICK as LM
+    from variance_lab.lm.runs import LM_QUICK as LM
     from variance_lab.lm.runs import LMSettings
 
     with pytest.raises(ValueError, match=r"settings threads out of range: threads must be >= 1, got 0"):

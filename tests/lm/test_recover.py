@@ -93,7 +93,7 @@ lm = pytest.importorskip("transformers", reason="pip install 'variance_lab[lm]'"
 from variance_lab.experiment.files import sidecar_path  # noqa: E402
 from variance_lab.lm.model import load_model  # noqa: E402
 from variance_lab.lm.recover import add_entropy  # noqa: E402
-from variance_lab.lm.runs import LMSettings, default_name, run  # noqa: E402
+from variance_lab.lm.runs import LMSettings, default_name, run_lm_experiment  # noqa: E402
 from variance_lab.lm.tiny import write_tiny_llama  # noqa: E402
 
 TINY = LMSettings(n_prompts=4, group_size=2, max_new_tokens=12, train_prompts=2, max_words=4, threads=1)
@@ -122,7 +122,7 @@ def test_added_entropy_equals_the_entropy_recorded_by_the_run(loaded, tmp_path, 
     """Strip a run's recorded entropy, add it back from the text: the same to the written digits."""
     settings = LMSettings(**{**TINY.to_dict(), **changes})
     out = tmp_path / default_name(settings)
-    side = run(settings, out, loaded=loaded)
+    side = run_lm_experiment(settings, out, loaded=loaded)
     records = _read(out)
     recorded = [r.pop("entropy") for r in records]
     _write(out, records)
@@ -145,7 +145,7 @@ def test_a_response_that_no_ids_give_keeps_no_entropy(loaded, tmp_path):
     """A record whose log-probs were changed is counted 'not found' and gets no entropy; the rest do."""
     settings = LMSettings(**{**TINY.to_dict(), "run": "mismatch"})
     out = tmp_path / default_name(settings)
-    run(settings, out, loaded=loaded)
+    run_lm_experiment(settings, out, loaded=loaded)
     records = _read(out)
     for r in records:
         r.pop("entropy")
@@ -165,7 +165,7 @@ def test_bad_files_are_named_and_left_as_they_were(loaded, tmp_path):
     """No sidecar, another sidecar kind, prompts the settings do not give: a ValueError, nothing written."""
     settings = LMSettings(**{**TINY.to_dict(), "run": "mismatch"})
     out = tmp_path / default_name(settings)
-    run(settings, out, loaded=loaded)
+    run_lm_experiment(settings, out, loaded=loaded)
     records = _read(out)
     records[2]["prompt"] = "something else"
     _write(out, records)

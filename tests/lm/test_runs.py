@@ -11,7 +11,7 @@ pytest.importorskip("transformers", reason="pip install 'variance_lab[lm]'")
 from variance_lab.experiment.files import sidecar_path
 from variance_lab.lm import runs as runs_mod
 from variance_lab.lm.model import load_model
-from variance_lab.lm.runs import QUICK, SIDECAR_KIND, LMSettings, default_name, run
+from variance_lab.lm.runs import LM_QUICK, LM_SIDECAR_KIND, LMSettings, default_name, run_lm_experiment
 from variance_lab.lm.tiny import write_tiny_llama
 from variance_lab.rollouts import load_batch
 
@@ -43,7 +43,7 @@ def _read(path):
 def _run(loaded, tmp_path, **changes):
     settings = LMSettings(**{**TINY.to_dict(), **changes})
     out = tmp_path / default_name(settings)
-    side = run(settings, out, loaded=loaded)
+    side = run_lm_experiment(settings, out, loaded=loaded)
     return settings, out, side, _read(out)
 
 
@@ -65,7 +65,7 @@ def test_onpolicy_run_writes_a_loadable_data_set(loaded, tmp_path, aggregation):
     # the update moved the policy: some log-ratio is nonzero
     assert np.abs(batch.logp - batch.old_logp).max() > 0
     saved = json.loads(sidecar_path(out).read_text())
-    assert saved["kind"] == SIDECAR_KIND
+    assert saved["kind"] == LM_SIDECAR_KIND
     assert saved["run"] == "onpolicy"
     assert saved["aggregation"] == aggregation
     assert saved["settings"] == settings.to_dict()
@@ -90,7 +90,9 @@ def test_the_three_aggregations_share_their_rollouts(loaded, tmp_path):
     (tmp_path / "shared").mkdir()
     for aggregation in ("gspo", "token-mean"):
         settings = LMSettings(**{**TINY.to_dict(), "aggregation": aggregation})
-        side = run(settings, tmp_path / "shared" / default_name(settings), loaded=loaded, cache=cache)
+        side = run_lm_experiment(
+            settings, tmp_path / "shared" / default_name(settings), loaded=loaded, cache=cache
+        )
         alone = json.loads(sidecar_path(tmp_path / default_name(settings)).read_text())
         assert side["numbers_sha256"] == alone["numbers_sha256"]
         assert side["rollouts_shared"] is (aggregation == "token-mean")
@@ -170,7 +172,7 @@ def test_bad_settings_are_named(changes, match):
 
 def test_quick_preset_and_names():
     """Quick preset and names."""
-    assert QUICK.n_prompts * QUICK.group_size == 32
+    assert LM_QUICK.n_prompts * LM_QUICK.group_size == 32
     assert (
         default_name(LMSettings(run="mismatch", sampler="top-p"), quick=True)
         == "smollm2_mismatch_top-p_quick.jsonl.gz"

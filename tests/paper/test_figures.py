@@ -145,6 +145,29 @@ def test_interrupted_figures_leave_no_partial_folder(tmp_path, monkeypatch, exis
         assert (out / "ratio_vs_T.pdf").read_bytes() == b"an earlier figure"
 
 
+@pytest.mark.parametrize("progress", [True, False])
+def test_make_all_counts_figures_on_the_progress_helper(tmp_path, monkeypatch, capsys, progress):
+    """progress=True: a bar over the figures on stderr, kept at the end (2/2); False: none; stdout empty."""
+
+    def fake_build(name, build, params, **options):
+        path = build / f"{name}.csv"
+        path.write_text("x\n")
+        return [path]
+
+    monkeypatch.setattr(pipeline, "_build", fake_build)
+    paths = pipeline.make_all(
+        tmp_path / "figs", quick=True, only=["ratio_vs_T", "heatmap_var_P"], progress=progress
+    )
+    assert sorted(p.name for p in paths) == ["heatmap_var_P.csv", "ratio_vs_T.csv"]
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    if progress:
+        assert "figures" in captured.err
+        assert "2/2" in captured.err
+    else:
+        assert captured.err == ""
+
+
 # ----------------------------------------------------------------------------- plot functions
 def _theory(family, T, names):
     return frames._theory(family, T, names)

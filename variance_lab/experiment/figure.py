@@ -49,8 +49,6 @@ __all__ = [
     "token_findings",
 ]
 
-PNG_DPI = 200
-
 #: Line of each predicted clip fraction: the style of its model in the analysis figure, no sparse markers.
 _CLIP_STYLE = {
     col: {k: v for k, v in MODEL_STYLE[model].items() if k != "markevery"}
@@ -172,7 +170,8 @@ def experiment_figure(
     -------
     matplotlib.figure.Figure
     """
-    from variance_lab.report.analysis_figure import T_LABEL, analysis_figure
+    from variance_lab.report.analysis_figure import analysis_figure
+    from variance_lab.report.figure_kit import T_LABEL
 
     with _style.use(style):
         if fig is None:
@@ -436,7 +435,7 @@ def save_experiment_figure(
     texts = {"csv": table.to_csv(index=False), "curves": curves.to_csv(index=False)}
     for key, text in texts.items():
         atomic_write(names[key], lambda tmp, text=text: tmp.write_text(text))
-    dpi = int(dpi) if dpi else PNG_DPI
+    dpi = int(dpi) if dpi else _style.PNG_DPI
     with _style.use(style):
         settings = _data_fingerprint(path).get("settings")
         fig = experiment_figure(table, curves, level=result.level, title=experiment_title(settings))

@@ -23,8 +23,8 @@ from variance_lab.provenance import numbers_sha256, read_json_object, sidecar_te
 from variance_lab.rollouts.io import detect_format, load_batch, write_records
 
 __all__ = [
+    "ARITH_SIDECAR_KIND",
     "REPRODUCTION_KEYS",
-    "SIDECAR_KIND",
     "compare_files",
     "dataset_sidecar",
     "output_path",
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 #: The ``kind`` field of a data set's sidecar.
-SIDECAR_KIND = "variance_lab.experiment rollouts"
+ARITH_SIDECAR_KIND = "variance_lab.experiment rollouts"
 #: The keys of a sidecar's ``versions`` that decide a run's float32 numbers. Not
 #: ``variance_lab``: its version string says nothing about whether the training code changed
 #: (it stays put across commits, and a release need not touch training), and the slow tests
@@ -82,7 +82,7 @@ def read_sidecar(path) -> dict:
     """
     path = Path(path)
     data = read_json_object(path, "settings")
-    if "kind" in data and data["kind"] != SIDECAR_KIND:
+    if "kind" in data and data["kind"] != ARITH_SIDECAR_KIND:
         raise ValueError(f"{str(path)!r} is a {data['kind']!r} file, not an experiment sidecar")
     return data if "settings" in data else {"settings": data}
 
@@ -237,7 +237,7 @@ def dataset_sidecar(
     Parameters
     ----------
     kind : str
-        What wrote it (:data:`SIDECAR_KIND`, or :data:`variance_lab.lm.runs.SIDECAR_KIND`).
+        What wrote it (:data:`ARITH_SIDECAR_KIND`, or :data:`variance_lab.lm.runs.LM_SIDECAR_KIND`).
     path : str or Path
         The data file.
     records : list of dict

@@ -35,7 +35,7 @@ __all__ = [
     "length_chunks",
     "pad_batch",
     "sampler_log_probs",
-    "score",
+    "score_responses",
     "token_log_probs",
 ]
 
@@ -272,7 +272,7 @@ def token_log_probs(model: TinyGPT, prompts: list[list[int]], responses: list[li
 
 
 @torch.no_grad()
-def score(
+def score_responses(
     model: TinyGPT, prompts: list[list[int]], responses: list[list[int]], *, rows: int = 32
 ) -> torch.Tensor:
     """:func:`token_log_probs` without gradients, in chunks of similar length.

@@ -10,7 +10,7 @@ response adds them one at a time, writing each partial sum, and ends with ``.``:
 The tags make the lookup of the next term a content match (an induction-head pattern)
 rather than a count, so a tiny transformer can learn it; the running sums make the correct
 response grow linearly with :math:`n` (7 characters at :math:`n = 2`, about 330 at
-:math:`n = 32`). :func:`reward` checks only the final answer, the number after the last ``=``
+:math:`n = 32`). :func:`arith_reward` checks only the final answer, the number after the last ``=``
 of a response that was terminated by ``.``.
 
 Everything is deterministic given a :class:`numpy.random.Generator`; no global state.
@@ -31,12 +31,12 @@ __all__ = [
     "TAGS",
     "VOCAB",
     "Problem",
+    "arith_reward",
+    "arith_rewards",
     "decode",
     "encode",
     "make_problems",
     "max_response_length",
-    "reward",
-    "rewards",
 ]
 
 #: Term tags, in order; a problem has at most ``len(TAGS)`` terms.
@@ -180,7 +180,7 @@ def max_response_length(n: int) -> int:
     return 12 * int(n) + 8
 
 
-def reward(problem: Problem, response: str) -> float:
+def arith_reward(problem: Problem, response: str) -> float:
     """1.0 if the response ends with ``.`` and its final answer is the sum, else 0.0.
 
     The final answer is the text between the last ``=`` and the first ``.``; it must be a
@@ -204,8 +204,8 @@ def reward(problem: Problem, response: str) -> float:
     return float(answer.isdigit() and int(answer) == problem.total)
 
 
-def rewards(problems, responses) -> np.ndarray:
-    """:func:`reward` of each (problem, response) pair.
+def arith_rewards(problems, responses) -> np.ndarray:
+    """:func:`arith_reward` of each (problem, response) pair.
 
     Parameters
     ----------
@@ -216,4 +216,4 @@ def rewards(problems, responses) -> np.ndarray:
     -------
     ndarray of float64
     """
-    return np.array([reward(p, r) for p, r in zip(problems, responses, strict=True)], dtype=np.float64)
+    return np.array([arith_reward(p, r) for p, r in zip(problems, responses, strict=True)], dtype=np.float64)

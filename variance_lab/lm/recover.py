@@ -31,10 +31,11 @@ import torch
 
 from variance_lab.experiment.files import sidecar_path, write_dataset
 from variance_lab.lm.analysis import read_records
-from variance_lab.lm.runs import ENTROPY_FIELD, SIDECAR_KIND, LMSettings, random_streams, round_digits, ticker
+from variance_lab.lm.runs import ENTROPY_FIELD, LM_SIDECAR_KIND, LMSettings, random_streams, round_digits
 from variance_lab.lm.sampling import cache_arg, cache_of
 from variance_lab.lm.scoring import score
 from variance_lab.lm.task import chat_prompts, make_prompts, messages, stop_ids
+from variance_lab.progress import ticker
 from variance_lab.provenance import deterministic_torch, numbers_sha256, read_json_object
 
 __all__ = ["HOW", "Recovered", "add_entropy", "prompt_list", "recover", "search_tokens"]
@@ -349,7 +350,8 @@ def add_entropy(path, *, loaded=None, tol: float = 1e-4, say=None) -> dict:
     Parameters
     ----------
     path : str or Path
-        A ``.jsonl.gz`` or ``.jsonl`` written by :func:`variance_lab.lm.runs.run`, with its sidecar.
+        A ``.jsonl.gz`` or ``.jsonl`` written by :func:`variance_lab.lm.runs.run_lm_experiment`, with
+        its sidecar.
     loaded : (model, tokenizer, dict), optional
         A loaded float32 model (default SmolLM2-135M-Instruct, :func:`~variance_lab.lm.model.load_smollm2`).
     tol : float, optional
@@ -368,7 +370,7 @@ def add_entropy(path, *, loaded=None, tol: float = 1e-4, say=None) -> dict:
     if not side.is_file():
         raise ValueError(f"{str(path)!r} has no sidecar {side.name!r}")
     sidecar = read_json_object(side, "the sidecar")
-    if sidecar.get("kind") != SIDECAR_KIND:
+    if sidecar.get("kind") != LM_SIDECAR_KIND:
         kind = sidecar.get("kind")
         raise ValueError(f"{str(side)!r} is not a sidecar of a language-model run (kind {kind!r})")
     settings = LMSettings.from_dict(sidecar["settings"])

@@ -10,7 +10,7 @@ batch under the updated policy (``logp``): the ratios a trainer sees on its seco
 
 - ``onpolicy``: the sampler is the float32 policy itself; one file per aggregation
   (``gspo``, ``token-mean``, ``seq-mean-token-mean``), the same rollouts for the three
-  (same seed; pass one ``cache`` to :func:`run` to sample and score them once).
+  (same seed; pass one ``cache`` to :func:`run_lm_experiment` to sample and score them once).
 - ``mismatch``: the sampler is the policy in ``bf16`` or ``fp16``
   (:func:`~variance_lab.lm.precision.low_precision_copy`), or the float32 policy with top-p
   and top-k processing (``top-p``). ``rollout_logp`` holds the sampler's own log-probs of the
@@ -25,7 +25,7 @@ batch under the updated policy (``logp``): the ratios a trainer sees on its seco
   :math:`\theta_K`. So
   ``old_logp - rollout_logp`` is the staleness and ``logp - old_logp`` the update.
 
-:func:`run` writes the records (``id``, ``prompt_id``, ``logp``, ``old_logp`` and, where
+:func:`run_lm_experiment` writes the records (``id``, ``prompt_id``, ``logp``, ``old_logp`` and, where
 they apply, ``rollout_logp``, ``policy_lag``, ``reward``, ``advantage``; and ``entropy``, the
 old policy's next-token entropy at each position) in the toolkit's JSONL
 format with a sidecar (:func:`~variance_lab.experiment.files.dataset_sidecar`, beside the data file:
@@ -52,23 +52,23 @@ from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
 from variance_lab.lm.scoring import response_log_probs, score
 from variance_lab.lm.task import MATCHES, MAX_SHOTS, chat_prompts, make_prompts, messages, rewards, stop_ids
+from variance_lab.progress import ticker
 from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
 from variance_lab.ratios import group_advantages
 
 __all__ = [
     "ENTROPY_FIELD",
-    "FULL",
-    "QUICK",
+    "LM_FULL",
+    "LM_QUICK",
+    "LM_SAMPLERS",
+    "LM_SIDECAR_KIND",
     "RUNS",
-    "SAMPLERS",
-    "SIDECAR_KIND",
     "LMSettings",
     "collect_records",
     "default_name",
     "random_streams",
     "round_digits",
-    "run",
-    "ticker",
+    "run_lm_experiment",
     "update",
 ]
 
@@ -77,9 +77,9 @@ ENTROPY_FIELD = (
     "the entropy (nats) of the trainer's next-token distribution before the step, at each response position"
 )
 #: The ``kind`` of a run's sidecar.
-SIDECAR_KIND = "variance_lab.lm rollouts"
+LM_SIDECAR_KIND = "variance_lab.lm rollouts"
 RUNS = ("onpolicy", "mismatch", "stale")
-SAMPLERS = ("fp32", "bf16", "fp16", "top-p")
+LM_SAMPLERS = ("fp32", "bf16", "fp16", "top-p")
 _STREAMS = 8
 
 
@@ -151,7 +151,7 @@ class LMSettings(RunSettings):
     def __post_init__(self):
         """Check every setting, naming a bad one."""
         modes = ("auto", "native", "emulated")
-        choices = {"run": RUNS, "aggregation": AGGREGATIONS, "sampler": SAMPLERS, "precision_mode": modes}
+        choices = {"run": RUNS, "aggregation": AGGREGATIONS, "sampler": LM_SAMPLERS, "precision_mode": modes}
         check_choices(self, choices | {"match": MATCHES})
         if self.run != "mismatch" and self.sampler != "fp32":
             raise ValueError(f"run {self.run!r} samples in fp32, got sampler={self.sampler!r}")
@@ -173,9 +173,9 @@ class LMSettings(RunSettings):
 
 
 #: Full size: 256 prompts x 4 responses (1,024 sequences), up to 256 new tokens.
-FULL = LMSettings()
+LM_FULL = LMSettings()
 #: Seconds-to-minutes size: 8 prompts x 4, up to 32 new tokens, short tasks.
-QUICK = LMSettings(n_prompts=8, max_new_tokens=32, train_prompts=4, max_words=8)
+LM_QUICK = LMSettings(n_prompts=8, max_new_tokens=32, train_prompts=4, max_words=8)
 
 
 def default_name(settings: LMSettings, quick: bool = False) -> str:
@@ -362,34 +362,6 @@ def random_streams(seed: int) -> list[np.random.SeedSequence]:
     return np.random.SeedSequence(seed).spawn(_STREAMS)
 
 
-def ticker(say, what: str, every: float = 30.0):
-    """Return a callback ``(done, total)`` saying ``what: done/total sequences`` now and then.
-
-    It speaks every ``every`` seconds and at the end.
-
-    Parameters
-    ----------
-    say : callable
-        Takes one message.
-    what : str
-    every : float, optional
-        Seconds between messages.
-
-    Returns
-    -------
-    callable
-    """
-    last = [time.perf_counter()]
-
-    def tick(done: int, total: int) -> None:
-        now = time.perf_counter()
-        if done == total or now - last[0] >= every:
-            last[0] = now
-            say(f"{what}: {done}/{total} sequences")
-
-    return tick
-
-
 class _Rollouts:
     """What the three aggregations of one run share: the data batch, the first minibatch, the trainer."""
 
@@ -574,10 +546,10 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
     reproduce = (
         f"variance-lab experiment run --model smollm2 --settings {sidecar_path(path).name} --out {path.name}"
     )
-    return dataset_sidecar(SIDECAR_KIND, path, records, head, reproduce=reproduce)
+    return dataset_sidecar(LM_SIDECAR_KIND, path, records, head, reproduce=reproduce)
 
 
-def run(
+def run_lm_experiment(
     settings: LMSettings, out, *, loaded=None, quick: bool = False, progress=None, cache: dict | None = None
 ) -> dict:
     """Run ``settings.run`` and write the data file and its sidecar (atomically).

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from variance_lab.lm.model import LM_HINT
+from variance_lab.lm.model import LM_EXTRA_HINT
 from variance_lab.lm.tiny import SPECIAL_TOKENS, tiny_model
 
 __all__ = ["GGUF_TENSOR_NAMES", "rope_permute", "write_tiny_gguf"]
@@ -119,7 +119,7 @@ def write_tiny_gguf(
     try:
         import gguf
     except ImportError as exc:
-        raise ImportError(f"write_tiny_gguf needs the gguf package: {LM_HINT}") from exc
+        raise ImportError(f"write_tiny_gguf needs the gguf package: {LM_EXTRA_HINT}") from exc
 
     model, tokenizer = tiny_model(seed=seed, hidden_size=hidden_size, layers=layers, eos_scale=eos_scale)
     cfg = model.config

@@ -26,6 +26,7 @@ from variance_lab import __version__
 from variance_lab._atomic import atomic_write
 from variance_lab.paper.catalog import ALL_FIGURES, EXPERIMENT_FIGURE, FIGURES, caption, default_params
 from variance_lab.paper.frames import figure_data
+from variance_lab.progress import progress_steps
 from variance_lab.provenance import FIGURE_VERSIONS, read_json_object, text_sha256, versions, write_sidecar
 from variance_lab.report import clip_figure, corrections_figure
 from variance_lab.report import figures as plots
@@ -36,7 +37,6 @@ __all__ = [
     "DEFAULT_FORMATS",
     "DEFAULT_STYLE",
     "FORMATS",
-    "PNG_DPI",
     "QUICK_PNG_DPI",
     "draw",
     "from_sidecar",
@@ -47,8 +47,7 @@ __all__ = [
     "save_figure",
 ]
 
-#: PNG resolution (dots per inch); ``--quick`` uses :data:`QUICK_PNG_DPI`.
-PNG_DPI = 200
+#: PNG resolution (dots per inch) with ``--quick`` (:data:`variance_lab.report.style.PNG_DPI` otherwise).
 QUICK_PNG_DPI = 100
 SIDECAR_VERSION = 2
 #: Formats ``save_figure`` can write; the default is vector PDF and PNG.
@@ -187,8 +186,8 @@ def save_figure(
     """Write ``NAME.csv``, the images in ``formats`` and the sidecar ``NAME.json`` to ``out``.
 
     Files are written atomically and reproducibly (no creation dates). ``dpi`` is the PNG
-    resolution (default :data:`PNG_DPI`, :data:`QUICK_PNG_DPI` when ``quick``); ``style`` is
-    recorded in the sidecar (the style the figure was drawn with).
+    resolution (default :data:`~variance_lab.report.style.PNG_DPI`, :data:`QUICK_PNG_DPI` when
+    ``quick``); ``style`` is recorded in the sidecar (the style the figure was drawn with).
     """
     formats = _check_formats(formats)
     out = Path(out)
@@ -196,7 +195,7 @@ def save_figure(
     data_text = data.to_csv(index=False)
     csv = out / f"{name}.csv"
     _write_text(csv, data_text)
-    dpi = int(dpi) if dpi else (QUICK_PNG_DPI if quick else PNG_DPI)
+    dpi = int(dpi) if dpi else (QUICK_PNG_DPI if quick else report_style.PNG_DPI)
     images = plots.write_images(fig, out, name, formats, dpi)
     sidecar = _sidecar(name, params, data_text, quick, dpi, formats, style)
     side = write_sidecar(out / f"{name}.json", sidecar)
@@ -238,7 +237,7 @@ def make_all(
     quick: bool = False,
     only: Sequence[str] | None = None,
     engine: Engine | None = None,
-    progress: bool = True,
+    progress: bool | None = None,
     formats=None,
     dpi: int | None = None,
     style=DEFAULT_STYLE,
@@ -257,17 +256,18 @@ def make_all(
         A subset of :data:`ALL_FIGURES`.
     engine : Engine, optional
         Runs the Monte Carlo parts (default: threads on all cores; one engine for every figure).
-    progress : bool
-        Text progress over figures (one line each, on stderr).
+    progress : None, True or False
+        A bar over the figures on standard error, kept at the end
+        (:func:`variance_lab.progress.progress_steps`): ``None`` where someone watches, after a
+        second; ``True`` at once; ``False`` none.
     formats : sequence of str, optional
         Image formats, a subset of :data:`FORMATS` (default :data:`DEFAULT_FORMATS`).
     dpi : int, optional
-        PNG resolution (default :data:`PNG_DPI`; :data:`QUICK_PNG_DPI` when ``quick``).
+        PNG resolution (default :data:`~variance_lab.report.style.PNG_DPI`; :data:`QUICK_PNG_DPI`
+        when ``quick``).
     style : None, str or path
         Matplotlib style to draw with (default :data:`DEFAULT_STYLE`, the package's paper style).
     """
-    from tqdm import tqdm
-
     formats = _check_formats(formats)
     _style_name(style)
     names = list(ALL_FIGURES if only is None else only)
@@ -283,11 +283,15 @@ def make_all(
     build.mkdir()  # the usual permissions (0777 & ~umask), kept when renamed to out
     try:
         written: list[Path] = []
-        with using_engine(engine) as eng:
-            for name in tqdm(names, disable=not progress, unit="figure", desc="figures"):
+        with (
+            using_engine(engine) as eng,
+            progress_steps(progress, len(names), "figures", unit="figure", leave=True) as step,
+        ):
+            for name in names:
                 written += _build(
                     name, build, None, quick=quick, engine=eng, formats=formats, dpi=dpi, style=style
                 )
+                step()
         return publish(build, out, written)
     finally:
         shutil.rmtree(build, ignore_errors=True)

@@ -25,6 +25,7 @@ __all__ = [
     "ERRORBAR",
     "MARGINAL_FILL",
     "MIN_FONT_PT",
+    "PNG_DPI",
     "RC",
     "SEQUENTIAL_CMAP",
     "STYLE_FILE",
@@ -41,6 +42,8 @@ __all__ = [
 
 #: Smallest text size of any figure, points (journals ask for 7-8 pt at print size).
 MIN_FONT_PT = 7.0
+#: PNG resolution (dots per inch) of the package's figures.
+PNG_DPI = 200
 
 #: Okabe & Ito (2008) colour-blind-safe palette, black first.
 OKABE_ITO = (
