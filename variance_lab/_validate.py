@@ -8,6 +8,7 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "NonFiniteError",
     "check_T",
     "check_finite",
     "check_n",
@@ -99,6 +100,14 @@ def check_seed(seed) -> int:
     return int(seed)
 
 
+class NonFiniteError(ValueError):
+    """A number that reads as a float but is not finite (``inf``, ``nan``): raised by :func:`parse_float`.
+
+    A ``ValueError``, so callers that catch that still do; a caller with its own message for each
+    case (not a number, not finite) tells the two apart by this class.
+    """
+
+
 def parse_float(raw: str, name: str, context: str = "") -> float:
     """Return the text ``raw`` as a finite float, or raise ``ValueError`` naming ``name`` and ``raw``.
 
@@ -114,13 +123,19 @@ def parse_float(raw: str, name: str, context: str = "") -> float:
     Returns
     -------
     float
+
+    Raises
+    ------
+    ValueError
+        ``raw`` is not a number; :class:`NonFiniteError` (a ``ValueError``) where it is one but
+        not finite.
     """
     try:
         number = float(raw)
     except ValueError:
         raise ValueError(f"{name}: not a number: {raw!r}{context}") from None
     if not math.isfinite(number):
-        raise ValueError(f"{name}: values must be finite, got {raw!r}{context}")
+        raise NonFiniteError(f"{name}: values must be finite, got {raw!r}{context}")
     return number
 
 
@@ -150,6 +165,7 @@ def parse_integer(text: str, *, name: str, minimum: int | None = None) -> int:
     Returns
     -------
     int
+        The value, exactly (``1e6`` gives ``1000000``).
 
     Raises
     ------

@@ -116,6 +116,21 @@ def add_seed_arg(p: argparse.ArgumentParser, help: str, *, default: int | None =
     p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=default, help=help)
 
 
+def add_output_args(
+    p: argparse.ArgumentParser,
+    formats,
+    *,
+    option: str = "--format",
+    out_help: str = "write to this file instead of standard output",
+) -> None:
+    """Add a table's output options: ``option`` (one of ``formats``, default markdown) and ``--out``.
+
+    ``option`` is ``--table-format`` where ``--format`` already names the input's format (``analyze``).
+    """
+    p.add_argument(option, default="markdown", choices=formats, help="output format")
+    p.add_argument("--out", default=None, help=out_help)
+
+
 def float_arg(text: str) -> float:
     try:
         return float(text)
@@ -376,6 +391,12 @@ def add_sampler_arg(p: argparse.ArgumentParser) -> None:
         "grid point instead of max(T) per path: the same law, other draws); auto: aggregate where "
         "exact, token for gamma",
     )
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """Add the options :func:`engine_from_args` reads: ``--sampler``, then :func:`add_executor_args`'s."""
+    add_sampler_arg(p)
+    add_executor_args(p)
 
 
 def engine_from_args(args: argparse.Namespace):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from variance_lab.cli._common import (
     CLIError,
+    add_output_args,
     add_seed_arg,
     check_output,
     flush_notes,
@@ -176,7 +177,11 @@ def add_command(sub) -> None:
         "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
     )
     add_seed_arg(p, "seed of the bootstrap")
-    p.add_argument("--table-format", default="markdown", choices=ANALYSIS_FORMATS, help="output format")
-    p.add_argument("--out", default=None, help="write the table to this file instead of standard output")
+    add_output_args(
+        p,
+        ANALYSIS_FORMATS,
+        option="--table-format",
+        out_help="write the table to this file instead of standard output",
+    )
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf, .png, .svg)")
     p.set_defaults(func=run)

@@ -16,6 +16,7 @@ from variance_lab import __version__
 from variance_lab.cli._common import (
     CLIError,
     add_family_args,
+    add_output_args,
     add_seed_arg,
     family_from_args,
     float_arg,
@@ -266,6 +267,5 @@ def add_command(sub) -> None:
         help="--data: a framework's dump (nemo-rl: train_data_step*.jsonl; prime-rl: "
         "token_exports/step_N/rank_R.jsonl; slime: the .pt of --save-debug-train-data)",
     )
-    p.add_argument("--format", default="markdown", choices=TABLE_FORMATS, help="output format")
-    p.add_argument("--out", default=None, help="write to this file instead of standard output")
+    add_output_args(p, TABLE_FORMATS)
     p.set_defaults(func=run)

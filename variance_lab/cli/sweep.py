@@ -10,9 +10,8 @@ from variance_lab.cli._common import (
     GRID_EPILOG,
     PROG,
     CLIError,
-    add_executor_args,
+    add_engine_args,
     add_long_run_args,
-    add_sampler_arg,
     add_seed_arg,
     check_output,
     confirm_long_run,
@@ -177,8 +176,7 @@ def add_command(sub) -> None:
         help="fresh Monte Carlo draws at every T instead of one path read at every T",
     )
     p.add_argument("--target", type=float_arg, default=0.1, help="target relative error of the n_needed rows")
-    add_sampler_arg(p)
-    add_executor_args(p)
+    add_engine_args(p)
     p.add_argument("--store", default=sweep_mod.DEFAULT_STORE, help="SQLite store, created when missing")
     p.add_argument("--out", default=None, help="also write this sweep's rows to a .csv or .parquet file")
     add_long_run_args(p)

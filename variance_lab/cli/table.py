@@ -6,10 +6,10 @@ import argparse
 
 from variance_lab import __version__
 from variance_lab.cli._common import (
-    add_executor_args,
+    add_engine_args,
     add_family_args,
     add_long_run_args,
-    add_sampler_arg,
+    add_output_args,
     add_seed_arg,
     check_output,
     confirm_long_run,
@@ -100,12 +100,10 @@ def add_command(sub) -> None:
         "and the verdicts",
     )
     add_seed_arg(p, "root seed of the Monte Carlo draws")
-    add_sampler_arg(p)
-    add_executor_args(p)
+    add_engine_args(p)
     p.add_argument(
         "--target", type=float_arg, default=0.1, help="target relative error for the draws-needed columns"
     )
-    p.add_argument("--format", default="markdown", choices=table_report.TABLE_FORMATS, help="output format")
-    p.add_argument("--out", default=None, help="write to this file instead of standard output")
+    add_output_args(p, table_report.TABLE_FORMATS)
     add_long_run_args(p)
     p.set_defaults(func=run)

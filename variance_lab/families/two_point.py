@@ -17,15 +17,8 @@ import mpmath
 import numpy as np
 
 from variance_lab._validate import check_finite
+from variance_lab.families import series
 from variance_lab.families.base import CODE_TWO_POINT, Family
-from variance_lab.families.series import (
-    FACTORIALS,
-    SERIES_TERMS,
-    forward_diffs,
-    p_side_from_moments,
-    pick,
-    series_diffs,
-)
 from variance_lab.stats.special import UNIT_ROUNDOFF as U
 
 __all__ = ["TwoPoint"]
@@ -33,9 +26,9 @@ __all__ = ["TwoPoint"]
 
 def _bernoulli_cgf_coef(q):
     r"""Taylor coefficients :math:`h_j` of :math:`\log(1 + q\,\operatorname{expm1}(x))`, j = 0..24."""
-    g = [q / FACTORIALS[n] if n else 0.0 * q for n in range(SERIES_TERMS + 1)]
+    g = [q / series.FACTORIALS[n] if n else 0.0 * q for n in range(series.SERIES_TERMS + 1)]
     h = [0.0 * q, q]
-    for n in range(2, SERIES_TERMS + 1):
+    for n in range(2, series.SERIES_TERMS + 1):
         acc = n * g[n]
         for m in range(1, n):
             acc = acc - m * h[m] * g[n - m]
@@ -68,7 +61,7 @@ def _two_point_parts(mu, s2, T, shape):
     l2, l3, l4 = np.log1p(c2), np.log1p(3 * c2 + m3), np.log1p(6 * c2 + 4 * m3 + m4)
     el = [1.5 * U * l2, 2 * U * np.abs(l3) + em, 2 * U * np.abs(l4) + 4 * em]
     keys = ("wP", "r3P", "uP", "ewP", "er3P", "euP", "gP", "egP")
-    out.update(zip(keys, p_side_from_moments(T, l2, l3, l4, el), strict=True))
+    out.update(zip(keys, series.p_side_from_moments(T, l2, l3, l4, el), strict=True))
     # G_T: K(s) = s log b + L(s d), L(x) = log1p(q expm1(x)); differences of order >= 2 drop s log b
     s = 1.0 / T
     Lv, eL = [0.0], [0.0]
@@ -78,23 +71,23 @@ def _two_point_parts(mu, s2, T, shape):
         val = np.log1p(q * em1)
         Lv.append(val)
         eL.append(4 * U * (np.abs(val) + q * np.abs(em1) / (1 + q * em1)) + j * s * ed)
-    plain = {n: forward_diffs(Lv, eL, n) for n in (2, 3, 4)}
+    plain = {n: series.forward_diffs(Lv, eL, n) for n in (2, 3, 4)}
     bG_plain = (lb1 + T * Lv[1], e_lb1 + T * eL[1] + 2 * U * (np.abs(lb1) + np.abs(T * Lv[1])))
     h = _bernoulli_cgf_coef(q)
     x = s * d
     ok = 4 * np.abs(x) < 0.4  # radius of convergence >= pi
     xs = np.where(ok, x, 0.0)
     for n, key in ((2, "wG"), (3, "r3G"), (4, "uG")):
-        val, err = series_diffs(h, xs, n)
+        val, err = series.series_diffs(h, xs, n)
         err = np.where(ok, T * (err + n * np.abs(val) * ed / np.abs(d)), np.inf)
-        out[key], out[f"e{key}"] = pick((T * plain[n][0], T * plain[n][1]), (T * val, err))
+        out[key], out[f"e{key}"] = series.pick((T * plain[n][0], T * plain[n][1]), (T * val, err))
     h2 = [0.0 * q, 0.0 * q, *h[2:]]
-    tail, etail = series_diffs(h2, xs, 1)  # sum_{j >= 2} h_j x^j
+    tail, etail = series.series_diffs(h2, xs, 1)  # sum_{j >= 2} h_j x^j
     b_series = gap + T * tail
     e_series = (
         egap + T * (etail + 2 * np.abs(tail) * ed / np.abs(d)) + 2 * U * (np.abs(gap) + np.abs(T * tail))
     )
-    out["bG"], out["ebG"] = pick(bG_plain, (b_series, np.where(ok, e_series, np.inf)))
+    out["bG"], out["ebG"] = series.pick(bG_plain, (b_series, np.where(ok, e_series, np.inf)))
     return out
 
 

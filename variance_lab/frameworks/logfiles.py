@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
+
+from variance_lab._validate import NonFiniteError, parse_float
 
 __all__ = [
     "DEFAULT_RATIO_LEVEL",
@@ -120,17 +121,21 @@ def detect_framework(records: list[dict]) -> str:
 
 
 def field_number(record: dict, key: str, where: str) -> float:
-    """Return ``record[key]`` as a finite float (``ValueError`` naming ``where`` and the field if not)."""
+    """Return ``record[key]`` as a finite float (``ValueError`` naming ``where`` and the field if not).
+
+    A number or its text, read by the one float rule (:func:`~variance_lab._validate.parse_float`);
+    a bool is refused.
+    """
     v = record[key]
     if isinstance(v, bool) or not isinstance(v, int | float | str):
         raise ValueError(f"{where}: field {key!r}: expected a number, got {v!r}")
     try:
-        x = float(v)
+        return parse_float(v, key)
+    except NonFiniteError:
+        expected = "a finite number"
     except ValueError:
-        raise ValueError(f"{where}: field {key!r}: expected a number, got {v!r}") from None
-    if not math.isfinite(x):
-        raise ValueError(f"{where}: field {key!r}: expected a finite number, got {v!r}")
-    return x
+        expected = "a number"
+    raise ValueError(f"{where}: field {key!r}: expected {expected}, got {v!r}") from None
 
 
 # --------------------------------------------------------------------------------------

@@ -136,6 +136,7 @@ class ParquetRecorder:
         Returns
         -------
         int
+            The rows now in the file, this batch's included (what the integrations return).
 
         Raises
         ------

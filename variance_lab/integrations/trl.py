@@ -60,13 +60,13 @@ def record_trl_batch(recorder: ParquetRecorder, batch: Mapping, step: int) -> in
     Returns
     -------
     int
-        Rows now in the file.
+        The rows now in the file, this batch's included (:meth:`ParquetRecorder.append`).
 
     Raises
     ------
     ValueError
-        No ``old_per_token_logps`` or ``completion_mask``, or shapes that disagree; nothing is
-        appended.
+        No ``old_per_token_logps`` or ``completion_mask``, or the errors of
+        :meth:`ParquetRecorder.append` (shapes that disagree); nothing is appended.
     """
     where = f"{recorder.path.name}: step {step}"
     for key in ("old_per_token_logps", "completion_mask"):

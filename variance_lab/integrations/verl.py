@@ -59,13 +59,13 @@ def record_verl_batch(recorder: ParquetRecorder, batch, step: int) -> int:
     Returns
     -------
     int
-        Rows now in the file.
+        As :meth:`ParquetRecorder.append`: the rows now in the file.
 
     Raises
     ------
     ValueError
-        A missing ``old_log_probs`` or ``response_mask``, or shapes that disagree; nothing
-        is appended.
+        Neither a ``DataProto`` nor a mapping, a missing ``old_log_probs`` or ``response_mask``, or
+        the errors of :meth:`ParquetRecorder.append` (shapes that disagree); nothing is appended.
     """
     tensors = getattr(batch, "batch", batch)
     if not isinstance(tensors, Mapping) and not hasattr(tensors, "keys"):

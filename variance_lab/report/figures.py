@@ -5,7 +5,7 @@ frame of histogram bins) and either ``ax=`` (one panel) or ``fig=`` (several pan
 neither is given it creates a figure through :mod:`matplotlib.pyplot` (so ``plt.gcf()`` and
 ``plt.savefig`` see it), ``figsize`` wide and high (default one column, 3.4 in). It returns
 the :class:`~matplotlib.figure.Figure`. Nothing here computes theory or runs Monte Carlo:
-see :mod:`variance_lab.paper.figures` for the data behind each figure.
+see :func:`variance_lab.paper.frames.figure_data` for the data behind each figure of the paper.
 
 Modules. This module draws the quantities against :math:`T` with their Monte Carlo points
 and writes images; the theory figures (maps over :math:`(\mu, \sigma^2)`, the
@@ -192,10 +192,9 @@ def approx_ratio(frame: pd.DataFrame, *, ax=None, legend: bool = True, figsize=N
         ``monte_carlo``.
     ax : matplotlib.axes.Axes, optional
     legend : bool
-    figsize, style
-        As for :func:`variance_vs_T`.
-    **kwargs
-        Passed to every approximation line's :meth:`~matplotlib.axes.Axes.plot`.
+    figsize, style, **kwargs
+        Size and style as in the module docstring; ``**kwargs`` go to every approximation line's
+        :meth:`~matplotlib.axes.Axes.plot`.
 
     Returns
     -------
@@ -284,10 +283,9 @@ def ratio_vs_T(
         One panel, full range only.
     zoom : int or None
         Largest T of the zoomed panel; None for one panel.
-    figsize, style
-        As for :func:`variance_vs_T`.
-    **kwargs
-        Passed to every line's :meth:`~matplotlib.axes.Axes.plot`.
+    figsize, style, **kwargs
+        Size and style as in the module docstring; ``**kwargs`` go to every line's
+        :meth:`~matplotlib.axes.Axes.plot`.
 
     Returns
     -------
@@ -344,15 +342,14 @@ def ess_vs_T(
     n : int, optional
         Draws of the Monte Carlo points: draws the floor 1/n (one draw holds all weight)
         and names n in the title.
-    figsize, style
-        As for :func:`variance_vs_T`.
-    **kwargs
-        Passed to every exact line's :meth:`~matplotlib.axes.Axes.plot`.
+    figsize, style, **kwargs
+        Size and style as in the module docstring. The exact lines are drawn with
+        :meth:`~matplotlib.axes.Axes.plot`, which takes ``**kwargs``.
 
     Returns
     -------
     matplotlib.figure.Figure
-        The figure of ``ax`` (or a new one) with Kong's ESS fraction of the weights against T.
+        Kong's ESS fraction of the weights against T, on ``ax``'s figure or a new one.
     """
     with sty.use(style):
         fig, ax = axes_or_new(ax, figsize, 2.9)
@@ -404,15 +401,14 @@ def log_histograms(
     ----------
     frame : pandas.DataFrame
         Histogram bins: columns ``T``, ``quantity`` (``log_P`` or ``log_G``), ``lo``,
-        ``hi`` (bin edges) and ``density`` (as :func:`variance_lab.paper.figures.histogram_frame`
+        ``hi`` (bin edges) and ``density`` (as :func:`variance_lab.paper.frames.histogram_frame`
         makes from draws).
     fig : matplotlib.figure.Figure, optional
     title : str, optional
         Figure title (the family, its parameters and the draws: the bins do not carry them).
-    figsize, style
-        As for :func:`variance_vs_T`.
-    **kwargs
-        Passed to every :meth:`~matplotlib.axes.Axes.stairs`.
+    figsize, style, **kwargs
+        Size and style as in the module docstring; ``**kwargs`` go to every
+        :meth:`~matplotlib.axes.Axes.stairs`.
 
     Returns
     -------

@@ -17,21 +17,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from variance_lab.report import figure_kit as kit
 from variance_lab.report import style as sty
-from variance_lab.report.figure_kit import (
-    METHOD_LABEL,
-    METHOD_STYLE,
-    STAT_LABEL,
-    T_LABEL,
-    axes_or_new,
-    common_text,
-    figure_or_new,
-    params_text,
-    rows_where,
-    series_keys,
-    series_label,
-    varying_params,
-)
 
 __all__ = [
     "REL_ERROR_FLOOR",
@@ -167,10 +154,9 @@ def heatmap(
         Labelled contours at whole decades.
     boundary : bool
         Draw :math:`\sigma^2 = 1 - \mu^2`.
-    figsize, style
-        As for :func:`variance_vs_T`.
-    **kwargs
-        Passed to :meth:`~matplotlib.axes.Axes.pcolormesh` (``cmap``, ``vmin``, ``vmax``, ...).
+    figsize, style, **kwargs
+        Size and style as in :mod:`~variance_lab.report.figures`; ``**kwargs`` go to
+        :meth:`~matplotlib.axes.Axes.pcolormesh` (``cmap``, ``vmin``, ``vmax``, ...).
 
     Returns
     -------
@@ -186,7 +172,7 @@ def heatmap(
     if rows.empty:
         raise ValueError(f"no exact {statistic} rows at T = {T}")
     with sty.use(style):
-        fig, ax = axes_or_new(ax, figsize, 2.8)
+        fig, ax = kit.axes_or_new(ax, figsize, 2.8)
         mus, s2s, z, log_y = _grid(rows)
         mesh = ax.pcolormesh(
             _edges(mus, False),
@@ -204,7 +190,7 @@ def heatmap(
             _boundary(ax, mus, s2s)
         cbar = fig.colorbar(mesh, ax=ax)
         sty.log10_axis(cbar.ax, "y")
-        cbar.set_label(f"{STAT_LABEL.get(statistic, statistic)} at $T={T}$")
+        cbar.set_label(f"{kit.STAT_LABEL.get(statistic, statistic)} at $T={T}$")
         families = rows["family"].unique()
         _heat_axes(ax, mus, s2s, log_y, f"{families[0]} ratios, exact" if len(families) == 1 else "")
     return fig
@@ -228,10 +214,9 @@ def decay_boundary(
     T : (int, int), optional
         The two lengths (default: the frame's smallest and largest).
     ax : matplotlib.axes.Axes, optional
-    figsize, style
-        As for :func:`variance_vs_T`.
-    **kwargs
-        Passed to :meth:`~matplotlib.axes.Axes.pcolormesh`.
+    figsize, style, **kwargs
+        Size and style as in :mod:`~variance_lab.report.figures`; ``**kwargs`` go to
+        :meth:`~matplotlib.axes.Axes.pcolormesh`.
 
     Returns
     -------
@@ -249,7 +234,7 @@ def decay_boundary(
     if t1 not in Ts or t2 not in Ts or t1 >= t2:
         raise ValueError(f"T must be two lengths of the frame, smaller first; got {T!r}, frame has {Ts}")
     with sty.use(style):
-        fig, ax = axes_or_new(ax, figsize, 2.8)
+        fig, ax = kit.axes_or_new(ax, figsize, 2.8)
         mus, s2s, z1, log_y = _grid(rows[rows["T"] == t1])
         z2 = _grid(rows[rows["T"] == t2])[2]
         z = z2 - z1
@@ -322,17 +307,17 @@ def approx_error(frame: pd.DataFrame, *, fig=None, figsize=None, style=None, **k
     matplotlib.figure.Figure
     """
     err = relative_error_frame(frame)
-    keys = series_keys(err)
+    keys = kit.series_keys(err)
     with sty.use(style):
-        fig = figure_or_new(fig, figsize, 0.7 + 1.5 * max(len(keys), 1))
+        fig = kit.figure_or_new(fig, figsize, 0.7 + 1.5 * max(len(keys), 1))
         axes = np.atleast_1d(fig.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0])
         for ax, key in zip(axes, keys, strict=True):
             family, mu, sigma2 = key
-            sub = rows_where(err, family=family, mu=mu, sigma2=sigma2)
+            sub = kit.rows_where(err, family=family, mu=mu, sigma2=sigma2)
             for method in ("lognormal", "delta", "naive"):
                 m = sub[sub["method"] == method]
                 y = np.maximum(np.abs(m["rel_error"].to_numpy(float)), REL_ERROR_FLOOR)
-                ax.plot(m["T"], y, label=METHOD_LABEL[method], **{**METHOD_STYLE[method], **kwargs})
+                ax.plot(m["T"], y, label=kit.METHOD_LABEL[method], **{**kit.METHOD_STYLE[method], **kwargs})
                 if len(y) > 1 and (y[-2:] <= REL_ERROR_FLOOR).all():
                     ax.annotate(
                         "exact",
@@ -342,19 +327,19 @@ def approx_error(frame: pd.DataFrame, *, fig=None, figsize=None, style=None, **k
                         ha="right",
                         va="bottom",
                         fontsize=sty.small_font(),
-                        color=METHOD_STYLE[method]["color"],
+                        color=kit.METHOD_STYLE[method]["color"],
                     )
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_ylim(REL_ERROR_FLOOR / 3, None)
-            ax.set_title(params_text(key), loc="left")
+            ax.set_title(kit.params_text(key), loc="left")
             ax.set_ylabel("rel. error")
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside upper center", ncols=2)
         fig.supylabel(r"$|\mathrm{approx.}/\mathrm{exact} - 1|$ of $\mathrm{Var}(G_T)$")
         for ax in axes:
             ax.set_ylabel("")
-        axes[-1].set_xlabel(T_LABEL)
+        axes[-1].set_xlabel(kit.T_LABEL)
     return fig
 
 
@@ -375,8 +360,8 @@ def frontier_frame(frame: pd.DataFrame, n) -> pd.DataFrame:
     n = np.asarray(n, dtype=float).ravel()
     rows = frame[(frame["statistic"] == "n_needed_P") & (frame["method"] == "exact")]
     parts = []
-    for family, mu, sigma2 in series_keys(rows):
-        sub = rows_where(rows, family=family, mu=mu, sigma2=sigma2)
+    for family, mu, sigma2 in kit.series_keys(rows):
+        sub = kit.rows_where(rows, family=family, mu=mu, sigma2=sigma2)
         Ts = sub["T"].to_numpy(float)
         need = np.maximum.accumulate(sub["log10_value"].to_numpy(float))
         log_n = np.log10(n)
@@ -405,10 +390,9 @@ def mc_frontier(
     ax : matplotlib.axes.Axes, optional
     target : float, optional
         The target relative error the rows were computed for (axis label only).
-    figsize, style
-        As for :func:`variance_vs_T`.
-    **kwargs
-        Passed to every frontier line's :meth:`~matplotlib.axes.Axes.plot`.
+    figsize, style, **kwargs
+        Size and style as in :mod:`~variance_lab.report.figures`; ``**kwargs`` go to every frontier
+        line's :meth:`~matplotlib.axes.Axes.plot`.
 
     Returns
     -------
@@ -416,15 +400,15 @@ def mc_frontier(
     """
     n = np.logspace(2, 12, 101) if n is None else np.asarray(n, dtype=float)
     front = frontier_frame(frame, n)
-    keys = series_keys(front)
-    varying = varying_params(keys)
+    keys = kit.series_keys(front)
+    varying = kit.varying_params(keys)
     with sty.use(style):
-        fig, ax = axes_or_new(ax, figsize, 3.0)
+        fig, ax = kit.axes_or_new(ax, figsize, 3.0)
         for i, key in enumerate(keys):
             family, mu, sigma2 = key
             sub = front[(front["family"] == family) & (front["mu"] == mu) & (front["sigma2"] == sigma2)]
             kw = {**sty.line_style(i), "markevery": 0.1, "ms": 3, "drawstyle": "steps-post", **kwargs}
-            ax.plot(sub["n"], sub["T_max"], label=series_label(key, varying), **kw)
+            ax.plot(sub["n"], sub["T_max"], label=kit.series_label(key, varying), **kw)
         for t in (10, 100, 1000):
             ax.axhline(t, color="0.75", lw=0.5, ls=":", zorder=0)
         ax.set_xscale("log")
@@ -433,7 +417,7 @@ def mc_frontier(
         pct = f"{100 * target:g} %" if target else "the target"
         ax.set_ylabel("largest $T$ (tokens)")
         title = rf"largest $T$ where $n$ draws give Var$(P_T)$ to {pct}"
-        common = common_text(keys, varying)
+        common = kit.common_text(keys, varying)
         ax.set_title(title + (f"\n{common}" if common else ""))
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2)
     return fig
