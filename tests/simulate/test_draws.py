@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from variance_lab.families import CODE_MIXTURE, CODE_RANDOM_SCALE, LognormalMixture, RandomScale
+from variance_lab.families import LognormalMixture, RandomScale
+from variance_lab.families.base import CODE_MIXTURE, CODE_RANDOM_SCALE
 from variance_lab.simulate import Engine, run_accumulators, simulate
 from variance_lab.simulate.draws import AGGREGATE_CODES, KNOWN_CODES, draw_log_r
 from variance_lab.simulate.kernels import draw_log_p

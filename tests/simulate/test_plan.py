@@ -129,7 +129,7 @@ def test_chunk_tail_keep_small_runs_keep_everything():
 # --------------------------------------------------------------------------- work cap (issue #18)
 def test_path_draws():
     """``path_draws`` counts the longest path's draws: family cost, independent paths, aggregate sampler."""
-    from variance_lab.families import CODE_GAMMA, CODE_LOGNORMAL
+    from variance_lab.families.base import CODE_GAMMA, CODE_LOGNORMAL
     from variance_lab.simulate.plan import AGGREGATE_COST, TOKEN_COST, path_draws
 
     assert path_draws([1, 10, 1000]) == 1000

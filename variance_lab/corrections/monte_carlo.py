@@ -10,7 +10,8 @@ import pandas as pd
 from variance_lab._validate import check_n, check_seed, check_T
 from variance_lab.corrections.specs import parse_list
 from variance_lab.corrections.weights import apply_sequence, apply_tokens
-from variance_lab.families import CODE_AR1, CODE_RANDOM_SCALE, Family
+from variance_lab.families import Family
+from variance_lab.families.base import CODE_AR1, CODE_RANDOM_SCALE
 from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, z_value
 
 __all__ = ["CORRECTIONS_MC_COLUMNS", "MIN_ESS", "simulate_corrections"]

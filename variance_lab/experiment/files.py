@@ -275,6 +275,7 @@ def output_path(path) -> Path:
     Returns
     -------
     Path
+        ``path`` itself, whose extension names a rollout format and whose folder exists.
 
     Raises
     ------

@@ -34,16 +34,7 @@ This package gathers them: :data:`FAMILIES` (by name) and :func:`get_family`.
 
 from __future__ import annotations
 
-from variance_lab.families.base import (
-    CODE_AR1,
-    CODE_DEGENERATE,
-    CODE_GAMMA,
-    CODE_LOGNORMAL,
-    CODE_MIXTURE,
-    CODE_RANDOM_SCALE,
-    CODE_TWO_POINT,
-    Family,
-)
+from variance_lab.families.base import Family
 from variance_lab.families.gamma import Gamma
 from variance_lab.families.lognormal import AR1, LogNormal
 from variance_lab.families.mixture import LognormalMixture, format_components, parse_components
@@ -52,13 +43,6 @@ from variance_lab.families.two_point import TwoPoint
 
 __all__ = [
     "AR1",
-    "CODE_AR1",
-    "CODE_DEGENERATE",
-    "CODE_GAMMA",
-    "CODE_LOGNORMAL",
-    "CODE_MIXTURE",
-    "CODE_RANDOM_SCALE",
-    "CODE_TWO_POINT",
     "FAMILIES",
     "Family",
     "Gamma",

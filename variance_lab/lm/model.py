@@ -53,6 +53,7 @@ def locate_gguf(*, check: bool = True) -> Path:
     Returns
     -------
     Path
+        The ``.gguf`` file in the package's folder (read in place, never copied).
 
     Raises
     ------

@@ -13,23 +13,14 @@ and both experiments' losses take their defaults from here.
   :data:`GMPO_RANGE` :math:`(e^{-0.4}, e^{0.4})`.
 - :data:`ICEPOP_BAND` :math:`(0.5, 5)`: IcePop's band of a token ratio (Ring-1T; OpenRLHF's
   ``vllm_is_truncated_threshold``).
+
+The package :mod:`variance_lab.ratios` re-exports every name of this module; its ``__all__`` is
+the one list of them.
 """
 
 from __future__ import annotations
 
 import math
-
-__all__ = [
-    "DAPO_EPS",
-    "GMPO_EPS",
-    "GMPO_RANGE",
-    "GSPO_EPS",
-    "GSPO_RANGE",
-    "ICEPOP_BAND",
-    "PPO_EPS",
-    "PPO_RANGE",
-    "eps_range",
-]
 
 
 def eps_range(eps_low: float, eps_high: float) -> tuple[float, float]:

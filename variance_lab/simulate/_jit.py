@@ -64,7 +64,7 @@ def sources_digest() -> str:
     """Return the SHA-256 of every source a kernel can compile in: ``simulate/*.py`` and ``families/*.py``.
 
     Read once per process. A kernel inlines the kernels it calls, from any of these files,
-    and folds their module constants (``families.CODE_*``) into its machine code.
+    and folds their module constants (``families.base.CODE_*``) into its machine code.
     """
     h = hashlib.sha256()
     paths = [path for folder in ("simulate", "families") for path in sorted((_PACKAGE / folder).glob("*.py"))]

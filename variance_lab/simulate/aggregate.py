@@ -98,7 +98,13 @@ from functools import lru_cache
 import mpmath
 import numpy as np
 
-from variance_lab.families import CODE_AR1, CODE_LOGNORMAL, CODE_MIXTURE, CODE_RANDOM_SCALE, CODE_TWO_POINT
+from variance_lab.families.base import (
+    CODE_AR1,
+    CODE_LOGNORMAL,
+    CODE_MIXTURE,
+    CODE_RANDOM_SCALE,
+    CODE_TWO_POINT,
+)
 from variance_lab.families.lognormal import ar1_var_sum
 from variance_lab.schema import SAMPLER_CHOICES
 from variance_lab.simulate._jit import kernel

@@ -1,4 +1,4 @@
-r"""Every family's draw code, per token and per grid step, keyed by the ``families.CODE_*`` codes.
+r"""Every family's draw code, per token and per grid step, keyed by the ``families.base.CODE_*`` codes.
 
 A leaf of :mod:`variance_lab.simulate`: it imports only the jit helper, NumPy and the
 sampler codes of :mod:`variance_lab.families`. The token kernels
@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.families import (
+from variance_lab.families.base import (
     CODE_AR1,
     CODE_DEGENERATE,
     CODE_GAMMA,

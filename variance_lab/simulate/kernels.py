@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from variance_lab.families import CODE_LOGNORMAL
+from variance_lab.families.base import CODE_LOGNORMAL
 from variance_lab.simulate._jit import kernel
 from variance_lab.simulate.accumulators import Accumulator, AccumulatorSpec
 from variance_lab.simulate.aggregate import run_aggregate

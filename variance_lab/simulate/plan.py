@@ -74,7 +74,7 @@ MAX_CHUNK_DRAWS = 2**23
 #: n = 2048) were 3.8e7/s lognormal, 1.1e7/s ar1, 2.0e6/s two-point, 1.8e6/s gamma; later,
 #: alike (load average 10), 6.2e7/s lognormal, 7.9e7/s random-scale, 5.1e6/s mixture
 #: (2 components), 5.8e6/s two-point.
-TOKEN_COST = {2: 16, 3: 16, 4: 4, 6: 16}  # gamma, two-point, ar1, mixture (variance_lab.families.CODE_*)
+TOKEN_COST = {2: 16, 3: 16, 4: 4, 6: 16}  # gamma, two-point, ar1, mixture (variance_lab.families.base.CODE_*)
 
 #: Work units per grid point and path of the aggregate sampler (two bridge draws and the
 #: accumulator updates: 2.4e6 draws/s for lognormal, 1.5e6 for two-point, measured alike).
