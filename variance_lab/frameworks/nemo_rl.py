@@ -37,12 +37,11 @@ from __future__ import annotations
 import numpy as np
 
 from variance_lab.frameworks.batch import as_mask, as_values, masked_mean
-from variance_lab.ratios import CLOSED, BoundRule, log_bounds
+from variance_lab.ratios import CLOSED, TRUNCATION_TYPES, BoundRule, log_bounds
 
 __all__ = [
     "NEMO_WEIGHT_RULE",
     "SEQUENCE_RULE",
-    "TRUNCATED_IMPORTANCE_SAMPLING_TYPES",
     "clipped_pg_importance_weights",
 ]
 
@@ -50,9 +49,6 @@ __all__ = [
 NEMO_WEIGHT_RULE = BoundRule(CLOSED, "value", "float64")
 #: ``seq-mask-tis``'s rule: the mean log-ratio against the bounds' logs, both kept.
 SEQUENCE_RULE = BoundRule(CLOSED, "log", "float64")
-
-#: NeMo-RL's ``truncated_importance_sampling_type`` values.
-TRUNCATED_IMPORTANCE_SAMPLING_TYPES = ("tis", "icepop", "seq-mask-tis")
 
 
 def clipped_pg_importance_weights(
@@ -81,6 +77,7 @@ def clipped_pg_importance_weights(
         1 for a sequence that counts (default all).
     sequence_level_importance_ratios : bool
     truncated_importance_sampling_type : {None, "tis", "icepop", "seq-mask-tis"}
+        One of :data:`~variance_lab.ratios.TRUNCATION_TYPES`, or None for no truncation.
     truncated_importance_sampling_ratio : float, optional
         The upper bound; None: no truncation.
     truncated_importance_sampling_ratio_min : float, optional
@@ -103,7 +100,7 @@ def clipped_pg_importance_weights(
         truncated_importance_sampling_ratio,
         truncated_importance_sampling_ratio_min,
     )
-    if kind is not None and kind not in TRUNCATED_IMPORTANCE_SAMPLING_TYPES:
+    if kind is not None and kind not in TRUNCATION_TYPES:
         raise ValueError(
             f"bad truncated_importance_sampling_type {kind!r}; types are tis, icepop, seq-mask-tis"
         )

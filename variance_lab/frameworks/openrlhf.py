@@ -29,15 +29,12 @@ from __future__ import annotations
 import numpy as np
 
 from variance_lab.frameworks.batch import as_mask, as_values
-from variance_lab.ratios import CLOSED, ICEPOP_BAND, BoundRule
+from variance_lab.ratios import CLOSED, ICEPOP_BAND, TRUNCATION_TYPES, BoundRule
 
-__all__ = ["OPENRLHF_RULE", "VLLM_IS_CORRECTION_TYPES", "vllm_is_correction"]
+__all__ = ["OPENRLHF_RULE", "vllm_is_correction"]
 
 #: OpenRLHF's bound rule: a ratio at either bound is kept, compared in linear space (float64 here).
 OPENRLHF_RULE = BoundRule(CLOSED, "linear", "float64")
-
-#: OpenRLHF's ``vllm_is_correction_type`` values.
-VLLM_IS_CORRECTION_TYPES = ("tis", "icepop", "seq-mask-tis")
 
 
 def vllm_is_correction(
@@ -56,12 +53,13 @@ def vllm_is_correction(
     vllm_is_truncated_threshold : (float, float), default :data:`~variance_lab.ratios.ICEPOP_BAND`
         ``[low, high]``, 0 <= low < high.
     vllm_is_correction_type : {"tis", "icepop", "seq-mask-tis"}
+        One of :data:`~variance_lab.ratios.TRUNCATION_TYPES`.
     """
     m = as_mask(action_mask, "action_mask")
     old = as_values(old_log_probs, m, "old_log_probs")
     rollout = as_values(rollout_log_probs, m, "rollout_log_probs")
     kind = vllm_is_correction_type
-    if kind not in VLLM_IS_CORRECTION_TYPES:
+    if kind not in TRUNCATION_TYPES:
         raise ValueError(f"bad vllm_is_correction_type {kind!r}; types are tis, icepop, seq-mask-tis")
     try:
         lo, hi = (float(v) for v in vllm_is_truncated_threshold)

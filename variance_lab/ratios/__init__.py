@@ -36,6 +36,7 @@ from variance_lab.ratios.defaults import (
     ICEPOP_BAND,
     PPO_EPS,
     PPO_RANGE,
+    TRUNCATION_TYPES,
     eps_range,
 )
 from variance_lab.ratios.weights import log_clip_range, segment_sums
@@ -54,6 +55,7 @@ __all__ = [
     "PPO_RANGE",
     "RIGHT_OPEN",
     "SPACES",
+    "TRUNCATION_TYPES",
     "BoundRule",
     "VarianceSplit",
     "compare",

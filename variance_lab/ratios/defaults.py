@@ -48,3 +48,9 @@ GMPO_RANGE = (math.exp(-GMPO_EPS), math.exp(GMPO_EPS))
 
 #: IcePop's band of a token ratio, [0.5, 5] (Ring-1T; OpenRLHF's ``vllm_is_truncated_threshold``).
 ICEPOP_BAND = (0.5, 5.0)
+
+#: The truncations of the token ratio that inference-engine corrections offer, in the names NeMo-RL
+#: (``truncated_importance_sampling_type``) and OpenRLHF (``vllm_is_correction_type``) both use:
+#: ``tis`` caps the ratio, ``icepop`` masks a token outside the band, ``seq-mask-tis`` masks a
+#: sequence whose mean log-ratio is outside it.
+TRUNCATION_TYPES = ("tis", "icepop", "seq-mask-tis")
