@@ -483,6 +483,10 @@ def test_one_prompt_bucket_has_undefined_intervals_not_a_traceback(tmp_path, cap
     assert np.isfinite(t["var_G"]).all()
     assert t[["var_G_lo", "var_G_hi", "log10_var_P_lo", "log10_var_P_hi"]].isna().all().all()
     assert list(t["interval_failed"]) == ["", ""]
+    # the table itself says why (CSV and JSON too), where a judgment was asked for (n_boot > 0)
+    assert list(t["verdict"]) == ["too few sequences"] * 2
+    assert result.summary()["verdict"] == "too few sequences"
+    assert list(analyze(batch, n_boot=0, seed=0).table["verdict"]) == ["n/a"] * 2
     assert main(["analyze", str(path), "--n-boot", "200"]) == 0
     out, err = capsys.readouterr()
     assert "Traceback" not in err
@@ -502,11 +506,8 @@ def test_one_prompt_bucket_verdict_names_its_reason():
     row = SimpleNamespace(verdict="n/a", n_seq=24, n_prompts=1)
     assert bucket_verdict(row, 1000) == "n/a (one prompt)"
     assert bucket_verdict(row, 0) == "n/a"  # no bootstrap asked for: no interval is the reason
-    assert (
-        bucket_verdict(SimpleNamespace(verdict="n/a", n_seq=1, n_prompts=math.nan), 1000)
-        == "too few sequences"
-    )
-    assert bucket_verdict(SimpleNamespace(verdict="n/a", n_seq=1, n_prompts=math.nan), 0) == "n/a"
+    too_few = SimpleNamespace(verdict="too few sequences", n_seq=1, n_prompts=math.nan)
+    assert bucket_verdict(too_few, 1000) == "too few sequences"  # the table's own verdict, shown as it is
     assert bucket_verdict(SimpleNamespace(verdict="corrected", n_seq=24, n_prompts=1), 1000) == "corrected"
     lengths = np.full(24, 12)
     d = 0.02 * np.random.default_rng(5).standard_normal(lengths.sum())

@@ -285,28 +285,15 @@ def _checked_interval(r, name: str, point, lo, hi, fmt) -> str:
 def bucket_verdict(r, n_boot: int) -> str:
     """Return the verdict shown for bucket ``r`` (a row of the analysis table), with its reason.
 
-    The table's ``n/a`` (no interval) is shown as "too few sequences" where the bootstrap ran
-    (``n_boot > 0``) on fewer than :data:`MIN_JUDGED` sequences: a bucket of one sequence has no
-    variance to form an interval of, and one of fewer than :data:`MIN_JUDGED` would not be judged
-    even with one. A bucket of enough sequences that all answer one prompt says so (nothing to
-    resample between). Any other verdict is shown as it is.
+    The table's verdict as it is (a bucket of fewer than :data:`MIN_JUDGED` sequences already
+    reads "too few sequences" where the bootstrap ran), but for a bucket of enough sequences that
+    all answer one prompt and so have no interval (nothing to resample between): "n/a (one
+    prompt)".
     """
     verdict = str(r.verdict)
-    if verdict != "n/a" or n_boot < 1:
-        return verdict
-    if r.n_seq < MIN_JUDGED:
-        return _TOO_FEW
-    return "n/a (one prompt)" if r.n_prompts == 1 else verdict
-
-
-def _overall(summary: dict, shown: list[str]) -> dict:
-    """Return ``summary`` with the overall verdict "too few sequences" where no bucket votes for that reason.
-
-    As the buckets' vote says it: no bucket votes (``n/a``) and some hold too few sequences.
-    """
-    if summary["verdict"] == "n/a" and _TOO_FEW in shown:
-        return {**summary, "verdict": _TOO_FEW}
-    return summary
+    if verdict == "n/a" and n_boot > 0 and r.n_seq >= MIN_JUDGED and r.n_prompts == 1:
+        return "n/a (one prompt)"
+    return verdict
 
 
 def _variance_cells(r, n_boot: int = 0) -> list[str]:
@@ -366,7 +353,6 @@ def _markdown(table: pd.DataFrame, summary: dict, title: str) -> str:
     clip_header = ["T", "n", f"GSPO clip [{pct}]", "prompts", "design effect", "pred. corr", "pred. iid"]
     clip_header += ["PPO clip", "pred."]
     n_boot = int(summary.get("n_boot") or 0)
-    summary = _overall(summary, [bucket_verdict(r, n_boot) for r in table.itertuples(index=False)])
     parts = [title, ""] if title else []
     parts += [
         *summary_lines(summary),

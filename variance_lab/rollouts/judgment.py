@@ -249,7 +249,9 @@ def _try_autocorrelation(batch: TokenBatch, c: float) -> tuple[Autocorrelation |
         return None, str(exc)
 
 
-def _bucket_predictions(models: PredictionModels, T: np.ndarray, g_range, base: dict) -> dict:
+def _bucket_predictions(
+    models: PredictionModels, T: np.ndarray, g_range, base: dict, *, bootstrapped: bool
+) -> dict:
     """Prediction columns of one bucket with lengths ``T`` (observed columns in ``base``)."""
     uniq, counts = np.unique(T, return_counts=True)
     row = {}
@@ -270,8 +272,7 @@ def _bucket_predictions(models: PredictionModels, T: np.ndarray, g_range, base: 
     row["gspo_clip_pred"] = float(np.sum(counts * models.gspo_clip("corr", uniq, g_range)) / n)
     row["gspo_clip_pred_iid"] = float(np.sum(counts * models.gspo_clip("iid", uniq, g_range)) / n)
     row["verdict"] = verdict(row["score_iid"], row["score_emp"], row["score_corr"])
-    tried = not math.isnan(base["var_G_lo"]) or bool(base.get("interval_failed"))  # an interval was formed
-    if n < MIN_BUCKET_SEQUENCES and tried:  # from too few
+    if n < MIN_BUCKET_SEQUENCES and bootstrapped:  # judged, but from too few (one sequence: no interval)
         row |= {f"score_{model}": math.nan for model in MODELS}
         row["verdict"] = TOO_FEW
     return row
@@ -371,7 +372,7 @@ def judge(
     rows = []
     for base in obs.to_dict("records"):
         T = lengths[bucket == base["bucket"]]
-        row = base | _bucket_predictions(models, T, g_range, base)
+        row = base | _bucket_predictions(models, T, g_range, base, bootstrapped=boot["n_boot"] > 0)
         row |= {
             "T_min": int(T.min()),
             "T_median": float(np.median(T)),
