@@ -23,10 +23,13 @@ MARK = re.compile(r"<!-- n:(?P<key>[a-z0-9_]+) -->(?P<text>.*?)<!-- /n -->", re.
 
 
 def texts(path: Path = MEASUREMENTS) -> dict[str, str]:
-    """Return the text of every measurement, its template filled with its values and the machine."""
+    """Return the text of every measurement, its template filled with its values and the machine.
+
+    A measurement made on another machine than the file's ``machine`` names its own in its values.
+    """
     data = json.loads(path.read_text())
     return {
-        key: entry["template"].format(machine=data["machine"], **entry["values"])
+        key: entry["template"].format(**{"machine": data["machine"], **entry["values"]})
         for key, entry in data["numbers"].items()
     }
 
