@@ -1,6 +1,6 @@
 """Every notebook is stored without outputs and runs top to bottom in quick mode.
 
-Quick mode (``VARIANCE_LAB_QUICK=1``, :mod:`variance_lab.paper.sizes`) keeps the five runs to
+Quick mode (``VARIANCE_LAB_QUICK=1``, :mod:`variance_lab.paper.sizes`) keeps the six runs to
 seconds each; a notebook writes its files to ``VARIANCE_LAB_NOTEBOOK_OUT`` (a temporary
 folder here). Each notebook must show its figures as images, print no warnings, and end
 with a conclusion rendered from its own numbers.
