@@ -22,7 +22,9 @@ import json
 import math
 import os
 import pickle
+import re
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -477,3 +479,191 @@ def test_canary_would_be_seen(tmp_path):
     marker = tmp_path / "unpickled"
     pickle.loads(pickle.dumps(Canary(marker)))
     assert marker.is_dir()
+
+
+# --------------------------------------------------------------------------------------
+# regressions: one per defect the fuzzer found
+# --------------------------------------------------------------------------------------
+def _jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+_GOOD = '{"logp": [-0.5, -1.0], "old_logp": [-0.4, -1.1]}'
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "not gzip"])
+def test_corrupt_gzip_is_a_value_error(tmp_path, damage):
+    """A .jsonl.gz that is not an intact gzip stream: ValueError naming the file (was zlib.error)."""
+    data = gzip.compress(("\n".join([_GOOD] * 200) + "\n").encode())
+    data = {
+        "flip": data[:40] + bytes([data[40] ^ 0xFF]) + data[41:],
+        "truncate": data[: len(data) // 2],
+        "not gzip": b"plain text",
+    }[damage]
+    path = tmp_path / "r.jsonl.gz"
+    path.write_bytes(data)
+    with pytest.raises(
+        ValueError, match=r"^r\.jsonl\.gz: not an intact gzip stream \(at or after line \d+: "
+    ):
+        load_batch(path)
+
+
+def test_deep_nesting_is_invalid_json(tmp_path):
+    """JSON nested 5,000 deep is a ValueError naming the line (was RecursionError)."""
+    deep = "[" * DEEP + "-0.5" + "]" * DEEP
+    path = _jsonl(tmp_path / "deep.jsonl", [_GOOD, f'{{"logp": {deep}, "old_logp": [-0.1]}}'])
+    with pytest.raises(ValueError, match=r"^deep\.jsonl: line 2: invalid JSON \(nested too deep\)$"):
+        load_batch(path)
+    with pytest.raises(ValueError, match=r"deep\.jsonl: line 2: invalid JSON \(nested too deep\)"):
+        read_run(path, "nemo-rl")
+
+
+def test_integer_beyond_float64_is_bad_data(tmp_path):
+    """A JSON integer like 10**400 in a log-prob list is a bad sequence (was OverflowError)."""
+    path = _jsonl(tmp_path / "big.jsonl", [_GOOD, f'{{"id": "b", "logp": [-{10**400}], "old_logp": [-0.1]}}'])
+    with pytest.raises(ValueError, match=r"id='b' .*field 'logp' holds an integer beyond the float64 range"):
+        load_batch(path)
+    batch = load_batch(path, on_bad="drop")
+    assert len(batch) == 1
+    assert batch.dropped[0].id == "b"
+
+
+def test_ids_beyond_int64_are_kept_exactly(tmp_path):
+    """Ids and prompt ids above the int64 range load, kept exactly (was OverflowError)."""
+    big = 2**64 + 5
+    lines = [f'{{"id": {big + i}, "prompt_id": {big}, "logp": [-0.5], "old_logp": [-0.4]}}' for i in range(2)]
+    batch = load_batch(_jsonl(tmp_path / "ids.jsonl", lines))
+    assert batch.ids.tolist() == [big, big + 1]
+    assert batch.prompt_id.tolist() == [big, big]
+    assert batch.group_index().tolist() == [0, 0]
+    nemo = '{{"idx": {}, "prev_logprobs": [[-0.5]], "generation_logprobs": [[-0.4]]}}'
+    path = _jsonl(tmp_path / "train_data_step1.jsonl", [nemo.format(big), nemo.format(big)])
+    assert load_batch(path, preset="nemo-rl").ids.tolist() == [big, big]
+    assert read_run(path, "nemo-rl").to_batch().prompt_id.tolist() == [big, big]
+
+
+def test_npy_named_npz_and_pickles_are_refused(tmp_path):
+    """An .npy named .npz is a ValueError (was TypeError); a pickled array is never unpickled."""
+    marker = tmp_path / "unpickled"
+    np.save(tmp_path / "a.npy", np.zeros(3))
+    (tmp_path / "a.npz").write_bytes((tmp_path / "a.npy").read_bytes())
+    with pytest.raises(ValueError, match=r"^a\.npz: a single \.npy array, not an \.npz archive"):
+        load_batch(tmp_path / "a.npz")
+    np.save(tmp_path / "p.npy", np.array([Canary(marker)], dtype=object), allow_pickle=True)
+    (tmp_path / "p.npz").write_bytes((tmp_path / "p.npy").read_bytes())
+    np.savez(tmp_path / "q.npz", logp=np.array([Canary(marker)], dtype=object), old_logp=np.zeros(1))
+    for name in ("p.npz", "q.npz"):
+        with pytest.raises(ValueError, match=rf"^{name[0]}\.npz: .*allow_pickle=False"):
+            load_batch(tmp_path / name)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.9])
+def test_broken_npz_and_parquet_are_value_errors(tmp_path, cut):
+    """A cut or corrupt NPZ or Parquet file: ValueError naming it (was BadZipFile, OSError), file closed."""
+    recs = [{"id": i, "logp": [-0.5, -0.2], "old_logp": [-0.4, -0.3]} for i in range(50)]
+    for name, message in (
+        ("r.npz", "not an intact .npz archive"),
+        ("r.parquet", "not a readable Parquet file"),
+    ):
+        path = write_records(recs, tmp_path / name)
+        data = path.read_bytes()
+        path.write_bytes(data[: int(len(data) * cut)])
+        with pytest.raises(ValueError, match=rf"^r\.{name[2:]}: {message}"):
+            load_batch(path)
+
+
+def test_complex_arrays_are_value_errors(tmp_path):
+    """A complex array in an NPZ is a ValueError, with no ComplexWarning first."""
+    np.savez(tmp_path / "c.npz", logp=np.array([[-0.5 + 1j]]), old_logp=np.array([[-0.5]]))
+    with pytest.raises(ValueError, match=r"logp must hold real numbers, got complex128"):
+        load_batch(tmp_path / "c.npz")
+
+
+def test_prime_rl_token_ids_that_are_not_ids_are_bad_data(tmp_path):
+    """A NaN among prime-rl's token ids is the line's problem (was a RuntimeWarning on the int cast)."""
+    rec = _prime_records(np.random.default_rng(0))[0]
+    rec["token_ids"][3] = None
+    path = _jsonl(tmp_path / "rank_0.jsonl", [json.dumps(rec)])
+    with pytest.raises(ValueError, match=r"line 1: field 'token_ids'\[3\] = nan is not a token id"):
+        load_batch(path, preset="prime-rl")
+
+
+def test_cli_prints_one_line_and_no_warning(tmp_path, capsys):
+    """On the command line a corrupt .gz or bad token ids give one line on stderr, no warning before it."""
+    rec = _prime_records(np.random.default_rng(0))[0]
+    rec["token_ids"][3] = 1.5
+    prime = _jsonl(tmp_path / "rank_0.jsonl", [json.dumps(rec)])
+    corrupt = tmp_path / "r.jsonl.gz"
+    corrupt.write_bytes(gzip.compress(_GOOD.encode())[:-8])
+    for argv in (["analyze", str(prime), "--preset", "prime-rl"], ["analyze", str(corrupt)]):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert main([*argv, "--n-boot", "0"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert not caught
+        assert err.count("\n") == 0
+        assert err.startswith("variance-lab: error: ")
+
+
+@pytest.mark.skipif(torch is None, reason="pip install torch")
+def test_slime_odd_fields_are_bad_data(tmp_path):
+    """slime: a sparse tensor, response_lengths [n], inf or 2**40, an oversized rollout_position.
+
+    Each was a TypeError, OverflowError or MemoryError; now a bad sample, or (the position) an exact id.
+    """
+    cases = {
+        "log_probs": (lambda s: torch.tensor([-0.1] * 8).to_sparse(), "is a torch.sparse_coo"),
+        "response_lengths": (lambda s: [s["response_lengths"]], "'response_lengths' is not an integer >= 0"),
+        "inf": (lambda s: math.inf, "'response_lengths' is not an integer >= 0"),
+        "huge": (lambda s: 2**40, "length mismatch: response_lengths is 1099511627776"),
+    }
+    for name, (make, message) in cases.items():
+        payload = _slime_payload(np.random.default_rng(1))
+        sample = payload["samples"][1]
+        key = name if name in sample else "response_lengths"
+        if name == "huge":
+            del sample["loss_masks"]
+        sample[key] = make(sample)
+        torch.save(payload, tmp_path / f"{name}.pt")
+        with pytest.raises(ValueError, match=rf"^{name}\.pt: .*samples\[1\]: .*{re.escape(message)}"):
+            load_batch(tmp_path / f"{name}.pt", preset="slime")
+    payload = _slime_payload(np.random.default_rng(1))
+    payload["samples"][2]["rollout_position"] = 2**70
+    torch.save(payload, tmp_path / "pos.pt")
+    assert load_batch(tmp_path / "pos.pt", preset="slime").ids.tolist() == [0, 1, 2**70, 3]
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "pos.pt").read_bytes()[:300])
+    with pytest.raises(ValueError, match=r"^cut\.pt: not a file torch\.save wrote"):
+        load_batch(tmp_path / "cut.pt", preset="slime")
+
+
+def test_huge_finite_log_ratio_analyzes_quietly(tmp_path, capsys):
+    """A finite log-prob of -9.2e18 is valid data: analyze reports inf, with no overflow warning.
+
+    (rollouts/split.py's k3 and sequence chi2 took ``expm1`` of it: a RuntimeWarning line.)
+    """
+    recs = [
+        {"id": i, "logp": [-0.5, -0.2], "old_logp": [-0.4, -0.3], "rollout_logp": [-0.4, -0.2]}
+        for i in range(6)
+    ]
+    recs[1]["rollout_logp"][1] = -(2**63) - 1
+    path = write_records(recs, tmp_path / "r.jsonl")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["analyze", str(path), "--n-boot", "0", "--folds", "0"]) == 0
+    assert not caught
+    assert "inf" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch is None, reason="pip install torch")
+def test_bad_token_ids_with_another_problem_are_not_cast(tmp_path):
+    """A slime sample's tokens [NaN, ...] are its's problem, never cast to int64 (was a RuntimeWarning)."""
+    payload = _slime_payload(np.random.default_rng(1))
+    payload["samples"][0]["tokens"] = [None, -0.1]
+    torch.save(payload, tmp_path / "tok.pt")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match=r"samples\[0\]: field 'tokens'\[0\] = nan is not a token id"):
+            load_batch(tmp_path / "tok.pt", preset="slime")
+    assert not caught

@@ -369,7 +369,7 @@ def _nemo_line(parsed: ParsedRecord, lineno: int, out: _Collector) -> None:
         rollout_logp=arrays["rollout_logp"],
         mask=mask,
         advantages=arrays["advantages"],
-        token_ids=None if token_ids is None else token_ids.astype(np.int64),
+        token_ids=None if token_ids is None or problem else token_ids.astype(np.int64),
     )
     return None
 
@@ -476,7 +476,9 @@ def _slime_sample(sample, index: int, out: _Collector) -> None:
         rollout_logp=arrays["rollout_log_probs"],
         mask=mask,
         advantages=arrays["advantages"],
-        token_ids=None if tokens is None or tokens.size < n else tokens[tokens.size - n :].astype(np.int64),
+        token_ids=None
+        if problem or tokens is None or tokens.size < n
+        else tokens[tokens.size - n :].astype(np.int64),
     )
     return None
 
