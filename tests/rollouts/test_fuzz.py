@@ -175,6 +175,7 @@ def _json_values(rng) -> list:
         math.inf,
         -math.inf,
         1e308 * 10,
+        -5e-324,
         [10**400, -0.5],
         [-(10**400)],
         [None, "x", True],
@@ -638,16 +639,18 @@ def test_slime_odd_fields_are_bad_data(tmp_path):
         load_batch(tmp_path / "cut.pt", preset="slime")
 
 
-def test_huge_finite_log_ratio_analyzes_quietly(tmp_path, capsys):
+@pytest.mark.parametrize("field", ["rollout_logp", "old_logp"])
+def test_huge_finite_log_ratio_analyzes_quietly(tmp_path, capsys, field):
     """A finite log-prob of -9.2e18 is valid data: analyze reports inf, with no overflow warning.
 
-    (rollouts/split.py's k3 and sequence chi2 took ``expm1`` of it: a RuntimeWarning line.)
+    (rollouts/split.py's k3 and sequence chi2 took ``expm1`` of it, rollouts/statistics.py's mean_G
+    ``exp``: a RuntimeWarning line.)
     """
     recs = [
         {"id": i, "logp": [-0.5, -0.2], "old_logp": [-0.4, -0.3], "rollout_logp": [-0.4, -0.2]}
         for i in range(6)
     ]
-    recs[1]["rollout_logp"][1] = -(2**63) - 1
+    recs[1][field][1] = -(2**63) - 1
     path = write_records(recs, tmp_path / "r.jsonl")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
