@@ -1,4 +1,4 @@
-"""Seeded fuzz test of the readers: every mutated file loads or raises ValueError, fast, unpickling nothing.
+"""Seeded fuzz test of the readers: a mutated file loads or raises ValueError naming it, unpickling nothing.
 
 Valid small files of each format the readers take (JSONL, ``.jsonl.gz``, Parquet, NPZ, a prime-rl
 token export, a NeMo-RL dump, a slime ``.pt`` where torch is importable) are mutated with a seeded
@@ -404,13 +404,14 @@ def _make(fmt: str, rng, folder: Path, k: int, marker: Path) -> tuple[Path, str,
     return path, _write_slime(rng, path, marker), "slime"
 
 
-def _timed(fn):
-    """Run ``fn``; return (None, seconds) or (the exception if not a ValueError, seconds)."""
+def _timed(fn, name: str):
+    """Run ``fn``: (None, seconds), or (the exception, seconds) unless it is a ValueError naming ``name``."""
     start = time.perf_counter()
     try:
         fn()
-    except ValueError:
-        pass
+    except ValueError as exc:
+        if name not in str(exc):
+            return exc, time.perf_counter() - start
     except Exception as exc:
         return exc, time.perf_counter() - start
     return None, time.perf_counter() - start
@@ -437,7 +438,7 @@ def _fuzz(fmt: str, n: int, seed: int, tmp_path: Path, capsys, cli_every: int) -
         folder.mkdir()
         path, what, preset = _make(fmt, rng, folder, k, marker)
         for name, fn in _calls(path, preset):
-            exc, seconds = _timed(fn)
+            exc, seconds = _timed(fn, path.name)
             if exc is not None:
                 failures.append(f"{path.name} [{what}] {name}: {type(exc).__name__}: {str(exc)[:120]}")
             if seconds > LIMIT_S:
@@ -670,3 +671,17 @@ def test_bad_token_ids_with_another_problem_are_not_cast(tmp_path):
         with pytest.raises(ValueError, match=r"samples\[0\]: field 'tokens'\[0\] = nan is not a token id"):
             load_batch(tmp_path / "tok.pt", preset="slime")
     assert not caught
+
+
+def test_every_reader_error_names_the_file(tmp_path):
+    """Reader errors start with the file's name: a bad sequence (JSONL, Parquet, NPZ), a bad NeMo-RL idx."""
+    recs = [{"id": "q", "logp": [-0.5, np.inf], "old_logp": [-0.4, -0.3]}]
+    for name in ("r.jsonl", "r.parquet", "r.npz"):
+        path = write_records(recs, tmp_path / name)
+        with pytest.raises(ValueError, match=rf"^{re.escape(name)}: bad sequence id='q' \(index 0\)"):
+            load_batch(path)
+    path = _jsonl(tmp_path / "train_data_step1.jsonl", ['{"idx": 1.5, "prev_logprobs": [[-0.5]]}'])
+    with pytest.raises(
+        ValueError, match=r"^train_data_step1\.jsonl: record 0 \(id=1\.5\): field 'idx' must be"
+    ):
+        read_run(path, "nemo-rl")

@@ -57,9 +57,14 @@ Bad data, checked per sequence: NaN, +inf, -inf (a token of probability 0 under 
 an error, since its log-ratio is undefined), a log-prob > 0 (no tolerance: rounding in a
 trainer's log-softmax gives at most 0.0), a length mismatch between the arrays, no counted
 token, a mask value other than 0/1, and (files only) a missing, null or non-numeric field.
-``on_bad="raise"`` raises ``ValueError`` naming the first bad sequence (id and index) and
-its problem; ``on_bad="drop"`` leaves bad sequences out and lists them in
+``on_bad="raise"`` raises ``ValueError`` naming the file, the first bad sequence (id and
+index) and its problem; ``on_bad="drop"`` leaves bad sequences out and lists them in
 :attr:`~variance_lab.rollouts.batch.TokenBatch.dropped` (``n_dropped`` counts them). Nothing warns.
+
+A malformed file is a ``ValueError`` naming it as well, whatever is wrong: a cut or corrupt
+gzip stream, NPZ archive or Parquet file, an ``.npy`` named ``.npz``, JSON nested too deep for
+the parser, an integer beyond the float64 range (a bad sequence) or an id beyond int64 (kept
+exactly). NPZ arrays are read with ``allow_pickle=False``: nothing pickled is ever loaded.
 """
 
 from __future__ import annotations
@@ -360,7 +365,7 @@ def load_batch(
     ------
     ValueError
         Bad data (with ``on_bad="raise"``), a malformed file, a missing required field or
-        array, or no valid sequence.
+        array, or no valid sequence; the message starts with the file's name.
     """
     on_bad = check_on_bad(on_bad)
     path = Path(path)
@@ -377,7 +382,13 @@ def load_batch(
         fields = {**base, **(fields or {})}
         if unwrap and fmt != "jsonl":
             raise ValueError(f"preset {preset!r} reads JSONL files, not {fmt}")
-    return _READERS[fmt](path, field_names(fields), on_bad, unwrap)
+    names = field_names(fields)
+    try:
+        return _READERS[fmt](path, names, on_bad, unwrap)
+    except ValueError as exc:  # bad data or a malformed file: the message names the file, once
+        if str(exc).startswith(f"{path.name}: "):
+            raise
+        raise ValueError(f"{path.name}: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------

@@ -524,7 +524,13 @@ def read_run(path, preset: str) -> RunRecords:
     """
     if preset not in _RUN_READERS:
         raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(RUN_PRESETS)}")
-    return _RUN_READERS[preset](Path(path))
+    path = Path(path)
+    try:
+        return _RUN_READERS[preset](path)
+    except ValueError as exc:  # a malformed file (a bad prompt id, say): the message names the file, once
+        if str(exc).startswith(f"{path.name}: "):
+            raise
+        raise ValueError(f"{path.name}: {exc}") from None
 
 
 def load_run(path, preset: str, on_bad: str = "raise") -> TokenBatch:
