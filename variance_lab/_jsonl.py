@@ -2,10 +2,10 @@
 
 A file whose name ends in ``.gz`` (any case) is read (and written) through :mod:`gzip`, any other
 as plain text; both as UTF-8. Lines are streamed, never read whole, blank lines are skipped, and
-Python's ``NaN``/``Infinity`` tokens are read as the floats they name. A line that is not JSON,
-or a file that is not UTF-8 text, is a ``ValueError`` whose
-message names the file and the line: one line on the command line, no traceback. Only JSON is
-ever parsed: nothing is unpickled.
+Python's ``NaN``/``Infinity`` tokens are read as the floats they name. A line that is not JSON
+(nested too deep for the parser included), a file that is not UTF-8 text, or a ``.gz`` that is
+not an intact gzip stream, is a ``ValueError`` whose message names the file and the line: one
+line on the command line, no traceback. Only JSON is ever parsed: nothing is unpickled.
 """
 
 from __future__ import annotations
@@ -13,11 +13,15 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 __all__ = ["iter_jsonl", "open_text", "read_jsonl"]
+
+#: What :mod:`gzip` raises for a stream that is not gzip, is cut short or is corrupt.
+_GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 
 
 def open_text(path: str | os.PathLike, mode: str = "r") -> IO[str]:
@@ -57,12 +61,14 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
     Raises
     ------
     ValueError
-        ``"NAME: line N: invalid JSON (reason)"`` for a line that is not JSON, ``"NAME: not UTF-8
-        text (at or after line N)"`` for bytes that are not UTF-8. (A ``.gz`` that is not gzip
-        raises :class:`gzip.BadGzipFile`, an ``OSError``, as :mod:`gzip` does.)
+        ``"NAME: line N: invalid JSON (reason)"`` for a line that is not JSON or is nested too
+        deep for the parser, ``"NAME: not UTF-8 text (at or after line N)"`` for bytes that are
+        not UTF-8, ``"NAME: not an intact gzip stream (at or after line N: reason)"`` for a
+        ``.gz`` that is not gzip, is cut short or is corrupt.
     """
     path = Path(path)
     lineno = 0
+    gz = path.name.lower().endswith(".gz")
     try:
         with open_text(path) as fh:
             for lineno, line in enumerate(fh, start=1):
@@ -72,9 +78,18 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
                     value = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{path.name}: line {lineno}: invalid JSON ({exc.msg})") from None
+                except RecursionError:
+                    raise ValueError(f"{path.name}: line {lineno}: invalid JSON (nested too deep)") from None
                 yield lineno, value
     except UnicodeDecodeError:
         raise ValueError(f"{path.name}: not UTF-8 text (at or after line {lineno + 1})") from None
+    except _GZIP_ERRORS as exc:
+        if not gz:  # pragma: no cover - only gzip raises these
+            raise
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(
+            f"{path.name}: not an intact gzip stream (at or after line {lineno + 1}: {reason})"
+        ) from None
 
 
 def read_jsonl(path: str | os.PathLike) -> list:

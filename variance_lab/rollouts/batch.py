@@ -37,6 +37,7 @@ __all__ = [
 
 #: Allowed values of the ``on_bad`` option.
 ON_BAD = ("raise", "drop")
+_INT64 = np.iinfo(np.int64)
 
 
 class DroppedSequence(NamedTuple):
@@ -194,6 +195,8 @@ def prompt_id_problem(value) -> str | None:
 def as_prompt_ids(prompt_id, n: int) -> np.ndarray:
     """Return ``prompt_id`` as a 1-D array of ``n`` strings or integers (int64, str or object).
 
+    Integers beyond the int64 range are kept exactly, in an object array.
+
     Raises
     ------
     ValueError
@@ -213,7 +216,7 @@ def as_prompt_ids(prompt_id, n: int) -> np.ndarray:
         problem = prompt_id_problem(v)
         if problem:
             raise ValueError(f"prompt_id of sequence {i} {problem}")
-    if all(isinstance(v, int) for v in values):
+    if all(isinstance(v, int) and _INT64.min <= v <= _INT64.max for v in values):
         out = np.array(values, dtype=np.int64)
     elif all(isinstance(v, str) for v in values):
         out = np.array(values, dtype=str)
@@ -224,6 +227,8 @@ def as_prompt_ids(prompt_id, n: int) -> np.ndarray:
 
 
 def _as_float(name: str, x) -> np.ndarray:
+    if getattr(x, "dtype", None) is not None and np.dtype(x.dtype).kind == "c":
+        raise ValueError(f"{name} must hold real numbers, got {x.dtype}")
     try:
         return np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -57,14 +57,21 @@ Bad data, checked per sequence: NaN, +inf, -inf (a token of probability 0 under 
 an error, since its log-ratio is undefined), a log-prob > 0 (no tolerance: rounding in a
 trainer's log-softmax gives at most 0.0), a length mismatch between the arrays, no counted
 token, a mask value other than 0/1, and (files only) a missing, null or non-numeric field.
-``on_bad="raise"`` raises ``ValueError`` naming the first bad sequence (id and index) and
-its problem; ``on_bad="drop"`` leaves bad sequences out and lists them in
+``on_bad="raise"`` raises ``ValueError`` naming the file, the first bad sequence (id and
+index) and its problem; ``on_bad="drop"`` leaves bad sequences out and lists them in
 :attr:`~variance_lab.rollouts.batch.TokenBatch.dropped` (``n_dropped`` counts them). Nothing warns.
+
+A malformed file is a ``ValueError`` naming it as well, whatever is wrong: a cut or corrupt
+gzip stream, NPZ archive or Parquet file, an ``.npy`` named ``.npz``, JSON nested too deep for
+the parser, an integer beyond the float64 range (a bad sequence) or an id beyond int64 (kept
+exactly). NPZ arrays are read with ``allow_pickle=False``: nothing pickled is ever loaded.
 """
 
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -183,9 +190,23 @@ def _null_mask_counts_all(values, lengths, is_null, logp_lengths):
     return out, lengths, np.zeros_like(is_null)
 
 
+def _parquet_table(path: Path):
+    """Return the file's Arrow table; a file that is not intact Parquet is a ValueError naming it."""
+    pa, pq = _import_pyarrow()
+    try:
+        return pq.read_table(path)
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{path.name}: not a readable Parquet file ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 def _read_parquet(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
-    _, pq = _import_pyarrow()
-    table = pq.read_table(path)
+    table = _parquet_table(path)
     present = set(table.column_names)
     for f in ("logp", "old_logp"):
         if names[f] not in present:
@@ -248,9 +269,31 @@ def _npz_prompts(path: Path, data: dict, key: str):
     return arr
 
 
+#: What :mod:`zipfile` and :mod:`zlib` raise for an archive that is cut short or corrupt: OSError for
+#: a seek off the file, NotImplementedError for an unknown compression method, RuntimeError for
+#: an "encrypted" flag.
+_ZIP_ERRORS = (zipfile.BadZipFile, EOFError, zlib.error, OSError, NotImplementedError, RuntimeError)
+
+
+def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Return the arrays of an NPZ archive, never unpickled; a broken archive is a ValueError."""
+    with open(path, "rb") as fh:  # ours to close, even when NumPy fails half-way through the zip
+        try:
+            z = np.load(fh, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise ValueError(f"{path.name}: a single .npy array, not an .npz archive of named arrays")
+            with z:
+                return {k: z[k] for k in z.files}
+        except _ZIP_ERRORS as exc:
+            raise ValueError(f"{path.name}: not an intact .npz archive ({_first_line(exc)})") from None
+        except ValueError as exc:  # NumPy's refusal of a pickled array, or of a malformed header
+            if str(exc).startswith(path.name):
+                raise
+            raise ValueError(f"{path.name}: {_first_line(exc)}") from None
+
+
 def _read_npz(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
-    with np.load(path, allow_pickle=False) as z:
-        data = {k: z[k] for k in z.files}
+    data = _npz_arrays(path)
     for f in ("logp", "old_logp"):
         if names[f] not in data:
             raise ValueError(f"{path.name}: no array {names[f]!r} (arrays: {sorted(data)})")
@@ -322,7 +365,7 @@ def load_batch(
     ------
     ValueError
         Bad data (with ``on_bad="raise"``), a malformed file, a missing required field or
-        array, or no valid sequence.
+        array, or no valid sequence; the message starts with the file's name.
     """
     on_bad = check_on_bad(on_bad)
     path = Path(path)
@@ -339,7 +382,13 @@ def load_batch(
         fields = {**base, **(fields or {})}
         if unwrap and fmt != "jsonl":
             raise ValueError(f"preset {preset!r} reads JSONL files, not {fmt}")
-    return _READERS[fmt](path, field_names(fields), on_bad, unwrap)
+    names = field_names(fields)
+    try:
+        return _READERS[fmt](path, names, on_bad, unwrap)
+    except ValueError as exc:  # bad data or a malformed file: the message names the file, once
+        if str(exc).startswith(f"{path.name}: "):
+            raise
+        raise ValueError(f"{path.name}: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------

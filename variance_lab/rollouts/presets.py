@@ -78,6 +78,7 @@ from variance_lab.rollouts.records import (
     NEMO_RL_FIELDS,
     ParsedRecord,
     field_names,
+    id_array,
     parse_record,
     record_array,
 )
@@ -177,7 +178,7 @@ class RunRecords:
                 flat(self.old_logp),
                 lengths,
                 mask=flat(self.mask),
-                ids=np.array(self.ids, dtype=np.int64) if ids is None else ids,
+                ids=id_array(self.ids) if ids is None else ids,
                 on_bad=on_bad,
                 known=self.problems,
                 rollout_logp=None if self.rollout_logp is None else flat(self.rollout_logp),
@@ -217,6 +218,18 @@ def _sequence_problem(arrays: Mapping[str, np.ndarray], mask: np.ndarray, logpro
         if problem:
             return problem
     return None
+
+
+def _token_id_problem(x: np.ndarray | None, name: str) -> str | None:
+    """Describe the first entry of ``x`` that is not a token id (an integer in [0, 2**63)), if any."""
+    if x is None:
+        return None
+    with np.errstate(invalid="ignore"):
+        bad = ~((x >= 0) & (x < 2.0**63) & (np.floor(x) == x))
+    if not bad.any():
+        return None
+    p = int(np.flatnonzero(bad)[0])
+    return f"field {name!r}[{p}] = {float(x[p])!r} is not a token id"
 
 
 class _Collector:
@@ -293,6 +306,7 @@ def _prime_line(rec, lineno: int, out: _Collector) -> None:
     arrays = {}
     for name in ("position_ids", "loss_mask", *_PRIME_FLOATS, "token_ids"):
         arrays[name], problem = record_array(rec, name, required=name not in ("advantages", "token_ids"))
+        problem = problem or (_token_id_problem(arrays[name], name) if name == "token_ids" else None)
         if problem:
             return out.add(rid, f"line {lineno}: {problem}")
     present = {k: v for k, v in arrays.items() if v is not None}
@@ -341,12 +355,12 @@ def _nemo_line(parsed: ParsedRecord, lineno: int, out: _Collector) -> None:
     arrays = parsed.arrays
     mask = np.ones(arrays["logp"].size) if arrays["mask"] is None else arrays["mask"]
     names = {f: NEMO_RL_FIELDS[f] for f in ("logp", "rollout_logp", "mask") if arrays[f] is not None}
+    token_ids = arrays["token_ids"]
     problem = _sequence_problem(
         {name: arrays[f] for f, name in names.items()},
         mask,
         [names[f] for f in ("rollout_logp", "logp") if f in names],
-    )
-    token_ids = arrays["token_ids"]
+    ) or _token_id_problem(token_ids, "token_ids")
     out.add(
         parsed.id,
         f"line {lineno}: {problem}" if problem else None,
@@ -355,7 +369,7 @@ def _nemo_line(parsed: ParsedRecord, lineno: int, out: _Collector) -> None:
         rollout_logp=arrays["rollout_logp"],
         mask=mask,
         advantages=arrays["advantages"],
-        token_ids=None if token_ids is None else token_ids.astype(np.int64),
+        token_ids=None if token_ids is None or problem else token_ids.astype(np.int64),
     )
     return None
 
@@ -371,41 +385,75 @@ def _read_nemo_rl(path: Path) -> RunRecords:
 # --------------------------------------------------------------------------------------
 # slime
 # --------------------------------------------------------------------------------------
+#: What ``torch.load`` raises for a file that is not an intact ``torch.save`` archive: its zip
+#: reader's RuntimeError, a seek off the file, and the errors of its unpickler on corrupt records.
+_TORCH_LOAD_ERRORS = (
+    RuntimeError,
+    EOFError,
+    OSError,
+    AttributeError,
+    KeyError,
+    IndexError,
+    TypeError,
+    ValueError,
+)
+
+
 def _torch_load(path: Path):
     """``torch.load(path, weights_only=True)``; a pickled object or a non-torch file is a ValueError."""
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - torch is in the dev extra
         raise ImportError("reading slime's .pt dumps needs torch: pip install torch") from exc
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(
-            f"{path.name}: refused: loading it needs arbitrary objects unpickled, which this reader "
-            f"never does (torch.load(weights_only=True) says: {first})"
-        ) from None
-    except (RuntimeError, EOFError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path.name}: not a file torch.save wrote ({first})") from None
+    with open(path, "rb") as fh:  # opened here: an OSError past this point is the file's content
+        try:
+            return torch.load(fh, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(
+                f"{path.name}: refused: loading it needs arbitrary objects unpickled, which this reader "
+                f"never does (torch.load(weights_only=True) says: {first})"
+            ) from None
+        except _TORCH_LOAD_ERRORS as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"{path.name}: not a file torch.save wrote ({first})") from None
+
+
+def _slime_int(value) -> int | None:
+    """Return an integer field of a slime sample as an int; None when it holds no integer.
+
+    An integer, an integral finite float or a one-element dense tensor of one is read; a bool, a
+    list, a sparse tensor, inf or NaN is not.
+    """
+    if hasattr(value, "detach"):  # a torch tensor
+        if str(value.layout) != "torch.strided" or value.numel() != 1 or value.dtype.is_complex:
+            return None
+        value = value.item()
+    if isinstance(value, float | np.floating) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        return None
+    return int(value)
 
 
 def _slime_sample(sample, index: int, out: _Collector) -> None:
     if not isinstance(sample, Mapping):
         return out.add(index, f"samples[{index}] is not a dict")
     rid = next((sample[k] for k in ("rollout_position", "sample_index") if sample.get(k) is not None), index)
-    rid = int(rid) if isinstance(rid, int | np.integer) or hasattr(rid, "item") else index
+    rid = _slime_int(rid)
+    rid = index if rid is None else rid
     where = f"samples[{index}]"
-    n = sample.get("response_lengths")
-    if n is None or isinstance(n, bool):
+    if sample.get("response_lengths") is None:
         return out.add(rid, f"{where}: missing field 'response_lengths'")
-    n = int(n)
+    n = _slime_int(sample["response_lengths"])
+    if n is None or n < 0:
+        return out.add(rid, f"{where}: field 'response_lengths' is not an integer >= 0")
     arrays = {}
     for name in ("log_probs", "rollout_log_probs", "loss_masks", "advantages"):
         arrays[name], problem = record_array(sample, name, required=name == "log_probs")
         if problem:
             return out.add(rid, f"{where}: {problem}")
-    mask = arrays["loss_masks"] if arrays["loss_masks"] is not None else np.ones(n)
+    mask = arrays["loss_masks"] if arrays["loss_masks"] is not None else np.ones(arrays["log_probs"].size)
     checked = {"log_probs": arrays["log_probs"], "loss_masks": mask}
     if arrays["rollout_log_probs"] is not None:
         checked["rollout_log_probs"] = arrays["rollout_log_probs"]
@@ -420,6 +468,7 @@ def _slime_sample(sample, index: int, out: _Collector) -> None:
         checked, mask, [f for f in ("rollout_log_probs", "log_probs") if f in checked]
     )
     tokens, _ = record_array(sample, "tokens", required=False)
+    problem = problem or _token_id_problem(tokens, "tokens")
     out.add(
         rid,
         f"{where}: {problem}" if problem else None,
@@ -427,7 +476,9 @@ def _slime_sample(sample, index: int, out: _Collector) -> None:
         rollout_logp=arrays["rollout_log_probs"],
         mask=mask,
         advantages=arrays["advantages"],
-        token_ids=None if tokens is None or tokens.size < n else tokens[tokens.size - n :].astype(np.int64),
+        token_ids=None
+        if problem or tokens is None or tokens.size < n
+        else tokens[tokens.size - n :].astype(np.int64),
     )
     return None
 
@@ -473,7 +524,13 @@ def read_run(path, preset: str) -> RunRecords:
     """
     if preset not in _RUN_READERS:
         raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(RUN_PRESETS)}")
-    return _RUN_READERS[preset](Path(path))
+    path = Path(path)
+    try:
+        return _RUN_READERS[preset](path)
+    except ValueError as exc:  # a malformed file (a bad prompt id, say): the message names the file, once
+        if str(exc).startswith(f"{path.name}: "):
+            raise
+        raise ValueError(f"{path.name}: {exc}") from None
 
 
 def load_run(path, preset: str, on_bad: str = "raise") -> TokenBatch:

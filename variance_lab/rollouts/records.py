@@ -54,6 +54,7 @@ NEMO_RL_FIELDS = {
 }
 
 _EMPTY = np.zeros(0)
+_INT64 = np.iinfo(np.int64)
 
 
 class ParsedRecord(NamedTuple):
@@ -107,6 +108,8 @@ def field_names(fields: Mapping[str, str] | None = None) -> dict[str, str]:
 def id_array(ids: list) -> np.ndarray:
     """Return ids as an int64 array (all integers), a str array (all strings), else an object array.
 
+    Integers beyond the int64 range (a 64-bit hash, say) are kept exactly, in an object array.
+
     Parameters
     ----------
     ids : list
@@ -116,8 +119,9 @@ def id_array(ids: list) -> np.ndarray:
     numpy.ndarray
     """
     if all(isinstance(i, int | np.integer) and not isinstance(i, bool) for i in ids):
-        return np.array(ids, dtype=np.int64)
-    if all(isinstance(i, str) for i in ids):
+        if all(_INT64.min <= i <= _INT64.max for i in ids):
+            return np.array(ids, dtype=np.int64)
+    elif all(isinstance(i, str) for i in ids):
         return np.array(ids, dtype=str)
     out = np.empty(len(ids), dtype=object)
     out[:] = ids
@@ -142,7 +146,9 @@ def float_array(value, name: str) -> tuple[np.ndarray | None, str | None]:
     """
     if value is None:
         return None, f"field {name!r} is null"
-    if hasattr(value, "detach"):  # a torch tensor (slime)
+    if hasattr(value, "detach"):  # a torch tensor (slime): dense and real, as slime writes them
+        if str(getattr(value, "layout", "")) != "torch.strided" or value.dtype.is_complex:
+            return None, f"field {name!r} is a {value.layout} {value.dtype} tensor, not a dense real one"
         value = value.detach().cpu().double().numpy()
     elif isinstance(value, list):
         value = [math.nan if v is None else v for v in value]
@@ -150,6 +156,8 @@ def float_array(value, name: str) -> tuple[np.ndarray | None, str | None]:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         return None, f"field {name!r} is not a list of numbers"
+    except OverflowError:  # a JSON integer such as 10**400
+        return None, f"field {name!r} holds an integer beyond the float64 range"
     if arr.ndim != 1:
         return None, f"field {name!r} must be a flat list, got shape {arr.shape}"
     return arr, None

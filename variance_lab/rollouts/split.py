@@ -105,16 +105,18 @@ def _part_row(d, offsets, seq_sel, tok_sel, lengths, ranges, checks) -> dict:
     L = lengths[seq_sel]
     log_p = segment_sums(d, offsets)[seq_sel]
     rho = exp_quiet(dt)
+    with np.errstate(over="ignore"):  # a log-ratio beyond ~709 makes k3 and chi2 inf, quietly (as exp_quiet)
+        k3, chi2_seq = np.mean(np.expm1(dt) - dt), np.expm1(_log_mean_exp(log_p, 2.0))
     row = {
         "n_seq": int(L.size),
         "n_tokens": int(dt.size),
         "mean_log_r": float(dt.mean()),
         "var_log_r": float(dt.var(ddof=1)) if dt.size > 1 else math.nan,
         "chi2_token": float(np.mean(rho * rho) - 1.0),
-        "k3_kl": float(np.mean(np.expm1(dt) - dt)),
+        "k3_kl": float(k3),
         "ess_token": math.exp(2 * _log_mean_exp(dt) - _log_mean_exp(dt, 2.0)),
         "var_log_P": float(log_p.var(ddof=1)) if L.size > 1 else math.nan,
-        "chi2_seq": float(np.expm1(_log_mean_exp(log_p, 2.0))),
+        "chi2_seq": float(chi2_seq),
         "ess_seq": math.exp(2 * _log_mean_exp(log_p) - _log_mean_exp(log_p, 2.0)),
         "ppo_clip_frac": float(np.mean(CLIP_RULE.outside(dt, *ranges["ppo"]))),
         "gspo_clip_frac": float(np.mean(CLIP_RULE.outside(log_p / L, *ranges["gspo"]))),

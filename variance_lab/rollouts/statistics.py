@@ -142,7 +142,7 @@ def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng, groups=None) -> dict:
         "mean_log_P": float(log_P.mean()),
         "gspo_clip_frac": float(w.clipped_gspo[sel].mean()),
         "ppo_clip_frac": float(w.n_token_clipped[sel].sum() / T.sum()),
-        "mean_G": float(np.exp(log_G).mean()),
+        "mean_G": float(exp_quiet(log_G).mean()),
         "ess_P": kong_ess(log_P),
     }
     clip = proportion_interval(w.clipped_gspo[sel], n_boot=n_boot, level=level, rng=rng, groups=groups)
