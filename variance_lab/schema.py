@@ -36,6 +36,7 @@ __all__ = [
     "SAMPLER_CHOICES",
     "TIDY_COLUMNS",
     "VERDICTS",
+    "check_sampler",
     "json_safe",
     "verdict_level",
 ]
@@ -48,6 +49,20 @@ EXECUTORS = ("threads", "dask", "dask-local")
 #: What the engine's ``sampler=`` accepts (:mod:`variance_lab.simulate.aggregate`): every token, log P_T
 #: drawn at the grid points from its exact law, or the aggregate where it is exact.
 SAMPLER_CHOICES = ("token", "aggregate", "auto")
+
+
+def check_sampler(sampler) -> str:
+    """``sampler`` if it is one of :data:`~variance_lab.schema.SAMPLER_CHOICES`.
+
+    Raises
+    ------
+    ValueError
+        Naming the bad sampler and the choices.
+    """
+    if not isinstance(sampler, str) or sampler not in SAMPLER_CHOICES:
+        raise ValueError(f"sampler must be one of {', '.join(SAMPLER_CHOICES)}, got {sampler!r}")
+    return sampler
+
 
 #: ``method`` names of earlier versions -> their names now: rows read back from a sweep store
 #: written before the rename carry the current name (:func:`variance_lab.sweep.store.normalise_frame`).

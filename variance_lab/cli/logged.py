@@ -21,6 +21,7 @@ from pathlib import Path
 from variance_lab.cli._common import (
     PROG,
     CLIError,
+    add_output_args,
     add_seed_arg,
     check_output,
     float_arg,
@@ -30,7 +31,7 @@ from variance_lab.cli._common import (
     write_output,
 )
 from variance_lab.frameworks.logfiles import FRAMEWORKS, read_lengths, read_metrics
-from variance_lab.report.logged_table import LOGGED_FORMATS as TABLE_FORMATS
+from variance_lab.report.logged_table import LOGGED_FORMATS
 
 __all__ = ["add_command", "run"]
 
@@ -174,6 +175,10 @@ def add_command(sub) -> None:
         help="simulated batches per step for the intervals",
     )
     add_seed_arg(p, "seed of the simulation")
-    p.add_argument("--table-format", default="markdown", choices=TABLE_FORMATS, help="output format")
-    p.add_argument("--out", default=None, help="write the table to this file instead of standard output")
+    add_output_args(
+        p,
+        LOGGED_FORMATS,
+        option="--table-format",
+        out_help="write the table to this file instead of standard output",
+    )
     p.set_defaults(func=run)

@@ -40,11 +40,11 @@ from variance_lab.rollouts.statistics import (
     fit_log_ratios,
     length_buckets,
 )
+from variance_lab.stats.special import LN10
 
 __all__ = [
     "ANALYSIS_COLUMNS",
     "BUCKET_VERDICTS",
-    "LN10",
     "MODELS",
     "MODEL_LABELS",
     "Judged",
@@ -55,9 +55,6 @@ __all__ = [
     "overall_verdict",
     "verdict",
 ]
-
-#: :math:`\ln 10`, for the log10 columns.
-LN10 = math.log(10.0)
 
 
 #: The three predictions, in table order.

@@ -53,6 +53,7 @@ from variance_lab.rollouts.models import (
 )
 from variance_lab.rollouts.weights import segment_sums
 from variance_lab.stats import bootstrap_ratio
+from variance_lab.stats.special import LN10
 
 __all__ = [
     "ALL_MODELS",
@@ -104,8 +105,6 @@ PREDICTION_COLUMNS = (
     "fits",
     "best_model",
 )
-
-_LN10 = math.log(10.0)
 
 
 def _child_seed(seed, key: int) -> np.random.SeedSequence:
@@ -225,7 +224,7 @@ def prediction_columns(
         row["gmpo_clip_frac_lo"], row["gmpo_clip_frac_hi"] = bootstrap_ratio(
             m_seq[sel], T, rng=_child_rng(seed, 20_000 + j), **boot
         )
-        obs_G = [base[k] * _LN10 for k in ("log10_var_G", "log10_var_G_lo", "log10_var_G_hi")]
+        obs_G = [base[k] * LN10 for k in ("log10_var_G", "log10_var_G_lo", "log10_var_G_hi")]
         row["gspo_clip_se_comb"] = math.nan
         for name, fit in zip(FITTED_MODELS, fits, strict=True):
             if fit is None:
@@ -240,8 +239,8 @@ def prediction_columns(
             ln_g = expected_sample_var(pred["mean_G"], pred["var_G"], counts)
             with np.errstate(over="ignore"):
                 row[f"var_G_{name}"] = float(np.exp(ln_g))
-            row[f"log10_var_G_{name}"] = ln_g / _LN10
-            row[f"log10_var_P_{name}"] = expected_sample_var(pred["mean_P"], pred["var_P"], counts) / _LN10
+            row[f"log10_var_G_{name}"] = ln_g / LN10
+            row[f"log10_var_P_{name}"] = expected_sample_var(pred["mean_P"], pred["var_P"], counts) / LN10
             row[f"gspo_clip_pred_{name}"] = float(np.sum(counts * pred["gspo_clip"]) / n)
             tokens = counts * uniq
             row[f"ppo_clip_pred_{name}"] = float(np.sum(tokens * pred["ppo_clip"]) / np.sum(tokens))

@@ -32,6 +32,7 @@ from scipy import fft
 from variance_lab.rollouts.batch import TokenBatch, segment_offsets
 from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE, segment_sums, sequence_weights
 from variance_lab.stats import exp_quiet, kong_ess, log_var_interval, proportion_interval
+from variance_lab.stats.special import LN10
 
 __all__ = [
     "BUCKET_COLUMNS",
@@ -43,7 +44,6 @@ __all__ = [
     "length_buckets",
 ]
 
-_LN10 = math.log(10.0)
 _FFT_BUDGET = 1 << 21  # doubles per FFT group (16 MiB)
 
 
@@ -161,14 +161,14 @@ def _bucket_row(k, lo, hi, sel, w, n_boot, level, rng, groups=None) -> dict:
     return row | {
         "var_log_P": float(np.var(log_P, ddof=1)),
         "log_var_P": vP,
-        "log10_var_P": vP / _LN10,
-        "log10_var_P_lo": vP_lo / _LN10,
-        "log10_var_P_hi": vP_hi / _LN10,
+        "log10_var_P": vP / LN10,
+        "log10_var_P_lo": vP_lo / LN10,
+        "log10_var_P_hi": vP_hi / LN10,
         "var_P": float(exp_quiet(vP)),
         "var_G": float(exp_quiet(vG)),
         "var_G_lo": float(exp_quiet(vG_lo)),
         "var_G_hi": float(exp_quiet(vG_hi)),
-        "log10_var_G": vG / _LN10,
+        "log10_var_G": vG / LN10,
     }
 
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
 from variance_lab._validate import check_workers
-from variance_lab.schema import EXECUTORS, SAMPLER_CHOICES
+from variance_lab.schema import EXECUTORS, check_sampler
 from variance_lab.simulate.accumulators import Accumulator
 from variance_lab.simulate.aggregate import resolve_sampler
 from variance_lab.simulate.dask_executor import (
@@ -44,7 +44,7 @@ from variance_lab.simulate.dask_executor import (
 from variance_lab.simulate.executor import default_workers, run_tasks
 from variance_lab.simulate.plan import estimate_seconds, path_draws
 
-__all__ = ["Engine", "check_sampler", "estimate_run_seconds", "using_engine"]
+__all__ = ["Engine", "estimate_run_seconds", "using_engine"]
 
 
 def estimate_run_seconds(
@@ -82,19 +82,6 @@ def estimate_run_seconds(
     resolved = resolve_sampler(sampler, code, family.name)
     draws = path_draws(T, independent=independent, sampler=resolved, code=code)
     return estimate_seconds(n, draws, workers or default_workers())
-
-
-def check_sampler(sampler) -> str:
-    """``sampler`` if it is one of :data:`~variance_lab.schema.SAMPLER_CHOICES`.
-
-    Raises
-    ------
-    ValueError
-        Naming the bad sampler and the choices.
-    """
-    if not isinstance(sampler, str) or sampler not in SAMPLER_CHOICES:
-        raise ValueError(f"sampler must be one of {', '.join(SAMPLER_CHOICES)}, got {sampler!r}")
-    return sampler
 
 
 def _is_client(obj) -> bool:

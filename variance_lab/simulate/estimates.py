@@ -110,6 +110,7 @@ from variance_lab import stats, theory
 from variance_lab.families import Family
 from variance_lab.schema import TIDY_COLUMNS, VERDICTS, verdict_level
 from variance_lab.simulate.accumulators import LOG_P, Accumulator, G, P
+from variance_lab.stats.special import LN10
 
 __all__ = [
     "CALIBRATION_LIMIT",
@@ -150,8 +151,6 @@ STATISTICS = (
 #: (:math:`s^2` for a mean, :math:`\hat m_4` for a variance) at which the verdict can still say
 #: "reliable" (module docstring).
 CALIBRATION_LIMIT = 0.25
-
-_LN10 = math.log(10.0)
 
 
 def khat_limit(S) -> np.ndarray:
@@ -283,7 +282,7 @@ def rel_se_m4(family: Family, T, n: int, which: str = "P", *, log10: bool = Fals
 def _log10_scaled(x, log_scale):
     r""":math:`\log_{10}|x e^{h}|`, exact whatever the size of :math:`h`."""
     with np.errstate(divide="ignore"):
-        return (np.log(np.abs(x)) + log_scale) / _LN10
+        return (np.log(np.abs(x)) + log_scale) / LN10
 
 
 def _scaled(x, log_scale):
@@ -398,14 +397,14 @@ def _theory_part(acc: Accumulator, family: Family) -> tuple[list[dict], list[dic
 def _log10_rel_se_mean(family: Family, T: np.ndarray, n: int, which: str) -> np.ndarray:
     r"""log10 of theory's relative standard error of the mean of ``n`` draws of P_T or G_T."""
     if which == "P":  # Var/E^2 = 1/ess - 1 = -expm1(log ess) / ess
-        l_ess = np.atleast_1d(theory.value("ess_frac_P", family, T, log10=True)) * _LN10
+        l_ess = np.atleast_1d(theory.value("ess_frac_P", family, T, log10=True)) * LN10
         with np.errstate(divide="ignore"):
             log_rel_var = np.log(-np.expm1(l_ess)) - l_ess
     else:
-        lv = np.atleast_1d(theory.value("var_G", family, T, log10=True)) * _LN10
-        lm = np.atleast_1d(theory.value("mean_G", family, T, log10=True)) * _LN10
+        lv = np.atleast_1d(theory.value("var_G", family, T, log10=True)) * LN10
+        lm = np.atleast_1d(theory.value("mean_G", family, T, log10=True)) * LN10
         log_rel_var = lv - 2 * lm
-    return (0.5 * (log_rel_var - math.log(n))) / _LN10
+    return (0.5 * (log_rel_var - math.log(n))) / LN10
 
 
 #: Statistics about the weights of each kind, flagged by that kind's k-hat.

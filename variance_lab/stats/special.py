@@ -14,10 +14,15 @@ path that evaluates them gets the same bits:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy import special
 
-__all__ = ["STIRLING_COEFFICIENTS", "UNIT_ROUNDOFF", "lgamma_ratio", "log_expm1", "stirling_tail"]
+__all__ = ["LN10", "STIRLING_COEFFICIENTS", "UNIT_ROUNDOFF", "lgamma_ratio", "log_expm1", "stirling_tail"]
+
+#: ln 10: a natural log over it is a log10 (the tidy frames' ``log10_*`` columns).
+LN10 = math.log(10.0)
 
 #: Unit roundoff of float64 (half the machine epsilon): the unit of the error estimates.
 UNIT_ROUNDOFF = np.finfo(float).eps / 2

@@ -20,6 +20,7 @@ from variance_lab import __version__, theory
 from variance_lab._validate import check_finite, check_positive, check_seed, check_T
 from variance_lab.families import FAMILIES, Family, get_family
 from variance_lab.families.base import check_sigma2
+from variance_lab.schema import check_sampler
 
 __all__ = ["RESULT_SOURCES", "SCHEMA_VERSION", "Cell", "Plan", "code_fingerprint", "extra_parameters", "plan"]
 
@@ -222,8 +223,7 @@ def plan(
     ci = _check_unit_interval("ci", ci)
     if not isinstance(target, int | float) or not 0 < target < math.inf:
         raise ValueError(f"target must be a finite number > 0, got {target!r}")
-    if sampler not in ("token", "aggregate", "auto"):
-        raise ValueError(f"sampler must be one of token, aggregate, auto, got {sampler!r}")
+    sampler = check_sampler(sampler)
     mc_options = (("ci", ci), ("independent", bool(independent)))
     if sampler != "token":  # part of the identity; token cells keep their key
         mc_options += (("sampler", sampler),)
