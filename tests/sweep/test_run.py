@@ -2,6 +2,7 @@
 
 import json
 import sqlite3
+import sys
 
 import numpy as np
 import pandas as pd
@@ -509,3 +510,23 @@ def test_progress_bar_of_a_monte_carlo_sweep_ends_at_its_work(tmp_path, capsys):
     assert "100%" in err
     assert "draws" in err
     assert "4/4 cells" in err
+
+
+def test_storing_a_cell_runs_no_string_exec(tmp_path):
+    """A cell's commit builds no class from a string (pandas' named rows do, through ``exec``).
+
+    A Ctrl-C that lands inside a string ``exec`` sets CPython's unhandled-interrupt flag even
+    when the interrupt is caught, and ``python -m variance_lab.cli`` then exits by SIGINT instead
+    of the clean 130 (a rare CI failure of the Ctrl-C test before this was fixed).
+    """
+    cell = plan("lognormal", 1.0, 0.1, T_GRID).cells[0]
+    frame, prov = compute(cell)
+    seen, watching = [], [False]
+    sys.addaudithook(lambda event, _: seen.append(event) if watching[0] and event == "exec" else None)
+    with Store(tmp_path / "s.sqlite") as db:
+        watching[0] = True
+        try:
+            assert db.put(cell, frame, prov, 0.1) is True
+        finally:
+            watching[0] = False
+    assert seen == []

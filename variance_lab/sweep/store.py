@@ -203,21 +203,12 @@ class Store:
             float(elapsed_s),
             prov,
         )
+        # plain tuples: pandas' named rows build a class with a string exec, and a Ctrl-C that
+        # lands inside one makes ``python -m`` exit by SIGINT after the clean 130 (CPython flags it)
+        columns = ["T", "statistic", "method", "value", "log10_value", "lo", "hi", "se", "reliable", "reason"]
         rows = [
-            (
-                cell.id,
-                int(r.T),
-                r.statistic,
-                r.method,
-                _db_float(r.value),
-                _db_float(r.log10_value),
-                _db_float(r.lo),
-                _db_float(r.hi),
-                _db_float(r.se),
-                int(bool(r.reliable)),
-                str(r.reason),
-            )
-            for r in frame.itertuples(index=False)
+            (cell.id, int(T), stat, method, *map(_db_float, nums), int(bool(reliable)), str(reason))
+            for T, stat, method, *nums, reliable, reason in frame[columns].itertuples(index=False, name=None)
         ]
         c = self._conn
         c.execute("BEGIN IMMEDIATE")
