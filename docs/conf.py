@@ -96,6 +96,15 @@ def _write_rooms_table() -> None:
     (target / "rooms.md").write_text(layout.rooms_table())
 
 
+def _write_conventions_table() -> None:
+    """Write the frameworks page's conventions table from the mirrors' own rule objects."""
+    from variance_lab.frameworks.conventions import conventions_table
+
+    target = DOCS / "guide" / "_generated"
+    target.mkdir(exist_ok=True)
+    (target / "conventions.md").write_text(conventions_table())
+
+
 def _copy_notebooks() -> None:
     """Copy the notebooks (stored without outputs) where Sphinx reads them."""
     target = DOCS / "notebooks"
@@ -165,6 +174,7 @@ def _gallery() -> None:
 
 
 _write_rooms_table()
+_write_conventions_table()
 _copy_notebooks()
 _mathjax()
 _gallery()

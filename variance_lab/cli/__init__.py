@@ -25,7 +25,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Variance of sequence-level importance ratios: the product P_T against "
         "GSPO's geometric mean G_T = P_T^(1/T).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)

@@ -132,7 +132,6 @@ def add_command(sub) -> None:
         "sequences; with "
         "rollout_logp (the inference engine's log-probs) the total ratio is split into the mismatch "
         "pi_old/mu_rollout and the update pi_theta/pi_old, with a line saying which part dominates.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("file", metavar="FILE", help="token log-probs: .jsonl[.gz], .parquet or .npz")
     p.add_argument(

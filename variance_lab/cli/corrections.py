@@ -218,7 +218,6 @@ def add_command(sub) -> None:
         "Corrections: seq-tis:C, seq-mask:C, seq-mask:LO:HI, geo-rs:LO:HI, gspo[:EL:EH], tis:C, "
         "icepop[:B] (or icepop:LO:HI; alone [0.5, 5]), cispo:EPS (or cispo:EL:EH), ppo:EPS "
         "(or ppo:EL:EH), gmpo[:EPS].",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_family_args(p)
     p.add_argument(

@@ -444,7 +444,6 @@ def _add_figure(sub) -> None:
         help="analyse the experiment's data and draw its figure",
         description=f"{FIGURE_NAME}.pdf/.png/.csv/.json: Var(P_T), Var(G_T) and GSPO clip fractions per "
         "length bucket of the data set against the i.i.d. and autocorrelation-corrected predictions.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--data", default=str(DEFAULT_DATA), help="the data file to analyse")
     p.add_argument("--out", default="figures", help="output folder")

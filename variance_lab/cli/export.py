@@ -30,7 +30,6 @@ def add_command(sub) -> None:
         description="Every row of a sweep store (tidy columns plus n, seed, cell, version, created) "
         "to one CSV or Parquet file, written atomically. The store is opened read-only: it is never "
         "written, and a file that is not a store is an error.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("store", help="the SQLite store")
     p.add_argument("--out", required=True, help="output file, .csv or .parquet")

@@ -131,7 +131,6 @@ def add_command(sub) -> None:
         "folder and compares the data number by number and versions with the sidecars, writing nothing "
         "(exit 1 when a data file differs or its SHA-256 is not the one its sidecar records). Writing "
         "into the committed figures/ folder needs --out figures or --force.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
         "--out",

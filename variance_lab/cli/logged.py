@@ -114,7 +114,6 @@ def add_command(sub) -> None:
         "sequence-level ratios; TRL importance_sampling_ratio/mean in sequence_mask mode), and for each a "
         "verdict: can a batch of "
         "this size estimate it at all (draws needed, Pareto k-hat).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
         "file", metavar="METRICS_FILE", help="one record per step: .jsonl (objects) or .csv (header)"

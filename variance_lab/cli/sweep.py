@@ -141,7 +141,6 @@ def add_command(sub) -> None:
         "family cannot reach (two-point with sigma2 >= mu^2) are listed and skipped. Ctrl-C stops "
         "cleanly, keeping finished cells.",
         epilog=GRID_EPILOG,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
         "--family", type=family_list, default="lognormal", help=f"comma list of: {', '.join(FAMILIES)}"

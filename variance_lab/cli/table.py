@@ -81,7 +81,6 @@ def add_command(sub) -> None:
         description="The variance comparison table of the source derivation: exact Var(P_T), exact "
         "Var(G_T), the derivation's approximations, bias and MSE of G_T, ESS and the draws plain Monte "
         "Carlo needs.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_family_args(p)
     p.add_argument(

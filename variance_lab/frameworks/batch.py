@@ -13,9 +13,18 @@ operation), and a fraction can differ by one token where a ratio lies within rou
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["as_mask", "as_values", "masked_mean", "masked_sum", "padded"]
+__all__ = ["COUNTS", "POOLINGS", "MeanRule", "as_mask", "as_values", "masked_mean", "masked_sum", "padded"]
+
+#: How a framework's masked mean divides: by the count plus an epsilon, by the count clamped to at
+#: least 1, or by the count itself (an empty mask gives NaN).
+COUNTS = ("eps", "at_least_one", "exact")
+#: What a framework's batch mean pools: every masked token of the batch at once, or each sample's
+#: mean first and then the mean over the samples (long and short sequences weigh the same).
+POOLINGS = ("tokens", "samples")
 
 
 def as_mask(mask, name: str = "response_mask", shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -59,9 +68,55 @@ def as_values(values, mask: np.ndarray, name: str, *, allow_nan: bool = False) -
     return np.where(inside, v, 0.0)
 
 
-def masked_sum(values: np.ndarray, mask: np.ndarray, axis=None) -> np.ndarray:
+def masked_sum(values: np.ndarray, mask: np.ndarray, axis=None, keepdims: bool = False) -> np.ndarray:
     r""":math:`\sum m v` over ``axis``, padding read as 0 (verl's ``masked_sum``)."""
-    return (np.where(mask > 0, values, 0.0) * mask).sum(axis=axis)
+    return (np.where(mask > 0, values, 0.0) * mask).sum(axis=axis, keepdims=keepdims)
+
+
+@dataclass(frozen=True)
+class MeanRule:
+    r"""A framework's masked mean: how it divides by the count and what it pools.
+
+    With ``pooling="tokens"`` the mean over ``axis`` is
+    :math:`\sum m v / d(\sum m)`; with ``pooling="samples"`` (and ``axis=None``) it is
+    :math:`\frac1B \sum_i \sum_t m_{it} v_{it} / d(\sum_t m_{it})`, where the divisor is
+    :math:`d(c) = c + \varepsilon` (``count="eps"``), :math:`\max(c, 1)` (``"at_least_one"``) or
+    :math:`c` (``"exact"``). Padding is read as 0 (:func:`masked_sum`).
+
+    Attributes
+    ----------
+    count : {"eps", "at_least_one", "exact"}
+    eps : float
+        The :math:`\varepsilon` of ``count="eps"`` (verl's and NeMo-RL's :math:`10^{-8}`).
+    pooling : {"tokens", "samples"}
+    """
+
+    count: str = "eps"
+    eps: float = 1e-8
+    pooling: str = "tokens"
+
+    def __post_init__(self):
+        """Check the count and the pooling."""
+        if self.count not in COUNTS:
+            raise ValueError(f"count must be one of {COUNTS}, got {self.count!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+
+    def divide(self, total, count):
+        """Return ``total`` over the rule's divisor of ``count`` (NaN for an empty exact mean)."""
+        if self.count == "eps":
+            return total / (count + self.eps)
+        if self.count == "at_least_one":
+            return total / np.maximum(count, 1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return total / count
+
+    def mean(self, values, mask, axis=None, keepdims: bool = False):
+        """Return the masked mean of ``values`` over ``axis`` under this rule (see the class)."""
+        if self.pooling == "samples" and axis is None:
+            return np.mean(self.divide(masked_sum(values, mask, -1), mask.sum(axis=-1)))
+        total = masked_sum(values, mask, axis, keepdims=keepdims)
+        return self.divide(total, mask.sum(axis=axis, keepdims=keepdims))
 
 
 def masked_mean(values: np.ndarray, mask: np.ndarray, axis=None, eps: float = 1e-8) -> np.ndarray:
@@ -70,7 +125,7 @@ def masked_mean(values: np.ndarray, mask: np.ndarray, axis=None, eps: float = 1e
     The :math:`\varepsilon` changes a 4-token mean by a relative :math:`2.5\cdot10^{-9}`, so the
     mirrors keep it to agree with the frameworks' logs to :math:`10^{-9}`.
     """
-    return masked_sum(values, mask, axis) / (mask.sum(axis=axis) + eps)
+    return MeanRule("eps", eps).mean(values, mask, axis)
 
 
 def padded(offsets, *values) -> tuple[np.ndarray, ...]:

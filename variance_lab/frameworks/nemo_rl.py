@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import as_mask, as_values, masked_mean
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
 from variance_lab.ratios import CLOSED, TRUNCATION_TYPES, BoundRule, log_bounds
 
 __all__ = [
+    "NEMO_MEAN",
     "NEMO_WEIGHT_RULE",
+    "POINT_BAND_RULE",
     "SEQUENCE_RULE",
     "clipped_pg_importance_weights",
 ]
@@ -49,6 +51,10 @@ __all__ = [
 NEMO_WEIGHT_RULE = BoundRule(CLOSED, "value", "float64")
 #: ``seq-mask-tis``'s rule: the mean log-ratio against the bounds' logs, both kept.
 SEQUENCE_RULE = BoundRule(CLOSED, "log", "float64")
+#: ``seq-mask-tis`` with min = max: :math:`e^{\overline{\Delta}}` against the bound in linear space.
+POINT_BAND_RULE = BoundRule(CLOSED, "linear", "float64")
+#: NeMo-RL's ``masked_mean``: the count plus :math:`10^{-8}`, every token of the batch pooled.
+NEMO_MEAN = MeanRule("eps", 1e-8, "tokens")
 
 
 def clipped_pg_importance_weights(
@@ -111,7 +117,7 @@ def clipped_pg_importance_weights(
     if lo is not None and hi is not None and not 0 <= lo <= hi:
         raise ValueError(f"bad truncated_importance_sampling_ratio_min {lo!r}: needs 0 <= min <= ratio")
     delta = prev - gen
-    metrics = {"token_mult_prob_error": float(masked_mean(np.exp(np.abs(delta) * mask), mask))}
+    metrics = {"token_mult_prob_error": float(NEMO_MEAN.mean(np.exp(np.abs(delta) * mask), mask))}
     with np.errstate(over="ignore"):
         x = (delta * mask).sum(axis=-1, keepdims=True) if sequence_level_importance_ratios else delta
         w = np.exp(x)
@@ -120,24 +126,24 @@ def clipped_pg_importance_weights(
         if kind == "tis":
             floor = 0.0 if lo is None else lo
             metrics["is_oob_ratio"] = float(
-                masked_mean(np.broadcast_to(NEMO_WEIGHT_RULE.outside(w, floor, hi), mask.shape), mask)
+                NEMO_MEAN.mean(np.broadcast_to(NEMO_WEIGHT_RULE.outside(w, floor, hi), mask.shape), mask)
             )
             w = np.clip(w, floor, hi)  # an overflowed weight, set to 0 above, stays 0
         elif kind == "icepop":
             out = NEMO_WEIGHT_RULE.outside(w, lo, hi)
-            metrics["is_oob_ratio"] = float(masked_mean(np.broadcast_to(out, mask.shape), mask))
+            metrics["is_oob_ratio"] = float(NEMO_MEAN.mean(np.broadcast_to(out, mask.shape), mask))
             w = np.where(out, 0.0, w)
         else:
-            mean_delta = (delta * tm).sum(axis=-1) / (tm.sum(axis=-1) + 1e-8)
+            mean_delta = NEMO_MEAN.mean(delta, tm, axis=-1)
             if lo < hi:
                 out = SEQUENCE_RULE.outside(mean_delta, *log_bounds(lo, hi))
             else:
-                out = BoundRule(CLOSED, "linear").outside(mean_delta, lo, hi)
+                out = POINT_BAND_RULE.outside(mean_delta, lo, hi)
             kept = (~out).astype(float)
-            metrics["is_oob_ratio"] = float(masked_mean(1.0 - kept, sm))
+            metrics["is_oob_ratio"] = float(NEMO_MEAN.mean(1.0 - kept, sm))
             w = w * kept[:, None]
     if sequence_level_importance_ratios:
-        metrics["sampling_importance_ratio"] = float(masked_mean(w[:, 0], sm))
+        metrics["sampling_importance_ratio"] = float(NEMO_MEAN.mean(w[:, 0], sm))
     else:
-        metrics["sampling_importance_ratio"] = float(masked_mean(w, mask))
+        metrics["sampling_importance_ratio"] = float(NEMO_MEAN.mean(w, mask))
     return w, metrics

@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import as_mask, as_values
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
 from variance_lab.ratios import CLOSED, ICEPOP_BAND, TRUNCATION_TYPES, BoundRule
 
-__all__ = ["OPENRLHF_RULE", "vllm_is_correction"]
+__all__ = ["OPENRLHF_MEAN", "OPENRLHF_RULE", "vllm_is_correction"]
 
 #: OpenRLHF's bound rule: a ratio at either bound is kept, compared in linear space (float64 here).
 OPENRLHF_RULE = BoundRule(CLOSED, "linear", "float64")
+#: OpenRLHF's ``masked_mean``: the count itself, no :math:`\varepsilon` (an empty mask gives NaN).
+OPENRLHF_MEAN = MeanRule("exact", 0.0, "tokens")
 
 
 def vllm_is_correction(
@@ -81,5 +83,5 @@ def vllm_is_correction(
         mean_y = (y * m).sum(axis=-1) / np.where(length > 0, length, 1.0)
         out = OPENRLHF_RULE.outside(mean_y, lo, hi)
         w = np.exp(y) * (~out & (length > 0))[:, None]
-    vllm_kl = float(((rollout - old) * m).sum() / m.sum()) if m.sum() > 0 else float("nan")
+    vllm_kl = float(OPENRLHF_MEAN.mean(rollout - old, m))
     return w * m, vllm_kl

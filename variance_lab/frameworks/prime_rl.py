@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import as_mask, as_values
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
 from variance_lab.ratios import CLOSED, BoundRule
 
-__all__ = ["PRIME_RL_RULE", "compute_importance_ratio_and_mismatch_kl", "dppo_mask"]
+__all__ = ["PRIME_RL_MEAN", "PRIME_RL_RULE", "compute_importance_ratio_and_mismatch_kl", "dppo_mask"]
 
 #: prime-rl's DPPO bound rule: the probability difference against the bounds as it is (no log, no
 #: exp), a difference exactly at a bound kept (``d > high`` and ``d < -low`` mask).
 PRIME_RL_RULE = BoundRule(CLOSED, "value", "float64")
+#: ``_safe_mean``: the count clamped to at least 1, every token of the batch pooled.
+PRIME_RL_MEAN = MeanRule("at_least_one", 0.0, "tokens")
 
 
 def compute_importance_ratio_and_mismatch_kl(trainer_logprobs, inference_logprobs, loss_mask=None):
@@ -53,7 +55,7 @@ def compute_importance_ratio_and_mismatch_kl(trainer_logprobs, inference_logprob
 
 
 def _safe_mean(values: np.ndarray, mask: np.ndarray) -> float:
-    return float(values[mask].sum() / max(int(mask.sum()), 1))
+    return float(PRIME_RL_MEAN.mean(values, mask.astype(np.float64)))
 
 
 def dppo_mask(

@@ -29,15 +29,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import as_mask, as_values
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
 from variance_lab.ratios import CLOSED, BoundRule
 
-__all__ = ["ICEPOP_RULE", "VETO_RULE", "sample_mean", "tis_metrics", "veto_mask"]
+__all__ = ["ICEPOP_RULE", "SLIME_MEAN", "VETO_RULE", "sample_mean", "tis_metrics", "veto_mask"]
 
 #: slime's IcePop: the ratio against the bounds in linear space, both kept.
 ICEPOP_RULE = BoundRule(CLOSED, "linear", "float64")
 #: slime's veto: the log-ratio against the threshold's log, a token at the threshold kept.
 VETO_RULE = BoundRule(CLOSED, "log", "float64")
+#: ``get_sum_of_sample_mean``: each sample's mean (count clamped to at least 1), then over samples.
+SLIME_MEAN = MeanRule("at_least_one", 0.0, "samples")
 
 
 def sample_mean(values, loss_mask) -> float:
@@ -47,7 +49,7 @@ def sample_mean(values, loss_mask) -> float:
     """
     m = as_mask(loss_mask, "loss_mask")
     v = np.where(m > 0, np.broadcast_to(np.asarray(values, dtype=np.float64), m.shape), 0.0)
-    return float(np.mean((v * m).sum(axis=-1) / np.maximum(m.sum(axis=-1), 1.0)))
+    return float(SLIME_MEAN.mean(v, m))
 
 
 def tis_metrics(

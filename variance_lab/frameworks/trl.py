@@ -51,12 +51,13 @@ import math
 import numpy as np
 
 from variance_lab.corrections import apply_sequence, apply_tokens, parse
-from variance_lab.frameworks.batch import as_mask, as_values
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
     "MASK_RULE",
     "OFF_POLICY_RULE",
+    "TRL_MEAN",
     "VLLM_IMPORTANCE_SAMPLING_MODES",
     "get_gamma_weights",
     "get_off_policy_mask",
@@ -74,6 +75,8 @@ MASK_RULE = BoundRule(CLOSED, "linear", "float64")
 #: ``get_off_policy_mask``: the mean log-ratio against the threshold as it is, a mean equal to
 #: the threshold kept.
 OFF_POLICY_RULE = BoundRule(CLOSED, "value", "float64")
+#: ``get_off_policy_mask``'s mean log-ratio per sequence: the count clamped to at least 1.
+TRL_MEAN = MeanRule("at_least_one", 0.0, "tokens")
 
 
 def _advantages(advantages, B: int) -> np.ndarray:
@@ -112,7 +115,7 @@ def get_off_policy_mask(
     adv = _advantages(advantages, m.shape[0])
     delta = _finite(off_policy_threshold, "off_policy_threshold")
     kl = np.nan_to_num(sampling - new, nan=0.0)
-    avg = (kl * m).sum(axis=1, keepdims=True) / np.maximum(m.sum(axis=1, keepdims=True), 1.0)
+    avg = TRL_MEAN.mean(kl, m, axis=1, keepdims=True)
     return ((adv >= 0) | ~OFF_POLICY_RULE.outside(avg, None, delta)).astype(np.float64)
 
 

@@ -54,7 +54,7 @@ import numpy as np
 
 from variance_lab._validate import parse_float
 from variance_lab.corrections import apply_sequence, apply_tokens, parse
-from variance_lab.frameworks.batch import as_mask, as_values, masked_mean, masked_sum
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, masked_sum
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "SAFETY_BOUND",
     "SUPPORTED_ROLLOUT_RS_OPTIONS",
     "THRESHOLD_RULE",
+    "VERL_MEAN",
     "compute_offpolicy_metrics",
     "compute_rollout_correction_and_rejection_mask",
     "compute_rollout_correction_weights",
@@ -77,6 +78,8 @@ SAFETY_BOUND = 20.0
 THRESHOLD_RULE = BoundRule(CLOSED, "value", "float64")
 #: A band with LO = HI keeps only a weight equal to it, compared in linear space.
 LINEAR_RULE = BoundRule(CLOSED, "linear", "float64")
+#: verl's ``masked_mean``: the count plus :math:`10^{-8}`, every token of the batch pooled.
+VERL_MEAN = MeanRule("eps", 1e-8, "tokens")
 
 
 def _above(x, c: float) -> np.ndarray:
@@ -260,12 +263,12 @@ def compute_rollout_correction_weights(
     metrics = _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, rollout_is_threshold)
     if lower is not None:
         oob = THRESHOLD_RULE.outside(raw, lower, upper)
-        metrics["rollout_is_oob_ratio"] = float(masked_mean(oob.astype(float), mask))
+        metrics["rollout_is_oob_ratio"] = float(VERL_MEAN.mean(oob.astype(float), mask))
     if rollout_is_batch_normalize:
         if rollout_is == "token":
-            mean = float(masked_mean(weights, mask))
+            mean = float(VERL_MEAN.mean(weights, mask))
         else:
-            seq_w = masked_mean(weights, mask, axis=-1)
+            seq_w = VERL_MEAN.mean(weights, mask, axis=-1)
             seq_mask = (mask.sum(axis=-1) > 0).astype(float)
             mean = float((seq_w * seq_mask).sum() / max(seq_mask.sum(), 1e-8))
         if mean > 1e-8:
@@ -284,37 +287,37 @@ def _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, t
     if rollout_is == "sequence":
         m["rollout_is_max"] = math.exp(min(float(log_for_metrics.max()), SAFETY_BOUND))
         m["rollout_is_min"] = math.exp(float(log_for_metrics.min()))
-        m["rollout_is_mean"] = float(masked_mean(weights, mask))
+        m["rollout_is_mean"] = float(VERL_MEAN.mean(weights, mask))
         m["rollout_is_ratio_fraction_high"] = _fraction32(_above(log_for_metrics, math.log(upper)))
         m["rollout_is_ratio_fraction_low"] = _fraction32(_below(log_for_metrics, math.log(lower_eff)))
     else:
-        m["rollout_is_mean"] = float(masked_mean(weights, mask))
-        m["rollout_is_ratio_fraction_high"] = float(masked_mean(_above(raw, upper).astype(float), mask))
-        m["rollout_is_ratio_fraction_low"] = float(masked_mean(_below(raw, lower_eff).astype(float), mask))
+        m["rollout_is_mean"] = float(VERL_MEAN.mean(weights, mask))
+        m["rollout_is_ratio_fraction_high"] = float(VERL_MEAN.mean(_above(raw, upper).astype(float), mask))
+        m["rollout_is_ratio_fraction_low"] = float(VERL_MEAN.mean(_below(raw, lower_eff).astype(float), mask))
         m["rollout_is_max"] = float(weights[inside].max())
         m["rollout_is_min"] = float(weights[inside].min())
     clamped = np.clip(weights, 0.0, upper)
     if mask.sum() > 1:
-        mean = masked_mean(clamped, mask)
-        var = masked_mean(clamped**2, mask) - mean * mean
+        mean = VERL_MEAN.mean(clamped, mask)
+        var = VERL_MEAN.mean(clamped**2, mask) - mean * mean
         m["rollout_is_std"] = float(np.sqrt(max(float(var), 0.0)))
     else:
         m["rollout_is_std"] = 0.0
-    normalized = clamped / (masked_mean(clamped, mask) + 1e-8)
-    second = float(masked_mean(normalized**2, mask))
+    normalized = clamped / (VERL_MEAN.mean(clamped, mask) + 1e-8)
+    second = float(VERL_MEAN.mean(normalized**2, mask))
     if second == 0.0:
         raise ValueError(
             f"every importance weight is 0 with rollout_is_threshold {threshold!r}: verl 0.9.1 divides by "
             "zero there (rollout_is_eff_sample_size) and stops"
         )
     m["rollout_is_eff_sample_size"] = 1.0 / second
-    seq_mean = masked_mean(weights, mask, axis=-1)
+    seq_mean = VERL_MEAN.mean(weights, mask, axis=-1)
     m["rollout_is_seq_mean"] = float(seq_mean.mean())
     m["rollout_is_seq_std"] = float(seq_mean.std(ddof=1)) if seq_mean.size > 1 else 0.0
     m["rollout_is_seq_max"] = float(seq_mean.max())
     m["rollout_is_seq_min"] = float(seq_mean.min())
     m["rollout_is_seq_max_deviation"] = float(np.abs(seq_mean - 1.0).max())
-    raw_seq_mean = masked_mean(raw, mask, axis=-1)
+    raw_seq_mean = VERL_MEAN.mean(raw, mask, axis=-1)
     m["rollout_is_seq_fraction_high"] = _fraction32(_above(raw_seq_mean, upper))
     m["rollout_is_seq_fraction_low"] = _fraction32(_below(raw_seq_mean, lower_eff))
     return m
@@ -392,7 +395,7 @@ def compute_rollout_rejection_mask(
             if opt.startswith("seq_sum"):
                 per_seq = masked_sum(stats[k], mask, axis=-1)
             elif opt.startswith("seq_mean"):
-                per_seq = masked_mean(stats[k], mask, axis=-1)
+                per_seq = VERL_MEAN.mean(stats[k], mask, axis=-1)
             else:
                 vals = np.where(inside, stats[k], -np.inf).max(axis=-1)
                 per_seq = np.where(vals == -np.inf, 0.0, vals)
@@ -408,12 +411,12 @@ def compute_rollout_rejection_mask(
         keep_f = keep.astype(float)
         combined = combined * keep_f
         seq_keep = (~(~keep & inside)).all(axis=-1)
-        metrics[f"rollout_rs_{opt}_masked_fraction"] = float(masked_mean(1.0 - keep_f, mask))
+        metrics[f"rollout_rs_{opt}_masked_fraction"] = float(VERL_MEAN.mean(1.0 - keep_f, mask))
         n_valid = float(seq_valid.sum())
         metrics[f"rollout_rs_{opt}_seq_masked_fraction"] = (
             float(((1.0 - seq_keep) * seq_valid).sum() / n_valid) if n_valid > 0 else 0.0
         )
-    metrics["rollout_rs_masked_fraction"] = float(masked_mean(1.0 - combined, mask))
+    metrics["rollout_rs_masked_fraction"] = float(VERL_MEAN.mean(1.0 - combined, mask))
     final_keep = (combined > 0.5) & inside
     metrics["rollout_rs_seq_masked_fraction"] = _fraction32((~final_keep & inside).any(axis=-1))
     return mask * combined, metrics
@@ -424,9 +427,9 @@ def _rs_metrics(opt, stat, mask, seq_valid, per_seq, upper, lower, apply_lower) 
     m: dict[str, float] = {}
     p = f"rollout_rs_{opt}"
     inside = mask > 0
-    seq_values = per_seq if per_seq is not None else masked_mean(stat, mask, axis=-1)
+    seq_values = per_seq if per_seq is not None else VERL_MEAN.mean(stat, mask, axis=-1)
     valid = seq_values[seq_valid]
-    m[f"{p}_mean"] = float(masked_mean(stat, mask))
+    m[f"{p}_mean"] = float(VERL_MEAN.mean(stat, mask))
     sequence_level = not opt.startswith("token")
     if sequence_level and valid.size:
         m[f"{p}_max"], m[f"{p}_min"] = float(valid.max()), float(valid.min())
@@ -434,14 +437,14 @@ def _rs_metrics(opt, stat, mask, seq_valid, per_seq, upper, lower, apply_lower) 
         m[f"{p}_fraction_low"] = _fraction32(_below(valid, lower)) if apply_lower else 0.0
     else:
         m[f"{p}_max"], m[f"{p}_min"] = float(stat[inside].max()), float(stat[inside].min())
-        m[f"{p}_fraction_high"] = float(masked_mean(_above(stat, upper).astype(float), mask))
+        m[f"{p}_fraction_high"] = float(VERL_MEAN.mean(_above(stat, upper).astype(float), mask))
         m[f"{p}_fraction_low"] = (
-            float(masked_mean(_below(stat, lower).astype(float), mask)) if apply_lower else 0.0
+            float(VERL_MEAN.mean(_below(stat, lower).astype(float), mask)) if apply_lower else 0.0
         )
     if mask.sum() > 1:
         s = np.clip(stat, lower if apply_lower else 0.0, upper)
-        mean = masked_mean(s, mask)
-        m[f"{p}_std"] = float(np.sqrt(max(float(masked_mean(s * s, mask) - mean * mean), 0.0)))
+        mean = VERL_MEAN.mean(s, mask)
+        m[f"{p}_std"] = float(np.sqrt(max(float(VERL_MEAN.mean(s * s, mask) - mean * mean), 0.0)))
     else:
         m[f"{p}_std"] = 0.0
     if valid.size:
@@ -475,16 +478,16 @@ def compute_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask) -> 
     old = as_values(old_log_prob, mask, "old_log_prob")
     _check_any(mask)
     m: dict[str, float] = {}
-    mean_old = masked_mean(old, mask, axis=-1)
+    mean_old = VERL_MEAN.mean(old, mask, axis=-1)
     m["training_ppl"] = float(np.exp(-mean_old).mean())
     m["training_log_ppl"] = float((-mean_old).mean())
     if rollout_log_prob is None:
         return m
     rollout = as_values(rollout_log_prob, mask, "rollout_log_prob")
     y = old - rollout
-    m["kl"] = float(masked_mean(rollout - old, mask))
-    m["k3_kl"] = float(masked_mean(np.exp(y) - y - 1.0, mask))
-    mean_rollout = masked_mean(rollout, mask, axis=-1)
+    m["kl"] = float(VERL_MEAN.mean(rollout - old, mask))
+    m["k3_kl"] = float(VERL_MEAN.mean(np.exp(y) - y - 1.0, mask))
+    mean_rollout = VERL_MEAN.mean(rollout, mask, axis=-1)
     m["rollout_ppl"] = float(np.exp(-mean_rollout).mean())
     m["rollout_log_ppl"] = float((-mean_rollout).mean())
     diff = mean_rollout - mean_old
@@ -494,7 +497,7 @@ def compute_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask) -> 
     m["log_ppl_diff_min"] = float(diff.min())
     m["ppl_ratio"] = float(np.exp(diff).mean())
     rho = np.exp(np.clip(y, -SAFETY_BOUND, SAFETY_BOUND))
-    m["chi2_token"] = float(masked_mean(rho * rho, mask) - 1.0)
+    m["chi2_token"] = float(VERL_MEAN.mean(rho * rho, mask) - 1.0)
     log_p = np.clip(masked_sum(y, mask, axis=-1), -SAFETY_BOUND, SAFETY_BOUND)
     m["chi2_seq"] = float(np.exp(2.0 * log_p).mean() - 1.0)
     return m

@@ -1,0 +1,99 @@
+"""The conventions table is the mirrors' own rule objects, and each masked mean is what it says."""
+
+import math
+
+import numpy as np
+import pytest
+
+from variance_lab.frameworks import batch, nemo_rl, openrlhf, prime_rl, slime, trl, verl
+from variance_lab.frameworks.batch import MeanRule
+from variance_lab.frameworks.conventions import CONVENTIONS, conventions_table
+from variance_lab.frameworks.logfiles import FRAMEWORKS
+from variance_lab.ratios import BoundRule
+
+MIRRORS = {
+    "verl": verl,
+    "trl": trl,
+    "nemo-rl": nemo_rl,
+    "prime-rl": prime_rl,
+    "slime": slime,
+    "openrlhf": openrlhf,
+}
+
+
+def test_one_row_per_framework_the_log_reader_knows():
+    """The table has the six frameworks `logged` reads, one row each, seven columns."""
+    assert set(CONVENTIONS) == set(FRAMEWORKS) == set(MIRRORS)
+    table = conventions_table().splitlines()
+    assert len(table) == 2 + len(CONVENTIONS)
+    assert all(line.count(" | ") == 6 for line in table[:1] + table[2:])  # no cell holds a "|"
+
+
+@pytest.mark.parametrize("name", sorted(MIRRORS))
+def test_every_rule_a_mirror_defines_is_in_its_row(name):
+    """A rule constant of a mirror that the table leaves out would be a convention it hides."""
+    module, row = MIRRORS[name], CONVENTIONS[name]
+    rules = [v for k, v in vars(module).items() if k.isupper() and isinstance(v, BoundRule)]
+    means = [v for k, v in vars(module).items() if k.isupper() and isinstance(v, MeanRule)]
+    assert rules, name
+    assert all(any(r is listed for listed in row.rules.values()) for r in rules), name
+    assert means == [row.mean]
+
+
+def _reference(rule: MeanRule, values, mask, per_sample: bool) -> float | list[float]:
+    """Return the rule written out with math.fsum, one sample at a time."""
+
+    def divide(total, count):
+        if rule.count == "eps":
+            return total / (count + rule.eps)
+        if rule.count == "at_least_one":
+            return total / max(count, 1.0)
+        return total / count if count else math.nan
+
+    rows = [
+        (math.fsum(v for v, m in zip(vr, mr, strict=True) if m), float(sum(mr)))
+        for vr, mr in zip(values.tolist(), mask.tolist(), strict=True)
+    ]
+    if per_sample:
+        return [divide(t, c) for t, c in rows]
+    if rule.pooling == "samples":
+        return math.fsum(divide(t, c) for t, c in rows) / len(rows)
+    return divide(math.fsum(t for t, _ in rows), math.fsum(c for _, c in rows))
+
+
+@pytest.mark.parametrize("count", batch.COUNTS)
+@pytest.mark.parametrize("pooling", batch.POOLINGS)
+def test_mean_rule_against_its_formula(count, pooling):
+    """Each divisor and pooling equals its formula, per sample and pooled, padding never read."""
+    rng = np.random.default_rng(7)
+    lengths = np.array([1, 4, 0, 9, 2])  # an empty row included
+    mask = (np.arange(9)[None, :] < lengths[:, None]).astype(np.float64)
+    values = np.where(mask > 0, rng.normal(size=mask.shape), np.nan)  # padding is never read
+    rule = MeanRule(count, 1e-8 if count == "eps" else 0.0, pooling)
+    pooled = rule.mean(values, mask)
+    per_sample = rule.mean(values, mask, axis=-1)
+    want_per_sample = _reference(rule, values, mask, per_sample=True)
+    np.testing.assert_allclose(per_sample, want_per_sample, rtol=1e-14, atol=0)  # NaN where exact and empty
+    want = _reference(rule, values, mask, per_sample=False)
+    if math.isnan(want):  # an exact mean of samples with an empty one
+        assert math.isnan(pooled)
+    else:
+        assert pooled == pytest.approx(want, rel=1e-14, abs=0)
+    kept = rule.mean(values, mask, axis=-1, keepdims=True)
+    assert kept.shape == (5, 1)
+
+
+def test_verl_masked_mean_is_the_eps_rule():
+    """The eps rule is verl's ``masked_mean``, bit for bit; NeMo-RL's is the same rule."""
+    rng = np.random.default_rng(3)
+    mask = (rng.random((6, 5)) < 0.6).astype(np.float64)
+    values = rng.normal(size=mask.shape)
+    assert batch.masked_mean(values, mask) == verl.VERL_MEAN.mean(values, mask)
+    assert verl.VERL_MEAN == MeanRule("eps", 1e-8, "tokens") == nemo_rl.NEMO_MEAN
+
+
+@pytest.mark.parametrize(("kwargs", "bad"), [({"count": "sum"}, "'sum'"), ({"pooling": "rows"}, "'rows'")])
+def test_bad_rule_names_the_value(kwargs, bad):
+    """An unknown divisor or pooling is a ValueError naming it."""
+    with pytest.raises(ValueError, match=bad):
+        MeanRule(**kwargs)

@@ -1,0 +1,166 @@
+r"""The frameworks' conventions in one table: the bound rules, the means, the clamps and the dtypes.
+
+Each mirror states its framework's convention as module constants over the shared core: a
+:class:`~variance_lab.ratios.BoundRule` per bound test (which ends are kept, the space, the dtype)
+and a :class:`~variance_lab.frameworks.batch.MeanRule` for its masked means (the divisor and the
+pooling). :data:`CONVENTIONS` collects those very objects, so the table the docs print from it
+(:func:`conventions_table`) is the one the code runs; a test checks that each mirror uses them.
+
+The mirrors compute in float64. The frameworks compute in their tensors' dtype, float32
+log-probabilities in most runs: the last column says where that changes an answer beyond
+float32's rounding of each operation, and what a mirror does not reproduce yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from variance_lab.corrections import BOUND_RULE
+from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl, slime, trl, verl
+from variance_lab.frameworks.batch import MeanRule
+from variance_lab.ratios import BoundRule
+
+__all__ = ["CONVENTIONS", "Conventions", "conventions_table"]
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """One framework's conventions, as its mirror applies them.
+
+    Attributes
+    ----------
+    framework : str
+        The name :func:`variance_lab.frameworks.logfiles.detect_framework` uses.
+    source : str
+        The file and release or commit the mirror follows.
+    log_ratio : str
+        The per-token log-ratio the framework takes.
+    clamp : str
+        What the framework does to a large log-ratio or weight.
+    rules : mapping of str to BoundRule
+        Each bound test the mirror makes, by what it tests.
+    mean : MeanRule
+        The framework's masked mean.
+    differences : str
+        Where the mirror's answer can differ from the framework's own: the framework's dtype
+        (the mirror computes in float64) and what the mirror does not reproduce yet.
+    """
+
+    framework: str
+    source: str
+    log_ratio: str
+    clamp: str
+    rules: Mapping[str, BoundRule]
+    mean: MeanRule
+    differences: str
+
+
+def _rules(**rules: BoundRule) -> Mapping[str, BoundRule]:
+    return MappingProxyType(rules)
+
+
+#: The six mirrors' conventions, by framework name.
+CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
+    {
+        "verl": Conventions(
+            "verl",
+            "verl/trainer/ppo/rollout_corr_helper.py, verl 0.9.1",
+            "log pi_old - log pi_rollout",
+            "log-ratios clamped to +-20 before exp; the sequence sum clamped to +-20",
+            _rules(
+                weights_and_k1_masks=BOUND_RULE,
+                thresholds_flags_k2_k3=verl.THRESHOLD_RULE,
+                band_lo_eq_hi=verl.LINEAR_RULE,
+            ),
+            verl.VERL_MEAN,
+            "verl computes in the log-probs' dtype (float32 in real runs): with an int64 or bool "
+            "mask the count + 1e-8 rounds away in float32, and sequence mode takes log(threshold) "
+            "in float32 (issue #35)",
+        ),
+        "trl": Conventions(
+            "trl",
+            "trl/trainer/grpo_trainer.py, TRL 1.16.0",
+            "log pi_old - log pi_vLLM (NaN -> 0)",
+            "none in the vLLM correction (overflow to inf, then capped or masked); "
+            "VESPO clamps log w to [log 1e-8, 20]",
+            _rules(vllm_masks=trl.MASK_RULE, off_policy_mask=trl.OFF_POLICY_RULE),
+            trl.TRL_MEAN,
+            "float32 log-probs; the gamma weights' constants are rounded to float32 as TRL does (reproduced)",
+        ),
+        "nemo-rl": Conventions(
+            "nemo-rl",
+            "nemo_rl/algorithms/loss/loss_functions.py, NeMo-RL ced083a",
+            "log pi_prev - log pi_gen",
+            "an overflowing weight becomes 0 (nan_to_num(posinf=0))",
+            _rules(
+                tis_icepop_weights=nemo_rl.NEMO_WEIGHT_RULE,
+                seq_mask_tis=nemo_rl.SEQUENCE_RULE,
+                seq_mask_tis_lo_eq_hi=nemo_rl.POINT_BAND_RULE,
+            ),
+            nemo_rl.NEMO_MEAN,
+            "float32 weights overflow to 0 above a log-ratio of 88.7 (the mirror: 709); the "
+            "sequence-level sampling_importance_ratio as NeMo logs it (a (B, 1) by (B,) broadcast "
+            "in masked_mean) is not reproduced (issue #35)",
+        ),
+        "prime-rl": Conventions(
+            "prime-rl",
+            "src/prime_rl/trainer/rl/loss.py, prime-rl 559b447",
+            "log pi_trainer - log pi_inference; DPPO masks on pi_trainer - pi_inference",
+            "none",
+            _rules(dppo_mask=prime_rl.PRIME_RL_RULE),
+            prime_rl.PRIME_RL_MEAN,
+            "float32 log-probs; prime-rl logs <metric>/mean over per-sample values, the mirror "
+            "pools tokens (issue #35)",
+        ),
+        "slime": Conventions(
+            "slime",
+            "slime/backends/megatron_utils/loss.py and mis.py, slime 624b824",
+            "log pi_old - log pi_rollout",
+            "none",
+            _rules(icepop=slime.ICEPOP_RULE, veto=slime.VETO_RULE),
+            slime.SLIME_MEAN,
+            "float32 log-probs; the veto threshold's log is taken in float32; the "
+            "calculate_per_token_loss mode is not mirrored (issue #35)",
+        ),
+        "openrlhf": Conventions(
+            "openrlhf",
+            "openrlhf/models/loss.py, OpenRLHF 3c3be62",
+            "log pi_old - log pi_rollout",
+            "none (tis clamps the ratio to [0.5, 5], from below too)",
+            _rules(icepop_seq_mask_tis=openrlhf.OPENRLHF_RULE),
+            openrlhf.OPENRLHF_MEAN,
+            "float32 log-probs",
+        ),
+    }
+)
+
+
+def _rule_text(rule: BoundRule) -> str:
+    ends = {(True, True): "[lo, hi]", (False, False): "(lo, hi)", (True, False): "[lo, hi)"}
+    return f"{ends.get(tuple(rule.inclusive), '(lo, hi]')} {rule.space} {rule.dtype}"
+
+
+def _mean_text(mean: MeanRule) -> str:
+    eps = f"{mean.eps:.0e}".replace("e-0", "e-")
+    divisor = {"eps": f"count + {eps}", "at_least_one": "max(count, 1)", "exact": "count"}
+    return f"/ {divisor[mean.count]}, pooled over {mean.pooling}"
+
+
+def conventions_table() -> str:
+    """Return the conventions of every mirror as a Markdown table, one row per framework.
+
+    Returns
+    -------
+    str
+        Columns: framework, source, log-ratio, bound rules (kept ends, space and dtype), masked
+        mean (divisor and pooling), clamp, and where the mirror can differ from the framework.
+    """
+    head = "| framework | source | log-ratio | bound rules | masked mean | clamp | where the mirror differs |"
+    lines = [head, "|" + "---|" * 7]
+    for c in CONVENTIONS.values():
+        rules = "; ".join(f"{name.replace('_', ' ')}: {_rule_text(r)}" for name, r in c.rules.items())
+        cells = (c.framework, c.source, c.log_ratio, rules, _mean_text(c.mean), c.clamp, c.differences)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
