@@ -8,14 +8,27 @@ suite without the experiments). ``slow`` is set by hand.
 
 import re
 import signal
+import sys
 from functools import cache
 from pathlib import Path
 
+import matplotlib
 import pytest
 from hypothesis import settings
 
+matplotlib.use("Agg")  # every test draws under Agg, whatever the machine's default backend
+
 settings.register_profile("variance_lab", derandomize=True, database=None, deadline=None)
 settings.load_profile("variance_lab")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close the pyplot figures a test leaves open (plot functions given no axes make them)."""
+    yield
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")
 
 
 def _default_sigint() -> None:

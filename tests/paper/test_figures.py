@@ -5,9 +5,6 @@ import json
 from pathlib import Path
 
 import matplotlib
-
-matplotlib.use("Agg")
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -21,13 +18,6 @@ from variance_lab.families import get_family
 from variance_lab.paper import catalog, frames, names, pipeline, sidecar_check
 from variance_lab.report import figures as plots
 from variance_lab.report import style
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    """Plot functions make pyplot figures when given no axes: close them after each test."""
-    yield
-    plt.close("all")
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,6 @@
 import io
 import math
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 import numpy as np
 import pytest
 from matplotlib.colors import to_hex
@@ -16,14 +12,6 @@ from variance_lab.report import style
 from variance_lab.report.analysis_figure import COINCIDE, MODEL_STYLE, analysis_figure
 from variance_lab.rollouts.analysis import analyze
 from variance_lab.rollouts.batch import TokenBatch
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,5 @@
 """The clip-fraction figure (variance_lab.report.clip_figure), drawn under the Agg backend."""
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -23,12 +19,6 @@ from variance_lab.report.clip_figure import (
 from variance_lab.rollouts.analysis import analyze
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.predictions import ALL_MODELS
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
 
 
 def _table(extra_models=(), gmpo=False) -> pd.DataFrame:
