@@ -203,21 +203,17 @@ def _encoded(tokenizer, record: dict, end_ids) -> list[int] | None:
     return ids if len(ids) == len(record["old_logp"]) and ids else None
 
 
-def _check(model, prompts, candidates, records, rows, *, tol, batch_size, temperature, pad_id, progress=None):
-    """Score the candidate ids of ``rows``; return {row: (logp, entropy, max diff)} for those within tol."""
+def _check(model, prompts, candidates, records, rows, *, tol, **score_options):
+    """Score the candidate ids of ``rows``; return {row: (logp, entropy, max diff)} for those within tol.
+
+    ``score_options`` go to :func:`~variance_lab.lm.scoring.score` (batch size, temperature,
+    padding id, progress).
+    """
     rows = [i for i in rows if candidates[i] is not None]
     if not rows:
         return {}
-    lp, h = score(
-        model,
-        [prompts[i] for i in rows],
-        [candidates[i] for i in rows],
-        batch_size=batch_size,
-        temperature=temperature,
-        pad_id=pad_id,
-        entropy=True,
-        progress=progress,
-    )
+    chosen = [prompts[i] for i in rows], [candidates[i] for i in rows]
+    lp, h = score(model, *chosen, entropy=True, **score_options)
     out = {}
     for i, lpi, hi in zip(rows, lp, h, strict=True):
         diff = float(np.max(np.abs(lpi - np.asarray(records[i]["old_logp"]))))
