@@ -97,6 +97,41 @@ def test_prime_rl_dppo_masks_on_probability_differences():
     assert m["masked_mismatch_kl"] == pytest.approx(math.exp(y) - y - 1, rel=1e-12)
 
 
+def test_prime_rl_metrics_are_means_over_samples():
+    """default_loss_fn runs per sample: a 4-token and a 1-token sample weigh the same.
+
+    Sample 0 (advantage +1): d = 0.30, 0, 0, 0, so one token masked; sample 1 (advantage +1): d = 0.
+    Per sample is_masked = 1/4 and 0, logged mean 0.125 (pooled over tokens it would be 1/5);
+    masked_advantage_positive = 1 and 0 (nothing masked in sample 1), logged mean 0.5 (pooled: 1).
+    """
+    p_t = np.array([[0.5, 0.4, 0.4, 0.4], [0.4, 0.0, 0.0, 0.0]])
+    p_i = np.array([[0.2, 0.4, 0.4, 0.4], [0.4, 0.0, 0.0, 0.0]])
+    mask = np.array([[1.0, 1, 1, 1], [1, 0, 0, 0]])
+    trainer = np.log(np.where(mask > 0, p_t, 1.0))
+    inference = np.log(np.where(mask > 0, p_i, 1.0))
+    _, m = prime_rl.dppo_mask(trainer, inference, np.array([[1.0], [1.0]]), mask)
+    assert m["is_masked"] == 0.125
+    assert m["masked_advantage_positive"] == 0.5
+    _, rows = prime_rl.dppo_mask(trainer, inference, np.array([[1.0], [1.0]]), mask, per_sample=True)
+    np.testing.assert_array_equal(rows["is_masked"], [0.25, 0.0])
+    stats = prime_rl.tensor_stats(rows["is_masked"])
+    assert stats == {
+        "mean": 0.125,
+        "median": 0.0,
+        "std": pytest.approx(0.25 / math.sqrt(2)),
+        "min": 0.0,
+        "max": 0.25,
+    }
+
+
+def test_prime_rl_tensor_stats_as_torch_computes_them():
+    """torch.median takes the lower middle value; torch.std divides by n - 1; no values: NaN."""
+    stats = prime_rl.tensor_stats([4.0, 1.0, 3.0, 2.0])
+    assert stats["median"] == 2.0
+    assert stats["std"] == pytest.approx(math.sqrt(5 / 3), rel=1e-15)
+    assert all(math.isnan(v) for v in prime_rl.tensor_stats([]).values())
+
+
 # --------------------------------------------------------------------------------------
 # slime
 # --------------------------------------------------------------------------------------

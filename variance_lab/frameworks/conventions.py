@@ -111,8 +111,7 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "none",
             _rules(dppo_mask=prime_rl.PRIME_RL_RULE),
             prime_rl.PRIME_RL_MEAN,
-            "float32 log-probs; prime-rl logs <metric>/mean over per-sample values, the mirror "
-            "pools tokens (issue #35)",
+            "float32 log-probs; not mirrored: the ipo and ref_kl losses, rl_weights",
         ),
         "slime": Conventions(
             "slime",

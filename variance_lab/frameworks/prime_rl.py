@@ -16,10 +16,17 @@ prime-rl's conventions, all kept:
   otherwise (advantage :math:`\le 0`, zero included) when :math:`d < -`\ ``dppo_mask_low``;
   ``is_masked_high`` counts only positive-advantage tokens, ``is_masked_low`` only
   negative-advantage ones, so with zero advantages ``is_masked`` exceeds their sum;
-- metrics are means over ``loss_mask`` with the count clamped to at least 1 (``_safe_mean``):
-  ``is_masked``, ``is_masked_low``, ``is_masked_high``, ``masked_mismatch_kl`` (over the masked
-  tokens), ``unmasked_mismatch_kl`` (over the kept ones), ``masked_advantage_positive`` and
-  ``_negative`` (the share of masked tokens with each advantage sign).
+- ``default_loss_fn`` runs on **one sample at a time** (``compute_loss`` splits the packed
+  micro-batch by ``sequence_lengths``, ``loss.py:358``), so each metric is one value per sample:
+  a mean over that sample's ``loss_mask`` with the count clamped to at least 1 (``_safe_mean``;
+  0 for a sample with nothing to average): ``is_masked``, ``is_masked_low``, ``is_masked_high``,
+  ``masked_mismatch_kl`` (over the masked tokens), ``unmasked_mismatch_kl`` (over the kept ones),
+  ``masked_advantage_positive`` and ``_negative`` (the share of masked tokens with each
+  advantage sign). The step logs ``<metric>/mean``, ``/median``, ``/std``, ``/min`` and ``/max``
+  over the per-sample values of every micro-batch and rank (``Tensors.compute_stats``,
+  ``trainer/utils.py:245``): :func:`tensor_stats`. A long and a short sample weigh the same; a
+  token-pooled mean differed on 57 of 90 random batches (issue #35:
+  ``masked_advantage_positive`` 1.0 pooled, 0.25 as logged).
 """
 
 from __future__ import annotations
@@ -29,13 +36,19 @@ import numpy as np
 from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
 from variance_lab.ratios import CLOSED, BoundRule
 
-__all__ = ["PRIME_RL_MEAN", "PRIME_RL_RULE", "compute_importance_ratio_and_mismatch_kl", "dppo_mask"]
+__all__ = [
+    "PRIME_RL_MEAN",
+    "PRIME_RL_RULE",
+    "compute_importance_ratio_and_mismatch_kl",
+    "dppo_mask",
+    "tensor_stats",
+]
 
 #: prime-rl's DPPO bound rule: the probability difference against the bounds as it is (no log, no
 #: exp), a difference exactly at a bound kept (``d > high`` and ``d < -low`` mask).
 PRIME_RL_RULE = BoundRule(CLOSED, "value", "float64")
-#: ``_safe_mean``: the count clamped to at least 1, every token of the batch pooled.
-PRIME_RL_MEAN = MeanRule("at_least_one", 0.0, "tokens")
+#: ``_safe_mean`` per sample (the count clamped to at least 1), then ``<metric>/mean`` over samples.
+PRIME_RL_MEAN = MeanRule("at_least_one", 0.0, "samples")
 
 
 def compute_importance_ratio_and_mismatch_kl(trainer_logprobs, inference_logprobs, loss_mask=None):
@@ -54,8 +67,34 @@ def compute_importance_ratio_and_mismatch_kl(trainer_logprobs, inference_logprob
     return y * m, r * m, (r - y - 1.0) * m
 
 
-def _safe_mean(values: np.ndarray, mask: np.ndarray) -> float:
-    return float(PRIME_RL_MEAN.mean(values, mask.astype(np.float64)))
+def tensor_stats(values) -> dict[str, float]:
+    """Return prime-rl's logged statistics of one metric's per-sample values.
+
+    ``Tensors.compute_stats``: ``mean``, ``median`` (torch's: the lower of the two middle values
+    for an even count), ``std`` (with :math:`n - 1`), ``min``, ``max``; NaN for each when there are
+    no values.
+
+    Parameters
+    ----------
+    values : array_like, 1-D
+        The values of every sample of the step.
+
+    Returns
+    -------
+    dict of str to float
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0:
+        return dict.fromkeys(("mean", "median", "std", "min", "max"), float("nan"))
+    std = float(np.std(v, ddof=1)) if v.size > 1 else float("nan")
+    lower_median = float(np.sort(v)[(v.size - 1) // 2])
+    return {
+        "mean": float(v.mean()),
+        "median": lower_median,
+        "std": std,
+        "min": float(v.min()),
+        "max": float(v.max()),
+    }
 
 
 def dppo_mask(
@@ -65,8 +104,15 @@ def dppo_mask(
     loss_mask,
     dppo_mask_low: float = 0.2,
     dppo_mask_high: float = 0.2,
-) -> tuple[np.ndarray, dict[str, float]]:
+    *,
+    per_sample: bool = False,
+) -> tuple[np.ndarray, dict]:
     r"""Return prime-rl's DPPO keep mask (``loss_mask & ~is_masked``) and its metrics.
+
+    Each row is one sample, as ``default_loss_fn`` sees it. A metric is what prime-rl logs as
+    ``<metric>/mean``: the mean over the rows of each row's ``_safe_mean``
+    (:data:`PRIME_RL_MEAN`); with ``per_sample=True`` it is the array of the per-row values, for
+    :func:`tensor_stats` (the median, std, min and max prime-rl also logs).
 
     Parameters
     ----------
@@ -76,6 +122,13 @@ def dppo_mask(
     loss_mask : array_like, shape (B, T)
     dppo_mask_low, dppo_mask_high : float, default 0.2
         Bounds on :math:`\pi_{trainer} - \pi_{inference}`, >= 0.
+    per_sample : bool
+        Return each metric per row (shape ``(B,)``) instead of its mean over the rows.
+
+    Returns
+    -------
+    keep : ndarray, shape (B, T)
+    metrics : dict of str to float, or to ndarray of shape (B,)
     """
     m = as_mask(loss_mask, "loss_mask")
     t = as_values(trainer_logprobs, m, "trainer_logprobs")
@@ -96,13 +149,18 @@ def dppo_mask(
     masked = np.where(pos, high, low)
     lm = m > 0
     drop, keep = lm & masked, lm & ~masked
-    metrics = {
-        "masked_mismatch_kl": _safe_mean(kl, drop),
-        "unmasked_mismatch_kl": _safe_mean(kl, keep),
-        "is_masked": _safe_mean(masked.astype(float), lm),
-        "is_masked_low": _safe_mean((neg & low).astype(float), lm),
-        "is_masked_high": _safe_mean((pos & high).astype(float), lm),
-        "masked_advantage_positive": _safe_mean(pos.astype(float), drop),
-        "masked_advantage_negative": _safe_mean(neg.astype(float), drop),
+    parts = {
+        "masked_mismatch_kl": (kl, drop),
+        "unmasked_mismatch_kl": (kl, keep),
+        "is_masked": (masked, lm),
+        "is_masked_low": (neg & low, lm),
+        "is_masked_high": (pos & high, lm),
+        "masked_advantage_positive": (pos, drop),
+        "masked_advantage_negative": (neg, drop),
     }
+    rows = {
+        k: PRIME_RL_MEAN.mean(v.astype(np.float64), w.astype(np.float64), axis=-1)
+        for k, (v, w) in parts.items()
+    }
+    metrics = rows if per_sample else {k: float(np.mean(v)) for k, v in rows.items()}
     return keep.astype(np.float64), metrics
