@@ -1,6 +1,7 @@
 """NeMo-RL, prime-rl, slime and OpenRLHF mirrors against cases computed by hand from their source."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -66,6 +67,69 @@ def test_nemo_icepop_needs_a_minimum():
             truncated_importance_sampling_type="icepop",
             truncated_importance_sampling_ratio=5.0,
         )
+
+
+def test_nemo_float32_weight_overflows_to_zero_above_88_7():
+    """NeMo-RL's float32 exp overflows above log(float32 max) = 88.72; nan_to_num makes it 0."""
+    y = np.array([[88.7, 88.75, 100.0]])
+    w, _ = nemo_rl.clipped_pg_importance_weights(y, np.zeros_like(y), np.ones_like(y))
+    np.testing.assert_array_equal(w[0, 1:], 0.0)
+    assert w[0, 0] == pytest.approx(math.exp(88.7), rel=1e-14)
+    seq = np.array([[44.0, 44.7], [44.0, 44.8]])  # sums 88.7 and 88.8
+    w, _ = nemo_rl.clipped_pg_importance_weights(
+        seq, np.zeros_like(seq), np.ones_like(seq), sequence_level_importance_ratios=True
+    )
+    assert w[0, 0] > 0
+    assert w[1, 0] == 0.0
+
+
+def test_nemo_seq_mask_tis_with_a_minimum_of_zero_or_below():
+    """NeMo-RL accepts ratio_min <= 0 for seq-mask-tis: nothing is cut from below."""
+    for low in (0.0, -1.0):
+        w, _m = nemo_rl.clipped_pg_importance_weights(
+            OLD,
+            ROLLOUT,
+            MASK,
+            truncated_importance_sampling_type="seq-mask-tis",
+            truncated_importance_sampling_ratio=1.1,
+            truncated_importance_sampling_ratio_min=low,
+        )
+        np.testing.assert_array_equal(w[0], 0.0)  # G = e^0.433 > 1.1
+        np.testing.assert_allclose(w[1, :2], np.exp(Y[1, :2]), rtol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"truncated_importance_sampling_ratio": 2.0}, "Invalid truncated importance sampling type: None"),
+        ({"truncated_importance_sampling_type": "tis"}, "ratio should be positive, got None"),
+        (
+            {"truncated_importance_sampling_type": "tis", "truncated_importance_sampling_ratio": 0.0},
+            "ratio should be positive, got 0.0",
+        ),
+        (
+            {
+                "truncated_importance_sampling_type": "icepop",
+                "truncated_importance_sampling_ratio": 2.0,
+                "truncated_importance_sampling_ratio_min": 3.0,
+            },
+            "ratio_min must be <= truncated_importance_sampling_ratio, got 3.0 > 2.0",
+        ),
+        (
+            {
+                "truncated_importance_sampling_type": "seq-mask-tis",
+                "truncated_importance_sampling_ratio": 2.0,
+                "truncated_importance_sampling_ratio_min": 0.5,
+                "sequence_level_importance_ratios": True,
+            },
+            "incompatible with sequence_level_importance_ratios",
+        ),
+    ],
+)
+def test_nemo_refuses_what_nemo_refuses(options, reason):
+    """Each configuration ClippedPGLossFn asserts against is a ValueError with NeMo-RL's reason."""
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        nemo_rl.clipped_pg_importance_weights(OLD, ROLLOUT, MASK, **options)
 
 
 # --------------------------------------------------------------------------------------

@@ -100,7 +100,7 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
                 seq_mask_tis_lo_eq_hi=nemo_rl.POINT_BAND_RULE,
             ),
             nemo_rl.NEMO_MEAN,
-            "float32 weights overflow to 0 above a log-ratio of 88.7 (the mirror: 709); the "
+            "float32 weights overflow to 0 above a log-ratio of 88.72 (reproduced); the "
             "sequence-level sampling_importance_ratio as NeMo logs it (a (B, 1) by (B,) broadcast "
             "in masked_mean) is not reproduced (issue #35)",
         ),

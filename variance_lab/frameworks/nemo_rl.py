@@ -15,7 +15,14 @@ NeMo-RL's conventions, all kept:
   when the engines agree);
 - weights :math:`e^{\Delta_t}` per token, or with ``sequence_level_importance_ratios``
   :math:`e^{\sum_t m_t\Delta_t}` per sequence; non-finite weights become **0**
-  (``nan_to_num(posinf=0)``: a sequence whose log-ratio sum overflows gets weight 0, not a cap);
+  (``nan_to_num(posinf=0)``: a sequence whose log-ratio sum overflows gets weight 0, not a cap).
+  NeMo-RL computes them in float32 (it casts the logits to float32), so a weight overflows, and
+  becomes 0, above a log-ratio of :math:`\log(3.4\cdot10^{38}) = 88.72`; the mirror reproduces
+  that threshold;
+- the configurations ``ClippedPGLossFn`` refuses are refused with its reasons (a ratio without a
+  type, a type without a positive ratio, a minimum above the ratio, ``icepop``/``seq-mask-tis``
+  without a minimum, ``seq-mask-tis`` with sequence-level ratios); a minimum of 0 or below is
+  accepted, as NeMo-RL accepts it, and cuts nothing from below;
 - ``truncated_importance_sampling_type``: ``"tis"`` clamps to
   :math:`[\text{ratio\_min} \text{ or } 0, \text{ratio}]` (the toolkit's ``tis:C`` without a
   minimum, except that an overflowed weight stays 0); ``"icepop"`` zeroes weights outside
@@ -106,22 +113,15 @@ def clipped_pg_importance_weights(
         truncated_importance_sampling_ratio,
         truncated_importance_sampling_ratio_min,
     )
-    if kind is not None and kind not in TRUNCATION_TYPES:
-        raise ValueError(
-            f"bad truncated_importance_sampling_type {kind!r}; types are tis, icepop, seq-mask-tis"
-        )
-    if hi is not None and not hi > 0:
-        raise ValueError(f"bad truncated_importance_sampling_ratio {hi!r}: must be > 0")
-    if hi is not None and kind in ("icepop", "seq-mask-tis") and lo is None:
-        raise ValueError(f"truncated_importance_sampling_ratio_min must be set for {kind!r}")
-    if lo is not None and hi is not None and not 0 <= lo <= hi:
-        raise ValueError(f"bad truncated_importance_sampling_ratio_min {lo!r}: needs 0 <= min <= ratio")
+    _check_truncation(kind, hi, lo, sequence_level_importance_ratios)
     delta = prev - gen
     metrics = {"token_mult_prob_error": float(NEMO_MEAN.mean(np.exp(np.abs(delta) * mask), mask))}
     with np.errstate(over="ignore"):
         x = (delta * mask).sum(axis=-1, keepdims=True) if sequence_level_importance_ratios else delta
         w = np.exp(x)
-    w = np.where(np.isfinite(w), w, 0.0)
+        # NeMo-RL's float32 weight is inf, then 0 (nan_to_num), above log(float32 max) = 88.72
+        overflow = ~np.isfinite(np.exp(x.astype(np.float32)))
+    w = np.where(np.isfinite(w) & ~overflow, w, 0.0)
     if hi is not None and kind is not None:
         if kind == "tis":
             floor = 0.0 if lo is None else lo
@@ -135,8 +135,8 @@ def clipped_pg_importance_weights(
             w = np.where(out, 0.0, w)
         else:
             mean_delta = NEMO_MEAN.mean(delta, tm, axis=-1)
-            if lo < hi:
-                out = SEQUENCE_RULE.outside(mean_delta, *log_bounds(lo, hi))
+            if lo < hi:  # a minimum <= 0 (NeMo-RL accepts one) bounds nothing from below
+                out = SEQUENCE_RULE.outside(mean_delta, *log_bounds(max(lo, 0.0), hi))
             else:
                 out = POINT_BAND_RULE.outside(mean_delta, lo, hi)
             kept = (~out).astype(float)
@@ -147,3 +147,24 @@ def clipped_pg_importance_weights(
     else:
         metrics["sampling_importance_ratio"] = float(NEMO_MEAN.mean(w, mask))
     return w, metrics
+
+
+def _check_truncation(kind, hi, lo, sequence_level: bool) -> None:
+    """Refuse what ``ClippedPGLossFn`` refuses, with its reasons (``loss_functions.py:316-350``)."""
+    if kind is not None and kind not in TRUNCATION_TYPES:
+        raise ValueError(
+            f"bad truncated_importance_sampling_type {kind!r}; types are tis, icepop, seq-mask-tis"
+        )
+    if kind is None and hi is not None:  # __call__ raises on the ratio with no type
+        raise ValueError("Invalid truncated importance sampling type: None (a ratio needs a type)")
+    if kind is not None and (hi is None or not hi > 0):
+        raise ValueError(f"truncated_importance_sampling_ratio should be positive, got {hi!r}")
+    if lo is not None and not lo <= hi:
+        raise ValueError(
+            f"truncated_importance_sampling_ratio_min must be <= truncated_importance_sampling_ratio, "
+            f"got {lo!r} > {hi!r}"
+        )
+    if kind in ("icepop", "seq-mask-tis") and lo is None:
+        raise ValueError(f"truncated_importance_sampling_ratio_min should be set for {kind!r}")
+    if kind == "seq-mask-tis" and sequence_level:
+        raise ValueError("seq-mask-tis is incompatible with sequence_level_importance_ratios=True")
