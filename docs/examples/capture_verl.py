@@ -1,7 +1,9 @@
 """Record verl batches with variance_lab, then analyse the file (runs without verl: a stand-in batch).
 
 In a real run, ``batch`` is the ``DataProto`` of ``RayPPOTrainer.fit`` right after
-``compute_advantage``; here a dict of NumPy arrays of the same keys and shapes stands in for it.
+``compute_advantage``, and ``uncut_mask`` its ``response_mask`` taken at the top of the ``adv``
+block, before verl's ``rollout_rs`` rejection cuts it; here a dict of NumPy arrays of the same keys
+and shapes stands in for the batch, and the toolkit's mirror of verl's rejection for verl's.
 Run: ``python docs/examples/capture_verl.py OUT_DIR``.
 """
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from variance_lab.frameworks import verl
 from variance_lab.integrations.recorder import ParquetRecorder
 from variance_lab.integrations.verl import record_verl_batch
 from variance_lab.rollouts.io import load_batch
@@ -29,7 +32,11 @@ for step in range(1, 4):  # the training loop
         "response_mask": response_mask,
         "advantages": rng.normal(size=(B, R)),
     }
-    record_verl_batch(recorder, batch, step=step)
+    uncut_mask = batch["response_mask"].copy()  # in verl: .clone(), before the rollout correction
+    _, batch["response_mask"], _ = verl.compute_rollout_correction_and_rejection_mask(  # verl's rollout_rs
+        old_log_probs, rollout_log_probs, uncut_mask, rollout_rs="token_k1", rollout_rs_threshold="0.8_1.25"
+    )
+    record_verl_batch(recorder, batch, step=step, uncut_mask=uncut_mask)
 recorder.close()  # after the loop: the file is complete
 
 tokens = load_batch(out / "verl_logprobs.parquet")

@@ -231,3 +231,81 @@ def test_guide_examples_run_and_print_what_the_page_says(name, tmp_path):
     assert quoted is not None
     assert counts == quoted.group(1)
     assert float(mean_line.rsplit(" ", 1)[1]) == pytest.approx(float(quoted.group(2)), abs=1e-4)
+
+
+def _verl_rejected_batch(rng, b=48, r=40):
+    """Return a verl batch (float32 log-probs, an int64 mask, as verl holds them) and verl's rejection of it.
+
+    The mismatch log-ratio is heavy-tailed (5 % of tokens 15 times wider), as measured ones are, so
+    ``rollout_rs="token_k1"`` at ``0.8_1.25`` rejects the tokens of the largest mismatch. The
+    rejection is verl 0.9.1's (its mirror :mod:`variance_lab.frameworks.verl`, equal to verl's
+    masks exactly): ``compute_rollout_correction_and_add_to_batch`` replaces ``response_mask`` by it.
+    """
+    from variance_lab.frameworks import verl
+
+    old = (-rng.exponential(0.7, size=(b, r))).astype(np.float32)
+    wide = rng.random((b, r)) < 0.05
+    y = rng.normal(0.0, np.where(wide, 0.3, 0.02))
+    roll = np.minimum(old.astype(np.float64) - y, 0.0).astype(np.float32)
+    lengths = rng.integers(4, r + 1, size=b)
+    uncut = (np.arange(r) < lengths[:, None]).astype(np.int64)
+    _, cut, metrics = verl.compute_rollout_correction_and_rejection_mask(
+        old, roll, uncut, rollout_rs="token_k1", rollout_rs_threshold="0.8_1.25"
+    )
+    batch = {"old_log_probs": old, "rollout_log_probs": roll, "response_mask": cut.astype(np.int64)}
+    return batch, uncut, metrics
+
+
+def test_verl_capture_keeps_the_tokens_rollout_rs_rejects(tmp_path):
+    """With uncut_mask, the file's mask is the mask before verl's rollout_rs and rs_mask verl's cut one.
+
+    The loaded batch (and analyze's three-policy table) count every token the engine sampled;
+    the batch's cut response_mask alone (the capture before this change) understates the variance
+    of the mismatch log-ratio several times over, since the rejection drops its largest tokens.
+    """
+    import pyarrow.parquet as pq
+
+    from variance_lab.rollouts.analysis import analyze
+
+    rng = np.random.default_rng(17)
+    batch, uncut, metrics = _verl_rejected_batch(rng)
+    cut = batch["response_mask"]
+    assert 0 < (uncut - cut).sum() < uncut.sum()  # the rejection masks some tokens, not all
+    full, old_way = tmp_path / "uncut.parquet", tmp_path / "cut.parquet"
+    with ParquetRecorder(full) as rec, ParquetRecorder(old_way) as rec_cut:
+        record_verl_batch(rec, batch, step=1, uncut_mask=uncut)
+        record_verl_batch(rec_cut, batch, step=1)
+    loaded, understated = load_batch(full), load_batch(old_way)
+    y = batch["old_log_probs"].astype(np.float64) - batch["rollout_log_probs"].astype(np.float64)
+    np.testing.assert_array_equal(loaded.mismatch_log_ratio, y[uncut == 1])
+    np.testing.assert_array_equal(understated.mismatch_log_ratio, y[cut == 1])
+    table = pq.read_table(full).to_pydict()
+    keep = np.arange(uncut.shape[1]) < uncut.sum(axis=1)[:, None]
+    np.testing.assert_array_equal(np.concatenate(table["rs_mask"]), cut[keep])
+    np.testing.assert_array_equal(np.concatenate(table["mask"]), uncut[keep])
+    (note,) = loaded.notes
+    n_cut, n_all = int((uncut - cut).sum()), int(uncut.sum())
+    assert f"cut {n_cut:,} of {n_all:,} counted tokens" in note
+    frac = metrics["rollout_corr/rollout_rs_masked_fraction"]  # what verl logs for the same batch
+    assert n_cut / n_all == pytest.approx(frac, rel=1e-6)
+    assert understated.notes == ()
+    var_full, var_cut = np.var(loaded.mismatch_log_ratio), np.var(understated.mismatch_log_ratio)
+    assert var_full > 3 * var_cut
+    split = analyze(loaded, n_boot=0, fit_models=False, folds=0).split.table
+    row = split[(split["part"] == "mismatch") & (split["bucket"] == -1)].iloc[0]
+    assert row["var_log_r"] == pytest.approx(np.var(loaded.mismatch_log_ratio, ddof=1), rel=1e-12)
+    assert row["n_tokens"] == n_all
+
+
+def test_verl_uncut_mask_must_hold_the_cut_one(tmp_path):
+    """An uncut_mask that misses a token the batch's response_mask keeps is refused; nothing is appended."""
+    rng = np.random.default_rng(18)
+    batch, uncut, _ = _verl_rejected_batch(rng, b=4, r=6)
+    wrong = uncut.copy()
+    wrong[2, 0] = 0
+    path = tmp_path / "v.parquet"
+    with ParquetRecorder(path) as rec:
+        with pytest.raises(ValueError, match=r"v\.parquet: step 3: rs_mask of sequence 2 keeps a token"):
+            record_verl_batch(rec, batch, step=3, uncut_mask=wrong)
+        assert rec.n_rows == 0
+        assert record_verl_batch(rec, batch, step=3, uncut_mask=uncut) == 4

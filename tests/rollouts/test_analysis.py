@@ -285,7 +285,8 @@ def test_verdict_rule(scores, expected):
         (["none", "none", "corrected"], "none"),
         (["n/a", "n/a"], "n/a"),
         (["too few sequences", "too few sequences", "corrected"], "corrected"),  # small buckets do not vote
-        (["too few sequences", "n/a"], "too few sequences"),  # no vote, and the reason why
+        (["too few sequences", "too few sequences"], "too few sequences"),  # no vote, and the reason why
+        (["too few sequences", "n/a"], "n/a"),  # a bucket of enough sequences had no interval
     ],
 )
 def test_overall_verdict_is_the_vote_of_the_buckets(votes, expected):
@@ -642,7 +643,8 @@ def test_small_buckets_say_too_few_and_do_not_vote():
     from variance_lab.rollouts.predictions import TOO_FEW
 
     assert MIN_BUCKET_SEQUENCES == 20
-    assert overall_verdict([TOO_FEW, TOO_FEW, "n/a"]) == TOO_FEW
+    assert overall_verdict([TOO_FEW, TOO_FEW]) == TOO_FEW
+    assert overall_verdict([TOO_FEW, TOO_FEW, "n/a"]) == "n/a"  # the n/a bucket holds enough sequences
     assert overall_verdict([TOO_FEW, "corrected", TOO_FEW, TOO_FEW]) == "corrected"
     assert overall_verdict(["n/a"]) == "n/a"
     rng = np.random.default_rng(3)
@@ -671,3 +673,58 @@ def test_autocorrelation_needs_enough_pairs():
     assert result.acf is None
     assert result.acf_note.startswith("too few sequences")
     assert result.summary()["autocorrelation_note"] == result.acf_note
+
+
+_EDGES = [1, 8, 16, 32, 64, 128]
+
+
+def _sized_buckets(sizes, rng, *, constant=False):
+    """Return a batch whose length buckets (edges :data:`_EDGES`) hold ``sizes`` sequences."""
+    bounds = [(1, 7), (8, 15), (16, 31), (32, 63), (64, 127)]
+    lens = np.concatenate(
+        [rng.integers(lo, hi + 1, size=k) for (lo, hi), k in zip(bounds, sizes, strict=False)]
+    )
+    old = [-0.5 - rng.exponential(1.0, size=int(k)) for k in lens]
+    new = old if constant else [o + rng.normal(0.0, 0.05, size=o.size) for o in old]
+    return TokenBatch.from_ragged(new, old)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "constant", "headline"),
+    [
+        ([19, 19], False, "Verdict: too few sequences: no length bucket holds 20 sequences"),
+        (
+            [19, 20],
+            True,
+            "Verdict: n/a: 1 length bucket holds 20 or more sequences, but no bucket's Var(G_T)",
+        ),
+        ([5, 21, 39, 29], True, "Verdict: n/a: 3 length buckets hold 20 or more sequences"),
+    ],
+)
+def test_headline_counts_the_buckets_at_the_boundary(sizes, constant, headline):
+    """The too-few headline only when no bucket holds 20 sequences (MIN_BUCKET_SEQUENCES); at 20 one does.
+
+    It once read "no length bucket holds 20 sequences" over buckets of 21, 39 and 29 whose
+    log-ratios were constant (no interval, verdict n/a) beside one small bucket.
+    """
+    from variance_lab.report.analysis_table import summary_lines
+
+    assert MIN_BUCKET_SEQUENCES == 20
+    batch = _sized_buckets(sizes, np.random.default_rng(len(sizes)), constant=constant)
+    res = analyze(batch, _EDGES, n_boot=40, fit_models=False, folds=0)
+    assert res.table["n_seq"].tolist() == sizes
+    text = "\n".join(summary_lines(res.summary()))
+    assert headline in text
+    if max(sizes) >= 20:
+        assert "no length bucket holds" not in text
+        assert res.verdict == "n/a"
+
+
+def test_a_bucket_of_20_sequences_is_judged():
+    """At the boundary: 19 sequences are too few, 20 are judged (a verdict other than too few / n/a)."""
+    res = analyze(
+        _sized_buckets([19, 20], np.random.default_rng(7)), _EDGES, n_boot=100, fit_models=False, folds=0
+    )
+    assert res.table["verdict"].tolist()[0] == "too few sequences"
+    assert res.table["verdict"].tolist()[1] not in ("too few sequences", "n/a")
+    assert res.verdict not in ("too few sequences", "n/a")

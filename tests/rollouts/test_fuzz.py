@@ -542,7 +542,7 @@ def test_ids_beyond_int64_are_kept_exactly(tmp_path):
     nemo = '{{"idx": {}, "prev_logprobs": [[-0.5]], "generation_logprobs": [[-0.4]]}}'
     path = _jsonl(tmp_path / "train_data_step1.jsonl", [nemo.format(big), nemo.format(big)])
     assert load_batch(path, preset="nemo-rl").ids.tolist() == [big, big]
-    assert read_run(path, "nemo-rl").to_batch().prompt_id.tolist() == [big, big]
+    assert read_run(path, "nemo-rl").to_batch().ids.tolist() == [big, big]  # idx: an id, never a prompt
 
 
 def test_npy_named_npz_and_pickles_are_refused(tmp_path):
@@ -674,14 +674,15 @@ def test_bad_token_ids_with_another_problem_are_not_cast(tmp_path):
 
 
 def test_every_reader_error_names_the_file(tmp_path):
-    """Reader errors start with the file's name: a bad sequence (JSONL, Parquet, NPZ), a bad NeMo-RL idx."""
+    """Reader errors start with the file's name: a bad sequence (JSONL, Parquet, NPZ), a NeMo-RL dump."""
     recs = [{"id": "q", "logp": [-0.5, np.inf], "old_logp": [-0.4, -0.3]}]
     for name in ("r.jsonl", "r.parquet", "r.npz"):
         path = write_records(recs, tmp_path / name)
         with pytest.raises(ValueError, match=rf"^{re.escape(name)}: bad sequence id='q' \(index 0\)"):
             load_batch(path)
-    path = _jsonl(tmp_path / "train_data_step1.jsonl", ['{"idx": 1.5, "prev_logprobs": [[-0.5]]}'])
+    line = '{"idx": 0, "prev_logprobs": [[-0.5]], "sample_loss_mask": [0.0]}'
+    path = _jsonl(tmp_path / "train_data_step1.jsonl", [line])
     with pytest.raises(
-        ValueError, match=r"^train_data_step1\.jsonl: record 0 \(id=1\.5\): field 'idx' must be"
+        ValueError, match=r"^train_data_step1\.jsonl: every one of its 1 samples has sample_loss_mask 0"
     ):
         read_run(path, "nemo-rl")

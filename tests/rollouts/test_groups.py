@@ -199,19 +199,31 @@ def test_bad_prompt_id_in_a_file_names_the_record(tmp_path, prompts, match):
         load_batch(path)
 
 
-def test_preset_field_and_prompt_id_must_agree(tmp_path):
-    """NeMo-RL's idx names the prompt; a record also carrying prompt_id must carry the same one."""
+def test_nemo_rl_idx_is_not_a_prompt(tmp_path):
+    """NeMo-RL's idx is the line's number (its logger writes ``{**sample, "idx": i}``), never a group.
+
+    The group is the prompt's token ids (before the first token of token_loss_mask); without
+    token_ids the dump cannot say, and the batch has no groups and a note.
+    """
     recs = [
-        {"idx": i // 2, "prev_logprobs": [[-0.5, -0.4]], "generation_logprobs": [[-0.5, -0.41]]}
+        {
+            "idx": i,
+            "token_ids": [[7 + i // 2, 3, 40 + i]],
+            "token_loss_mask": [[0, 0, 1]],
+            "prev_logprobs": [[0.0, 0.0, -0.4]],
+            "generation_logprobs": [[0.0, 0.0, -0.41]],
+        }
         for i in range(4)
     ]
     b = load_batch(write_records(recs, tmp_path / "n.jsonl"), preset="nemo-rl")
+    assert b.ids.tolist() == [0, 1, 2, 3]
     assert b.prompt_id.tolist() == [0, 0, 1, 1]
-    recs[3]["prompt_id"] = 5
-    with pytest.raises(
-        ValueError, match=r"record 3 \(id=1\): inconsistent prompt ids 'idx'=1 and 'prompt_id'=5"
-    ):
-        load_batch(write_records(recs, tmp_path / "m.jsonl"), preset="nemo-rl")
+    for r in recs:
+        del r["token_ids"]
+    b = load_batch(write_records(recs, tmp_path / "m.jsonl"), preset="nemo-rl")
+    assert not b.has_groups
+    assert len(b.notes) == 1
+    assert "cannot say which responses answer one prompt" in b.notes[0]
 
 
 def test_cli_bad_prompt_id_is_one_line_exit_2(tmp_path, capsys):

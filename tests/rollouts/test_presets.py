@@ -199,11 +199,11 @@ def _nemo_records():
 
 
 def test_the_one_nemo_rl_parser():
-    """parse_record with NeMo-RL's names reads a line: unwrapped arrays, idx as id and prompt, extras."""
+    """parse_record with NeMo-RL's names reads a line: unwrapped arrays, idx as the id (never a prompt)."""
     names = field_names(NEMO_RL_FIELDS)
     rec = _nemo_records()[1]
     parsed = parse_record(rec, 5, names, unwrap=True, extra=("advantages", "token_ids"))
-    assert (parsed.id, parsed.prompt_id, parsed.problem) == (1, 1, None)
+    assert (parsed.id, parsed.prompt_id, parsed.problem) == (1, None, None)
     np.testing.assert_array_equal(parsed.arrays["logp"], [0.0, -0.2, -0.2])
     np.testing.assert_array_equal(parsed.arrays["old_logp"], parsed.arrays["logp"])
     np.testing.assert_array_equal(parsed.arrays["rollout_logp"], [0.0, -0.1, -0.3])
@@ -213,13 +213,11 @@ def test_the_one_nemo_rl_parser():
     bad = parse_record({**rec, "prev_logprobs": [-0.4]}, 5, names, unwrap=True)
     assert bad.problem == "field 'prev_logprobs' must be a list holding one list (a batch of one)"
     assert parse_record([1], 5, names, unwrap=True) == (5, {}, "record is not a JSON object", None)
-    with pytest.raises(ValueError, match=r"record 5 \(id=1\): inconsistent prompt ids 'idx'=1 and"):
-        parse_record({**rec, "prompt_id": 2}, 5, names, unwrap=True)
 
 
 @pytest.mark.parametrize("drop", ["token_loss_mask", "generation_logprobs"])
 def test_both_nemo_rl_paths_read_an_optional_field_alike(tmp_path, drop):
-    """Both paths share the parser: no mask, every token counts; no vLLM log-probs, no rollout_logp.
+    """One reader for both calls: no mask, every token counts; no vLLM log-probs, no rollout_logp.
 
     Before the one parser, read_run called a missing ``token_loss_mask`` bad data.
     """
@@ -235,14 +233,248 @@ def test_both_nemo_rl_paths_read_an_optional_field_alike(tmp_path, drop):
 
 
 def test_both_nemo_rl_paths_name_the_same_problem(tmp_path):
-    """A field that is not a batch of one is the same problem on both paths (read_run adds the line)."""
+    """A field that is not a batch of one: read_run and load_batch (one reader) name it with its line."""
     recs = _nemo_records()
     recs[1]["generation_logprobs"] = [-0.1, -0.3]
     f = _write_jsonl(tmp_path / "train_data_step1.jsonl", recs)
-    problem = "field 'generation_logprobs' must be a list holding one list (a batch of one)"
-    assert read_run(f, "nemo-rl").problems == {1: f"line 2: {problem}"}
+    problem = "line 2: field 'generation_logprobs' must be a list holding one list (a batch of one)"
+    assert read_run(f, "nemo-rl").problems == {1: problem}
     dropped = load_batch(f, preset="nemo-rl", on_bad="drop").dropped
     assert [(d.index, d.reason) for d in dropped] == [(1, problem)]
+
+
+# --------------------------------------------------------------------------------------
+# NeMo-RL's own logging code path: groups by prompt tokens, sample_loss_mask honoured
+# --------------------------------------------------------------------------------------
+#: NVIDIA-NeMo/RL commit whose logging the helpers below reproduce.
+NEMO_COMMIT = "7ea279abfbeb698b092856d0dab61e7cf39bc909"
+NEMO_PAD = 0  # the tokenizer's pad_token_id (batched_message_log_to_flat_message pads with it)
+
+
+def _nemo_log_batched_dict_as_jsonl(to_log: dict, filepath: Path) -> None:
+    """NeMo-RL's ``Logger.log_batched_dict_as_jsonl``, its behaviour copied (not vendored).
+
+    ``nemo_rl/utils/logger.py`` at :data:`NEMO_COMMIT`, lines 1071-1096: the dict becomes a
+    ``BatchedDataDict``, ``make_microbatch_iterator(1)`` yields ``slice(i, i + 1)`` of every key
+    (``nemo_rl/distributed/batched_data_dict.py``, lines 885-906 and 1006-1027: a list is sliced
+    ``v[i:i + 1]``, a batch of one; its size is the first key's length), tensors and arrays become
+    lists, and line ``i`` is ``json.dumps({**sample, "idx": i}, default=str)``.
+    """
+    size = len(next(iter(to_log.values())))
+    with open(filepath, "w") as f:
+        for i in range(size):
+            sample = {k: v[i : i + 1] for k, v in to_log.items()}
+            for key, value in sample.items():
+                if isinstance(value, torch.Tensor | np.ndarray):
+                    sample[key] = value.tolist()
+            f.write(json.dumps({**sample, "idx": i}, default=str) + "\n")
+
+
+def _nemo_grpo_step(rng, prompts, n_gen, *, sample_mask=None, order=None):
+    """One GRPO step's ``train_data`` as NeMo-RL builds it, and NeMo's own groups of its rows.
+
+    ``nemo_rl/algorithms/grpo.py`` at :data:`NEMO_COMMIT`: the prompts repeated ``n_gen`` times
+    each (``repeat_interleave``, lines 2846-2853); each row's message log flattened to prompt then
+    response tokens, right-padded with the pad token (``batched_message_log_to_flat_message``);
+    ``token_loss_mask`` 1 on the generated tokens only (lines 1910-1942); ``sample_mask`` the
+    loss multiplier (line 3171). The groups are those of ``calculate_baseline_and_std_per_prompt``
+    (``nemo_rl/algorithms/utils.py`` lines 132-147): rows whose padded prompt tokens are equal
+    (``torch.unique(prompts, dim=0)``, then ``(prompts == unique[i]).all(1)``). ``order`` permutes
+    the rows (the grouping never depends on their order).
+    """
+    rows = [p for p in prompts for _ in range(n_gen)]
+    b = len(rows)
+    resp_len = rng.integers(2, 9, size=b)
+    width = max(len(p) + r for p, r in zip(rows, resp_len, strict=True))
+    tok = torch.full((b, width), NEMO_PAD, dtype=torch.int64)
+    mask = torch.zeros((b, width), dtype=torch.int64)
+    gen = torch.zeros((b, width), dtype=torch.float32)
+    prev = torch.zeros((b, width), dtype=torch.float32)
+    for i, (p, r) in enumerate(zip(rows, resp_len, strict=True)):
+        n = len(p)
+        tok[i, :n] = torch.tensor(p)
+        tok[i, n : n + r] = torch.as_tensor(rng.integers(1, 50, size=r))
+        mask[i, n : n + r] = 1
+        lp = -rng.exponential(0.8, size=r)
+        prev[i, n : n + r] = torch.as_tensor(lp, dtype=torch.float32)
+        gen[i, n : n + r] = torch.as_tensor(np.minimum(lp + rng.normal(0, 0.05, r), 0.0), dtype=torch.float32)
+    lengths = torch.as_tensor([len(p) + r for p, r in zip(rows, resp_len, strict=True)])
+    smask = torch.ones(b) if sample_mask is None else torch.as_tensor(sample_mask, dtype=torch.float32)
+    prompt_rows = torch.full((b, max(len(p) for p in rows)), NEMO_PAD, dtype=torch.int64)
+    for i, p in enumerate(rows):
+        prompt_rows[i, : len(p)] = torch.tensor(p)
+    order = torch.arange(b) if order is None else torch.as_tensor(order)
+    tok, mask, gen, prev, lengths, smask, prompt_rows = (
+        x[order] for x in (tok, mask, gen, prev, lengths, smask, prompt_rows)
+    )
+    unique = torch.unique(prompt_rows, dim=0)
+    groups = [frozenset(torch.nonzero((prompt_rows == u).all(1)).ravel().tolist()) for u in unique]
+    train_data = {
+        "input_ids": tok,
+        "input_lengths": lengths,
+        "generation_logprobs": gen,
+        "token_mask": mask,
+        "sample_mask": smask,
+        "prev_logprobs": prev,
+        "advantages": torch.zeros((b, width)),
+    }
+    return train_data, set(groups)
+
+
+def _nemo_log_data(train_data: dict) -> dict:
+    """Return the ``log_data`` of ``grpo_train`` (``grpo.py`` at :data:`NEMO_COMMIT`, lines 3633-3649)."""
+    b = train_data["input_ids"].shape[0]
+    return {
+        "content": [[f"message {i}"] for i in range(b)],
+        "rewards": torch.ones(b).tolist(),
+        "input_lengths": train_data["input_lengths"].tolist(),
+        "token_ids": train_data["input_ids"].tolist(),
+        "token_loss_mask": train_data["token_mask"].tolist(),
+        "sample_loss_mask": train_data["sample_mask"].tolist(),
+        "advantages": train_data["advantages"].tolist(),
+        "generation_logprobs": train_data["generation_logprobs"].tolist(),
+        "prev_logprobs": train_data["prev_logprobs"].tolist(),
+    }
+
+
+def _partition(prompt_id, rows) -> set:
+    """Return the groups of ``rows`` (file rows) that equal prompt ids make, as a set of frozensets."""
+    by: dict = {}
+    for row, g in zip(rows, prompt_id, strict=True):
+        by.setdefault(g, set()).add(row)
+    return {frozenset(v) for v in by.values()}
+
+
+@needs_torch
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_nemo_rl_groups_are_grpos_prompt_groups(tmp_path, shuffled):
+    """Written through NeMo-RL's logging path, the dump is read with GRPO's own groups, not ``idx``.
+
+    Five prompts of four generations; two prompts share their first tokens, one is a prefix of
+    another (GRPO tells them apart: they differ once padded). ``idx`` is the line number, so
+    reading it as the prompt made 20 groups of one.
+    """
+    rng = np.random.default_rng(11)
+    prompts = [[5, 6, 7], [5, 6, 8], [5, 6], [9, 3, 3, 4], [12]]
+    order = rng.permutation(20) if shuffled else None
+    train_data, nemo_groups = _nemo_grpo_step(rng, prompts, 4, order=order)
+    path = tmp_path / "train_data_step1.jsonl"
+    _nemo_log_batched_dict_as_jsonl(_nemo_log_data(train_data), path)
+    first = json.loads(path.read_text().splitlines()[0])
+    assert first["idx"] == 0
+    assert len(first["token_ids"]) == 1
+    assert first["sample_loss_mask"] == [1.0]
+    batch = load_batch(path, preset="nemo-rl")
+    assert batch.ids.tolist() == list(range(20))  # idx: the line's index
+    assert len(nemo_groups) == 5
+    assert _partition(batch.prompt_id.tolist(), range(20)) == nemo_groups
+    assert batch.notes == ()
+    run = read_run(path, "nemo-rl")
+    assert run.prompt_id == batch.prompt_id.tolist()
+
+
+@needs_torch
+def test_nemo_rl_sample_loss_mask_leaves_samples_out(tmp_path, capsys):
+    """A sample with sample_loss_mask 0 trains nothing in NeMo-RL's loss: not counted, and a note says so.
+
+    Its log-probs are left far off (a mismatch of 3 nats a token): counted, they would dominate
+    the mismatch variance; the loaded batch's mismatch equals that of the kept samples alone.
+    """
+    from variance_lab.cli import main
+
+    rng = np.random.default_rng(12)
+    smask = [1.0] * 24
+    smask[5] = smask[17] = 0.0
+    train_data, nemo_groups = _nemo_grpo_step(rng, [[1, 2], [3, 4, 4], [7], [8, 9]], 6, sample_mask=smask)
+    for row in (5, 17):
+        counted = train_data["token_mask"][row] == 1
+        train_data["generation_logprobs"][row][counted] = train_data["prev_logprobs"][row][counted] - 3.0
+    path = tmp_path / "train_data_step2.jsonl"
+    _nemo_log_batched_dict_as_jsonl(_nemo_log_data(train_data), path)
+    batch = load_batch(path, preset="nemo-rl")
+    kept = [i for i in range(24) if smask[i]]
+    assert batch.ids.tolist() == kept
+    assert batch.n_dropped == 0
+    assert batch.notes == (
+        "train_data_step2.jsonl: 2 of 24 samples have sample_loss_mask 0 (NeMo-RL's loss leaves them "
+        "out): not counted",
+    )
+    assert _partition(batch.prompt_id.tolist(), kept) == {g - {5, 17} for g in nemo_groups}
+    m = train_data["token_mask"][kept] == 1
+    expect = (
+        train_data["prev_logprobs"][kept][m].double() - train_data["generation_logprobs"][kept][m].double()
+    )
+    np.testing.assert_array_equal(batch.mismatch_log_ratio, expect.numpy())
+    assert (
+        np.max(np.abs(batch.mismatch_log_ratio)) < 1.0
+    )  # the 3-nat tokens of samples 5 and 17 are not there
+    assert main(["analyze", str(path), "--preset", "nemo-rl", "--n-boot", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "bootstrap over prompts (4 prompts" in out
+    assert err.count("sample_loss_mask 0") == 1
+    argv = [
+        "corrections",
+        "--data",
+        str(path),
+        "--preset",
+        "nemo-rl",
+        "--ratio",
+        "mismatch",
+        "--predict",
+        "none",
+    ]
+    assert main(argv) == 0
+    assert "2 of 24 samples have sample_loss_mask 0" in capsys.readouterr().out
+    smask = [0.0] * 24
+    train_data["sample_mask"] = torch.zeros(24)
+    _nemo_log_batched_dict_as_jsonl(_nemo_log_data(train_data), path)
+    with pytest.raises(ValueError, match="every one of its 24 samples has sample_loss_mask 0"):
+        load_batch(path, preset="nemo-rl")
+    assert main(["analyze", str(path), "--preset", "nemo-rl", "--n-boot", "0"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@needs_torch
+def test_a_nemo_rl_dump_without_token_ids_is_read_without_groups(tmp_path, capsys):
+    """NeMo-RL's first dumps had no token_ids nor token_loss_mask: no group can be told; one note says so.
+
+    The ``log_data`` of ``grpo.py`` at NeMo-RL commit 0fae6bc2 (2025-04-28), lines 568-573:
+    content, rewards, generation_logprobs, prev_logprobs, input_lengths.
+    """
+    from variance_lab.cli import main
+
+    rng = np.random.default_rng(13)
+    train_data, _ = _nemo_grpo_step(rng, [[1, 2], [3]], 30)
+    full = _nemo_log_data(train_data)
+    old = {
+        k: full[k] for k in ("content", "rewards", "generation_logprobs", "prev_logprobs", "input_lengths")
+    }
+    path = tmp_path / "train_data_step1.jsonl"
+    _nemo_log_batched_dict_as_jsonl(old, path)
+    batch = load_batch(path, preset="nemo-rl")
+    assert not batch.has_groups
+    (text,) = batch.notes
+    assert "cannot say which responses answer one prompt" in text
+    assert "idx is the line's number" in text
+    assert main(["analyze", str(path), "--preset", "nemo-rl", "--n-boot", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "bootstrap over sequences" in out
+    assert err.count("cannot say which responses answer one prompt") == 1
+    assert "Traceback" not in err
+
+
+def test_a_bad_sample_loss_mask_is_bad_data_naming_the_line(tmp_path):
+    """A sample_loss_mask that is not one finite number makes its line bad data (not a crash)."""
+    recs = _nemo_records()
+    recs[0]["sample_loss_mask"] = [1.0]
+    recs[1]["sample_loss_mask"] = ["yes"]
+    f = _write_jsonl(tmp_path / "train_data_step1.jsonl", recs)
+    problem = "field 'sample_loss_mask' must be a list holding one finite number"
+    assert read_run(f, "nemo-rl").problems == {1: f"line 2: {problem}"}
+    with pytest.raises(ValueError, match="sample_loss_mask"):
+        load_batch(f, preset="nemo-rl")
+    batch = load_batch(f, preset="nemo-rl", on_bad="drop")
+    assert [(d.index, d.reason) for d in batch.dropped] == [(1, f"line 2: {problem}")]
 
 
 # --------------------------------------------------------------------------------------

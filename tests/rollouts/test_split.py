@@ -117,3 +117,122 @@ def test_cli_analyze_nemo_rl_preset(tmp_path, capsys):
     assert "Three policies" in err
     assert "Three policies" not in out
     assert io.StringIO(out).readline().startswith("bucket")
+
+
+# --------------------------------------------------------------------------------------
+# --ratio: the ratio of the main table
+# --------------------------------------------------------------------------------------
+def _capture(seed=0, n=120):
+    """Return a capture as the integrations and the frameworks' dumps write it: pi_old as logp, old_logp."""
+    b = _batch(seed, n=n)
+    return TokenBatch.from_flat(b.old_logp, b.old_logp, b.lengths, rollout_logp=b.rollout_logp)
+
+
+def test_ratio_batch_keeps_positions_prompts_and_notes():
+    """ratio_batch swaps the log-probs only: positions (holes), ids, prompts, dropped and notes stay."""
+    from dataclasses import replace
+
+    from variance_lab.rollouts.split import ratio_batch
+
+    mask = [[1, 0, 1, 1], [1, 1, 0, 1]]
+    logp = [[-0.5, 0.0, -0.2, -0.3], [-0.1, -0.4, 0.0, -0.6]]
+    old = [[-0.4, 0.0, -0.25, -0.3], [-0.1, -0.5, 0.0, -0.5]]
+    roll = [[-0.45, 0.0, -0.2, -0.35], [-0.2, -0.5, 0.0, -0.55]]
+    b = TokenBatch.from_padded(np.array(logp), np.array(old), np.array(mask), rollout_logp=np.array(roll))
+    b = replace(b, notes=("a note",))
+    for ratio, top, bottom in (("mismatch", b.old_logp, b.rollout_logp), ("total", b.logp, b.rollout_logp)):
+        r = ratio_batch(b, ratio)
+        np.testing.assert_array_equal(r.log_ratio, top - bottom)
+        np.testing.assert_array_equal(r.positions, [0, 2, 3, 0, 1, 3])
+        assert r.notes == ("a note",)
+        assert not r.has_rollout
+    assert ratio_batch(b, "update") is b
+
+
+def test_choose_ratio_names_a_file_without_an_update_ratio():
+    """No --ratio: the update ratio, or the mismatch with a note where logp equals old_logp everywhere.
+
+    Asked for, the update ratio of such a file is an error; so is a file without rollout_logp
+    whose every ratio is 1, and a mismatch or total without rollout_logp.
+    """
+    from variance_lab.rollouts.split import choose_ratio, has_update_ratio
+
+    full, cap = _batch(1, n=30), _capture(1, n=30)
+    assert has_update_ratio(full)
+    assert not has_update_ratio(cap)
+    assert choose_ratio(full) == ("update", "")
+    assert choose_ratio(full, "total") == ("total", "")
+    ratio, text = choose_ratio(cap, name="run.parquet")
+    assert ratio == "mismatch"
+    assert text.startswith("run.parquet carries no update ratio: logp equals old_logp at every counted token")
+    assert choose_ratio(cap, "mismatch") == ("mismatch", "")
+    with pytest.raises(ValueError, match=r"--ratio update: run.parquet carries no update ratio"):
+        choose_ratio(cap, "update", name="run.parquet")
+    flat = TokenBatch.from_flat(cap.old_logp, cap.old_logp, cap.lengths)
+    with pytest.raises(ValueError, match="no rollout_logp, so every ratio it holds is 1"):
+        choose_ratio(flat)
+    plain = TokenBatch.from_flat(full.logp, full.old_logp, full.lengths)
+    with pytest.raises(ValueError, match=r"--ratio mismatch: the batch has no rollout_logp"):
+        choose_ratio(plain, "mismatch")
+    with pytest.raises(ValueError, match="ratio must be one of"):
+        choose_ratio(full, "sum")
+
+
+def test_analyze_ratio_selects_the_main_table():
+    """analyze(ratio=...) tabulates the batch whose log-ratio is that ratio; the split is of the input."""
+    from variance_lab.rollouts.split import ratio_batch
+
+    b = _batch(2, n=200)
+    for ratio in ("mismatch", "total"):
+        res = analyze(b, n_boot=30, fit_models=False, folds=0, ratio=ratio)
+        direct = analyze(ratio_batch(b, ratio), n_boot=30, fit_models=False, folds=0)
+        pd_cols = ["n_seq", "var_log_P", "var_G", "var_G_lo", "var_G_hi", "gspo_clip_frac", "ppo_clip_frac"]
+        np.testing.assert_array_equal(res.table[pd_cols].to_numpy(), direct.table[pd_cols].to_numpy())
+        assert res.summary()["ratio"] == ratio
+        assert res.split is not None
+        assert direct.split is None
+    upd = analyze(b, n_boot=0, fit_models=False, folds=0)
+    assert upd.summary()["ratio_label"] == "the update ratio pi_theta/pi_old"
+
+
+def test_cli_shows_a_captures_mismatch_not_zeros(tmp_path, capsys):
+    """A capture (logp == old_logp): analyze's main table is the mismatch, with one note saying why.
+
+    Before, its table was all zeros (the update ratio of pi_old over itself). --ratio update on
+    it, and a file of ratios 1 without rollout_logp, are one-line errors with exit status 2.
+    """
+    from variance_lab.rollouts.io import save_batch
+
+    cap = _capture(3, n=150)
+    path = save_batch(cap, tmp_path / "capture.parquet")
+    assert main(["analyze", str(path), "--n-boot", "20", "--folds", "0", "--table-format", "json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["summary"]["ratio"] == "mismatch"
+    var_g = [row["var_G"] for row in doc["buckets"]]
+    assert all(v > 0 for v in var_g)
+    mis = (cap.old_logp - cap.rollout_logp).var(ddof=1)
+    assert doc["summary"]["fit"]["sigma2_y"] == pytest.approx(mis, rel=1e-12)
+    assert err.count("carries no update ratio") == 1
+    assert main(["analyze", str(path), "--n-boot", "0", "--folds", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "Ratio analysed: the mismatch ratio pi_old/mu_rollout (mismatch)" in out
+    assert err.count("note: capture.parquet carries no update ratio") == 1
+    assert main(["analyze", str(path), "--n-boot", "0", "--folds", "0", "--ratio", "total"]) == 0
+    out, err = capsys.readouterr()
+    assert "Ratio analysed: the total ratio pi_theta/mu_rollout (total)" in out
+    assert "carries no update ratio" not in err
+    assert main(["analyze", str(path), "--n-boot", "0", "--ratio", "update"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "--ratio update: capture.parquet carries no update ratio" in err
+    ones = save_batch(TokenBatch.from_flat(cap.old_logp, cap.old_logp, cap.lengths), tmp_path / "ones.jsonl")
+    assert main(["analyze", str(ones), "--n-boot", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "every ratio it holds is 1" in err
+    plain = save_batch(_batch(4, n=40), tmp_path / "plain.jsonl")
+    assert main(["analyze", str(plain), "--n-boot", "0", "--folds", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "Ratio analysed: the update ratio pi_theta/pi_old (update)" in out
+    assert "update ratio" not in err

@@ -85,17 +85,21 @@ def run(args: argparse.Namespace) -> int:
     """Run ``variance-lab analyze``: analyze the file and write its table, summary and figure."""
     from variance_lab.report.analysis_table import render_analysis, split_lines, summary_lines
     from variance_lab.rollouts.analysis import analyze
+    from variance_lab.rollouts.split import choose_ratio
 
     check_output(args.out, inputs=(args.file,))  # every output path is checked before the analysis runs
     _check_figure(args.figure, args.file)
     batch = _load(args)
+    ratio, ratio_note = choose_ratio(batch, args.ratio, name=Path(args.file).name)
     result = analyze(
-        batch, args.edges, n_boot=args.n_boot, level=args.level, seed=args.seed, folds=args.folds
+        batch, args.edges, n_boot=args.n_boot, level=args.level, seed=args.seed, folds=args.folds, ratio=ratio
     )
     summary = result.summary()
-    groups_note = summary["groups"].get("note")
-    if groups_note and args.table_format != "csv":  # csv: the summary, note included, goes to stderr below
-        note(groups_note)  # printed once the table is written: a failure before that is one line
+    summary["notes"] += [ratio_note] if ratio_note else []
+    if args.table_format != "csv":  # csv: the summary, notes included, goes to stderr below
+        for text in [*summary["notes"], summary["groups"].get("note")]:
+            if text:
+                note(text)  # printed once the table is written: a failure before that is one line
     title = (
         f"Analysis of {Path(args.file).name} (variance-lab analyze, n_boot={args.n_boot}, seed={args.seed})"
     )
@@ -174,6 +178,15 @@ def add_command(sub) -> None:
         default=2,
         help="K of the held-out judgment of the fitted models: prompts (or sequences, without prompt_id) "
         "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
+    )
+    p.add_argument(
+        "--ratio",
+        default=None,
+        choices=("update", "mismatch", "total"),
+        help="the ratio of the main table, the fits and the clip fractions: update pi_theta/pi_old "
+        "(logp - old_logp), mismatch pi_old/mu_rollout or total pi_theta/mu_rollout (both need "
+        "rollout_logp). Default: update, or mismatch where the file carries no update ratio (logp equals "
+        "old_logp at every token, as in the captures and the frameworks' dumps), with a note saying so",
     )
     add_seed_arg(p, "seed of the bootstrap")
     add_output_args(

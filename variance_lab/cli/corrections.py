@@ -153,6 +153,7 @@ def _data(args, cs) -> tuple:
             f"predicted: {described}; sequence level: averaged over the bucket's lengths. The prediction "
             f"lies inside the interval in {inside} of {len(frame)} rows."
         )
+    notes += batch.notes  # what the reader said about the file (a NeMo-RL dump's left-out samples)
     return frame, title, ["\n".join(notes)]
 
 

@@ -17,6 +17,12 @@ loader reports it (or drops the sequence with ``on_bad="drop"``). Shapes are che
 anything is written: a bad call raises ``ValueError`` naming the file, the field and the
 call (``step``) and appends nothing. The file is complete once :meth:`close` has run (use
 the recorder as a context manager); a file left open by a crash has no Parquet footer.
+
+A trainer that rejects tokens before its loss (verl's ``rollout_rs``) is recorded before the
+rejection: ``mask`` holds every response token the trainer sampled, and the optional ``rs_mask``
+column (list of float64) the tokens its rejection kept, a subset of ``mask``. The loader reads
+``mask``, so the mismatch statistics count every token the engine sampled; ``rs_mask`` is
+counted in a note (:mod:`variance_lab.rollouts.io`).
 """
 
 from __future__ import annotations
@@ -86,14 +92,20 @@ class ParquetRecorder:
         """Close the file (also after an error)."""
         self.close()
 
-    def _checked(self, step, old_logp, mask, rollout_logp, advantages):
+    def _checked(self, step, old_logp, mask, rollout_logp, advantages, rs_mask=None):
         """Return the batch as float64 (B, T) arrays (advantages (B,) broadcast); raise naming the field."""
         where = f"{self.path.name}: step {step}"
         old = as_numpy(old_logp, "old_logp")
         if old.ndim != 2:
             raise ValueError(f"{where}: old_logp must be a (B, T) array, got shape {old.shape}")
         out = {"old_logp": old}
-        for name, value in (("mask", mask), ("rollout_logp", rollout_logp), ("advantages", advantages)):
+        fields = (
+            ("mask", mask),
+            ("rollout_logp", rollout_logp),
+            ("advantages", advantages),
+            ("rs_mask", rs_mask),
+        )
+        for name, value in fields:
             if value is None:
                 continue
             arr = as_numpy(value, name)
@@ -102,17 +114,31 @@ class ParquetRecorder:
             if arr.shape != old.shape:
                 raise ValueError(f"{where}: {name} has shape {arr.shape}, old_logp has {old.shape}")
             out[name] = arr
-        if "mask" in out:
-            m = out["mask"]
-            bad = np.flatnonzero(((m != 0) & (m != 1)).any(axis=1))
+        for name in ("mask", "rs_mask"):
+            m = out.get(name)
+            bad = np.zeros(0) if m is None else np.flatnonzero(((m != 0) & (m != 1)).any(axis=1))
             if bad.size:
-                raise ValueError(f"{where}: mask of sequence {int(bad[0])} holds values other than 0 and 1")
-        else:
-            out["mask"] = np.ones(old.shape)
+                raise ValueError(f"{where}: {name} of sequence {int(bad[0])} holds values other than 0 and 1")
+        out.setdefault("mask", np.ones(old.shape))
+        if "rs_mask" in out:
+            bad = np.flatnonzero(((out["rs_mask"] == 1) & (out["mask"] == 0)).any(axis=1))
+            if bad.size:
+                raise ValueError(
+                    f"{where}: rs_mask of sequence {int(bad[0])} keeps a token that mask does not count "
+                    "(rs_mask is what the rejection kept of mask)"
+                )
         return out
 
     def append(
-        self, *, old_logp, mask=None, rollout_logp=None, advantages=None, step: int = 0, prompt_id=None
+        self,
+        *,
+        old_logp,
+        mask=None,
+        rollout_logp=None,
+        advantages=None,
+        step: int = 0,
+        prompt_id=None,
+        rs_mask=None,
     ) -> int:
         """Append one padded batch; return the number of rows now in the file.
 
@@ -132,6 +158,10 @@ class ParquetRecorder:
             The prompt of each sequence (verl's ``uid``), written as text in the ``prompt_id``
             column: responses to one prompt are not independent, and ``analyze`` then
             resamples prompts. Give it on every call or on none.
+        rs_mask : array_like or tensor of {0, 1}, shape (B, T), optional
+            The tokens of ``mask`` a rejection kept (verl's ``response_mask`` after
+            ``rollout_rs``), written in the ``rs_mask`` column; ``mask`` is then the mask before
+            the rejection. Give it on every call or on none.
 
         Returns
         -------
@@ -141,12 +171,13 @@ class ParquetRecorder:
         Raises
         ------
         ValueError
-            A shape that is not (B, T) or disagrees with ``old_logp``'s, or a mask value other
-            than 0/1, or a closed recorder; nothing is appended.
+            A shape that is not (B, T) or disagrees with ``old_logp``'s, a mask value other
+            than 0/1, an ``rs_mask`` that keeps a token ``mask`` does not count, or a closed
+            recorder; nothing is appended.
         """
         if self._closed:
             raise ValueError(f"{self.path.name}: the recorder is closed; open a new one for another file")
-        arrays = self._checked(int(step), old_logp, mask, rollout_logp, advantages)
+        arrays = self._checked(int(step), old_logp, mask, rollout_logp, advantages, rs_mask)
         if prompt_id is not None:
             groups = np.asarray(prompt_id, dtype=object).reshape(-1)
             if groups.size != arrays["old_logp"].shape[0] or any(g is None for g in groups):
@@ -191,7 +222,7 @@ class ParquetRecorder:
             "old_logp": lists(arrays["old_logp"]),
             "mask": lists(mask),
         }
-        for name in ("rollout_logp", "advantages"):
+        for name in ("rollout_logp", "advantages", "rs_mask"):
             if name in arrays:
                 columns[name] = lists(arrays[name])
         if "prompt_id" in arrays:

@@ -48,6 +48,7 @@ from variance_lab.experiment.files import sidecar_path
 from variance_lab.ratios import variance_split
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.io import load_batch
+from variance_lab.rollouts.split import RATIOS, ratio_batch
 from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE
 from variance_lab.stats import kong_ess
@@ -79,9 +80,6 @@ LARGE = 0.01
 #: 2 (verl's ``rollout_is_threshold``), IcePop's [0.5, 5] band, and a sequence mask of the product
 #: ratio outside [0.5, 2].
 STALE_CORRECTIONS = ("tis:2", "icepop:0.5:5", "seq-mask:0.5:2")
-#: The ratios a run's records give: the update :math:`\pi_\theta/\pi_{\text{old}}`, the mismatch
-#: :math:`\pi_{\text{old}}/\mu` and the total :math:`\pi_\theta/\mu` (:func:`ratio_batch`).
-RATIOS = ("update", "mismatch", "total")
 _SEQUENCE_FIELDS = ("id", "prompt_id", "task", "reward", "advantage", "policy_lag", "finished")
 
 
@@ -148,37 +146,6 @@ def read_token_field(path, field: str) -> np.ndarray:
         if field not in record:
             raise ValueError(f"{path}: record {number} has no field {field!r}")
     return np.concatenate([np.asarray(record[field], dtype=float) for record in records])
-
-
-def ratio_batch(batch: TokenBatch, ratio: str = "total") -> TokenBatch:
-    r"""Return a batch whose ``log_ratio`` is one of :data:`RATIOS`, prompts kept.
-
-    So :func:`~variance_lab.rollouts.analysis.analyze` and the length profile can judge the
-    ratio a trainer with a mismatched or stale sampler weighs by,
-    :math:`\log \pi_\theta - \log \mu` (``"total"``), or its mismatch part
-    :math:`\log \pi_{\text{old}} - \log \mu` (``"mismatch"``).
-
-    Parameters
-    ----------
-    batch : TokenBatch
-        With ``rollout_logp`` (:math:`\log \mu`) unless ``ratio="update"``.
-    ratio : {"update", "mismatch", "total"}, optional
-
-    Returns
-    -------
-    TokenBatch
-        ``logp`` and ``old_logp`` are the ratio's numerator and denominator; no ``rollout_logp``.
-    """
-    if ratio not in RATIOS:
-        raise ValueError(f"ratio must be one of {RATIOS}, got {ratio!r}")
-    if ratio == "update":
-        return batch
-    if not batch.has_rollout:
-        raise ValueError(f"ratio {ratio!r} needs rollout_logp (the sampler's log-probs)")
-    top = batch.logp if ratio == "total" else batch.old_logp
-    return TokenBatch.from_flat(
-        top, batch.rollout_logp, batch.lengths, ids=batch.ids, prompt_id=batch.prompt_id
-    )
 
 
 def kept_mass_table(batch: TokenBatch, log_kept_mass, edges=EDGES) -> pd.DataFrame:

@@ -79,6 +79,9 @@ def summary_lines(summary: dict) -> list[str]:
         lines.append(f"  dropped id={d['id']!r} (index {d['index']}): {d['problem']}")
     if summary["n_dropped"] > 5:
         lines.append(f"  ... and {summary['n_dropped'] - 5} more")
+    lines += [f"Note: {text}" for text in summary.get("notes") or ()]
+    if summary.get("ratio_label"):
+        lines.append(f"Ratio analysed: {summary['ratio_label']} ({summary['ratio']})")
     lines.append(
         f"Fit of the pooled token log-ratios y = log r: mu_y = {_se(f['mu_y'], f['se_mu_y'])}, "
         f"sigma_y^2 = {_se(f['sigma2_y'], f['se_sigma2_y'])}"
@@ -114,6 +117,14 @@ def summary_lines(summary: dict) -> list[str]:
             *lines,
             f"Verdict: {_TOO_FEW}: no length bucket holds {MIN_JUDGED} sequences, so no prediction or model "
             "is judged.",
+        ]
+    k = summary.get("n_buckets_judgeable")
+    if summary["verdict"] == "n/a" and summary.get("n_boot") and k:  # enough sequences, no interval
+        return [
+            *lines,
+            f"Verdict: n/a: {k} length bucket{'s hold' if k > 1 else ' holds'} {MIN_JUDGED} or more "
+            "sequences, but no bucket's Var(G_T) has an interval to judge by (its log-ratios are "
+            "constant, or its bootstrap-t interval failed), so no prediction or model is judged.",
         ]
     if not summary.get("models"):
         return [*lines, "Verdict: " + vote]

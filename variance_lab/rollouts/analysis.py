@@ -117,7 +117,11 @@ Three policies. When the batch carries the inference engine's log-probs (``rollo
 :attr:`AnalysisResult.split` holds :func:`variance_lab.rollouts.split.split_ratios`: the total
 ratio pi_theta/mu_rollout split into the mismatch pi_old/mu_rollout and the update
 pi_theta/pi_old, each part's statistics pooled and per bucket, and the line saying which part
-dominates. Everything above still describes the update ratio pi_theta/pi_old.
+dominates. Everything above describes the ratio ``ratio`` selects
+(:data:`~variance_lab.rollouts.split.RATIOS`, :func:`~variance_lab.rollouts.split.ratio_batch`):
+the update ratio pi_theta/pi_old by default, or the mismatch pi_old/mu_rollout or the total
+pi_theta/mu_rollout (a capture of a trainer holds pi_old as both ``logp`` and ``old_logp``, so
+only its mismatch varies; :func:`~variance_lab.rollouts.split.choose_ratio` picks it then).
 """
 
 from __future__ import annotations
@@ -141,7 +145,8 @@ from variance_lab.rollouts.judgment import (
     overall_verdict,
 )
 from variance_lab.rollouts.models import normal_outside
-from variance_lab.rollouts.split import SplitResult, split_ratios
+from variance_lab.rollouts.predictions import MIN_BUCKET_SEQUENCES
+from variance_lab.rollouts.split import RATIO_LABELS, SplitResult, ratio_batch, split_ratios
 from variance_lab.rollouts.statistics import Autocorrelation, LogRatioFit
 from variance_lab.rollouts.weights import (
     GSPO_RANGE,
@@ -220,6 +225,10 @@ class AnalysisResult:
     fitted: dict = field(default_factory=dict, repr=False)
     #: How the sequences are grouped (:func:`group_summary`).
     groups: dict = field(default_factory=dict, repr=False)
+    #: The ratio the table and fits describe (:data:`~variance_lab.rollouts.split.RATIOS`).
+    ratio: str = "update"
+    #: What the loader said about the file (:attr:`~variance_lab.rollouts.batch.TokenBatch.notes`).
+    notes: tuple = ()
 
     @property
     def n_dropped(self) -> int:
@@ -305,6 +314,10 @@ class AnalysisResult:
             "n_boot": self.n_boot,
             "split": _split_summary(self.split),
             "groups": dict(self.groups),
+            "ratio": self.ratio,
+            "ratio_label": RATIO_LABELS[self.ratio],
+            "n_buckets_judgeable": int((self.table["n_seq"] >= MIN_BUCKET_SEQUENCES).sum()),
+            "notes": list(self.notes),
             **_fitted_summary(self.fitted),
         }
 
@@ -340,6 +353,7 @@ def analyze(
     fit_models: bool = True,
     folds: int = 2,
     progress: bool | None = None,
+    ratio: str = "update",
 ) -> AnalysisResult:
     r"""Per length bucket, observed Var(P_T), Var(G_T) and clip fractions against three predictions.
 
@@ -376,6 +390,11 @@ def analyze(
         A progress bar over the fits on standard error, as :func:`variance_lab.progress.progress_bar`
         means it: None a bar after a second where someone watches (a terminal, a notebook),
         True at once, False none.
+    ratio : {"update", "mismatch", "total"}
+        The ratio the table, the fits and the clip fractions describe
+        (:func:`~variance_lab.rollouts.split.ratio_batch`): pi_theta/pi_old, pi_old/mu_rollout or
+        pi_theta/mu_rollout (the last two need ``rollout_logp``). The three-policy split is of
+        ``batch`` whichever is chosen.
 
     Returns
     -------
@@ -401,6 +420,7 @@ def analyze(
     """
     g_range = log_clip_range(gspo_range, "gspo_range")
     p_range = log_clip_range(ppo_range, "ppo_range")
+    full, batch = batch, ratio_batch(batch, ratio)
     if isinstance(folds, bool) or not isinstance(folds, int | np.integer) or folds < 0:
         raise ValueError(f"folds must be an integer >= 0, got {folds!r}")
     boot = {"n_boot": n_boot, "level": level, "seed": seed}  # one bootstrap for observed and predicted
@@ -449,11 +469,13 @@ def analyze(
         lengths=np.asarray(lengths),
         _models=models,
         acf_note=judged.acf_note,
-        split=split_ratios(batch, edges, gspo_range=gspo_range, ppo_range=ppo_range)
-        if batch.has_rollout
+        split=split_ratios(full, edges, gspo_range=gspo_range, ppo_range=ppo_range)
+        if full.has_rollout
         else None,
         fitted=fitted,
         groups=group_summary(batch),
+        ratio=ratio,
+        notes=tuple(full.notes),
     )
 
 

@@ -277,6 +277,9 @@ class TokenBatch:
         tokens reported (e.g. vLLM's), log mu_rollout; validated like the others. With it
         the total ratio pi_theta / mu_rollout splits into the mismatch pi_old / mu_rollout
         (:attr:`mismatch_log_ratio`) and the update pi_theta / pi_old (:attr:`log_ratio`).
+    notes : tuple of str
+        What the loader said about the file, once each (a framework's dump that names no group,
+        samples its loss leaves out, tokens its rejection cut); empty otherwise.
     """
 
     logp: np.ndarray
@@ -287,6 +290,7 @@ class TokenBatch:
     dropped: tuple[DroppedSequence, ...] = field(default=())
     rollout_logp: np.ndarray | None = None
     prompt_id: np.ndarray | None = None
+    notes: tuple[str, ...] = ()
 
     # -- constructors ---------------------------------------------------------------------
     @classmethod
@@ -607,6 +611,7 @@ class TokenBatch:
             self.dropped,
             None if self.rollout_logp is None else self.rollout_logp[tok],
             None if self.prompt_id is None else self.prompt_id[index].copy(),
+            self.notes,
         )
         _readonly(*batch.arrays())
         return batch

@@ -28,7 +28,11 @@ Formats, chosen from the file name (``.jsonl``, ``.ndjson``, ``.jsonl.gz``, ``.n
   then reported as bad data).
 - **Parquet**: columns ``logp``, ``old_logp`` (and ``mask``) of type list of numbers, ``id``
   string or integer; a null ``logp``/``old_logp`` list or a null entry is bad data, a null
-  ``mask`` means every token counts (as in JSONL). Needs ``pyarrow``.
+  ``mask`` means every token counts (as in JSONL). A column ``rs_mask`` (the capture of a
+  trainer that rejects tokens, verl's ``rollout_rs``: the tokens of ``mask`` the rejection
+  kept) is not read as the mask: ``mask``, the tokens before the rejection, is, and a note in
+  :attr:`~variance_lab.rollouts.batch.TokenBatch.notes` counts the tokens the rejection cut.
+  Needs ``pyarrow``.
 - **NPZ**, padded layout (what :func:`save_batch` writes by default): 2-D ``logp``,
   ``old_logp`` of shape ``(n, L)``, 2-D ``mask`` of the same shape (without it every entry
   counts), optional 1-D ``id``. Flat layout: 1-D ``logp``, ``old_logp`` (and ``mask``), all
@@ -36,22 +40,26 @@ Formats, chosen from the file name (``.jsonl``, ``.ndjson``, ``.jsonl.gz``, ``.n
   ``mask_lengths`` where they differ). Read with ``allow_pickle=False``.
 
 Field names can be mapped (``fields={"logp": "log_probs", "old_logp": "old_log_probs"}``)
-for trainers that export under other names, or taken from a framework's preset
-(``preset="nemo-rl"``, :data:`PRESETS`).
+for trainers that export under other names; a framework's own file is read with ``preset=``
+(:data:`PRESET_NAMES`, :mod:`variance_lab.rollouts.presets`).
 
 **NeMo-RL** (``preset="nemo-rl"``): the ``train_data_step{N}.jsonl`` files GRPO writes
 (``nemo_rl/algorithms/grpo.py`` through ``Logger.log_batched_dict_as_jsonl``, checked
 against NVIDIA-NeMo/RL at commit 7ea279ab). Each line is one sample sliced as a batch of
 one, so every per-token field is a list holding one list: ``generation_logprobs`` (vLLM's,
 here ``rollout_logp``), ``prev_logprobs`` (the trainer's pi_old, ``old_logp``),
-``token_loss_mask`` (1 on the response tokens, 0 on prompt and padding: ``mask``), and
-``idx`` (``id``, and ``prompt_id``: GRPO repeats each prompt's batch entry, ``idx`` included,
-once per generation, so ``idx`` names the prompt and the responses to one prompt share it).
-The dump holds no log-probs of the updated policy; at the time of the dump the trainer's
-weights are pi_old, so the preset reads ``prev_logprobs`` as ``logp`` as well: the update
-ratio is 1, and the file measures the mismatch pi_old / mu_rollout.
-(With ``force_on_policy_ratio`` NeMo-RL writes zeros as ``prev_logprobs``; such a file
-has no trainer log-probs.)
+``token_loss_mask`` (1 on the generated tokens, 0 on prompt and padding: ``mask``), and
+``idx``, the line's index (the logger writes ``{**sample, "idx": i}``): the ``id``, never a
+prompt. The groups are NeMo-RL's own: GRPO groups responses by their prompt's token ids, so
+lines whose ``token_ids`` agree before the first token of ``token_loss_mask`` answer one prompt
+(``prompt_id`` numbers them from 0); a dump without ``token_ids`` or ``token_loss_mask``
+cannot say, and is read without groups (:attr:`~variance_lab.rollouts.batch.TokenBatch.notes`
+says so). A sample with ``sample_loss_mask`` 0 trains no token in NeMo-RL's loss and is not
+counted (the notes count it). The dump holds no log-probs of the updated policy; at the time
+of the dump the trainer's weights are pi_old, so the preset reads ``prev_logprobs`` as
+``logp`` as well: the update ratio is 1, and the file measures the mismatch pi_old /
+mu_rollout. (With ``force_on_policy_ratio`` NeMo-RL writes zeros as ``prev_logprobs``; such
+a file has no trainer log-probs.)
 
 Bad data, checked per sequence: NaN, +inf, -inf (a token of probability 0 under a policy:
 an error, since its log-ratio is undefined), a log-prob > 0 (no tolerance: rounding in a
@@ -73,6 +81,7 @@ import json
 import zipfile
 import zlib
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +97,6 @@ from variance_lab.rollouts.batch import (
 from variance_lab.rollouts.presets import RUN_PRESETS, load_run
 from variance_lab.rollouts.records import (
     FIELDS,
-    NEMO_RL_FIELDS,
     TOKEN_FIELDS,
     batch_from_records,
     field_names,
@@ -97,8 +105,8 @@ from variance_lab.rollouts.records import (
 
 __all__ = [
     "FIELDS",
-    "PRESETS",
     "PRESET_NAMES",
+    "REJECTED",
     "ROLLOUT_FORMATS",
     "detect_format",
     "load_batch",
@@ -108,12 +116,12 @@ __all__ = [
 
 ROLLOUT_FORMATS = ("jsonl", "parquet", "npz")
 
-#: Field names of frameworks' dumps: preset -> (fields mapping, per-token lists wrapped in a
-#: one-element list); their records are parsed by :func:`variance_lab.rollouts.records.parse_record`.
-PRESETS: dict[str, tuple[dict[str, str], bool]] = {"nemo-rl": (NEMO_RL_FIELDS, True)}
-#: Every name ``preset=`` takes: the field mappings above, and the framework files that
-#: :mod:`variance_lab.rollouts.presets` reads (prime-rl's token exports, slime's ``.pt`` dumps).
-PRESET_NAMES = tuple(sorted({*PRESETS, *RUN_PRESETS}))
+#: Every name ``preset=`` takes: the framework files that :mod:`variance_lab.rollouts.presets`
+#: reads (NeMo-RL's ``train_data_step{N}.jsonl``, prime-rl's token exports, slime's ``.pt`` dumps).
+PRESET_NAMES = tuple(sorted(RUN_PRESETS))
+#: The recorder's column of the tokens a trainer's rejection kept (:mod:`variance_lab.integrations.recorder`):
+#: not read into the batch, counted in a note.
+REJECTED = "rs_mask"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
 
 
@@ -150,8 +158,8 @@ def detect_format(path, format: str | None = None) -> str:
 # --------------------------------------------------------------------------------------
 # readers
 # --------------------------------------------------------------------------------------
-def _read_jsonl(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
-    return batch_from_records((rec for _, rec in iter_jsonl(path)), names, on_bad, unwrap=unwrap)
+def _read_jsonl(path: Path, names, on_bad) -> TokenBatch:
+    return batch_from_records((rec for _, rec in iter_jsonl(path)), names, on_bad)
 
 
 def _import_pyarrow():
@@ -205,7 +213,7 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def _read_parquet(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
+def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
     table = _parquet_table(path)
     present = set(table.column_names)
     for f in ("logp", "old_logp"):
@@ -227,6 +235,7 @@ def _read_parquet(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
     cols = {f: _parquet_list_column(table, names[f]) for f in fields}
     if "mask" in cols:
         cols["mask"] = _null_mask_counts_all(*cols["mask"], cols["logp"][1])
+    notes = _rejection_note(path, table, cols.get("mask")) if REJECTED in present else ()
     known = {}
     for f in ("rollout_logp", "old_logp", "logp"):  # the first field's problem wins
         if f in cols:
@@ -240,7 +249,7 @@ def _read_parquet(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
         }
     mask, mask_lens = cols.get("mask", (None, None, None))[:2]
     roll, roll_lens = cols.get("rollout_logp", (None, None, None))[:2]
-    return build_batch(
+    batch = build_batch(
         cols["logp"][0],
         cols["old_logp"][0],
         cols["logp"][1],
@@ -253,6 +262,30 @@ def _read_parquet(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
         rollout_logp=roll,
         rollout_lengths=roll_lens,
         prompt_id=prompts,
+    )
+    return replace(batch, notes=notes) if notes else batch
+
+
+def _rejection_note(path: Path, table, mask) -> tuple[str, ...]:
+    """Count what a trainer's rejection cut (the recorder's ``rs_mask`` against ``mask``), as one note.
+
+    Nothing when the two columns' rows do not line up (the sequences' own checks report those).
+    """
+    kept, kept_lens, kept_null = _parquet_list_column(table, REJECTED)
+    if mask is None or kept_null.any() or not np.array_equal(kept_lens, mask[1]):
+        return ()
+    counted = mask[0] == 1
+    cut = counted & (kept != 1)
+    if not counted.any():
+        return ()
+    seqs = np.repeat(np.arange(kept_lens.size), kept_lens)
+    n_seq = np.unique(seqs[cut]).size
+    return (
+        f"{path.name}: the trainer's rejection (verl's rollout_rs; column {REJECTED}) cut "
+        f"{int(cut.sum()):,} of {int(counted.sum()):,} counted tokens "
+        f"({100 * cut.mean(where=counted):.3g} %) "
+        f"in {n_seq:,} of {kept_lens.size:,} sequences; every statistic here counts the tokens before the "
+        "rejection (column mask)",
     )
 
 
@@ -292,7 +325,7 @@ def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
             raise ValueError(f"{path.name}: {_first_line(exc)}") from None
 
 
-def _read_npz(path: Path, names, on_bad, unwrap=False) -> TokenBatch:
+def _read_npz(path: Path, names, on_bad) -> TokenBatch:
     data = _npz_arrays(path)
     for f in ("logp", "old_logp"):
         if names[f] not in data:
@@ -348,12 +381,12 @@ def load_batch(
         batch's ``dropped`` (``n_dropped`` counts them).
     fields : mapping, optional
         File names of the fields ``logp``, ``old_logp``, ``mask``, ``id``, ``rollout_logp``,
-        ``prompt_id``, where they differ (applied over ``preset``'s).
+        ``prompt_id``, where they differ.
     preset : str, optional
         A framework's dump format, :data:`PRESET_NAMES`: ``"nemo-rl"`` (its
         ``train_data_step*.jsonl``), ``"prime-rl"`` (``token_exports/step_N/rank_R.jsonl``),
         ``"slime"`` (the ``.pt`` of ``--save-debug-train-data``); see
-        :mod:`variance_lab.rollouts.presets`. The last two take no ``fields`` or ``format``.
+        :mod:`variance_lab.rollouts.presets`. A preset takes no ``fields`` or ``format``.
 
     Returns
     -------
@@ -369,22 +402,16 @@ def load_batch(
     """
     on_bad = check_on_bad(on_bad)
     path = Path(path)
-    if preset is not None and preset not in PRESETS and preset in RUN_PRESETS:
+    if preset is not None:
+        if preset not in RUN_PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESET_NAMES)}")
         if fields or format is not None:
             raise ValueError(f"preset {preset!r} reads its framework's own file: pass no fields= or format=")
         return load_run(path, preset, on_bad)
     fmt = detect_format(path, format)
-    unwrap = False
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESET_NAMES)}")
-        base, unwrap = PRESETS[preset]
-        fields = {**base, **(fields or {})}
-        if unwrap and fmt != "jsonl":
-            raise ValueError(f"preset {preset!r} reads JSONL files, not {fmt}")
     names = field_names(fields)
     try:
-        return _READERS[fmt](path, names, on_bad, unwrap)
+        return _READERS[fmt](path, names, on_bad)
     except ValueError as exc:  # bad data or a malformed file: the message names the file, once
         if str(exc).startswith(f"{path.name}: "):
             raise

@@ -222,13 +222,14 @@ def overall_verdict(verdicts) -> str:
     Returns
     -------
     str
-        One of :data:`BUCKET_VERDICTS`: :data:`TOO_FEW` when no bucket votes and some had too few
-        sequences, ``"n/a"`` when no bucket votes otherwise.
+        One of :data:`BUCKET_VERDICTS`: :data:`TOO_FEW` when every bucket had too few sequences,
+        ``"n/a"`` when no bucket votes otherwise (a bucket of enough sequences without an interval:
+        ``n_boot=0``, constant log-ratios, a failed bootstrap-t).
     """
     verdicts = list(verdicts)
     votes = [v for v in verdicts if v not in ("n/a", TOO_FEW)]
     if not votes:
-        return TOO_FEW if TOO_FEW in verdicts else "n/a"
+        return TOO_FEW if verdicts and all(v == TOO_FEW for v in verdicts) else "n/a"
     n_log, n_emp = votes.count("iid-lognormal"), votes.count("iid-empirical")
     iid = "iid-lognormal" if n_log >= n_emp else "iid-empirical"
     tally = [(n_log + n_emp, iid), (votes.count("corrected"), "corrected"), (votes.count("none"), "none")]

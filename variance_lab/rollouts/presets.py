@@ -28,6 +28,7 @@ preset         file                                  fields read (the framework'
                                                      ``tokens``, ``rollout_position``
 ``nemo-rl``    ``train_data_step{N}.jsonl``          ``prev_logprobs``, ``generation_logprobs``,
                                                      ``token_loss_mask``, ``idx``,
+                                                     ``sample_loss_mask``,
                                                      ``advantages``, ``token_ids``
 =============  ====================================  =========================================
 
@@ -45,10 +46,14 @@ restart (a position not above the one before it); a piece with no token in the l
 sequences. Sequence ids are ``"LINE:PIECE"`` (1-based line, 0-based piece).
 
 **NeMo-RL**: each line is parsed by :func:`variance_lab.rollouts.records.parse_record` with
-:data:`~variance_lab.rollouts.records.NEMO_RL_FIELDS`, the parser that
-:func:`~variance_lab.rollouts.io.load_batch` uses for ``preset="nemo-rl"``: a line without
-``token_loss_mask`` counts every token, one without ``generation_logprobs`` has no
-inference-engine log-probs, and ``idx`` is the id and the prompt.
+:data:`~variance_lab.rollouts.records.NEMO_RL_FIELDS`: a line without ``token_loss_mask``
+counts every token, one without ``generation_logprobs`` has no inference-engine log-probs, and
+``idx`` (the line's index, as NeMo-RL's logger writes it) is the id. Groups are NeMo-RL's own:
+lines whose ``token_ids`` agree before the first token of ``token_loss_mask`` answer one prompt
+(GRPO's ``calculate_baseline_and_std_per_prompt`` groups by the prompt's token ids); a dump
+that lacks them is read without groups, and a note says so. A sample with
+``sample_loss_mask`` 0 trains nothing in NeMo-RL's loss and is left out, and a note counts it
+(``_read_nemo_rl`` cites the lines).
 
 **slime**: the file is loaded with ``torch.load(weights_only=True)``: a file that needs
 arbitrary objects unpickled is refused, as the NPZ reader refuses pickles. Per-token fields
@@ -67,7 +72,7 @@ import itertools
 import math
 import pickle
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -85,12 +90,13 @@ from variance_lab.rollouts.records import (
 
 __all__ = ["RUN_PRESETS", "RunRecords", "load_run", "read_run"]
 
-#: Presets whose files :func:`read_run` reads (``nemo-rl`` is also a field mapping of
-#: :data:`variance_lab.rollouts.io.PRESETS`).
+#: Presets whose files :func:`read_run` reads (``load_batch(..., preset=)`` takes the same names).
 RUN_PRESETS = ("prime-rl", "slime", "nemo-rl")
 
 _PRIME_SCHEMA = 1
 _SLIME_FORMAT = 2
+#: NeMo-RL's per-sample loss mask in its dump (the loss's ``sample_mask``; 0 = the sample trains nothing).
+_NEMO_SAMPLE_MASK = "sample_loss_mask"
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,8 +124,12 @@ class RunRecords:
         Problems found while reading, by sequence index, naming the file's field; such a
         sequence is bad data for :meth:`to_batch`.
     prompt_id : list or None
-        The prompt of each sequence where the format names it (NeMo-RL's ``idx``); None
-        where it does not (prime-rl's exports and slime's dumps carry no group).
+        The prompt of each sequence where the format names it (NeMo-RL: the group of its prompt's
+        token ids, numbered from 0); None where it does not (prime-rl's exports and slime's dumps
+        carry no group, nor a NeMo-RL dump without ``token_ids``).
+    notes : tuple of str
+        What the reader says about the file once (NeMo-RL: samples its loss leaves out, a dump
+        that cannot name the groups); :meth:`to_batch` passes them on to the batch.
     """
 
     path: Path
@@ -133,6 +143,7 @@ class RunRecords:
     token_ids: list | None = None
     problems: dict = field(default_factory=dict)
     prompt_id: list | None = None
+    notes: tuple = ()
 
     def __len__(self) -> int:
         """Return the number of sequences read (good and bad)."""
@@ -173,7 +184,7 @@ class RunRecords:
         if self.prompt_id is not None:  # a bad sequence's group is never read: its own id stands in
             groups = [rid if b else g for g, rid, b in zip(self.prompt_id, self.ids, bad, strict=True)]
         try:
-            return build_batch(
+            batch = build_batch(
                 flat(self.logp),
                 flat(self.old_logp),
                 lengths,
@@ -186,6 +197,7 @@ class RunRecords:
             )
         except ValueError as exc:
             raise ValueError(f"{self.path.name}: {exc}") from None
+        return replace(batch, notes=tuple(self.notes)) if self.notes else batch
 
 
 # --------------------------------------------------------------------------------------
@@ -348,8 +360,46 @@ def _read_prime_rl(path: Path) -> RunRecords:
 # --------------------------------------------------------------------------------------
 # NeMo-RL
 # --------------------------------------------------------------------------------------
-def _nemo_line(parsed: ParsedRecord, lineno: int, out: _Collector) -> None:
-    """Add one NeMo-RL line, parsed by :func:`~variance_lab.rollouts.records.parse_record`, to ``out``."""
+def _nemo_sample_mask(rec) -> tuple[float | None, str | None]:
+    """Return a line's ``sample_loss_mask`` (None when it has none), or the problem with it.
+
+    NeMo-RL writes ``train_data["sample_mask"].tolist()`` sliced as a batch of one: a list holding one
+    number (``grpo.py`` at 7ea279ab, line 3644).
+    """
+    value = rec.get(_NEMO_SAMPLE_MASK) if isinstance(rec, Mapping) else None
+    if value is None:
+        return None, None
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    problem = f"field {_NEMO_SAMPLE_MASK!r} must be a list holding one finite number"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None, problem
+    try:
+        weight = float(value)
+    except OverflowError:  # a JSON integer such as 10**400
+        return None, problem
+    return (weight, None) if math.isfinite(weight) else (None, problem)
+
+
+def _nemo_prompt(arrays: Mapping[str, np.ndarray | None]) -> bytes | None:
+    """Return the line's prompt as NeMo-RL groups by it: its token ids before the first loss-mask token.
+
+    None when the line cannot say (no ``token_ids`` or no ``token_loss_mask``, or no token in the
+    mask). See :func:`_read_nemo_rl`.
+    """
+    tokens, mask = arrays.get("token_ids"), arrays.get("mask")
+    if tokens is None or mask is None or tokens.size != mask.size:
+        return None
+    counted = np.flatnonzero(mask == 1)
+    return None if counted.size == 0 else tokens[: counted[0]].astype(np.int64).tobytes()
+
+
+def _nemo_line(parsed: ParsedRecord, lineno: int, out: _Collector, prompts: dict) -> None:
+    """Add one NeMo-RL line, parsed by :func:`~variance_lab.rollouts.records.parse_record`, to ``out``.
+
+    ``prompts`` maps each prompt seen (:func:`_nemo_prompt`) to its group number, in order of first
+    appearance; a line whose prompt cannot be told enters with prompt None.
+    """
     if parsed.problem:
         return out.add(parsed.id, f"line {lineno}: {parsed.problem}")
     arrays = parsed.arrays
@@ -361,10 +411,11 @@ def _nemo_line(parsed: ParsedRecord, lineno: int, out: _Collector) -> None:
         mask,
         [names[f] for f in ("rollout_logp", "logp") if f in names],
     ) or _token_id_problem(token_ids, "token_ids")
+    key = None if problem else _nemo_prompt(arrays)
     out.add(
         parsed.id,
         f"line {lineno}: {problem}" if problem else None,
-        prompt_id=parsed.prompt_id,
+        prompt_id=None if key is None else prompts.setdefault(key, len(prompts)),
         logp=arrays["logp"],
         rollout_logp=arrays["rollout_logp"],
         mask=mask,
@@ -375,11 +426,61 @@ def _nemo_line(parsed: ParsedRecord, lineno: int, out: _Collector) -> None:
 
 
 def _read_nemo_rl(path: Path) -> RunRecords:
+    """Read a ``train_data_step{N}.jsonl``: NeMo-RL's groups and sample mask, as its GRPO means them.
+
+    What names a group. ``Logger.log_batched_dict_as_jsonl`` (``nemo_rl/utils/logger.py`` at
+    7ea279ab, lines 1071-1096) writes line ``i`` as ``{**sample, "idx": i}``: ``idx`` is the line's
+    index, not a prompt (and it overwrites the ``idx`` a datum carries). GRPO groups a step's
+    responses by their prompt's token ids: ``calculate_baseline_and_std_per_prompt`` takes
+    ``torch.unique(prompts, dim=0)`` and a row's group is the rows with equal prompt tokens
+    (``nemo_rl/algorithms/utils.py``, lines 104-147), called with the initial prompt messages'
+    token ids (``grpo.py``, lines 3119-3128 and 3286-3300). The dump keeps ``token_ids`` (prompt and
+    response) and ``token_loss_mask`` (1 on the generated tokens only, ``grpo.py`` lines
+    1910-1942), so a line's prompt is its tokens before the first one of the mask; equal prompts
+    are one group, numbered in order of first appearance. A dump without ``token_ids`` or
+    ``token_loss_mask`` (NeMo-RL's first releases wrote neither) cannot say: it is read without
+    groups, and a note says so.
+
+    What counts. NeMo-RL's loss masks tokens by ``token_mask * sample_mask`` (``grpo.py`` lines
+    3289-3292), and the dump writes ``sample_mask`` as ``sample_loss_mask`` (line 3644): a sample
+    with 0 there (cut off at the length limit, flagged by its environment, over the sequence
+    log-prob error threshold) trains no token, so it is left out here too, and a note counts it
+    (any other value counts the sample; NeMo-RL would scale its loss by it, the analysis does not
+    weight sequences).
+    """
     out = _Collector(path, "nemo-rl")
     names = field_names(NEMO_RL_FIELDS)
+    prompts: dict[bytes, int] = {}
+    n_lines = left_out = 0
     for i, (lineno, rec) in enumerate(iter_jsonl(path)):
-        _nemo_line(parse_record(rec, i, names, unwrap=True, extra=("advantages", "token_ids")), lineno, out)
-    return out.records()
+        n_lines += 1
+        weight, problem = _nemo_sample_mask(rec)
+        if weight == 0.0:
+            left_out += 1
+            continue
+        parsed = parse_record(rec, i, names, unwrap=True, extra=("advantages", "token_ids"))
+        if problem and not parsed.problem:
+            parsed = parsed._replace(arrays={}, problem=problem)
+        _nemo_line(parsed, lineno, out, prompts)
+    if n_lines and left_out == n_lines:
+        raise ValueError(
+            f"{path.name}: every one of its {n_lines:,} samples has {_NEMO_SAMPLE_MASK} 0: "
+            "NeMo-RL's loss counts none of them"
+        )
+    records = out.records()
+    notes = []
+    if left_out:
+        notes.append(
+            f"{path.name}: {left_out:,} of {n_lines:,} samples have {_NEMO_SAMPLE_MASK} 0 "
+            "(NeMo-RL's loss leaves them out): not counted"
+        )
+    if records.prompt_id is None and len(records.problems) < len(records):
+        notes.append(
+            f"{path.name}: the dump cannot say which responses answer one prompt (NeMo-RL groups them "
+            "by their prompt's token ids, and lines here lack token_ids or token_loss_mask; idx is the "
+            "line's number): analysed without groups, every response taken as independent"
+        )
+    return replace(records, notes=tuple(notes))
 
 
 # --------------------------------------------------------------------------------------

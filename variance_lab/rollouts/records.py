@@ -7,10 +7,10 @@ null or non-numeric field); :func:`batch_from_records` builds the validated
 :class:`~variance_lab.rollouts.batch.TokenBatch` of many.
 
 NeMo-RL writes each sample as a batch of one, so every per-token field is a list holding one
-list; ``unwrap=True`` reads such fields, and :data:`NEMO_RL_FIELDS` names NeMo-RL's fields. Both
-ways of reading a NeMo-RL file parse its lines here: :func:`variance_lab.rollouts.io.load_batch`
-with ``preset="nemo-rl"`` (through :func:`batch_from_records`) and
-:func:`variance_lab.rollouts.presets.read_run` (which keeps the advantages and token ids as well).
+list; ``unwrap=True`` reads such fields, and :data:`NEMO_RL_FIELDS` names NeMo-RL's fields. The
+NeMo-RL reader, :func:`variance_lab.rollouts.presets.read_run` (``load_batch(...,
+preset="nemo-rl")`` goes through it), parses its lines here, and adds what a record alone cannot
+say: the groups (equal prompt token ids) and the samples NeMo-RL's loss leaves out.
 """
 
 from __future__ import annotations
@@ -42,15 +42,15 @@ FIELDS = ("logp", "old_logp", "mask", "id", "rollout_logp", "prompt_id")
 TOKEN_FIELDS = ("logp", "old_logp", "mask", "rollout_logp")
 #: NeMo-RL's names of the fields (``train_data_step{N}.jsonl``; per-token fields are a batch of
 #: one, read with ``unwrap=True``). The dump holds no log-probs of the updated policy, so the
-#: trainer's ``prev_logprobs`` are read as ``logp`` and ``old_logp``; GRPO repeats a prompt's
-#: entry, ``idx`` included, once per generation, so ``idx`` names the prompt as well.
+#: trainer's ``prev_logprobs`` are read as ``logp`` and ``old_logp``. ``idx`` is the line's index
+#: (NeMo-RL's logger writes ``{**sample, "idx": i}``), the id and never a prompt: the reader of
+#: :mod:`variance_lab.rollouts.presets` groups lines by their prompt's token ids, as GRPO does.
 NEMO_RL_FIELDS = {
     "logp": "prev_logprobs",
     "old_logp": "prev_logprobs",
     "rollout_logp": "generation_logprobs",
     "mask": "token_loss_mask",
     "id": "idx",
-    "prompt_id": "idx",
 }
 
 _EMPTY = np.zeros(0)

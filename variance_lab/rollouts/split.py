@@ -33,7 +33,7 @@ Which part dominates is decided on the variance of the token log-ratios:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -46,10 +46,31 @@ from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.rollouts.weights import CLIP_RULE
 from variance_lab.stats import exp_quiet
 
-__all__ = ["DEFAULT_CHECKS", "PARTS", "SPLIT_COLUMNS", "SplitResult", "split_ratios"]
+__all__ = [
+    "DEFAULT_CHECKS",
+    "PARTS",
+    "RATIOS",
+    "RATIO_LABELS",
+    "SPLIT_COLUMNS",
+    "SplitResult",
+    "choose_ratio",
+    "has_update_ratio",
+    "ratio_batch",
+    "split_ratios",
+]
 
 #: The three parts, in the order of the frame.
 PARTS = ("mismatch", "update", "total")
+#: The ratios a batch can be analysed by (:func:`ratio_batch`): the update :math:`\pi_\theta/\pi_{old}`
+#: (``logp - old_logp``), the mismatch :math:`\pi_{old}/\mu_{rollout}` and the total
+#: :math:`\pi_\theta/\mu_{rollout}` (both need ``rollout_logp``).
+RATIOS = ("update", "mismatch", "total")
+#: How output names each ratio.
+RATIO_LABELS = {
+    "update": "the update ratio pi_theta/pi_old",
+    "mismatch": "the mismatch ratio pi_old/mu_rollout",
+    "total": "the total ratio pi_theta/mu_rollout",
+}
 #: Corrections whose truncated/masked fraction is reported per part.
 DEFAULT_CHECKS = ("tis:2", "icepop:5", "seq-mask:3")
 SPLIT_COLUMNS = (
@@ -197,3 +218,86 @@ def split_ratios(
     cols = [*SPLIT_COLUMNS, *(f"frac:{c.spec}" for c in cs)]
     shares, dominant, line = _shares(parts["mismatch"], parts["update"])
     return SplitResult(pd.DataFrame(rows, columns=cols), shares, dominant, line)
+
+
+# --------------------------------------------------------------------------------------
+# one ratio of the three, as a batch
+# --------------------------------------------------------------------------------------
+def ratio_batch(batch: TokenBatch, ratio: str = "total") -> TokenBatch:
+    r"""Return a batch whose ``log_ratio`` is one of :data:`RATIOS`; everything else kept.
+
+    So :func:`~variance_lab.rollouts.analysis.analyze` and the length profile can judge the
+    ratio a trainer with a mismatched or stale sampler weighs by,
+    :math:`\log \pi_\theta - \log \mu` (``"total"``), or its mismatch part
+    :math:`\log \pi_{\text{old}} - \log \mu` (``"mismatch"``).
+
+    Parameters
+    ----------
+    batch : TokenBatch
+        With ``rollout_logp`` (:math:`\log \mu`) unless ``ratio="update"``.
+    ratio : {"update", "mismatch", "total"}, optional
+
+    Returns
+    -------
+    TokenBatch
+        ``logp`` and ``old_logp`` are the ratio's numerator and denominator; no ``rollout_logp``;
+        the ids, prompts, token positions, dropped sequences and notes of ``batch``.
+    """
+    if ratio not in RATIOS:
+        raise ValueError(f"ratio must be one of {RATIOS}, got {ratio!r}")
+    if ratio == "update":
+        return batch
+    if not batch.has_rollout:
+        raise ValueError(f"ratio {ratio!r} needs rollout_logp (the sampler's log-probs)")
+    top = batch.logp if ratio == "total" else batch.old_logp
+    return replace(batch, logp=top, old_logp=batch.rollout_logp, rollout_logp=None)
+
+
+def has_update_ratio(batch: TokenBatch) -> bool:
+    """Return False when ``logp`` equals ``old_logp`` at every counted token (every update ratio is 1).
+
+    The captures and the frameworks' dumps hold no log-probs of the updated policy: they write
+    pi_old as both, and only the mismatch (``rollout_logp``) varies.
+    """
+    return not np.array_equal(batch.logp, batch.old_logp)
+
+
+def choose_ratio(batch: TokenBatch, ratio: str | None = None, *, name: str = "the batch") -> tuple[str, str]:
+    """Return the ratio to analyse and a note on the choice ('' when there is nothing to say).
+
+    ``ratio=None`` chooses: the update ratio, unless the batch carries none
+    (:func:`has_update_ratio`) and has ``rollout_logp``, then the mismatch, with a note saying
+    why.
+
+    Parameters
+    ----------
+    batch : TokenBatch
+    ratio : {"update", "mismatch", "total"} or None
+    name : str
+        What to call the batch in the note and the errors (a file's name).
+
+    Returns
+    -------
+    (str, str)
+
+    Raises
+    ------
+    ValueError
+        An unknown ratio; ``"mismatch"`` or ``"total"`` without ``rollout_logp``; the update ratio
+        (asked for, or chosen) where the batch carries none: every update ratio is 1.
+    """
+    if ratio is not None and ratio not in RATIOS:
+        raise ValueError(f"ratio must be one of {RATIOS}, got {ratio!r}")
+    if ratio in ("mismatch", "total") and not batch.has_rollout:
+        raise ValueError(f"--ratio {ratio}: {name} has no rollout_logp (the inference engine's log-probs)")
+    if ratio not in (None, "update") or has_update_ratio(batch):
+        return ratio or "update", ""
+    none = f"{name} carries no update ratio: logp equals old_logp at every counted token"
+    if not batch.has_rollout:
+        raise ValueError(f"{none} and it has no rollout_logp, so every ratio it holds is 1")
+    if ratio == "update":
+        raise ValueError(f"--ratio update: {none}; --ratio mismatch analyses pi_old/mu_rollout")
+    return "mismatch", (
+        f"{none} (a capture holds pi_old and mu_rollout only), so the main table shows "
+        f"{RATIO_LABELS['mismatch']} (--ratio mismatch; --ratio total for pi_theta/mu_rollout)"
+    )
