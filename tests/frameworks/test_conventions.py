@@ -37,7 +37,18 @@ def test_every_rule_a_mirror_defines_is_in_its_row(name):
     means = [v for k, v in vars(module).items() if k.isupper() and isinstance(v, MeanRule)]
     assert rules, name
     assert all(any(r is listed for listed in row.rules.values()) for r in rules), name
-    assert means == [row.mean]
+    listed = [row.mean, *row.option_means.values()]
+    assert len(means) == len(listed), name
+    assert all(any(m is r for r in listed) for m in means), name
+
+
+def test_slime_mis_rules_are_in_the_slime_row():
+    """mis.py's bound rule lives in a second module; the slime row lists it too."""
+    from variance_lab.frameworks import slime_mis
+
+    assert any(r is slime_mis.MIS_RULE for r in CONVENTIONS["slime"].rules.values())
+    assert CONVENTIONS["slime"].option_means == {"calculate_per_token_loss": slime.SLIME_TOKEN_MEAN}
+    assert "calculate_per_token_loss: / sum of max(row count, 1), pooled over tokens" in conventions_table()
 
 
 def _reference(rule: MeanRule, values, mask, per_sample: bool) -> float | list[float]:
@@ -46,7 +57,7 @@ def _reference(rule: MeanRule, values, mask, per_sample: bool) -> float | list[f
     def divide(total, count):
         if rule.count == "eps":
             return total / (count + rule.eps)
-        if rule.count == "at_least_one":
+        if rule.count in ("at_least_one", "row_at_least_one"):
             return total / max(count, 1.0)
         return total / count if count else math.nan
 
@@ -58,6 +69,8 @@ def _reference(rule: MeanRule, values, mask, per_sample: bool) -> float | list[f
         return [divide(t, c) for t, c in rows]
     if rule.pooling == "samples":
         return math.fsum(divide(t, c) for t, c in rows) / len(rows)
+    if rule.count == "row_at_least_one":  # each row's count clamped, then pooled
+        return math.fsum(t for t, _ in rows) / math.fsum(max(c, 1.0) for _, c in rows)
     return divide(math.fsum(t for t, _ in rows), math.fsum(c for _, c in rows))
 
 
@@ -97,3 +110,29 @@ def test_bad_rule_names_the_value(kwargs, bad):
     """An unknown divisor or pooling is a ValueError naming it."""
     with pytest.raises(ValueError, match=bad):
         MeanRule(**kwargs)
+
+
+def test_row_at_least_one_counts_an_empty_row_as_one():
+    """The per-token count of slime: rows of 2 and 0 tokens give (a + b) / 3, not / 2; per row / max(c, 1)."""
+    mask = np.array([[1.0, 1.0], [0.0, 0.0]])
+    values = np.array([[1.0, 2.0], [np.nan, np.nan]])
+    rule = MeanRule("row_at_least_one", 0.0, "tokens")
+    assert rule.mean(values, mask) == 3.0 / 3.0
+    assert MeanRule("at_least_one", 0.0, "tokens").mean(values, mask) == 3.0 / 2.0
+    np.testing.assert_array_equal(rule.mean(values, mask, axis=-1), [1.5, 0.0])
+    with pytest.raises(ValueError, match="axis must be None or -1, got 0"):
+        rule.mean(values, mask, axis=0)
+
+
+def test_groups_pool_rows_into_one_sample():
+    """Rows 0 and 1 one group (3 + 1 tokens), row 2 its own, row 3 empty: the mean of 3 group means."""
+    mask = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0], [0, 0, 0]], dtype=np.float64)
+    values = np.array([[1.0, 2.0, 3.0], [6.0, 9.0, 9.0], [4.0, 8.0, 9.0], [5.0, 5.0, 5.0]])
+    rule = MeanRule("at_least_one", 0.0, "samples")
+    got = rule.mean(values, mask, groups=np.array([7, 7, 2, 5]))
+    assert got == pytest.approx(((1 + 2 + 3 + 6) / 4 + (4 + 8) / 2 + 0.0) / 3, rel=1e-15)
+    assert rule.mean(values, mask, groups=np.arange(4)) == pytest.approx(rule.mean(values, mask), rel=1e-15)
+    with pytest.raises(ValueError, match=r"groups has shape \(3,\), expected \(4,\)"):
+        rule.mean(values, mask, groups=np.arange(3))
+    with pytest.raises(ValueError, match="pooling='tokens'"):
+        MeanRule("at_least_one", 0.0, "tokens").mean(values, mask, groups=np.arange(4))

@@ -1,4 +1,4 @@
-"""NeMo-RL, prime-rl, slime and OpenRLHF mirrors against cases computed by hand from their source."""
+"""NeMo-RL, prime-rl and OpenRLHF mirrors against cases computed by hand from their source."""
 
 import math
 import re
@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl, slime
+from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl
 
 # two sequences: 3 tokens and 2 tokens (the last position padding)
 MASK = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -197,34 +197,6 @@ def test_prime_rl_tensor_stats_as_torch_computes_them():
 
 
 # --------------------------------------------------------------------------------------
-# slime
-# --------------------------------------------------------------------------------------
-def test_slime_metrics_average_per_sample_first():
-    """The tis metric averages each sample's mean ratio over samples; tis_clipfrac counts clamped tokens."""
-    w, m = slime.tis_metrics(OLD, ROLLOUT, MASK)
-    r0, r1 = np.exp(Y[0]), np.exp(Y[1, :2])
-    assert m["tis"] == pytest.approx((r0.mean() + r1.mean()) / 2, rel=1e-12)
-    assert m["tis_clipfrac"] == pytest.approx((1 / 3 + 0) / 2, rel=1e-12)  # e^1.9 = 6.7 > 2
-    assert m["tis_abs"] == pytest.approx((np.abs(r0 - 1).mean() + np.abs(r1 - 1).mean()) / 2, rel=1e-12)
-    np.testing.assert_allclose(w[0], [math.exp(0.2), math.exp(-0.8), 2.0], rtol=1e-14)
-    w, _ = slime.tis_metrics(OLD, ROLLOUT, MASK, tis_clip=5.0, tis_clip_low=0.5, icepop=True)
-    np.testing.assert_allclose(w[0], [math.exp(0.2), 0.0, 0.0], rtol=1e-14)  # e^-0.8 = 0.45 < 0.5, 6.7 > 5
-
-
-def test_slime_ois_and_veto():
-    """The ois metric averages pi_theta / pi_old per sample; the veto drops a sequence with a ratio < 1e-4."""
-    new = OLD + 0.1
-    _, m = slime.tis_metrics(OLD, ROLLOUT, MASK, new)
-    assert m["ois"] == pytest.approx(math.exp(0.1), rel=1e-12)
-    rollout = ROLLOUT.copy()
-    rollout[1, 0] = OLD[1, 0] + 10.0  # ratio e^-10 < 1e-4
-    keep, m = slime.veto_mask(OLD, rollout, MASK)
-    np.testing.assert_array_equal(keep, [[1, 1, 1], [0, 0, 0]])
-    assert m["catastrophic_token_fraction"] == pytest.approx((0 + 1 / 2) / 2)
-    assert m["catastrophic_seq_fraction"] == pytest.approx(0.5)
-
-
-# --------------------------------------------------------------------------------------
 # OpenRLHF
 # --------------------------------------------------------------------------------------
 def test_openrlhf_three_types_with_default_bounds():
@@ -245,7 +217,6 @@ def test_openrlhf_three_types_with_default_bounds():
     [
         (lambda: openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK, (5.0, 0.5)), r"\(5\.0, 0\.5\)"),
         (lambda: openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK, vllm_is_correction_type="mis"), "'mis'"),
-        (lambda: slime.tis_metrics(OLD, ROLLOUT, MASK, tis_clip=-1.0), "-1.0"),
         (lambda: prime_rl.dppo_mask(OLD, ROLLOUT, np.ones(2), MASK), r"\(2,\)"),
         (lambda: nemo_rl.clipped_pg_importance_weights(OLD, ROLLOUT, MASK * 2), "2.0"),
     ],

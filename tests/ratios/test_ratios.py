@@ -309,7 +309,10 @@ def test_slime_prime_rl_openrlhf_at_the_bounds(dtype):
     mask, old, zero = _one_token(x)
     at = (0, 3) if dtype is F64 else ()
     w, _ = slime.tis_metrics(old, zero, mask, tis_clip=hi_r, tis_clip_low=lo_r, icepop=True)
-    _check(w[:, 0] == 0, x, lo_r, hi_r, CLOSED, compared=np.exp(x), at=at)
+    ratio32 = np.exp(x.astype(F32).astype(F64)).astype(
+        F32
+    )  # slime's float32 ratio (torch: correctly rounded)
+    _check(w[:, 0] == 0, x, lo_r, hi_r, CLOSED, compared=ratio32, at=at)
     for kind in ("icepop", "seq-mask-tis"):
         w, _ = openrlhf.vllm_is_correction(old, zero, mask, (lo_r, hi_r), kind)
         _check(w[:, 0] == 0, x, lo_r, hi_r, CLOSED, compared=np.exp(x), at=at)
@@ -318,8 +321,9 @@ def test_slime_prime_rl_openrlhf_at_the_bounds(dtype):
     veto = 0.25
     x = _probes((math.log(veto),), dtype)
     mask, old, zero = _one_token(x)
-    keep, _ = slime.veto_mask(old, zero, mask, veto)
-    _check(keep[:, 0] == 0, x, math.log(veto), None, CLOSED, at=(0,) if dtype is F64 else ())
+    keep, _ = slime.veto_mask(old, zero, mask, veto)  # float32 log-ratio against log(veto) taken in float32
+    log32 = float(F32(math.log(float(F32(veto)))))
+    _check(keep[:, 0] == 0, x, log32, None, CLOSED, compared=x.astype(F32), at=(0,) if dtype is F64 else ())
     # prime-rl: d = e^t - e^i against the bounds as it is; the bound is the probe's own d
     t0, i0 = math.log(0.7), math.log(0.5)
     ts = _probes((t0,), dtype)

@@ -12,13 +12,18 @@ logged metrics can be recomputed from its token log-probabilities and diffed:
   ``seq-mask-tis``), ``token_mult_prob_error``, ``sampling_importance_ratio``, ``is_oob_ratio``;
 - :mod:`~variance_lab.frameworks.prime_rl`: ``mismatch_kl`` and the DPPO mask (``is_masked``,
   ``is_masked_high``, ``is_masked_low``);
-- :mod:`~variance_lab.frameworks.slime`: ``tis``, ``ois``, ``tis_clipfrac`` and the MIS veto;
+- :mod:`~variance_lab.frameworks.slime`: ``tis``, ``ois``, ``tis_clipfrac``, ``ppo_kl``,
+  ``train_rollout_logprob_abs_diff``, the MIS veto and slime's two means (per rollout, or per
+  token with ``calculate_per_token_loss``); :mod:`~variance_lab.frameworks.slime_mis`: the rest
+  of slime's ``mis.py`` (``compute_mis_weights``);
 - :mod:`~variance_lab.frameworks.openrlhf`: ``vllm_is_correction_type`` ``tis``, ``icepop``,
   ``seq-mask-tis`` with bounds [0.5, 5].
 
 verl and TRL are checked against their released code (``tools/framework_fixtures.py`` writes
 fixtures in a scratch environment with ``verl==0.9.1`` and ``trl==1.16.0``; the default tests
-compare to :math:`10^{-9}` relative); the others against hand-computed cases from their source.
+compare to :math:`10^{-9}` relative); slime against its own functions run with torch
+(``tools/slime_fixtures.py``: counts exact, values within slime's float32 rounding); the others
+against hand-computed cases from their source.
 Each module cites the file and the commit it mirrors.
 
 Inputs are padded ``(B, T)`` arrays with a 0/1 mask (:mod:`~variance_lab.frameworks.batch`);

@@ -20,8 +20,10 @@ import numpy as np
 __all__ = ["COUNTS", "POOLINGS", "MeanRule", "as_mask", "as_values", "masked_mean", "masked_sum", "padded"]
 
 #: How a framework's masked mean divides: by the count plus an epsilon, by the count clamped to at
-#: least 1, or by the count itself (an empty mask gives NaN).
-COUNTS = ("eps", "at_least_one", "exact")
+#: least 1, by the sum of each row's count clamped to at least 1 (slime's token count with
+#: ``calculate_per_token_loss``: an empty row adds 1), or by the count itself (an empty mask gives
+#: NaN).
+COUNTS = ("eps", "at_least_one", "row_at_least_one", "exact")
 #: What a framework's batch mean pools: every masked token of the batch at once, or each sample's
 #: mean first and then the mean over the samples (long and short sequences weigh the same).
 POOLINGS = ("tokens", "samples")
@@ -81,11 +83,19 @@ class MeanRule:
     :math:`\sum m v / d(\sum m)`; with ``pooling="samples"`` (and ``axis=None``) it is
     :math:`\frac1B \sum_i \sum_t m_{it} v_{it} / d(\sum_t m_{it})`, where the divisor is
     :math:`d(c) = c + \varepsilon` (``count="eps"``), :math:`\max(c, 1)` (``"at_least_one"``) or
-    :math:`c` (``"exact"``). Padding is read as 0 (:func:`masked_sum`).
+    :math:`c` (``"exact"``). ``count="row_at_least_one"`` clamps each row's count before the rows
+    are pooled: pooled over tokens the divisor is :math:`\sum_i \max(\sum_t m_{it}, 1)` (an
+    empty row adds 1), per row and pooled over samples it is :math:`\max(c, 1)`. Padding is read
+    as 0 (:func:`masked_sum`).
+
+    With ``groups`` (pooling over samples, ``axis=None``) the rows of one group are one sample:
+    :math:`\frac1G \sum_g \sum_{i \in g} \sum_t m_{it} v_{it} / d(\sum_{i \in g} \sum_t m_{it})`
+    over the :math:`G` distinct groups (slime's per-rollout mean, where one rollout may emit
+    several samples).
 
     Attributes
     ----------
-    count : {"eps", "at_least_one", "exact"}
+    count : {"eps", "at_least_one", "row_at_least_one", "exact"}
     eps : float
         The :math:`\varepsilon` of ``count="eps"`` (verl's and NeMo-RL's :math:`10^{-8}`).
     pooling : {"tokens", "samples"}
@@ -106,17 +116,43 @@ class MeanRule:
         """Return ``total`` over the rule's divisor of ``count`` (NaN for an empty exact mean)."""
         if self.count == "eps":
             return total / (count + self.eps)
-        if self.count == "at_least_one":
+        if self.count in ("at_least_one", "row_at_least_one"):
             return total / np.maximum(count, 1.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             return total / count
 
-    def mean(self, values, mask, axis=None, keepdims: bool = False):
-        """Return the masked mean of ``values`` over ``axis`` under this rule (see the class)."""
+    def mean(self, values, mask, axis=None, keepdims: bool = False, groups=None):
+        """Return the masked mean of ``values`` over ``axis`` under this rule (see the class).
+
+        ``groups`` (shape ``(B,)``, one id per row) pools the rows of each group into one sample;
+        it needs ``pooling="samples"`` and ``axis=None``.
+        """
+        if groups is not None:
+            return self._group_mean(values, mask, axis, groups)
         if self.pooling == "samples" and axis is None:
             return np.mean(self.divide(masked_sum(values, mask, -1), mask.sum(axis=-1)))
         total = masked_sum(values, mask, axis, keepdims=keepdims)
+        if self.count == "row_at_least_one" and axis is None:
+            return self.divide(total, np.maximum(mask.sum(axis=-1), 1.0).sum())
+        if self.count == "row_at_least_one" and axis not in (-1, mask.ndim - 1):
+            raise ValueError(
+                f"count 'row_at_least_one' pools whole rows: axis must be None or -1, got {axis!r}"
+            )
         return self.divide(total, mask.sum(axis=axis, keepdims=keepdims))
+
+    def _group_mean(self, values, mask, axis, groups):
+        if self.pooling != "samples" or axis is not None:
+            raise ValueError(
+                f"groups pool rows into samples: they need pooling='samples' and axis=None, "
+                f"got pooling={self.pooling!r}, axis={axis!r}"
+            )
+        g = np.asarray(groups)
+        if g.shape != mask.shape[:1]:
+            raise ValueError(f"groups has shape {g.shape}, expected ({mask.shape[0]},): one id per row")
+        _, index = np.unique(g, return_inverse=True)
+        totals = np.bincount(index, weights=masked_sum(values, mask, -1))
+        counts = np.bincount(index, weights=mask.sum(axis=-1))
+        return np.mean(self.divide(totals, counts))
 
 
 def masked_mean(values: np.ndarray, mask: np.ndarray, axis=None, eps: float = 1e-8) -> np.ndarray:

@@ -14,11 +14,11 @@ float32's rounding of each operation, and what a mirror does not reproduce yet.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from variance_lab.corrections import BOUND_RULE
-from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl, slime, trl, verl
+from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl, slime, slime_mis, trl, verl
 from variance_lab.frameworks.batch import MeanRule
 from variance_lab.ratios import BoundRule
 
@@ -42,10 +42,13 @@ class Conventions:
     rules : mapping of str to BoundRule
         Each bound test the mirror makes, by what it tests.
     mean : MeanRule
-        The framework's masked mean.
+        The framework's masked mean (its default).
     differences : str
         Where the mirror's answer can differ from the framework's own: the framework's dtype
         (the mirror computes in float64) and what the mirror does not reproduce yet.
+    option_means : mapping of str to MeanRule
+        The masked means an option of the framework selects instead of ``mean``, by the option
+        (slime's ``calculate_per_token_loss=True``); empty for most.
     """
 
     framework: str
@@ -55,10 +58,15 @@ class Conventions:
     rules: Mapping[str, BoundRule]
     mean: MeanRule
     differences: str
+    option_means: Mapping[str, MeanRule] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def _rules(**rules: BoundRule) -> Mapping[str, BoundRule]:
     return MappingProxyType(rules)
+
+
+def _means(**means: MeanRule) -> Mapping[str, MeanRule]:
+    return MappingProxyType(means)
 
 
 #: The six mirrors' conventions, by framework name.
@@ -117,11 +125,16 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "slime",
             "slime/backends/megatron_utils/loss.py and mis.py, slime 624b824",
             "log pi_old - log pi_rollout",
-            "none",
-            _rules(icepop=slime.ICEPOP_RULE, veto=slime.VETO_RULE),
+            "tis/icepop none (a float32 ratio overflows to inf above a log-ratio of 88.72, as in slime); "
+            "mis.py clamps log-ratios (token, sequence sum or mean) to +-20",
+            _rules(tis_icepop=slime.ICEPOP_RULE, veto=slime.VETO_RULE, mis=slime_mis.MIS_RULE),
             slime.SLIME_MEAN,
-            "float32 log-probs; the veto threshold's log is taken in float32; the "
-            "calculate_per_token_loss mode is not mirrored (issue #35)",
+            "bound tests in float32 as slime makes them (the float32 ratio's correctly rounded exp, "
+            "which torch's differs from by one ulp on 1.0 % of inputs; the veto threshold's log in "
+            "float32); values in float64; mis.py's sequence sum is rounded once (slime sums in float32); "
+            "not mirrored: NaN metrics from an inf ratio on a token outside the loss mask, the loss "
+            "itself (pg_loss, pg_clipfrac, entropy, kl_loss), OPSM, CISPO, OPD, context parallelism",
+            _means(calculate_per_token_loss=slime.SLIME_TOKEN_MEAN),
         ),
         "openrlhf": Conventions(
             "openrlhf",
@@ -143,8 +156,18 @@ def _rule_text(rule: BoundRule) -> str:
 
 def _mean_text(mean: MeanRule) -> str:
     eps = f"{mean.eps:.0e}".replace("e-0", "e-")
-    divisor = {"eps": f"count + {eps}", "at_least_one": "max(count, 1)", "exact": "count"}
+    divisor = {
+        "eps": f"count + {eps}",
+        "at_least_one": "max(count, 1)",
+        "row_at_least_one": "sum of max(row count, 1)",
+        "exact": "count",
+    }
     return f"/ {divisor[mean.count]}, pooled over {mean.pooling}"
+
+
+def _means_text(c: Conventions) -> str:
+    options = "".join(f"; {name}: {_mean_text(m)}" for name, m in c.option_means.items())
+    return _mean_text(c.mean) + options
 
 
 def conventions_table() -> str:
@@ -154,12 +177,13 @@ def conventions_table() -> str:
     -------
     str
         Columns: framework, source, log-ratio, bound rules (kept ends, space and dtype), masked
-        mean (divisor and pooling), clamp, and where the mirror can differ from the framework.
+        mean (divisor and pooling, then those an option selects), clamp, and where the mirror can
+        differ from the framework.
     """
     head = "| framework | source | log-ratio | bound rules | masked mean | clamp | where the mirror differs |"
     lines = [head, "|" + "---|" * 7]
     for c in CONVENTIONS.values():
         rules = "; ".join(f"{name.replace('_', ' ')}: {_rule_text(r)}" for name, r in c.rules.items())
-        cells = (c.framework, c.source, c.log_ratio, rules, _mean_text(c.mean), c.clamp, c.differences)
+        cells = (c.framework, c.source, c.log_ratio, rules, _means_text(c), c.clamp, c.differences)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
