@@ -196,12 +196,16 @@ SPECS = [
     "cispo:0.2:0.28",
     "ppo:0.2",
     "gmpo",
+    "ctpo:0.5:0.5",
 ]
 
 
 def test_every_kind_is_probed():
-    """Every correction kind has a spec in the boundary test."""
-    assert {s.split(":")[0] for s in SPECS} == set(CORRECTION_KINDS)
+    """Every correction kind with a fixed band has a spec in the boundary test.
+
+    ``m2po``'s band is its batch's (the cut of the batch rule, tests/corrections/test_m2po.py).
+    """
+    assert {s.split(":")[0] for s in SPECS} == set(CORRECTION_KINDS) - {"m2po"}
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])
@@ -213,6 +217,8 @@ def test_corrections_at_the_bounds(spec, dtype):
     x = _probes((lo, hi), dtype)
     if c.level == "sequence":
         w, mod = apply_sequence(c, x, 1)
+    elif c.kind == "ctpo":  # each probe a sequence of one token: L_1 = log r_1 against [-EL, EH]
+        w, mod = (a.ravel() for a in apply_tokens(c, x[:, None]))
     else:
         w, mod = apply_tokens(c, x)
     at = (0, 3) if dtype is F64 and math.isfinite(lo) else (0,) if dtype is F64 else ()
@@ -220,7 +226,7 @@ def test_corrections_at_the_bounds(spec, dtype):
     if c.kind != "gmpo":
         kept = ~mod
         np.testing.assert_allclose(w[kept], np.exp(x[kept]), rtol=1e-15)  # kept: the weight is X
-    if c.kind in ("seq-mask", "geo-rs", "icepop"):
+    if c.kind in ("seq-mask", "geo-rs", "icepop", "ctpo"):
         np.testing.assert_array_equal(w[mod], 0.0)
 
 

@@ -115,7 +115,7 @@ from variance_lab.corrections.closed_forms import (
     TAIL_MASS,
     WEIGHT_COLUMNS,
     find_T,
-    log_phi_diff,
+    has_theory,
     theory,
 )
 from variance_lab.corrections.data import (
@@ -127,17 +127,35 @@ from variance_lab.corrections.data import (
     evaluate,
     fit_lognormal,
 )
-from variance_lab.corrections.monte_carlo import CORRECTIONS_MC_COLUMNS, MIN_ESS, simulate_corrections
+from variance_lab.corrections.gauss import log_phi_diff
+from variance_lab.corrections.m2po import batch_mask, batch_masks, m2po_cut, resolve_cut
+from variance_lab.corrections.monte_carlo import (
+    CORRECTIONS_MC_COLUMNS,
+    MIN_ESS,
+    POSITION_MC_COLUMNS,
+    simulate_corrections,
+    simulate_positions,
+)
+from variance_lab.corrections.prefix import (
+    POSITION_COLUMNS,
+    PREFIX_VARIANCE_COLUMNS,
+    clip_probability,
+    ctpo_log_moments,
+    ctpo_positions,
+    prefix_variances,
+)
 from variance_lab.corrections.specs import (
     CORRECTION_KINDS,
     GMPO_DEFAULT,
     GSPO_DEFAULT,
     ICEPOP_DEFAULT,
+    M2PO_BATCH,
+    M2PO_DEFAULT,
     Correction,
     parse,
     parse_list,
 )
-from variance_lab.corrections.weights import BOUND_RULE, apply_sequence, apply_tokens
+from variance_lab.corrections.weights import BOUND_RULE, apply_sequence, apply_tokens, log_base_tokens
 
 __all__ = [
     "BOOTSTRAP_COLUMNS",
@@ -150,22 +168,38 @@ __all__ = [
     "GMPO_DEFAULT",
     "GSPO_DEFAULT",
     "ICEPOP_DEFAULT",
+    "M2PO_BATCH",
+    "M2PO_DEFAULT",
     "MAX_COUNT_TERMS",
     "MIN_ESS",
     "MIXTURE_TAIL_MASS",
     "N_BOOT",
+    "POSITION_COLUMNS",
+    "POSITION_MC_COLUMNS",
+    "PREFIX_VARIANCE_COLUMNS",
     "TAIL_MASS",
     "WEIGHT_COLUMNS",
     "Correction",
     "apply_sequence",
     "apply_tokens",
+    "batch_mask",
+    "batch_masks",
     "bucket_bootstrap",
+    "clip_probability",
+    "ctpo_log_moments",
+    "ctpo_positions",
     "evaluate",
     "find_T",
     "fit_lognormal",
+    "has_theory",
+    "log_base_tokens",
     "log_phi_diff",
+    "m2po_cut",
     "parse",
     "parse_list",
+    "prefix_variances",
+    "resolve_cut",
     "simulate_corrections",
+    "simulate_positions",
     "theory",
 ]

@@ -90,9 +90,18 @@ def display_columns(frame: pd.DataFrame, *, ci: float = 0.95) -> dict[str, list[
     return out
 
 
-def find_T_line(correction: str, level: str, T, threshold: float, family_text: str) -> str:
-    """Return the one-line answer: from which length a correction modifies ``threshold`` of the sequences."""
-    what = "of sequences truncated or masked" if level == "sequence" else "of sequences with a modified token"
+def find_T_line(correction: str, level: str, T, threshold: float, family_text: str, what=None) -> str:
+    """Return the one-line answer: from which length a correction modifies ``threshold`` of the sequences.
+
+    ``what`` replaces the words after the share (default: by ``level``, "of sequences truncated
+    or masked" or "of sequences with a modified token").
+    """
+    if what is None:
+        what = (
+            "of sequences truncated or masked"
+            if level == "sequence"
+            else "of sequences with a modified token"
+        )
     share = f"{100 * threshold:g} %"
     if T is None:
         return f"- {correction}: never reaches {share} {what} for T <= 10^7 ({family_text})."
