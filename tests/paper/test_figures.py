@@ -1012,7 +1012,7 @@ def test_shipped_captions_say_what_the_code_does():
 
 
 def test_threshold_frame_is_the_corrections_api():
-    """The thresholds figure's rows: ctpo_positions, simulate_positions, find_T, m2po's theory and Monte Carlo."""
+    """The thresholds figure's rows: ctpo_positions, simulate_positions, find_T, m2po's theory and MC."""
     from variance_lab import corrections as co
 
     params = {**catalog.default_params("thresholds", quick=True), "n": 300, "m2po_n": 512}
