@@ -6,6 +6,7 @@ the package, and checks each answer against the convention the path states (a bo
 log, linear or value space), written out here by hand.
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -436,3 +437,21 @@ def test_variance_split():
     assert flat.total == 0.0
     with pytest.raises(ValueError, match="ddof"):
         ratios.variance_split([1.0], [2.0], ddof=1)
+
+
+def test_segment_cumsums_are_each_segments_own_cumsum():
+    """Prefix sums restart at each segment and equal np.cumsum of the segment bit for bit, across blocks."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 3000, size=3000)  # about 4.5 million tokens: more than one padded block
+    off = np.concatenate([[0], np.cumsum(lengths)])
+    x = rng.normal(0.0, 1.0, size=off[-1]) * 10.0 ** rng.integers(-8, 3, size=off[-1])
+    prefix, position = ratios.segment_cumsums(x, off)
+    for i in (0, 1, 1500, 2999):
+        a, b = off[i], off[i + 1]
+        np.testing.assert_array_equal(prefix[a:b], np.cumsum(x[a:b]))
+        np.testing.assert_array_equal(position[a:b], np.arange(1, b - a + 1))
+    np.testing.assert_array_equal(
+        prefix[off[1:] - 1], [np.cumsum(x[a:b])[-1] for a, b in itertools.pairwise(off)]
+    )
+    with pytest.raises(ValueError, match="non-empty segments"):
+        ratios.segment_cumsums(x[:5], [0, 2, 2, 5])
