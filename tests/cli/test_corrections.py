@@ -351,3 +351,8 @@ def test_ctpo_and_m2po_on_the_shipped_smollm2_data(capsys):
     assert df.loc["m2po:0.04", "frac_modified"] == pytest.approx(masked.mean(), rel=1e-12)
     assert 0.05 < df.loc["m2po:0.04", "frac_modified"] < 0.2  # E[y^2] = 0.073 > 0.04: the mask binds here
     assert df.loc["ctpo:0.5:0.5", "frac_modified"] > 0.5  # a drift of -0.196 per token leaves the band
+    rc, out, _ = run_cli(capsys, *argv, "--predict", "mixture")  # a mixture has no ctpo theory: n/a
+    assert rc == 0
+    ctpo_row = next(line for line in out.splitlines() if "| ctpo:0.5:0.5 |" in line)
+    assert ctpo_row.endswith("| n/a | n/a |")
+    assert "Rows without a prediction (n/a: no theory in the model): 1." in out

@@ -167,9 +167,15 @@ def _data(args, cs) -> tuple:
     ]
     if model is not None:
         inside = int(frame["pred_inside"].sum())
+        predicted = int(frame["pred_frac_modified"].notna().sum())
         notes.append(
             f"predicted: {described}; sequence level: averaged over the bucket's lengths. The prediction "
             f"lies inside the interval in {inside} of {len(frame)} rows."
+            + (
+                f" Rows without a prediction (n/a: no theory in the model): {len(frame) - predicted}."
+                if predicted < len(frame)
+                else ""
+            )
         )
     return frame, title, ["\n".join(notes)]
 

@@ -98,6 +98,10 @@ def evaluate(
     offsets : array_like of int
         Sequence boundaries: sequence ``i`` is ``log_r[offsets[i]:offsets[i+1]]`` (length >= 1).
     corrections : str or list
+        ``ctpo`` compares each token's prefix sum within its sequence with its position's
+        bounds (the base weight is the prefix product); ``m2po`` masks over batches of ``B``
+        consecutive sequences of the file (its spec's batch; the last may be smaller), before
+        the sequences are bucketed.
     buckets : list of (int, int), optional
         Inclusive length ranges; default one bucket with every sequence.
     ci : float

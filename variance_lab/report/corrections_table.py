@@ -78,7 +78,10 @@ def display_columns(frame: pd.DataFrame, *, ci: float = 0.95) -> dict[str, list[
         out[f"frac. modified [{pct} CI]"] = values
     if "pred_frac_modified" in frame:
         out["predicted frac. modified"] = [format_number(v) for v in frame["pred_frac_modified"]]
-        out["prediction inside"] = ["yes" if ok else "NO" for ok in frame["pred_inside"]]
+        out["prediction inside"] = [
+            "n/a" if not math.isfinite(p) else "yes" if ok else "NO"  # n/a: the model has no prediction
+            for p, ok in zip(frame["pred_frac_modified"], frame["pred_inside"], strict=True)
+        ]
     if "mc_mean_w" in frame:
         for col in ("mc_mean_w", "mc_frac_modified"):
             header, values = _interval(frame, col, pct)
