@@ -230,10 +230,12 @@ def test_monte_carlo_runs_for_every_family(name, extra):
     assert 0 < mc.mc_frac_modified < 1
 
 
-def test_monte_carlo_needs_a_whole_batch():
-    """Fewer sequences than one batch is refused, naming n and the batch."""
-    with pytest.raises(ValueError, match="n = 100 is below the m2po batch of 256"):
-        co.simulate_corrections(get_family("lognormal", 1.0, 0.1), [10], "m2po:0.04", 100)
+def test_monte_carlo_needs_two_whole_batches():
+    """Fewer sequences than two batches is refused, naming n and the batch."""
+    with pytest.raises(ValueError, match="n = 300 is below two m2po batches of 256"):
+        co.simulate_corrections(get_family("lognormal", 1.0, 0.1), [10], "m2po:0.04", 300)
+    mc = co.simulate_corrections(get_family("lognormal", 1.0, 0.1), [10], "m2po:0.04", 512).iloc[0]
+    assert mc.mc_frac_modified_lo < mc.mc_frac_modified < mc.mc_frac_modified_hi  # two batches: an interval
 
 
 def test_random_scale_quadrature_within_4_se_of_monte_carlo():

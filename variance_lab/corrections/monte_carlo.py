@@ -180,8 +180,8 @@ def simulate_corrections(
 
     ``m2po`` masks over batches of ``B`` consecutive sequences of a chunk (its spec's batch):
     the chunk size is then a multiple of every such ``B`` (their least common multiple), its
-    intervals come from the spread of the batches, and a last batch of fewer than ``B``
-    sequences (when ``n`` is not a multiple) is left out of its rows.
+    intervals come from the spread of the batches (``n`` must hold two batches at least), and a
+    last batch of fewer than ``B`` sequences (when ``n`` is not a multiple) is left out of its rows.
 
     Parameters
     ----------
@@ -216,8 +216,10 @@ def simulate_corrections(
     batches = [c.batch for c in cs if c.kind == "m2po"]
     if batches:
         unit = math.lcm(*batches)
-        if n < max(batches):
-            raise ValueError(f"n = {n} is below the m2po batch of {max(batches)} sequences: no whole batch")
+        if n < 2 * max(batches):  # the intervals need the spread of two batches at least
+            raise ValueError(
+                f"n = {n} is below two m2po batches of {max(batches)} sequences: no interval over batches"
+            )
         size = max(unit, size // unit * unit)
     code, params = family.sampler_params()
     tail = int(3 * math.sqrt(n * t_max)) + 2
