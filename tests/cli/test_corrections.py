@@ -1,8 +1,11 @@
 """``variance-lab corrections``: closed form, Monte Carlo, --find-T, data, formats and bad input."""
 
 import io
+import itertools
 import json
+from pathlib import Path
 
+import mpmath as mp
 import numpy as np
 import pandas as pd
 import pytest
@@ -230,3 +233,126 @@ def test_find_T_header_names_the_threshold(capsys):
     df = pd.read_csv(io.StringIO(out))
     assert df["find_T_threshold"].eq(0.3).all()
     assert df["find_T"].eq(co.find_T(get_family("lognormal", 1.012, 0.01), "seq-mask:3", 0.3)).all()
+
+
+# ------------------------------------------------------------------------------- CTPO and M2PO
+def _mp_ctpo_frac(el, eh, mu, s2, T):
+    """(1/T) sum_t P(L_t outside [-EL sqrt t, EH sqrt t]), L_t ~ N(t m, t v), at 40 digits."""
+    with mp.workdps(40):
+        v = mp.log(1 + mp.mpf(s2) / mp.mpf(mu) ** 2)
+        m = mp.log(mu) - v / 2
+        total = mp.fsum(
+            mp.ncdf(-el * mp.sqrt(t), t * m, mp.sqrt(t * v))
+            + 1
+            - mp.ncdf(eh * mp.sqrt(t), t * m, mp.sqrt(t * v))
+            for t in range(1, T + 1)
+        )
+        return float(total / T)
+
+
+def _mp_m2po_frac(tau, mu, s2):
+    """P(y^2 > q) for the q with E[y^2 | y^2 <= q] = tau, y = log r ~ N(m, v): mpmath quad and findroot."""
+    with mp.workdps(40):
+        v = mp.log(1 + mp.mpf(s2) / mp.mpf(mu) ** 2)
+        m, sd, tau = mp.log(mu) - v / 2, mp.sqrt(v), mp.mpf(tau)
+
+        def g(s):
+            return mp.quad(lambda y: (y * y - tau) * mp.npdf(y, m, sd), [-s, 0, s])
+
+        s = mp.findroot(g, (mp.sqrt(tau) * (1 + mp.mpf(10) ** -30), 40 * sd), solver="anderson")
+        return float(1 - (mp.ncdf(s, m, sd) - mp.ncdf(-s, m, sd)))
+
+
+def test_ctpo_and_m2po_json_are_the_exact_fractions(capsys):
+    """JSON frac_modified of ctpo (mean of the normal tails over t) and m2po (large-batch q) to 1e-9."""
+    argv = ["corrections", "--family", "lognormal", "--mu", "1.0", "--sigma2", "0.1", "--T", "1,10,100,1000"]
+    rc, out, err = run_cli(capsys, *argv, "--correction", "ctpo:0.5:0.3,m2po:0.04", "--format", "json")
+    assert rc == 0, err
+    rows = json.loads(out)
+    m2po = _mp_m2po_frac(0.04, 1.0, 0.1)
+    for r in rows:
+        ref = _mp_ctpo_frac(0.5, 0.3, 1.0, 0.1, r["T"]) if r["correction"] == "ctpo:0.5:0.3" else m2po
+        assert r["frac_modified"] == pytest.approx(ref, rel=1e-9), (r["correction"], r["T"])
+        assert r["level"] == "token"
+    assert [r["frac_seq_any"] is None for r in rows] == [
+        True,
+        False,
+    ] * 4  # ctpo's crossing has no closed form
+
+
+def test_ctpo_and_m2po_find_T(capsys):
+    """--find-T: where ctpo's clipping binds at a position, and m2po's any-token length."""
+    argv = ["corrections", "--find-T", "--correction", "ctpo:0.5:0.5,m2po:0.04", "--T", "10"]
+    rc, out, _ = run_cli(capsys, *argv)
+    assert rc == 0
+    fam = get_family("lognormal", 1.0, 0.1)
+    t_ctpo, t_m2po = co.find_T(fam, "ctpo:0.5:0.5"), co.find_T(fam, "m2po:0.04")
+    assert f"- ctpo:0.5:0.5: 50 % of the tokens at position T clipped from T = {t_ctpo:,} on" in out
+    assert f"- m2po:0.04: 50 % of sequences with a modified token from T = {t_m2po:,} on" in out
+    assert (t_ctpo, t_m2po) == (110, 3)
+
+
+def test_a_spec_without_theory_needs_monte_carlo(capsys):
+    """Mixture ratios have no ctpo theory: without --n exit 2 and one line; with --n Monte Carlo only."""
+    argv = [
+        "corrections",
+        "--family",
+        "lognormal-mixture",
+        "--components",
+        "0.9:0:0.01,0.1:-0.05:0.1",
+        "--T",
+        "10",
+    ]
+    rc, out, err = run_cli(capsys, *argv, "--correction", "ctpo:0.5:0.5,m2po:0.01")
+    assert rc == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "no theory for ctpo:0.5:0.5; pass --n N" in err
+    rc, out, err = run_cli(
+        capsys, *argv, "--correction", "ctpo:0.5:0.5,m2po:0.01:10", "--n", "200", "--format", "csv"
+    )
+    assert rc == 0, err
+    df = pd.read_csv(io.StringIO(out))
+    assert df.method.tolist() == ["Monte Carlo only", "closed form"]
+    assert df.mc_frac_modified.notna().all()
+
+
+def test_ctpo_and_m2po_on_the_shipped_smollm2_data(capsys):
+    """--data on SmolLM2's top-p mismatch: ctpo's and m2po's fractions equal a plain loop over the file."""
+    from variance_lab.rollouts.io import load_batch
+
+    path = Path(__file__).resolve().parents[2] / "data" / "smollm2" / "smollm2_mismatch_top-p.jsonl.gz"
+    argv = [
+        "corrections",
+        "--data",
+        str(path),
+        "--ratio",
+        "mismatch",
+        "--correction",
+        "ctpo:0.5:0.5,m2po:0.04",
+    ]
+    rc, out, err = run_cli(capsys, *argv, "--format", "csv")
+    assert rc == 0, err
+    df = pd.read_csv(io.StringIO(out)).set_index("correction")
+    batch = load_batch(path)
+    y, off = batch.mismatch_log_ratio, batch.offsets
+    clipped = []
+    for a, b in itertools.pairwise(off):
+        L = np.cumsum(y[a:b])
+        t = np.arange(1, b - a + 1)
+        clipped.append(np.abs(L) > 0.5 * np.sqrt(t))
+    assert df.loc["ctpo:0.5:0.5", "frac_modified"] == pytest.approx(np.concatenate(clipped).mean(), rel=1e-12)
+    masked = np.concatenate(
+        [
+            co.batch_mask(y[off[s] : off[min(s + 256, len(off) - 1)]], 0.04)
+            for s in range(0, len(off) - 1, 256)
+        ]
+    )
+    assert df.loc["m2po:0.04", "frac_modified"] == pytest.approx(masked.mean(), rel=1e-12)
+    assert 0.05 < df.loc["m2po:0.04", "frac_modified"] < 0.2  # E[y^2] = 0.073 > 0.04: the mask binds here
+    assert df.loc["ctpo:0.5:0.5", "frac_modified"] > 0.5  # a drift of -0.196 per token leaves the band
+    rc, out, _ = run_cli(capsys, *argv, "--predict", "mixture")  # a mixture has no ctpo theory: n/a
+    assert rc == 0
+    ctpo_row = next(line for line in out.splitlines() if "| ctpo:0.5:0.5 |" in line)
+    assert ctpo_row.endswith("| n/a | n/a |")
+    assert "Rows without a prediction (n/a: no theory in the model): 1." in out

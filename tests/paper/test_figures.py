@@ -999,3 +999,28 @@ def test_shipped_captions_say_what_the_code_does():
     assert experiment["analysis"]["groups"]["n_prompts"] > 1
     assert "bootstrap over prompts" in experiment["description"]
     assert "bootstrap over sequences" not in experiment["description"]
+
+
+def test_threshold_frame_is_the_corrections_api():
+    """The thresholds figure's rows: ctpo_positions, simulate_positions, find_T, m2po's theory and MC."""
+    from variance_lab import corrections as co
+
+    params = {**catalog.default_params("thresholds", quick=True), "n": 300, "m2po_n": 512}
+    params["ctpo"] = ["ctpo:0.5:0.5"]
+    frame = frames.threshold_frame(params)
+    fam = get_family("lognormal", 1.0, 0.1)
+    exact = frame[(frame.panel == "ctpo") & (frame.method == "exact")]
+    pos = co.ctpo_positions(fam, "ctpo:0.5:0.5", 1000).set_index("t").frac_clipped
+    assert exact.value.tolist() == [pos[int(t)] for t in exact.x]
+    mc = frame[(frame.panel == "ctpo") & (frame.method == "monte_carlo")]
+    sim = co.simulate_positions(fam, "ctpo:0.5:0.5", 1000, 300, seed=0).set_index("t")
+    assert mc.value.tolist() == [sim.mc_frac_modified[int(t)] for t in mc.x]
+    assert frame[frame.method == "binding"].x.tolist() == [co.find_T(fam, "ctpo:0.5:0.5", 0.5)]
+    m2 = frame[frame.panel == "m2po"]
+    assert len(m2[m2.method == "exact"]) == len(params["tau"])
+    assert len(m2[m2.method == "monte_carlo"]) == len(params["mc_tau"]) * len(params["batches"])
+    assert set(m2.series) == {
+        "large-batch limit, $\\sigma^2 = 0.1$",
+        "batch of 16 tokens",
+        "batch of 256 tokens",
+    }

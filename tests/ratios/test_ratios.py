@@ -6,6 +6,7 @@ the package, and checks each answer against the convention the path states (a bo
 log, linear or value space), written out here by hand.
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -196,12 +197,16 @@ SPECS = [
     "cispo:0.2:0.28",
     "ppo:0.2",
     "gmpo",
+    "ctpo:0.5:0.5",
 ]
 
 
 def test_every_kind_is_probed():
-    """Every correction kind has a spec in the boundary test."""
-    assert {s.split(":")[0] for s in SPECS} == set(CORRECTION_KINDS)
+    """Every correction kind with a fixed band has a spec in the boundary test.
+
+    ``m2po``'s band is its batch's (the cut of the batch rule, tests/corrections/test_m2po.py).
+    """
+    assert {s.split(":")[0] for s in SPECS} == set(CORRECTION_KINDS) - {"m2po"}
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])
@@ -213,6 +218,8 @@ def test_corrections_at_the_bounds(spec, dtype):
     x = _probes((lo, hi), dtype)
     if c.level == "sequence":
         w, mod = apply_sequence(c, x, 1)
+    elif c.kind == "ctpo":  # each probe a sequence of one token: L_1 = log r_1 against [-EL, EH]
+        w, mod = (a.ravel() for a in apply_tokens(c, x[:, None]))
     else:
         w, mod = apply_tokens(c, x)
     at = (0, 3) if dtype is F64 and math.isfinite(lo) else (0,) if dtype is F64 else ()
@@ -220,7 +227,7 @@ def test_corrections_at_the_bounds(spec, dtype):
     if c.kind != "gmpo":
         kept = ~mod
         np.testing.assert_allclose(w[kept], np.exp(x[kept]), rtol=1e-15)  # kept: the weight is X
-    if c.kind in ("seq-mask", "geo-rs", "icepop"):
+    if c.kind in ("seq-mask", "geo-rs", "icepop", "ctpo"):
         np.testing.assert_array_equal(w[mod], 0.0)
 
 
@@ -434,3 +441,21 @@ def test_variance_split():
     assert flat.total == 0.0
     with pytest.raises(ValueError, match="ddof"):
         ratios.variance_split([1.0], [2.0], ddof=1)
+
+
+def test_segment_cumsums_are_each_segments_own_cumsum():
+    """Prefix sums restart at each segment and equal np.cumsum of the segment bit for bit, across blocks."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 3000, size=3000)  # about 4.5 million tokens: more than one padded block
+    off = np.concatenate([[0], np.cumsum(lengths)])
+    x = rng.normal(0.0, 1.0, size=off[-1]) * 10.0 ** rng.integers(-8, 3, size=off[-1])
+    prefix, position = ratios.segment_cumsums(x, off)
+    for i in (0, 1, 1500, 2999):
+        a, b = off[i], off[i + 1]
+        np.testing.assert_array_equal(prefix[a:b], np.cumsum(x[a:b]))
+        np.testing.assert_array_equal(position[a:b], np.arange(1, b - a + 1))
+    np.testing.assert_array_equal(
+        prefix[off[1:] - 1], [np.cumsum(x[a:b])[-1] for a, b in itertools.pairwise(off)]
+    )
+    with pytest.raises(ValueError, match="non-empty segments"):
+        ratios.segment_cumsums(x[:5], [0, 2, 2, 5])

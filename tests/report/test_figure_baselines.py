@@ -177,7 +177,36 @@ def _analysis_figure():
     return analysis_figure(table, curves, level=0.95, style="paper")
 
 
+def _thresholds():
+    """CTPO's clipped fraction by position, M2PO's masked fraction by tau: closed forms, made-up points."""
+    from variance_lab import corrections as co
+    from variance_lab.report.threshold_figure import threshold_figure
+
+    fam = get_family("lognormal", 1.0, 0.1)
+    rows = []
+
+    def add(panel, series, x, method, value, lo=float("nan"), hi=float("nan"), reliable=True):
+        rows.append({"panel": panel, "series": series, "x": x, "method": method, "value": value,
+                     "lo": lo, "hi": hi, "reliable": reliable})  # fmt: skip
+
+    t = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+    for spec in ("ctpo:0.5:0.5", "ctpo:1:1"):
+        pos = co.ctpo_positions(fam, spec, 1000).set_index("t").frac_clipped
+        for x in t:
+            add("ctpo", spec, x, "exact", pos[x])
+        for x in (1, 10, 100):
+            add("ctpo", spec, x, "monte_carlo", pos[x] + 0.01, pos[x] - 0.01, pos[x] + 0.03, x != 100)
+        add("ctpo", spec, co.find_T(fam, spec, 0.5), "binding", 0.5)
+    taus = [0.003, 0.005, 0.01, 0.02, 0.04, 0.08, 0.1, 0.2]
+    th = co.theory(fam, [1], [f"m2po:{x}" for x in taus]).frac_modified
+    for x, f in zip(taus, th, strict=True):
+        add("m2po", "large-batch limit", x, "exact", f)
+        add("m2po", "batch of 16 tokens", x, "monte_carlo", f + 0.02, f + 0.005, f + 0.035)
+    return threshold_figure(pd.DataFrame(rows), title="lognormal", style="paper")
+
+
 FIGURES = {
+    "thresholds": _thresholds,
     "corrections_vs_T": _corrections_vs_T,
     "variance_panels": _variance_panels,
     "ratio_vs_T": _ratio_vs_T,

@@ -73,8 +73,12 @@ def _model(args, cs) -> tuple:
         )
     if args.n == 1 or args.n < 0:
         raise CLIError(f"--n must be 0 (theory only) or >= 2, got {args.n}")
+    with_theory = [c for c in cs if corrections.has_theory(family, c)]
+    if has_theory and args.n == 0 and len(with_theory) < len(cs):
+        missing = ", ".join(c.spec for c in cs if c not in with_theory)
+        raise CLIError(f"--family {family.name}: no theory for {missing}; pass --n N (Monte Carlo)")
     try:
-        frame = corrections.theory(family, T, cs) if has_theory else None
+        frame = corrections.theory(family, T, with_theory) if with_theory else None
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     source = {"lognormal": "closed form", "random-scale": "quadrature over the scale"}.get(family.name, "")
@@ -82,8 +86,15 @@ def _model(args, cs) -> tuple:
         source = "closed form (token level) and multinomial sums (sequence level)"
     notes = []
     if args.n:
-        mc = corrections.simulate_corrections(family, T, cs, args.n, seed=args.seed)
-        frame = mc if frame is None else frame.merge(mc, on=["T", "correction", "level"], validate="1:1")
+        try:
+            mc = corrections.simulate_corrections(family, T, cs, args.n, seed=args.seed)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
+        if frame is not None:  # specs without theory keep their Monte Carlo rows
+            frame = frame.merge(mc, on=["T", "correction", "level"], how="right", validate="1:1")
+            frame["method"] = frame["method"].fillna("Monte Carlo only")
+        else:
+            frame = mc
         notes.append(report.corrections_mc_notes(mc, args.n, args.seed))
         source = " and ".join(s for s in (source, f"Monte Carlo (n = {args.n:,}, seed {args.seed})") if s)
     if args.find_T:
@@ -93,7 +104,14 @@ def _model(args, cs) -> tuple:
         frame["find_T"] = [found[s] for s in frame["correction"]]
         frame["find_T_threshold"] = float(args.threshold)
         lines = [
-            report.find_T_line(c.spec, c.level, found[c.spec], args.threshold, _family_text(family))
+            report.find_T_line(
+                c.spec,
+                c.level,
+                found[c.spec],
+                args.threshold,
+                _family_text(family),
+                what="of the tokens at position T clipped" if c.kind == "ctpo" else None,
+            )
             for c in cs
         ]
         notes.insert(
@@ -149,9 +167,15 @@ def _data(args, cs) -> tuple:
     ]
     if model is not None:
         inside = int(frame["pred_inside"].sum())
+        predicted = int(frame["pred_frac_modified"].notna().sum())
         notes.append(
             f"predicted: {described}; sequence level: averaged over the bucket's lengths. The prediction "
             f"lies inside the interval in {inside} of {len(frame)} rows."
+            + (
+                f" Rows without a prediction (n/a: no theory in the model): {len(frame) - predicted}."
+                if predicted < len(frame)
+                else ""
+            )
         )
     notes += batch.notes  # what the reader said about the file (a NeMo-RL dump's left-out samples)
     return frame, title, ["\n".join(notes)]
@@ -218,7 +242,10 @@ def add_command(sub) -> None:
         "columns with intervals and a verdict with --n; measured token log-ratios with --data. "
         "Corrections: seq-tis:C, seq-mask:C, seq-mask:LO:HI, geo-rs:LO:HI, gspo[:EL:EH], tis:C, "
         "icepop[:B] (or icepop:LO:HI; alone [0.5, 5]), cispo:EPS (or cispo:EL:EH), ppo:EPS "
-        "(or ppo:EL:EH), gmpo[:EPS].",
+        "(or ppo:EL:EH), gmpo[:EPS], ctpo:EL:EH (CTPO: token t weighted by the prefix product, masked when "
+        "its cumulative log-ratio leaves [-EL sqrt t, EH sqrt t]), m2po[:TAU[:B]] (M2PO: the largest "
+        "(log r)^2 of each batch of B sequences masked until the mean of the rest is below TAU; "
+        "default 0.04, B = 256; theory: the large-batch limit).",
     )
     add_family_args(p)
     p.add_argument(
@@ -236,7 +263,8 @@ def add_command(sub) -> None:
         "--find-T",
         action="store_true",
         help="add the smallest T at which a correction modifies at least --threshold of the sequences "
-        "(sequence level: truncated or masked; token level: with at least one modified token), found by "
+        "(sequence level: truncated or masked; token level: with at least one modified token; ctpo: the "
+        "first position whose token is clipped with probability >= --threshold), found by "
         "root-finding on the closed form",
     )
     p.add_argument("--threshold", type=_threshold, default=0.5, help="'most of the data' for --find-T")

@@ -39,6 +39,16 @@ spec                  level     weight :math:`w` (modified: what counts as trunc
                                 ``ppo:EL:EH``): PPO's clipped ratio
 ``gmpo[:EPS]``        token     :math:`\exp(\frac1T\sum_t \operatorname{clip}(\log r_t, -EPS, EPS))`:
                                 GMPO's sequence weight, log-ratios clipped at 0.4 by default
+``ctpo:EL:EH``        token     :math:`P_t 1\{-EL\sqrt t \le L_t \le EH\sqrt t\}`, :math:`P_t = \prod_{s
+                                \le t} r_s`, :math:`L_t = \log P_t`: CTPO's cumulative prefix ratio,
+                                masked where its log leaves bounds growing like :math:`\sqrt t`
+                                (``ctpo:E`` is ``ctpo:E:E``; :mod:`~variance_lab.corrections.prefix`)
+``m2po[:TAU[:B]]``    token     :math:`r_t`, or 0 where M2PO masks it: in each batch of ``B``
+                                sequences (default 256) the largest :math:`(\log r)^2` are masked
+                                until the mean of the rest is below ``TAU`` (default 0.04); in
+                                theory the large-batch limit :math:`r 1\{(\log r)^2 \le q\}`,
+                                :math:`E[(\log r)^2 \mid (\log r)^2 \le q] = TAU`
+                                (:mod:`~variance_lab.corrections.m2po`)
 ====================  ========  ===========================================================
 
 On data a value exactly at a bound is kept (:data:`BOUND_RULE`, the rule of
@@ -55,13 +65,16 @@ Quantities, for each correction and T (:func:`theory`):
 
 - ``mean_w`` :math:`= E[w]`; ``bias`` :math:`= E[w] - E[b]`, with :math:`b` the
   uncorrected weight the correction acts on (:math:`P_T`, :math:`G_T` for ``gspo`` and
-  ``gmpo``, :math:`r` for the token corrections); ``mean_base`` :math:`= E[b]`.
+  ``gmpo``, :math:`r` for the token corrections, the prefix product :math:`P_t` for
+  ``ctpo``); ``mean_base`` :math:`= E[b]`.
 - ``var_w`` :math:`= \operatorname{Var}(w)`; ``ess_frac`` :math:`= E[w]^2 / E[w^2]`
   (Kong's effective sample size over the number of weights).
 - ``frac_modified``: the probability that a weight is truncated, clipped or masked (per
   sequence for the sequence level, per token for the token level);
   ``frac_seq_any``: the fraction of sequences with at least one modified token
-  (:math:`1 - (1 - p)^T` for i.i.d. tokens; equal to ``frac_modified`` at sequence level).
+  (:math:`1 - (1 - p)^T` for i.i.d. tokens; equal to ``frac_modified`` at sequence level;
+  NaN for ``ctpo`` in theory, where it is a boundary-crossing probability of the walk
+  :math:`L_t`: its Monte Carlo column gives it).
   For the token level ``mean_w``, ``var_w`` and ``ess_frac`` are per token (GMPO: per
   sequence, its weight is one per sequence).
 
@@ -101,9 +114,14 @@ predictions beside them; :func:`bucket_bootstrap` gives the relative bias and ES
 length bucket with bootstrap intervals.
 
 The package, one module per concept: :mod:`~variance_lab.corrections.specs` (the kinds and their
-spec strings), :mod:`~variance_lab.corrections.closed_forms` (closed forms, quadrature and exact
-sums: :func:`theory`, :func:`find_T`), :mod:`~variance_lab.corrections.weights` (the weights from
-log-ratios), :mod:`~variance_lab.corrections.monte_carlo` (:func:`simulate_corrections`) and
+spec strings), :mod:`~variance_lab.corrections.gauss` (normal interval masses and
+truncated-lognormal moments in log space), :mod:`~variance_lab.corrections.prefix` (CTPO: the
+clipped fraction by position, :func:`ctpo_positions`, and the variances of prefix weights,
+:func:`prefix_variances`), :mod:`~variance_lab.corrections.m2po` (M2PO: the batch rule and its
+large-batch cut, :func:`m2po_cut`), :mod:`~variance_lab.corrections.closed_forms` (closed forms,
+quadrature and exact sums: :func:`theory`, :func:`find_T`), :mod:`~variance_lab.corrections.weights`
+(the weights from log-ratios), :mod:`~variance_lab.corrections.monte_carlo`
+(:func:`simulate_corrections`, :func:`simulate_positions`) and
 :mod:`~variance_lab.corrections.data` (observed fractions on data: :func:`evaluate`,
 :func:`bucket_bootstrap`). Every public name is re-exported here.
 """
@@ -115,7 +133,7 @@ from variance_lab.corrections.closed_forms import (
     TAIL_MASS,
     WEIGHT_COLUMNS,
     find_T,
-    log_phi_diff,
+    has_theory,
     theory,
 )
 from variance_lab.corrections.data import (
@@ -127,17 +145,35 @@ from variance_lab.corrections.data import (
     evaluate,
     fit_lognormal,
 )
-from variance_lab.corrections.monte_carlo import CORRECTIONS_MC_COLUMNS, MIN_ESS, simulate_corrections
+from variance_lab.corrections.gauss import log_phi_diff
+from variance_lab.corrections.m2po import batch_mask, batch_masks, m2po_cut, resolve_cut
+from variance_lab.corrections.monte_carlo import (
+    CORRECTIONS_MC_COLUMNS,
+    MIN_ESS,
+    POSITION_MC_COLUMNS,
+    simulate_corrections,
+    simulate_positions,
+)
+from variance_lab.corrections.prefix import (
+    POSITION_COLUMNS,
+    PREFIX_VARIANCE_COLUMNS,
+    clip_probability,
+    ctpo_log_moments,
+    ctpo_positions,
+    prefix_variances,
+)
 from variance_lab.corrections.specs import (
     CORRECTION_KINDS,
     GMPO_DEFAULT,
     GSPO_DEFAULT,
     ICEPOP_DEFAULT,
+    M2PO_BATCH,
+    M2PO_DEFAULT,
     Correction,
     parse,
     parse_list,
 )
-from variance_lab.corrections.weights import BOUND_RULE, apply_sequence, apply_tokens
+from variance_lab.corrections.weights import BOUND_RULE, apply_sequence, apply_tokens, log_base_tokens
 
 __all__ = [
     "BOOTSTRAP_COLUMNS",
@@ -150,22 +186,38 @@ __all__ = [
     "GMPO_DEFAULT",
     "GSPO_DEFAULT",
     "ICEPOP_DEFAULT",
+    "M2PO_BATCH",
+    "M2PO_DEFAULT",
     "MAX_COUNT_TERMS",
     "MIN_ESS",
     "MIXTURE_TAIL_MASS",
     "N_BOOT",
+    "POSITION_COLUMNS",
+    "POSITION_MC_COLUMNS",
+    "PREFIX_VARIANCE_COLUMNS",
     "TAIL_MASS",
     "WEIGHT_COLUMNS",
     "Correction",
     "apply_sequence",
     "apply_tokens",
+    "batch_mask",
+    "batch_masks",
     "bucket_bootstrap",
+    "clip_probability",
+    "ctpo_log_moments",
+    "ctpo_positions",
     "evaluate",
     "find_T",
     "fit_lognormal",
+    "has_theory",
+    "log_base_tokens",
     "log_phi_diff",
+    "m2po_cut",
     "parse",
     "parse_list",
+    "prefix_variances",
+    "resolve_cut",
     "simulate_corrections",
+    "simulate_positions",
     "theory",
 ]

@@ -3,8 +3,8 @@ r"""Corrections without Monte Carlo: truncated-lognormal closed forms, quadratur
 :func:`theory` gives each correction's effect at each T for the lognormal family (closed forms),
 random-scale ratios (quadrature over the sequence's variance) and lognormal mixtures (sums over
 the components or the multinomial law of the counts); :func:`find_T` the length from which a
-correction modifies most sequences; :func:`log_phi_diff` the log of a normal interval's mass,
-accurate everywhere. The math is in :mod:`variance_lab.corrections`.
+correction modifies most sequences. The truncated-lognormal moments they are built from are
+:mod:`variance_lab.corrections.gauss`'; the math is in :mod:`variance_lab.corrections`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,15 @@ import pandas as pd
 from scipy import integrate, optimize, special
 
 from variance_lab._validate import check_T
+from variance_lab.corrections.gauss import (
+    log_frac_out,
+    log_frac_out_array,
+    log_moment,
+    log_moment_array,
+    logsumexp_rows,
+)
+from variance_lab.corrections.m2po import resolve_cut
+from variance_lab.corrections.prefix import clip_probability, ctpo_log_moments
 from variance_lab.corrections.specs import Correction, parse, parse_list
 from variance_lab.families import Family, LogNormal, LognormalMixture, RandomScale
 
@@ -26,13 +35,11 @@ __all__ = [
     "TAIL_MASS",
     "WEIGHT_COLUMNS",
     "find_T",
-    "log_phi_diff",
+    "has_theory",
     "theory",
 ]
 
 _INF = math.inf
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(32)
 
 #: Statistics of the corrected weights w shared by :data:`COLUMNS` and :data:`DATA_COLUMNS`.
 WEIGHT_COLUMNS = ("bias", "var_w", "ess_frac", "frac_modified", "frac_seq_any", "mean_base")
@@ -48,124 +55,6 @@ COLUMNS = (
     "log10_var_w",
     "method",
 )
-
-
-# --------------------------------------------------------------------------------------
-# truncated-lognormal moments in log space
-# --------------------------------------------------------------------------------------
-def _log_phi_quad(a: float, b: float) -> float:
-    """Log of the integral of the standard normal density over [a, b] (b - a <= 1): Gauss-Legendre."""
-    half = 0.5 * (b - a)
-    x = 0.5 * (a + b) + half * _GL_X
-    return math.log(half) + float(special.logsumexp(-0.5 * x * x, b=_GL_W)) - _LOG_SQRT_2PI
-
-
-def log_phi_diff(a: float, b: float) -> float:
-    r""":math:`\log(\Phi(b) - \Phi(a))` for :math:`a \le b`, accurate everywhere.
-
-    Tails by ``log_ndtr`` (the side of zero where :math:`\Phi` is small), an interval
-    containing 0 by :math:`(\operatorname{erf}(b/\sqrt2) + \operatorname{erf}(-a/\sqrt2))/2`
-    (two positive terms), and a narrow interval (:math:`b - a \le 1`) by 32-point
-    Gauss-Legendre quadrature of :math:`\varphi`, where the difference would cancel.
-    Returns :math:`-\infty` for an empty interval.
-    """
-    if not a < b:
-        return -_INF
-    if b - a <= 1.0:
-        return _log_phi_quad(a, b)
-    if b <= 0:
-        la, lb = special.log_ndtr(a), special.log_ndtr(b)
-        return float(lb + np.log(-np.expm1(la - lb)))
-    if a >= 0:
-        la, lb = special.log_ndtr(-a), special.log_ndtr(-b)
-        return float(la + np.log(-np.expm1(lb - la)))
-    return math.log(0.5 * (special.erf(b / math.sqrt(2)) + special.erf(-a / math.sqrt(2))))
-
-
-def _log_tail_out(a: float, b: float) -> float:
-    r""":math:`\log(\Phi(a) + 1 - \Phi(b))`: the mass outside :math:`(a, b]`."""
-    return float(np.logaddexp(special.log_ndtr(a), special.log_ndtr(-b)))
-
-
-def _log_moment(pieces, M: float, S: float, j: float) -> float:
-    r""":math:`\log E[w^j]` for :math:`\log X \sim N(M, S^2)` and a piecewise weight."""
-    terms = []
-    for a, b, logc, p in pieces:
-        k = p * j
-        if S == 0.0:
-            if a < M <= b:
-                terms.append(j * logc + k * M)
-            continue
-        shift = M + k * S * S
-        mass = log_phi_diff((a - shift) / S, (b - shift) / S)
-        terms.append(j * logc + k * M + 0.5 * k * k * S * S + mass)
-    terms = [t for t in terms if t > -_INF]
-    return float(special.logsumexp(terms)) if terms else -_INF
-
-
-def _log_frac_out(a: float, b: float, M: float, S: float) -> float:
-    """Log P(log X outside (a, b]) for log X ~ N(M, S^2)."""
-    if S == 0.0:
-        return 0.0 if not a < M <= b else -_INF
-    return _log_tail_out((a - M) / S, (b - M) / S)
-
-
-def _log_phi_diff_vec(a, b) -> np.ndarray:
-    """:func:`log_phi_diff` elementwise over arrays, by the same branches."""
-    a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
-    out = np.full(a.shape, -_INF)
-    ok = a < b
-    narrow = ok & (b - a <= 1.0)
-    left = ok & ~narrow & (b <= 0)
-    right = ok & ~narrow & ~left & (a >= 0)
-    mid = ok & ~narrow & ~left & ~right
-    if narrow.any():
-        aa, bb = a[narrow], b[narrow]
-        half = 0.5 * (bb - aa)
-        x = (0.5 * (aa + bb))[:, None] + half[:, None] * _GL_X
-        out[narrow] = np.log(half) + special.logsumexp(-0.5 * x * x, b=_GL_W, axis=1) - _LOG_SQRT_2PI
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if left.any():
-            la, lb = special.log_ndtr(a[left]), special.log_ndtr(b[left])
-            out[left] = lb + np.log(-np.expm1(la - lb))
-        if right.any():
-            la, lb = special.log_ndtr(-a[right]), special.log_ndtr(-b[right])
-            out[right] = la + np.log(-np.expm1(lb - la))
-    if mid.any():
-        r2 = math.sqrt(2)
-        out[mid] = np.log(0.5 * (special.erf(b[mid] / r2) + special.erf(-a[mid] / r2)))
-    return out
-
-
-def _logsumexp_rows(terms: np.ndarray) -> np.ndarray:
-    """Log-sum-exp over the first axis, -inf where every term is -inf."""
-    mx = terms.max(axis=0)
-    safe = np.where(np.isfinite(mx), mx, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.where(np.isfinite(mx), safe + np.log(np.exp(terms - safe).sum(axis=0)), -_INF)
-
-
-def _log_moment_vec(pieces, M: np.ndarray, S: np.ndarray, j: float) -> np.ndarray:
-    """:func:`_log_moment` elementwise over arrays of (M, S)."""
-    terms = []
-    pos = S > 0
-    Ss = np.where(pos, S, 1.0)
-    for a, b, logc, p in pieces:
-        k = p * j
-        shift = M + k * Ss * Ss
-        mass = _log_phi_diff_vec((a - shift) / Ss, (b - shift) / Ss)
-        t = j * logc + k * M + 0.5 * k * k * Ss * Ss + mass
-        degenerate = np.where((a < M) & (b >= M), j * logc + k * M, -_INF)
-        terms.append(np.where(pos, t, degenerate))
-    return _logsumexp_rows(np.array(terms))
-
-
-def _log_frac_out_vec(a: float, b: float, M: np.ndarray, S: np.ndarray) -> np.ndarray:
-    """:func:`_log_frac_out` elementwise over arrays of (M, S)."""
-    pos = S > 0
-    Ss = np.where(pos, S, 1.0)
-    tail = np.logaddexp(special.log_ndtr((a - M) / Ss), special.log_ndtr(-(b - M) / Ss))
-    return np.where(pos, tail, np.where((a < M) & (b >= M), -_INF, 0.0))
 
 
 def _gauss(m: float, v: float, base: str, T: float) -> tuple[float, float]:
@@ -195,13 +84,15 @@ def _log_moments_at(c: Correction, family: Family, T: float) -> tuple[float, flo
 
 def _log_moments_gauss(c: Correction, m: float, v: float, T: float) -> tuple[float, float, float, float]:
     """:func:`_log_moments_at` for i.i.d. token log-ratios N(m, v)."""
+    if c.kind == "ctpo":
+        return ctpo_log_moments(c, m, v, T)
     if c.kind == "gmpo":
         M, S = m, math.sqrt(v)
         pieces = c.pieces()
-        l1 = T * _log_moment(pieces, M, S, 1.0 / T)
-        l2 = T * _log_moment(pieces, M, S, 2.0 / T)
+        l1 = T * log_moment(pieces, M, S, 1.0 / T)
+        l2 = T * log_moment(pieces, M, S, 2.0 / T)
         a, b = c.log_bounds()
-        return l1, l2, _log_frac_out(a, b, M, S), m + v / (2 * T)
+        return l1, l2, log_frac_out(a, b, M, S), m + v / (2 * T)
     M, S = _gauss(m, v, c.base, T)
     return (*_log_moments_MS(c, M, S, T), M + 0.5 * S * S)
 
@@ -211,14 +102,20 @@ def _log_moments_MS(c: Correction, M: float, S: float, T: float) -> tuple[float,
     pieces = c.pieces(T)
     a, b = c.log_bounds(T)
     return (
-        _log_moment(pieces, M, S, 1.0),
-        _log_moment(pieces, M, S, 2.0),
-        _log_frac_out(a, b, M, S),
+        log_moment(pieces, M, S, 1.0),
+        log_moment(pieces, M, S, 2.0),
+        log_frac_out(a, b, M, S),
     )
 
 
 def _frac_seq_any(c: Correction, log_frac: float, T: float) -> float:
-    """Fraction of sequences with at least one modified token: 1 - (1 - p)^T (i.i.d. tokens)."""
+    """Fraction of sequences with at least one modified token: 1 - (1 - p)^T (i.i.d. tokens).
+
+    NaN for ``ctpo``: whether any prefix leaves its band by T is a boundary-crossing probability
+    of the random walk :math:`L_t`, with no closed form (the Monte Carlo column gives it).
+    """
+    if c.kind == "ctpo":
+        return math.nan
     if c.level == "sequence":
         return math.exp(log_frac)
     p = math.exp(log_frac)
@@ -284,8 +181,8 @@ def _log1mexp(x: float) -> float:
 
 
 def _log_any(c: Correction, lf: float, T: float) -> float:
-    """Log of the probability that a sequence has a modified weight, given i.i.d. tokens."""
-    if c.level == "sequence":
+    """Log of the probability that a sequence has a modified weight, given i.i.d. tokens (ctpo: unused)."""
+    if c.level == "sequence" or c.kind == "ctpo":
         return lf
     return _log1mexp(T * math.log1p(-math.exp(lf))) if lf < 0 else 0.0
 
@@ -340,11 +237,14 @@ def _random_scale_row(c: Correction, family, T: int) -> dict:
     # E[b]: E[P_T^s] = mu^(sT) (1 - theta T s (s - 1) / 2)^(-alpha) at s = 1 (P_T, r) and s = 1/T (G_T)
     if c.base == "P":
         lbase = T * log_mu
+    elif c.base == "prefix":  # E[P_t] = mu^t, averaged over t <= T
+        lbase = float(special.logsumexp(np.arange(1, T + 1) * log_mu)) - math.log(T)
     elif c.base == "G":
         lbase = log_mu - family.alpha * math.log1p(family.theta * (1.0 - 1.0 / T) / 2.0)
     else:
         lbase = log_mu
-    return _row_from_logs(c, T, (l1, l2, lf, lbase), math.exp(lany), "quadrature")
+    any_ = math.nan if c.kind == "ctpo" else math.exp(lany)
+    return _row_from_logs(c, T, (l1, l2, lf, lbase), any_, "quadrature")
 
 
 def _count_terms(weights, T: int, tilts=()) -> tuple[np.ndarray, np.ndarray]:
@@ -389,6 +289,11 @@ def _count_terms(weights, T: int, tilts=()) -> tuple[np.ndarray, np.ndarray]:
 
 def _mixture_row(c: Correction, family, T: int) -> dict:
     """One row for lognormal-mixture ratios: exact sums over components or over the count vectors."""
+    if c.kind == "ctpo":
+        raise ValueError(
+            f"{c.spec!r} with lognormal-mixture ratios: the prefix L_t mixes over the component counts "
+            "at every position, which has no closed form here; use simulate_corrections (Monte Carlo)"
+        )
     w, m, v = (np.array(x, dtype=float) for x in zip(*family.components, strict=True))
     logw = np.log(w)
     if c.level == "token" or c.kind == "gmpo":
@@ -402,7 +307,7 @@ def _mixture_row(c: Correction, family, T: int) -> dict:
                 * float(
                     special.logsumexp(
                         [
-                            lw + _log_moment(pieces, mj, math.sqrt(vj), k / T)
+                            lw + log_moment(pieces, mj, math.sqrt(vj), k / T)
                             for lw, mj, vj in zip(logw, m, v, strict=True)
                         ]
                     )
@@ -423,11 +328,11 @@ def _mixture_row(c: Correction, family, T: int) -> dict:
     S = np.sqrt(V)
     pieces, (a, b) = c.pieces(T), c.log_bounds(T)
     logs = (
-        _log_moment_vec(pieces, M, S, 1.0),
-        _log_moment_vec(pieces, M, S, 2.0),
-        _log_frac_out_vec(a, b, M, S),
+        log_moment_array(pieces, M, S, 1.0),
+        log_moment_array(pieces, M, S, 2.0),
+        log_frac_out_array(a, b, M, S),
     )
-    l1, l2, lf = (float(_logsumexp_rows((logp + x)[:, None])[0]) for x in logs)
+    l1, l2, lf = (float(logsumexp_rows((logp + x)[:, None])[0]) for x in logs)
     lbase = T * float(family.K(1.0)) if c.base == "P" else T * float(family.K(1.0 / T))
     return _row_from_logs(c, T, (l1, l2, lf, lbase), math.exp(lf), "multinomial sum")
 
@@ -469,7 +374,7 @@ def theory(family: Family, T, corrections) -> pd.DataFrame:
     """
     row = _row_function(family)
     grid = check_T(T, grid=True)
-    cs = parse_list(corrections)
+    cs = [resolve_cut(c, family) for c in parse_list(corrections)]
     rows = [row(c, family, int(t)) for t in grid for c in cs]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
@@ -487,8 +392,20 @@ def _row_function(family):
     return builders[type(family)]
 
 
+def has_theory(family: Family, correction) -> bool:
+    """Whether :func:`theory` has rows for ``correction`` with ``family`` (else: Monte Carlo only)."""
+    c = correction if isinstance(correction, Correction) else parse(correction)
+    builders = (LogNormal, RandomScale, LognormalMixture)
+    return type(family) in builders and not (c.kind == "ctpo" and type(family) is LognormalMixture)
+
+
 def _find_target(c: Correction, family: Family, T: float) -> float:
-    """Return the quantity :func:`find_T` watches: per-sequence for sequence level, any-token otherwise."""
+    """Return the quantity :func:`find_T` watches: per-sequence for sequence level, any-token otherwise.
+
+    ``ctpo``: the probability that the token at position T is clipped (where clipping binds).
+    """
+    if c.kind == "ctpo":
+        return float(clip_probability(c, family.mean_log, family.var_log, T))
     _, _, lf, _ = _log_moments_at(c, family, T)
     return _frac_seq_any(c, lf, T)
 
@@ -498,7 +415,10 @@ def find_T(family: Family, correction, threshold: float = 0.5, *, T_max: int = 1
 
     "Modifies" is ``frac_modified`` for a sequence-level correction (the fraction of
     sequences truncated or masked) and ``frac_seq_any`` for a token-level one (the fraction
-    of sequences with at least one truncated, clipped or masked token). The closed form is
+    of sequences with at least one truncated, clipped or masked token). For ``ctpo`` it is the
+    position where clipping binds: the first T at which the token at position T is clipped
+    with probability at least ``threshold`` (:func:`variance_lab.corrections.prefix.clip_probability`);
+    for ``m2po`` its large-batch limit (an i.i.d. mask of each token). The closed form is
     evaluated at real T on a grid of 64 points per decade from 1 to ``T_max``; the first
     bracket where it crosses ``threshold`` is refined with Brent's method and the answer
     is the smallest integer at or above the root that reaches the threshold.
@@ -519,7 +439,7 @@ def find_T(family: Family, correction, threshold: float = 0.5, *, T_max: int = 1
         fraction above the cap vanishes as T grows).
     """
     family = _check_lognormal(family)
-    c = correction if isinstance(correction, Correction) else parse(correction)
+    c = resolve_cut(correction if isinstance(correction, Correction) else parse(correction), family)
     if not 0.0 < threshold <= 1.0 or isinstance(threshold, bool):
         raise ValueError(f"threshold must lie in (0, 1], got {threshold!r}")
 

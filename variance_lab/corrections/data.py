@@ -15,8 +15,9 @@ import pandas as pd
 
 from variance_lab._validate import check_n, check_seed
 from variance_lab.corrections.closed_forms import WEIGHT_COLUMNS, theory
+from variance_lab.corrections.prefix import clip_probability
 from variance_lab.corrections.specs import parse_list
-from variance_lab.corrections.weights import apply_sequence, apply_tokens
+from variance_lab.corrections.weights import apply_sequence, apply_tokens, log_base_tokens
 from variance_lab.families import LogNormal
 from variance_lab.stats import (
     bootstrap_ratio,
@@ -97,6 +98,10 @@ def evaluate(
     offsets : array_like of int
         Sequence boundaries: sequence ``i`` is ``log_r[offsets[i]:offsets[i+1]]`` (length >= 1).
     corrections : str or list
+        ``ctpo`` compares each token's prefix sum within its sequence with its position's
+        bounds (the base weight is the prefix product); ``m2po`` masks over batches of ``B``
+        consecutive sequences of the file (its spec's batch; the last may be smaller), before
+        the sequences are bucketed.
     buckets : list of (int, int), optional
         Inclusive length ranges; default one bucket with every sequence.
     ci : float
@@ -104,8 +109,10 @@ def evaluate(
         A model with a :func:`theory` (for example :func:`fit_lognormal` of the same log-ratios):
         adds :data:`CORRECTIONS_PREDICTION_COLUMNS`, its ``frac_modified`` for the bucket (sequence level:
         the mean over the bucket's sequences of the prediction at each one's length; token
-        level and GMPO: per token, which for these models does not depend on T) and whether it
-        lies inside ``[frac_modified_lo, frac_modified_hi]``.
+        level and GMPO: per token, which for these models does not depend on T, except for
+        ``ctpo``, whose predicted clipped tokens :math:`\sum_{t \le L} p_t` are summed over the
+        bucket's sequences and divided by its tokens; NaN where the model has no theory for a
+        spec) and whether it lies inside ``[frac_modified_lo, frac_modified_hi]``.
     seed : int
         Root seed of the bootstrap (token-level intervals).
     groups : array_like, optional
@@ -152,8 +159,9 @@ def evaluate(
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
         for c in cs:
             row = _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups)
-            if pred is not None:
-                p = float(np.mean(pred[c.spec][sel])) if c.level == "sequence" else float(pred[c.spec])
+            if pred is not None:  # expected modified sequences (sequence level) or tokens, per sequence
+                e = pred[c.spec][sel]
+                p = float(np.mean(e)) if c.level == "sequence" else float(e.sum() / lengths[sel].sum())
                 row["pred_frac_modified"] = p
                 row["pred_inside"] = bool(row["frac_modified_lo"] <= p <= row["frac_modified_hi"])
             rows.append({**row, "T_min": lo, "T_max": hi})
@@ -225,8 +233,9 @@ def bucket_bootstrap(
             b = np.exp(log_p / lengths) if c.base == "G" else np.exp(log_p)
             sums[c.spec] = (w, w * w, b, np.ones_like(w))
         else:
-            wt, _ = apply_tokens(c, log_r)
-            red = [np.add.reduceat(x, off[:-1]) for x in (wt, wt * wt, np.exp(log_r))]
+            wt, _ = apply_tokens(c, log_r, off)
+            base = np.exp(log_base_tokens(c, log_r, off))
+            red = [np.add.reduceat(x, off[:-1]) for x in (wt, wt * wt, base)]
             sums[c.spec] = (*red, lengths.astype(float))
     rows = []
     q = [(1 - ci) / 2, (1 + ci) / 2]
@@ -268,7 +277,11 @@ def bucket_bootstrap(
 
 
 def _predictions(family, cs, lengths) -> dict:
-    """Predicted frac_modified: per sequence (at its length) for sequence level, one number per token."""
+    r"""Per sequence, the model's expected modified count: the probability (sequence level) or tokens.
+
+    Token level: :math:`pL` for a fraction :math:`p` per token that does not depend on the
+    position, :math:`\sum_{t \le L} p_t` for ``ctpo`` (lognormal models; NaN for others).
+    """
     out = {}
     seq = [c for c in cs if c.level == "sequence"]
     if seq:
@@ -277,10 +290,20 @@ def _predictions(family, cs, lengths) -> dict:
         for c in seq:
             f = th[th.correction == c.spec].set_index("T").frac_modified
             out[c.spec] = f.reindex(lengths).to_numpy(float)
-    tok = [c for c in cs if c.level == "token"]
+    tok = [c for c in cs if c.level == "token" and c.kind != "ctpo"]
     if tok:
         th = theory(family, [1], tok)
-        out.update(dict(zip(th.correction, th.frac_modified.astype(float), strict=True)))
+        out.update(
+            {c: p * lengths for c, p in zip(th.correction, th.frac_modified.astype(float), strict=True)}
+        )
+    for c in cs:
+        if c.kind != "ctpo":
+            continue
+        if type(family) is not LogNormal:  # its clipped fraction by position is the lognormal's closed form
+            out[c.spec] = np.full(lengths.shape, math.nan)
+            continue
+        p = clip_probability(c, family.mean_log, family.var_log, np.arange(1, int(lengths.max()) + 1))
+        out[c.spec] = np.concatenate([[0.0], np.cumsum(p)])[lengths]
     return out
 
 
@@ -327,7 +350,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> di
         ess = float(ess_fraction(mean, np.mean(w * w))) if np.any(w > 0) else math.nan
         base_mean = float(base.mean())
     else:
-        wt, modt = apply_tokens(c, log_r)
+        wt, modt = apply_tokens(c, log_r, off)
         ws = np.add.reduceat(wt, off[:-1])[sel]
         nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
         ntok = L.sum()
@@ -340,7 +363,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> di
         frac, any_ = float(nmod.sum() / ntok), float((nmod > 0).mean())
         frac_ci = _frac_interval(nmod, L.astype(float), rng, ci, g)
         mean_ci = bootstrap_ratio(ws, L, n_boot=N_BOOT, level=ci, rng=rng, groups=g)
-        base_mean = float(np.exp(log_r[tok]).mean())
+        base_mean = float(np.exp(log_base_tokens(c, log_r, off)[tok]).mean())
         n = L.size
     return {
         "T": float(np.median(L)),

@@ -1,4 +1,9 @@
-r"""Monte Carlo effect of each correction at each T, for every family: :func:`simulate_corrections`."""
+r"""Monte Carlo effect of each correction at each T, for every family.
+
+:func:`simulate_corrections` gives the columns of :func:`~variance_lab.corrections.theory` with
+intervals and a verdict; :func:`simulate_positions` the fraction of tokens a token-level correction
+modifies at each position (CTPO's clipped fraction by position, for any family).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,15 @@ from variance_lab.corrections.specs import parse_list
 from variance_lab.corrections.weights import apply_sequence, apply_tokens
 from variance_lab.families import Family
 from variance_lab.families.base import CODE_AR1, CODE_RANDOM_SCALE
-from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, z_value
+from variance_lab.stats import KHAT_THRESHOLD, mean_interval, pareto_khat, wilson_interval, z_value
 
-__all__ = ["CORRECTIONS_MC_COLUMNS", "MIN_ESS", "simulate_corrections"]
+__all__ = [
+    "CORRECTIONS_MC_COLUMNS",
+    "MIN_ESS",
+    "POSITION_MC_COLUMNS",
+    "simulate_corrections",
+    "simulate_positions",
+]
 
 #: Monte Carlo columns added by :func:`simulate_corrections`.
 CORRECTIONS_MC_COLUMNS = (
@@ -38,11 +49,16 @@ MIN_ESS = 100
 
 
 class _Sums:
-    """Mergeable sums of one (T, correction) cell: weights, modified flags and the log-weight tail."""
+    """Mergeable sums of one (T, correction) cell: weights, modified flags and the log-weight tail.
+
+    The intervals come from the spread of independent units: sequences, or for ``m2po`` batches of
+    sequences (its mask couples the sequences of a batch), ``k`` of them.
+    """
 
     def __init__(self, tail: int):
         self.tail = tail
         self.n = 0  # sequences
+        self.k = 0  # independent units of the intervals (sequences, or m2po's batches)
         self.units = 0  # weights (sequences or tokens)
         self.w1 = self.w2 = 0.0  # sums of weights and squared weights over units
         self.m1 = self.m2 = 0.0  # sums over sequences of the per-sequence mean weight (token level)
@@ -50,11 +66,17 @@ class _Sums:
         self.any = 0  # sequences with a modified weight
         self.log_top = np.empty(0)
 
-    def add(self, w: np.ndarray, modified: np.ndarray) -> None:
-        """Add a chunk: ``w`` and ``modified`` of shape (sequences,) or (sequences, tokens)."""
+    def add(self, w: np.ndarray, modified: np.ndarray, group: int = 1) -> None:
+        """Add a chunk: ``w`` and ``modified`` of shape (sequences,) or (sequences, tokens).
+
+        ``group``: consecutive sequences that form one independent unit (an ``m2po`` batch).
+        """
         w2 = w if w.ndim == 2 else w[:, None]
         mod2 = modified if modified.ndim == 2 else modified[:, None]
         pm, pf = w2.mean(axis=1), mod2.mean(axis=1)
+        if group > 1:
+            pm, pf = pm.reshape(-1, group).mean(axis=1), pf.reshape(-1, group).mean(axis=1)
+        self.k += pm.size
         self.n += w2.shape[0]
         self.units += w2.size
         self.w1 += float(w2.sum())
@@ -70,7 +92,7 @@ class _Sums:
         self.log_top = np.partition(logs, logs.size - k)[logs.size - k :]
 
     def estimates(self, ci: float) -> dict:
-        n, units = self.n, self.units
+        n, units = self.k, self.units
         mean, m2 = self.w1 / units, self.w2 / units
         var_w = max(m2 - mean * mean, 0.0) * units / max(units - 1, 1)
         # the interval of the mean: between-sequence variance of per-sequence means (any dependence)
@@ -98,7 +120,7 @@ class _Sums:
             "mc_frac_modified": fm,
             "mc_frac_modified_lo": float(max(flo, 0.0)),
             "mc_frac_modified_hi": float(min(fhi, 1.0)),
-            "mc_frac_seq_any": self.any / n,
+            "mc_frac_seq_any": self.any / self.n,
             "mc_khat": khat,
             "mc_reliable": not reasons,
             "mc_reason": "; ".join(reasons),
@@ -124,12 +146,18 @@ def _chunk_cells(cs, grid, Y: np.ndarray, cells: dict) -> None:
                 w, mod = apply_sequence(c, log_p, t)
                 cells[(t, c.spec)].add(w, mod)
                 continue
+            if c.kind == "m2po":  # batches of c.batch sequences; a partial last batch is left out
+                rows = Y.shape[0] // c.batch * c.batch
+                if rows:
+                    wt, mod = apply_tokens(c, Y[:rows, :t])
+                    cells[(t, c.spec)].add(wt, mod, group=c.batch)
+                continue
             wt, mod = apply_tokens(c, Y[:, :t])
             if c.kind == "gmpo":  # one weight per sequence, modified flags per token
                 w = np.exp(wt.mean(axis=1))
                 cell = cells[(t, c.spec)]
                 cell.add(w, np.zeros(w.shape, dtype=bool))
-                cell.f1 += float(mod.mean(axis=1).sum())
+                cell.f1 += float(mod.mean(axis=1).sum())  # k counted by add: one unit a sequence
                 cell.f2 += float(np.square(mod.mean(axis=1)).sum())
                 cell.any += int(mod.any(axis=1).sum())
             else:
@@ -150,6 +178,11 @@ def simulate_corrections(
     :math:`\hat k` of the weights, and a verdict: a row is unreliable when the effective
     number of weights (units x ESS fraction) is below :data:`MIN_ESS` or :math:`\hat k > 0.7`.
 
+    ``m2po`` masks over batches of ``B`` consecutive sequences of a chunk (its spec's batch):
+    the chunk size is then a multiple of every such ``B`` (their least common multiple), its
+    intervals come from the spread of the batches (``n`` must hold two batches at least), and a
+    last batch of fewer than ``B`` sequences (when ``n`` is not a multiple) is left out of its rows.
+
     Parameters
     ----------
     family : Family
@@ -160,8 +193,9 @@ def simulate_corrections(
     seed : int
     ci : float
     chunk_size : int, optional
-        Sequences per chunk; default ``max(4, min(4096, 2**21 // max(T)))``. With ``n`` and
-        ``seed`` it fixes every bit of the result.
+        Sequences per chunk; default ``max(4, min(4096, 2**21 // max(T)))``, rounded down to a
+        multiple of the ``m2po`` batches (at least one batch). With ``n``, ``seed`` and the
+        specs it fixes every bit of the result.
 
     Returns
     -------
@@ -179,6 +213,14 @@ def simulate_corrections(
     z_value(ci)
     t_max = grid[-1]
     size = max(4, min(4096, 2**21 // t_max)) if chunk_size is None else check_n(chunk_size, minimum=1)
+    batches = [c.batch for c in cs if c.kind == "m2po"]
+    if batches:
+        unit = math.lcm(*batches)
+        if n < 2 * max(batches):  # the intervals need the spread of two batches at least
+            raise ValueError(
+                f"n = {n} is below two m2po batches of {max(batches)} sequences: no interval over batches"
+            )
+        size = max(unit, size // unit * unit)
     code, params = family.sampler_params()
     tail = int(3 * math.sqrt(n * t_max)) + 2
     cells = {(t, c.spec): _Sums(tail) for t in grid for c in cs}
@@ -192,6 +234,96 @@ def simulate_corrections(
         for c in cs
     ]
     out = pd.DataFrame(rows, columns=["T", "correction", "level", *CORRECTIONS_MC_COLUMNS])
+    out.attrs["provenance"] = {
+        "family": family.describe(),
+        "n": n,
+        "seed": seed,
+        "chunk_size": size,
+        "ci": ci,
+    }
+    return out
+
+
+#: Columns of :func:`simulate_positions`.
+POSITION_MC_COLUMNS = (
+    "t",
+    "correction",
+    "mc_frac_modified",
+    "mc_frac_modified_lo",
+    "mc_frac_modified_hi",
+    "mc_mean_w",
+    "mc_mean_w_lo",
+    "mc_mean_w_hi",
+)
+
+
+def simulate_positions(
+    family: Family, correction, T: int, n, *, seed=0, ci: float = 0.95, chunk_size=None
+) -> pd.DataFrame:
+    r"""Monte Carlo fraction of tokens a token-level correction modifies at each position ``t = 1..T``.
+
+    For ``ctpo`` this is the clipped fraction :math:`p_t` by position, for any family (its
+    closed form for lognormal ratios is :func:`variance_lab.corrections.ctpo_positions`). The
+    draws are :func:`simulate_corrections`' (same seeds, same chunks); at each position the
+    ``n`` sequences are independent, so the fraction gets Wilson's score interval and the mean
+    weight the normal interval of a mean.
+
+    Parameters
+    ----------
+    family : Family
+    correction : str or Correction
+        A token-level spec other than ``m2po`` (whose mask couples a batch) and ``gmpo``
+        (one weight per sequence).
+    T : int
+        The last position.
+    n : int
+        Sequences, >= 2.
+    seed, ci, chunk_size
+        As for :func:`simulate_corrections`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per position, columns :data:`POSITION_MC_COLUMNS`.
+    """
+    from variance_lab.simulate.plan import chunk_generator
+
+    if not isinstance(family, Family):
+        raise ValueError(f"family must be a variance_lab Family, got {family!r}")
+    (c,) = parse_list([correction])
+    if c.level != "token" or c.kind in ("m2po", "gmpo"):
+        raise ValueError(
+            f"simulate_positions takes a token-level correction other than m2po and gmpo, got {c.spec!r}"
+        )
+    t_max = int(check_T(T, grid=True)[-1])
+    n = check_n(n)
+    seed = check_seed(seed)
+    z_value(ci)
+    size = max(4, min(4096, 2**21 // t_max)) if chunk_size is None else check_n(chunk_size, minimum=1)
+    code, params = family.sampler_params()
+    count, w1, w2 = np.zeros(t_max), np.zeros(t_max), np.zeros(t_max)
+    for index, start in enumerate(range(0, n, size)):
+        Y = _draw_tokens(code, params, chunk_generator(seed, index), min(size, n - start), t_max)
+        w, mod = apply_tokens(c, Y)
+        count += mod.sum(axis=0)
+        w1 += w.sum(axis=0)
+        w2 += np.square(w).sum(axis=0)
+    lo, hi = wilson_interval(count, n, ci)
+    mean = w1 / n
+    mlo, mhi, _ = mean_interval(mean, np.maximum(w2 / n - mean * mean, 0.0) * n / (n - 1), n, ci)
+    out = pd.DataFrame(
+        {
+            "t": np.arange(1, t_max + 1),
+            "correction": c.spec,
+            "mc_frac_modified": count / n,
+            "mc_frac_modified_lo": lo,
+            "mc_frac_modified_hi": hi,
+            "mc_mean_w": mean,
+            "mc_mean_w_lo": mlo,
+            "mc_mean_w_hi": mhi,
+        },
+        columns=list(POSITION_MC_COLUMNS),
+    )
     out.attrs["provenance"] = {
         "family": family.describe(),
         "n": n,

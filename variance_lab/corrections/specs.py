@@ -1,9 +1,13 @@
-"""The correction kinds and their spec strings: :class:`Correction`, :func:`parse`, :func:`parse_list`.
+r"""The correction kinds and their spec strings: :class:`Correction`, :func:`parse`, :func:`parse_list`.
 
 A spec names a kind of :data:`CORRECTION_KINDS` and its numeric parameters (``seq-tis:3``, ``icepop:5``,
-``gspo``); a :class:`Correction` gives its level, its base weight and its weight as pieces
-``(a, b, log c, p)`` on the log of the base weight, from which every other module of the
-package computes.
+``gspo``, ``ctpo:0.5:0.5``, ``m2po:0.04``); a :class:`Correction` gives its level, its base weight
+and its weight as pieces ``(a, b, log c, p)`` on the log of the base weight, from which every other
+module of the package computes. Two kinds need more than their parameters for their band:
+``ctpo``'s bounds grow with the token's position t (:meth:`Correction.log_bounds` at ``T = t``),
+and ``m2po``'s band depends on the whole batch, so in theory on the law of :math:`\log r`
+(its large-batch cut, :attr:`Correction.cut`, set by
+:func:`variance_lab.corrections.m2po.resolve_cut`).
 """
 
 from __future__ import annotations
@@ -11,13 +15,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from variance_lab.ratios import GMPO_EPS, GSPO_EPS, ICEPOP_BAND
+from variance_lab.ratios import GMPO_EPS, GSPO_EPS, ICEPOP_BAND, M2PO_TAU
 
 __all__ = [
     "CORRECTION_KINDS",
     "GMPO_DEFAULT",
     "GSPO_DEFAULT",
     "ICEPOP_DEFAULT",
+    "M2PO_BATCH",
+    "M2PO_DEFAULT",
     "Correction",
     "parse",
     "parse_list",
@@ -36,6 +42,8 @@ CORRECTION_KINDS = {
     "cispo": ("token", "r", (1, 2)),
     "ppo": ("token", "r", (1, 2)),
     "gmpo": ("token", "G", (0, 1)),
+    "ctpo": ("token", "prefix", (1, 2)),
+    "m2po": ("token", "r", (0, 1, 2)),
 }
 
 #: The defaults of ``gspo`` (GSPO's clip widths of s), ``gmpo`` (its log-space clip) and ``icepop``
@@ -43,6 +51,11 @@ CORRECTION_KINDS = {
 GSPO_DEFAULT = GSPO_EPS
 GMPO_DEFAULT = GMPO_EPS
 ICEPOP_DEFAULT = ICEPOP_BAND
+#: The default threshold of ``m2po`` (M2PO's :math:`\tau`), :data:`variance_lab.ratios.M2PO_TAU`.
+M2PO_DEFAULT = M2PO_TAU
+#: Sequences per batch over which ``m2po`` masks, when the spec does not say (``m2po:TAU:B``): the
+#: toolkit's choice, not a framework's (a framework masks over whatever batch its loss sees).
+M2PO_BATCH = 256
 
 
 # --------------------------------------------------------------------------------------
@@ -50,20 +63,26 @@ ICEPOP_DEFAULT = ICEPOP_BAND
 # --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Correction:
-    """One correction: its kind (:data:`CORRECTION_KINDS`) and numeric parameters.
+    r"""One correction: its kind (:data:`CORRECTION_KINDS`) and numeric parameters.
 
     Attributes
     ----------
     kind : str
     params : tuple of float
-        As written in the spec (defaults filled in for ``gspo``, ``gmpo`` and ``icepop``).
+        As written in the spec (defaults filled in for ``gspo``, ``gmpo``, ``icepop`` and
+        ``m2po``, whose params are always ``(tau, batch)``; ``ctpo:E`` is ``(E, E)``).
     spec : str
         The spec string it was parsed from, as written.
+    cut : float or None
+        ``m2po`` only: the half-width :math:`\sqrt q` of the band of :math:`\log r` it keeps in
+        the large-batch limit, once resolved against a ratio law
+        (:func:`variance_lab.corrections.m2po.resolve_cut`); ``inf`` when nothing is masked.
     """
 
     kind: str
     params: tuple[float, ...]
     spec: str
+    cut: float | None = None
 
     @property
     def level(self) -> str:
@@ -78,11 +97,32 @@ class Correction:
     @property
     def unit(self) -> str:
         """What one weight belongs to: ``"sequence"`` (incl. GMPO) or ``"token"``."""
-        return "token" if self.base == "r" else "sequence"
+        return "token" if self.base in ("r", "prefix") else "sequence"
+
+    @property
+    def batch(self) -> int:
+        """``m2po``: the sequences of one batch over which the mask is computed."""
+        if self.kind != "m2po":
+            raise ValueError(f"{self.spec!r} has no batch (only m2po masks over a batch)")
+        return int(self.params[1])
 
     def log_bounds(self, T: int = 1) -> tuple[float, float]:
-        """Return the interval of the base weight's log where ``w`` equals it unmodified."""
+        r"""Return the interval of the base weight's log where ``w`` equals it unmodified.
+
+        ``ctpo``: the bounds :math:`[-E_L\sqrt t, E_H\sqrt t]` of :math:`L_t` at position
+        ``t = T``; ``m2po``: :math:`[-\sqrt q, \sqrt q]` once its :attr:`cut` is resolved.
+        """
         p, k = self.params, self.kind
+        if k == "ctpo":
+            root = math.sqrt(T)
+            return -p[0] * root, p[1] * root
+        if k == "m2po":
+            if self.cut is None:
+                raise ValueError(
+                    f"{self.spec!r}: m2po's band depends on the law of log r; resolve its large-batch "
+                    "cut first (variance_lab.corrections.resolve_cut)"
+                )
+            return -self.cut, self.cut
         if k in ("seq-tis", "tis"):
             return -_INF, math.log(p[0])
         if k == "seq-mask":
@@ -115,7 +155,7 @@ class Correction:
         :data:`variance_lab.corrections.weights.BOUND_RULE` (a value at a bound is kept).
         """
         a, b = self.log_bounds(T)
-        if self.kind in ("seq-mask", "geo-rs", "icepop"):
+        if self.kind in ("seq-mask", "geo-rs", "icepop", "ctpo", "m2po"):
             return [(a, b, 0.0, 1.0)]
         if self.kind in ("seq-tis", "tis"):
             return [(a, b, 0.0, 1.0), (b, _INF, b, 0.0)]
@@ -139,6 +179,17 @@ def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[floa
         return (GMPO_DEFAULT,)
     if kind == "icepop" and not values:
         return ICEPOP_DEFAULT
+    if kind == "ctpo":
+        if min(values) <= 0:
+            raise bad("the bounds EL, EH of the cumulative log-ratio must be > 0")
+        return values if len(values) == 2 else (values[0], values[0])
+    if kind == "m2po":
+        tau, batch = (values + (M2PO_DEFAULT, float(M2PO_BATCH))[len(values) :])[:2]
+        if tau <= 0:
+            raise bad("the threshold TAU of the mean squared log-ratio must be > 0")
+        if batch < 1 or batch != int(batch):
+            raise bad("the batch B must be a whole number of sequences >= 1")
+        return tau, batch
     if kind in ("seq-tis", "tis") and values[0] <= 0:
         raise bad("the cap C must be > 0")
     if kind == "seq-mask":

@@ -31,6 +31,12 @@ Figures (:data:`FIGURES`):
     data set (``data/arith_rollouts.jsonl.gz``), one marker per model of
     :func:`variance_lab.rollouts.analysis.analyze` (:func:`clip_frame`,
 
+``thresholds``
+    Where CTPO's and M2PO's thresholds bind (lognormal ratios): (a) the fraction of tokens
+    ``ctpo:EL:EH`` clips at each position, closed form (:func:`variance_lab.corrections.ctpo_positions`)
+    and Monte Carlo (:func:`variance_lab.corrections.simulate_positions`); (b) the fraction
+    ``m2po`` masks against its threshold, the large-batch limit and Monte Carlo per batch size.
+
 ``experiment_variance`` (:data:`EXPERIMENT_FIGURE`) is the analysis of the shipped experiment
 data (:mod:`variance_lab.experiment.figure`), with its own data set and sidecar format;
 :data:`ALL_FIGURES` (from :mod:`variance_lab.paper.names`, light to import) is every figure
@@ -147,6 +153,19 @@ def _defaults(quick: bool) -> dict[str, dict]:
             "seed": 0,
             "level": 0.95,
         },
+        "thresholds": {
+            **base,
+            "ctpo": ["ctpo:0.5:0.5", "ctpo:1:1", "ctpo:0.25:1"],
+            "t": _ints("1:1000:log12" if quick else "1:1000:log40"),
+            "mc_t": [1, 10, 100, 1000] if quick else [1, 3, 10, 30, 100, 300, 1000],
+            "n": 2000 if quick else 20_000,
+            "tau": _floats("0.003:0.2:log9" if quick else "0.003:0.2:log41"),
+            "mc_tau": [0.005, 0.02, 0.08] if quick else [0.005, 0.01, 0.02, 0.04, 0.08],
+            "batches": [16, 256],
+            "m2po_n": 4096 if quick else 65536,
+            "seed": 0,
+            "ci": 0.95,
+        },
     }
 
 
@@ -237,4 +256,12 @@ class _Captions:
         "empirical GSPO prediction resamples tokens from their pooled law, as experiment_variance draws "
         "it. Values below a log panel's floor are drawn on its edge and listed in a note; grey: "
         "predicted = observed."
+    )
+    thresholds = (
+        "Where CTPO's and M2PO's thresholds bind, lognormal token ratios: (a) the fraction of tokens "
+        "ctpo:EL:EH clips at position t (its cumulative log-ratio L_t outside [-EL sqrt t, EH sqrt t]): "
+        "closed-form lines and Monte Carlo points with 95 % Wilson intervals; crosses: the first t at which "
+        "half the tokens are clipped there; (b) the fraction of tokens M2PO masks against its threshold "
+        "tau: the large-batch limit P(y^2 > q), E[y^2 | y^2 <= q] = tau (line), and Monte Carlo per batch "
+        "of B one-token sequences with 95 % intervals over batches (filled: reliable; hollow: flagged)."
     )

@@ -32,6 +32,7 @@ __all__ = [
     "figure_data",
     "histogram_frame",
     "sample_log_P",
+    "threshold_frame",
     "with_resampled_gspo",
 ]
 
@@ -176,6 +177,8 @@ def _figure_data(name: str, params: dict, engine: Engine) -> pd.DataFrame:
         return corrections_frame(p)
     if name == "clip_fractions":
         return clip_frame(p)
+    if name == "thresholds":
+        return threshold_frame(p)
     family = get_family(p["family"], p["mu"], p["sigma2"])
     draws = sample_log_P(family, p["T"], int(p["n"]), seed=int(p["seed"]), sampler=p.get("sampler", "token"))
     return histogram_frame(draws, p["T"], p["bins"])
@@ -397,3 +400,74 @@ def with_resampled_gspo(frame: pd.DataFrame, params: dict) -> pd.DataFrame:
         raise ValueError(f"resampled clip fractions cover {len(values)} buckets, the table {len(frame)}")
     frame["gspo_clip_pred_emp"] = values
     return frame
+
+
+def _row(panel, series, x, method, value, lo=np.nan, hi=np.nan, reliable=True) -> dict:
+    return {
+        "panel": panel,
+        "series": series,
+        "x": float(x),
+        "method": method,
+        "value": float(value),
+        "lo": float(lo),
+        "hi": float(hi),
+        "reliable": bool(reliable),
+    }
+
+
+def threshold_frame(params: dict) -> pd.DataFrame:
+    """Tidy rows of the ``thresholds`` figure (:mod:`variance_lab.report.threshold_figure`).
+
+    CTPO: :func:`variance_lab.corrections.ctpo_positions` at the positions ``t`` (exact),
+    :func:`variance_lab.corrections.simulate_positions` at ``mc_t`` (``n`` sequences), and
+    :func:`variance_lab.corrections.find_T` at one half (``binding``). M2PO: the large-batch
+    ``frac_modified`` of :func:`variance_lab.corrections.theory` at each ``tau``, and
+    :func:`variance_lab.corrections.simulate_corrections` of ``m2po:TAU:B`` on ``m2po_n``
+    one-token sequences (a batch of ``B`` tokens) at each ``mc_tau`` and ``B`` of ``batches``.
+    """
+    p = params
+    family = get_family(p["family"], p["mu"], p["sigma2"])
+    seed, ci = int(p["seed"]), float(p["ci"])
+    rows = []
+    t_max = max(p["t"])
+    for spec in p["ctpo"]:
+        exact = corrections.ctpo_positions(family, spec, t_max).set_index("t")
+        rows += [_row("ctpo", spec, t, "exact", exact.frac_clipped[t]) for t in p["t"]]
+        if p.get("n"):
+            mc = corrections.simulate_positions(family, spec, max(p["mc_t"]), int(p["n"]), seed=seed, ci=ci)
+            mc = mc.set_index("t")
+            rows += [
+                _row(
+                    "ctpo",
+                    spec,
+                    t,
+                    "monte_carlo",
+                    *mc.loc[t, ["mc_frac_modified", "mc_frac_modified_lo", "mc_frac_modified_hi"]],
+                )
+                for t in p["mc_t"]
+            ]
+        bind = corrections.find_T(family, spec, 0.5)
+        if bind is not None:
+            rows.append(_row("ctpo", spec, bind, "binding", 0.5))
+    limit = f"large-batch limit, $\\sigma^2 = {p['sigma2']:g}$"
+    th = corrections.theory(family, [1], [f"m2po:{tau!r}" for tau in p["tau"]])
+    rows += [_row("m2po", limit, tau, "exact", f) for tau, f in zip(p["tau"], th.frac_modified, strict=True)]
+    if p.get("m2po_n"):
+        specs = [f"m2po:{tau!r}:{int(b)}" for b in p["batches"] for tau in p["mc_tau"]]
+        mc = corrections.simulate_corrections(family, [1], specs, int(p["m2po_n"]), seed=seed, ci=ci)
+        for r, (b, tau) in zip(
+            mc.itertuples(index=False), [(b, tau) for b in p["batches"] for tau in p["mc_tau"]], strict=True
+        ):
+            rows.append(
+                _row(
+                    "m2po",
+                    f"batch of {int(b)} tokens",
+                    tau,
+                    "monte_carlo",
+                    r.mc_frac_modified,
+                    r.mc_frac_modified_lo,
+                    r.mc_frac_modified_hi,
+                    r.mc_reliable,
+                )
+            )
+    return pd.DataFrame(rows)

@@ -23,5 +23,6 @@ ALL_FIGURES = (
     "log_histograms",
     "corrections_vs_T",
     "clip_fractions",
+    "thresholds",
     FIGURE_NAME,
 )

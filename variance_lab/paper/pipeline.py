@@ -28,7 +28,7 @@ from variance_lab.paper.catalog import ALL_FIGURES, EXPERIMENT_FIGURE, FIGURES, 
 from variance_lab.paper.frames import figure_data
 from variance_lab.progress import progress_steps
 from variance_lab.provenance import FIGURE_VERSIONS, read_json_object, text_sha256, versions, write_sidecar
-from variance_lab.report import clip_figure, corrections_figure
+from variance_lab.report import clip_figure, corrections_figure, threshold_figure
 from variance_lab.report import figures as plots
 from variance_lab.report import style as report_style
 from variance_lab.simulate import Engine, using_engine
@@ -99,6 +99,9 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
     if name == "clip_fractions":
         title = f"{Path(params['data']).name}: observed against predicted clip fractions per length bucket"
         return clip_figure.clip_figure(data, level=float(params["level"]), style=style, title=title)
+    if name == "thresholds":
+        title = f"{params['family']} ratios, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$"
+        return threshold_figure.threshold_figure(data, title=title, style=style)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
 
 

@@ -7,10 +7,11 @@ a bound" from here, and states its convention as arguments.
 =================  =====================================================================
 module             holds
 =================  =====================================================================
-``defaults``       every clip and band default, typed once (GSPO, PPO, DAPO, GMPO, IcePop)
+``defaults``       every clip and band default, typed once (GSPO, PPO, DAPO, GMPO, IcePop, M2PO)
 ``bounds``         the bound rule :func:`outside` with its convention (inclusive ends, log or
                    linear space, float32 or float64), :class:`BoundRule`, :func:`log_bounds`
-``weights``        exact per-sequence sums of token log-ratios (:func:`segment_sums`), clip bands
+``weights``        exact per-sequence sums of token log-ratios (:func:`segment_sums`), prefix sums
+                   within sequences (:func:`segment_cumsums`), clip bands
 ``advantages``     GRPO's group advantages (``eps``, ``ddof`` named), the variance shares
 =================  =====================================================================
 """
@@ -34,12 +35,13 @@ from variance_lab.ratios.defaults import (
     GSPO_EPS,
     GSPO_RANGE,
     ICEPOP_BAND,
+    M2PO_TAU,
     PPO_EPS,
     PPO_RANGE,
     TRUNCATION_TYPES,
     eps_range,
 )
-from variance_lab.ratios.weights import log_clip_range, segment_sums
+from variance_lab.ratios.weights import log_clip_range, segment_cumsums, segment_sums
 
 __all__ = [
     "CLOSED",
@@ -50,6 +52,7 @@ __all__ = [
     "GSPO_RANGE",
     "ICEPOP_BAND",
     "LEFT_OPEN",
+    "M2PO_TAU",
     "OPEN",
     "PPO_EPS",
     "PPO_RANGE",
@@ -64,6 +67,7 @@ __all__ = [
     "log_bounds",
     "log_clip_range",
     "outside",
+    "segment_cumsums",
     "segment_sums",
     "variance_split",
 ]

@@ -13,6 +13,9 @@ and both experiments' losses take their defaults from here.
   :data:`GMPO_RANGE` :math:`(e^{-0.4}, e^{0.4})`.
 - :data:`ICEPOP_BAND` :math:`(0.5, 5)`: IcePop's band of a token ratio (Ring-1T; OpenRLHF's
   ``vllm_is_truncated_threshold``).
+- :data:`M2PO_TAU` :math:`0.04`: M2PO's threshold of the batch's second moment
+  :math:`\overline{(\log r)^2}` (Zheng et al. 2025, arXiv 2510.01161; AReaL's
+  ``actor.m2_threshold``).
 
 The package :mod:`variance_lab.ratios` re-exports every name of this module; its ``__all__`` is
 the one list of them.
@@ -48,6 +51,9 @@ GMPO_RANGE = (math.exp(-GMPO_EPS), math.exp(GMPO_EPS))
 
 #: IcePop's band of a token ratio, [0.5, 5] (Ring-1T; OpenRLHF's ``vllm_is_truncated_threshold``).
 ICEPOP_BAND = (0.5, 5.0)
+
+#: M2PO's threshold of the mean squared token log-ratio of a batch (Zheng et al. 2025, arXiv 2510.01161).
+M2PO_TAU = 0.04
 
 #: The truncations of the token ratio that inference-engine corrections offer, in the names NeMo-RL
 #: (``truncated_importance_sampling_type``) and OpenRLHF (``vllm_is_correction_type``) both use:

@@ -1,7 +1,9 @@
-r"""Token and sequence weights that need no batch type: exact segment sums and clip bands.
+r"""Token and sequence weights that need no batch type: exact segment sums, prefix sums and clip bands.
 
 :func:`segment_sums` sums token log-ratios per sequence to about one unit in the last place
-(:math:`\log P_T = \sum_t d_t`, and :math:`\log s = \log P_T / T`); :func:`log_clip_range`
+(:math:`\log P_T = \sum_t d_t`, and :math:`\log s = \log P_T / T`); :func:`segment_cumsums`
+gives each token's prefix sum within its sequence (:math:`\log P_t = \sum_{s \le t} d_s`, the
+log of CTPO's cumulative ratio) and its position :math:`t`; :func:`log_clip_range`
 validates a ratio band and gives its logs.
 :mod:`variance_lab.rollouts.weights` builds the per-sequence weights of a
 :class:`~variance_lab.rollouts.batch.TokenBatch` on these.
@@ -13,7 +15,7 @@ import math
 
 import numpy as np
 
-__all__ = ["log_clip_range", "segment_sums"]
+__all__ = ["log_clip_range", "segment_cumsums", "segment_sums"]
 
 
 def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -60,6 +62,53 @@ def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     lo = x - hi  # exact: |lo| <= 2**(g-1) and lo is a multiple of ulp(x)
     starts = offsets[:-1]
     return np.add.reduceat(hi, starts) + np.add.reduceat(lo, starts)
+
+
+#: Most cells (sequences x longest length) :func:`segment_cumsums` pads at once.
+_PAD_CELLS = 1 << 22
+
+
+def segment_cumsums(x: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Return each value's prefix sum within its segment, and its 1-based position there.
+
+    Segment ``i`` is ``x[offsets[i]:offsets[i+1]]``; its prefix sums are those of
+    ``np.cumsum`` on the segment alone (the rounding of a per-sequence cumsum, as the Monte
+    Carlo's ``np.cumsum(Y, axis=1)``), not a difference of one running sum over all segments,
+    which would carry the rounding of every earlier segment. Segments are padded into rows of
+    at most about 4 million cells at a time, so memory stays bounded.
+
+    Parameters
+    ----------
+    x : ndarray of float64
+        All segments concatenated.
+    offsets : ndarray of int
+        ``n + 1`` rising offsets from 0 to ``len(x)``, every segment non-empty.
+
+    Returns
+    -------
+    (prefix, position) : tuple of ndarray
+        ``prefix[k]`` :math:`= \sum_{j \le k} x_j` over the segment of ``k``;
+        ``position[k]`` its place in the segment, from 1.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    off = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(off)
+    if off.size < 2 or off[0] != 0 or off[-1] != x.size or np.any(lengths < 1):
+        raise ValueError("segment_cumsums needs non-empty segments that cover x")
+    position = np.arange(x.size, dtype=np.int64) - np.repeat(off[:-1], lengths) + 1
+    prefix = np.empty_like(x)
+    start = 0
+    n = lengths.size
+    while start < n:
+        width, stop = int(lengths[start]), start + 1
+        while stop < n and (stop - start + 1) * max(width, int(lengths[stop])) <= _PAD_CELLS:
+            width, stop = max(width, int(lengths[stop])), stop + 1
+        block = np.zeros((stop - start, width))
+        mask = np.arange(width) < lengths[start:stop, None]
+        block[mask] = x[off[start] : off[stop]]
+        prefix[off[start] : off[stop]] = np.cumsum(block, axis=1)[mask]
+        start = stop
+    return prefix, position
 
 
 def log_clip_range(rng, name: str) -> tuple[float, float]:

@@ -78,7 +78,10 @@ def display_columns(frame: pd.DataFrame, *, ci: float = 0.95) -> dict[str, list[
         out[f"frac. modified [{pct} CI]"] = values
     if "pred_frac_modified" in frame:
         out["predicted frac. modified"] = [format_number(v) for v in frame["pred_frac_modified"]]
-        out["prediction inside"] = ["yes" if ok else "NO" for ok in frame["pred_inside"]]
+        out["prediction inside"] = [
+            "n/a" if not math.isfinite(p) else "yes" if ok else "NO"  # n/a: the model has no prediction
+            for p, ok in zip(frame["pred_frac_modified"], frame["pred_inside"], strict=True)
+        ]
     if "mc_mean_w" in frame:
         for col in ("mc_mean_w", "mc_frac_modified"):
             header, values = _interval(frame, col, pct)
@@ -90,9 +93,18 @@ def display_columns(frame: pd.DataFrame, *, ci: float = 0.95) -> dict[str, list[
     return out
 
 
-def find_T_line(correction: str, level: str, T, threshold: float, family_text: str) -> str:
-    """Return the one-line answer: from which length a correction modifies ``threshold`` of the sequences."""
-    what = "of sequences truncated or masked" if level == "sequence" else "of sequences with a modified token"
+def find_T_line(correction: str, level: str, T, threshold: float, family_text: str, what=None) -> str:
+    """Return the one-line answer: from which length a correction modifies ``threshold`` of the sequences.
+
+    ``what`` replaces the words after the share (default: by ``level``, "of sequences truncated
+    or masked" or "of sequences with a modified token").
+    """
+    if what is None:
+        what = (
+            "of sequences truncated or masked"
+            if level == "sequence"
+            else "of sequences with a modified token"
+        )
     share = f"{100 * threshold:g} %"
     if T is None:
         return f"- {correction}: never reaches {share} {what} for T <= 10^7 ({family_text})."
