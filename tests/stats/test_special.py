@@ -11,6 +11,7 @@ from variance_lab.stats.special import (
     STIRLING_COEFFICIENTS,
     UNIT_ROUNDOFF,
     lgamma_ratio,
+    log1mexp,
     log_expm1,
     stirling_tail,
 )
@@ -95,3 +96,15 @@ def test_lgamma_ratio_broadcasts_and_raises_no_warning():
         got, err = lgamma_ratio(k, s)
     assert got.shape == err.shape == (2, 4)
     assert np.all(np.isfinite(got))
+
+
+def test_log1mexp_against_mpmath_on_both_sides_of_log_2():
+    """log(1 - e^x) to a few ulps from -1e-300 to -700, across the switch at -log 2, and its ends."""
+    x = -np.concatenate(
+        [np.geomspace(1e-300, 0.5, 60), np.linspace(0.6, 0.8, 41), np.geomspace(0.8, 700, 60)]
+    )
+    want = _ref(lambda t: mpmath.log(-mpmath.expm1(t)), x)
+    got = np.array([log1mexp(float(t)) for t in x])
+    np.testing.assert_allclose(got, want, rtol=8 * UNIT_ROUNDOFF, atol=1e-300)
+    assert log1mexp(0.0) == -math.inf
+    assert log1mexp(-math.inf) == 0.0

@@ -27,6 +27,7 @@ from variance_lab.corrections.m2po import resolve_cut
 from variance_lab.corrections.prefix import clip_probability, ctpo_log_moments
 from variance_lab.corrections.specs import Correction, parse, parse_list
 from variance_lab.families import Family, LogNormal, LognormalMixture, RandomScale
+from variance_lab.stats.special import log1mexp
 
 __all__ = [
     "COLUMNS",
@@ -171,20 +172,11 @@ MIXTURE_TAIL_MASS = 1e-14
 MAX_COUNT_TERMS = 200_000
 
 
-def _log1mexp(x: float) -> float:
-    r""":math:`\log(1 - e^x)` for :math:`x \le 0`, accurate on both sides of :math:`-\log 2`."""
-    if x == 0.0:
-        return -_INF
-    if x == -_INF:
-        return 0.0
-    return math.log(-math.expm1(x)) if x > -0.6931471805599453 else math.log1p(-math.exp(x))
-
-
 def _log_any(c: Correction, lf: float, T: float) -> float:
     """Log of the probability that a sequence has a modified weight, given i.i.d. tokens (ctpo: unused)."""
     if c.level == "sequence" or c.kind == "ctpo":
         return lf
-    return _log1mexp(T * math.log1p(-math.exp(lf))) if lf < 0 else 0.0
+    return log1mexp(T * math.log1p(-math.exp(lf))) if lf < 0 else 0.0
 
 
 def _scale_logs(c: Correction, log_mu: float, v: float, T: float) -> np.ndarray:

@@ -19,7 +19,15 @@ import math
 import numpy as np
 from scipy import special
 
-__all__ = ["LN10", "STIRLING_COEFFICIENTS", "UNIT_ROUNDOFF", "lgamma_ratio", "log_expm1", "stirling_tail"]
+__all__ = [
+    "LN10",
+    "STIRLING_COEFFICIENTS",
+    "UNIT_ROUNDOFF",
+    "lgamma_ratio",
+    "log1mexp",
+    "log_expm1",
+    "stirling_tail",
+]
 
 #: ln 10: a natural log over it is a log10 (the tidy frames' ``log10_*`` columns).
 LN10 = math.log(10.0)
@@ -70,6 +78,26 @@ def log_expm1(x):
         small = np.log(np.expm1(np.where(big, 0.0, x)))
         large = x + np.log1p(-np.exp(-np.where(big, x, 30.0)))
     return np.where(big, large, small)
+
+
+def log1mexp(x: float) -> float:
+    r""":math:`\log(1 - e^x)` for a float :math:`x \le 0`, accurate on both sides of :math:`-\log 2`.
+
+    .. math::
+
+        \log(1 - e^x) = \begin{cases}
+            \log(-\operatorname{expm1}(x)) & -\log 2 < x \le 0, \\
+            \operatorname{log1p}(-e^x) & x \le -\log 2
+        \end{cases}
+
+    (Mächler's rule: each branch where its argument is not a difference of near-equal numbers);
+    ``-inf`` at 0 and 0 at ``-inf``.
+    """
+    if x == 0.0:
+        return -math.inf
+    if x == -math.inf:
+        return 0.0
+    return math.log(-math.expm1(x)) if x > -math.log(2.0) else math.log1p(-math.exp(x))
 
 
 def stirling_tail(x):
