@@ -127,6 +127,11 @@ class _Sums:
         }
 
 
+def _provenance(family: Family, n: int, seed: int, chunk_size: int, ci: float) -> dict:
+    """What a Monte Carlo frame records of how it was drawn (``attrs["provenance"]``)."""
+    return {"family": family.describe(), "n": n, "seed": seed, "chunk_size": chunk_size, "ci": ci}
+
+
 def _draw_tokens(code: int, params: np.ndarray, rng: np.random.Generator, n: int, T: int) -> np.ndarray:
     """(n, T) token log-ratios: one call for i.i.d. families, one path per row for AR(1) and random-scale."""
     from variance_lab.simulate.kernels import draw_log_r
@@ -234,13 +239,7 @@ def simulate_corrections(
         for c in cs
     ]
     out = pd.DataFrame(rows, columns=["T", "correction", "level", *CORRECTIONS_MC_COLUMNS])
-    out.attrs["provenance"] = {
-        "family": family.describe(),
-        "n": n,
-        "seed": seed,
-        "chunk_size": size,
-        "ci": ci,
-    }
+    out.attrs["provenance"] = _provenance(family, n, seed, size, ci)
     return out
 
 
@@ -324,11 +323,5 @@ def simulate_positions(
         },
         columns=list(POSITION_MC_COLUMNS),
     )
-    out.attrs["provenance"] = {
-        "family": family.describe(),
-        "n": n,
-        "seed": seed,
-        "chunk_size": size,
-        "ci": ci,
-    }
+    out.attrs["provenance"] = _provenance(family, n, seed, size, ci)
     return out
