@@ -128,7 +128,7 @@ class _Sums:
 
 
 def _provenance(family: Family, n: int, seed: int, chunk_size: int, ci: float) -> dict:
-    """What a Monte Carlo frame records of how it was drawn (``attrs["provenance"]``)."""
+    """Return what a Monte Carlo frame records of how it was drawn (``attrs["provenance"]``)."""
     return {"family": family.describe(), "n": n, "seed": seed, "chunk_size": chunk_size, "ci": ci}
 
 
