@@ -535,3 +535,16 @@ def add_quiet_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quiet", "--no-progress", action="store_true", help="no progress lines on standard error"
     )
+
+
+def add_ratio_arg(parser, what: str) -> None:
+    """Add ``--ratio`` (update, mismatch, total; unset: as ``rollouts.split.choose_ratio`` picks)."""
+    parser.add_argument(
+        "--ratio",
+        default=None,
+        choices=("update", "mismatch", "total"),
+        help=f"{what}: update pi_theta/pi_old (logp - old_logp), mismatch pi_old/mu_rollout or total "
+        "pi_theta/mu_rollout (both need rollout_logp). Default: update, or mismatch where the file carries "
+        "no update ratio (logp equals old_logp at every token, as in the captures and the frameworks' "
+        "dumps), with a note saying so",
+    )

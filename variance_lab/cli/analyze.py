@@ -17,6 +17,7 @@ from pathlib import Path
 from variance_lab.cli._common import (
     CLIError,
     add_output_args,
+    add_ratio_arg,
     add_seed_arg,
     check_output,
     flush_notes,
@@ -179,15 +180,7 @@ def add_command(sub) -> None:
         help="K of the held-out judgment of the fitted models: prompts (or sequences, without prompt_id) "
         "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
     )
-    p.add_argument(
-        "--ratio",
-        default=None,
-        choices=("update", "mismatch", "total"),
-        help="the ratio of the main table, the fits and the clip fractions: update pi_theta/pi_old "
-        "(logp - old_logp), mismatch pi_old/mu_rollout or total pi_theta/mu_rollout (both need "
-        "rollout_logp). Default: update, or mismatch where the file carries no update ratio (logp equals "
-        "old_logp at every token, as in the captures and the frameworks' dumps), with a note saying so",
-    )
+    add_ratio_arg(p, "the ratio of the main table, the fits and the clip fractions")
     add_seed_arg(p, "seed of the bootstrap")
     add_output_args(
         p,

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from pathlib import Path
 
 from variance_lab import __version__
 from variance_lab.cli._common import (
     CLIError,
     add_family_args,
     add_output_args,
+    add_ratio_arg,
     add_seed_arg,
     family_from_args,
     float_arg,
@@ -125,11 +127,11 @@ def _model(args, cs) -> tuple:
 
 def _data(args, cs) -> tuple:
     from variance_lab import corrections
+    from variance_lab.rollouts.split import RATIO_LABELS, choose_ratio, ratio_batch
 
     batch = load_rollouts(args.data, on_bad=args.on_bad, preset=args.preset)
-    log_r, label = batch.log_ratio, "update log(pi_theta/pi_old)"
-    if args.ratio != "update":
-        log_r, label = _other_ratio(batch, args.ratio)
+    ratio, ratio_note = choose_ratio(batch, args.ratio, name=Path(args.data).name)
+    log_r, label = ratio_batch(batch, ratio).log_ratio, RATIO_LABELS[ratio]
     model, described = _fitted_model(args.predict, log_r)
     groups = batch.group_index() if batch.has_groups else None
     frame = corrections.evaluate(
@@ -178,6 +180,7 @@ def _data(args, cs) -> tuple:
             )
         )
     notes += batch.notes  # what the reader said about the file (a NeMo-RL dump's left-out samples)
+    notes += [ratio_note] if ratio_note else []
     return frame, title, ["\n".join(notes)]
 
 
@@ -203,14 +206,6 @@ def _fitted_model(which: str, log_r):
             f"(weight:mean:variance {comps})"
         )
     return None, ""
-
-
-def _other_ratio(batch, which: str):
-    if not batch.has_rollout:
-        raise CLIError(f"--ratio {which}: the file has no rollout_logp (the inference engine's log-probs)")
-    if which == "mismatch":
-        return batch.mismatch_log_ratio, "mismatch log(pi_old/mu_rollout)"
-    return batch.total_log_ratio, "total log(pi_theta/mu_rollout)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -271,13 +266,7 @@ def add_command(sub) -> None:
     p.add_argument(
         "--data", default=None, metavar="FILE", help="evaluate on the token log-ratios of this file"
     )
-    p.add_argument(
-        "--ratio",
-        default="update",
-        choices=("update", "mismatch", "total"),
-        help="--data: which token ratio the corrections act on: pi_theta/pi_old (logp - old_logp), "
-        "pi_old/mu_rollout or pi_theta/mu_rollout (both need rollout_logp)",
-    )
+    add_ratio_arg(p, "--data: the token ratio the corrections act on")
     p.add_argument("--buckets", default=None, help="--data: length bucket edges, e.g. 1,64,256")
     p.add_argument(
         "--predict",
