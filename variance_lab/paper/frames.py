@@ -255,16 +255,13 @@ def _experiment_rows(p: dict) -> list[dict]:
     ``data_T``.
     """
     from variance_lab.rollouts.io import load_batch
+    from variance_lab.rollouts.split import ratio_batch
 
     path = Path(p["data"])
     if not path.is_file():
         path = DATA_DIR / p["data"]
     batch = load_batch(path)
-    log_r = {
-        "mismatch": batch.mismatch_log_ratio,
-        "update": batch.log_ratio,
-        "total": batch.total_log_ratio,
-    }[p.get("ratio", "mismatch")]
+    log_r = ratio_batch(batch, p.get("ratio", "mismatch")).log_ratio
     edges = [int(e) for e in p["buckets"]]
     top = max(int(batch.lengths.max()), edges[-1])
     buckets = [(a, edges[i + 1] - 1) for i, a in enumerate(edges[:-1])] + [(edges[-1], top)]
