@@ -97,15 +97,49 @@ def test_mean_rule_against_its_formula(count, pooling):
 
 
 def test_verl_masked_mean_is_the_eps_rule():
-    """The eps rule is verl's ``masked_mean``, bit for bit; NeMo-RL's is the same rule."""
+    """The eps rule is verl's ``masked_mean``, bit for bit on float64; NeMo-RL's is it in float64."""
     rng = np.random.default_rng(3)
     mask = (rng.random((6, 5)) < 0.6).astype(np.float64)
     values = rng.normal(size=mask.shape)
     assert batch.masked_mean(values, mask) == verl.VERL_MEAN.mean(values, mask)
-    assert verl.VERL_MEAN == MeanRule("eps", 1e-8, "tokens") == nemo_rl.NEMO_MEAN
+    assert MeanRule("eps", 1e-8, "tokens", dtypes="torch") == verl.VERL_MEAN
+    assert MeanRule("eps", 1e-8, "tokens") == nemo_rl.NEMO_MEAN
 
 
-@pytest.mark.parametrize(("kwargs", "bad"), [({"count": "sum"}, "'sum'"), ({"pooling": "rows"}, "'rows'")])
+@pytest.mark.parametrize(
+    ("mask_dtype", "count_dtype"),
+    [(np.bool_, np.float32), (np.int64, np.float32), (np.int32, np.float32), (np.float32, np.float32)],
+)
+@pytest.mark.parametrize("values_dtype", [np.float32, np.float64])
+def test_torch_rule_forms_the_count_plus_eps_as_torch(values_dtype, mask_dtype, count_dtype):
+    """Under dtypes="torch" the count + 1e-8 is float32 for these masks: it equals the count.
+
+    Written out: total in the values' dtype over fl32(c + 1e-8) = c (c = 3, 1, 0 per row; an
+    empty row divides 0 by fl32(1e-8)); a float64 mask keeps c + 1e-8.
+    """
+    assert batch.torch_dtypes(values_dtype, mask_dtype) == (np.dtype(values_dtype), np.dtype(count_dtype))
+    mask = np.array([[1, 1, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]]).astype(mask_dtype)
+    values = np.array([[0.1, 0.2, 0.3, np.nan], [np.nan, 0.7, 9.0, 9.0], [1.0, 2.0, 3.0, 4.0]]).astype(
+        values_dtype
+    )
+    rule = MeanRule("eps", 1e-8, "tokens", dtypes="torch")
+    per_row = rule.mean(values, mask, axis=-1)
+    assert per_row.dtype == np.dtype(values_dtype)
+    v = values_dtype
+    want = [(v(0.1) + v(0.2)) + v(0.3), v(0.7), v(0.0)]
+    np.testing.assert_array_equal(per_row, np.array(want, dtype=v) / np.array([3, 1, 1e-8], dtype=np.float32))
+    pooled = rule.mean(values, mask)
+    assert pooled.dtype == np.dtype(values_dtype)
+    assert pooled == rule.sum(values, mask) / v(4.0)
+    f64 = MeanRule("eps", 1e-8, "tokens", dtypes="torch").mean(values, mask.astype(np.float64), axis=-1)
+    assert f64.dtype == np.float64
+    assert f64[1] == np.float64(v(0.7)) / (1.0 + 1e-8) != np.float64(v(0.7))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "bad"),
+    [({"count": "sum"}, "'sum'"), ({"pooling": "rows"}, "'rows'"), ({"dtypes": "f16"}, "'f16'")],
+)
 def test_bad_rule_names_the_value(kwargs, bad):
     """An unknown divisor or pooling is a ValueError naming it."""
     with pytest.raises(ValueError, match=bad):

@@ -236,22 +236,25 @@ def test_corrections_at_the_bounds(spec, dtype):
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_verl_at_the_bounds(dtype):
-    """verl: IcePop weights and k1 masks in log space, k2 on its own scale; a bound kept."""
+    """verl: weights as e^x (linear), k1 masks -x against log LO and log HI, k2 on its scale; bounds kept.
+
+    rollout_corr_helper.py:599-600 (``raw >= lower``, ``raw <= upper``), 316 and 330
+    (``token_k1 >= lower_log``), 319 (``token_k2 <= upper``); float64 inputs, float64 comparisons.
+    """
     lo_r, hi_r = 0.5, 2.0
-    lo, hi = math.log(lo_r), math.log(hi_r)
-    x = _probes((lo, hi), dtype)
+    x = _probes((math.log(lo_r), math.log(hi_r)), dtype, linear=True)
     mask, y, _ = _one_token(x)
-    w, _ = verl.compute_rollout_correction_weights(y, mask, "token", f"{lo_r}_{hi_r}")
-    _check(w[:, 0] == 0, x, lo, hi, CLOSED, at=(0, 3) if dtype is F64 else ())
-    w, _ = verl.compute_rollout_correction_weights(y, mask, "sequence", f"{lo_r}_{hi_r}")
-    _check(w[:, 0] == 0, x, lo, hi, CLOSED, at=(0, 3) if dtype is F64 else ())
-    # token_k1 keeps r in [1/HI, 1/LO]: the logs of the reciprocals
-    k_lo, k_hi = math.log(1.0 / hi_r), math.log(1.0 / lo_r)
-    x = _probes((k_lo, k_hi), dtype)
+    at = (0, 3) if dtype is F64 else ()
+    for level in ("token", "sequence"):
+        w, _ = verl.compute_rollout_correction_weights(y, mask, level, f"{lo_r}_{hi_r}")
+        _check(w[:, 0] == 0, x, lo_r, hi_r, CLOSED, compared=np.exp(x), at=at)
+    # the k1 options compare -x with [log LO, log HI]: they keep r in [1/HI, 1/LO]
+    k_lo, k_hi = math.log(lo_r), math.log(hi_r)
+    x = -_probes((k_lo, k_hi), dtype)
     mask, y, _ = _one_token(x)
     for opt in ("token_k1", "seq_sum_k1"):
         keep, _ = verl.compute_rollout_rejection_mask(y, mask, opt, f"{lo_r}_{hi_r}")
-        _check(keep[:, 0] == 0, x, k_lo, k_hi, CLOSED, at=(0, 3) if dtype is F64 else ())
+        _check(keep[:, 0] == 0, x, k_lo, k_hi, CLOSED, compared=-x, at=(0, 3) if dtype is F64 else ())
     # token_k2: 0.5 y^2 <= U, on the statistic's scale; y = 2 gives k2 = 2 exactly
     x = _probes((2.0,), dtype)
     mask, y, _ = _one_token(x)

@@ -21,12 +21,14 @@ logged metrics can be recomputed from its token log-probabilities and diffed:
 
 verl and TRL are checked against their released code (``tools/framework_fixtures.py`` writes
 fixtures in a scratch environment with ``verl==0.9.1`` and ``trl==1.16.0``; the default tests
-compare to :math:`10^{-9}` relative); slime against its own functions run with torch
+compare to :math:`10^{-9}` relative, and verl also on float32 log-probs with int64 and bool
+masks, within verl's own float32 rounding); slime against its own functions run with torch
 (``tools/slime_fixtures.py``: counts exact, values within slime's float32 rounding); the others
-against hand-computed cases from their source.
-Each module cites the file and the commit it mirrors.
+against hand-computed cases from their source. Each module cites the file and the commit it
+mirrors.
 
 Inputs are padded ``(B, T)`` arrays with a 0/1 mask (:mod:`~variance_lab.frameworks.batch`);
-outputs are float64. Where a framework applies one of the toolkit's corrections, the mirror calls
-:mod:`variance_lab.corrections` (each module says which), so every formula lives in one place.
+outputs are float64, except verl's, which follow the dtypes they are given as verl does. Where a
+framework applies one of the toolkit's corrections, the mirror calls :mod:`variance_lab.corrections`
+(each module says which), so every formula lives in one place.
 """

@@ -5,10 +5,13 @@ sequences padded to T positions) and a 0/1 mask of the same shape, and returns f
 at padded positions are never read: they are set to 0 before any arithmetic, as the frameworks'
 ``masked_sum`` does (``torch.where(mask, values, 0)``), so NaN or -inf padding is harmless.
 
-The frameworks compute in their tensors' dtype (float32 log-probabilities in most runs), the
-mirrors in float64: they agree with a framework run in float64 to :math:`10^{-9}` relative (the
-fixtures' check), with a float32 run to float32's precision (about :math:`10^{-7}` relative per
-operation), and a fraction can differ by one token where a ratio lies within rounding of a bound.
+The frameworks compute in their tensors' dtype (float32 log-probabilities in most runs). Most
+mirrors compute in float64: they agree with a framework run in float64 to :math:`10^{-9}` relative
+(the fixtures' check), with a float32 run to float32's precision (about :math:`10^{-7}` relative
+per operation), and a fraction can differ by one token where a ratio lies within rounding of a
+bound. A :class:`MeanRule` with ``dtypes="torch"`` instead follows torch's dtypes
+(:func:`torch_dtypes`), so that a mirror fed the framework's own dtypes (float32 log-probs, an
+int64 or bool mask) computes as the framework does (the verl mirror).
 """
 
 from __future__ import annotations
@@ -17,7 +20,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["COUNTS", "POOLINGS", "MeanRule", "as_mask", "as_values", "masked_mean", "masked_sum", "padded"]
+__all__ = [
+    "COUNTS",
+    "MEAN_DTYPES",
+    "POOLINGS",
+    "MeanRule",
+    "as_mask",
+    "as_values",
+    "masked_mean",
+    "masked_sum",
+    "padded",
+    "torch_dtypes",
+]
 
 #: How a framework's masked mean divides: by the count plus an epsilon, by the count clamped to at
 #: least 1, by the sum of each row's count clamped to at least 1 (slime's token count with
@@ -27,6 +41,39 @@ COUNTS = ("eps", "at_least_one", "row_at_least_one", "exact")
 #: What a framework's batch mean pools: every masked token of the batch at once, or each sample's
 #: mean first and then the mean over the samples (long and short sequences weigh the same).
 POOLINGS = ("tokens", "samples")
+#: The dtypes a masked mean computes in: float64 throughout, or those torch gives the inputs'
+#: dtypes (:func:`torch_dtypes`).
+MEAN_DTYPES = ("float64", "torch")
+
+
+def torch_dtypes(values_dtype, mask_dtype) -> tuple[np.dtype, np.dtype]:
+    r"""Return the dtypes torch gives ``(values * mask).sum()`` and ``mask.sum() + eps``.
+
+    torch multiplies a float tensor by a bool or integer mask in the float's dtype and by a float
+    mask in the wider of the two; it sums a bool or integer mask into an int64 count, and an
+    int64 count plus a Python float is a tensor of its default dtype, float32. So for an int64,
+    bool or float32 mask the divisor of ``masked_mean`` is :math:`\mathrm{fl}_{32}(c + 10^{-8})
+    = c` for every count :math:`1 \le c < 2^{24}` (float32's half ulp at 1 is
+    :math:`6\cdot10^{-8}`), and :math:`\mathrm{fl}_{32}(10^{-8})` for an empty row; only a
+    float64 mask keeps :math:`c + 10^{-8}`. (Checked on torch 2.13.0: ``(m.sum() + 1e-8).dtype``
+    is float32 for int64, bool and float32 masks, float64 for a float64 mask.)
+
+    Parameters
+    ----------
+    values_dtype : numpy dtype
+        float32 or float64.
+    mask_dtype : numpy dtype
+        bool, an integer, float32 or float64.
+
+    Returns
+    -------
+    (np.dtype, np.dtype)
+        The dtype of the masked sum (and of the quotient) and that of the count plus epsilon.
+    """
+    v, m = np.dtype(values_dtype), np.dtype(mask_dtype)
+    if m.kind in "biu":
+        return v, np.dtype(np.float32)
+    return np.promote_types(v, m), m
 
 
 def as_mask(mask, name: str = "response_mask", shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -53,13 +100,17 @@ def as_mask(mask, name: str = "response_mask", shape: tuple[int, ...] | None = N
     return m
 
 
-def as_values(values, mask: np.ndarray, name: str, *, allow_nan: bool = False) -> np.ndarray:
+def as_values(
+    values, mask: np.ndarray, name: str, *, allow_nan: bool = False, keep_float32: bool = False
+) -> np.ndarray:
     """Return ``values`` as float64 of the mask's shape with padding set to 0; ``ValueError`` if bad.
 
     Values inside the mask must be finite (or NaN, with ``allow_nan``: TRL's marker of a token
-    vLLM could not score); those outside it are ignored.
+    vLLM could not score); those outside it are ignored. With ``keep_float32`` a float32 input
+    stays float32 (a mirror that computes in the framework's dtype); anything else is float64.
     """
-    v = np.asarray(values, dtype=np.float64)
+    v = np.asarray(values)
+    v = v if keep_float32 and v.dtype == np.float32 else np.asarray(v, dtype=np.float64)
     if v.shape != mask.shape:
         raise ValueError(f"{name} has shape {v.shape}, expected {mask.shape} (the mask's)")
     inside = mask > 0
@@ -67,7 +118,7 @@ def as_values(values, mask: np.ndarray, name: str, *, allow_nan: bool = False) -
     if not np.all(ok):
         bad = v[inside][~ok][0]
         raise ValueError(f"{name} holds a non-finite value inside the mask: {bad!r}")
-    return np.where(inside, v, 0.0)
+    return np.where(inside, v, v.dtype.type(0.0))
 
 
 def masked_sum(values: np.ndarray, mask: np.ndarray, axis=None, keepdims: bool = False) -> np.ndarray:
@@ -93,33 +144,63 @@ class MeanRule:
     over the :math:`G` distinct groups (slime's per-rollout mean, where one rollout may emit
     several samples).
 
+    With ``dtypes="float64"`` the arithmetic is NumPy's on the arrays given (float64 for the
+    mirrors' float64 inputs). With ``dtypes="torch"`` it is torch's (:func:`torch_dtypes`): the
+    products and the sum in the values' dtype (a float mask of wider dtype promotes), the count
+    plus :math:`\varepsilon` in float32 for a bool, integer or float32 mask, where
+    :math:`c + 10^{-8}` rounds to :math:`c`, and in float64 for a float64 mask.
+
     Attributes
     ----------
     count : {"eps", "at_least_one", "row_at_least_one", "exact"}
     eps : float
         The :math:`\varepsilon` of ``count="eps"`` (verl's and NeMo-RL's :math:`10^{-8}`).
     pooling : {"tokens", "samples"}
+    dtypes : {"float64", "torch"}
     """
 
     count: str = "eps"
     eps: float = 1e-8
     pooling: str = "tokens"
+    dtypes: str = "float64"
 
     def __post_init__(self):
-        """Check the count and the pooling."""
+        """Check the count, the pooling and the dtypes."""
         if self.count not in COUNTS:
             raise ValueError(f"count must be one of {COUNTS}, got {self.count!r}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.dtypes not in MEAN_DTYPES:
+            raise ValueError(f"dtypes must be one of {MEAN_DTYPES}, got {self.dtypes!r}")
 
     def divide(self, total, count):
-        """Return ``total`` over the rule's divisor of ``count`` (NaN for an empty exact mean)."""
+        """Return ``total`` over the rule's divisor of ``count`` (NaN for an empty exact mean).
+
+        Under ``dtypes="torch"`` ``count`` is the mask's own sum (an integer count for a bool or
+        integer mask) and the divisor is formed in :func:`torch_dtypes`' count dtype.
+        """
+        if self.dtypes == "torch":
+            count = np.asarray(count)
+            _, cdt = torch_dtypes(np.asarray(total).dtype, count.dtype)
+            count = count.astype(cdt)
+            eps, one = cdt.type(self.eps), cdt.type(1.0)
+        else:
+            eps, one = self.eps, 1.0
         if self.count == "eps":
-            return total / (count + self.eps)
+            return total / (count + eps)
         if self.count in ("at_least_one", "row_at_least_one"):
-            return total / np.maximum(count, 1.0)
+            return total / np.maximum(count, one)
         with np.errstate(invalid="ignore", divide="ignore"):
             return total / count
+
+    def sum(self, values, mask, axis=None, keepdims: bool = False):
+        r"""Return :math:`\sum m v` over ``axis`` (:func:`masked_sum`); in torch's dtype under ``"torch"``."""
+        if self.dtypes == "float64":
+            return masked_sum(values, mask, axis, keepdims=keepdims)
+        values, mask = np.asarray(values), np.asarray(mask)
+        sdt, _ = torch_dtypes(values.dtype, mask.dtype)
+        v = np.where(mask != 0, values, values.dtype.type(0)).astype(sdt)
+        return (v * mask.astype(sdt)).sum(axis=axis, keepdims=keepdims, dtype=sdt)
 
     def mean(self, values, mask, axis=None, keepdims: bool = False, groups=None):
         """Return the masked mean of ``values`` over ``axis`` under this rule (see the class).
@@ -130,8 +211,8 @@ class MeanRule:
         if groups is not None:
             return self._group_mean(values, mask, axis, groups)
         if self.pooling == "samples" and axis is None:
-            return np.mean(self.divide(masked_sum(values, mask, -1), mask.sum(axis=-1)))
-        total = masked_sum(values, mask, axis, keepdims=keepdims)
+            return np.mean(self.divide(self.sum(values, mask, -1), mask.sum(axis=-1)))
+        total = self.sum(values, mask, axis, keepdims=keepdims)
         if self.count == "row_at_least_one" and axis is None:
             return self.divide(total, np.maximum(mask.sum(axis=-1), 1.0).sum())
         if self.count == "row_at_least_one" and axis not in (-1, mask.ndim - 1):

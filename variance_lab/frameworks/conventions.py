@@ -6,9 +6,10 @@ and a :class:`~variance_lab.frameworks.batch.MeanRule` for its masked means (the
 pooling). :data:`CONVENTIONS` collects those very objects, so the table the docs print from it
 (:func:`conventions_table`) is the one the code runs; a test checks that each mirror uses them.
 
-The mirrors compute in float64. The frameworks compute in their tensors' dtype, float32
-log-probabilities in most runs: the last column says where that changes an answer beyond
-float32's rounding of each operation, and what a mirror does not reproduce yet.
+The frameworks compute in their tensors' dtype, float32 log-probabilities in most runs. The verl
+mirror does too (its mean's dtypes are torch's, the mean column says so); the others compute in
+float64: the last column says where that changes an answer beyond float32's rounding of each
+operation, and what a mirror does not reproduce yet.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from variance_lab.corrections import BOUND_RULE
 from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl, slime, slime_mis, trl, verl
 from variance_lab.frameworks.batch import MeanRule
 from variance_lab.ratios import BoundRule
@@ -78,14 +78,14 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "log pi_old - log pi_rollout",
             "log-ratios clamped to +-20 before exp; the sequence sum clamped to +-20",
             _rules(
-                weights_and_k1_masks=BOUND_RULE,
-                thresholds_flags_k2_k3=verl.THRESHOLD_RULE,
-                band_lo_eq_hi=verl.LINEAR_RULE,
+                float64_tensors=verl.THRESHOLD_RULE,
+                float32_tensors=verl.F32_THRESHOLD_RULE,
             ),
             verl.VERL_MEAN,
-            "verl computes in the log-probs' dtype (float32 in real runs): with an int64 or bool "
-            "mask the count + 1e-8 rounds away in float32, and sequence mode takes log(threshold) "
-            "in float32 (issue #35)",
+            "none beyond float32 rounding: the mirror computes in verl's dtypes (float32 log-probs, "
+            "an int64/bool mask whose count + 1e-8 is float32, a float32 log C in sequence mode); "
+            "a float32 sum's order, torch's exp off by one ulp on ~1% of inputs and its log(C) "
+            "on ~7% of thresholds can move a weight or sequence within one ulp of a bound",
         ),
         "trl": Conventions(
             "trl",
@@ -162,7 +162,12 @@ def _mean_text(mean: MeanRule) -> str:
         "row_at_least_one": "sum of max(row count, 1)",
         "exact": "count",
     }
-    return f"/ {divisor[mean.count]}, pooled over {mean.pooling}"
+    dtypes = (
+        ", in torch's dtypes (count + eps float32 for an int/bool/float32 mask)"
+        if mean.dtypes == "torch"
+        else ""
+    )
+    return f"/ {divisor[mean.count]}, pooled over {mean.pooling}{dtypes}"
 
 
 def _means_text(c: Conventions) -> str:

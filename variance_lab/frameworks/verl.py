@@ -4,9 +4,11 @@ A mirror of ``verl/trainer/ppo/rollout_corr_helper.py`` (and ``masked_mean``/``m
 ``verl/utils/torch_functional.py``) of verl 0.9.1, the PyPI release (file sha256 ``763158342551...``;
 the volcengine/verl snapshot at ``b178a3c``, 2026-01-29, predates it and differs), with verl's
 function and argument names, so that a run's ``rollout_corr/...`` logs can be recomputed from its
-``old_log_probs``, ``rollout_log_probs`` and ``response_mask``. Checked against verl itself:
+``old_log_probs``, ``rollout_log_probs`` and ``response_mask``; line numbers below are of that
+file. It computes in the dtypes verl does (next section). Checked against verl itself:
 ``tools/framework_fixtures.py`` runs verl's functions and ``tests/frameworks/test_verl.py``
-compares to :math:`10^{-9}` relative.
+compares, to :math:`10^{-9}` relative on float64 log-probs, within verl's own float32 rounding
+on float32 ones, masks and fractions exactly.
 
 verl's conventions, all kept:
 
@@ -15,9 +17,11 @@ verl's conventions, all kept:
   (``SAFETY_BOUND``); the sequence weight clamps the *sum* of unclamped :math:`y` to
   :math:`\pm 20`, so :math:`P_T \le e^{20} \approx 4.85\cdot10^8`;
 - ``rollout_is_threshold``: a number :math:`C` truncates (TIS, :math:`\min(w, C)`), a string
-  ``"LO_HI"`` masks weights outside :math:`[LO, HI]` (IcePop); the token weights are the
-  toolkit's ``tis:C`` and ``icepop:LO:HI``, the sequence ones ``seq-tis:C`` and
-  ``seq-mask:LO:HI`` (:mod:`variance_lab.corrections`);
+  ``"LO_HI"`` masks weights outside :math:`[LO, HI]` (IcePop): in the toolkit's terms the token
+  weights are ``tis:C`` and ``icepop:LO:HI``, the sequence ones ``seq-tis:C`` and
+  ``seq-mask:LO:HI`` (:mod:`variance_lab.corrections`), but verl compares the *weight*
+  :math:`e^y` with the bounds in the tensors' dtype, where the corrections compare :math:`y`
+  with :math:`\log C` in float64, so the mirror computes them as verl does;
 - ``rollout_rs`` options bound a statistic of each token (``token_k*``), of the sum over a
   sequence (``seq_sum_k*``), its mean (``seq_mean_k*``) or its maximum (``seq_max_k2``,
   ``seq_max_k3``), with :math:`k_1 = -y`, :math:`k_2 = y^2/2`, :math:`k_3 = e^y - 1 - y`.
@@ -26,24 +30,46 @@ verl's conventions, all kept:
   act inverted (``"0.5_2"`` is symmetric and safe; ``"0.9_1.5"`` keeps
   :math:`r \in [0.667, 1.111]`, not :math:`[0.9, 1.5]`; verl PR #6377, closed unmerged).
   ``token_k1`` is the toolkit's ``icepop:1/HI:1/LO``, ``seq_sum_k1`` is ``seq-mask:1/HI:1/LO``
-  and ``seq_mean_k1`` is ``geo-rs:1/HI:1/LO`` (on :math:`G_T` with verl's mean, whose
-  denominator is the length plus :math:`10^{-8}`). A single k1 number :math:`U` means
-  ``"1/U_U"``. Comma-separated options must all pass;
-- means are ``masked_mean``: :math:`\sum m v / (\sum m + 10^{-8})`;
+  and ``seq_mean_k1`` is ``geo-rs:1/HI:1/LO`` (on :math:`G_T` with verl's mean). A single k1
+  number :math:`U` means ``"1/U_U"``. Comma-separated options must all pass;
+- means are ``masked_mean``: :math:`\sum m v / (\sum m + 10^{-8})` (:data:`VERL_MEAN`);
   ``rollout_is_eff_sample_size`` is Kong's ESS fraction **over tokens** (sequence weights are
   repeated on each of their tokens), of the weights clamped to :math:`[0, C]`;
 - ``chi2_token`` :math:`= \overline{\rho^2} - 1` over tokens (:math:`\rho` clamped),
   ``chi2_seq`` :math:`= \operatorname{mean}_i e^{2\operatorname{clip}(\sum_t y_{it}, \pm 20)} - 1`
   over every row of the batch; ``kl`` :math:`= -\bar y`, ``k3_kl`` :math:`= \overline{e^y - 1 - y}`
   (unclamped);
-- the bound rules: the weights and the k1 masks keep a value at a bound, in log space (the
-  corrections' rule, :data:`variance_lab.corrections.BOUND_RULE`); flags, fractions and the
-  k2/k3 rejections keep a value equal to the threshold, on the statistic's own scale
-  (:data:`THRESHOLD_RULE`); a band with LO = HI keeps only a weight equal to it, in linear
-  space (:data:`LINEAR_RULE`);
+- every bound test keeps a value equal to the bound and compares on the statistic's own scale
+  (the weight, the k-statistic, :math:`\sum_t y_t` against :math:`\log C`) in the tensor's dtype
+  (:data:`THRESHOLD_RULE`, :data:`F32_THRESHOLD_RULE`).
+
+verl's dtypes, all kept (real batches carry float32 log-probs and an int64 ``response_mask``,
+which ``compute_response_mask``, ``verl/trainer/ppo/ray_trainer.py:120-135``, slices from the
+``attention_mask``; a bool mask behaves the same):
+
+- everything is computed in the log-probs' dtype: float32 log-probs stay float32 (weights,
+  k-statistics, sums, means), and an exponential overflows to ``inf`` above 88.72 (``k3_kl``,
+  which verl does not clamp; the sequence-level ``rollout_is_min``; the perplexities), where
+  float64 would stay finite up to 709.78. Anything but float32 is computed in float64;
+- ``masked_mean`` divides by ``mask.sum() + 1e-8``, which for an int64, bool or float32 mask is
+  a float32 and equals the count (:func:`~variance_lab.frameworks.batch.torch_dtypes`): with
+  those masks a mean of equal values is exact and ``rollout_is_std`` of equal weights is 0,
+  where a float64 mask gives :math:`w\cdot10^{-4}/\sqrt n`;
+- the sequence-level ``rollout_is_ratio_fraction_high``/``_low`` compare :math:`\sum_t y_t`
+  with ``torch.log(torch.tensor(C))``, a float32 :math:`\log C` (:func:`_log32`), for float64
+  log-probs too; the k1 options take ``math.log`` (float64), then round it to the tensor's dtype;
 - the fractions verl takes as ``flags.float().mean()`` (the sequence-level ``fraction_high``
   and ``_low``, ``seq_fraction_*``, ``rollout_rs_seq_masked_fraction``) are float32 values
-  (1/6 logs as 0.1666666716), the others float64; the mirror rounds the same ones.
+  (1/6 logs as 0.1666666716); those it takes as ``masked_mean(flags.float(), mask)`` are float32
+  unless the mask is float64; ``rollout_rs_*_seq_masked_fraction`` is in the log-probs' dtype;
+- the weights come back in verl's dtype, the modified mask in the caller's.
+
+Where the mirror can still differ from verl: a float32 sum or mean by the rounding of its order
+of summation (torch's and NumPy's differ); a float32 weight by one ulp where torch's exp is not
+correctly rounded (:func:`_exp`), so a weight within one ulp of a threshold can be counted on the
+other side; a sequence whose log-ratio sum lies within one float32 ulp of :math:`\log C` for the
+thresholds whose float32 log torch does not round correctly (:func:`_log32`). verl itself moves
+by as much between a CPU and a GPU, or when its rows are permuted; ``test_verl.py`` measures it.
 """
 
 from __future__ import annotations
@@ -53,12 +79,11 @@ import math
 import numpy as np
 
 from variance_lab._validate import parse_float
-from variance_lab.corrections import apply_sequence, apply_tokens, parse
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, masked_sum
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, torch_dtypes
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
-    "LINEAR_RULE",
+    "F32_THRESHOLD_RULE",
     "SAFETY_BOUND",
     "SUPPORTED_ROLLOUT_RS_OPTIONS",
     "THRESHOLD_RULE",
@@ -72,24 +97,18 @@ __all__ = [
 #: verl's clamp of log-ratios before exponentiating: :math:`e^{\pm 20}`.
 SAFETY_BOUND = 20.0
 
-#: verl's flags and metrics (``fraction_high``/``_low``, ``oob_ratio``, the k2/k3 rejections): a value
-#: exactly at a threshold is within it, compared on the statistic's own scale (the weight, the
-#: k-statistic, or the log-ratio against the threshold's log).
+#: verl's every bound test on float64 tensors: the weights against :math:`C` or ``[LO, HI]``, the
+#: k-statistics against their thresholds (:math:`-y` against :math:`[\log LO, \log HI]`), the
+#: sequence log-ratio sums against :math:`\log C`. torch compares a tensor with a Python number
+#: in the tensor's dtype, and every test keeps a value equal to the threshold
+#: (``rollout_corr_helper.py:316-372, 599-600, 618-619, 715-716, 726-727``).
 THRESHOLD_RULE = BoundRule(CLOSED, "value", "float64")
-#: A band with LO = HI keeps only a weight equal to it, compared in linear space.
-LINEAR_RULE = BoundRule(CLOSED, "linear", "float64")
-#: verl's ``masked_mean``: the count plus :math:`10^{-8}`, every token of the batch pooled.
-VERL_MEAN = MeanRule("eps", 1e-8, "tokens")
-
-
-def _above(x, c: float) -> np.ndarray:
-    """Where ``x > c`` under :data:`THRESHOLD_RULE`."""
-    return THRESHOLD_RULE.outside(x, None, c)
-
-
-def _below(x, c: float) -> np.ndarray:
-    """Where ``x < c`` under :data:`THRESHOLD_RULE`."""
-    return THRESHOLD_RULE.outside(x, c, None)
+#: The same on float32 tensors (float32 log-probs): the threshold is rounded to float32 first.
+F32_THRESHOLD_RULE = BoundRule(CLOSED, "value", "float32")
+#: verl's ``masked_mean`` (``verl/utils/torch_functional.py:294-308``): the count plus
+#: :math:`10^{-8}`, every token of the batch pooled, in torch's dtypes (for an int64 or bool mask
+#: the count plus :math:`10^{-8}` is float32 and equals the count).
+VERL_MEAN = MeanRule("eps", 1e-8, "tokens", dtypes="torch")
 
 
 #: verl's rejection options (``rollout_rs``), comma-separable.
@@ -186,37 +205,87 @@ def parse_rs_thresholds(options: list[str], threshold) -> dict[str, tuple[float 
 
 
 # --------------------------------------------------------------------------------------
+# dtypes, as torch holds them
+# --------------------------------------------------------------------------------------
+def _mask(response_mask) -> np.ndarray:
+    """Check the mask; return its 0/1 values as torch computes with them: bool, int64, float32 or float64."""
+    raw = np.asarray(response_mask)
+    m = as_mask(raw)
+    if raw.dtype == np.bool_:
+        return m.astype(np.bool_)
+    if raw.dtype.kind in "iu":
+        return m.astype(np.int64)
+    return m.astype(np.float32) if raw.dtype == np.float32 else m
+
+
+def _out_dtype(response_mask) -> np.dtype:
+    """Return the dtype verl returns the modified mask in: the caller's (``.to(response_mask.dtype)``)."""
+    d = np.asarray(response_mask).dtype
+    return d if d.kind in "biu" or d in (np.float32, np.float64) else np.dtype(np.float64)
+
+
+def _values(x, mask: np.ndarray, name: str) -> np.ndarray:
+    """Check log-probs or log-ratios; float32 stays float32 (verl computes in it), else float64."""
+    return as_values(x, mask, name, keep_float32=True)
+
+
+def _rule(dtype) -> BoundRule:
+    """Return the threshold rule in a tensor's dtype: torch casts a Python threshold to it to compare."""
+    return F32_THRESHOLD_RULE if np.dtype(dtype) == np.float32 else THRESHOLD_RULE
+
+
+def _times_mask(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``values * response_mask`` in torch's dtype (:func:`~variance_lab.frameworks.batch.torch_dtypes`)."""
+    dt, _ = torch_dtypes(values.dtype, mask.dtype)
+    return values.astype(dt) * mask.astype(dt)
+
+
+def _exp(x):
+    r""":math:`e^x` in the dtype of ``x``; an overflow is ``inf``, as in torch.
+
+    float64: NumPy's exp. float32: the correctly rounded value (float64's exp, rounded). torch's
+    own float32 exp on a CPU differs from it by one ulp on about 1 % of inputs (1.0 % of 2e6
+    uniform on [-20, 20], torch 2.13.0, AVX512) and NumPy's float32 exp on 39 %; on a GPU verl uses
+    CUDA's. A weight within one ulp of a threshold can therefore fall on either side in verl itself.
+    """
+    x = np.asarray(x)
+    with np.errstate(over="ignore"):
+        if x.dtype == np.float32:
+            return np.exp(x.astype(np.float64)).astype(np.float32)
+        return np.exp(x)
+
+
+def _log32(c: float) -> float:
+    r"""Return ``torch.log(torch.tensor(c))``: the log of float32 ``c`` in float32 (lines 700-701).
+
+    ``torch.tensor`` of a Python float is float32 (torch's default dtype), so verl's sequence-level
+    ``rollout_is_ratio_fraction_*`` compare :math:`\sum_t y_t` with a float32 :math:`\log C`, for
+    float64 log-probs too. The mirror takes the correctly rounded float32 log; torch's CPU log
+    is one ulp away from it for 6.6 % of thresholds in [0.01, 10] (1.5 is one: 0.40546513 against
+    0.40546510), where a sequence whose log-ratio sum lies between the two is counted differently.
+    """
+    with np.errstate(over="ignore"):
+        return float(np.float32(math.log(float(np.float32(c)))))
+
+
+def _std(x: np.ndarray) -> np.ndarray:
+    """Return ``x.std()`` as torch takes it (unbiased), in ``x``'s dtype."""
+    return np.asarray(np.std(x.astype(np.float64), ddof=1)).astype(x.dtype)
+
+
+def _fraction32(flags: np.ndarray) -> float:
+    """Return ``flags.float().mean()``: a fraction in float32 (1/6 logs as 0.1666666716)."""
+    return float(np.float32(np.count_nonzero(flags)) / np.float32(flags.size))
+
+
+def _flag_mean(flags: np.ndarray, mask: np.ndarray) -> float:
+    """Return ``masked_mean(flags.float(), mask)``: float32 flags, so float32 unless the mask is float64."""
+    return float(VERL_MEAN.mean(flags.astype(np.float32), mask))
+
+
+# --------------------------------------------------------------------------------------
 # weights
 # --------------------------------------------------------------------------------------
-def _band(kind: str, lo: float, hi: float):
-    """Return the toolkit's correction that keeps a weight in [lo, hi] (``icepop`` or ``seq-mask``)."""
-    return parse(f"{kind}:{lo!r}:{hi!r}") if lo < hi else None
-
-
-def _token_weights(y: np.ndarray, mask: np.ndarray, upper: float, lower: float | None) -> np.ndarray:
-    """TIS (``tis:C``) or IcePop (``icepop:LO:HI``) of the clamped token log-ratios, 0 on padding."""
-    ys = np.clip(y, -SAFETY_BOUND, SAFETY_BOUND)
-    if lower is None:
-        w, _ = apply_tokens(parse(f"tis:{upper!r}"), ys)
-    elif (c := _band("icepop", lower, upper)) is not None:
-        w, _ = apply_tokens(c, ys)
-    else:  # LO == HI: only a weight exactly equal to it is kept
-        w = np.where(LINEAR_RULE.outside(ys, upper, upper), 0.0, upper)
-    return w * mask
-
-
-def _sequence_weights(log_p: np.ndarray, upper: float, lower: float | None) -> np.ndarray:
-    """``seq-tis:C`` or ``seq-mask:LO:HI`` of the clamped sequence log-ratio sums."""
-    x = np.clip(log_p, -SAFETY_BOUND, SAFETY_BOUND)
-    if lower is None:
-        w, _ = apply_sequence(parse(f"seq-tis:{upper!r}"), x, 1)
-    elif (c := _band("seq-mask", lower, upper)) is not None:
-        w, _ = apply_sequence(c, x, 1)
-    else:
-        w = np.where(LINEAR_RULE.outside(x, upper, upper), 0.0, upper)
-    return w
-
-
 def compute_rollout_correction_weights(
     log_ratio,
     response_mask,
@@ -229,9 +298,9 @@ def compute_rollout_correction_weights(
     Parameters
     ----------
     log_ratio : array_like, shape (B, T)
-        :math:`\log\pi_{old} - \log\pi_{rollout}` per token.
+        :math:`\log\pi_{old} - \log\pi_{rollout}` per token; float32 is kept (verl's dtype).
     response_mask : array_like, shape (B, T)
-        1 for a response token, 0 for padding.
+        1 for a response token, 0 for padding; bool, integer, float32 or float64.
     rollout_is : {"token", "sequence"}
         Token ratios :math:`e^{y_t}`, or the product :math:`P_T = e^{\sum_t y_t}` on every token.
     rollout_is_threshold : float or str
@@ -242,118 +311,97 @@ def compute_rollout_correction_weights(
     Returns
     -------
     (weights, metrics)
-        Weights of shape (B, T), 0 on padding; metrics named as verl logs them, without
-        ``rollout_corr/``.
+        Weights of shape (B, T), 0 on padding, in verl's dtype (float32 for float32 log-ratios
+        unless the mask is float64); metrics named as verl logs them, without ``rollout_corr/``.
     """
-    mask = as_mask(response_mask)
-    y = as_values(log_ratio, mask, "log_ratio")
+    mask = _mask(response_mask)
+    y = _values(log_ratio, mask, "log_ratio")
     _check_any(mask)
     if rollout_is not in ("token", "sequence"):
         raise ValueError(f"bad rollout_is {rollout_is!r}: expected 'token' or 'sequence'")
     upper, lower = parse_is_threshold(rollout_is_threshold)
+    # rollout_corr_helper.py:572-592: e^clamp(y) per token, or e^clamp(sum y) per sequence, times the mask
     if rollout_is == "token":
-        raw = np.exp(np.clip(y, -SAFETY_BOUND, SAFETY_BOUND)) * mask
-        weights = _token_weights(y, mask, upper, lower)
         log_for_metrics = y
+        raw = _times_mask(_exp(np.clip(y, -SAFETY_BOUND, SAFETY_BOUND)), mask)
     else:
-        log_p = masked_sum(y, mask, axis=-1)
-        raw = np.exp(np.clip(log_p, -SAFETY_BOUND, SAFETY_BOUND))[:, None] * mask
-        weights = _sequence_weights(log_p, upper, lower)[:, None] * mask
-        log_for_metrics = log_p
+        log_for_metrics = VERL_MEAN.sum(y, mask, axis=-1)[:, None]
+        raw = _times_mask(_exp(np.clip(log_for_metrics, -SAFETY_BOUND, SAFETY_BOUND)), mask)
+    dt = raw.dtype
+    # :595-604: TIS clamps the weight at C; IcePop zeroes it outside [LO, HI], compared as a weight
+    if lower is None:
+        weights = np.minimum(raw, dt.type(upper))
+    else:
+        weights = np.where(_rule(dt).outside(raw, lower, upper), dt.type(0.0), raw)
     metrics = _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, rollout_is_threshold)
-    if lower is not None:
-        oob = THRESHOLD_RULE.outside(raw, lower, upper)
-        metrics["rollout_is_oob_ratio"] = float(VERL_MEAN.mean(oob.astype(float), mask))
-    if rollout_is_batch_normalize:
+    if lower is not None:  # :616-621
+        metrics["rollout_is_oob_ratio"] = _flag_mean(_rule(dt).outside(raw, lower, upper), mask)
+    if rollout_is_batch_normalize:  # :628-655
         if rollout_is == "token":
-            mean = float(VERL_MEAN.mean(weights, mask))
+            mean = VERL_MEAN.mean(weights, mask)
         else:
             seq_w = VERL_MEAN.mean(weights, mask, axis=-1)
-            seq_mask = (mask.sum(axis=-1) > 0).astype(float)
-            mean = float((seq_w * seq_mask).sum() / max(seq_mask.sum(), 1e-8))
-        if mean > 1e-8:
+            seq_mask = (mask.sum(axis=-1) > 0).astype(dt)
+            mean = (seq_w * seq_mask).sum(dtype=dt) / max(seq_mask.sum(dtype=dt), dt.type(1e-8))
+        if mean > dt.type(1e-8):
             weights = weights / mean
-            metrics["rollout_is_batch_norm_factor"] = mean
+            metrics["rollout_is_batch_norm_factor"] = float(mean)
         else:
             metrics["rollout_is_batch_norm_factor"] = 1.0
     return weights, metrics
 
 
 def _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, threshold) -> dict[str, float]:
-    """Compute the metrics of verl's ``compute_is_metrics``."""
+    """Compute the metrics of verl's ``compute_is_metrics`` (``rollout_corr_helper.py:660-783``)."""
     m: dict[str, float] = {}
+    dt = weights.dtype
+    rule = _rule(dt)
     lower_eff = 1.0 / upper if lower is None else lower
-    inside = mask > 0
-    if rollout_is == "sequence":
-        m["rollout_is_max"] = math.exp(min(float(log_for_metrics.max()), SAFETY_BOUND))
-        m["rollout_is_min"] = math.exp(float(log_for_metrics.min()))
+    inside = mask != 0
+    if rollout_is == "sequence":  # :704-718, the fractions against float32 logs, over every row
+        m["rollout_is_max"] = float(_exp(np.minimum(log_for_metrics.max(), dt.type(SAFETY_BOUND))))
+        m["rollout_is_min"] = float(_exp(log_for_metrics.min()))
         m["rollout_is_mean"] = float(VERL_MEAN.mean(weights, mask))
-        m["rollout_is_ratio_fraction_high"] = _fraction32(_above(log_for_metrics, math.log(upper)))
-        m["rollout_is_ratio_fraction_low"] = _fraction32(_below(log_for_metrics, math.log(lower_eff)))
-    else:
+        m["rollout_is_ratio_fraction_high"] = _fraction32(rule.outside(log_for_metrics, None, _log32(upper)))
+        m["rollout_is_ratio_fraction_low"] = _fraction32(
+            rule.outside(log_for_metrics, _log32(lower_eff), None)
+        )
+    else:  # :720-738, the fractions from the raw weights
         m["rollout_is_mean"] = float(VERL_MEAN.mean(weights, mask))
-        m["rollout_is_ratio_fraction_high"] = float(VERL_MEAN.mean(_above(raw, upper).astype(float), mask))
-        m["rollout_is_ratio_fraction_low"] = float(VERL_MEAN.mean(_below(raw, lower_eff).astype(float), mask))
+        m["rollout_is_ratio_fraction_high"] = _flag_mean(rule.outside(raw, None, upper), mask)
+        m["rollout_is_ratio_fraction_low"] = _flag_mean(rule.outside(raw, lower_eff, None), mask)
         m["rollout_is_max"] = float(weights[inside].max())
         m["rollout_is_min"] = float(weights[inside].min())
-    clamped = np.clip(weights, 0.0, upper)
-    if mask.sum() > 1:
+    clamped = np.clip(weights, dt.type(0.0), dt.type(upper))
+    if mask.sum() > 1:  # :742-751
         mean = VERL_MEAN.mean(clamped, mask)
-        var = VERL_MEAN.mean(clamped**2, mask) - mean * mean
-        m["rollout_is_std"] = float(np.sqrt(max(float(var), 0.0)))
+        var = VERL_MEAN.mean(clamped * clamped, mask) - mean * mean
+        m["rollout_is_std"] = float(np.sqrt(np.maximum(var, dt.type(0.0))))
     else:
         m["rollout_is_std"] = 0.0
-    normalized = clamped / (VERL_MEAN.mean(clamped, mask) + 1e-8)
-    second = float(VERL_MEAN.mean(normalized**2, mask))
+    normalized = clamped / (VERL_MEAN.mean(clamped, mask) + dt.type(1e-8))  # :754-759
+    second = float(VERL_MEAN.mean(normalized * normalized, mask))
     if second == 0.0:
         raise ValueError(
             f"every importance weight is 0 with rollout_is_threshold {threshold!r}: verl 0.9.1 divides by "
             "zero there (rollout_is_eff_sample_size) and stops"
         )
     m["rollout_is_eff_sample_size"] = 1.0 / second
-    seq_mean = VERL_MEAN.mean(weights, mask, axis=-1)
+    seq_mean = VERL_MEAN.mean(weights, mask, axis=-1)  # :762-781
     m["rollout_is_seq_mean"] = float(seq_mean.mean())
-    m["rollout_is_seq_std"] = float(seq_mean.std(ddof=1)) if seq_mean.size > 1 else 0.0
+    m["rollout_is_seq_std"] = float(_std(seq_mean)) if seq_mean.size > 1 else 0.0
     m["rollout_is_seq_max"] = float(seq_mean.max())
     m["rollout_is_seq_min"] = float(seq_mean.min())
-    m["rollout_is_seq_max_deviation"] = float(np.abs(seq_mean - 1.0).max())
+    m["rollout_is_seq_max_deviation"] = float(np.abs(seq_mean - dt.type(1.0)).max())
     raw_seq_mean = VERL_MEAN.mean(raw, mask, axis=-1)
-    m["rollout_is_seq_fraction_high"] = _fraction32(_above(raw_seq_mean, upper))
-    m["rollout_is_seq_fraction_low"] = _fraction32(_below(raw_seq_mean, lower_eff))
+    m["rollout_is_seq_fraction_high"] = _fraction32(rule.outside(raw_seq_mean, None, upper))
+    m["rollout_is_seq_fraction_low"] = _fraction32(rule.outside(raw_seq_mean, lower_eff, None))
     return m
 
 
 # --------------------------------------------------------------------------------------
 # rejection
 # --------------------------------------------------------------------------------------
-def _k1_keep(option: str, ys: np.ndarray, mask: np.ndarray, lower: float, upper: float) -> np.ndarray:
-    r"""Return where a k1 option keeps: :math:`-y \in [\log LO, \log HI]`, or r in :math:`[1/HI, 1/LO]`."""
-    lo, hi = 1.0 / upper, 1.0 / lower
-    if option == "token_k1":
-        c = _band("icepop", lo, hi)
-        return (
-            ~apply_tokens(c, ys)[1]
-            if c is not None
-            else ~THRESHOLD_RULE.outside(-ys, *(2 * [math.log(lower)]))
-        )
-    log_p = masked_sum(ys, mask, axis=-1)
-    if option == "seq_sum_k1":
-        c = _band("seq-mask", lo, hi)
-        keep = (
-            ~apply_sequence(c, log_p, 1)[1]
-            if c is not None
-            else ~THRESHOLD_RULE.outside(-log_p, *(2 * [math.log(lower)]))
-        )
-    else:  # seq_mean_k1: Geo-RS on verl's mean, whose denominator is the length + 1e-8
-        length = mask.sum(axis=-1) + 1e-8
-        keep = (
-            ~apply_sequence(parse(f"geo-rs:{lo!r}:{hi!r}"), log_p, length)[1]
-            if lo < hi
-            else ~THRESHOLD_RULE.outside(-log_p / length, *(2 * [math.log(lower)]))
-        )
-    return np.broadcast_to(keep[:, None], mask.shape)
-
-
 def compute_rollout_rejection_mask(
     log_ratio, response_mask, rollout_rs: str = "token_k1", rollout_rs_threshold=None
 ) -> tuple[np.ndarray, dict[str, float]]:
@@ -362,6 +410,7 @@ def compute_rollout_rejection_mask(
     Parameters
     ----------
     log_ratio, response_mask : array_like, shape (B, T)
+        As in :func:`compute_rollout_correction_weights`.
     rollout_rs : str
         Options of :data:`SUPPORTED_ROLLOUT_RS_OPTIONS`, comma-separated: a token or sequence is
         kept when every option keeps it.
@@ -371,91 +420,92 @@ def compute_rollout_rejection_mask(
     Returns
     -------
     (modified_response_mask, metrics)
+        The mask in the caller's dtype, as verl returns it.
     """
-    mask = as_mask(response_mask)
-    y = as_values(log_ratio, mask, "log_ratio")
+    mask = _mask(response_mask)
+    y = _values(log_ratio, mask, "log_ratio")
     _check_any(mask)
     options = parse_rs_options(rollout_rs)
     thresholds = parse_rs_thresholds(options, rollout_rs_threshold)
-    ys = np.clip(y, -SAFETY_BOUND, SAFETY_BOUND)
-    stats = {"k1": -ys, "k2": 0.5 * ys**2, "k3": np.exp(ys) - 1.0 - ys}
-    inside = mask > 0
+    dt = y.dtype
+    ys = np.clip(y, -SAFETY_BOUND, SAFETY_BOUND)  # :262-265, in the log-ratio's dtype
+    stats = {"k1": -ys, "k2": dt.type(0.5) * ys**2, "k3": _exp(ys) - dt.type(1.0) - ys}
+    inside = mask != 0
     seq_valid = mask.sum(axis=-1) > 0
-    combined = np.ones_like(mask)
+    combined = np.ones(mask.shape, dtype=dt)  # :270
     metrics: dict[str, float] = {}
     for opt in options:
         lower, upper = thresholds[opt]
         k = opt[-2:]
         is_k1 = k == "k1"
+        # :295-301, :376-377: k1 compares -y with math.log of the bounds, the others k with U
+        lo_b, hi_b = (math.log(lower), math.log(upper)) if is_k1 else (None, upper)
         per_seq = None
-        if opt.startswith("token"):
+        if opt.startswith("token"):  # :312-322
             per_token = stats[k]
-            keep = _k1_keep(opt, ys, mask, lower, upper) if is_k1 else ~_above(per_token, upper)
-        else:
+            keep = ~_rule(dt).outside(per_token, lo_b, hi_b)
+        else:  # :323-372
             if opt.startswith("seq_sum"):
-                per_seq = masked_sum(stats[k], mask, axis=-1)
+                per_seq = VERL_MEAN.sum(stats[k], mask, axis=-1)
             elif opt.startswith("seq_mean"):
                 per_seq = VERL_MEAN.mean(stats[k], mask, axis=-1)
             else:
-                vals = np.where(inside, stats[k], -np.inf).max(axis=-1)
-                per_seq = np.where(vals == -np.inf, 0.0, vals)
-            keep = (
-                _k1_keep(opt, ys, mask, lower, upper)
-                if is_k1
-                else np.broadcast_to(~_above(per_seq, upper)[:, None], mask.shape)
-            )
+                vals = np.where(inside, stats[k], dt.type(-np.inf)).max(axis=-1)
+                per_seq = np.where(vals == -np.inf, dt.type(0.0), vals)
+            keep = np.broadcast_to(~_rule(per_seq.dtype).outside(per_seq, lo_b, hi_b)[:, None], mask.shape)
             per_token = np.broadcast_to(per_seq[:, None], mask.shape)
-        hi_stat = math.log(upper) if is_k1 else upper
-        lo_stat = math.log(lower) if is_k1 else 0.0
-        metrics.update(_rs_metrics(opt, per_token, mask, seq_valid, per_seq, hi_stat, lo_stat, is_k1))
-        keep_f = keep.astype(float)
+        metrics.update(
+            _rs_metrics(opt, per_token, mask, seq_valid, per_seq, hi_b, lo_b if is_k1 else 0.0, is_k1)
+        )
+        keep_f = keep.astype(dt)  # :379-404
         combined = combined * keep_f
         seq_keep = (~(~keep & inside)).all(axis=-1)
-        metrics[f"rollout_rs_{opt}_masked_fraction"] = float(VERL_MEAN.mean(1.0 - keep_f, mask))
-        n_valid = float(seq_valid.sum())
+        metrics[f"rollout_rs_{opt}_masked_fraction"] = float(VERL_MEAN.mean(dt.type(1.0) - keep_f, mask))
+        valid_f = seq_valid.astype(np.float32)
+        n_valid = valid_f.sum()
         metrics[f"rollout_rs_{opt}_seq_masked_fraction"] = (
-            float(((1.0 - seq_keep) * seq_valid).sum() / n_valid) if n_valid > 0 else 0.0
+            float(((dt.type(1.0) - seq_keep.astype(dt)) * valid_f).sum() / n_valid) if n_valid > 0 else 0.0
         )
-    metrics["rollout_rs_masked_fraction"] = float(VERL_MEAN.mean(1.0 - combined, mask))
+    metrics["rollout_rs_masked_fraction"] = float(VERL_MEAN.mean(dt.type(1.0) - combined, mask))  # :406-412
     final_keep = (combined > 0.5) & inside
     metrics["rollout_rs_seq_masked_fraction"] = _fraction32((~final_keep & inside).any(axis=-1))
-    return mask * combined, metrics
+    return (mask * combined).astype(_out_dtype(response_mask)), metrics
 
 
 def _rs_metrics(opt, stat, mask, seq_valid, per_seq, upper, lower, apply_lower) -> dict[str, float]:
-    """Compute verl's ``compute_rs_metrics`` for one option (thresholds on the statistic's scale)."""
+    """Compute verl's ``compute_rs_metrics`` for one option (``rollout_corr_helper.py:416-519``)."""
     m: dict[str, float] = {}
     p = f"rollout_rs_{opt}"
-    inside = mask > 0
+    inside = mask != 0
     seq_values = per_seq if per_seq is not None else VERL_MEAN.mean(stat, mask, axis=-1)
     valid = seq_values[seq_valid]
+    rule, dt = _rule(stat.dtype), stat.dtype
     m[f"{p}_mean"] = float(VERL_MEAN.mean(stat, mask))
     sequence_level = not opt.startswith("token")
     if sequence_level and valid.size:
         m[f"{p}_max"], m[f"{p}_min"] = float(valid.max()), float(valid.min())
-        m[f"{p}_fraction_high"] = _fraction32(_above(valid, upper))
-        m[f"{p}_fraction_low"] = _fraction32(_below(valid, lower)) if apply_lower else 0.0
+        m[f"{p}_fraction_high"] = _fraction32(rule.outside(valid, None, upper))
+        m[f"{p}_fraction_low"] = _fraction32(rule.outside(valid, lower, None)) if apply_lower else 0.0
     else:
         m[f"{p}_max"], m[f"{p}_min"] = float(stat[inside].max()), float(stat[inside].min())
-        m[f"{p}_fraction_high"] = float(VERL_MEAN.mean(_above(stat, upper).astype(float), mask))
-        m[f"{p}_fraction_low"] = (
-            float(VERL_MEAN.mean(_below(stat, lower).astype(float), mask)) if apply_lower else 0.0
-        )
+        m[f"{p}_fraction_high"] = _flag_mean(rule.outside(stat, None, upper), mask)
+        m[f"{p}_fraction_low"] = _flag_mean(rule.outside(stat, lower, None), mask) if apply_lower else 0.0
     if mask.sum() > 1:
-        s = np.clip(stat, lower if apply_lower else 0.0, upper)
+        s = np.clip(stat, dt.type(lower if apply_lower else 0.0), dt.type(upper))
         mean = VERL_MEAN.mean(s, mask)
-        m[f"{p}_std"] = float(np.sqrt(max(float(VERL_MEAN.mean(s * s, mask) - mean * mean), 0.0)))
+        var = VERL_MEAN.mean(s * s, mask) - mean * mean
+        m[f"{p}_std"] = float(np.sqrt(np.maximum(var, var.dtype.type(0.0))))
     else:
         m[f"{p}_std"] = 0.0
     if valid.size:
         m[f"{p}_seq_mean"] = float(valid.mean())
-        m[f"{p}_seq_std"] = float(valid.std(ddof=1)) if valid.size > 1 else 0.0
+        m[f"{p}_seq_std"] = float(_std(valid)) if valid.size > 1 else 0.0
         m[f"{p}_seq_max"] = float(valid.max())
         m[f"{p}_seq_min"] = float(valid.min())
         m[f"{p}_seq_max_deviation"] = float(np.abs(valid).max())
-        m[f"{p}_seq_fraction_high"] = _fraction32(_above(valid, upper))
+        m[f"{p}_seq_fraction_high"] = _fraction32(rule.outside(valid, None, upper))
         if apply_lower:
-            m[f"{p}_seq_fraction_low"] = _fraction32(_below(valid, lower))
+            m[f"{p}_seq_fraction_low"] = _fraction32(rule.outside(valid, lower, None))
     return m
 
 
@@ -472,34 +522,36 @@ def compute_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask) -> 
     etc.; ``ppl_ratio`` the mean of :math:`e^{\text{log\_ppl\_diff}} = 1/G_T`; ``kl``,
     ``k3_kl``, ``chi2_token``, ``chi2_seq`` as in the module's notes. Means over sequences run
     over every row of the batch (a row without tokens counts as 0 and ``e^0 = 1``).
-    ``rollout_log_prob=None`` gives the two training-perplexity metrics only.
+    ``rollout_log_prob=None`` gives the two training-perplexity metrics only. In float32 an
+    exponential overflows to ``inf`` above 88.72, as in verl (``k3_kl`` is unclamped).
     """
-    mask = as_mask(response_mask)
-    old = as_values(old_log_prob, mask, "old_log_prob")
+    mask = _mask(response_mask)
+    old = _values(old_log_prob, mask, "old_log_prob")
     _check_any(mask)
     m: dict[str, float] = {}
-    mean_old = VERL_MEAN.mean(old, mask, axis=-1)
-    m["training_ppl"] = float(np.exp(-mean_old).mean())
+    mean_old = VERL_MEAN.mean(old, mask, axis=-1)  # rollout_corr_helper.py:947-952
+    m["training_ppl"] = float(_exp(-mean_old).mean())
     m["training_log_ppl"] = float((-mean_old).mean())
     if rollout_log_prob is None:
         return m
-    rollout = as_values(rollout_log_prob, mask, "rollout_log_prob")
-    y = old - rollout
+    rollout = _values(rollout_log_prob, mask, "rollout_log_prob")
+    y = old - rollout  # :955-1008, in the log-probs' dtype
     m["kl"] = float(VERL_MEAN.mean(rollout - old, mask))
-    m["k3_kl"] = float(VERL_MEAN.mean(np.exp(y) - y - 1.0, mask))
+    m["k3_kl"] = float(VERL_MEAN.mean(_exp(y) - y - y.dtype.type(1.0), mask))
     mean_rollout = VERL_MEAN.mean(rollout, mask, axis=-1)
-    m["rollout_ppl"] = float(np.exp(-mean_rollout).mean())
+    m["rollout_ppl"] = float(_exp(-mean_rollout).mean())
     m["rollout_log_ppl"] = float((-mean_rollout).mean())
     diff = mean_rollout - mean_old
     m["log_ppl_diff"] = float(diff.mean())
     m["log_ppl_abs_diff"] = float(np.abs(diff).mean())
     m["log_ppl_diff_max"] = float(diff.max())
     m["log_ppl_diff_min"] = float(diff.min())
-    m["ppl_ratio"] = float(np.exp(diff).mean())
-    rho = np.exp(np.clip(y, -SAFETY_BOUND, SAFETY_BOUND))
+    m["ppl_ratio"] = float(_exp(diff).mean())
+    rho = _exp(np.clip(y, -SAFETY_BOUND, SAFETY_BOUND))
     m["chi2_token"] = float(VERL_MEAN.mean(rho * rho, mask) - 1.0)
-    log_p = np.clip(masked_sum(y, mask, axis=-1), -SAFETY_BOUND, SAFETY_BOUND)
-    m["chi2_seq"] = float(np.exp(2.0 * log_p).mean() - 1.0)
+    log_p = VERL_MEAN.sum(y, mask, axis=-1)
+    log_p = np.clip(log_p, -SAFETY_BOUND, SAFETY_BOUND)
+    m["chi2_seq"] = float(_exp(log_p.dtype.type(2.0) * log_p).mean() - 1.0)
     return m
 
 
@@ -518,9 +570,10 @@ def compute_rollout_correction_and_rejection_mask(
     Parameters
     ----------
     old_log_prob, rollout_log_prob : array_like, shape (B, T)
-        The training policy's and the rollout engine's token log-probabilities.
+        The training policy's and the rollout engine's token log-probabilities; float32 is kept
+        and computed in, as verl does.
     response_mask : array_like, shape (B, T)
-        1 for a response token, 0 for padding; at least one 1.
+        1 for a response token, 0 for padding (bool, integer, float32 or float64); at least one 1.
     rollout_is : {None, "token", "sequence"}
         None: no weights. See :func:`compute_rollout_correction_weights`.
     rollout_is_threshold : float or str, default 2.0
@@ -533,14 +586,14 @@ def compute_rollout_correction_and_rejection_mask(
     Returns
     -------
     (weights or None, modified_response_mask, metrics)
-        ``weights`` where verl returns a DataProto holding ``rollout_is_weights``; the mask as
-        float64 0/1; metrics keyed ``rollout_corr/<name>`` as verl logs them.
+        ``weights`` where verl returns a DataProto holding ``rollout_is_weights``; the mask in
+        the caller's dtype; metrics keyed ``rollout_corr/<name>`` as verl logs them.
     """
-    mask = as_mask(response_mask)
-    old = as_values(old_log_prob, mask, "old_log_prob")
-    rollout = as_values(rollout_log_prob, mask, "rollout_log_prob")
+    mask = _mask(response_mask)
+    old = _values(old_log_prob, mask, "old_log_prob")
+    rollout = _values(rollout_log_prob, mask, "rollout_log_prob")
     _check_any(mask)
-    y = old - rollout
+    y = old - rollout  # rollout_corr_helper.py:849
     metrics: dict[str, float] = {}
     weights = None
     if rollout_is is not None and rollout_is_threshold is not None:
@@ -548,19 +601,15 @@ def compute_rollout_correction_and_rejection_mask(
             y, mask, rollout_is, rollout_is_threshold, rollout_is_batch_normalize
         )
         metrics.update(is_metrics)
-    modified = mask.copy()
+    modified = mask.astype(_out_dtype(response_mask))
     if rollout_rs is not None:
         modified, rs_metrics = compute_rollout_rejection_mask(y, mask, rollout_rs, rollout_rs_threshold)
+        modified = modified.astype(_out_dtype(response_mask))
         metrics.update(rs_metrics)
     metrics.update(compute_offpolicy_metrics(old, rollout, mask))
     return weights, modified, {f"rollout_corr/{k}": v for k, v in metrics.items()}
 
 
-def _fraction32(flags: np.ndarray) -> float:
-    """Return a fraction as verl computes it with ``flags.float().mean()``: in float32 (about 7 digits)."""
-    return float(np.float32(np.count_nonzero(flags)) / np.float32(flags.size))
-
-
 def _check_any(mask: np.ndarray) -> None:
     if not mask.any():
-        raise ValueError("response_mask must hold at least one valid token (a 1)")
+        raise ValueError("response_mask must hold at least one valid token (1)")
