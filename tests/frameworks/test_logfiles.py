@@ -114,6 +114,10 @@ def test_tensorboard_event_files_are_read(tmp_path):
     SummaryWriter(str(tmp_path / "tensorboard_log" / "proj" / "other")).close()
     with pytest.raises(ValueError, match="its runs are in proj/exp, proj/other: pass one of them"):
         logfiles.read_metrics(tmp_path / "tensorboard_log")
+    garbage = tmp_path / "events.out.tfevents.0.garbage"
+    garbage.write_bytes(bytes(range(256)) * 2)
+    with pytest.raises(ValueError, match="no scalars in it"):
+        logfiles.read_metrics(garbage)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"no TensorBoard event file here \(no event file in it\)"):
         logfiles.read_metrics(tmp_path / "empty")

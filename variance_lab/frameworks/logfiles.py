@@ -380,6 +380,10 @@ def read_metrics(file) -> list:
         if not path.exists():
             raise ValueError(f"{file}: no such file")
         records = _tensorboard(path)
+        if not records:
+            raise ValueError(
+                f"{file}: no scalars in it (not a TensorBoard event file, or one without add_scalar)"
+            )
     elif name.endswith(".parquet"):
         if not path.is_file():
             raise ValueError(f"{file}: no such file")

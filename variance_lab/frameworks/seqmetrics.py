@@ -45,7 +45,7 @@ from variance_lab import stats
 from variance_lab.frameworks.logfiles import SequenceMetric
 from variance_lab.frameworks.tokenlaw import TokenLaw, log_partial_moment
 from variance_lab.frameworks.verl import SAFETY_BOUND
-from variance_lab.report.table import format_number
+from variance_lab.report.table import format_number, format_pow10
 from variance_lab.simulate.estimates import khat_limit
 
 __all__ = ["LOGGED_RTOL", "N_KHAT", "agreement", "length_sampler", "predict", "predict_steps"]
@@ -168,34 +168,43 @@ def _targets(metric: SequenceMetric, m, s2, grid, bound, target_rel: float):
 # --------------------------------------------------------------------------------------
 # simulation, a chunk of steps at once
 # --------------------------------------------------------------------------------------
+def _exp(x: np.ndarray, cache: dict) -> np.ndarray:
+    """Return P = e^x of a chunk, once for all its metrics (inf past 709, 0 below -745: both capped)."""
+    if "exp" not in cache:
+        with np.errstate(over="ignore", under="ignore"):
+            cache["exp"] = np.exp(x)
+    return cache["exp"]
+
+
 def _batch_values(metric: SequenceMetric, x: np.ndarray, L: np.ndarray, bound, cache: dict) -> np.ndarray:
     r"""Return the value each simulated batch logs (x: log P, shape (steps, batches, B); L: (batches, B)).
 
-    ``cache`` holds what metrics of one chunk share: ``x > log C`` and :math:`e^{\min(x, \log C)}`.
+    ``cache`` holds what the metrics of one chunk share: :math:`P`, ``x > log C``,
+    :math:`\min(P, C)` and its (length-weighted) batch sum.
     """
-    B = x.shape[-1]
-    if metric.kind == "chi2_seq":
-        f = np.clip(x, -SAFETY_BOUND, SAFETY_BOUND)
-        f *= 2.0
-        np.exp(f, out=f)
+    if metric.kind == "chi2_seq":  # e^(2 clip(log P, +-20)) = clip(P, e^-20, e^20)^2
+        f = np.clip(_exp(x, cache), math.exp(-SAFETY_BOUND), math.exp(SAFETY_BOUND))
+        f *= f
         return f.mean(axis=-1) - 1.0
     lc = math.log(bound)
-    if ("above", lc) not in cache:
+    token = metric.weighting == "token"
+    if metric.kind in ("frac_above", "masked_mean") and ("above", lc) not in cache:
         cache["above", lc] = x > lc
-    above = cache["above", lc]
     if metric.kind == "frac_above":
-        if metric.weighting == "token":
-            return np.einsum("kbi,bi->kb", above, L) / L.sum(axis=-1)
-        return np.count_nonzero(above, axis=-1) / B
-    if ("exp", lc) not in cache:
-        cache["exp", lc] = np.exp(np.minimum(x, lc))
-    f = cache["exp", lc].copy()
-    np.putmask(f, above, 0.0 if metric.kind == "masked_mean" else bound)  # min(P, C), or P 1{P <= C}
+        above = cache["above", lc]
+        return np.einsum("kbi,bi->kb", above, L) / L.sum(axis=-1) if token else above.mean(axis=-1)
+    if metric.kind == "masked_mean":  # P 1{P <= C}
+        f = np.where(cache["above", lc], 0.0, _exp(x, cache))
+        return np.einsum("kbi,bi->kb", f, L) / L.sum(axis=-1) if token else f.mean(axis=-1)
+    if ("trunc", lc) not in cache:  # min(P, C)
+        cache["trunc", lc] = np.minimum(_exp(x, cache), bound)
+    f = cache["trunc", lc]
+    key = ("sum", lc, token)
+    if key not in cache:
+        cache[key] = np.einsum("kbi,bi->kb", f, L) if token else f.sum(axis=-1)
     if metric.kind == "ess_trunc":  # Kong's ESS over tokens: (sum L w)^2 / (sum L * sum L w^2)
-        return np.einsum("kbi,bi->kb", f, L) ** 2 / (L.sum(axis=-1) * np.einsum("kbi,bi,kbi->kb", f, L, f))
-    if metric.weighting == "token":
-        return np.einsum("kbi,bi->kb", f, L) / L.sum(axis=-1)
-    return f.mean(axis=-1)
+        return cache[key] ** 2 / (L.sum(axis=-1) * np.einsum("kbi,bi,kbi->kb", f, L, f))
+    return cache[key] / (L.sum(axis=-1) if token else x.shape[-1])
 
 
 def _khat_tail(B: int) -> int:
@@ -225,12 +234,8 @@ def _median_khat(tops: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 # the verdict
 # --------------------------------------------------------------------------------------
-def _pow10(log10_value: float) -> str:
-    """``10^x`` as a number (``format_number``: beyond the float range, from its log10)."""
-    if math.isnan(log10_value):
-        return "n/a"
-    if log10_value == math.inf:
-        return "inf"
+def _count(log10_value: float) -> str:
+    """Format a number from its log10, beyond the float range too (``format_number``)."""
     value = 10.0**log10_value if log10_value < 300 else math.inf
     return format_number(value, log10=log10_value, digits=2)
 
@@ -252,14 +257,16 @@ def _judge(metric, B: int, bound, target: float, log10_target: float, log10_need
     else:
         verdict = "reliable"
     if metric.kind == "frac_above" and log10_target + math.log10(B) < 0.0:  # a batch expects < 1 above C
+        zero = math.exp(B * math.log1p(-min(10.0**log10_target, 1.0)))  # P(a batch logs 0 of B)
         reason = (
-            f"a batch of {B} expects {_pow10(log10_target + math.log10(B))} sequences above C = {bound:g} "
-            f"(P(P > C) = {_pow10(log10_target)}), so it logs 0 of {B} almost always: that bounds the "
+            f"a batch of {B} expects {_count(log10_target + math.log10(B))} sequences above C = {bound:g} "
+            f"(P(P > C) = {_count(log10_target)}): {zero:.0%} of batches log 0 of {B}, which bounds the "
             f"fraction below {3 / B:.3g} (95 %, rule of three), not its size"
         )
     else:
-        needs = f"needs {_pow10(log10_needed)}" if log10_needed > 0 else "needs one"
-        reason = f"relative standard error {_pow10(log10_rel_se)} with {B} sequences; {rel:.0%} {needs}"
+        rel_se = f"{10**log10_rel_se:.2g}" if log10_rel_se < 3 else format_pow10(log10_rel_se)
+        needs = format_pow10(log10_needed)
+        reason = f"relative standard error {rel_se} with {B} sequences; {rel:.0%} needs {needs}"
     if heavy:
         reason += f"; Pareto k-hat of its summands {khat:.2f} > {limit:.2f}"
     return verdict, reason, log10_rel_se
@@ -319,8 +326,8 @@ def predict_steps(
         ``log10_target``, ``n_needed``, ``log10_n_needed``, ``rel_se``, ``khat``, ``khat_limit``,
         ``verdict``, ``reason`` (:func:`predict`'s keys).
     """
-    m = np.asarray(m, float).ravel()
-    s = np.sqrt(np.asarray(s2, float).ravel())
+    m, s2 = np.asarray(m, float).ravel(), np.asarray(s2, float).ravel()
+    s = np.sqrt(s2)
     Z, L = (np.asarray(a, float) for a in draws[:2])
     B = int(batch_size)
     bounds = {mt.name: mt.bound if bound is None else bound for mt in metrics}
@@ -329,34 +336,44 @@ def predict_steps(
             raise ValueError(f"{mt.name}: needs a bound C > 0, got {bounds[mt.name]!r}")
     K, n_batches = m.size, Z.shape[0]
     W = np.sqrt(L) * Z
-    values = {mt.name: np.empty((K, n_batches)) for mt in metrics}
-    khat = np.full(K, math.nan)
-    fit_khat = any(mt.kind == "chi2_seq" for mt in metrics) and _khat_tail(B) >= 6
-    tops = np.empty((K, min(N_KHAT, n_batches), _khat_tail(B))) if fit_khat else None
-    per = max(1, _CHUNK // Z.size)
-    for i in range(0, K, per):
-        sl = slice(i, i + per)
-        x = s[sl, None, None] * W
-        x += m[sl, None, None] * L
-        cache: dict = {}
-        for mt in metrics:
-            values[mt.name][sl] = _batch_values(mt, x, L, bounds[mt.name], cache)
-        if fit_khat:
-            tops[sl] = _top_tails(x)
-    if fit_khat:  # the fits of a few hundred steps' tails at once
-        per = max(1, 2**16 // tops[0].size)
-        for i in range(0, K, per):
-            khat[i : i + per] = _median_khat(tops[i : i + per])
-    khats = {mt.name: khat if mt.kind == "chi2_seq" else np.full(K, math.nan) for mt in metrics}
     alpha = (1.0 - level) / 2.0
     limit = float(khat_limit(B)) if B > 1 else math.nan
+    tail = _khat_tail(B)
+    fit_khat = any(mt.kind == "chi2_seq" for mt in metrics) and tail >= 6
+    spread = {mt.name: np.empty((4, K)) for mt in metrics}  # lo, median, hi, sd of the batch values
+    khat = np.full(K, math.nan)
+    per = max(1, _CHUNK // Z.size)  # steps simulated at once
+    block = max(per, min(512, 2**22 // (N_KHAT * tail)))  # steps whose batch values are kept at once
+    for b0 in range(0, K, block):
+        b1 = min(K, b0 + block)
+        values = {mt.name: np.empty((b1 - b0, n_batches)) for mt in metrics}
+        tops = np.empty((b1 - b0, min(N_KHAT, n_batches), tail)) if fit_khat else None
+        for i in range(b0, b1, per):
+            sl, rows = slice(i, min(i + per, b1)), slice(i - b0, min(i + per, b1) - b0)
+            x = s[sl, None, None] * W
+            x += m[sl, None, None] * L
+            cache: dict = {}
+            for mt in metrics:
+                values[mt.name][rows] = _batch_values(mt, x, L, bounds[mt.name], cache)
+            if fit_khat:
+                tops[rows] = _top_tails(x)
+        for mt in metrics:
+            v = values[mt.name]
+            spread[mt.name][:3, b0:b1] = np.quantile(v, [alpha, 0.5, 1.0 - alpha], axis=1)
+            if mt.kind == "ess_trunc":
+                spread[mt.name][3, b0:b1] = np.std(v, axis=1, ddof=1)
+        if fit_khat:  # the fits of the block's tails, a few hundred rows a pass
+            khat[b0:b1] = _median_khat(tops)
+    khats = {mt.name: khat if mt.kind == "chi2_seq" else np.full(K, math.nan) for mt in metrics}
     out = {}
     for mt in metrics:
-        v = values[mt.name]
-        lo, med, hi = np.quantile(v, [alpha, 0.5, 1.0 - alpha], axis=1)
-        target, log10_target, log10_needed = _targets(mt, m, s * s, grid, bounds[mt.name], target_rel)
+        lo, med, hi, sd = spread[mt.name]
+        parts = [  # closed forms over the length grid, 512 steps at a time
+            _targets(mt, m[i : i + 512], s2[i : i + 512], grid, bounds[mt.name], target_rel)
+            for i in range(0, K, 512)
+        ]
+        target, log10_target, log10_needed = (np.concatenate(a) for a in zip(*parts, strict=True))
         if mt.kind == "ess_trunc":  # a ratio of batch sums: its spread over the simulated batches
-            sd = np.std(v, axis=1, ddof=1)
             with np.errstate(divide="ignore", invalid="ignore"):
                 log10_needed = np.where(
                     (sd > 0) & (target != 0),

@@ -19,7 +19,7 @@ import math
 
 import pandas as pd
 
-from variance_lab.report.table import format_number
+from variance_lab.report.table import format_number, format_pow10
 from variance_lab.schema import json_safe
 
 __all__ = ["LOGGED_FORMATS", "render_logged"]
@@ -29,12 +29,6 @@ LOGGED_FORMATS = ("markdown", "csv", "json")
 
 def _fmt(value, log10: float | None = None, digits: int = 4) -> str:
     return format_number(value, log10=log10, digits=digits)
-
-
-def _pow10_cell(log10_value: float) -> str:
-    if not math.isfinite(log10_value):
-        return "inf" if log10_value > 0 else "0" if log10_value < 0 else "n/a"
-    return f"10^{log10_value:.1f}" if abs(log10_value) < 1e4 else f"10^{log10_value:.4g}"
 
 
 def _notes(laws) -> list[str]:
@@ -131,7 +125,7 @@ def _markdown(laws, metrics, title: str) -> str:
             f"{_fmt(r.predicted)} [{_fmt(r.lo)}, {_fmt(r.hi)}]",
             r.agreement,
             target,
-            _pow10_cell(r.log10_n_needed),
+            format_pow10(r.log10_n_needed),
             khat,
             f"{r.verdict}: {r.reason}",
         ]
