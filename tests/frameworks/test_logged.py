@@ -213,6 +213,6 @@ def test_ess_of_one_at_the_interval_of_one_is_inside():
     rec = {"rollout_corr/chi2_token": 1e-12, "rollout_corr/rollout_is_eff_sample_size": 1.0}
     _, out = lg.analyze_logged([rec], batch_size=64, quantiles=[100], ratio_level="sequence", n_batches=100)
     ess = out.set_index("metric").loc["rollout_corr/rollout_is_eff_sample_size"]
-    assert ess["hi"] <= 1.0
+    assert ess["hi"] < 1.0  # 0.99999999993: a strict comparison called the logged 1 "above"
     assert ess["lo"] > 1.0 - 1e-6
     assert ess["agreement"] == "inside"

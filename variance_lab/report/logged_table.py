@@ -112,7 +112,7 @@ def _markdown(laws, metrics, title: str) -> str:
                 "-",
                 "-",
                 "-",
-                f"not judged: {r.reason}",
+                f"not judged (record {r.record}: see Notes)",
             ]
             lines.append("| " + " | ".join(cells) + " |")
             continue
