@@ -28,6 +28,11 @@ def test_read_metrics_csv_and_bad_lines(tmp_path):
     assert records[2] == logfiles.UnreadableRecord(
         f"{f}: record 3 (line 4)", "more values than the header has names"
     )
+    f.write_text("step,kl\n1,0.5\n2," + "9" * 200_000 + "\n3,0.1\n")  # past csv's field size limit
+    records = logfiles.read_metrics(f)
+    assert records[0] == {"step": "1", "kl": "0.5"}
+    assert records[1].problem.startswith("not CSV: field larger than field limit")
+    assert records[2] == {"step": "3", "kl": "0.1"}
     g = tmp_path / "r.jsonl"
     g.write_text('{"a": 1}\n\n[1]\n{"a": 2\n{"a": 3}\n')
     assert logfiles.read_metrics(g) == [
@@ -199,3 +204,18 @@ def test_wandb_panel_export_is_read(tmp_path):
     )
     with pytest.raises(ValueError, match=r"a W&B panel export of 2 runs \(a, b\): export one run's history"):
         logfiles.read_metrics(f)
+
+
+def test_field_number_refuses_what_is_not_a_finite_number():
+    """A bool, a list, NaN text, an integer past the float range: a ValueError each, the value cut short."""
+    rec = {"a": True, "b": [1, 2], "c": "nan", "d": 10**400, "e": " 2.5 "}
+    for key, expected in (
+        ("a", "a number"),
+        ("b", "a number"),
+        ("c", "a finite number"),
+        ("d", "a finite number"),
+    ):
+        with pytest.raises(ValueError, match=f"r: field '{key}': expected {expected}, got ") as err:
+            logfiles.field_number(rec, key, "r")
+        assert len(str(err.value)) < 110
+    assert logfiles.field_number(rec, "e", "r") == 2.5

@@ -30,6 +30,7 @@ reports on its own line. A file that cannot be read at all raises ``ValueError``
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -198,14 +199,20 @@ def field_number(record: dict, key: str, where: str) -> float:
     """
     v = record[key]
     if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise ValueError(f"{where}: field {key!r}: expected a number, got {v!r}")
+        raise ValueError(f"{where}: field {key!r}: expected a number, got {_short(v)}")
     try:
         return parse_float(v, key)
-    except NonFiniteError:
+    except (NonFiniteError, OverflowError):  # OverflowError: a JSON integer past the float range
         expected = "a finite number"
     except ValueError:
         expected = "a number"
-    raise ValueError(f"{where}: field {key!r}: expected {expected}, got {v!r}") from None
+    raise ValueError(f"{where}: field {key!r}: expected {expected}, got {_short(v)}") from None
+
+
+def _short(value) -> str:
+    """``repr`` of a bad value, cut to 60 characters (a 400-digit integer, a long list)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # --------------------------------------------------------------------------------------
@@ -273,7 +280,10 @@ def _json(path: Path, text: str) -> list:
 def _csv(path: Path, text: str) -> list:
     """Read CSV with a header; W&B's panel export (``<run> - <metric>``, ``__MIN``/``__MAX``) unwrapped."""
     reader = csv.reader(text.splitlines())
-    header = next(reader, None)
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise ValueError(f"{path}: the CSV header cannot be read: {exc}") from None
     if header is None:
         return []
     names: list[str | None] = list(header)
@@ -289,7 +299,16 @@ def _csv(path: Path, text: str) -> list:
             for h in header
         ]
     records: list = []
-    for i, row in enumerate(reader):
+    for i in itertools.count():
+        try:
+            row = next(reader, None)
+        except csv.Error as exc:  # a field past csv's size limit, a NUL byte in old Pythons
+            records.append(
+                UnreadableRecord(f"{path}: record {len(records) + 1} (line {i + 2})", f"not CSV: {exc}")
+            )
+            continue
+        if row is None:
+            break
         if not row:
             continue
         if len(row) > len(names):
