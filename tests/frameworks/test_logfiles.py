@@ -185,6 +185,9 @@ def test_wandb_history_exports_are_read(tmp_path):
     hist.to_json(tmp_path / "records.json", orient="records")
     hist.to_json(tmp_path / "columns.json")
     hist.to_parquet(tmp_path / "history.parquet")
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1" + bytes(range(256)) + b"PAR1")
+    with pytest.raises(ValueError, match=r"bad\.parquet: not a readable Parquet file"):
+        logfiles.read_metrics(tmp_path / "bad.parquet")
     for name in ("metrics.csv", "records.json", "columns.json", "history.parquet"):
         assert metrics(logfiles.read_metrics(tmp_path / name)) == [
             {k: float(v) for k, v in r.items()} for r in want

@@ -326,8 +326,9 @@ def _parquet(path: Path) -> list:
         frame = pd.read_parquet(path)
     except ImportError:
         raise ValueError(f"{path}: reading Parquet needs pyarrow: {LOGS_EXTRA_HINT}") from None
-    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise ValueError(f"{path}: not a readable Parquet file: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # pyarrow's errors for a corrupt file share no narrower base (ArrowException)
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{path}: not a readable Parquet file: {reason}") from None
     return [
         {k: v for k, v in row.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
         for row in frame.to_dict(orient="records")
