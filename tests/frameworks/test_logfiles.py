@@ -222,3 +222,17 @@ def test_field_number_refuses_what_is_not_a_finite_number():
             logfiles.field_number(rec, key, "r")
         assert len(str(err.value)) < 110
     assert logfiles.field_number(rec, "e", "r") == 2.5
+
+
+def test_gzipped_jsonl_and_a_corrupt_one(tmp_path):
+    """A .jsonl.gz is read through gzip; a corrupt one is one line naming the file."""
+    import gzip
+
+    f = tmp_path / "run.jsonl.gz"
+    with gzip.open(f, "wt") as fh:
+        fh.write('{"step": 1, "mismatch_kl": 0.001}\n')
+    assert logfiles.read_metrics(f) == [{"step": 1, "mismatch_kl": 0.001}]
+    data = f.read_bytes()
+    f.write_bytes(data[:12] + bytes(len(data) - 12))
+    with pytest.raises(ValueError, match=r"run\.jsonl\.gz: cannot read it"):
+        logfiles.read_metrics(f)

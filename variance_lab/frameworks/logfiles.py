@@ -33,6 +33,7 @@ import csv
 import itertools
 import json
 import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -224,7 +225,7 @@ def _read_text(path: Path) -> str:
     try:
         with open_text(path) as fh:
             return fh.read()
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as exc:  # a .gz cut short or corrupt
         raise ValueError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
 
 
