@@ -11,11 +11,13 @@ numbers logged under them. A log is one record per step, in the formats users ke
 - CSV with a header: ``run.history().to_csv(...)`` of the W&B public API (W&B's guide "Export
   metrics from a single run to a CSV file": an unnamed index column, ``_step``, ``_runtime``,
   ``_timestamp``, NaN as an empty cell), and the CSV the W&B web UI exports from a line-plot panel
-  (``Step``, then ``<run> - <metric>``, ``<run> - <metric>__MIN``, ``<run> - <metric>__MAX``);
+  (``Step``, then ``<run> - <metric>``, ``<run> - <metric>__MIN``, ``<run> - <metric>__MAX``: the
+  columns of such exports found in public repositories; W&B's docs do not spell them out);
 - JSON (``.json``): a list of objects (``json.dump(run.history(pandas=False))``,
   ``DataFrame.to_json(orient="records")``) or pandas' default ``to_json()`` (one object per column);
-- Parquet (``.parquet``): the full history W&B keeps as the run's ``wandb-history`` artifact,
-  read with pandas and pyarrow;
+- Parquet (``.parquet``): the full history W&B keeps as the run's ``wandb-history`` artifact
+  (W&B's support note "why are steps missing from a CSV metric export": the CSV export and
+  ``run.history`` may be sampled, the artifact is not), read with pandas and pyarrow;
 - TensorBoard: an event file (``events.out.tfevents.*``) or the folder that holds them, read with
   TensorBoard's own ``EventAccumulator`` (``pip install 'variance_lab[logs]'``); verl's
   ``tensorboard`` logger writes each metric with ``SummaryWriter.add_scalar(key, value, step)``,
