@@ -47,7 +47,7 @@ def test_markdown_json_csv(tmp_path, capsys):
     assert {r["metric"] for r in doc["metrics"]} == {"sampling_importance_ratio", "is_oob_ratio"}
     assert main(["logged", *args, "--table-format", "csv"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("step,metric,logged,predicted,lo,hi")
+    assert lines[0].startswith("record,step,metric,logged,predicted,lo,hi")
     assert len(lines) == 5
 
 
@@ -92,23 +92,19 @@ def test_lengths_from_rollout_file(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("content", "suffix", "message"),
     [
+        ('{"mismatch_kl": "abc"}\n', ".jsonl", "record 1: field 'mismatch_kl': expected a number"),
+        ("{oops\n", ".jsonl", "record 1 (line 1): not JSON"),
         (
-            '{"mismatch_kl": 0.001}\n{"mismatch_kl": "abc"}\n',
-            ".jsonl",
-            "record 2: field 'mismatch_kl': expected a number",
-        ),
-        ('{"mismatch_kl": 0.001}\n{oops\n', ".jsonl", "record 2 (line 2): not JSON"),
-        (
-            "step,mismatch_kl\n1,0.001\n2,nan\n",
+            "step,mismatch_kl\n2,nan\n",
             ".csv",
-            "record 2: field 'mismatch_kl': expected a finite number",
+            "record 1: field 'mismatch_kl': expected a finite number",
         ),
         ('{"token_mult_prob_error": 0.5}\n', ".jsonl", "record 1: token_mult_prob_error = 0.5 is impossible"),
         ("", ".jsonl", "no records"),
     ],
 )
 def test_bad_input_one_line_nothing_written(tmp_path, capsys, content, suffix, message):
-    """Bad input one line nothing written."""
+    """A log with no record to judge: one line naming file, record and field; nothing written."""
     f = tmp_path / f"run{suffix}"
     f.write_text(content)
     out = tmp_path / "out.md"
@@ -150,3 +146,66 @@ def test_summary_and_skipped_rows(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "- is_oob_ratio: marginal at 2 of 2 steps; logged at 1" in captured.out
     assert "skipped 1 record(s)" in captured.err
+
+
+def test_bad_records_are_rows_of_their_own(tmp_path, capsys):
+    """Good records are judged, each bad one is a 'not judged' row saying why; stderr counts them."""
+    lines = ['{"mismatch_kl": 0.001}', '{"mismatch_kl": "abc"}', "{oops", '{"mismatch_kl": 0.002}']
+    f = tmp_path / "run.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    assert main(["logged", str(f), "--batch-size", "8", "--lengths", "10"]) == 0
+    captured = capsys.readouterr()
+    assert "## Notes (2 of 4 records not judged)" in captured.out
+    bad_field = f"{f}: record 2: field 'mismatch_kl': expected a number, got 'abc'"
+    assert f"- record 2 (step 1), not judged: {bad_field}" in captured.out
+    assert f"- record 3, not judged: {f}: record 3 (line 3): not JSON" in captured.out
+    err = [line for line in captured.err.splitlines() if "not judged" in line]
+    assert len(err) == 1
+    assert err[0].startswith("variance-lab: 2 record(s) not judged (each has a row saying why; first: ")
+
+
+def test_reads_verl_file_logger_output(tmp_path, capsys):
+    """The file logger of verl ({"step": N, "data": {...}} a line) is read (it used to be refused)."""
+    data = {"rollout_corr/kl": 0.0, "rollout_corr/chi2_token": 0.0202013, "rollout_corr/chi2_seq": 6.9e7}
+    f = _write_jsonl(
+        tmp_path / "exp.jsonl", [{"step": 1, "data": data}, {"step": 1, "data": {"val-core/acc": 0.5}}]
+    )
+    rc = main(
+        [
+            "logged",
+            f,
+            "--batch-size",
+            "20000",
+            "--lengths",
+            "1000",
+            "--n-batches",
+            "40",
+            "--table-format",
+            "json",
+        ]
+    )
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    doc = json.loads(captured.out)
+    assert doc["laws"][0]["framework"] == "verl"
+    assert doc["metrics"][0]["verdict"] == "unreliable"
+    assert "skipped 1 record(s)" in captured.err
+
+
+def test_reads_a_tensorboard_folder(tmp_path, capsys):
+    """A TensorBoard run folder written by SummaryWriter.add_scalar, as verl's tensorboard logger does."""
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "run"))
+    for step in (1, 2):
+        for key, value in {"mismatch_kl": 0.001 * step}.items():
+            writer.add_scalar(key, value, step)
+    writer.close()
+    rc = main(
+        ["logged", str(tmp_path / "run"), "--batch-size", "64", "--lengths", "100", "--table-format", "csv"]
+    )
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert captured.out.splitlines()[0].startswith("record,step,framework,m,s2")
+    assert len(captured.out.splitlines()) == 3

@@ -12,7 +12,7 @@ import pytest
 from variance_lab import theory
 from variance_lab.cli import main
 from variance_lab.families import get_family
-from variance_lab.report.table import PRINTED, errata, format_number, render
+from variance_lab.report.table import PRINTED, errata, format_number, format_pow10, render
 
 LOGNORMAL = get_family("lognormal", 1.0, 0.1)
 
@@ -436,3 +436,10 @@ def test_mixture_monte_carlo_table(capsys):
     for r in mc_csv_rows(capsys, "--family", "lognormal-mixture", "--components", spec, "--T", "10,100"):
         assert r["mc_verdict_G"] == "reliable", r["mc_reason_G"]
         assert float(r["mc_var_G_lo"]) < float(r["var_G"]) < float(r["mc_var_G_hi"]), r["T"]
+
+
+def test_format_pow10():
+    """Powers of ten from their log10: one decimal, or four digits past 10^4; infinities and NaN named."""
+    assert format_pow10(19.3717) == "10^19.4"
+    assert format_pow10(-34258225557.0) == "10^-3.426e+10"
+    assert (format_pow10(math.inf), format_pow10(-math.inf), format_pow10(math.nan)) == ("inf", "0", "n/a")

@@ -118,6 +118,26 @@ def test_pareto_khat_undefined_cases():
     assert math.isnan(stats.pareto_khat([0.0, 1, 2, 3, np.inf, 5, 6]))
 
 
+def test_pareto_khat_rows_is_pareto_khat_row_by_row():
+    """The vectorised fit equals pareto_khat on every row (1e-12), its NaN cases and fallbacks included."""
+    rng = np.random.default_rng(np.random.SeedSequence(31))
+    tails = rng.standard_normal((600, 49)) * rng.uniform(0.01, 6.0, (600, 1))
+    tails[:100] = np.sort(0.05 * rng.standard_normal((100, 256)), axis=1)[:, -49:]  # near-lognormal batches
+    tails[100, :5] = tails[100, 5]  # ties at the threshold: through pareto_khat itself
+    tails[101] = 1.0  # all tied: NaN
+    tails[102, 3] = np.inf  # not finite: NaN
+    tails[103] *= 1e3  # exceedances beyond e^700: the log-space path
+    tails[104] = np.log(sps.pareto.rvs(1 / 0.8, size=49, random_state=rng))
+    rows = stats.pareto_khat_rows(tails)
+    one = np.array([stats.pareto_khat(t) for t in tails])
+    assert np.array_equal(np.isnan(rows), np.isnan(one))
+    assert np.isnan(one[[101, 102]]).all()
+    assert np.allclose(rows, one, rtol=1e-12, atol=1e-12, equal_nan=True)
+    assert stats.pareto_khat_rows(np.zeros((0, 49))).shape == (0,)
+    with pytest.raises(ValueError, match="2-D"):
+        stats.pareto_khat_rows(np.zeros(49))
+
+
 def _zhang_stephens_mp(log_x, dps=60):
     """Zhang and Stephens' estimator (no prior) in mpmath, from log exceedances.
 

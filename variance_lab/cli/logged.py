@@ -2,12 +2,16 @@
 
 Kept apart from :mod:`variance_lab.cli` (which registers it) so that the parser there stays
 small: the work is :func:`variance_lab.frameworks.logged.analyze_logged`, imported when the
-command runs. METRICS_FILE holds one record per step (JSONL, or CSV with a header), keyed by the
-framework's names. Output: per step the token law, then per sequence-level metric the logged
-value, its prediction with an interval, the expectation it estimates and the verdict, as a
-markdown table, CSV (one row per step and metric, the law's columns repeated) or JSON
-(``{"laws": [...], "metrics": [...]}``). Bad input: one line on standard error naming the file,
-the record and the field; exit status 2; nothing written.
+command runs. METRICS_FILE holds one record per step, keyed by the framework's names, in any
+format :func:`variance_lab.frameworks.logfiles.read_metrics` reads: JSONL (verl's ``file`` logger
+included), CSV (W&B's history or panel export), JSON, Parquet (W&B's history artifact), or a
+TensorBoard event file or folder (the ``logs`` extra). Output: per step the token law, then per
+sequence-level metric the logged value, its prediction with an interval, the expectation it
+estimates and the verdict, as a markdown table, CSV (one row per record and metric, the law's
+columns repeated) or JSON (``{"laws": [...], "metrics": [...]}``). A record that cannot be judged
+is a row of its own (``not judged``, with why) and one line on standard error says how many; a
+log in which no record can be judged, or bad options: one line on standard error naming the
+file, the record and the field; exit status 2; nothing written.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from variance_lab.cli._common import (
     float_arg,
     int_arg,
     load_rollouts,
+    one_line,
     say_wrote,
     write_output,
 )
@@ -96,6 +101,13 @@ def run(args: argparse.Namespace) -> int:
             f"{PROG}: skipped {metrics.attrs['skipped']} record(s) without any of the framework's metrics",
             file=sys.stderr,
         )
+    if metrics.attrs.get("not_judged"):
+        first = laws.loc[laws["s2"].isna(), "note"].iloc[0]
+        print(
+            f"{PROG}: {metrics.attrs['not_judged']} record(s) not judged (each has a row saying why; "
+            f"first: {one_line(ValueError(first))})",
+            file=sys.stderr,
+        )
     say_wrote("the table", args.out)
     return 0
 
@@ -116,7 +128,10 @@ def add_command(sub) -> None:
         "this size estimate it at all (draws needed, Pareto k-hat).",
     )
     p.add_argument(
-        "file", metavar="METRICS_FILE", help="one record per step: .jsonl (objects) or .csv (header)"
+        "file",
+        metavar="METRICS_FILE",
+        help="one record per step: .jsonl (objects; verl's file logger), .csv (W&B history or panel "
+        "export), .json, .parquet (W&B history), or a TensorBoard event file or folder",
     )
     p.add_argument(
         "--batch-size",

@@ -4,10 +4,11 @@ Built from the two tidy frames of :func:`variance_lab.frameworks.logged.analyze_
 (``laws``: one row per step; ``metrics``: one row per step and sequence-level metric, with the
 run's settings in ``metrics.attrs``); this module computes nothing.
 
-- ``markdown``: the token law per step, a warning when the token metrics' fits disagree, a
-  summary over steps per metric, the table of predictions and verdicts, and how to read it.
-- ``csv``: one row per step and metric, the law's columns repeated (the laws alone when no
-  sequence metric is judged).
+- ``markdown``: the token law per step, a warning when the token metrics' fits disagree, the
+  notes (records not judged, and why), a summary over steps per metric, the table of predictions
+  and verdicts, and how to read it.
+- ``csv``: one row per record and metric, the law's columns repeated, joined on the record (the
+  laws alone when no sequence metric is judged).
 - ``json``: ``{"laws": [...], "metrics": [...]}``, NaN and infinities as ``null``.
 """
 
@@ -18,7 +19,7 @@ import math
 
 import pandas as pd
 
-from variance_lab.report.table import format_number
+from variance_lab.report.table import format_number, format_pow10
 from variance_lab.schema import json_safe
 
 __all__ = ["LOGGED_FORMATS", "render_logged"]
@@ -26,19 +27,30 @@ __all__ = ["LOGGED_FORMATS", "render_logged"]
 LOGGED_FORMATS = ("markdown", "csv", "json")
 
 
-def _fmt(value, digits: int = 4) -> str:
-    return format_number(value, digits=digits)
+def _fmt(value, log10: float | None = None, digits: int = 4) -> str:
+    return format_number(value, log10=log10, digits=digits)
+
+
+def _notes(laws) -> list[str]:
+    """One line per record with a note: not judged (and why), or judged with a law from a later metric."""
+    lines = []
+    for _, r in laws[laws["note"] != ""].iterrows():
+        step = "" if math.isnan(r["step"]) else f" (step {_fmt(r['step'])})"
+        state = "not judged" if math.isnan(r["s2"]) else "judged"
+        lines.append(f"- record {r['record']}{step}, {state}: {r['note']}")
+    return lines
 
 
 def _markdown(laws, metrics, title: str) -> str:
     lines = [f"# {title}", "", "## Token law per step: log r ~ N(m, s2)", ""]
+    fitted = laws[laws["s2"].notna()]
     fit_cols = [c for c in laws.columns if c.startswith("s2[")]
     header = ["step", "m", "s2", "from", *fit_cols, "spread"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for _, r in laws.iterrows():
+    for _, r in fitted.iterrows():
         cells = [_fmt(r["step"]), _fmt(r["m"]), _fmt(r["s2"]), r["source"], *(_fmt(r[c]) for c in fit_cols)]
         lines.append("| " + " | ".join([*cells, _fmt(r["s2_spread"])]) + " |")
-    worst = float(laws["s2_spread"].max())
+    worst = float(fitted["s2_spread"].max())
     if worst > 2.0:
         lines += [
             "",
@@ -47,6 +59,10 @@ def _markdown(laws, metrics, title: str) -> str:
             "prediction below holds for the law of its 'from' column only; metrics that weigh the "
             "tail (k3, chi2) give the larger s2.",
         ]
+    notes = _notes(laws)
+    if notes:
+        n_out = int(laws["s2"].isna().sum())
+        lines += ["", f"## Notes ({n_out} of {len(laws)} records not judged)", "", *notes]
     if metrics.empty:
         lines += [
             "",
@@ -57,11 +73,11 @@ def _markdown(laws, metrics, title: str) -> str:
     level = metrics.attrs.get("level", 0.9)
     lines += ["", "## Summary over steps", ""]
     for name, rows in metrics.groupby("metric", sort=False):
-        logged = rows[rows["agreement"] != "not logged"]
+        logged = rows[~rows["agreement"].isin(["not logged", "not judged"])]
         outside = logged[logged["agreement"] != "inside"]
         counts = rows["verdict"].value_counts()
         verdicts = ", ".join(
-            f"{v} at {counts[v]}" for v in ("reliable", "marginal", "unreliable") if v in counts
+            f"{v} at {counts[v]}" for v in ("reliable", "marginal", "unreliable", "not judged") if v in counts
         )
         first = f" (first: step {_fmt(outside['step'].iloc[0])})" if len(outside) else ""
         lines.append(
@@ -85,20 +101,33 @@ def _markdown(laws, metrics, title: str) -> str:
         "verdict",
     ]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for _, r in metrics.iterrows():
-        khat = "n/a (bounded)" if math.isnan(r["khat"]) else f"{r['khat']:.2f} (limit {r['khat_limit']:.2f})"
-        needed = f"10^{r['log10_n_needed']:.1f}" if math.isfinite(r["log10_n_needed"]) else "inf"
-        target = _fmt(r["target"]) if math.isfinite(r["target"]) else f"10^{r['log10_target']:.1f}"
+    for r in metrics.itertuples(index=False):
+        if r.verdict == "not judged":
+            cells = [
+                _fmt(r.step),
+                r.metric,
+                _fmt(r.logged),
+                "-",
+                r.agreement,
+                "-",
+                "-",
+                "-",
+                f"not judged (record {r.record}: see Notes)",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+            continue
+        khat = "n/a (bounded)" if math.isnan(r.khat) else f"{r.khat:.2f} (limit {r.khat_limit:.2f})"
+        target = _fmt(r.target) if math.isfinite(r.target) else _fmt(r.target, r.log10_target)
         cells = [
-            _fmt(r["step"]),
-            r["metric"],
-            _fmt(r["logged"]),
-            f"{_fmt(r['predicted'])} [{_fmt(r['lo'])}, {_fmt(r['hi'])}]",
-            r["agreement"],
+            _fmt(r.step),
+            r.metric,
+            _fmt(r.logged),
+            f"{_fmt(r.predicted)} [{_fmt(r.lo)}, {_fmt(r.hi)}]",
+            r.agreement,
             target,
-            needed,
+            format_pow10(r.log10_n_needed),
             khat,
-            f"{r['verdict']}: {r['reason']}",
+            f"{r.verdict}: {r.reason}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
@@ -142,7 +171,7 @@ def render_logged(laws: pd.DataFrame, metrics: pd.DataFrame, fmt: str = "markdow
             + "\n"
         )
     if fmt == "csv":
-        law_cols = ["step", "framework", "m", "s2", "source"]
-        merged = metrics.merge(laws[law_cols], on="step", how="left") if not metrics.empty else laws
+        law_cols = ["record", "framework", "m", "s2", "source", "note"]
+        merged = metrics.merge(laws[law_cols], on="record", how="left") if not metrics.empty else laws
         return merged.to_csv(index=False)
     return _markdown(laws, metrics, title)

@@ -96,6 +96,19 @@ def format_number(value: float, log10: float | None = None, digits: int = 4) -> 
     return f"{value:.{digits - 1}e}"
 
 
+def format_pow10(log10_value: float) -> str:
+    """Format :math:`10^x` from ``x``: ``10^4.9``, or ``10^3.426e+10`` for an exponent past 10^4.
+
+    >>> format_pow10(-34258225557.0)
+    '10^-3.426e+10'
+    """
+    if math.isnan(log10_value):
+        return "n/a"
+    if math.isinf(log10_value):
+        return "inf" if log10_value > 0 else "0"
+    return f"10^{log10_value:.1f}" if abs(log10_value) < 1e4 else f"10^{log10_value:.4g}"
+
+
 def _display_frame(frame: pd.DataFrame) -> pd.DataFrame:
     cols = {}
     for col, header in _DISPLAY.items():

@@ -29,7 +29,15 @@ from variance_lab.stats.bootstrap import (
 )
 from variance_lab.stats.intervals import mean_interval, var_interval, var_se, wilson_interval, z_value
 from variance_lab.stats.moments import central_moments, exp_quiet, log_sample_var, scaled_exp
-from variance_lab.stats.tails import KHAT_THRESHOLD, ess_fraction, gpd_fit, gpd_fit_log, kong_ess, pareto_khat
+from variance_lab.stats.tails import (
+    KHAT_THRESHOLD,
+    ess_fraction,
+    gpd_fit,
+    gpd_fit_log,
+    kong_ess,
+    pareto_khat,
+    pareto_khat_rows,
+)
 
 __all__ = [
     "CLUSTER_METHOD",
@@ -49,6 +57,7 @@ __all__ = [
     "log_var_interval",
     "mean_interval",
     "pareto_khat",
+    "pareto_khat_rows",
     "proportion_interval",
     "resample",
     "scaled_exp",
