@@ -216,3 +216,45 @@ def test_ess_of_one_at_the_interval_of_one_is_inside():
     assert ess["hi"] < 1.0  # 0.99999999993: a strict comparison called the logged 1 "above"
     assert ess["lo"] > 1.0 - 1e-6
     assert ess["agreement"] == "inside"
+
+
+def test_nemo_sequence_ratio_judged_at_the_runs_micro_batch_size():
+    """NeMo-RL logs the sequence-level sampling_importance_ratio about micro-batch-size times the mean.
+
+    40 batches (B = 48, lengths 10-60, tokens N(-0.01, 0.02)) through the NeMo-RL mirror with
+    micro-batches of 4: judged with micro_batch_size=4 the logged values fall in the 90 % interval
+    at its rate (binomial test), judged as micro-batches of one they are all above it.
+    """
+    from scipy import stats
+
+    from variance_lab.frameworks import nemo_rl
+
+    rng = np.random.default_rng(np.random.SeedSequence(23))
+    B, T, m, s2 = 48, 60, -0.01, 0.02
+    records = []
+    for step in range(40):
+        L = rng.integers(10, 61, size=B)
+        mask = (np.arange(T)[None, :] < L[:, None]).astype(float)
+        y = m + math.sqrt(s2) * rng.standard_normal((B, T))
+        _, met = nemo_rl.clipped_pg_importance_weights(
+            y - 1.0,
+            np.full((B, T), -1.0),
+            mask,
+            sequence_level_importance_ratios=True,
+            truncated_importance_sampling_type="tis",
+            truncated_importance_sampling_ratio=2.0,
+            micro_batch_size=4,
+        )
+        records.append({"step": step, "gen_kl_error": math.expm1(m + s2 / 2) - m, **met})  # k3 of the law
+    judged = {}
+    for size in (4, 1):
+        _, out = lg.analyze_logged(
+            records, batch_size=B, lengths=np.arange(10, 61), ratio_level="sequence", micro_batch_size=size
+        )
+        judged[size] = out[out["metric"] == "sampling_importance_ratio"]
+    inside = int((judged[4]["agreement"] == "inside").sum())
+    assert stats.binomtest(inside, 40, 0.9, alternative="less").pvalue > 1e-3, inside
+    assert (judged[1]["agreement"] == "above").all()
+    np.testing.assert_allclose(judged[4]["predicted"], 4 * judged[1]["predicted"].to_numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="micro_batch_size must be an integer >= 1, got 0"):
+        lg.analyze_logged(records, batch_size=B, lengths=[30], micro_batch_size=0)

@@ -54,7 +54,38 @@ def test_nemo_sequence_level_overflow_gives_zero():
         y, np.zeros_like(y), np.ones_like(y), sequence_level_importance_ratios=True
     )
     np.testing.assert_allclose(w[:, 0], [0.0, math.exp(0.3)], rtol=1e-14)
+    # micro-batches of one (the default): the mean weight, e^0.3 / (2 + 1e-8)
     assert m["sampling_importance_ratio"] == pytest.approx(math.exp(0.3) / (2 + 1e-8), rel=1e-12)
+
+
+def test_nemo_sequence_level_ratio_as_nemo_logs_it():
+    """Sequence-level sampling_importance_ratio: NeMo-RL's masked_mean broadcasts (b, 1) by (b,).
+
+    Four rows of log-ratios 0.1, 0.2, 0.3, 0.4, the third masked (sample_mask 0, so its weight is
+    e^0 = 1: NeMo-RL sums the log-ratios under token_mask * sample_mask), S = 3 valid.
+    Each micro-batch logs sum_i w_i * S_mb / (S + 1e-8), masked rows' weights included; the step
+    sums them. Micro-batches of one give the mean NeMo-RL means, sum_i s_i w_i / S.
+    """
+    y = np.array([[0.1], [0.2], [0.3], [0.4]])
+    w = np.exp([0.1, 0.2, 0.0, 0.4])
+    s, S = np.array([1.0, 1.0, 0.0, 1.0]), 3 + 1e-8
+
+    def logged(size):
+        _, m = nemo_rl.clipped_pg_importance_weights(
+            y,
+            np.zeros_like(y),
+            np.ones_like(y),
+            s,
+            sequence_level_importance_ratios=True,
+            micro_batch_size=size,
+        )
+        return m["sampling_importance_ratio"]
+
+    assert logged(1) == pytest.approx((w[0] + w[1] + w[3]) / S, rel=1e-14)
+    assert logged(2) == pytest.approx(((w[0] + w[1]) * 2 + (w[2] + w[3]) * 1) / S, rel=1e-14)
+    assert logged(None) == logged(4) == pytest.approx(w.sum() * 3 / S, rel=1e-14)
+    with pytest.raises(ValueError, match="micro_batch_size must be an integer >= 1, got 0"):
+        logged(0)
 
 
 def test_nemo_icepop_needs_a_minimum():

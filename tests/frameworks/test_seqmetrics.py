@@ -67,6 +67,7 @@ def _mirror_values(rng, law: TokenLaw, B: int, qs) -> dict[str, float]:
         sequence_level_importance_ratios=True,
         truncated_importance_sampling_type="tis",
         truncated_importance_sampling_ratio=2.0,
+        micro_batch_size=1,  # NeMo-RL logs the mean weight only for micro-batches of one
     )
     _, tm = trl.vllm_importance_sampling_correction(gen + y, gen, mask)
     _, _, vm = verl.compute_rollout_correction_and_rejection_mask(

@@ -111,6 +111,7 @@ def test_nemo_2269_sparse_law_reproduces():
             sequence_level_importance_ratios=True,
             truncated_importance_sampling_type="tis",
             truncated_importance_sampling_ratio=2.0,
+            micro_batch_size=1,  # NeMo-RL logs the mean weight only for micro-batches of one
         )
         sir.append(met["sampling_importance_ratio"])
         oob.append(met["is_oob_ratio"])

@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         n_batches=args.n_batches,
         seed=args.seed,
         source=args.file,
+        micro_batch_size=args.micro_batch_size,
     )
     title = f"Logged metrics of {Path(args.file).name} ({laws['framework'].iloc[0]}, variance-lab logged)"
     write_output(render_logged(laws, metrics, args.table_format, title=title), args.out)
@@ -173,6 +174,15 @@ def add_command(sub) -> None:
         help="the run's importance ratios: per token or per sequence (verl rollout_is, NeMo-RL "
         "sequence_level_importance_ratios, TRL vllm_importance_sampling_mode); None: the framework's "
         "default (TRL sequence, the others token)",
+    )
+    p.add_argument(
+        "--micro-batch-size",
+        type=int_arg("--micro-batch-size", minimum=1),
+        default=1,
+        metavar="N",
+        help="NeMo-RL's train_micro_batch_size: with sequence-level ratios NeMo-RL logs "
+        "sampling_importance_ratio as about N times the mean weight (a broadcast in its masked_mean), "
+        "and it is judged so",
     )
     p.add_argument(
         "--law-from",

@@ -109,8 +109,9 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             ),
             nemo_rl.NEMO_MEAN,
             "float32 weights overflow to 0 above a log-ratio of 88.72 (reproduced); the "
-            "sequence-level sampling_importance_ratio as NeMo logs it (a (B, 1) by (B,) broadcast "
-            "in masked_mean) is not reproduced (issue #35)",
+            "sequence-level sampling_importance_ratio is logged about train_micro_batch_size times "
+            "the mean weight (a (b, 1) by (b,) broadcast in masked_mean: reproduced with "
+            "micro_batch_size=); dynamic batching and sequence packing not mirrored",
         ),
         "prime-rl": Conventions(
             "prime-rl",

@@ -115,6 +115,7 @@ def analyze_logged(
     target_rel: float = 0.1,
     seed: int = 0,
     source: str = "records",
+    micro_batch_size: int = 1,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     r"""Per step: the token law from the token metrics, and each sequence metric predicted and judged.
 
@@ -156,6 +157,12 @@ def analyze_logged(
     seed : int
     source : str
         The file's name, for messages.
+    micro_batch_size : int
+        NeMo-RL's ``train_micro_batch_size``. With sequence-level ratios NeMo-RL logs
+        ``sampling_importance_ratio`` as about this many times the mean weight (a broadcast in
+        its ``masked_mean``, :func:`~variance_lab.frameworks.nemo_rl.clipped_pg_importance_weights`),
+        so its prediction, interval and target are scaled by it; other metrics and frameworks
+        ignore it.
 
     Returns
     -------
@@ -181,6 +188,12 @@ def analyze_logged(
         framework = detect_framework(records)
     if framework not in TOKEN_METRICS:
         raise ValueError(f"unknown framework {framework!r}; frameworks are {', '.join(FRAMEWORKS)}")
+    if (
+        isinstance(micro_batch_size, bool)
+        or not isinstance(micro_batch_size, int | np.integer)
+        or micro_batch_size < 1
+    ):
+        raise ValueError(f"micro_batch_size must be an integer >= 1, got {micro_batch_size!r}")
     if threshold is not None and not (math.isfinite(threshold) and threshold > 0):
         raise ValueError(f"threshold must be a number > 0, got {threshold!r}")
     ratio_level = DEFAULT_RATIO_LEVEL[framework] if ratio_level is None else ratio_level
@@ -239,8 +252,10 @@ def analyze_logged(
             laws[col] = math.nan
     laws = laws[["record", "step", "framework", "m", "s2", "source", "s2_spread", "note", *fit_cols]]
     laws["source"] = laws["source"].fillna("")
+    # NeMo-RL logs the sequence-level sampling_importance_ratio times its micro-batch size
+    scales = {"sampling_importance_ratio": float(micro_batch_size)} if framework == "nemo-rl" else {}
     metrics = _metrics_frame(
-        laws, judged, seq_metrics, batch_size, (Z, L), grid, threshold, level, target_rel
+        laws, judged, seq_metrics, batch_size, (Z, L), grid, threshold, level, target_rel, scales
     )
     metrics.attrs.update(
         skipped=skipped,
@@ -251,11 +266,12 @@ def analyze_logged(
         framework=framework,
         target_rel=target_rel,
         ratio_level=ratio_level,
+        micro_batch_size=micro_batch_size,
     )
     return laws, metrics
 
 
-def _metrics_frame(laws, judged, seq_metrics, batch_size, draws, grid, threshold, level, target_rel):
+def _metrics_frame(laws, judged, seq_metrics, batch_size, draws, grid, threshold, level, target_rel, scales):
     """One row per record and sequence metric: the judged ones predicted at once, the others noted."""
     idx = np.array([j for j, _ in judged], dtype=int)
     preds = predict_steps(
@@ -274,6 +290,10 @@ def _metrics_frame(laws, judged, seq_metrics, batch_size, draws, grid, threshold
     for order, metric in enumerate(seq_metrics):
         logged = np.array([lg[metric.name] for _, lg in judged], dtype=float)
         part = pd.DataFrame(preds[metric.name])
+        scale = scales.get(metric.name, 1.0)
+        if scale != 1.0:  # a framework logs this multiple of what the metric estimates
+            part[["predicted", "lo", "hi", "target"]] *= scale
+            part["log10_target"] += math.log10(scale)
         part.insert(0, "logged", logged)
         part["agreement"] = agreement(logged, part["lo"], part["hi"])
         part["_row"], part["_order"] = idx, order

@@ -74,6 +74,7 @@ def clipped_pg_importance_weights(
     truncated_importance_sampling_type: str | None = None,
     truncated_importance_sampling_ratio: float | None = None,
     truncated_importance_sampling_ratio_min: float | None = None,
+    micro_batch_size: int | None = 1,
 ) -> tuple[np.ndarray, dict[str, float]]:
     r"""Compute NeMo-RL's actor importance weights and its mismatch metrics.
 
@@ -95,6 +96,14 @@ def clipped_pg_importance_weights(
         The upper bound; None: no truncation.
     truncated_importance_sampling_ratio_min : float, optional
         The lower bound (required for ``icepop`` and ``seq-mask-tis``; ``tis`` defaults to 0).
+    micro_batch_size : int, optional
+        NeMo-RL's ``train_micro_batch_size``: the rows in order form micro-batches of this size
+        (the last may be smaller). It changes only the sequence-level ``sampling_importance_ratio``,
+        which NeMo-RL logs as the micro-batches' sum of
+        :math:`S_{mb} \sum_{i \in mb} w_i / (S + 10^{-8})` (a broadcast in its ``masked_mean``;
+        :math:`S` the valid samples): the mean weight for micro-batches of one (the default),
+        about ``micro_batch_size`` times it otherwise. None: the batch is one micro-batch.
+        Dynamic batching and sequence packing are not mirrored.
 
     Returns
     -------
@@ -114,6 +123,10 @@ def clipped_pg_importance_weights(
         truncated_importance_sampling_ratio_min,
     )
     _check_truncation(kind, hi, lo, sequence_level_importance_ratios)
+    if micro_batch_size is not None and (
+        isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1
+    ):
+        raise ValueError(f"micro_batch_size must be an integer >= 1, got {micro_batch_size!r}")
     delta = prev - gen
     metrics = {"token_mult_prob_error": float(NEMO_MEAN.mean(np.exp(np.abs(delta) * mask), mask))}
     with np.errstate(over="ignore"):
@@ -143,10 +156,25 @@ def clipped_pg_importance_weights(
             metrics["is_oob_ratio"] = float(NEMO_MEAN.mean(1.0 - kept, sm))
             w = w * kept[:, None]
     if sequence_level_importance_ratios:
-        metrics["sampling_importance_ratio"] = float(NEMO_MEAN.mean(w[:, 0], sm))
+        metrics["sampling_importance_ratio"] = _logged_sequence_ratio(w[:, 0], sm, micro_batch_size)
     else:
         metrics["sampling_importance_ratio"] = float(NEMO_MEAN.mean(w, mask))
     return w, metrics
+
+
+def _logged_sequence_ratio(w: np.ndarray, sm: np.ndarray, micro_batch_size: int | None) -> float:
+    r"""NeMo-RL's logged sequence-level ``sampling_importance_ratio``, a broadcast included.
+
+    ``masked_mean(actor_importance_weights, sample_mask, global_valid_seqs)`` multiplies the
+    ``(b, 1)`` weights of a micro-batch by its ``(b,)`` sample mask: a ``(b, b)`` product whose sum
+    is :math:`\sum_{i \in mb} w_i \cdot \sum_{j \in mb} s_j`, every row's weight, masked rows
+    included (``loss_functions.py:697-702`` at 7ea279a); the step sums the micro-batches
+    (``grpo.py:3491``). So it logs :math:`\sum_{mb} S_{mb} \sum_{i \in mb} w_i / (S + 10^{-8})`,
+    which is the mean it means, :math:`\sum_i s_i w_i / S`, only for micro-batches of one.
+    """
+    size = sm.size if micro_batch_size is None else micro_batch_size
+    total = sum(w[lo : lo + size].sum() * sm[lo : lo + size].sum() for lo in range(0, sm.size, size))
+    return float(NEMO_MEAN.divide(total, sm.sum()))
 
 
 def _check_truncation(kind, hi, lo, sequence_level: bool) -> None:
