@@ -258,3 +258,32 @@ def test_nemo_sequence_ratio_judged_at_the_runs_micro_batch_size():
     np.testing.assert_allclose(judged[4]["predicted"], 4 * judged[1]["predicted"].to_numpy(), rtol=1e-12)
     with pytest.raises(ValueError, match="micro_batch_size must be an integer >= 1, got 0"):
         lg.analyze_logged(records, batch_size=B, lengths=[30], micro_batch_size=0)
+
+
+def test_slime_mis_and_prime_rl_logs_are_read_and_judged():
+    """Slime's mis.py metrics and prime-rl's pooled mismatch KL are read and judged.
+
+    A slime mis.py step (mis_k3_kl, mis_chi2_token, mis_chi2_seq) through the slime mirror is
+    detected as slime and its chi2_seq judged under the law of its k3; a prime-rl step that logs
+    only mismatch_kl/all/mean is detected as prime-rl.
+    """
+    from variance_lab.frameworks import slime_mis
+
+    rng = np.random.default_rng(np.random.SeedSequence(31))
+    B, T, m, s2 = 256, 20, -0.0025, 0.005
+    records = []
+    for step in range(20):
+        y = m + math.sqrt(s2) * rng.standard_normal((B, T))
+        _, _, met = slime_mis.compute_mis_weights(y - 1.0, np.full((B, T), -1.0), np.ones((B, T)))
+        records.append({"step": step, **{k: float(v) for k, v in met.items()}})
+    laws, out = lg.analyze_logged(records, batch_size=B, quantiles=[T], law_from="mis_k3_kl")
+    assert laws["framework"][0] == "slime"
+    assert laws["s2"].to_numpy() == pytest.approx(s2, rel=0.2)  # one batch's k3 estimate of the law
+    chi2 = out[out["metric"] == "mis_chi2_seq"]
+    assert len(chi2) == 20
+    assert (chi2["agreement"] == "inside").sum() >= 14  # 90 % intervals: P(<14 of 20) < 1e-3
+    prime = [{"step": 1, "mismatch_kl/all/mean": 0.05, "loss/mean": 0.1}]
+    laws, out = lg.analyze_logged(prime, batch_size=64, quantiles=[100])
+    assert laws["framework"][0] == "prime-rl"
+    assert laws["s2"][0] == pytest.approx(0.1, rel=1e-12)  # k3 = s^2 / 2 for mean-one ratios
+    assert out.empty  # prime-rl logs no sequence-level weight

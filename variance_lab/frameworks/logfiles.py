@@ -70,8 +70,10 @@ TOKEN_METRICS: dict[str, dict[str, str]] = {
     "verl": {"rollout_corr/kl": "kl", "rollout_corr/chi2_token": "chi2", "rollout_corr/k3_kl": "k3"},
     "trl": {"sampling/sampling_logp_difference/mean": "absdiff"},
     "nemo-rl": {"token_mult_prob_error": "mult", "gen_kl_error": "k3"},
-    "prime-rl": {"mismatch_kl": "k3"},
-    "slime": {"tis_abs": "tis_abs"},
+    # prime-rl logs Tensors.compute_stats of the step's tokens: mismatch_kl/all/mean pools them
+    "prime-rl": {"mismatch_kl/all/mean": "k3", "mismatch_kl": "k3"},
+    # slime: --use-tis runs log tis_abs; mis.py runs (mis_*) log the kl, k3 and chi2 per sample
+    "slime": {"tis_abs": "tis_abs", "mis_k3_kl": "k3", "mis_kl": "kl", "mis_chi2_token": "chi2"},
     "openrlhf": {"vllm_kl": "kl"},
 }
 
@@ -104,7 +106,8 @@ SEQUENCE_METRICS: dict[str, tuple[SequenceMetric, ...]] = {
         SequenceMetric("is_oob_ratio", "frac_above", "token", 2.0),
     ),
     "prime-rl": (),
-    "slime": (),
+    # mis.py: each sample's e^(2 clamp(sum y, +-20)) - 1, averaged over samples (as verl's chi2_seq)
+    "slime": (SequenceMetric("mis_chi2_seq", "chi2_seq", "seq", ratio_level="any"),),
     "openrlhf": (),
 }
 
@@ -125,7 +128,10 @@ DEFAULT_RATIO_LEVEL = {
 #: is the masked mean of ``exp(clamp(log_ratio, -SAFETY_BOUND, SAFETY_BOUND)) ** 2`` minus 1
 #: (``rollout_corr_helper.py`` lines 997-1000, ``SAFETY_BOUND = 20.0`` at line 75); its ``kl``
 #: and ``k3_kl`` take the raw log-ratio (lines 959-965).
-TOKEN_CLAMP: dict[str, dict[str, float]] = {"verl": {"rollout_corr/chi2_token": SAFETY_BOUND}}
+TOKEN_CLAMP: dict[str, dict[str, float]] = {
+    "verl": {"rollout_corr/chi2_token": SAFETY_BOUND},
+    "slime": {"mis_chi2_token": SAFETY_BOUND},  # mis.py clamps y to +-20 before exp (slime_mis)
+}
 
 #: Keys that name a record's step, first first: JSONL and verl's file logger ``step``, W&B
 #: ``_step`` (its panel export ``Step``), TRL/transformers ``global_step``.
