@@ -294,20 +294,15 @@ def _coverage(seeds, n):
     return hits
 
 
-def _assert_coverage(hits, trials):
-    for h in hits:
-        assert stats.binomtest(int(h), trials, 0.95).pvalue > 1e-3, (h, trials)
-
-
-def test_interval_coverage_small():
+def test_interval_coverage_small(assert_coverage):
     """Monte Carlo intervals cover the closed-form mean at 95 % (binomial test, 60 seeds)."""
-    _assert_coverage(_coverage(range(60), 2000), 60)
+    assert_coverage(_coverage(range(60), 2000), 60)
 
 
 @pytest.mark.slow
-def test_interval_coverage_full():
+def test_interval_coverage_full(assert_coverage):
     """Monte Carlo intervals cover the closed-form mean at 95 % (binomial test, 600 seeds)."""
-    _assert_coverage(_coverage(range(1000, 1600), 2000), 600)
+    assert_coverage(_coverage(range(1000, 1600), 2000), 600)
 
 
 # ------------------------------------------------------------------------------- data

@@ -251,21 +251,9 @@ def test_monte_carlo_within_4_se_of_theory(name, extra):
         assert abs(m.mc_mean_w - t.mean_w) <= 4 * se_w, (t.correction, t.T)
 
 
-@pytest.mark.parametrize(
-    ("name", "extra"),
-    [
-        ("lognormal", {}),
-        ("gamma", {}),
-        ("two-point", {}),
-        ("ar1", {"rho": 0.5}),
-        ("random-scale", {"alpha": 2.0}),
-        ("lognormal-mixture", {"components": "0.9:0:0.02,0.1:-0.1:0.3"}),
-    ],
-)
-def test_monte_carlo_runs_for_every_family(name, extra):
+def test_monte_carlo_runs_for_every_family(every_family):
     """Every family simulates ctpo, with intervals holding the estimate and per-position fractions."""
-    mu, s2 = (None, None) if name == "lognormal-mixture" else (1.0, 0.1)
-    fam = get_family(name, mu, s2, **extra)
+    fam = every_family
     mc = co.simulate_corrections(fam, [5, 50], "ctpo:0.5:0.5", 2000, seed=1)
     assert np.all(mc.mc_frac_modified_lo <= mc.mc_frac_modified)
     assert np.all(mc.mc_frac_modified <= mc.mc_frac_modified_hi)
@@ -299,20 +287,15 @@ def _coverage(seeds, n):
     return hits
 
 
-def _assert_coverage(hits, trials):
-    for h in hits:
-        assert stats.binomtest(int(h), trials, 0.95).pvalue > 1e-3, (h, trials)
-
-
-def test_interval_coverage_small():
+def test_interval_coverage_small(assert_coverage):
     """CTPO's Monte Carlo intervals cover the exact fraction and mean at 95 % (binomial test, 60 seeds)."""
-    _assert_coverage(_coverage(range(60), 2000), 60)
+    assert_coverage(_coverage(range(60), 2000), 60)
 
 
 @pytest.mark.slow
-def test_interval_coverage_full():
+def test_interval_coverage_full(assert_coverage):
     """CTPO's Monte Carlo intervals cover the exact fraction and mean at 95 % (binomial test, 600 seeds)."""
-    _assert_coverage(_coverage(range(1000, 1600), 2000), 600)
+    assert_coverage(_coverage(range(1000, 1600), 2000), 600)
 
 
 def test_mixture_has_no_theory_but_monte_carlo():
