@@ -49,6 +49,7 @@ class _StandInGRPOTrainer:
         grad_accum=1,
         steps_per_generation=1,
         old=False,
+        vllm=False,
         seed=0,
         out=None,
     ):
@@ -59,7 +60,8 @@ class _StandInGRPOTrainer:
             gradient_accumulation_steps=grad_accum,
             steps_per_generation=steps_per_generation,
         )
-        self.old = old
+        self.old = old or vllm  # with vLLM's correction TRL always computes pi_old
+        self.vllm = vllm
         self.rng = np.random.default_rng(seed)
         self.state = SimpleNamespace(global_step=0)
         self.model = SimpleNamespace(training=True)
@@ -84,6 +86,8 @@ class _StandInGRPOTrainer:
         }
         if self.old:
             out["old_per_token_logps"] = _logps(ids)
+        if self.vllm:
+            out["sampling_per_token_logps"] = _logps(ids) - 0.002
         self.generated.append({k: v for k, v in out.items()})
         return {k: self.out(k, v) if isinstance(v, np.ndarray) else v for k, v in out.items()}
 
@@ -171,14 +175,16 @@ def test_defaults_record_the_loss_log_probs_in_generation_order(tmp_path, grad_a
     note = _capture_note(path)
     assert note["old_logp"].startswith("the loss's per_token_logps")
     assert "by construction" in note["update_ratio"]
-    assert note["missing"][0].startswith("rollout_logp")
+    (missing,) = note["missing"]  # pi_theta is pi_old here: only the engine's log-probs are missing
+    assert missing.startswith("rollout_logp")
     assert note["num_generations"] == 2
 
 
-def test_batches_with_old_logps_are_recorded_at_generation(tmp_path):
+@pytest.mark.parametrize("vllm", [False, True])
+def test_batches_with_old_logps_are_recorded_at_generation(tmp_path, vllm):
     """With old_per_token_logps (num_iterations > 1, vLLM): recorded as generated, step = global_step + 1."""
     path = tmp_path / "trl.parquet"
-    trainer = _Trainer(capture_path=path, per_device=4, grad_accum=1, old=True)
+    trainer = _Trainer(capture_path=path, per_device=4, grad_accum=1, old=True, vllm=vllm)
     trainer.train(max_steps=2)
     table = _table(path)
     assert table["step"] == [1] * 4 + [2] * 4
@@ -188,7 +194,12 @@ def test_batches_with_old_logps_are_recorded_at_generation(tmp_path):
     np.testing.assert_array_equal(
         load_batch(path).logp, np.concatenate([gen["old_per_token_logps"] for gen in gens])[masks]
     )
-    assert _capture_note(path)["old_logp"] == "old_per_token_logps of the generation batch"
+    note = _capture_note(path)
+    assert note["old_logp"] == "old_per_token_logps of the generation batch"
+    assert note["missing"][0].startswith("rollout_logp") != vllm
+    if vllm:
+        mismatch = load_batch(path).mismatch_log_ratio
+        np.testing.assert_allclose(mismatch, 0.002, rtol=1e-9)
 
 
 @pytest.mark.parametrize("old", [False, True])

@@ -37,12 +37,14 @@ those, the log-probs ``_compute_loss`` computes for each row (line 3030), and wr
 the loss has seen all its rows. Either way ``logp`` equals ``old_logp``: the update ratio is 1,
 by construction in the second case (TRL's own ratio ``coef_1`` is 1 there too).
 
-**What TRL does not have.** Without vLLM TRL generates with the trained model itself and computes
-no sampling log-probs: there is no ``rollout_logp``, and the file measures no mismatch. The
-log-probs of later passes over a batch (``num_iterations > 1``, the update ratio) are computed in
-the loss and not recorded. The file's key-value metadata ``variance_lab.capture`` (JSON) says
-where ``old_logp`` came from, the update ratio, what is missing, ``num_generations`` and the TRL
-version (``pyarrow.parquet.read_schema(path).metadata``).
+**What TRL does not have.** Without vLLM TRL samples with the trained model itself and computes
+no sampling log-probs: there is no ``rollout_logp``, and the file measures no mismatch. Where the
+batch has ``old_per_token_logps``, the loss's own log-probs pi_theta differ from them on the
+passes after the first (``num_iterations > 1``) and on slices trained after an optimizer step
+(``steps_per_generation > gradient_accumulation_steps``); they are not recorded, so the file has
+no update ratio. The file's key-value metadata ``variance_lab.capture`` (JSON) says where
+``old_logp`` came from, the update ratio, what is missing, ``num_generations`` and the TRL version
+(``pyarrow.parquet.read_schema(path).metadata``).
 
 **Steps.** The ``step`` column is the optimizer step that generated the batch, numbered as TRL's
 log numbers it: ``state.global_step + 1`` while generating (the trainer increments
@@ -184,10 +186,10 @@ class _LossRows:
 
     def __init__(self, batch: Mapping, step: int, prompt_id):
         keys = ("completion_mask", "tool_mask", "sampling_per_token_logps", "advantages")
-        self.batch = {k: batch[k] for k in keys if batch.get(k) is not None}
+        self.batch = {k: as_numpy(batch[k], k) for k in keys if batch.get(k) is not None}
         self.step = step
         self.prompt_id = prompt_id
-        self.logp = np.full(as_numpy(batch["completion_mask"], "completion_mask").shape, np.nan)
+        self.logp = np.full(self.batch["completion_mask"].shape, np.nan)
         self.seen = np.zeros(self.logp.shape[0], dtype=bool)
 
     def fill(self, rows, logps) -> None:
@@ -203,7 +205,7 @@ class _LossRows:
         keep = self.seen
         if not keep.any():
             return
-        batch = {k: as_numpy(v, k)[keep] for k, v in self.batch.items()}
+        batch = {k: v[keep] for k, v in self.batch.items()}
         batch["old_per_token_logps"] = self.logp[keep]
         record_trl_batch(recorder, batch, step=self.step, prompt_id=self.prompt_id[keep])
 
@@ -240,10 +242,15 @@ class CaptureLogProbs:
         missing = []
         if not has_sampling:
             missing.append(
-                "rollout_logp: TRL generated without vLLM, with the trained model, and computes no sampling "
-                "log-probs: the file measures no mismatch"
+                "rollout_logp: the batch has no sampling_per_token_logps (without vLLM TRL samples with "
+                "the trained model and computes none): the file measures no mismatch"
             )
-        missing.append("the log-probs of later passes over a batch (num_iterations > 1): no update ratio")
+        if has_old:
+            missing.append(
+                "the loss's own log-probs pi_theta where they differ from pi_old (passes after the first "
+                "over a batch with num_iterations > 1, slices trained after an optimizer step with "
+                "steps_per_generation > gradient_accumulation_steps): the file has no update ratio"
+            )
         note = {
             "framework": "trl",
             "trl_version": trl_version,
