@@ -1,4 +1,4 @@
-"""Capture helpers for TRL and verl, on fake batches of the frameworks' shapes (no framework imported)."""
+"""The recorder and verl's capture, on fake batches of verl's shapes (no framework imported)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,8 @@ import numpy as np
 import pytest
 
 from variance_lab.integrations.recorder import ParquetRecorder
-from variance_lab.integrations.trl import CaptureLogProbs, record_trl_batch
 from variance_lab.integrations.verl import record_verl_batch
 from variance_lab.rollouts.io import load_batch
-
-try:
-    import torch
-
-    HAS_TORCH = True
-except ImportError:  # pragma: no cover - torch is in the dev extra
-    HAS_TORCH = False
-
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="pip install torch")
 
 
 def _fake_logps(rng, b, t):
@@ -129,84 +119,52 @@ def test_recorded_nan_is_reported_by_the_loader(tmp_path):
     assert load_batch(path, on_bad="drop").ids.tolist() == [0]
 
 
-class _FakeGRPOTrainer:
-    """What the mixin relies on in GRPOTrainer: _generate_and_score_completions, train, state, model."""
+def test_reopen_continues_the_file_and_keeps_it_whole_until_close(tmp_path):
+    """reopen() after close(): the finished file stays as it was until the next close adds the new rows."""
+    import pyarrow.parquet as pq
 
-    def __init__(self, batches, **kwargs):
-        self.batches = list(batches)
-        self.state = SimpleNamespace(global_step=0)
-        self.model = SimpleNamespace(training=True)
-
-    def _generate_and_score_completions(self, inputs):
-        return self.batches.pop(0)
-
-    def train(self):
-        while self.batches:
-            self._generate_and_score_completions(None)
-            self.state.global_step += 1
-        return "done"
-
-
-class _Trainer(CaptureLogProbs, _FakeGRPOTrainer):
-    pass
-
-
-def _trl_batch(rng, b=4, c=5, tool=False):
-    old, roll, mask, _ = _fake_logps(rng, b, c)
-    out = {
-        "prompt_ids": np.zeros((b, 3), dtype=np.int64),
-        "completion_ids": np.zeros((b, c), dtype=np.int64),
-        "completion_mask": mask,
-        "advantages": rng.normal(size=b),
-        "old_per_token_logps": old,
-        "sampling_per_token_logps": roll,
-        "num_items_in_batch": int(mask.sum()),
-    }
-    if tool:
-        out["tool_mask"] = np.ones((b, c), dtype=np.int64)
-        out["tool_mask"][:, 1] = 0
-    return out
-
-
-@needs_torch
-def test_trl_mixin_records_training_batches_from_torch_tensors(tmp_path):
-    """The mixin records training batches (bfloat16 tensors too), not evaluation ones, and closes the file."""
-    rng = np.random.default_rng(11)
-    raw = [_trl_batch(rng) for _ in range(3)]
-    tensors = [{k: (torch.tensor(v) if isinstance(v, np.ndarray) else v) for k, v in b.items()} for b in raw]
-    tensors[2]["old_per_token_logps"] = tensors[2]["old_per_token_logps"].to(torch.bfloat16)
-    path = tmp_path / "trl.parquet"
-    trainer = _Trainer(tensors, capture_path=path)
-    trainer.model.training = False
-    trainer._generate_and_score_completions(None)  # an evaluation batch: not recorded
-    trainer.model.training = True
-    assert trainer.train() == "done"
+    path = tmp_path / "r.parquet"
+    rec = ParquetRecorder(path, metadata={"note": "from the test"})
+    rec.append(old_logp=np.full((2, 3), -0.5), step=1, prompt_id=["a", "a"])
+    rec.close()
+    rec.reopen()
+    assert rec.append(old_logp=np.full((1, 2), -0.25), step=1, prompt_id=["b"]) == 3
+    assert _read_parquet(path)["id"] == [0, 1]  # still the first file, complete
+    rec.close()
     table = _read_parquet(path)
-    assert table["step"] == [0] * 4 + [1] * 4
-    batch = load_batch(path)
-    mask = np.concatenate([raw[1]["completion_mask"], raw[2]["completion_mask"]]) == 1
-    bf16 = tensors[2]["old_per_token_logps"].double().numpy()  # the bfloat16 values, exactly
-    np.testing.assert_array_equal(batch.logp, np.concatenate([raw[1]["old_per_token_logps"], bf16])[mask])
-    assert not np.array_equal(bf16, raw[2]["old_per_token_logps"])
-    # advantages are per sequence in TRL: repeated over the sequence's tokens
-    assert table["advantages"][0] == [raw[1]["advantages"][0]] * len(table["advantages"][0])
+    assert table["id"] == [0, 1, 2]
+    assert table["logp"] == [[-0.5] * 3, [-0.5] * 3, [-0.25] * 2]
+    assert table["prompt_id"] == ["a", "a", "b"]
+    assert pq.read_schema(path).metadata[b"note"] == b"from the test"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.parquet"]
+    rec.reopen()
+    with pytest.raises(ValueError, match=r"step 2: the batch's fields .* differ from the file's"):
+        rec.append(old_logp=np.full((1, 2), -0.25), step=2)  # no prompt_id: the file's columns differ
+    rec.close()
+    assert len(load_batch(path)) == 3
 
 
-def test_trl_tool_mask_and_missing_old_logps(tmp_path):
-    """tool_mask multiplies completion_mask as TRL's loss does; no old_per_token_logps is a clear error."""
-    rng = np.random.default_rng(5)
-    path = tmp_path / "t.parquet"
-    out = _trl_batch(rng, b=2, c=4, tool=True)
-    out["completion_mask"] = np.ones((2, 4), dtype=np.int64)
+def test_reopen_refuses_a_file_replaced_since(tmp_path):
+    """The file was removed or rewritten since: reopen raises naming it, and the recorder stays closed."""
+    path = tmp_path / "r.parquet"
     with ParquetRecorder(path) as rec:
-        record_trl_batch(rec, out, step=7)
-        no_old = {k: v for k, v in out.items() if k != "old_per_token_logps"}
-        with pytest.raises(
-            ValueError, match=r"t\.parquet: step 8: the TRL batch has no 'old_per_token_logps'"
-        ):
-            record_trl_batch(rec, no_old, step=8)
-    batch = load_batch(path)
-    np.testing.assert_array_equal(batch.positions, [0, 2, 3, 0, 2, 3])
+        rec.append(old_logp=np.full((2, 3), -0.5), step=1)
+    with ParquetRecorder(path) as other:
+        other.append(old_logp=np.full((5, 3), -0.5), step=1)
+    with pytest.raises(
+        ValueError, match=r"r\.parquet: the file holds 5 rows .* not the 2 rows this recorder wrote"
+    ):
+        rec.reopen()
+    path.unlink()
+    with pytest.raises(ValueError, match=r"r\.parquet: cannot reopen the file"):
+        rec.reopen()
+    with pytest.raises(ValueError, match="closed"):
+        rec.append(old_logp=np.zeros((1, 1)), step=9)
+    fresh = ParquetRecorder(tmp_path / "never.parquet")
+    fresh.close()
+    fresh.reopen()  # nothing was written: it simply opens again
+    assert fresh.append(old_logp=np.zeros((1, 1)), step=1) == 1
+    fresh.close()
 
 
 @pytest.mark.parametrize("name", ["capture_verl", "capture_trl"])

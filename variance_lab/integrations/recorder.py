@@ -17,6 +17,11 @@ loader reports it (or drops the sequence with ``on_bad="drop"``). Shapes are che
 anything is written: a bad call raises ``ValueError`` naming the file, the field and the
 call (``step``) and appends nothing. The file is complete once :meth:`close` has run (use
 the recorder as a context manager); a file left open by a crash has no Parquet footer.
+:meth:`ParquetRecorder.reopen` continues a closed file (a trainer's second ``train()``): later
+batches follow its rows, written to a new file beside it that replaces it at the next
+:meth:`~ParquetRecorder.close`, so the finished file stays whole until then. ``metadata``
+(text keys and values, e.g. what the trainer did not have) goes into the file's Parquet
+key-value metadata, read with ``pyarrow.parquet.read_schema(path).metadata``.
 
 A trainer that rejects tokens before its loss (verl's ``rollout_rs``) is recorded before the
 rejection: ``mask`` holds every response token the trainer sampled, and the optional ``rs_mask``
@@ -27,6 +32,7 @@ counted in a note (:mod:`variance_lab.rollouts.io`).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +70,9 @@ class ParquetRecorder:
     ----------
     path : str or Path
         The file to write (replaced when the first batch is appended). One file per process.
+    metadata : mapping of str to str, optional
+        Written into the file's key-value metadata (the schema's), e.g. a note on where the
+        log-probs come from; the loader does not read it.
 
     Examples
     --------
@@ -77,12 +86,14 @@ class ParquetRecorder:
     [3, 3]
     """
 
-    def __init__(self, path):
+    def __init__(self, path, metadata=None):
         self.path = Path(path)
         self.n_rows = 0
+        self.metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
         self._writer = None
         self._schema = None
         self._closed = False
+        self._tmp = None
 
     def __enter__(self) -> ParquetRecorder:
         """Return the recorder; leaving the ``with`` block closes it."""
@@ -191,7 +202,7 @@ class ParquetRecorder:
             import pyarrow.parquet as pq
 
             self._schema = table.schema
-            self._writer = pq.ParquetWriter(self.path, self._schema)
+            self._writer = pq.ParquetWriter(self.path, self._schema.with_metadata(self.metadata or None))
         elif table.schema != self._schema:
             raise ValueError(
                 f"{self.path.name}: step {step}: the batch's fields {table.schema.names} differ from "
@@ -230,8 +241,47 @@ class ParquetRecorder:
         return pa.table(columns)
 
     def close(self) -> None:
-        """Finish the file (write its footer); appending afterwards is an error."""
+        """Finish the file (write its footer); appending afterwards is an error until :meth:`reopen`."""
         self._closed = True
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._tmp is not None:
+            os.replace(self._tmp, self.path)
+            self._tmp = None
+
+    def reopen(self) -> None:
+        """Continue a closed file: the next batches follow the rows it holds, ``id`` counting on.
+
+        The rows are copied into a new file beside ``path`` (a hidden ``.tmp`` name), which
+        replaces ``path`` at the next :meth:`close`: until then ``path`` stays the complete file it
+        was. Nothing happens to an open recorder, or to one that never wrote a row.
+
+        Raises
+        ------
+        ValueError
+            ``path`` no longer holds the rows this recorder wrote (removed or replaced).
+        """
+        if not self._closed:
+            return
+        self._closed = False
+        if self._schema is None:
+            return
+        import pyarrow.parquet as pq
+
+        try:
+            old = pq.ParquetFile(self.path)
+            n_old = old.metadata.num_rows
+        except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
+            self._closed = True
+            raise ValueError(f"{self.path.name}: cannot reopen the file ({exc})") from None
+        if n_old != self.n_rows or old.schema_arrow.remove_metadata() != self._schema:
+            self._closed = True
+            raise ValueError(
+                f"{self.path.name}: the file holds {n_old} rows of columns {old.schema_arrow.names}, not the "
+                f"{self.n_rows} rows this recorder wrote: it was replaced since"
+            )
+        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self._writer = pq.ParquetWriter(self._tmp, self._schema.with_metadata(self.metadata or None))
+        for i in range(old.num_row_groups):
+            self._writer.write_table(old.read_row_group(i))
