@@ -3,8 +3,9 @@ r"""NeMo-RL's off-policy importance weights and mismatch metrics, in NumPy.
 A mirror of ``ClippedPGLossFn.__call__`` in ``nemo_rl/algorithms/loss/loss_functions.py``
 (NVIDIA-NeMo/RL at ``ced083a``, the last commit touching it in the snapshot ``7ea279a``,
 2026-08-22) and ``masked_mean`` of ``nemo_rl/algorithms/utils.py``, for one micro-batch (the
-global token and sequence counts are the batch's own). Checked by hand-computed cases from that
-source (``tests/frameworks/test_others.py``); NeMo-RL is not installed here.
+global token and sequence counts are the batch's own). Checked against ``ClippedPGLossFn`` run
+verbatim in torch (``tools/nemo_rl_fixtures.py``, ``tests/frameworks/test_nemo_rl.py``) and by
+hand-computed cases (``tests/frameworks/test_others.py``).
 
 NeMo-RL's conventions, all kept:
 
@@ -30,10 +31,10 @@ NeMo-RL's conventions, all kept:
   sequences whose **geometric mean** :math:`e^{\overline{\Delta}}` (mean over ``token_mask``)
   is outside the bounds, and keeps the raw, **untruncated** token weights of the others
   (``geo-rs:LO:HI``, reference bounds 0.999-1.002);
-- the bound rules: ``tis`` and ``icepop`` compare the weights themselves (an overflowed weight
-  is 0) with the bounds, a weight at a bound kept (:data:`NEMO_WEIGHT_RULE`); ``seq-mask-tis``
-  compares the mean log-ratio with the logs of the bounds, a bound kept (:data:`SEQUENCE_RULE`;
-  with min = max, :math:`e^{\overline{\Delta}}` in linear space, kept only at the bound);
+- the bound rules, in float32 as NeMo-RL decides: ``tis`` and ``icepop`` compare the float32
+  weights (an overflowed weight is 0) with the bounds in float32, a weight at a bound kept
+  (:data:`NEMO_WEIGHT_RULE`); ``seq-mask-tis`` compares the float32 geometric mean
+  :math:`e^{\overline{\Delta}}` with them, a bound kept (:data:`SEQUENCE_RULE`);
 - ``is_oob_ratio``: the fraction of tokens (``tis``, ``icepop``) or of sequences
   (``seq-mask-tis``) outside the bounds; ``sampling_importance_ratio``: the mean weight after
   truncation or masking, over tokens (over sequences with sequence-level ratios).
