@@ -283,16 +283,22 @@ def test_trl_at_the_bounds(dtype):
 
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_nemo_rl_at_the_bounds(dtype):
-    """NeMo-RL: tis/icepop compare the weight e^x (linear); seq-mask-tis the mean log-ratio's log."""
+    """NeMo-RL: tis/icepop compare the float32 weight; seq-mask-tis the float32 geometric mean.
+
+    NeMo-RL's log-probs are float32, so the weight :math:`e^x` is a float32 (torch's, correctly
+    rounded) compared with the bound in float32; both ends kept.
+    """
     lo_r, hi_r = 0.5, 2.0
     x = _probes((math.log(lo_r), math.log(hi_r)), dtype, linear=True)
     mask, prev, zero = _one_token(x)
-    at = (0, 3) if dtype is F64 else ()
+    ratio32 = np.exp(x.astype(F32).astype(F64)).astype(F32)
+    at = [i for i in range(x.size) if ratio32[i] in (F32(lo_r), F32(hi_r))]
+    assert at  # teeth: some probes land exactly on a bound in float32
     kw = {"truncated_importance_sampling_ratio": hi_r, "truncated_importance_sampling_ratio_min": lo_r}
     w, _ = nemo_rl.clipped_pg_importance_weights(
         prev, zero, mask, truncated_importance_sampling_type="icepop", **kw
     )
-    _check(w[:, 0] == 0, x, lo_r, hi_r, CLOSED, compared=np.exp(x), at=at)
+    _check(w[:, 0] == 0, x, lo_r, hi_r, CLOSED, compared=ratio32, at=at)
     oob = [
         nemo_rl.clipped_pg_importance_weights(
             prev[i : i + 1], zero[i : i + 1], mask[i : i + 1], truncated_importance_sampling_type="tis", **kw
@@ -300,15 +306,12 @@ def test_nemo_rl_at_the_bounds(dtype):
         > 0
         for i in range(x.size)
     ]
-    _check(np.array(oob), x, lo_r, hi_r, CLOSED, compared=np.exp(x), at=at)
-    # seq-mask-tis: mean over the token mask with + 1e-8 in the denominator, then log space
-    lo, hi = math.log(lo_r), math.log(hi_r)
-    x = _probes((lo, hi), dtype)
-    mean = x / (1.0 + 1e-8)
+    _check(np.array(oob), x, lo_r, hi_r, CLOSED, compared=ratio32, at=at)
+    # seq-mask-tis: one-token rows, so the float32 mean is the float32 log-ratio itself
     w, _ = nemo_rl.clipped_pg_importance_weights(
-        x[:, None], np.zeros((x.size, 1)), mask, truncated_importance_sampling_type="seq-mask-tis", **kw
+        prev, zero, mask, truncated_importance_sampling_type="seq-mask-tis", **kw
     )
-    _check(w[:, 0] == 0, x, lo, hi, CLOSED, compared=mean)
+    _check(w[:, 0] == 0, x, lo_r, hi_r, CLOSED, compared=ratio32, at=at)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])

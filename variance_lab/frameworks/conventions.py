@@ -104,14 +104,17 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "an overflowing weight becomes 0 (nan_to_num(posinf=0))",
             _rules(
                 tis_icepop_weights=nemo_rl.NEMO_WEIGHT_RULE,
-                seq_mask_tis=nemo_rl.SEQUENCE_RULE,
-                seq_mask_tis_lo_eq_hi=nemo_rl.POINT_BAND_RULE,
+                seq_mask_tis_geometric_mean=nemo_rl.SEQUENCE_RULE,
             ),
             nemo_rl.NEMO_MEAN,
-            "float32 weights overflow to 0 above a log-ratio of 88.72 (reproduced); the "
-            "sequence-level sampling_importance_ratio is logged about train_micro_batch_size times "
-            "the mean weight (a (b, 1) by (b,) broadcast in masked_mean: reproduced with "
-            "micro_batch_size=); dynamic batching and sequence packing not mirrored",
+            "float32 log-probs: bound decisions on the float32 weights and geometric means, values in "
+            "float64; float32 inf/NaN of exp (above 88.72) and of the JS mixture (both log-probs "
+            "below -103.97) reproduced, an overflowed weight 0; gen_kl_error, policy_kl_error, "
+            "js_divergence_error summed over micro-batches with a valid sample as grpo logs them; "
+            "the sequence-level sampling_importance_ratio's (b, 1) by (b,) broadcast reproduced with "
+            "micro_batch_size=; checked against ClippedPGLossFn run verbatim (216 settings, "
+            "tools/nemo_rl_fixtures.py); not mirrored: dynamic batching, sequence packing, several "
+            "global batches per step, float32 subnormal precision below -87.3",
         ),
         "prime-rl": Conventions(
             "prime-rl",

@@ -3,8 +3,9 @@ r"""NeMo-RL's off-policy importance weights and mismatch metrics, in NumPy.
 A mirror of ``ClippedPGLossFn.__call__`` in ``nemo_rl/algorithms/loss/loss_functions.py``
 (NVIDIA-NeMo/RL at ``ced083a``, the last commit touching it in the snapshot ``7ea279a``,
 2026-08-22) and ``masked_mean`` of ``nemo_rl/algorithms/utils.py``, for one micro-batch (the
-global token and sequence counts are the batch's own). Checked by hand-computed cases from that
-source (``tests/frameworks/test_others.py``); NeMo-RL is not installed here.
+global token and sequence counts are the batch's own). Checked against ``ClippedPGLossFn`` run
+verbatim in torch (``tools/nemo_rl_fixtures.py``, ``tests/frameworks/test_nemo_rl.py``) and by
+hand-computed cases (``tests/frameworks/test_others.py``).
 
 NeMo-RL's conventions, all kept:
 
@@ -30,10 +31,10 @@ NeMo-RL's conventions, all kept:
   sequences whose **geometric mean** :math:`e^{\overline{\Delta}}` (mean over ``token_mask``)
   is outside the bounds, and keeps the raw, **untruncated** token weights of the others
   (``geo-rs:LO:HI``, reference bounds 0.999-1.002);
-- the bound rules: ``tis`` and ``icepop`` compare the weights themselves (an overflowed weight
-  is 0) with the bounds, a weight at a bound kept (:data:`NEMO_WEIGHT_RULE`); ``seq-mask-tis``
-  compares the mean log-ratio with the logs of the bounds, a bound kept (:data:`SEQUENCE_RULE`;
-  with min = max, :math:`e^{\overline{\Delta}}` in linear space, kept only at the bound);
+- the bound rules, in float32 as NeMo-RL decides: ``tis`` and ``icepop`` compare the float32
+  weights (an overflowed weight is 0) with the bounds in float32, a weight at a bound kept
+  (:data:`NEMO_WEIGHT_RULE`); ``seq-mask-tis`` compares the float32 geometric mean
+  :math:`e^{\overline{\Delta}}` with them, a bound kept (:data:`SEQUENCE_RULE`);
 - ``is_oob_ratio``: the fraction of tokens (``tis``, ``icepop``) or of sequences
   (``seq-mask-tis``) outside the bounds; ``sampling_importance_ratio``: the mean weight after
   truncation or masking, over tokens (over sequences with sequence-level ratios).
@@ -44,22 +45,27 @@ from __future__ import annotations
 import numpy as np
 
 from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
-from variance_lab.ratios import CLOSED, TRUNCATION_TYPES, BoundRule, log_bounds
+from variance_lab.frameworks.slime import exp64, exp_float32
+from variance_lab.ratios import CLOSED, TRUNCATION_TYPES, BoundRule
 
 __all__ = [
+    "KL_TYPES",
     "NEMO_MEAN",
     "NEMO_WEIGHT_RULE",
-    "POINT_BAND_RULE",
     "SEQUENCE_RULE",
     "clipped_pg_importance_weights",
+    "metric_normalizations",
 ]
 
-#: NeMo-RL's token bound rule: the weight (0 where it overflowed) against the bounds, both kept.
-NEMO_WEIGHT_RULE = BoundRule(CLOSED, "value", "float64")
-#: ``seq-mask-tis``'s rule: the mean log-ratio against the bounds' logs, both kept.
-SEQUENCE_RULE = BoundRule(CLOSED, "log", "float64")
-#: ``seq-mask-tis`` with min = max: :math:`e^{\overline{\Delta}}` against the bound in linear space.
-POINT_BAND_RULE = BoundRule(CLOSED, "linear", "float64")
+#: ``calculate_kl``'s estimators (``utils.py:83-93``): k1 :math:`-r`, k2 :math:`r^2/2`, k3 :math:`e^r-1-r`.
+KL_TYPES = ("k1", "k2", "k3")
+
+#: NeMo-RL's token bound rule: the float32 weight (0 where it overflowed) against the bounds
+#: (a Python float, which torch compares in the tensor's float32), both kept.
+NEMO_WEIGHT_RULE = BoundRule(CLOSED, "value", "float32")
+#: ``seq-mask-tis``'s rule: the float32 geometric mean :math:`e^{\overline{\Delta}}` against the
+#: bounds in float32, both kept.
+SEQUENCE_RULE = BoundRule(CLOSED, "value", "float32")
 #: NeMo-RL's ``masked_mean``: the count plus :math:`10^{-8}`, every token of the batch pooled.
 NEMO_MEAN = MeanRule("eps", 1e-8, "tokens")
 
@@ -74,12 +80,25 @@ def clipped_pg_importance_weights(
     truncated_importance_sampling_type: str | None = None,
     truncated_importance_sampling_ratio: float | None = None,
     truncated_importance_sampling_ratio_min: float | None = None,
+    reference_policy_kl_type: str = "k3",
     micro_batch_size: int | None = 1,
 ) -> tuple[np.ndarray, dict[str, float]]:
     r"""Compute NeMo-RL's actor importance weights and its mismatch metrics.
 
-    The metrics: ``token_mult_prob_error``, ``sampling_importance_ratio`` and, with a truncation,
-    ``is_oob_ratio``.
+    The metrics: ``token_mult_prob_error``, ``gen_kl_error``, ``policy_kl_error``,
+    ``js_divergence_error``, ``sampling_importance_ratio`` and, with a truncation,
+    ``is_oob_ratio``, each as grpo logs it: the sum over the micro-batches that hold a valid
+    sample of the micro-batch's masked sum over the global count plus :math:`10^{-8}`
+    (:func:`metric_normalizations` says which count). With :math:`r = \log\pi_{prev} -
+    \log\pi_{gen}` and :math:`M = \log(\tfrac12 \pi_{prev} + \tfrac12 \pi_{gen})`, per token:
+    ``gen_kl_error`` is ``calculate_kl`` of :math:`r` (k3: :math:`e^r - 1 - r`),
+    ``policy_kl_error`` of :math:`-r`, and ``js_divergence_error``
+    :math:`\tfrac12 k_3(\log\pi_{prev} - M) + \tfrac12 k_3(\log\pi_{gen} - M)` with
+    :math:`k_3(x) = e^x - x - 1` (``loss_functions.py:414-464`` at 7ea279a). Values are computed
+    in float64 where NeMo-RL's float32 ones are finite; where NeMo-RL's float32 arithmetic gives
+    ``inf`` (:math:`e^x` for :math:`x > 88.72`) or NaN (both probabilities below float32's
+    smallest, :math:`\log\pi < -103.97`, so :math:`M = -\infty`) the mirror gives the same, and a
+    non-finite value at a masked token makes the metric NaN as ``values * mask`` does.
 
     Parameters
     ----------
@@ -103,7 +122,11 @@ def clipped_pg_importance_weights(
         :math:`S_{mb} \sum_{i \in mb} w_i / (S + 10^{-8})` (a broadcast in its ``masked_mean``;
         :math:`S` the valid samples): the mean weight for micro-batches of one (the default),
         about ``micro_batch_size`` times it otherwise. None: the batch is one micro-batch.
-        Dynamic batching and sequence packing are not mirrored.
+        The token-normalised metrics do not depend on it, except that a NaN or ``inf`` in a
+        micro-batch with no valid sample is dropped with that micro-batch's metrics. Dynamic
+        batching, sequence packing and several global batches per step are not mirrored.
+    reference_policy_kl_type : {"k1", "k2", "k3"}
+        The estimator of ``gen_kl_error`` and ``policy_kl_error`` (NeMo-RL's default k3).
 
     Returns
     -------
@@ -127,39 +150,118 @@ def clipped_pg_importance_weights(
         isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1
     ):
         raise ValueError(f"micro_batch_size must be an integer >= 1, got {micro_batch_size!r}")
+    if reference_policy_kl_type not in KL_TYPES:
+        raise ValueError(f"Invalid KL type: {reference_policy_kl_type!r}; types are k1, k2, k3")
     delta = prev - gen
-    metrics = {"token_mult_prob_error": float(NEMO_MEAN.mean(np.exp(np.abs(delta) * mask), mask))}
+    size = sm.size if micro_batch_size is None else micro_batch_size
+    metrics = {
+        "token_mult_prob_error": _logged_token_mean(exp64(np.abs(delta) * mask), mask, sm, size),
+        "gen_kl_error": _logged_token_mean(_kl(delta, reference_policy_kl_type), mask, sm, size),
+        "policy_kl_error": _logged_token_mean(_kl(-delta, reference_policy_kl_type), mask, sm, size),
+        "js_divergence_error": _logged_token_mean(_js(prev, gen), mask, sm, size),
+    }
+    # the bound decisions on NeMo-RL's float32 values; the weights' values in float64
+    d32 = prev.astype(np.float32) - gen.astype(np.float32)
+    if sequence_level_importance_ratios:
+        x, x32 = (delta * mask).sum(axis=-1, keepdims=True), (d32 * mask).sum(axis=-1, keepdims=True)
+    else:
+        x, x32 = delta, d32
+    w32 = exp_float32(x32)  # inf above 88.72: 0 after nan_to_num, in float32 as in float64
     with np.errstate(over="ignore"):
-        x = (delta * mask).sum(axis=-1, keepdims=True) if sequence_level_importance_ratios else delta
-        w = np.exp(x)
-        # NeMo-RL's float32 weight is inf, then 0 (nan_to_num), above log(float32 max) = 88.72
-        overflow = ~np.isfinite(np.exp(x.astype(np.float32)))
-    w = np.where(np.isfinite(w) & ~overflow, w, 0.0)
+        w = np.where(np.isinf(w32), 0.0, np.exp(x))
+    w32 = np.where(np.isinf(w32), np.float32(0), w32)
     if hi is not None and kind is not None:
-        if kind == "tis":
+        if kind in ("tis", "icepop"):
             floor = 0.0 if lo is None else lo
-            metrics["is_oob_ratio"] = float(
-                NEMO_MEAN.mean(np.broadcast_to(NEMO_WEIGHT_RULE.outside(w, floor, hi), mask.shape), mask)
-            )
-            w = np.clip(w, floor, hi)  # an overflowed weight, set to 0 above, stays 0
-        elif kind == "icepop":
-            out = NEMO_WEIGHT_RULE.outside(w, lo, hi)
-            metrics["is_oob_ratio"] = float(NEMO_MEAN.mean(np.broadcast_to(out, mask.shape), mask))
-            w = np.where(out, 0.0, w)
+            out = NEMO_WEIGHT_RULE.outside(w32, floor, hi)
+            metrics["is_oob_ratio"] = _logged_token_mean(np.broadcast_to(out, mask.shape), mask, sm, size)
+            # tis clamps (an overflowed weight, 0, is raised to the minimum); icepop zeroes
+            w = np.clip(w, floor, hi) if kind == "tis" else np.where(out, 0.0, w)
         else:
-            mean_delta = NEMO_MEAN.mean(delta, tm, axis=-1)
-            if lo < hi:  # a minimum <= 0 (NeMo-RL accepts one) bounds nothing from below
-                out = SEQUENCE_RULE.outside(mean_delta, *log_bounds(max(lo, 0.0), hi))
-            else:
-                out = POINT_BAND_RULE.outside(mean_delta, lo, hi)
+            count = tm.sum(axis=-1).astype(np.float32) + np.float32(1e-8)
+            mean32 = (d32 * tm).sum(axis=-1).astype(np.float32) / count
+            out = SEQUENCE_RULE.outside(exp_float32(mean32), lo, hi)
             kept = (~out).astype(float)
             metrics["is_oob_ratio"] = float(NEMO_MEAN.mean(1.0 - kept, sm))
             w = w * kept[:, None]
     if sequence_level_importance_ratios:
         metrics["sampling_importance_ratio"] = _logged_sequence_ratio(w[:, 0], sm, micro_batch_size)
     else:
-        metrics["sampling_importance_ratio"] = float(NEMO_MEAN.mean(w, mask))
+        metrics["sampling_importance_ratio"] = _logged_token_mean(w, mask, sm, size)
     return w, metrics
+
+
+def metric_normalizations(
+    *,
+    token_level_loss: bool = True,
+    sequence_level_importance_ratios: bool = False,
+    truncated_importance_sampling_type: str | None = None,
+) -> dict[str, str]:
+    """Return ``ClippedPGLossFn.metric_normalizations``: each metric's global denominator.
+
+    ``"tokens"`` (``global_valid_toks``), ``"sequences"`` (``global_valid_seqs``) or ``"none"``
+    (a raw count, a local mean or an extremum), as built in ``ClippedPGLossFn.__init__``
+    (``loss_functions.py:325-372`` at 7ea279a): ``loss`` and ``kl_penalty`` follow the loss type,
+    ``sampling_importance_ratio`` ``sequence_level_importance_ratios``, ``is_oob_ratio`` (only
+    with a truncation) the truncation type (sequences for ``seq-mask-tis``).
+    """
+    grad = "tokens" if token_level_loss else "sequences"
+    table = {"loss": grad, "kl_penalty": grad}
+    for k in ("probs_ratio", "probs_ratio_clamped", "token_mult_prob_error", "gen_kl_error"):
+        table[k] = "tokens"
+    for k in ("policy_kl_error", "js_divergence_error", "approx_entropy"):
+        table[k] = "tokens"
+    table["sampling_importance_ratio"] = "sequences" if sequence_level_importance_ratios else "tokens"
+    for k in ("num_valid_samples", "positive_nll_loss", "probs_ratio_min", "probs_ratio_max"):
+        table[k] = "none"
+    table["probs_ratio_clamped_min"] = table["probs_ratio_clamped_max"] = "none"
+    if truncated_importance_sampling_type is not None:
+        seq = truncated_importance_sampling_type == "seq-mask-tis"
+        table["is_oob_ratio"] = "sequences" if seq else "tokens"
+    return table
+
+
+def _kl(r: np.ndarray, kind: str) -> np.ndarray:
+    r"""``calculate_kl`` without clamps on :math:`r` = reference minus log-probs (``utils.py:72-101``)."""
+    if kind == "k1":
+        return -r
+    if kind == "k2":
+        return r * r / 2
+    return exp64(r) - 1 - r
+
+
+def _js(prev: np.ndarray, gen: np.ndarray) -> np.ndarray:
+    r"""NeMo-RL's per-token Jensen-Shannon term, NaN/``inf`` where its float32 one is.
+
+    :math:`M = \log(\tfrac12 e^{p} + \tfrac12 e^{g})`, in float64 as :math:`\mathrm{logaddexp}(p,
+    g) - \log 2`; in float32 :math:`M = -\infty` when both halves underflow to 0 (then
+    :math:`p - M = \infty` and :math:`e^\infty - \infty` is NaN), and :math:`M = \infty` when
+    an exponential overflows (then the term is ``inf``).
+    """
+    p32, g32 = exp_float32(prev), exp_float32(gen)
+    half = np.float32(0.5)
+    mix32 = half * p32 + half * g32
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = np.logaddexp(prev, gen) - np.log(2.0)
+        a, b = prev - m, gen - m
+        js = 0.5 * (np.expm1(a) - a) + 0.5 * (np.expm1(b) - b)
+    return np.where(mix32 == 0, np.nan, np.where(np.isinf(mix32), np.inf, js))
+
+
+def _logged_token_mean(v: np.ndarray, mask: np.ndarray, sm: np.ndarray, size: int) -> float:
+    r"""Return a token-normalised metric as grpo logs it: :math:`\sum_{mb} \sum m v / (N + 10^{-8})`.
+
+    ``masked_mean(v, mask, global_normalization_factor=global_valid_toks)`` per micro-batch,
+    summed over those with a valid sample (``dtensor_policy_worker_v2.py:528-537``, ``grpo.py:3491``);
+    ``v * mask`` first, so a non-finite value at a masked token is NaN.
+    """
+    with np.errstate(invalid="ignore"):
+        parts = [
+            (v[lo : lo + size] * mask[lo : lo + size]).sum()
+            for lo in range(0, sm.size, size)
+            if sm[lo : lo + size].sum() > 0
+        ]
+    return float(NEMO_MEAN.divide(sum(parts), mask.sum()))
 
 
 def _logged_sequence_ratio(w: np.ndarray, sm: np.ndarray, micro_batch_size: int | None) -> float:
