@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from variance_lab.frameworks import slime
+from variance_lab.frameworks import batch, slime
 
 F32 = np.float32
 
@@ -42,10 +42,10 @@ def _float32_band(bound):
 
 def test_float32_helpers():
     """log(1e-4) in float32 as torch takes it; e^x overflows float32 between 88.72283 and 88.72284."""
-    assert slime.log_float32(1e-4) == F32(-9.21034049987793)
-    assert slime.exp_float32(88.72283) < math.inf
-    assert slime.exp_float32(88.72284) == math.inf
-    np.testing.assert_array_equal(slime.exp64([88.72284, 1.0]), [math.inf, math.e])
+    assert batch.log_float32(1e-4) == F32(-9.21034049987793)
+    assert batch.exp_float32(88.72283) < math.inf
+    assert batch.exp_float32(88.72284) == math.inf
+    np.testing.assert_array_equal(batch.exp64([88.72284, 1.0]), [math.inf, math.e])
 
 
 # --------------------------------------------------------------------------------------

@@ -44,8 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
-from variance_lab.frameworks.slime import exp64, exp_float32
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, exp64, exp_float32
 from variance_lab.ratios import CLOSED, TRUNCATION_TYPES, BoundRule
 
 __all__ = [

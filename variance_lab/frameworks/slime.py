@@ -45,8 +45,9 @@ slime's conventions, all kept:
   ``mis_rs_catastrophic_seq_fraction``;
 - slime computes in float32 (``rollout_log_probs`` are float32 tensors, ``rollout_data_utils.py:15``,
   and so are Megatron's log-probs), so every bound test here is made in float32: the float32
-  log-ratio :math:`y_{32}` (the float32 difference of the float32 log-probs), its float32 exponential (the
-  correctly rounded one, :func:`exp_float32`) against the bounds rounded to float32
+  log-ratio :math:`y_{32}` (the float32 difference of the float32 log-probs), its float32
+  exponential (the correctly rounded one, :func:`~variance_lab.frameworks.batch.exp_float32`)
+  against the bounds rounded to float32
   (:data:`ICEPOP_RULE`, both kept), and :math:`y_{32}` against the threshold's log taken in
   float32 as ``torch.log(torch.tensor(veto_threshold))`` does (:data:`VETO_RULE`, a token at the
   threshold kept). Values are computed in float64, except that a ratio whose float32
@@ -62,7 +63,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, exp64, exp_float32, log_float32
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
@@ -71,9 +72,6 @@ __all__ = [
     "SLIME_MEAN",
     "SLIME_TOKEN_MEAN",
     "VETO_RULE",
-    "exp64",
-    "exp_float32",
-    "log_float32",
     "policy_metrics",
     "sample_mean",
     "tis_metrics",
@@ -93,34 +91,6 @@ SLIME_TOKEN_MEAN = MeanRule("row_at_least_one", 0.0, "tokens")
 #: ``--advantage-estimator`` values (``slime/utils/arguments.py:941-951``); only ``gspo`` changes
 #: ``ppo_kl`` and ``ois`` (sequence-level).
 ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
-
-
-def exp_float32(x) -> np.ndarray:
-    r"""Return :math:`e^x` of ``x`` rounded to float32, correctly rounded to float32 (``inf`` on overflow).
-
-    torch's float32 ``exp`` (2.13, CPU) is the correctly rounded value on 99.0 % of
-    :math:`10^7` inputs uniform in [-25, 25] (one ulp off on the rest); NumPy's float32 ``exp`` on
-    61 %. So the mirror rounds the float64 exponential of the float32 input.
-    """
-    x32 = np.asarray(x, dtype=np.float64).astype(np.float32)
-    with np.errstate(over="ignore"):
-        return np.exp(x32.astype(np.float64)).astype(np.float32)
-
-
-def log_float32(x) -> np.float32:
-    r"""Return :math:`\log x` as ``torch.log(torch.tensor(x))`` takes it: ``x`` and its log in float32.
-
-    The correctly rounded float32 log of ``float32(x)``: torch's (2.13, CPU) for every power of
-    ten from :math:`10^{-12}` to :math:`10^{-1}` (mis.yaml's veto :math:`10^{-4}` among them).
-    """
-    return np.float32(np.log(np.float64(np.float32(x))))
-
-
-def exp64(x) -> np.ndarray:
-    r""":math:`e^x` in float64, ``inf`` where slime's float32 :math:`e^x` overflows (:math:`x > 88.72`)."""
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(over="ignore"):
-        return np.where(np.isinf(exp_float32(x)), np.inf, np.exp(x))
 
 
 def _rollout_groups(rollout_ids, rows: int):

@@ -45,7 +45,7 @@ its own: ``--custom-config-path`` sets them, ``slime/utils/arguments.py:2013-201
   ``is_ratio_max_final`` (the sample's mean, min and max weight; 0 for an empty sample).
 
 slime computes in float32: every bound test compares the float32 weight
-:math:`e^{\mathrm{clamp}(y_{32})}` (:func:`~variance_lab.frameworks.slime.exp_float32`) with the
+:math:`e^{\mathrm{clamp}(y_{32})}` (:func:`~variance_lab.frameworks.batch.exp_float32`) with the
 bound rounded to float32, both ends kept (:data:`MIS_RULE`); a sequence-level :math:`y_{32}` is
 the float64 sum rounded once, where slime sums in float32 (a ratio within float32 summation
 rounding of a bound can fall on the other side). Values are float64.
@@ -55,8 +55,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import as_mask, as_values, masked_sum
-from variance_lab.frameworks.slime import SLIME_MEAN, exp64, exp_float32, sample_mean, veto_mask
+from variance_lab.frameworks.batch import as_mask, as_values, exp64, exp_float32, masked_sum
+from variance_lab.frameworks.slime import SLIME_MEAN, sample_mean, veto_mask
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = ["MIS_LEVELS", "MIS_RULE", "TIS_MODES", "compute_mis_weights", "ppl_metrics"]
