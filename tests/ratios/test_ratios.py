@@ -337,17 +337,20 @@ def test_slime_prime_rl_openrlhf_at_the_bounds(dtype):
     keep, _ = slime.veto_mask(old, zero, mask, veto)  # float32 log-ratio against log(veto) taken in float32
     log32 = float(F32(math.log(float(F32(veto)))))
     _check(keep[:, 0] == 0, x, log32, None, CLOSED, compared=x.astype(F32), at=(0,) if dtype is F64 else ())
-    # prime-rl: d = e^t - e^i against the bounds as it is; the bound is the probe's own d
-    t0, i0 = math.log(0.7), math.log(0.5)
-    ts = _probes((t0,), dtype)
-    d = np.exp(ts) - np.exp(i0)
-    high = float(d[0]) if dtype is F64 else 0.2
+    # prime-rl: d = e^t - e^i in float32 (its log-probs' dtype) against the bound as float32; the
+    # bound is the probe's own float32 d, so the middle probe lies exactly at it (in both dtypes)
+    i0 = F32(math.log(0.5))
+    ts = _probes((math.log(0.7),), F32).astype(F32)
+    d = (slime.exp_float32(ts) - slime.exp_float32(i0)).astype(F32)
+    high = float(d[0])
     for sign, lo, hi in ((1.0, None, high), (-1.0, -high, None)):
-        t = ts if sign > 0 else np.log(np.exp(i0) - d)  # mirrored below: e^t - e^i = -d
-        dd = np.exp(t) - np.exp(i0)
+        t = ts if sign > 0 else np.log(np.exp(i0, dtype=F64) - d.astype(F64)).astype(F32)
+        dd = slime.exp_float32(t) - slime.exp_float32(i0)  # mirrored below: about -d
         m = np.ones((t.size, 1))
-        keep, _ = prime_rl.dppo_mask(t[:, None], np.full((t.size, 1), i0), sign * m, m, high, high)
-        _check(keep[:, 0] == 0, t, lo, hi, CLOSED, compared=dd)
+        keep, _ = prime_rl.dppo_mask(
+            t[:, None].astype(dtype), np.full((t.size, 1), i0, dtype), sign * m, m, high, high
+        )
+        _check(keep[:, 0] == 0, t, lo, hi, CLOSED, compared=dd, at=(0,) if sign > 0 else ())
 
 
 # --------------------------------------------------------------------------------------

@@ -1,32 +1,51 @@
-r"""prime-rl's mismatch KL and DPPO trust-region mask, in NumPy.
+r"""prime-rl's mismatch KL and its trust-region masks (DPPO, IPO, ref-KL), in NumPy.
 
-A mirror of ``compute_importance_ratio_and_mismatch_kl`` and the mask and metrics of
-``default_loss_fn`` in ``src/prime_rl/trainer/rl/loss.py`` (PrimeIntellect-ai/prime-rl at
-``559b447``, 2026-08-21; defaults ``dppo_mask_low = dppo_mask_high = 0.2`` from
-``packages/prime-rl-configs/src/prime_rl/configs/trainer.py``). Checked by hand-computed cases
-from that source (``tests/frameworks/test_others.py``); prime-rl is not installed here.
+A mirror of ``compute_importance_ratio_and_mismatch_kl``, the masks and metrics of
+``default_loss_fn`` (DPPO), ``ipo_loss_fn`` and ``ref_kl_loss_fn``, and ``compute_loss``'s
+per-token weight streams in ``src/prime_rl/trainer/rl/loss.py`` (PrimeIntellect-ai/prime-rl at
+``559b447``, 2026-08-21; defaults ``dppo_mask_low = dppo_mask_high = 0.2``, ``ipo_threshold =
+0.1``, all ``ge=0``, from ``packages/prime-rl-configs/src/prime_rl/configs/trainer.py``).
+Checked against those functions run verbatim with torch on float32 log-probs and bool masks
+(``tools/prime_rl_fixtures.py``, ``tests/data/frameworks/prime_rl.*``) and by hand-computed
+cases. prime-rl's opt-in IcePop loss (PR #3526) is not in that commit, nor in the newest
+snapshot of the repository fetched here (still ``559b447``): not mirrored.
 
 prime-rl's conventions, all kept:
 
 - :math:`y = \log\pi_{trainer} - \log\pi_{inference}`, ``importance_ratio`` :math:`= e^y`,
   ``mismatch_kl`` :math:`= e^y - y - 1` per token (verl's ``k3``; prime-rl's token exports
   write it per token);
-- the DPPO mask acts on **probability** differences :math:`d = \pi_{trainer} - \pi_{inference}`
-  (not on the ratio): with a positive advantage a token is masked when :math:`d >` ``dppo_mask_high``,
-  otherwise (advantage :math:`\le 0`, zero included) when :math:`d < -`\ ``dppo_mask_low``;
-  ``is_masked_high`` counts only positive-advantage tokens, ``is_masked_low`` only
-  negative-advantage ones, so with zero advantages ``is_masked`` exceeds their sum;
-- ``default_loss_fn`` runs on **one sample at a time** (``compute_loss`` splits the packed
-  micro-batch by ``sequence_lengths``, ``loss.py:358``), so each metric is one value per sample:
-  a mean over that sample's ``loss_mask`` with the count clamped to at least 1 (``_safe_mean``;
-  0 for a sample with nothing to average): ``is_masked``, ``is_masked_low``, ``is_masked_high``,
-  ``masked_mismatch_kl`` (over the masked tokens), ``unmasked_mismatch_kl`` (over the kept ones),
-  ``masked_advantage_positive`` and ``_negative`` (the share of masked tokens with each
-  advantage sign). The step logs ``<metric>/mean``, ``/median``, ``/std``, ``/min`` and ``/max``
-  over the per-sample values of every micro-batch and rank (``Tensors.compute_stats``,
-  ``trainer/utils.py:245``): :func:`tensor_stats`. A long and a short sample weigh the same; a
-  token-pooled mean differed on 57 of 90 random batches (issue #35:
-  ``masked_advantage_positive`` 1.0 pooled, 0.25 as logged).
+- every trust region acts on **probability** differences :math:`d = \pi_{trainer} -
+  \pi_{inference}` (not on the ratio), taken as prime-rl takes them on its float32 log-probs:
+  each probability the float32 :math:`e^x` (correctly rounded,
+  :func:`~variance_lab.frameworks.slime.exp_float32`; torch's is one ulp off on about 1 % of
+  inputs, which flipped 1 of the fixtures' 6,752 decisions, a difference exactly at a bound),
+  their float32 difference, against the bound rounded to float32 (torch compares a float32
+  tensor with a Python float in float32), a difference exactly at a bound kept
+  (:data:`PRIME_RL_RULE`);
+- DPPO (``default_loss_fn``): with a positive advantage a token is masked when :math:`d >`
+  ``dppo_mask_high``, otherwise (advantage :math:`\le 0`, zero included) when :math:`d <
+  -`\ ``dppo_mask_low``; ``is_masked_high`` counts only positive-advantage tokens,
+  ``is_masked_low`` only negative-advantage ones, so with zero advantages ``is_masked`` exceeds
+  their sum. IPO (``ipo_loss_fn``): masked when :math:`|d| >` ``ipo_threshold``. ref-KL
+  (``ref_kl_loss_fn``, on-policy distillation): masked when :math:`d < -0.2` (fixed);
+- the rl component runs on ``loss_mask & (rl_weights != 0)`` (all of ``loss_mask`` without
+  ``rl_weights``), the ref-KL component on ``ref_kl_weights != 0`` alone (the loss mask is not
+  read); a sample whose component mask is empty does not run that loss fn at all
+  (``compute_loss``, ``loss.py:379-392``), so it adds no metric row;
+- each loss fn runs on **one sample at a time**, so each metric is one value per sample that ran:
+  a mean over that sample's component mask with the count clamped to at least 1
+  (``_safe_mean``; 0 for a sample with nothing to average). The step logs ``<metric>/mean``,
+  ``/median``, ``/std``, ``/min`` and ``/max`` over the per-sample values of every micro-batch
+  and rank (``Tensors.compute_stats``, ``trainer/utils.py:245``): :func:`tensor_stats`. A long
+  and a short sample weigh the same; a token-pooled mean differed on 57 of 90 random batches
+  (issue #35: ``masked_advantage_positive`` 1.0 pooled, 0.25 as logged).
+
+Values are computed in float64 from the log-probs given (prime-rl computes them in float32:
+``mismatch_kl`` of a tiny :math:`y` is mostly float32 rounding there). Against prime-rl's own
+functions on 24 random batches (4 settings each, 1,688 padded token slots, 6,752 rl keep
+decisions): every keep decision but the one above and every per-sample fraction exactly; every
+value within prime-rl's own float32 rounding (worst 4.4e-5 relative, ``unmasked_mismatch_kl``).
 """
 
 from __future__ import annotations
@@ -34,21 +53,28 @@ from __future__ import annotations
 import numpy as np
 
 from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
+from variance_lab.frameworks.slime import exp_float32
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
     "PRIME_RL_MEAN",
     "PRIME_RL_RULE",
+    "REF_KL_MASK_LOW",
     "compute_importance_ratio_and_mismatch_kl",
     "dppo_mask",
+    "ipo_mask",
+    "mismatch_kl_mask",
+    "ref_kl_mask",
     "tensor_stats",
 ]
 
-#: prime-rl's DPPO bound rule: the probability difference against the bounds as it is (no log, no
-#: exp), a difference exactly at a bound kept (``d > high`` and ``d < -low`` mask).
-PRIME_RL_RULE = BoundRule(CLOSED, "value", "float64")
+#: prime-rl's trust-region bound rule: the float32 probability difference against the bound as
+#: float32 (no log, no exp), a difference exactly at a bound kept (``d > high``, ``d < -low`` mask).
+PRIME_RL_RULE = BoundRule(CLOSED, "value", "float32")
 #: ``_safe_mean`` per sample (the count clamped to at least 1), then ``<metric>/mean`` over samples.
 PRIME_RL_MEAN = MeanRule("at_least_one", 0.0, "samples")
+#: ``ref_kl_loss_fn``'s fixed one-sided trust region: masked when :math:`d < -0.2` (``loss.py:221``).
+REF_KL_MASK_LOW = 0.2
 
 
 def compute_importance_ratio_and_mismatch_kl(trainer_logprobs, inference_logprobs, loss_mask=None):
@@ -65,6 +91,63 @@ def compute_importance_ratio_and_mismatch_kl(trainer_logprobs, inference_logprob
     )
     r = np.exp(y)
     return y * m, r * m, (r - y - 1.0) * m
+
+
+def _weights(weights, shape, name):
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != shape or not np.all(np.isfinite(w)):
+        raise ValueError(f"{name} must be finite, of shape {shape}, got shape {w.shape}")
+    return w
+
+
+def mismatch_kl_mask(loss_mask, rl_weights=None, ref_kl_weights=None) -> np.ndarray:
+    """Return the tokens of ``mismatch_kl/all``: ``loss_mask & ((rl_weights != 0) | (ref_kl_weights != 0))``.
+
+    The trainer (``trainer/rl/train.py:499-506``) pools ``mismatch_kl`` over the loss mask when
+    neither weight stream is present, otherwise over the loss-mask tokens an rl or ref-KL
+    component samples (a missing ``rl_weights`` stream reads as the loss mask itself).
+    """
+    m = as_mask(loss_mask, "loss_mask") > 0
+    if rl_weights is None and ref_kl_weights is None:
+        return m.astype(np.float64)
+    sampled = m if rl_weights is None else _weights(rl_weights, m.shape, "rl_weights") != 0
+    if ref_kl_weights is not None:
+        sampled = sampled | (_weights(ref_kl_weights, m.shape, "ref_kl_weights") != 0)
+    return (m & sampled).astype(np.float64)
+
+
+def _inputs(trainer_logprobs, inference_logprobs, component, names):
+    """Return (float64 y, float32 probability difference d) on the component mask."""
+    t = as_values(trainer_logprobs, component, names[0], keep_float32=True)
+    i = as_values(inference_logprobs, component, names[1], keep_float32=True)
+    with np.errstate(over="ignore"):
+        d = exp_float32(t) - exp_float32(i)
+    return t.astype(np.float64) - i.astype(np.float64), d
+
+
+def _bound(name, value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"bad {name} {value!r}: must be a number >= 0 (prime-rl's ge=0)")
+    return float(value)
+
+
+def _rows(parts: dict, ran: np.ndarray, per_sample: bool):
+    """Each metric per sample that ran (``ran``, shape (B,)), or their mean over them (NaN if none ran)."""
+    rows = {
+        k: PRIME_RL_MEAN.mean(v.astype(np.float64), w.astype(np.float64), axis=-1)[ran]
+        for k, (v, w) in parts.items()
+    }
+    if per_sample:
+        return rows
+    return {k: float(np.mean(v)) if v.size else float("nan") for k, v in rows.items()}
+
+
+def _rl_component(loss_mask, rl_weights):
+    m = as_mask(loss_mask, "loss_mask")
+    if rl_weights is None:
+        return m, np.ones(m.shape[0], dtype=bool)
+    comp = m * (_weights(rl_weights, m.shape, "rl_weights") != 0)
+    return comp, comp.any(axis=-1)
 
 
 def tensor_stats(values) -> dict[str, float]:
@@ -105,62 +188,149 @@ def dppo_mask(
     dppo_mask_low: float = 0.2,
     dppo_mask_high: float = 0.2,
     *,
+    rl_weights=None,
     per_sample: bool = False,
 ) -> tuple[np.ndarray, dict]:
-    r"""Return prime-rl's DPPO keep mask (``loss_mask & ~is_masked``) and its metrics.
+    r"""Return prime-rl's DPPO keep mask (``loss_mask & ~is_masked``) and its metrics (``default_loss_fn``).
 
     Each row is one sample, as ``default_loss_fn`` sees it. A metric is what prime-rl logs as
-    ``<metric>/mean``: the mean over the rows of each row's ``_safe_mean``
+    ``<metric>/mean``: the mean over the rows that ran of each row's ``_safe_mean``
     (:data:`PRIME_RL_MEAN`); with ``per_sample=True`` it is the array of the per-row values, for
     :func:`tensor_stats` (the median, std, min and max prime-rl also logs).
 
     Parameters
     ----------
     trainer_logprobs, inference_logprobs : array_like, shape (B, T)
+        float32 as prime-rl holds them (float64 is rounded to float32 for the mask).
     advantages : array_like, shape (B, T) or (B, 1)
         Per token (prime-rl broadcasts a sequence's advantage onto its tokens).
     loss_mask : array_like, shape (B, T)
+        0/1 or bool.
     dppo_mask_low, dppo_mask_high : float, default 0.2
-        Bounds on :math:`\pi_{trainer} - \pi_{inference}`, >= 0.
+        Bounds on :math:`d = \pi_{trainer} - \pi_{inference}`, >= 0.
+    rl_weights : array_like, shape (B, T), optional
+        ``compute_loss``'s rl weight stream: a token of weight 0 leaves the mask and every
+        denominator; a row whose remaining mask is empty does not run (no metric row, keep 0).
     per_sample : bool
-        Return each metric per row (shape ``(B,)``) instead of its mean over the rows.
+        Return each metric per row that ran (shape ``(n_ran,)``) instead of its mean over them.
 
     Returns
     -------
     keep : ndarray, shape (B, T)
-    metrics : dict of str to float, or to ndarray of shape (B,)
+    metrics : dict of str to float, or to ndarray
+        ``is_masked``, ``is_masked_low``, ``is_masked_high``, ``masked_mismatch_kl``,
+        ``unmasked_mismatch_kl``, ``masked_advantage_positive``, ``masked_advantage_negative``.
     """
-    m = as_mask(loss_mask, "loss_mask")
-    t = as_values(trainer_logprobs, m, "trainer_logprobs")
-    i = as_values(inference_logprobs, m, "inference_logprobs")
+    comp, ran = _rl_component(loss_mask, rl_weights)
     a = np.asarray(advantages, dtype=np.float64)
-    if a.shape not in (m.shape, (m.shape[0], 1)) or not np.all(np.isfinite(a)):
-        raise ValueError(f"advantages must be finite, of shape {m.shape} or ({m.shape[0]}, 1), got {a.shape}")
-    for name, v in (("dppo_mask_low", dppo_mask_low), ("dppo_mask_high", dppo_mask_high)):
-        if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
-            raise ValueError(f"bad {name} {v!r}: must be a number >= 0")
-    a = np.broadcast_to(a, m.shape)
-    y = t - i
-    r = np.exp(y)
-    kl = r - y - 1.0
-    d = np.exp(t) - np.exp(i)
-    high, low = PRIME_RL_RULE.outside(d, None, dppo_mask_high), PRIME_RL_RULE.outside(d, -dppo_mask_low, None)
+    if a.shape not in (comp.shape, (comp.shape[0], 1)) or not np.all(np.isfinite(a)):
+        raise ValueError(
+            f"advantages must be finite, of shape {comp.shape} or ({comp.shape[0]}, 1), got {a.shape}"
+        )
+    low, high = _bound("dppo_mask_low", dppo_mask_low), _bound("dppo_mask_high", dppo_mask_high)
+    a = np.broadcast_to(a, comp.shape)
+    y, d = _inputs(trainer_logprobs, inference_logprobs, comp, ("trainer_logprobs", "inference_logprobs"))
+    kl = np.expm1(y) - y
+    masked_high, masked_low = PRIME_RL_RULE.outside(d, None, high), PRIME_RL_RULE.outside(d, -low, None)
     pos, neg = a > 0, a < 0
-    masked = np.where(pos, high, low)
-    lm = m > 0
+    masked = np.where(pos, masked_high, masked_low)
+    lm = comp > 0
     drop, keep = lm & masked, lm & ~masked
     parts = {
         "masked_mismatch_kl": (kl, drop),
         "unmasked_mismatch_kl": (kl, keep),
         "is_masked": (masked, lm),
-        "is_masked_low": (neg & low, lm),
-        "is_masked_high": (pos & high, lm),
+        "is_masked_low": (neg & masked_low, lm),
+        "is_masked_high": (pos & masked_high, lm),
         "masked_advantage_positive": (pos, drop),
         "masked_advantage_negative": (neg, drop),
     }
-    rows = {
-        k: PRIME_RL_MEAN.mean(v.astype(np.float64), w.astype(np.float64), axis=-1)
-        for k, (v, w) in parts.items()
+    return keep.astype(np.float64), _rows(parts, ran, per_sample)
+
+
+def ipo_mask(
+    trainer_logprobs,
+    inference_logprobs,
+    loss_mask,
+    ipo_threshold: float = 0.1,
+    *,
+    rl_weights=None,
+    per_sample: bool = False,
+) -> tuple[np.ndarray, dict]:
+    r"""Return prime-rl's IPO keep mask and metrics (``ipo_loss_fn``, ``trainer.loss.type = "ipo"``).
+
+    A token is masked when :math:`|d| >` ``ipo_threshold``, :math:`d = \pi_{trainer} -
+    \pi_{inference}` in float32 (a difference exactly at :math:`\pm` the threshold kept); the
+    advantages are not read. Metrics (per row that ran, as :func:`dppo_mask`): ``is_masked``,
+    ``masked_mismatch_kl``, ``unmasked_mismatch_kl``.
+
+    Parameters
+    ----------
+    trainer_logprobs, inference_logprobs, loss_mask, rl_weights, per_sample
+        As :func:`dppo_mask`.
+    ipo_threshold : float, default 0.1
+        >= 0.
+
+    Returns
+    -------
+    keep : ndarray, shape (B, T)
+    metrics : dict of str to float, or to ndarray
+    """
+    comp, ran = _rl_component(loss_mask, rl_weights)
+    thr = _bound("ipo_threshold", ipo_threshold)
+    y, d = _inputs(trainer_logprobs, inference_logprobs, comp, ("trainer_logprobs", "inference_logprobs"))
+    kl = np.expm1(y) - y
+    masked = PRIME_RL_RULE.outside(d, -thr, thr)
+    lm = comp > 0
+    keep = lm & ~masked
+    parts = {
+        "masked_mismatch_kl": (kl, lm & masked),
+        "unmasked_mismatch_kl": (kl, keep),
+        "is_masked": (masked, lm),
     }
-    metrics = rows if per_sample else {k: float(np.mean(v)) for k, v in rows.items()}
-    return keep.astype(np.float64), metrics
+    return keep.astype(np.float64), _rows(parts, ran, per_sample)
+
+
+def ref_kl_mask(
+    trainer_logprobs, inference_logprobs, ref_logprobs, ref_kl_weights, *, per_sample: bool = False
+) -> tuple[np.ndarray, dict]:
+    r"""Return prime-rl's ref-KL keep mask and metrics (``ref_kl_loss_fn``, the ``opd``/``opsd`` algorithms).
+
+    The component's mask is ``ref_kl_weights != 0`` (``compute_loss`` does not intersect it with
+    the loss mask); a token is masked when :math:`d < -0.2` (:data:`REF_KL_MASK_LOW`, fixed).
+    Metrics, namespaced as prime-rl logs them: ``ref_kl/is_masked``,
+    ``ref_kl/masked_mismatch_kl``, ``ref_kl/unmasked_mismatch_kl`` and ``ref_kl``, the mean of
+    :math:`\log\pi_{ref} - \log\pi_{trainer}` over the mask.
+
+    Parameters
+    ----------
+    trainer_logprobs, inference_logprobs, ref_logprobs : array_like, shape (B, T)
+    ref_kl_weights : array_like, shape (B, T)
+        The ref-KL weight stream; a row of zeros does not run (no metric row, keep 0).
+    per_sample : bool
+        As :func:`dppo_mask`.
+
+    Returns
+    -------
+    keep : ndarray, shape (B, T)
+    metrics : dict of str to float, or to ndarray
+    """
+    t = np.asarray(trainer_logprobs)
+    if t.ndim != 2:
+        raise ValueError(f"trainer_logprobs must be 2-D (batch, positions), got shape {t.shape}")
+    lm = _weights(ref_kl_weights, t.shape, "ref_kl_weights") != 0
+    comp = lm.astype(np.float64)
+    y, d = _inputs(trainer_logprobs, inference_logprobs, comp, ("trainer_logprobs", "inference_logprobs"))
+    ref = as_values(ref_logprobs, comp, "ref_logprobs") - as_values(
+        trainer_logprobs, comp, "trainer_logprobs"
+    )
+    kl = np.expm1(y) - y
+    masked = PRIME_RL_RULE.outside(d, -REF_KL_MASK_LOW, None)
+    keep = lm & ~masked
+    parts = {
+        "ref_kl/masked_mismatch_kl": (kl, lm & masked),
+        "ref_kl/unmasked_mismatch_kl": (kl, keep),
+        "ref_kl/is_masked": (masked, lm),
+        "ref_kl": (ref, lm),
+    }
+    return keep.astype(np.float64), _rows(parts, lm.any(axis=-1), per_sample)

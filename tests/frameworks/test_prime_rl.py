@@ -1,0 +1,204 @@
+"""prime-rl's mirror against prime-rl's own loss functions (PrimeIntellect-ai/prime-rl 559b447).
+
+prime-rl's trainer needs CUDA and its config package; ``default_loss_fn``, ``ipo_loss_fn``,
+``ref_kl_loss_fn`` and ``compute_loss`` run with torch alone wrote
+``tests/data/frameworks/prime_rl.*`` (``tools/prime_rl_fixtures.py``): float32 log-probs, bool
+loss masks, ragged samples, probability differences exactly at the bounds in float32, fully
+masked samples, rl and ref-KL weight streams with zeros. Hand-computed cases are in
+``test_others.py``.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from variance_lab.frameworks import prime_rl, slime
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "frameworks"
+#: Two float32 roundings, relative.
+F32_ROUNDING = 2 * 2.0**-23
+FRACTIONS = (
+    "is_masked",
+    "is_masked_low",
+    "is_masked_high",
+    "masked_advantage_positive",
+    "masked_advantage_negative",
+)
+
+
+def _settings():
+    """One dict per (batch, setting) prime-rl ran: inputs (its dtypes), options and its outputs."""
+    meta = json.loads((DATA / "prime_rl.json").read_text())
+    with np.load(DATA / "prime_rl.npz") as z:
+        a = {k: z[k] for k in z.files}
+    out, pos, kpos, rpos = [], 0, 0, 0
+    keys = ("trainer", "inference", "ref", "advantages", "mask", "rl_weights", "ref_kl_weights")
+    for (B, T), batch in zip(a["shapes"].tolist(), meta["batches"], strict=True):
+        arrays = {k: a[k][pos : pos + B * T].reshape(B, T) for k in keys}
+        pos += B * T
+        for setting in batch["settings"]:
+            row = {
+                **arrays,
+                "loss": setting["loss"],
+                "options": setting["options"],
+                "has_rl_weights": batch["rl_weights"],
+                "has_ref_kl_weights": batch["ref_kl_weights"],
+                "m32": {k: a["m32"][o : o + n] for k, (o, n) in setting["metrics"].items()},
+                "m64": {k: a["m64"][o : o + n] for k, (o, n) in setting["metrics"].items()},
+                "rl_ran": a["rl_ran"][rpos : rpos + B],
+            }
+            for k in ("rl_keep32", "rl_keep64", "ref_keep32", "ref_keep64"):
+                row[k] = a[k][kpos : kpos + B * T].reshape(B, T)
+            kpos, rpos = kpos + B * T, rpos + B
+            out.append(row)
+    assert pos == a["mask"].size
+    assert kpos == a["rl_keep32"].size
+    return out
+
+
+SETTINGS = _settings()
+
+
+def _check(got: dict, want32: dict, want64: dict, same_masks: bool, rows=None) -> dict[str, float]:
+    """Fractions exactly prime-rl's float32 ones; values within its float32 rounding, 1e-9 of its float64 run.
+
+    ``rows`` (bool, one per metric row) leaves out the rows of samples whose mask differs.
+    """
+    assert set(got) == set(want32), set(got) ^ set(want32)
+    worst = {}
+    for k, v32 in want32.items():
+        g, v64 = np.asarray(got[k]), want64[k]
+        assert g.shape == v32.shape, (k, g.shape, v32.shape)
+        if rows is not None:
+            g, v32, v64 = g[rows], v32[rows], v64[rows]
+        if k.removeprefix("ref_kl/") in FRACTIONS:
+            np.testing.assert_array_equal(g.astype(np.float32), v32.astype(np.float32), err_msg=k)
+        else:
+            # prime-rl's float32 rounding: its float64 run's distance, plus two roundings of
+            # e^y - y - 1 (or log pi_ref - log pi_trainer) at the scale of its terms (~1), which
+            # the float64 run cannot show where it masks a token float32 keeps
+            tol = 2 * np.abs(v64 - v32) + F32_ROUNDING * (np.abs(v32) + 1.0)
+            assert np.all(np.abs(g - v32) <= tol), (k, g, v32, v64)
+            if same_masks:
+                np.testing.assert_allclose(g, v64, rtol=1e-9, atol=1e-12, err_msg=k)
+        scale = np.maximum(np.abs(v32), 1e-300)
+        worst[k] = float(np.max(np.abs(g - v32) / scale, initial=0.0))
+    return worst
+
+
+def test_the_fixtures_cover_what_they_claim():
+    """96 settings; bounds hit exactly; float64 decides otherwise somewhere; samples skipped by weights."""
+    assert len(SETTINGS) == 96
+    assert {r["loss"] for r in SETTINGS} == {"default", "ipo"}
+    assert any(r["has_rl_weights"] for r in SETTINGS)
+    assert any(not r["has_rl_weights"] for r in SETTINGS)
+    assert any((r["rl_keep32"] != r["rl_keep64"]).any() for r in SETTINGS)
+    assert any((r["rl_ran"] == 0).any() for r in SETTINGS)
+    assert any((~r["mask"].any(axis=1)).any() for r in SETTINGS)
+
+
+@pytest.mark.parametrize("loss", ["default", "ipo"])
+def test_rl_masks_and_metrics_equal_prime_rls_own(loss):
+    """default_loss_fn (DPPO) and ipo_loss_fn through compute_loss: keep masks and rows exactly.
+
+    Except where torch's float32 exp (SLEEF, within 1 ulp) differs from the correctly rounded
+    one that the mirror takes and the probability difference lies exactly at a bound: one token
+    of the fixtures (IPO at 0.3: prime-rl's d is 0.30000007, the mirror's 0.3, kept).
+    """
+    rows = [r for r in SETTINGS if r["loss"] == loss]
+    ulp_flips = []
+    for r in rows:
+        o = r["options"]
+        w = r["rl_weights"] if r["has_rl_weights"] else None
+        if loss == "default":
+            keep, got = prime_rl.dppo_mask(
+                r["trainer"],
+                r["inference"],
+                r["advantages"],
+                r["mask"],
+                o["dppo_mask_low"],
+                o["dppo_mask_high"],
+                rl_weights=w,
+                per_sample=True,
+            )
+        else:
+            keep, got = prime_rl.ipo_mask(
+                r["trainer"], r["inference"], r["mask"], o["ipo_threshold"], rl_weights=w, per_sample=True
+            )
+        differ = (keep > 0) != (r["rl_keep32"] > 0)
+        if differ.any():  # torch's float32 exp one ulp off the correctly rounded one, at a bound
+            bounds = [o.get("dppo_mask_high"), -o.get("dppo_mask_low", 0.0), o.get("ipo_threshold")]
+            bounds = [np.float32(b) for b in bounds if b is not None] + [
+                -np.float32(o.get("ipo_threshold", 0.0))
+            ]
+            d = slime.exp_float32(r["trainer"]) - slime.exp_float32(r["inference"])
+            assert np.isin(d[differ], bounds).all(), d[differ]
+            ulp_flips.append(int(differ.sum()))
+        want = [k for k in r["m32"] if not k.startswith("ref_kl")]
+        same = bool((r["rl_keep32"] == r["rl_keep64"]).all())
+        ran = r["rl_ran"] > 0
+        rows = ~differ.any(axis=1)[ran]
+        _check(got, {k: r["m32"][k] for k in want}, {k: r["m64"][k] for k in want}, same, rows)
+    assert sum(ulp_flips) == {"default": 0, "ipo": 1}[loss]  # 1 of 6,752 decisions: documented
+
+
+def test_ref_kl_masks_and_metrics_equal_prime_rls_own():
+    """ref_kl_loss_fn on ref_kl_weights != 0 (the loss mask not read), a sample of zeros skipped."""
+    rows = [r for r in SETTINGS if r["has_ref_kl_weights"]]
+    assert rows
+    outside_loss_mask = 0
+    for r in rows:
+        keep, got = prime_rl.ref_kl_mask(
+            r["trainer"], r["inference"], r["ref"], r["ref_kl_weights"], per_sample=True
+        )
+        np.testing.assert_array_equal(keep > 0, r["ref_keep32"] > 0)
+        outside_loss_mask += int((keep > 0)[~r["mask"]].sum())
+        want = [k for k in r["m32"] if k.startswith("ref_kl")]
+        same = bool((r["ref_keep32"] == r["ref_keep64"]).all())
+        _check(got, {k: r["m32"][k] for k in want}, {k: r["m64"][k] for k in want}, same)
+    assert outside_loss_mask > 0  # teeth: tokens the loss mask excludes still run ref-KL
+
+
+def test_the_mean_over_the_rows_that_ran():
+    """Without per_sample each metric is the mean of prime-rl's rows; NaN when no sample ran."""
+    r = next(x for x in SETTINGS if x["has_rl_weights"] and (x["rl_ran"] == 0).any() and x["loss"] == "ipo")
+    _, got = prime_rl.ipo_mask(
+        r["trainer"], r["inference"], r["mask"], r["options"]["ipo_threshold"], rl_weights=r["rl_weights"]
+    )
+    assert got["is_masked"] == pytest.approx(float(np.mean(r["m32"]["is_masked"])), rel=1e-6)
+    _, none = prime_rl.ipo_mask(r["trainer"], r["inference"], r["mask"], rl_weights=np.zeros(r["mask"].shape))
+    assert all(math.isnan(v) for v in none.values())
+
+
+def test_rl_weights_drop_tokens_and_samples_by_hand():
+    """Weight 0 leaves the mask and denominator; a sample of zero weights adds no row (loss.py:379-384)."""
+    trainer = np.log(np.array([[0.5, 0.4, 0.4, 0.4], [0.4, 0.4, 0.4, 0.4]], dtype=np.float32))
+    inference = np.log(np.array([[0.2, 0.4, 0.4, 0.4], [0.4, 0.4, 0.4, 0.4]], dtype=np.float32))
+    mask = np.ones((2, 4), dtype=bool)
+    _, rows = prime_rl.ipo_mask(trainer, inference, mask, per_sample=True)
+    np.testing.assert_array_equal(rows["is_masked"], [0.25, 0.0])  # d = 0.3 > 0.1 on one token of 4
+    weights = np.array([[1.0, 0.5, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    keep, rows = prime_rl.ipo_mask(trainer, inference, mask, rl_weights=weights, per_sample=True)
+    np.testing.assert_array_equal(rows["is_masked"], [0.5])  # 1 of the 2 weighted tokens; row 1 gone
+    np.testing.assert_array_equal(keep, [[0, 1, 0, 0], [0, 0, 0, 0]])
+    keep, rows = prime_rl.ref_kl_mask(trainer, inference, trainer, weights, per_sample=True)
+    np.testing.assert_array_equal(rows["ref_kl/is_masked"], [0.0])  # d = +0.3: only d < -0.2 masks
+    np.testing.assert_array_equal(rows["ref_kl"], [0.0])
+    np.testing.assert_array_equal(prime_rl.mismatch_kl_mask(mask, weights), weights != 0)
+
+
+@pytest.mark.parametrize(
+    ("call", "needle"),
+    [
+        (lambda m: prime_rl.ipo_mask(m, m, m, -0.1), "-0.1"),
+        (lambda m: prime_rl.ipo_mask(m, m, m, rl_weights=np.ones(3)), r"\(3,\)"),
+        (lambda m: prime_rl.ref_kl_mask(m, m, m, np.full((2, 2), np.nan)), "ref_kl_weights"),
+    ],
+)
+def test_bad_input_names_the_value(call, needle):
+    """A negative threshold (prime-rl's ge=0), a weight stream of the wrong shape or not finite."""
+    with pytest.raises(ValueError, match=needle):
+        call(np.zeros((2, 2)))
