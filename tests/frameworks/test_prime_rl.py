@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from variance_lab.frameworks import prime_rl, slime
+from variance_lab.frameworks import prime_rl
+from variance_lab.frameworks.batch import exp_float32
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "frameworks"
 #: Two float32 roundings, relative.
@@ -134,7 +135,7 @@ def test_rl_masks_and_metrics_equal_prime_rls_own(loss):
             bounds = [np.float32(b) for b in bounds if b is not None] + [
                 -np.float32(o.get("ipo_threshold", 0.0))
             ]
-            d = slime.exp_float32(r["trainer"]) - slime.exp_float32(r["inference"])
+            d = exp_float32(r["trainer"]) - exp_float32(r["inference"])
             assert np.isin(d[differ], bounds).all(), d[differ]
             ulp_flips.append(int(differ.sum()))
         want = [k for k in r["m32"] if not k.startswith("ref_kl")]

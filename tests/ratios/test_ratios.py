@@ -14,7 +14,7 @@ import pytest
 
 from variance_lab import corrections, ratios
 from variance_lab.corrections import CORRECTION_KINDS, apply_sequence, apply_tokens, parse
-from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl, slime, trl, verl
+from variance_lab.frameworks import batch, nemo_rl, openrlhf, prime_rl, slime, trl, verl
 from variance_lab.ratios import CLOSED, LEFT_OPEN, OPEN, RIGHT_OPEN, BoundRule, outside
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.weights import sequence_weights
@@ -341,11 +341,11 @@ def test_slime_prime_rl_openrlhf_at_the_bounds(dtype):
     # bound is the probe's own float32 d, so the middle probe lies exactly at it (in both dtypes)
     i0 = F32(math.log(0.5))
     ts = _probes((math.log(0.7),), F32).astype(F32)
-    d = (slime.exp_float32(ts) - slime.exp_float32(i0)).astype(F32)
+    d = (batch.exp_float32(ts) - batch.exp_float32(i0)).astype(F32)
     high = float(d[0])
     for sign, lo, hi in ((1.0, None, high), (-1.0, -high, None)):
         t = ts if sign > 0 else np.log(np.exp(i0, dtype=F64) - d.astype(F64)).astype(F32)
-        dd = slime.exp_float32(t) - slime.exp_float32(i0)  # mirrored below: about -d
+        dd = batch.exp_float32(t) - batch.exp_float32(i0)  # mirrored below: about -d
         m = np.ones((t.size, 1))
         keep, _ = prime_rl.dppo_mask(
             t[:, None].astype(dtype), np.full((t.size, 1), i0, dtype), sign * m, m, high, high

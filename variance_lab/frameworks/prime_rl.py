@@ -18,7 +18,7 @@ prime-rl's conventions, all kept:
 - every trust region acts on **probability** differences :math:`d = \pi_{trainer} -
   \pi_{inference}` (not on the ratio), taken as prime-rl takes them on its float32 log-probs:
   each probability the float32 :math:`e^x` (correctly rounded,
-  :func:`~variance_lab.frameworks.slime.exp_float32`; torch's is one ulp off on about 1 % of
+  :func:`~variance_lab.frameworks.batch.exp_float32`; torch's is one ulp off on about 1 % of
   inputs, which flipped 1 of the fixtures' 6,752 decisions, a difference exactly at a bound),
   their float32 difference, against the bound rounded to float32 (torch compares a float32
   tensor with a Python float in float32), a difference exactly at a bound kept
@@ -52,8 +52,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
-from variance_lab.frameworks.slime import exp_float32
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, exp_float32
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
