@@ -356,3 +356,41 @@ def test_ctpo_and_m2po_on_the_shipped_smollm2_data(capsys):
     ctpo_row = next(line for line in out.splitlines() if "| ctpo:0.5:0.5 |" in line)
     assert ctpo_row.endswith("| n/a | n/a |")
     assert "Rows without a prediction (n/a: no theory in the model): 1." in out
+
+
+def test_sign_specs_closed_form_json_and_data(capsys):
+    """topr/opsm give rows by sign: the closed form's in JSON, and the SmolLM2 file's advantages."""
+    rc, out, _ = run_cli(
+        capsys, "corrections", "--T", "10", "--correction", "topr,opsm:0.05", "--format", "json"
+    )
+    assert rc == 0
+    rows = pd.DataFrame(json.loads(out)["rows"] if isinstance(json.loads(out), dict) else json.loads(out))
+    th = co.theory(get_family("lognormal", 1.0, 0.1), [10], "topr,opsm:0.05")
+    assert rows.correction.tolist() == th.correction.tolist()
+    assert np.allclose(rows.frac_modified, th.frac_modified, rtol=1e-12, atol=0)
+    data = Path(__file__).parents[2] / "data" / "smollm2" / "smollm2_stale_gspo.jsonl.gz"
+    rc, out, err = run_cli(
+        capsys, "corrections", "--data", str(data), "--correction", "topr", "--format", "csv"
+    )
+    assert rc == 0, err
+    frame = pd.read_csv(io.StringIO(out))
+    assert frame.correction.tolist() == ["topr", "topr [A>=0]", "topr [A<0]"]
+    assert frame.n_seq.tolist() == [1024, 820, 204]
+
+
+def test_sign_specs_need_a_jsonl_file(tmp_path, capsys):
+    """A file without the advantages (NPZ) is one line on stderr, exit 2; so is a JSONL file without them."""
+    path = save_batch(
+        TokenBatch.from_ragged([np.array([-1.0, -2.0])], [np.array([-1.1, -2.0])]), tmp_path / "r.npz"
+    )
+    rc, _, err = run_cli(capsys, "corrections", "--data", str(path), "--correction", "opsm:0.1")
+    assert rc == 2
+    assert "advantage" in err
+    assert len(err.strip().splitlines()) == 1
+    path = save_batch(
+        TokenBatch.from_ragged([np.array([-1.0, -2.0])], [np.array([-1.1, -2.0])]), tmp_path / "r.jsonl"
+    )
+    rc, _, err = run_cli(capsys, "corrections", "--data", str(path), "--correction", "topr")
+    assert rc == 2
+    assert "'advantage' is missing" in err
+    assert len(err.strip().splitlines()) == 1

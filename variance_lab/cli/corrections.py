@@ -134,8 +134,15 @@ def _data(args, cs) -> tuple:
     log_r, label = ratio_batch(batch, ratio).log_ratio, RATIO_LABELS[ratio]
     model, described = _fitted_model(args.predict, log_r)
     groups = batch.group_index() if batch.has_groups else None
+    advantages, sign_note = _advantages(args, cs, batch)
     frame = corrections.evaluate(
-        log_r, batch.offsets, cs, buckets=_buckets(args.buckets, batch.lengths), predict=model, groups=groups
+        log_r,
+        batch.offsets,
+        cs,
+        buckets=_buckets(args.buckets, batch.lengths),
+        predict=model,
+        groups=groups,
+        advantages=advantages,
     )
     title = (
         f"Corrections on {args.data}: {len(batch):,} sequences, token ratio {label} "
@@ -181,7 +188,35 @@ def _data(args, cs) -> tuple:
         )
     notes += batch.notes  # what the reader said about the file (a NeMo-RL dump's left-out samples)
     notes += [ratio_note] if ratio_note else []
+    notes += [sign_note] if sign_note else []
     return frame, title, ["\n".join(notes)]
+
+
+def _advantages(args, cs, batch):
+    """Each sequence's advantage from the file's ``advantage`` field, when a spec depends on its sign."""
+    from variance_lab._jsonl import iter_jsonl
+    from variance_lab.rollouts.io import detect_format
+    from variance_lab.rollouts.records import sequence_values
+
+    signed = [c.spec for c in cs if c.signed]
+    if not signed:
+        return None, ""
+    if args.preset is not None or detect_format(args.data) != "jsonl":
+        raise CLIError(
+            f"--correction {signed[0]}: the advantages are read from the 'advantage' field of JSONL records; "
+            f"{args.data} is not a JSONL rollout file"
+        )
+    try:
+        adv = sequence_values((rec for _, rec in iter_jsonl(args.data)), "advantage", batch)
+    except ValueError as exc:
+        raise CLIError(f"{args.data}: {exc}") from None
+    pos, zero = int((adv >= 0).sum()), int((adv == 0).sum())
+    return adv, (
+        f"Signs: each sequence's 'advantage' field; {pos:,} of {adv.size:,} sequences have A >= 0 "
+        f"(p = {pos / adv.size:.4g}; {zero:,} with A = 0 exactly, counted positive as TOPR and TRL do), "
+        f"{adv.size - pos:,} A < 0. The P of a topr/opsm spec is the theory's and is not used on data; "
+        "the predicted fractions are the fitted model's by sign."
+    )
 
 
 def _fitted_model(which: str, log_r):
@@ -240,7 +275,10 @@ def add_command(sub) -> None:
         "(or ppo:EL:EH), gmpo[:EPS], ctpo:EL:EH (CTPO: token t weighted by the prefix product, masked when "
         "its cumulative log-ratio leaves [-EL sqrt t, EH sqrt t]), m2po[:TAU[:B]] (M2PO: the largest "
         "(log r)^2 of each batch of B sequences masked until the mean of the rest is below TAU; "
-        "default 0.04, B = 256; theory: the large-batch limit).",
+        "default 0.04, B = 256; theory: the large-batch limit), topr[:P] (TOPR: weight 1 when the sequence's "
+        "advantage A >= 0, min(P_T, 1) when A < 0), opsm:DELTA[:P] (DeepSeek-V3.2's off-policy mask: P_T, "
+        "0 when A < 0 and the mean of -log r exceeds DELTA); these two give rows by sign, in theory with "
+        "P = P(A >= 0) (default 0.5) independent of the ratios, on --data with each record's 'advantage'.",
     )
     add_family_args(p)
     p.add_argument(

@@ -49,6 +49,13 @@ spec                  level     weight :math:`w` (modified: what counts as trunc
                                 theory the large-batch limit :math:`r 1\{(\log r)^2 \le q\}`,
                                 :math:`E[(\log r)^2 \mid (\log r)^2 \le q] = TAU`
                                 (:mod:`~variance_lab.corrections.m2po`)
+``topr[:P]``          sequence  1 when the sequence's advantage :math:`A \ge 0`, :math:`\min(P_T, 1)`
+                                when :math:`A < 0` (TOPR); modified: a negative :math:`P_T > 1`
+``opsm:DELTA[:P]``    sequence  :math:`P_T`, or 0 when :math:`A < 0` and :math:`-\log G_T > DELTA`
+                                (DeepSeek-V3.2's off-policy sequence mask, TRL's
+                                ``off_policy_mask_threshold``); ``P`` is the theory's
+                                :math:`P(A \ge 0)`, default 0.5; three rows, by sign
+                                (:mod:`~variance_lab.corrections.sign`)
 ====================  ========  ===========================================================
 
 On data a value exactly at a bound is kept (:data:`BOUND_RULE`, the rule of
@@ -162,6 +169,14 @@ from variance_lab.corrections.prefix import (
     ctpo_positions,
     prefix_variances,
 )
+from variance_lab.corrections.sign import (
+    OPSM_RULE,
+    SIGNS,
+    apply_signed,
+    opsm_keep,
+    sign_label,
+    sign_log_moments,
+)
 from variance_lab.corrections.specs import (
     CORRECTION_KINDS,
     GMPO_DEFAULT,
@@ -169,6 +184,8 @@ from variance_lab.corrections.specs import (
     ICEPOP_DEFAULT,
     M2PO_BATCH,
     M2PO_DEFAULT,
+    SIGN_P_DEFAULT,
+    SIGNED_KINDS,
     Correction,
     parse,
     parse_list,
@@ -192,13 +209,18 @@ __all__ = [
     "MIN_ESS",
     "MIXTURE_TAIL_MASS",
     "N_BOOT",
+    "OPSM_RULE",
     "POSITION_COLUMNS",
     "POSITION_MC_COLUMNS",
     "PREFIX_VARIANCE_COLUMNS",
+    "SIGNED_KINDS",
+    "SIGNS",
+    "SIGN_P_DEFAULT",
     "TAIL_MASS",
     "WEIGHT_COLUMNS",
     "Correction",
     "apply_sequence",
+    "apply_signed",
     "apply_tokens",
     "batch_mask",
     "batch_masks",
@@ -213,10 +235,13 @@ __all__ = [
     "log_base_tokens",
     "log_phi_diff",
     "m2po_cut",
+    "opsm_keep",
     "parse",
     "parse_list",
     "prefix_variances",
     "resolve_cut",
+    "sign_label",
+    "sign_log_moments",
     "simulate_corrections",
     "simulate_positions",
     "theory",

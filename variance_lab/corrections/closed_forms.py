@@ -25,6 +25,7 @@ from variance_lab.corrections.gauss import (
 )
 from variance_lab.corrections.m2po import resolve_cut
 from variance_lab.corrections.prefix import clip_probability, ctpo_log_moments
+from variance_lab.corrections.sign import SIGNS, sign_label, sign_log_moments
 from variance_lab.corrections.specs import Correction, parse, parse_list
 from variance_lab.families import Family, LogNormal, LognormalMixture, RandomScale
 from variance_lab.stats.special import log1mexp
@@ -87,6 +88,8 @@ def _log_moments_gauss(c: Correction, m: float, v: float, T: float) -> tuple[flo
     """:func:`_log_moments_at` for i.i.d. token log-ratios N(m, v)."""
     if c.kind == "ctpo":
         return ctpo_log_moments(c, m, v, T)
+    if c.signed:  # every sequence, the signs mixed with the spec's P(A >= 0)
+        return sign_log_moments(c, m, v, T)["all"]
     if c.kind == "gmpo":
         M, S = m, math.sqrt(v)
         pieces = c.pieces()
@@ -128,7 +131,16 @@ def _row(c: Correction, family: Family, T: int) -> dict:
     return _row_from_logs(c, T, (l1, l2, lf, lbase), _frac_seq_any(c, lf, T), "closed form")
 
 
-def _row_from_logs(c: Correction, T: int, logs, frac_seq_any: float, method: str) -> dict:
+def _sign_rows(c: Correction, family: Family, T: int) -> list[dict]:
+    """Return the rows of a sign-dependent spec: every sequence, then A >= 0, then A < 0 (by label)."""
+    logs = sign_log_moments(c, family.mean_log, family.var_log, T)
+    return [
+        _row_from_logs(c, T, logs[s], math.exp(logs[s][2]), "closed form", label=sign_label(c, s))
+        for s in SIGNS
+    ]
+
+
+def _row_from_logs(c: Correction, T: int, logs, frac_seq_any: float, method: str, label=None) -> dict:
     """Build a :func:`theory` row from (log E[w], log E[w^2], log frac_modified, log E[base]).
 
     Fractions are probabilities: a log above 0 (a mixture's weights summing to 1 + 1e-16 give
@@ -146,7 +158,7 @@ def _row_from_logs(c: Correction, T: int, logs, frac_seq_any: float, method: str
         log10_var, ess = log_var / math.log(10), math.exp(-d)
     return {
         "T": int(T),
-        "correction": c.spec,
+        "correction": c.spec if label is None else label,
         "level": c.level,
         "mean_w": mean_w,
         "bias": mean_w - mean_base,
@@ -357,17 +369,28 @@ def theory(family: Family, T, corrections) -> pd.DataFrame:
     T : int or array_like of int
         Sequence lengths >= 1.
     corrections : str or list
-        Specs (a comma list or a list), see :func:`parse`.
+        Specs (a comma list or a list), see :func:`parse`. A sign-dependent spec (``topr``,
+        ``opsm:DELTA``; lognormal family only) gives three rows, labelled by
+        :func:`~variance_lab.corrections.sign.sign_label`: every sequence (the two signs mixed
+        with the spec's :math:`P(A \ge 0)`), then :math:`A \ge 0`, then :math:`A < 0`, each with
+        its bias against :math:`E[P_T]` (:mod:`variance_lab.corrections.sign`).
 
     Returns
     -------
     pandas.DataFrame
-        One row per (T, correction) in that order, columns :data:`COLUMNS` (``method`` last).
+        One row per (T, correction) in that order (three for a sign-dependent spec), columns
+        :data:`COLUMNS` (``method`` last).
     """
     row = _row_function(family)
     grid = check_T(T, grid=True)
     cs = [resolve_cut(c, family) for c in parse_list(corrections)]
-    rows = [row(c, family, int(t)) for t in grid for c in cs]
+    rows = []
+    for t in grid:
+        for c in cs:
+            if c.signed:
+                rows += _sign_rows(c, _check_lognormal(family), int(t))
+            else:
+                rows.append(row(c, family, int(t)))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -388,6 +411,8 @@ def has_theory(family: Family, correction) -> bool:
     """Whether :func:`theory` has rows for ``correction`` with ``family`` (else: Monte Carlo only)."""
     c = correction if isinstance(correction, Correction) else parse(correction)
     builders = (LogNormal, RandomScale, LognormalMixture)
+    if c.signed:  # the sign model's closed form is the lognormal's
+        return type(family) is LogNormal
     return type(family) in builders and not (c.kind == "ctpo" and type(family) is LognormalMixture)
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 from variance_lab._validate import check_n, check_seed
 from variance_lab.corrections.closed_forms import WEIGHT_COLUMNS, theory
 from variance_lab.corrections.prefix import clip_probability
+from variance_lab.corrections.sign import SIGNS, apply_signed, sign_label
 from variance_lab.corrections.specs import parse_list
 from variance_lab.corrections.weights import apply_sequence, apply_tokens, log_base_tokens
 from variance_lab.families import LogNormal
@@ -85,8 +86,32 @@ def _rollout_arrays(log_r, offsets) -> tuple[np.ndarray, np.ndarray]:
     return log_r, off
 
 
+def _check_advantages(advantages, cs, n: int):
+    """Each sequence's advantage as floats (None when no spec needs it), or ``ValueError``."""
+    signed = [c.spec for c in cs if c.signed]
+    if advantages is None:
+        if signed:
+            raise ValueError(f"{signed[0]!r} needs each sequence's advantage: pass advantages=")
+        return None
+    adv = np.asarray(advantages, dtype=float)
+    if adv.shape != (n,):
+        raise ValueError(f"advantages must hold one value per sequence ({n}), got shape {adv.shape}")
+    if not np.all(np.isfinite(adv)):
+        raise ValueError(f"advantages holds a non-finite value: {adv[~np.isfinite(adv)][0]!r}")
+    return adv
+
+
 def evaluate(
-    log_r, offsets, corrections, *, buckets=None, ci: float = 0.95, predict=None, seed: int = 0, groups=None
+    log_r,
+    offsets,
+    corrections,
+    *,
+    buckets=None,
+    ci: float = 0.95,
+    predict=None,
+    seed: int = 0,
+    groups=None,
+    advantages=None,
 ) -> pd.DataFrame:
     r"""Apply the corrections to measured token log-ratios, per length bucket.
 
@@ -119,6 +144,12 @@ def evaluate(
         The prompt of each sequence (responses to one prompt are not independent): every
         interval then resamples prompts, keeping a prompt's responses together
         (:func:`variance_lab.stats.cluster_ratio`).
+    advantages : array_like of float, optional
+        Each sequence's advantage; needed by the sign-dependent specs (``topr``, ``opsm``), which
+        then give three rows per bucket (every sequence, :math:`A \ge 0`, :math:`A < 0`, labelled by
+        :func:`~variance_lab.corrections.sign.sign_label`; a sign with no sequence in the bucket
+        has no row), the sign of each sequence its own. Their prediction is the model's by sign at
+        each sequence's length and sign.
 
     Returns
     -------
@@ -144,7 +175,8 @@ def evaluate(
     if buckets is None:
         buckets = [(int(lengths.min()), int(lengths.max()))]
     log_p = np.add.reduceat(log_r, off[:-1])
-    pred = _predictions(predict, cs, lengths) if predict is not None else None
+    adv = _check_advantages(advantages, cs, lengths.size)
+    pred = _predictions(predict, cs, lengths, adv) if predict is not None else None
     if groups is not None:
         groups = np.asarray(groups)
         if groups.shape != lengths.shape:
@@ -157,11 +189,12 @@ def evaluate(
         if not sel.any():
             continue
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
-        for c in cs:
-            row = _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups)
+        for c, label, part in _parts(cs, sel, adv):
+            row = _data_row(c, log_r, off, lengths, log_p, part, z, rng, ci, groups, adv)
+            row["correction"] = label
             if pred is not None:  # expected modified sequences (sequence level) or tokens, per sequence
-                e = pred[c.spec][sel]
-                p = float(np.mean(e)) if c.level == "sequence" else float(e.sum() / lengths[sel].sum())
+                e = pred[label][part]
+                p = float(np.mean(e)) if c.level == "sequence" else float(e.sum() / lengths[part].sum())
                 row["pred_frac_modified"] = p
                 row["pred_inside"] = bool(row["frac_modified_lo"] <= p <= row["frac_modified_hi"])
             rows.append({**row, "T_min": lo, "T_max": hi})
@@ -276,20 +309,40 @@ def bucket_bootstrap(
     return pd.DataFrame(rows, columns=list(BOOTSTRAP_COLUMNS))
 
 
-def _predictions(family, cs, lengths) -> dict:
+def _parts(cs, sel, adv):
+    """Yield (correction, row label, sequences) of a bucket: by sign for a sign-dependent spec."""
+    for c in cs:
+        if not c.signed:
+            yield c, c.spec, sel
+            continue
+        pos = adv >= 0
+        for sign, part in zip(SIGNS, (sel, sel & pos, sel & ~pos), strict=True):
+            if part.any():
+                yield c, sign_label(c, sign), part
+
+
+def _predictions(family, cs, lengths, adv=None) -> dict:
     r"""Per sequence, the model's expected modified count: the probability (sequence level) or tokens.
 
     Token level: :math:`pL` for a fraction :math:`p` per token that does not depend on the
     position, :math:`\sum_{t \le L} p_t` for ``ctpo`` (lognormal models; NaN for others).
     """
     out = {}
-    seq = [c for c in cs if c.level == "sequence"]
+    seq = [c for c in cs if c.level == "sequence" and not c.signed]
     if seq:
         grid = np.unique(lengths)
         th = theory(family, grid, seq)
         for c in seq:
             f = th[th.correction == c.spec].set_index("T").frac_modified
             out[c.spec] = f.reindex(lengths).to_numpy(float)
+    for c in (c for c in cs if c.signed):  # by sign, at each sequence's length and sign
+        labels = [sign_label(c, s) for s in SIGNS]
+        if type(family) is not LogNormal:
+            out.update({label: np.full(lengths.shape, math.nan) for label in labels})
+            continue
+        th = theory(family, np.unique(lengths), [c]).set_index(["correction", "T"]).frac_modified
+        f_pos, f_neg = (th.loc[label].reindex(lengths).to_numpy(float) for label in labels[1:])
+        out.update(zip(labels, (np.where(adv >= 0, f_pos, f_neg), f_pos, f_neg), strict=True))
     tok = [c for c in cs if c.level == "token" and c.kind != "ctpo"]
     if tok:
         th = theory(family, [1], tok)
@@ -324,13 +377,16 @@ def _frac_interval(nmod: np.ndarray, tokens: np.ndarray, rng, ci: float, groups=
     return tuple(float(e) for e in wilson_interval(0.0, n, ci))
 
 
-def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None) -> dict:
+def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None, adv=None) -> dict:
     L = lengths[sel]
     seq_idx = np.flatnonzero(sel)
     g = None if groups is None else groups[sel]
     if c.level == "sequence" or c.kind == "gmpo":
         if c.level == "sequence":
-            w, mod = apply_sequence(c, log_p[sel], L)
+            if c.signed:
+                w, mod = apply_signed(c, log_p[sel], L, adv[sel] >= 0)
+            else:
+                w, mod = apply_sequence(c, log_p[sel], L)
             frac = float(mod.mean())
             any_ = frac
             r = proportion_interval(mod, n_boot=N_BOOT, level=ci, rng=rng, groups=g)

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from variance_lab._validate import check_n, check_seed, check_T
+from variance_lab.corrections.sign import SIGNS, apply_signed, sign_label
 from variance_lab.corrections.specs import parse_list
 from variance_lab.corrections.weights import apply_sequence, apply_tokens
 from variance_lab.families import Family
@@ -141,12 +142,27 @@ def _draw_tokens(code: int, params: np.ndarray, rng: np.random.Generator, n: int
     return draw_log_r(code, params, rng, n * T).reshape(n, T)
 
 
-def _chunk_cells(cs, grid, Y: np.ndarray, cells: dict) -> None:
-    """Add one chunk of token log-ratios ``Y`` (paths x max T) to every (T, correction) cell."""
+def _labels(c) -> list[str]:
+    """Return the ``correction`` labels of a spec's rows: three for a sign-dependent spec, else the spec."""
+    return [sign_label(c, s) for s in SIGNS] if c.signed else [c.spec]
+
+
+def _chunk_cells(cs, grid, Y: np.ndarray, cells: dict, u=None) -> None:
+    """Add one chunk of token log-ratios ``Y`` (paths x max T) to every (T, correction) cell.
+
+    ``u``: one uniform per path; a sign-dependent spec takes A >= 0 where ``u < p``.
+    """
     cum = np.cumsum(Y, axis=1)
     for t in grid:
         log_p = cum[:, t - 1]
         for c in cs:
+            if c.signed:
+                pos = u < c.p_positive
+                w, mod = apply_signed(c, log_p, t, pos)
+                for label, part in zip(_labels(c), (slice(None), pos, ~pos), strict=True):
+                    if w[part].size:
+                        cells[(t, label)].add(w[part], mod[part])
+                continue
             if c.level == "sequence":
                 w, mod = apply_sequence(c, log_p, t)
                 cells[(t, c.spec)].add(w, mod)
@@ -188,6 +204,12 @@ def simulate_corrections(
     intervals come from the spread of the batches (``n`` must hold two batches at least), and a
     last batch of fewer than ``B`` sequences (when ``n`` is not a multiple) is left out of its rows.
 
+    A sign-dependent spec (``topr``, ``opsm:DELTA``) draws each sequence's sign after its tokens,
+    independent of them: :math:`A \ge 0` with the spec's probability :math:`p`, from one uniform
+    per sequence of the chunk's generator; it gives three rows (every sequence, :math:`A \ge 0`,
+    :math:`A < 0`; :func:`~variance_lab.corrections.sign.sign_label`), the sign rows over the
+    sequences of that sign.
+
     Parameters
     ----------
     family : Family
@@ -228,15 +250,18 @@ def simulate_corrections(
         size = max(unit, size // unit * unit)
     code, params = family.sampler_params()
     tail = int(3 * math.sqrt(n * t_max)) + 2
-    cells = {(t, c.spec): _Sums(tail) for t in grid for c in cs}
+    cells = {(t, label): _Sums(tail) for t in grid for c in cs for label in _labels(c)}
+    signed = any(c.signed for c in cs)
     for index, start in enumerate(range(0, n, size)):
         rng = chunk_generator(seed, index)
         Y = _draw_tokens(code, params, rng, min(size, n - start), t_max)
-        _chunk_cells(cs, grid, Y, cells)
+        u = rng.random(Y.shape[0]) if signed else None  # after the tokens: other specs' draws unchanged
+        _chunk_cells(cs, grid, Y, cells, u)
     rows = [
-        {"T": t, "correction": c.spec, "level": c.level, **cells[(t, c.spec)].estimates(ci)}
+        {"T": t, "correction": label, "level": c.level, **cells[(t, label)].estimates(ci)}
         for t in grid
         for c in cs
+        for label in _labels(c)
     ]
     out = pd.DataFrame(rows, columns=["T", "correction", "level", *CORRECTIONS_MC_COLUMNS])
     out.attrs["provenance"] = _provenance(family, n, seed, size, ci)

@@ -24,6 +24,8 @@ __all__ = [
     "ICEPOP_DEFAULT",
     "M2PO_BATCH",
     "M2PO_DEFAULT",
+    "SIGNED_KINDS",
+    "SIGN_P_DEFAULT",
     "Correction",
     "parse",
     "parse_list",
@@ -44,7 +46,15 @@ CORRECTION_KINDS = {
     "gmpo": ("token", "G", (0, 1)),
     "ctpo": ("token", "prefix", (1, 2)),
     "m2po": ("token", "r", (0, 1, 2)),
+    "topr": ("sequence", "P", (0, 1)),
+    "opsm": ("sequence", "P", (1, 2)),
 }
+
+#: Kinds whose weight depends on the sign of the sequence's advantage
+#: (:mod:`variance_lab.corrections.sign`); their last parameter is the theory's P(A >= 0).
+SIGNED_KINDS = ("topr", "opsm")
+#: The default P(A >= 0) of the theory's sign model (``topr``, ``opsm:DELTA``).
+SIGN_P_DEFAULT = 0.5
 
 #: The defaults of ``gspo`` (GSPO's clip widths of s), ``gmpo`` (its log-space clip) and ``icepop``
 #: (the band of the token ratio): the public names of :mod:`variance_lab.ratios.defaults`' values.
@@ -100,6 +110,18 @@ class Correction:
         return "token" if self.base in ("r", "prefix") else "sequence"
 
     @property
+    def signed(self) -> bool:
+        """Whether the weight depends on the sign of the sequence's advantage (``topr``, ``opsm``)."""
+        return self.kind in SIGNED_KINDS
+
+    @property
+    def p_positive(self) -> float:
+        """``topr``, ``opsm``: the theory's p = P(A >= 0) (the spec's last parameter)."""
+        if not self.signed:
+            raise ValueError(f"{self.spec!r} does not depend on the advantage's sign")
+        return self.params[-1]
+
+    @property
     def batch(self) -> int:
         """``m2po``: the sequences of one batch over which the mask is computed."""
         if self.kind != "m2po":
@@ -113,6 +135,10 @@ class Correction:
         ``t = T``; ``m2po``: :math:`[-\sqrt q, \sqrt q]` once its :attr:`cut` is resolved.
         """
         p, k = self.params, self.kind
+        if self.signed:
+            raise ValueError(
+                f"{self.spec!r}: the weight depends on the advantage's sign (variance_lab.corrections.sign)"
+            )
         if k == "ctpo":
             root = math.sqrt(T)
             return -p[0] * root, p[1] * root
@@ -183,6 +209,12 @@ def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[floa
         if min(values) <= 0:
             raise bad("the bounds EL, EH of the cumulative log-ratio must be > 0")
         return values if len(values) == 2 else (values[0], values[0])
+    if kind in SIGNED_KINDS:
+        need = 1 if kind == "opsm" else 0
+        p = values[need] if len(values) > need else SIGN_P_DEFAULT
+        if not 0.0 < p < 1.0:
+            raise bad(f"the sign model's P = P(A >= 0) must lie in (0, 1), got {p!r}")
+        return (*values[:need], p)
     if kind == "m2po":
         tau, batch = (values + (M2PO_DEFAULT, float(M2PO_BATCH))[len(values) :])[:2]
         if tau <= 0:

@@ -50,7 +50,7 @@ import math
 
 import numpy as np
 
-from variance_lab.corrections import apply_sequence, apply_tokens, parse
+from variance_lab.corrections import OPSM_RULE, apply_sequence, apply_tokens, opsm_keep, parse
 from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
 from variance_lab.ratios import CLOSED, BoundRule
 
@@ -74,7 +74,8 @@ _LOG_MIN_W = math.log(1e-8)
 MASK_RULE = BoundRule(CLOSED, "linear", "float64")
 #: ``get_off_policy_mask``: the mean log-ratio against the threshold as it is, a mean equal to
 #: the threshold kept.
-OFF_POLICY_RULE = BoundRule(CLOSED, "value", "float64")
+#: The corrections' own rule (:data:`variance_lab.corrections.OPSM_RULE`, ``opsm:DELTA``).
+OFF_POLICY_RULE = OPSM_RULE
 #: ``get_off_policy_mask``'s mean log-ratio per sequence: the count clamped to at least 1.
 TRL_MEAN = MeanRule("at_least_one", 0.0, "tokens")
 
@@ -116,7 +117,7 @@ def get_off_policy_mask(
     delta = _finite(off_policy_threshold, "off_policy_threshold")
     kl = np.nan_to_num(sampling - new, nan=0.0)
     avg = TRL_MEAN.mean(kl, m, axis=1, keepdims=True)
-    return ((adv >= 0) | ~OFF_POLICY_RULE.outside(avg, None, delta)).astype(np.float64)
+    return opsm_keep(adv, avg, delta).astype(np.float64)  # the rule of corrections' opsm:DELTA
 
 
 def get_gamma_weights(

@@ -34,6 +34,7 @@ __all__ = [
     "id_array",
     "parse_record",
     "record_array",
+    "sequence_values",
 ]
 
 #: Canonical field names; ``fields=`` maps them to a file's own names.
@@ -341,3 +342,38 @@ def batch_from_records(
         rollout_lengths=lens["rollout_logp"] if has_rollout else None,
         prompt_id=_prompt_column(prompts),
     )
+
+
+def sequence_values(records: Iterable[Mapping], name: str, batch: TokenBatch) -> np.ndarray:
+    """Return one number per sequence of ``batch`` from each record's field ``name`` (e.g. ``advantage``).
+
+    Parameters
+    ----------
+    records : iterable of mapping
+        The records the batch was read from, in the same order (a sequence the batch dropped with
+        ``on_bad="drop"`` is skipped by its index).
+    name : str
+        A field holding one finite number per record.
+    batch : TokenBatch
+
+    Raises
+    ------
+    ValueError
+        Naming the record (index and id) whose field is missing or not a finite number, or when
+        the records are fewer than the batch's.
+    """
+    dropped = {d.index for d in batch.dropped}
+    out = []
+    for i, rec in enumerate(records):
+        if i in dropped:
+            continue
+        value = rec.get(name) if isinstance(rec, Mapping) else None
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok:
+            rid = rec.get("id", i) if isinstance(rec, Mapping) else i
+            why = "is missing" if value is None else f"is {value!r}, not a finite number"
+            raise ValueError(f"record {i} (id={rid!r}): field {name!r} {why}")
+        out.append(float(value))
+    if len(out) != len(batch):
+        raise ValueError(f"{len(out)} records with {name!r} for {len(batch)} sequences")
+    return np.asarray(out)
