@@ -14,6 +14,7 @@ import pytest
 
 from variance_lab import corrections, ratios
 from variance_lab.corrections import CORRECTION_KINDS, apply_sequence, apply_tokens, parse
+from variance_lab.corrections.sign import apply_signed
 from variance_lab.frameworks import batch, nemo_rl, openrlhf, prime_rl, slime, trl, verl
 from variance_lab.ratios import CLOSED, LEFT_OPEN, OPEN, RIGHT_OPEN, BoundRule, outside
 from variance_lab.rollouts.batch import TokenBatch
@@ -206,7 +207,7 @@ def test_every_kind_is_probed():
 
     ``m2po``'s band is its batch's (the cut of the batch rule, tests/corrections/test_m2po.py).
     """
-    assert {s.split(":")[0] for s in SPECS} == set(CORRECTION_KINDS) - {"m2po"}
+    assert {s.split(":")[0] for s in [*SPECS, *SIGNED_SPECS]} == set(CORRECTION_KINDS) - {"m2po"}
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])
@@ -228,6 +229,29 @@ def test_corrections_at_the_bounds(spec, dtype):
         kept = ~mod
         np.testing.assert_allclose(w[kept], np.exp(x[kept]), rtol=1e-15)  # kept: the weight is X
     if c.kind in ("seq-mask", "geo-rs", "icepop", "ctpo"):
+        np.testing.assert_array_equal(w[mod], 0.0)
+
+
+SIGNED_SPECS = ["topr", "opsm:0.05"]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("spec", SIGNED_SPECS)
+def test_sign_dependent_corrections_at_the_bounds(spec, dtype):
+    """TOPR truncates a negative sequence's P_T above 1, OPSM masks one whose mean log(mu/pi) > delta.
+
+    One-token sequences (T = 1, so OPSM's mean is -log P_T): the bound is log P_T = 0 for TOPR and
+    log P_T = -delta for OPSM, and a value at it is kept; a positive advantage modifies nothing.
+    """
+    c = parse(spec)
+    bound = 0.0 if c.kind == "topr" else -c.params[0]
+    x = _probes((bound,), dtype) if bound else np.array([0.0, -5e-324, 5e-324])
+    lo, hi = (None, 0.0) if c.kind == "topr" else (-c.params[0], None)
+    w, mod = apply_signed(c, x, 1, np.zeros(x.size, dtype=bool))
+    _check(mod, x, lo, hi, CLOSED, at=(0,) if dtype is F64 or not bound else ())
+    _, mod_pos = apply_signed(c, x, 1, np.ones(x.size, dtype=bool))
+    assert not mod_pos.any()
+    if c.kind == "opsm":
         np.testing.assert_array_equal(w[mod], 0.0)
 
 

@@ -48,6 +48,7 @@ from variance_lab.ratios import CLOSED, BoundRule
 __all__ = [
     "OPSM_RULE",
     "SIGNS",
+    "TOPR_RULE",
     "apply_signed",
     "opsm_keep",
     "sign_label",
@@ -61,6 +62,9 @@ SIGNS = ("all", "A>=0", "A<0")
 #: DeepSeek-V3.2's off-policy mask as TRL applies it: the mean log-ratio against delta as it is, a
 #: mean equal to delta kept.
 OPSM_RULE = BoundRule(CLOSED, "value", "float64")
+#: TOPR's truncation of a negative sequence's :math:`P_T` at 1: :math:`\log P_T` against 0, a
+#: weight exactly at 1 kept (not counted as modified).
+TOPR_RULE = BoundRule(CLOSED, "log", "float64")
 
 
 def sign_label(c: Correction, sign: str) -> str:
@@ -109,7 +113,7 @@ def apply_signed(c: Correction, log_p, T, positive) -> tuple[np.ndarray, np.ndar
     log_p = np.asarray(log_p, dtype=float)
     pos = np.broadcast_to(np.asarray(positive, dtype=bool), log_p.shape)
     if c.kind == "topr":
-        over = ~pos & (log_p > 0.0)
+        over = ~pos & TOPR_RULE.outside(log_p, None, 0.0)
         return np.where(pos, 1.0, np.exp(np.minimum(log_p, 0.0))), over
     if c.kind == "opsm":
         T = np.asarray(T, dtype=float)
