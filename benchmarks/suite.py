@@ -29,6 +29,10 @@ theory        ``theory.grid`` points/s per family against mpmath on the same  >=
               (:mod:`benchmarks.bench_theory`)                                gamma); < 0.2 s
 sweep         a 1,000-cell theory-only ``sweep``: compute (plan included)     < 1 s (CPU)
               apart from the store's writes
+analyze       ``variance-lab analyze`` on Parquet dumps of 1e6 and 4e6 tokens  >= 1e6 tokens
+              (``--analyze-big``: and 1.6e7) against reading the same file    per CPU s, peak
+              into flat NumPy arrays with pyarrow: tokens per CPU second,      <= 1.5 GB and
+              peak memory (:mod:`benchmarks.bench_analyze`)                   <= 1.5 x (1.6e7)
 ============  ==============================================================  ==============
 
 Contenders of a section run round-robin for ``--repeats`` rounds, so that a burst of load
@@ -55,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import bench_theory
+from benchmarks import bench_analyze, bench_theory
 from variance_lab.simulate._jit import kernel
 
 SEED_GRID = (1, 10, 100, 1000)
@@ -474,7 +478,7 @@ def first_run(rep: Report, quick: bool, repeats: int) -> None:
 
 
 # ----------------------------------------------------------------------------- main
-SECTIONS = ("throughput", "aggregate", "dense", "memory", "table", "first-run", "theory", "sweep")
+SECTIONS = ("throughput", "aggregate", "dense", "memory", "table", "first-run", "theory", "sweep", "analyze")
 
 
 def _machine() -> dict:
@@ -499,6 +503,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help=f"comma list of sections: {', '.join(SECTIONS)}")
     ap.add_argument("--repeats", type=int, default=None, help="rounds per timed section (default 3; quick 1)")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write the results to this JSON file")
+    ap.add_argument(
+        "--analyze-big", action="store_true", help="analyze section: also the 1.6e7-token dump (minutes)"
+    )
     args = ap.parse_args(argv)
     only = SECTIONS if args.only is None else tuple(s.strip() for s in args.only.split(","))
     unknown = sorted(set(only) - set(SECTIONS))
@@ -531,6 +538,8 @@ def main(argv=None) -> int:
         bench_theory.slider(rep, repeats)
     if "sweep" in only:
         bench_theory.theory_sweep(rep, 100 if q else 1000)
+    if "analyze" in only:
+        bench_analyze.analyze_section(rep, q, repeats, args.analyze_big)
     after = os.getloadavg()
     print(f"load average after: {after}; suite took {time.perf_counter() - t0:.0f} s")
     missed = [r for r in rep.rows if r["ok"] is False]

@@ -25,6 +25,7 @@ from variance_lab.cli._common import (
     int_grid,
     load_rollouts,
     note,
+    reuse_freed_memory,
     say_wrote,
     write_file,
     write_output,
@@ -88,12 +89,21 @@ def run(args: argparse.Namespace) -> int:
     from variance_lab.rollouts.analysis import analyze
     from variance_lab.rollouts.split import choose_ratio
 
+    reuse_freed_memory()  # a dump's temporaries are large: keep their memory rather than fault it in again
     check_output(args.out, inputs=(args.file,))  # every output path is checked before the analysis runs
     _check_figure(args.figure, args.file)
     batch = _load(args)
     ratio, ratio_note = choose_ratio(batch, args.ratio, name=Path(args.file).name)
     result = analyze(
-        batch, args.edges, n_boot=args.n_boot, level=args.level, seed=args.seed, folds=args.folds, ratio=ratio
+        batch,
+        args.edges,
+        n_boot=args.n_boot,
+        level=args.level,
+        seed=args.seed,
+        folds=args.folds,
+        ratio=ratio,
+        fit_tokens=args.fit_tokens or None,
+        fit_sequences=args.fit_sequences or None,
     )
     summary = result.summary()
     summary["notes"] += [ratio_note] if ratio_note else []
@@ -124,6 +134,7 @@ def add_command(sub) -> None:
     from variance_lab.report.analysis_table import ANALYSIS_FORMATS
     from variance_lab.rollouts.batch import ON_BAD
     from variance_lab.rollouts.io import PRESET_NAMES, ROLLOUT_FORMATS
+    from variance_lab.rollouts.subsample import FIT_SEQUENCES, FIT_TOKENS
 
     p = sub.add_parser(
         "analyze",
@@ -179,6 +190,20 @@ def add_command(sub) -> None:
         default=2,
         help="K of the held-out judgment of the fitted models: prompts (or sequences, without prompt_id) "
         "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
+    )
+    p.add_argument(
+        "--fit-tokens",
+        type=int_arg("--fit-tokens", minimum=0),
+        default=FIT_TOKENS,
+        help="tokens the token-mixture fits (mix, comb) see at most, about: a larger file gives them a "
+        f"seeded random sample of whole prompts, named in the output (default {FIT_TOKENS:,}; 0: all)",
+    )
+    p.add_argument(
+        "--fit-sequences",
+        type=int_arg("--fit-sequences", minimum=0),
+        default=FIT_SEQUENCES,
+        help="sequences the hier fit sees at most, about, drawn the same way "
+        f"(default {FIT_SEQUENCES:,}; 0: all)",
     )
     add_ratio_arg(p, "the ratio of the main table, the fits and the clip fractions")
     add_seed_arg(p, "seed of the bootstrap")

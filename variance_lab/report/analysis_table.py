@@ -205,7 +205,10 @@ def model_lines(summary: dict, vote: str = "") -> list[str]:
     )
     best = summary["best_model"]
     params = {"mix": comps, "hier": _hier_text(hier), "comb": _comb_text(comb) if comb else "not fitted"}
+    samples = (summary.get("fit_sample") or {}).values()
+    stated = [f"Fit sample: {s['drawn']}" for s in samples if s.get("subsampled")]
     return [
+        *stated,
         f"Model mix (token log-ratios a Gaussian mixture, {len(mix['weights'])} components by BIC): {comps}",
         f"Model hier (per-sequence variance v ~ Gamma(alpha, theta0 (T/{hier['T0']:g})^beta), tokens "
         f"N(c - v/2, v)): {_hier_text(hier)}",

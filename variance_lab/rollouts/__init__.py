@@ -17,6 +17,7 @@ module             holds
 ``models``         the three fitted models' names in one place, and their overview
 ``predictions``    per-bucket predictions of the fitted models, clip intervals, the choice of model
 ``heldout``        held-out judgment of the models: K-fold by prompt
+``subsample``      the stated random sample of whole prompts the token-mixture fits see
 ``analysis``       observed per-bucket variances against i.i.d. and corrected predictions
 ``judgment``       the per-bucket judgment of ``analysis``: predictions, scores, verdicts, held-out folds
 =================  ====================================================================

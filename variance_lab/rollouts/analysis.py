@@ -148,6 +148,7 @@ from variance_lab.rollouts.models import normal_outside
 from variance_lab.rollouts.predictions import MIN_BUCKET_SEQUENCES
 from variance_lab.rollouts.split import RATIO_LABELS, SplitResult, ratio_batch, split_ratios
 from variance_lab.rollouts.statistics import Autocorrelation, LogRatioFit
+from variance_lab.rollouts.subsample import FIT_SEQUENCES, FIT_TOKENS
 from variance_lab.rollouts.weights import (
     GSPO_RANGE,
     PPO_RANGE,
@@ -354,6 +355,8 @@ def analyze(
     folds: int = 2,
     progress: bool | None = None,
     ratio: str = "update",
+    fit_tokens: int | None = FIT_TOKENS,
+    fit_sequences: int | None = FIT_SEQUENCES,
 ) -> AnalysisResult:
     r"""Per length bucket, observed Var(P_T), Var(G_T) and clip fractions against three predictions.
 
@@ -390,6 +393,13 @@ def analyze(
         A progress bar over the fits on standard error, as :func:`variance_lab.progress.progress_bar`
         means it: None a bar after a second where someone watches (a terminal, a notebook),
         True at once, False none.
+    fit_tokens, fit_sequences : int or None
+        Tokens the token-mixture fits (``mix``, ``comb``) see at most, about, and sequences the
+        ``hier`` fit sees: a batch with more gives them a random sample of whole prompts
+        (:func:`~variance_lab.rollouts.subsample.fit_sample`, seeded from ``seed``; each held-out
+        fold draws its own from the other folds), named in the summary's ``fit_sample``. Defaults
+        :data:`~variance_lab.rollouts.subsample.FIT_TOKENS` (2^18) and
+        :data:`~variance_lab.rollouts.subsample.FIT_SEQUENCES` (2^12); None: all.
     ratio : {"update", "mismatch", "total"}
         The ratio the table, the fits and the clip fractions describe
         (:func:`~variance_lab.rollouts.split.ratio_batch`): pi_theta/pi_old, pi_old/mu_rollout or
@@ -427,7 +437,8 @@ def analyze(
     ranges = {"gspo_range": gspo_range, "ppo_range": ppo_range, "g_range": g_range, "p_range": p_range}
     n_steps = 1 + (folds if fit_models and folds > 1 else 0)
     with progress_steps(progress, n_steps, "analyze: fitting models", unit="fit") as step:
-        judged = judge(batch, batch, edges, boot, ranges, c=c, fit_models=fit_models)
+        budgets = {"fit_tokens": fit_tokens, "fit_sequences": fit_sequences}
+        judged = judge(batch, batch, edges, boot, ranges, c=c, fit_models=fit_models, **budgets)
         step(1)
         table, models, fitted, fit = judged.table, judged.models, judged.fitted, judged.models.fit
         if fitted:
@@ -435,7 +446,7 @@ def analyze(
             fitted["best_model_in_sample"] = fitted["best_model"]
             fitted["heldout"] = None
             if folds > 1:
-                held = heldout(batch, edges, boot, ranges, c=c, k=int(folds), seed=seed, step=step)
+                held = heldout(batch, edges, boot, ranges, c=c, k=int(folds), seed=seed, step=step, **budgets)
                 if held is not None:
                     fitted["heldout"] = held
                     fitted["fits"], fitted["best_model"] = dict(held["fits"]), held["best_model"]
@@ -492,6 +503,7 @@ def _fitted_summary(fitted: dict) -> dict:
             "best_model_in_sample": None,
             "model_fits_in_sample": None,
             "heldout": None,
+            "fit_sample": None,
         }
     mix, hier, comb = fitted["mix"], fitted["hier"], fitted["comb"]
     return {
@@ -532,4 +544,7 @@ def _fitted_summary(fitted: dict) -> dict:
         if not fitted.get("heldout")
         else {k: v for k, v in fitted["heldout"].items() if k != "folds"}
         | {"folds": fitted["heldout"]["folds"]},
+        "fit_sample": {by: s.summary() for by, s in fitted["samples"].items()}
+        if "samples" in fitted
+        else None,
     }

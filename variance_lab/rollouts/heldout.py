@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from variance_lab.rollouts.batch import TokenBatch
-from variance_lab.rollouts.predictions import ALL_MODELS, TOO_FEW
+from variance_lab.rollouts.predictions import ALL_MODELS, TOO_FEW, child_seed
 
 __all__ = ["heldout_judgment", "prompt_folds"]
 
@@ -49,8 +49,7 @@ def prompt_folds(batch: TokenBatch, k: int, seed) -> np.ndarray:
     n_groups = int(groups.max()) + 1
     if k < 2 or k > n_groups:
         raise ValueError(f"k must be in 2 .. {n_groups} (the number of prompts), got {k}")
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    rng = np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, 60_000)))
+    rng = np.random.default_rng(child_seed(seed, 60_000))
     fold_of_group = rng.permutation(n_groups) % k
     return fold_of_group[groups]
 

@@ -26,6 +26,7 @@ from variance_lab.rollouts.predictions import (
     MIN_BUCKET_SEQUENCES,
     PREDICTION_COLUMNS,
     TOO_FEW,
+    child_seed,
     choose_model,
     expected_sample_var,
     fitted_models,
@@ -35,11 +36,11 @@ from variance_lab.rollouts.predictions import (
 from variance_lab.rollouts.statistics import (
     Autocorrelation,
     LogRatioFit,
-    autocorrelation,
     bucket_variances,
-    fit_log_ratios,
+    fit_with_autocorrelation,
     length_buckets,
 )
+from variance_lab.rollouts.subsample import FIT_SEQUENCES, FIT_TOKENS, fit_sample
 from variance_lab.stats.special import LN10
 
 __all__ = [
@@ -239,14 +240,6 @@ def overall_verdict(verdicts) -> str:
 # --------------------------------------------------------------------------------------
 # judging a batch
 # --------------------------------------------------------------------------------------
-def _try_autocorrelation(batch: TokenBatch, c: float) -> tuple[Autocorrelation | None, str]:
-    """Return the autocorrelation, or ``None`` and the reason it is undefined."""
-    try:
-        return autocorrelation(batch, c=c), ""
-    except ValueError as exc:  # too few neighbouring pairs, none at all, or constant log-ratios
-        return None, str(exc)
-
-
 def _bucket_predictions(
     models: PredictionModels, T: np.ndarray, g_range, base: dict, *, bootstrapped: bool
 ) -> dict:
@@ -286,17 +279,30 @@ def _observed_rows(batch, edges, boot: dict, gspo_range, ppo_range) -> pd.DataFr
 
 
 def heldout(
-    batch: TokenBatch, edges, boot: dict, ranges: dict, *, c: float, k: int, seed, step=None
+    batch: TokenBatch,
+    edges,
+    boot: dict,
+    ranges: dict,
+    *,
+    c: float,
+    k: int,
+    seed,
+    step=None,
+    fit_tokens: int | None = FIT_TOKENS,
+    fit_sequences: int | None = FIT_SEQUENCES,
 ) -> dict | None:
     """Run the held-out judgment (:func:`~variance_lab.rollouts.heldout.heldout_judgment`) with :func:`judge`.
 
-    Fold ``f``'s bootstrap draws from the spawn key 50,000 + f of ``seed``.
+    Fold ``f``'s bootstrap draws from the spawn key 50,000 + f of ``seed``; its token-mixture fits
+    see samples of the other folds (``fit_tokens``, ``fit_sequences``) as :func:`judge` draws them.
     """
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
 
     def judge_fold(eval_batch, fit_batch, f):
-        fold_seed = np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, 50_000 + f))
-        judged = judge(eval_batch, fit_batch, edges, boot | {"seed": fold_seed}, ranges, c=c, fit_models=True)
+        fold_seed = child_seed(ss, 50_000 + f)
+        fold_boot = boot | {"seed": fold_seed}
+        budgets = {"fit_tokens": fit_tokens, "fit_sequences": fit_sequences}
+        judged = judge(eval_batch, fit_batch, edges, fold_boot, ranges, c=c, fit_models=True, **budgets)
         return judged.table if judged.fitted else None
 
     return heldout_judgment(batch, judge_fold, k=k, seed=ss, step=step)
@@ -352,17 +358,22 @@ def judge(
     *,
     c: float,
     fit_models: bool,
+    fit_tokens: int | None = FIT_TOKENS,
+    fit_sequences: int | None = FIT_SEQUENCES,
 ) -> Judged:
     """Judge ``eval_batch`` (observed values, intervals) by models fitted on ``fit_batch``.
 
     ``boot``: ``n_boot``, ``level``, ``seed``; ``ranges``: ``gspo_range``, ``ppo_range`` (ratios)
     and ``g_range``, ``p_range`` (their logs). ``analyze`` passes one batch twice (in sample);
     the held-out judgment (:mod:`variance_lab.rollouts.heldout`) a fold and the other folds.
+    The token-mixture fits (``mix``, ``comb``) see a sample of ``fit_batch`` of about
+    ``fit_tokens`` tokens, ``hier`` one of about ``fit_sequences`` sequences
+    (:func:`~variance_lab.rollouts.subsample.fit_sample`, prompts in the order of the spawn key
+    70,000 of ``boot["seed"]``; None: all), named in ``fitted["samples"]``.
     """
     g_range, p_range = ranges["g_range"], ranges["p_range"]
     obs = _observed_rows(eval_batch, edges, boot, ranges["gspo_range"], ranges["ppo_range"])
-    fit = fit_log_ratios(fit_batch, c=c)
-    acf, acf_note = _try_autocorrelation(fit_batch, c)
+    fit, acf, acf_note = fit_with_autocorrelation(fit_batch, c=c)
     models = PredictionModels(fit, acf, EmpiricalCGF(fit_batch.log_ratio))
     lengths = eval_batch.lengths
     bucket, _ = length_buckets(lengths, edges)
@@ -381,8 +392,15 @@ def judge(
     table = pd.DataFrame(rows, columns=list(ANALYSIS_COLUMNS))
     fitted = {}
     if fit_models:  # mix and hier predictions, clip intervals and the model choice (predictions.py)
+        order = child_seed(boot["seed"], 70_000)
+        samples = {
+            by: fit_sample(fit_batch, budget, by=by, seed=order)
+            for by, budget in (("tokens", fit_tokens), ("sequences", fit_sequences))
+        }
         try:
-            fitted = dict(zip(("mix", "hier", "comb"), fitted_models(fit_batch), strict=True))
+            fits = fitted_models(fit_batch, samples["tokens"].batch, samples["sequences"].batch)
+            fitted = dict(zip(("mix", "hier", "comb"), fits, strict=True))
+            fitted["samples"] = samples
         except ValueError:  # too few sequences or tokens, or constant log-ratios: columns stay NaN
             fit_models = False
     if fit_models:

@@ -21,6 +21,7 @@ from scipy import special
 from variance_lab import theory
 from variance_lab.families import LognormalMixture
 from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.simulate._jit import kernel
 
 __all__ = ["MixtureFit", "fit_mixture", "fit_mixture_bic", "normal_outside"]
 
@@ -131,25 +132,72 @@ def _compositions(T: int, K: int) -> np.ndarray:
     return np.column_stack([i, j - i, T - j])
 
 
+def _rows_max(a: np.ndarray) -> np.ndarray:
+    """Return the maximum over the rows of ``a`` (shape ``(K, N)``), elementwise: ``a.max(axis=0)``."""
+    out = a[0].copy()
+    for row in a[1:]:
+        np.maximum(out, row, out=out)
+    return out
+
+
+def _rows_sum(a: np.ndarray) -> np.ndarray:
+    """Return ``a[0] + a[1] + ...`` over the ``K < 8`` rows of ``a``, in that order.
+
+    NumPy sums fewer than 8 values in order, so this is ``a.T.sum(axis=1)`` of the ``(N, K)``
+    layout bit for bit, without NumPy's slow reduction over a short axis.
+    """
+    out = a[0].copy()
+    for row in a[1:]:
+        out += row
+    return out
+
+
+def _row_totals(a: np.ndarray) -> np.ndarray:
+    """Return each row's total, summed as NumPy sums the columns of the ``(N, K)`` layout (``axis=0``).
+
+    For ``K >= 2`` NumPy adds a column's values one after another (:func:`_sequential_totals`);
+    a single column is a contiguous sum (pairwise).
+    """
+    if a.shape[0] == 1:
+        return a.sum(axis=1)
+    out = np.empty(a.shape[0])
+    _sequential_totals(np.ascontiguousarray(a), out)
+    return out
+
+
+@kernel
+def _sequential_totals(a, out):  # pragma: no cover - compiled
+    """Set ``out[k] = a[k, 0] + a[k, 1] + ...``, added in that order (no reassociation: bit for bit)."""
+    for k in range(a.shape[0]):
+        s = a[k, 0]
+        for i in range(1, a.shape[1]):
+            s += a[k, i]
+        out[k] = s
+
+
 def _em(y: np.ndarray, w, m, v, floor: float, max_iter: int = 300, tol: float = 1e-3):
     """Run EM for a 1-D Gaussian mixture from (w, m, v).
 
     Until the log-likelihood gains less than ``tol`` (or ``max_iter`` steps); returns
-    (w, m, v, loglik).
+    (w, m, v, loglik). Components are rows (shape ``(K, N)``): the sums over components are
+    short sums along contiguous memory, and every value is the one of the ``(N, K)`` layout with
+    NumPy's reductions, bit for bit (:func:`_rows_sum`, :func:`_row_totals`).
     """
     ll_old = -math.inf
-    y2 = y[:, None]
+    y = np.ascontiguousarray(y)
     for _ in range(max_iter):
-        logd = (np.log(w) - 0.5 * np.log(2 * math.pi * v)) - (y2 - m) ** 2 * (0.5 / v)
-        top = logd.max(axis=1, keepdims=True)
+        logd = (np.log(w) - 0.5 * np.log(2 * math.pi * v))[:, None] - (y - m[:, None]) ** 2 * (0.5 / v)[
+            :, None
+        ]
+        top = _rows_max(logd)
         g = np.exp(logd - top)
-        tot = g.sum(axis=1, keepdims=True)
+        tot = _rows_sum(g)
         ll = float(np.sum(top) + np.sum(np.log(tot)))
         g /= tot
-        nk = g.sum(axis=0) + 1e-300
+        nk = _row_totals(g) + 1e-300
         w = nk / y.size
-        m = (g * y2).sum(axis=0) / nk
-        v = np.maximum((g * (y2 - m) ** 2).sum(axis=0) / nk, floor)
+        m = _row_totals(g * y) / nk
+        v = np.maximum(_row_totals(g * (y - m[:, None]) ** 2) / nk, floor)
         if ll - ll_old <= tol:
             break
         ll_old = ll

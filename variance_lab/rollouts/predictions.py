@@ -63,6 +63,7 @@ __all__ = [
     "MIN_BUCKET_SEQUENCES",
     "PREDICTION_COLUMNS",
     "TOO_FEW",
+    "child_seed",
     "choose_model",
     "expected_sample_var",
     "fitted_models",
@@ -107,10 +108,22 @@ PREDICTION_COLUMNS = (
 )
 
 
-def _child_seed(seed, key: int) -> np.random.SeedSequence:
+def child_seed(seed, key: int) -> np.random.SeedSequence:
     """Return the SeedSequence of ``seed`` with ``key`` appended to its spawn key.
 
-    Independent of the streams analyze's bootstrap spawns from ``seed`` (keys 0, 1, ...).
+    Independent of the streams analyze's bootstrap spawns from ``seed`` (keys 0, 1, ...). The keys
+    in use: 10,000 + j, 20,000 + j and 30,000 + j (bucket j's clip intervals and ``comb``'s Monte
+    Carlo), 50,000 + f (held-out fold f's bootstrap), 60,000 (the deal of the folds) and 70,000
+    (the sample of the token-mixture fits).
+
+    Parameters
+    ----------
+    seed : int or numpy.random.SeedSequence
+    key : int
+
+    Returns
+    -------
+    numpy.random.SeedSequence
     """
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     return np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, key))
@@ -118,7 +131,7 @@ def _child_seed(seed, key: int) -> np.random.SeedSequence:
 
 def _child_rng(seed, j: int) -> np.random.Generator:
     """Return the Generator of bucket ``j``'s clip intervals (key 10,000 + j; GMPO's: 20,000 + j)."""
-    return np.random.default_rng(_child_seed(seed, 10_000 + j))
+    return np.random.default_rng(child_seed(seed, 10_000 + j))
 
 
 def expected_sample_var(log_mean, log_var, counts) -> float:
@@ -158,20 +171,27 @@ def interval_score(ln_pred: float, point: float, lo: float, hi: float) -> float:
     return diff / half if half > 0 else math.copysign(math.inf, diff)
 
 
-def fitted_models(batch: TokenBatch) -> tuple[MixtureFit, RandomScaleFit, CombinedFit | None]:
+def fitted_models(
+    batch: TokenBatch, tokens: TokenBatch | None = None, sequences: TokenBatch | None = None
+) -> tuple[MixtureFit, RandomScaleFit, CombinedFit | None]:
     """Fit ``mix`` (pooled tokens, EM, BIC), ``hier`` (length-dependent random scale) and ``comb``.
 
-    ``comb`` (its own mixture of up to 5 components) is None when BIC picks one component for
-    ``mix`` (then comb's EM is not run) or for comb's own mixture.
+    ``mix`` and ``comb`` are fitted to ``tokens``, ``hier`` to ``sequences``, both by default
+    ``batch`` (``analyze`` passes stated samples of whole prompts,
+    :func:`~variance_lab.rollouts.subsample.fit_sample`). ``comb`` (its own mixture of up to 5
+    components) is None when BIC picks one component for ``mix`` (then comb's EM is not run) or
+    for comb's own mixture.
     """
-    mix = fit_mixture(batch)
+    tokens = batch if tokens is None else tokens
+    sequences = batch if sequences is None else sequences
+    mix = fit_mixture(tokens)
     comb = None
     if mix.n_components > 1:  # BIC sees more than one component among 3: try comb's up to 5
         try:
-            comb = fit_combined(batch)
+            comb = fit_combined(tokens)
         except ValueError:  # its own BIC picked one component: no sparse part
             comb = None
-    return mix, fit_random_scale(batch), comb
+    return mix, fit_random_scale(sequences), comb
 
 
 def _per_sequence_clips(batch: TokenBatch, g_range, p_range) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -231,7 +251,7 @@ def prediction_columns(
                 continue
             if name == "comb":
                 pred = fit.predict(
-                    uniq, g_range, p_range, n_rep=counts * COMB_REPLICATES, seed=_child_seed(seed, 30_000 + j)
+                    uniq, g_range, p_range, n_rep=counts * COMB_REPLICATES, seed=child_seed(seed, 30_000 + j)
                 )
                 row["gspo_clip_se_comb"] = float(np.sqrt(np.sum((counts * pred["gspo_clip_se"]) ** 2)) / n)
             else:

@@ -23,11 +23,12 @@ clip probabilities at a length :math:`T`.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 from variance_lab.families import RandomScale
 from variance_lab.rollouts.batch import TokenBatch
@@ -37,6 +38,32 @@ from variance_lab.rollouts.weights import segment_sums
 __all__ = ["RandomScaleFit", "fit_random_scale", "random_scale_loglik"]
 
 _GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(32)
+
+
+@functools.lru_cache(maxsize=64)
+def _unit_gamma_quantiles(alpha: float, n_grid: int) -> np.ndarray:
+    r"""Quantiles of :math:`\mathrm{Gamma}(\alpha, 1)` at the midpoints :math:`(j + 1/2)/n`, read-only.
+
+    ``scipy.stats.gamma.ppf(q, alpha, scale=theta)`` is ``gammaincinv(alpha, q) * theta + 0``
+    for every ``theta > 0``, so :func:`_gamma_grid` scales these once-computed values instead
+    of inverting the incomplete gamma function again for every length (same floats, bit for bit).
+    """
+    q = (np.arange(n_grid) + 0.5) / n_grid
+    out = special.gammaincinv(alpha, q)
+    out.setflags(write=False)
+    return out
+
+
+def _gamma_grid(alpha: float, theta, n_grid: int) -> np.ndarray:
+    r"""Return ``n_grid`` quantile midpoints of :math:`\mathrm{Gamma}(\alpha, \theta)`, a row per ``theta``.
+
+    As ``scipy.stats.gamma.ppf(q[None, :], alpha, scale=theta[:, None])``: NaN where
+    :math:`\theta` is not positive.
+    """
+    theta = np.asarray(theta, dtype=np.float64)[:, None]
+    with np.errstate(invalid="ignore"):
+        v = _unit_gamma_quantiles(float(alpha), int(n_grid))[None, :] * theta + 0.0
+    return np.where(theta > 0, v, np.nan)
 
 
 # --------------------------------------------------------------------------------------
@@ -113,8 +140,7 @@ class RandomScaleFit:
                 f2 = c2 - 2 * c1
                 out[f"mean_{name}"] = c1
                 out[f"var_{name}"] = np.where(np.isinf(c2), np.inf, 2 * c1 + np.log(np.expm1(f2)))
-        q = (np.arange(n_grid) + 0.5) / n_grid
-        v = stats.gamma.ppf(q[None, :], self.alpha, scale=th[:, None])  # (len(T), n_grid)
+        v = _gamma_grid(self.alpha, th, n_grid)  # (len(T), n_grid)
         mean = self.c - v / 2
         out["gspo_clip"] = normal_outside(mean, v / T[:, None], gspo_log_range).mean(axis=1)
         out["ppo_clip"] = self.token_clip(T, ppo_log_range, n_grid)
@@ -127,8 +153,7 @@ class RandomScaleFit:
         gamma law.
         """
         T = np.atleast_1d(np.asarray(T, dtype=np.float64))
-        q = (np.arange(n_grid) + 0.5) / n_grid
-        v = stats.gamma.ppf(q[None, :], self.alpha, scale=self.theta(T)[:, None])
+        v = _gamma_grid(self.alpha, self.theta(T), n_grid)
         return normal_outside(self.c - v / 2, v, log_range).mean(axis=1)
 
 

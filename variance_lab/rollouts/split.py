@@ -120,11 +120,15 @@ def _log_mean_exp(x: np.ndarray, k: float = 1.0) -> float:
     return float(special.logsumexp(k * x) - math.log(x.size))
 
 
-def _part_row(d, offsets, seq_sel, tok_sel, lengths, ranges, checks) -> dict:
-    """Statistics of one part over the selected sequences (``seq_sel``) and their tokens (``tok_sel``)."""
-    dt = d[tok_sel]
+def _part_row(d, sums, seq_sel, tok_sel, lengths, ranges, checks) -> dict:
+    """Statistics of one part over the selected sequences (``seq_sel``) and their tokens (``tok_sel``).
+
+    ``sums`` holds every sequence's sum of ``d`` (:func:`segment_sums`), computed once per part;
+    ``tok_sel`` None selects every token.
+    """
+    dt = d if tok_sel is None else d[tok_sel]
     L = lengths[seq_sel]
-    log_p = segment_sums(d, offsets)[seq_sel]
+    log_p = sums[seq_sel]
     rho = exp_quiet(dt)
     with np.errstate(over="ignore"):  # a log-ratio beyond ~709 makes k3 and chi2 inf, quietly (as exp_quiet)
         k3, chi2_seq = np.mean(np.expm1(dt) - dt), np.expm1(_log_mean_exp(log_p, 2.0))
@@ -205,18 +209,25 @@ def split_ratios(
     cs = corrections.parse_list(list(checks)) if checks else []
     lengths = batch.lengths
     bucket, used = length_buckets(lengths, edges)
-    seg = batch.segment
-    parts = {"mismatch": batch.mismatch_log_ratio, "update": batch.log_ratio, "total": batch.total_log_ratio}
     groups = [(-1, int(lengths.min()), int(lengths.max()), np.ones(lengths.size, dtype=bool))]
     for j in np.unique(bucket[bucket >= 0]).tolist():
         groups.append((j, int(used[j]), int(used[j + 1]) - 1, bucket == j))
+    shares, dominant, line = _shares(batch.mismatch_log_ratio, batch.log_ratio)
+    parts = {  # one part's log-ratios in memory at a time: at 1.6e7 tokens each is 128 MB
+        "mismatch": lambda: batch.mismatch_log_ratio,
+        "update": lambda: batch.log_ratio,
+        "total": lambda: batch.total_log_ratio,
+    }
     rows = []
-    for name, d in parts.items():
+    for name, part in parts.items():
+        d = part()
+        sums = segment_sums(d, batch.offsets)
         for j, lo, hi, sel in groups:
-            row = _part_row(d, batch.offsets, sel, sel[seg], lengths, ranges, cs)
+            tok_sel = None if j == -1 else np.repeat(sel, lengths)  # None: every token (no copy)
+            row = _part_row(d, sums, sel, tok_sel, lengths, ranges, cs)
             rows.append({"part": name, "bucket": j, "T_lo": lo, "T_hi": hi, **row})
+        del d
     cols = [*SPLIT_COLUMNS, *(f"frac:{c.spec}" for c in cs)]
-    shares, dominant, line = _shares(parts["mismatch"], parts["update"])
     return SplitResult(pd.DataFrame(rows, columns=cols), shares, dominant, line)
 
 

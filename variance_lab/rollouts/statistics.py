@@ -41,6 +41,7 @@ __all__ = [
     "autocorrelation",
     "bucket_variances",
     "fit_log_ratios",
+    "fit_with_autocorrelation",
     "length_buckets",
 ]
 
@@ -460,13 +461,17 @@ def autocorrelation(
     if isinstance(min_pairs, bool) or not isinstance(min_pairs, int) or min_pairs < 1:
         raise ValueError(f"min_pairs must be an integer >= 1, got {min_pairs!r}")
     result = _autocorrelation(batch.log_ratio, batch, float(c), max_lag)
+    _check_pairs(result, min_pairs)
+    return result
+
+
+def _check_pairs(result: Autocorrelation, min_pairs: int) -> None:
     pairs = int(result.n_pairs[1])
     if pairs < min_pairs:
         raise ValueError(
             f"too few sequences for the autocorrelation: {pairs} pairs of neighbouring tokens, "
             f"at least {min_pairs} needed"
         )
-    return result
 
 
 @dataclass(frozen=True)
@@ -502,18 +507,27 @@ class LogRatioFit:
     tau_sq: float
 
 
-def _tau_or_one(x: np.ndarray, batch: TokenBatch, c: float, min_pairs: int) -> float:
-    """tau_int of ``x``, or 1 where the autocorrelation is undefined (as :func:`autocorrelation` says)."""
+def _tau_or_one(x: np.ndarray, batch: TokenBatch, c: float, min_pairs: int, acf=None) -> float:
+    """tau_int of ``x``, or 1 where the autocorrelation is undefined (as :func:`autocorrelation` says).
+
+    ``acf``: ``(Autocorrelation or None, reason)`` of ``x`` when already computed
+    (:func:`fit_with_autocorrelation`), else None.
+    """
     spans = batch.positions[batch.offsets[1:] - 1] + 1
     if spans.max() < 2 or np.all(x == x[0]):
         return 1.0
+    result = _acf_or_reason(x, batch, c, min_pairs)[0] if acf is None else acf[0]
+    return 1.0 if result is None else max(result.tau_int, 0.0)
+
+
+def _acf_or_reason(x: np.ndarray, batch: TokenBatch, c: float, min_pairs: int):
+    """Return (the autocorrelation of ``x``, "") or (None, why it is undefined), as `autocorrelation` does."""
     try:
-        acf = _autocorrelation(x, batch, c, None)
-    except ValueError:  # no two counted tokens one position apart
-        return 1.0
-    if acf.n_pairs[1] < min_pairs:  # too few pairs: tau_int would be noise (7 tokens gave tau <= 0)
-        return 1.0
-    return max(acf.tau_int, 0.0)
+        result = _autocorrelation(x, batch, c, None)
+        _check_pairs(result, min_pairs)
+    except ValueError as exc:  # no pair one position apart, too few of them, or a constant series
+        return None, str(exc)
+    return result, ""
 
 
 def fit_log_ratios(
@@ -541,6 +555,38 @@ def fit_log_ratios(
     -------
     LogRatioFit
     """
+    return _fit(batch, c, min_pairs, None)
+
+
+def fit_with_autocorrelation(
+    batch: TokenBatch, *, c: float = 5.0, min_pairs: int = MIN_AUTOCORRELATION_PAIRS
+) -> tuple[LogRatioFit, Autocorrelation | None, str]:
+    """Return :func:`fit_log_ratios` and :func:`autocorrelation` of a batch, computing the latter once.
+
+    Both need the autocorrelation of :math:`y`: computed once here, the same numbers as the two
+    calls give.
+
+    Parameters
+    ----------
+    batch : TokenBatch
+    c : float
+        Sokal's window constant.
+    min_pairs : int
+        Fewest lag-one pairs (:data:`MIN_AUTOCORRELATION_PAIRS`).
+
+    Returns
+    -------
+    (LogRatioFit, Autocorrelation or None, str)
+        The fit; the autocorrelation, or None and the reason it is undefined (the message
+        :func:`autocorrelation` raises), '' when it is defined.
+    """
+    if not (isinstance(c, int | float) and c > 0):
+        raise ValueError(f"c must be > 0, got {c!r}")
+    acf = _acf_or_reason(batch.log_ratio, batch, float(c), min_pairs)
+    return _fit(batch, c, min_pairs, acf), acf[0], acf[1]
+
+
+def _fit(batch: TokenBatch, c: float, min_pairs: int, acf) -> LogRatioFit:
     y = batch.log_ratio
     n = y.size
     if n < 2:
@@ -548,7 +594,7 @@ def fit_log_ratios(
     mu = float(segment_sums(y, np.array([0, n]))[0] / n)
     dev2 = (y - mu) ** 2
     sigma2 = float(dev2.sum() / (n - 1))
-    tau_y = _tau_or_one(y, batch, c, min_pairs)
+    tau_y = _tau_or_one(y, batch, c, min_pairs, acf)
     tau_sq = _tau_or_one(dev2, batch, c, min_pairs)
     return LogRatioFit(
         n_tokens=n,
