@@ -250,3 +250,32 @@ def test_load_rejects_bad_options(tmp_path):
     (tmp_path / "e.jsonl").write_text("\n")
     with pytest.raises(ValueError, match="no records"):
         load_batch(tmp_path / "e.jsonl")
+
+
+def test_parquet_batch_keeps_the_readers_arrays_and_the_same_values(tmp_path):
+    """The Parquet reader builds its batch without copying its arrays (``copy=False``), same values.
+
+    ``from_flat`` keeps arrays it is given only with ``copy=False`` and only where nothing is left
+    out; by default, or with a sequence dropped or a token masked, the batch holds copies.
+    """
+    rng = np.random.default_rng(3)
+    lengths = np.array([3, 5, 2, 7])
+    logp = -rng.exponential(1.0, lengths.sum())
+    old = -rng.exponential(1.0, lengths.sum())
+    kept = TokenBatch.from_flat(logp, old, lengths, copy=False)
+    assert np.shares_memory(kept.logp, logp)
+    assert not kept.logp.flags.writeable
+    copied = TokenBatch.from_flat(logp.copy(), old.copy(), lengths)
+    assert not np.shares_memory(copied.logp, logp)
+    for a, b in zip(kept.arrays(), copied.arrays(), strict=True):
+        assert np.array_equal(a, b)
+    bad = logp.copy()
+    bad[4] = np.nan  # sequence 1 is dropped: the rest is a copy
+    dropped = TokenBatch.from_flat(bad, old, lengths, copy=False, on_bad="drop")
+    assert len(dropped) == 3
+    assert not np.shares_memory(dropped.logp, bad)
+    path = tmp_path / "b.parquet"
+    save_batch(copied, path)
+    loaded = load_batch(path)
+    for a, b in zip(loaded.arrays(), copied.arrays(), strict=True):
+        assert np.array_equal(a, b)

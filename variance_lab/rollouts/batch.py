@@ -78,9 +78,9 @@ def _first_per_segment(flags: np.ndarray, seg: np.ndarray, starts: np.ndarray):
 
 
 def _keep_segments(x: np.ndarray | None, lengths: np.ndarray, keep: np.ndarray):
-    """Return the elements of flat ``x`` that belong to the kept segments."""
-    if x is None:
-        return None
+    """Return the elements of flat ``x`` that belong to the kept segments (``x`` itself when all are)."""
+    if x is None or keep.all():
+        return x
     return x[np.repeat(keep, lengths)]
 
 
@@ -115,7 +115,7 @@ def _problems(logp, old_logp, mask, lengths, rollout_logp=None) -> dict[int, str
         segs, pos = _first_per_segment(_bad_tokens(x, counted), seg, starts)
         for s, p in zip(segs.tolist(), pos.tolist(), strict=True):
             found[s] = _describe_value(name, p, float(x[starts[s] + p]), policy)
-    n_counted = np.bincount(seg[counted], minlength=lengths.size)
+    n_counted = np.bincount(seg if mask is None else seg[counted], minlength=lengths.size)
     for s in np.flatnonzero(n_counted == 0).tolist():
         found[s] = "empty sequence" if lengths[s] == 0 else "no counted token (mask is all 0)"
     if mask is not None:
@@ -309,6 +309,7 @@ class TokenBatch:
         rollout_logp=None,
         rollout_lengths=None,
         prompt_id=None,
+        copy: bool = True,
     ) -> TokenBatch:
         """Build from flat concatenated arrays and per-sequence lengths (the core constructor).
 
@@ -337,6 +338,9 @@ class TokenBatch:
             ``logp``; ``rollout_lengths`` where its lengths may differ (a mismatch is bad data).
         prompt_id : array_like, optional
             One prompt id (string or integer) per sequence: the groups (:attr:`prompt_id`).
+        copy : bool
+            False: where every token counts, keep the float64 arrays given (made read-only), no
+            copies; for a caller whose arrays are its own (the Parquet loader).
 
         Returns
         -------
@@ -374,6 +378,7 @@ class TokenBatch:
             dropped,
             rollout_logp=roll,
             prompt_id=None if groups is None else groups[index],
+            copy=copy,
         )
 
     @classmethod
@@ -480,25 +485,30 @@ class TokenBatch:
 
     @classmethod
     def _assemble(
-        cls, logp, old_logp, mask, lengths, ids, index, problems, dropped, rollout_logp=None, prompt_id=None
+        cls, logp, old_logp, mask, lengths, ids, index, problems, dropped, rollout_logp=None, **options
     ) -> TokenBatch:
-        """Keep the good sequences' counted tokens; record token positions."""
+        """Keep the good sequences' counted tokens; record token positions (``options``: prompt_id, copy)."""
+        prompt_id, copy = options.get("prompt_id"), options.get("copy", True)
         good = ~np.isin(index, np.fromiter(problems, dtype=np.int64, count=len(problems)))
         if not good.any():
             raise ValueError(f"no valid sequence left ({len(dropped)} dropped)")
         counted = np.ones(logp.size, dtype=bool) if mask is None else mask == 1
         counted &= np.repeat(good, lengths)
         starts = segment_offsets(lengths)[:-1]
-        positions = (np.arange(logp.size, dtype=np.int64) - np.repeat(starts, lengths))[counted]
-        new_lengths = np.bincount(_segment_of_tokens(lengths)[counted], minlength=lengths.size)[good]
+        positions = np.arange(logp.size, dtype=np.int64) - np.repeat(starts, lengths)
+        if copy or not counted.all():  # else every token of every sequence: the arrays as given
+            positions = positions[counted]
+            logp, old_logp = logp[counted], old_logp[counted]
+            rollout_logp = None if rollout_logp is None else rollout_logp[counted]
+            lengths = np.bincount(_segment_of_tokens(lengths)[counted], minlength=lengths.size)[good]
         batch = cls(
-            logp=np.ascontiguousarray(logp[counted]),
-            old_logp=np.ascontiguousarray(old_logp[counted]),
-            offsets=segment_offsets(new_lengths),
+            logp=np.ascontiguousarray(logp),
+            old_logp=np.ascontiguousarray(old_logp),
+            offsets=segment_offsets(lengths),
             positions=positions,
             ids=ids[good].copy(),
             dropped=dropped,
-            rollout_logp=None if rollout_logp is None else np.ascontiguousarray(rollout_logp[counted]),
+            rollout_logp=None if rollout_logp is None else np.ascontiguousarray(rollout_logp),
             prompt_id=None if prompt_id is None else prompt_id[good].copy(),
         )
         _readonly(*batch.arrays())
@@ -643,9 +653,8 @@ def _checked_sizes(logp, old_logp, mask, lengths, old_lengths, mask_lengths):
     mask = None if mask is None else _as_mask(mask).ravel()
     lengths = _as_lengths("lengths", lengths)
     old_lengths = lengths if old_lengths is None else _as_lengths("old_lengths", old_lengths)
-    if mask is None:
-        mask_lengths = None
-    else:
+    mask_lengths = None if mask is None else mask_lengths
+    if mask is not None:
         mask_lengths = lengths if mask_lengths is None else _as_lengths("mask_lengths", mask_lengths)
     for name, arr, lens in (
         ("logp", logp, lengths),
@@ -658,10 +667,7 @@ def _checked_sizes(logp, old_logp, mask, lengths, old_lengths, mask_lengths):
 
 
 def _without(problems, logp, old_logp, mask, lengths, old_lengths, mask_lengths):
-    """Leave out the sequences in ``problems`` (length mismatches): one common layout remains.
-
-    Returns (logp, old_logp, mask, lengths, index of the kept sequences).
-    """
+    """Leave out the sequences in ``problems`` (length mismatches): (logp, old_logp, mask, lengths, kept)."""
     keep = np.ones(lengths.size, dtype=bool)
     keep[list(problems)] = False
     return (

@@ -77,6 +77,7 @@ exactly). NPZ arrays are read with ``allow_pickle=False``: nothing pickled is ev
 
 from __future__ import annotations
 
+import contextlib
 import json
 import zipfile
 import zlib
@@ -198,6 +199,24 @@ def _null_mask_counts_all(values, lengths, is_null, logp_lengths):
     return out, lengths, np.zeros_like(is_null)
 
 
+@contextlib.contextmanager
+def _system_memory_pool():
+    """Let Arrow allocate from the C library's ``malloc`` while the block runs, not from its own pool.
+
+    Arrow's default pool (mimalloc or jemalloc) kept what a read freed: reading a dump of 1.6e7
+    tokens left about 0.75 GB held by it once the batch was built, beside the batch's 0.5 GB
+    (measured on the 2-core AMD EPYC VM). From ``malloc`` it goes back to the heap NumPy allocates
+    from. ``read_table`` and ``flatten`` take no pool of their own, hence the default's swap.
+    """
+    pa, _ = _import_pyarrow()
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(before)
+
+
 def _parquet_table(path: Path):
     """Return the file's Arrow table; a file that is not intact Parquet is a ValueError naming it."""
     pa, pq = _import_pyarrow()
@@ -214,6 +233,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
+    with _system_memory_pool():
+        return _parquet_batch(path, names, on_bad)
+
+
+def _parquet_batch(path: Path, names, on_bad) -> TokenBatch:
     table = _parquet_table(path)
     present = set(table.column_names)
     for f in ("logp", "old_logp"):
@@ -262,6 +286,7 @@ def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
         rollout_logp=roll,
         rollout_lengths=roll_lens,
         prompt_id=prompts,
+        copy=False,  # the arrays are this reader's own
     )
     return replace(batch, notes=notes) if notes else batch
 
