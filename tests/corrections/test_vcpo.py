@@ -116,6 +116,7 @@ def test_opob_baseline_and_its_gain_by_hand():
         (lambda: vcpo.ess_limit("lognormal", 10), "Family"),
         (lambda: vcpo.ess_ratio([0.0, math.inf]), "finite"),
         (lambda: vcpo.opob_baseline([1.0], [0.0, 1.0], [0]), "one value per reward"),
+        (lambda: vcpo.baseline_gain([1.0, 0.0], [0.0, 1.0], [0]), "one label per unit (2)"),
     ],
 )
 def test_bad_input_names_the_value(call, message):

@@ -47,7 +47,7 @@ import numpy as np
 
 from variance_lab._validate import check_n, check_seed, check_T
 from variance_lab.families import Family
-from variance_lab.stats import kong_ess, mean_interval
+from variance_lab.stats import group_labels, kong_ess, mean_interval
 
 __all__ = [
     "SCALING_RULES",
@@ -216,11 +216,6 @@ def _count(value, name: str) -> int:
         raise ValueError(f"{name} must be an integer >= 2, got {value!r}") from None
 
 
-def _group_index(groups) -> tuple[np.ndarray, int]:
-    _, index = np.unique(np.asarray(groups), return_inverse=True)
-    return index.ravel(), int(index.max()) + 1
-
-
 def _log_weights(log_w, grad_sq, n: int) -> np.ndarray:
     log_w = np.asarray(log_w, dtype=np.float64)
     g = np.ones(n) if grad_sq is None else np.asarray(grad_sq, dtype=np.float64)
@@ -256,7 +251,7 @@ def opob_baseline(rewards, log_w, groups, *, grad_sq=None) -> np.ndarray:
     """
     r = np.asarray(rewards, dtype=np.float64)
     W = _log_weights(log_w, grad_sq, r.size)
-    index, k = _group_index(groups)
+    index, k = group_labels(groups, r.size)
     num, den = np.bincount(index, W * r, k), np.bincount(index, W, k)
     return (num / den)[index]
 
@@ -275,7 +270,7 @@ def baseline_gain(rewards, log_w, groups, *, grad_sq=None) -> float:
     """
     r = np.asarray(rewards, dtype=np.float64)
     W = _log_weights(log_w, grad_sq, r.size)
-    index, k = _group_index(groups)
+    index, k = group_labels(groups, r.size)
     mean = (np.bincount(index, r, k) / np.bincount(index, minlength=k))[index]
     best = opob_baseline(r, log_w, groups, grad_sq=grad_sq)
     den = float(np.sum(W * (r - best) ** 2))

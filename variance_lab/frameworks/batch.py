@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from variance_lab.stats import group_labels
+
 __all__ = [
     "COUNTS",
     "MEAN_DTYPES",
@@ -233,7 +235,7 @@ class MeanRule:
         g = np.asarray(groups)
         if g.shape != mask.shape[:1]:
             raise ValueError(f"groups has shape {g.shape}, expected ({mask.shape[0]},): one id per row")
-        _, index = np.unique(g, return_inverse=True)
+        index, _ = group_labels(g, g.size)
         totals = np.bincount(index, weights=masked_sum(values, mask, -1))
         counts = np.bincount(index, weights=mask.sum(axis=-1))
         return np.mean(self.divide(totals, counts))

@@ -35,6 +35,7 @@ __all__ = [
     "cluster_counts",
     "cluster_ratio",
     "design_effect",
+    "group_labels",
     "log_var_interval",
     "proportion_interval",
     "resample",
@@ -47,8 +48,8 @@ CLUSTER_METHOD = "bootstrap over prompts (Wilson score interval at the effective
 _BLOCK_BUDGET = 1 << 21
 
 
-def _as_groups(groups, n: int) -> tuple[np.ndarray, int]:
-    """Relabel any cluster labels 0 .. G-1: return (labels, G)."""
+def group_labels(groups, n: int) -> tuple[np.ndarray, int]:
+    """Relabel any cluster (prompt) labels 0 .. G-1: return (labels, G); ValueError unless 1-D of ``n``."""
     g = np.asarray(groups)
     if g.ndim != 1 or g.size != n:
         raise ValueError(f"groups must be 1-D with one label per unit ({n}), got shape {g.shape}")
@@ -77,7 +78,7 @@ def cluster_counts(groups, n_boot: int, rng: np.random.Generator) -> np.ndarray:
     -------
     ndarray of int64, shape ``(n_boot, n)``
     """
-    inv, G = _as_groups(groups, np.size(groups))
+    inv, G = group_labels(groups, np.size(groups))
     if G == 0:
         return np.zeros((n_boot, 0), dtype=np.int64)
     counts = rng.multinomial(G, np.full(G, 1.0 / G), size=n_boot)
@@ -101,7 +102,7 @@ def design_effect(num, den, groups) -> float:
         NaN with fewer than two clusters or no spread (every :math:`e_i = 0`).
     """
     y, x = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    inv, G = _as_groups(groups, y.size)
+    inv, G = group_labels(groups, y.size)
     if G < 2 or y.size < 2:
         return math.nan
     e = y - (y.sum() / x.sum()) * x
@@ -158,7 +159,7 @@ def cluster_ratio(num, den, groups, *, n_boot: int, level: float, rng, proportio
         ``n_clusters``.
     """
     y, x = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    inv, G = _as_groups(groups, y.size)
+    inv, G = group_labels(groups, y.size)
     out = {"lo": math.nan, "hi": math.nan, "design_effect": design_effect(y, x, inv), "n_clusters": G}
     if proportion and (n_boot < 1 or G < 2):  # no resamples: the linearized design effect
         return out | _wilson_eff(y, out["design_effect"], level, G)
