@@ -394,3 +394,119 @@ def test_sign_specs_need_a_jsonl_file(tmp_path, capsys):
     assert rc == 2
     assert "'advantage' is missing" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_probability_aware_specs_json_keep_the_columns(capsys):
+    """dppo-tv, dppo-kl, kpop: JSON rows with every other spec's columns, frac_modified the quadrature's."""
+    argv = [
+        "corrections",
+        "--T",
+        "1,50",
+        "--correction",
+        "icepop,dppo-tv,dppo-kl:0.02,kpop",
+        "--format",
+        "json",
+    ]
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(rows[0]))}  # one set of columns
+    th = co.theory(get_family("lognormal", 1.0, 0.1), [1, 50], "icepop,dppo-tv,dppo-kl:0.02,kpop")
+    assert [r["correction"] for r in rows] == th.correction.tolist()
+    np.testing.assert_allclose([r["frac_modified"] for r in rows], th.frac_modified, rtol=1e-15)
+    law = "0.5:0.5"
+    rc, out, _ = run_cli(capsys, *argv[:-2], "--token-prob", law, "--format", "json")
+    th = co.theory(
+        get_family("lognormal", 1.0, 0.1), [1, 50], argv[4], token_prob=co.TokenProbability(0.5, 0.5)
+    )
+    np.testing.assert_allclose([r["frac_modified"] for r in json.loads(out)], th.frac_modified, rtol=1e-15)
+
+
+def test_probability_aware_find_T_and_monte_carlo(capsys):
+    """--find-T answers for kpop; --n adds Monte Carlo to DPPO's three rows; the note names the law."""
+    rc, out, err = run_cli(
+        capsys, "corrections", "--find-T", "--correction", "kpop", "--T", "10", "--token-prob", "0.3"
+    )
+    assert rc == 0, err
+    t = co.find_T(get_family("lognormal", 1.0, 0.1), "kpop", token_prob=co.TokenProbability.fixed(0.3))
+    assert f"- kpop: 50 % of sequences with a modified token from T = {t:,} on" in out
+    assert "the sampler's probability of each token: q = 0.3" in out
+    argv = ["corrections", "--correction", "dppo-tv:0.05", "--T", "5", "--n", "200", "--format", "json"]
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [r["correction"] for r in rows] == ["dppo-tv:0.05", "dppo-tv:0.05 [A>0]", "dppo-tv:0.05 [A<=0]"]
+    assert all(r["mc_frac_modified_lo"] <= r["mc_frac_modified"] <= r["mc_frac_modified_hi"] for r in rows)
+
+
+SMOLLM2 = Path(__file__).parents[2] / "data" / "smollm2" / "smollm2_mismatch_bf16.jsonl.gz"
+
+
+def test_probability_aware_specs_on_the_shipped_smollm2_data(capsys):
+    """--data: the sampler's log-probs feed the masks; rows by sign for DPPO, evaluate()'s numbers."""
+    argv = [
+        "corrections",
+        "--data",
+        str(SMOLLM2),
+        "--ratio",
+        "total",
+        "--correction",
+        "dppo-tv:0.05,kpop:0.01",
+    ]
+    rc, out, err = run_cli(capsys, *argv, "--format", "json")
+    assert rc == 0, err
+    rows = pd.DataFrame(json.loads(out))
+    assert rows.correction.tolist() == [
+        "dppo-tv:0.05",
+        "dppo-tv:0.05 [A>0]",
+        "dppo-tv:0.05 [A<=0]",
+        "kpop:0.01",
+    ]
+    from variance_lab.rollouts import load_batch
+
+    batch = load_batch(SMOLLM2)
+    log_mu, log_r = batch.rollout_logp, batch.logp - batch.rollout_logp
+    adv = np.array([json.loads(line)["advantage"] for line in __import__("gzip").open(SMOLLM2, "rt")])
+    _, masked = co.apply_prob(co.parse("kpop:0.01"), log_r, log_mu)
+    assert rows.set_index("correction").frac_modified["kpop:0.01"] == pytest.approx(masked.mean(), rel=1e-12)
+    d = np.exp(batch.logp) - np.exp(log_mu)
+    dppo = np.where(np.repeat(adv, batch.lengths) > 0, d > 0.05, d < -0.05)
+    assert rows.set_index("correction").frac_modified["dppo-tv:0.05"] == pytest.approx(dppo.mean(), rel=1e-12)
+    assert (rows.n_seq.tolist()[:3]) == [1024, int((adv > 0).sum()), int((adv <= 0).sum())]
+    assert rows.pred_frac_modified.notna().all()
+
+
+@pytest.mark.parametrize("by", ["p", "entropy"])
+def test_data_by_p_and_entropy(capsys, by):
+    """--by p / --by entropy: mask_by_bins' rows, in its columns, on the shipped SmolLM2 file."""
+    argv = ["corrections", "--data", str(SMOLLM2), "--ratio", "total", "--correction", "kpop:0.01,icepop:1.2"]
+    rc, out, err = run_cli(capsys, *argv, "--by", by, "--format", "json")
+    assert rc == 0, err
+    rows = pd.DataFrame(json.loads(out))
+    assert list(rows.columns) == list(co.BIN_COLUMNS)
+    assert (rows.by == by).all()
+    assert rows.groupby("correction").n_tokens.sum().tolist() == [23331, 23331]
+    rc, out, err = run_cli(capsys, *argv, "--by", by)
+    assert rc == 0, err
+    assert f"Masked fractions by {by}" in out
+    assert "prediction inside" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--token-prob", "0:1"], "a must be > 0"),
+        (["--token-prob", "1.5"], "(0, 1)"),
+        (["--token-prob", "x"], "not a number"),
+        (["--by", "p"], "--by needs --data"),
+        (["--correction", "dppo-tv:2"], "the threshold DELTA must be in (0, 1)"),
+        (["--family", "gamma", "--correction", "kpop"], "closed forms exist for lognormal ratios only"),
+    ],
+)
+def test_probability_aware_bad_input_is_one_line(capsys, argv, message):
+    """Bad --token-prob, --by without --data and bad thresholds: exit 2, one line."""
+    rc, out, err = run_cli(capsys, "corrections", *argv)
+    assert rc == 2
+    assert out == ""
+    assert message in err
+    assert len(err.strip().splitlines()) == 1

@@ -205,7 +205,36 @@ def _thresholds():
     return threshold_figure(pd.DataFrame(rows), title="lognormal", style="paper")
 
 
+def _prob_masks():
+    """Masked fractions at a fixed q (quadrature lines, made-up Monte Carlo points) and made-up data bins."""
+    from variance_lab import corrections as co
+    from variance_lab.report.probmask_figure import prob_mask_figure
+
+    fam = get_family("lognormal", 1.0, 0.1)
+    rows = []
+
+    def add(panel, series, x, method, value, lo=float("nan"), hi=float("nan"), reliable=True):
+        rows.append({"panel": panel, "series": series, "x": x, "method": method, "value": value,
+                     "lo": lo, "hi": hi, "reliable": reliable})  # fmt: skip
+
+    for q in (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95, 0.98):
+        th = co.theory(fam, [1], "dppo-tv,kpop", token_prob=co.TokenProbability.fixed(q))
+        for r in th.itertuples():
+            if r.correction != "dppo-tv":
+                add("q", r.correction, q, "exact", r.frac_modified)
+    add("q", "kpop", 0.5, "monte_carlo", 0.004, 0.003, 0.005)
+    add("q", "dppo-tv [A>0]", 0.2, "monte_carlo", 0.01, 0.008, 0.012, False)
+    for spec, shape in (("dppo-tv", 0.4), ("kpop", 0.6), ("icepop", -0.1)):
+        for x, value in zip(
+            (0.005, 0.05, 0.3, 0.7, 0.95, 0.995), np.linspace(0.05, 0.5, 6) ** (1 + shape), strict=True
+        ):
+            add("p", spec, x, "observed", value, value * 0.7, value * 1.3)
+            add("entropy", spec, 5 * x, "observed", value / 2, value * 0.35, value * 0.65)
+    return prob_mask_figure(pd.DataFrame(rows), title="lognormal", style="paper")
+
+
 FIGURES = {
+    "prob_masks": _prob_masks,
     "thresholds": _thresholds,
     "corrections_vs_T": _corrections_vs_T,
     "variance_panels": _variance_panels,

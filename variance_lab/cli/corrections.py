@@ -3,8 +3,11 @@
 Closed forms for lognormal ratios (quadrature or exact sums for random-scale and
 lognormal-mixture), Monte Carlo for every family (``--n``), or the corrections applied to the token
 log-ratios of a rollout file (``--data``: per bucket, the modified fraction's 95 % interval beside
-the fitted lognormal's prediction). ``--find-T`` answers the one
-question: from which length does a cap modify most (``--threshold``) of the sequences?
+the fitted lognormal's prediction; ``--by p`` or ``--by entropy``: per bin of the token's sampler
+probability or entropy instead). ``--find-T`` answers the one
+question: from which length does a cap modify most (``--threshold``) of the sequences? The
+probability-aware masks (``dppo-tv``, ``dppo-kl``, ``kpop``) take the law of the token's probability
+from ``--token-prob``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from variance_lab.cli._common import (
     add_seed_arg,
     family_from_args,
     float_arg,
+    grid_arg,
     int_arg,
     int_grid,
     load_rollouts,
@@ -39,6 +43,24 @@ def _threshold(text: str) -> float:
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
     return value
+
+
+def _token_prob(text: str):
+    """Parse ``--token-prob``: ``A:B`` (a Beta law of the token's probability) or ``Q`` (every token at Q)."""
+    from variance_lab.corrections import TokenProbability
+
+    parts = text.split(":")
+    try:
+        values = [float(v) for v in parts]
+        if len(values) == 1:
+            return TokenProbability.fixed(values[0])
+        if len(values) == 2:
+            return TokenProbability(*values)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            str(exc) if "must" in str(exc) else f"not a number: {text!r}"
+        ) from None
+    raise argparse.ArgumentTypeError(f"expected A:B (a Beta law) or Q (a fixed probability), got {text!r}")
 
 
 def _buckets(text: str | None, lengths):
@@ -79,8 +101,9 @@ def _model(args, cs) -> tuple:
     if has_theory and args.n == 0 and len(with_theory) < len(cs):
         missing = ", ".join(c.spec for c in cs if c not in with_theory)
         raise CLIError(f"--family {family.name}: no theory for {missing}; pass --n N (Monte Carlo)")
+    law = args.token_prob if args.token_prob is not None else corrections.TOKEN_PROB_DEFAULT
     try:
-        frame = corrections.theory(family, T, with_theory) if with_theory else None
+        frame = corrections.theory(family, T, with_theory, token_prob=law) if with_theory else None
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     source = {"lognormal": "closed form", "random-scale": "quadrature over the scale"}.get(family.name, "")
@@ -89,7 +112,7 @@ def _model(args, cs) -> tuple:
     notes = []
     if args.n:
         try:
-            mc = corrections.simulate_corrections(family, T, cs, args.n, seed=args.seed)
+            mc = corrections.simulate_corrections(family, T, cs, args.n, seed=args.seed, token_prob=law)
         except ValueError as exc:
             raise CLIError(str(exc)) from None
         if frame is not None:  # specs without theory keep their Monte Carlo rows
@@ -102,7 +125,7 @@ def _model(args, cs) -> tuple:
     if args.find_T:
         if not lognormal:
             raise CLIError("--find-T needs the closed form: --family lognormal")
-        found = {c.spec: corrections.find_T(family, c, args.threshold) for c in cs}
+        found = {c.spec: corrections.find_T(family, c, args.threshold, token_prob=law) for c in cs}
         frame["find_T"] = [found[s] for s in frame["correction"]]
         frame["find_T_threshold"] = float(args.threshold)
         lines = [
@@ -122,6 +145,14 @@ def _model(args, cs) -> tuple:
     title = (
         f"Corrections of importance weights: {_family_text(family)}; {source} (variance_lab {__version__})"
     )
+    if any(c.prob for c in cs):
+        notes.append(
+            f"dppo-tv, dppo-kl, kpop: the sampler's probability of each token: {law.label()}; the "
+            "family is the law of the shift Y = logit pi - logit q of the token's log-odds, independent of "
+            "q (variance_lab.corrections.tokenprob); the weight r = pi/q where kept, its theory by "
+            "quadrature over q. DPPO's rows: A > 0 masks pi - q (or the binary KL) above the threshold, "
+            "A <= 0 below; P(A > 0) is the spec's P."
+        )
     return frame, title, notes
 
 
@@ -131,10 +162,26 @@ def _data(args, cs) -> tuple:
 
     batch = load_rollouts(args.data, on_bad=args.on_bad, preset=args.preset)
     ratio, ratio_note = choose_ratio(batch, args.ratio, name=Path(args.data).name)
-    log_r, label = ratio_batch(batch, ratio).log_ratio, RATIO_LABELS[ratio]
-    model, described = _fitted_model(args.predict, log_r)
+    rb = ratio_batch(batch, ratio)
+    log_r, label = rb.log_ratio, RATIO_LABELS[ratio]
+    log_mu = rb.old_logp  # the ratio's denominator: the policy whose probabilities the masks compare with
     groups = batch.group_index() if batch.has_groups else None
     advantages, sign_note = _advantages(args, cs, batch)
+    shift_model, shift_described = _shift_model(args, cs, log_r, log_mu)
+    if args.by:
+        return _data_bins(
+            args,
+            cs,
+            batch,
+            log_r,
+            log_mu,
+            label,
+            groups,
+            advantages,
+            (shift_model, shift_described),
+            [ratio_note, sign_note],
+        )
+    model, described = _fitted_model(args.predict, log_r)
     frame = corrections.evaluate(
         log_r,
         batch.offsets,
@@ -143,6 +190,8 @@ def _data(args, cs) -> tuple:
         predict=model,
         groups=groups,
         advantages=advantages,
+        log_mu=log_mu if any(c.prob for c in cs) else None,
+        shift_model=shift_model,
     )
     title = (
         f"Corrections on {args.data}: {len(batch):,} sequences, token ratio {label} "
@@ -177,6 +226,8 @@ def _data(args, cs) -> tuple:
     if model is not None:
         inside = int(frame["pred_inside"].sum())
         predicted = int(frame["pred_frac_modified"].notna().sum())
+        if any(c.prob for c in cs):
+            described += _PROB_PREDICTION_NOTE + f" ({shift_described})"
         notes.append(
             f"predicted: {described}; sequence level: averaged over the bucket's lengths. The prediction "
             f"lies inside the interval in {inside} of {len(frame)} rows."
@@ -190,6 +241,95 @@ def _data(args, cs) -> tuple:
     notes += [ratio_note] if ratio_note else []
     notes += [sign_note] if sign_note else []
     return frame, title, ["\n".join(notes)]
+
+
+#: What the prediction of the probability-aware masks is, on data.
+_PROB_PREDICTION_NOTE = (
+    "; for dppo-tv, dppo-kl and kpop, the mean over the tokens of each one's masked probability under the "
+    "log-odds model (variance_lab.corrections.tokenprob) with the --predict model fitted to these tokens' "
+    "shifts logit pi - logit mu, at the token's own mu and sign"
+)
+
+
+def _shift_model(args, cs, log_r, log_mu):
+    """Fit the --predict model to the tokens' log-odds shifts (None with no probability-aware spec)."""
+    import numpy as np
+
+    from variance_lab import corrections
+
+    if not any(c.prob for c in cs) or args.predict == "none":
+        return None, ""
+    y = corrections.logit_shift(log_mu + log_r, log_mu)
+    finite = y[~np.isnan(y)]
+    if finite.size < 2:
+        return None, "fewer than two finite shifts: no prediction"
+    model, described = _fitted_model(args.predict, finite)
+    left = y.size - finite.size
+    return model, described.replace("log-ratios", "log-odds shifts") + (
+        f"; {left:,} tokens with a probability of exactly 1 left out, predicted never masked" if left else ""
+    )
+
+
+def _data_bins(args, cs, batch, log_r, log_mu, label, groups, advantages, shift, extra_notes) -> tuple:
+    """Tabulate ``--data --by p|entropy``: the token-level masks per bin of the probability or entropy."""
+    import numpy as np
+
+    from variance_lab import corrections
+
+    if args.by == "entropy":
+        values = _token_field(args, batch, "entropy")
+        what = "the entropy (nats) of the next-token distribution, the file's 'entropy' field"
+    else:
+        values = np.exp(log_mu)
+        what = "p, the probability of the sampled token under the ratio's denominator (the sampler)"
+    try:
+        frame = corrections.mask_by_bins(
+            log_r,
+            batch.offsets,
+            cs,
+            values,
+            args.bins,
+            by=args.by,
+            log_mu=log_mu if any(c.prob for c in cs) else None,
+            advantages=advantages,
+            groups=groups,
+            ratio_model=_fitted_model(args.predict, log_r)[0],
+            shift_model=shift[0],
+        )
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    title = (
+        f"Masked fractions by {args.by} on {args.data}: {len(batch):,} sequences, {batch.n_tokens:,} tokens, "
+        f"token ratio {label} (variance_lab {__version__})"
+    )
+    how = "prompts" if groups is not None else "sequences"
+    notes = [
+        f"Bins of {what}: [lo, hi), the last [lo, hi]. frac. modified [95% CI]: the fraction of the bin's "
+        f"tokens masked, clipped or truncated; a bootstrap over {how} ({corrections.N_BOOT:,} replicates, "
+        "seed 0, the bin's tokens of one sequence kept together). predicted: for a ratio mask the "
+        "--predict model (lognormal with none) fitted to the log-ratios (the same in every bin)"
+        + (_PROB_PREDICTION_NOTE + f" ({shift[1]})" if shift[1] else "")
+        + "."
+    ]
+    notes += batch.notes
+    notes += [n for n in extra_notes if n]
+    return frame, title, ["\n".join(notes)]
+
+
+def _token_field(args, batch, name: str):
+    """One number per counted token from the JSONL records' per-token field ``name``."""
+    from variance_lab._jsonl import iter_jsonl
+    from variance_lab.rollouts.io import detect_format
+    from variance_lab.rollouts.records import token_values
+
+    if args.preset is not None or detect_format(args.data) != "jsonl":
+        raise CLIError(
+            f"--by {name}: read from the {name!r} field of JSONL records; {args.data} is not a JSONL file"
+        )
+    try:
+        return token_values((rec for _, rec in iter_jsonl(args.data)), name, batch)
+    except ValueError as exc:
+        raise CLIError(f"{args.data}: {exc}") from None
 
 
 def _advantages(args, cs, batch):
@@ -211,10 +351,12 @@ def _advantages(args, cs, batch):
     except ValueError as exc:
         raise CLIError(f"{args.data}: {exc}") from None
     pos, zero = int((adv >= 0).sum()), int((adv == 0).sum())
+    dppo = any(c.prob for c in cs if c.signed)
     return adv, (
         f"Signs: each sequence's 'advantage' field; {pos:,} of {adv.size:,} sequences have A >= 0 "
-        f"(p = {pos / adv.size:.4g}; {zero:,} with A = 0 exactly, counted positive as TOPR and TRL do), "
-        f"{adv.size - pos:,} A < 0. The P of a topr/opsm spec is the theory's and is not used on data; "
+        f"(p = {pos / adv.size:.4g}; {zero:,} with A = 0 exactly, counted positive as TOPR and TRL do"
+        + (", negative as DPPO's sources do (A > 0 masks the upper side)" if dppo else "")
+        + f"), {adv.size - pos:,} A < 0. The P of a signed spec is the theory's and is not used on data; "
         "the predicted fractions are the fitted model's by sign."
     )
 
@@ -251,8 +393,11 @@ def run(args: argparse.Namespace) -> int:
         cs = corrections.parse_list(args.correction)
     except ValueError as exc:
         raise CLIError(f"--correction: {exc}") from None
+    if args.by and not args.data:
+        raise CLIError("--by needs --data FILE (the tokens to bin)")
     frame, title, notes = _data(args, cs) if args.data else _model(args, cs)
-    text = report.render_corrections(frame, args.format, title=title, notes="\n\n".join(notes))
+    render = report.render_bins if args.data and args.by else report.render_corrections
+    text = render(frame, args.format, title=title, notes="\n\n".join(notes))
     write_output(text, args.out)
     return 0
 
@@ -278,7 +423,12 @@ def add_command(sub) -> None:
         "default 0.04, B = 256; theory: the large-batch limit), topr[:P] (TOPR: weight 1 when the sequence's "
         "advantage A >= 0, min(P_T, 1) when A < 0), opsm:DELTA[:P] (DeepSeek-V3.2's off-policy mask: P_T, "
         "0 when A < 0 and the mean of -log r exceeds DELTA); these two give rows by sign, in theory with "
-        "P = P(A >= 0) (default 0.5) independent of the ratios, on --data with each record's 'advantage'.",
+        "P = P(A >= 0) (default 0.5) independent of the ratios, on --data with each record's 'advantage'. "
+        "Probability-aware masks: dppo-tv[:D[:P]] (DPPO-Binary-TV: masked when A > 0 and pi - mu > D, or "
+        "A <= 0 and pi - mu < -D; default 0.15), dppo-kl[:D[:P]] (the same sides with the binary KL "
+        "D(mu||pi) > D; default 0.05), kpop[:D] (KPop: masked when either binary KL exceeds D; default "
+        "0.1); pi, mu are the token's probabilities under the ratio's numerator and denominator, P = "
+        "P(A > 0); their theory needs --token-prob.",
     )
     add_family_args(p)
     p.add_argument(
@@ -313,6 +463,29 @@ def add_command(sub) -> None:
         help="--data: beside each observed modified fraction, the prediction of this model fitted to the "
         "same log-ratios (mixture: 1 to 3 lognormal components by EM and BIC), and whether it lies inside "
         "the 95%% interval",
+    )
+    p.add_argument(
+        "--token-prob",
+        type=_token_prob,
+        default=None,
+        metavar="A:B|Q",
+        help="theory and Monte Carlo of dppo-tv, dppo-kl, kpop: the law of the sampler's probability of "
+        "each token, Beta(A, B) or a fixed Q (default: variance_lab.corrections.TOKEN_PROB_DEFAULT, "
+        "Beta(0.2, 0.6), fitted to the SmolLM2 sampler's tokens)",
+    )
+    p.add_argument(
+        "--by",
+        default=None,
+        choices=("p", "entropy"),
+        help="--data: the token-level masks per bin of p (the sampled token's probability under the "
+        "ratio's denominator) or of the 'entropy' field, instead of per length bucket",
+    )
+    p.add_argument(
+        "--bins",
+        type=grid_arg("--bins"),
+        default=None,
+        help="--by: increasing bin edges (default: variance_lab.corrections.P_EDGES for p, "
+        "ENTROPY_EDGES for entropy)",
     )
     p.add_argument("--on-bad", default="raise", choices=("raise", "drop"), help="--data: bad sequences")
     p.add_argument(

@@ -56,6 +56,17 @@ spec                  level     weight :math:`w` (modified: what counts as trunc
                                 ``off_policy_mask_threshold``); ``P`` is the theory's
                                 :math:`P(A \ge 0)`, default 0.5; three rows, by sign
                                 (:mod:`~variance_lab.corrections.sign`)
+``dppo-tv[:D[:P]]``   token     :math:`r_t`, or 0 when :math:`A > 0` and :math:`\pi - \mu > D`, or
+                                :math:`A \le 0` and :math:`\pi - \mu < -D` (DPPO-Binary-TV, default
+                                0.15; :math:`\pi, \mu` the token's probabilities under the ratio's
+                                numerator and the sampler; :mod:`~variance_lab.corrections.probmask`);
+                                ``P`` is the theory's :math:`P(A > 0)`; rows ``A>0``, ``A<=0``
+``dppo-kl[:D[:P]]``   token     the same sides with the binary KL :math:`D(\mu \| \pi) > D`
+                                (DPPO-Binary-KL, default 0.05)
+``kpop[:D]``          token     :math:`r_t`, or 0 when :math:`D(\pi \| \mu) > D` or :math:`D(\mu \| \pi) > D`
+                                (KPop's binary-KL trust region, default 0.1); its theory and
+                                DPPO's need a law of the token's probability
+                                (:mod:`~variance_lab.corrections.tokenprob`)
 ====================  ========  ===========================================================
 
 On data a value exactly at a bound is kept (:data:`BOUND_RULE`, the rule of
@@ -128,11 +139,16 @@ clipped fraction by position, :func:`ctpo_positions`, and the variances of prefi
 large-batch cut, :func:`m2po_cut`), :mod:`~variance_lab.corrections.closed_forms` (closed forms,
 quadrature and exact sums: :func:`theory`, :func:`find_T`), :mod:`~variance_lab.corrections.weights`
 (the weights from log-ratios), :mod:`~variance_lab.corrections.monte_carlo`
-(:func:`simulate_corrections`, :func:`simulate_positions`) and
+(:func:`simulate_corrections`, :func:`simulate_positions`),
 :mod:`~variance_lab.corrections.data` (observed fractions on data: :func:`evaluate`,
-:func:`bucket_bootstrap`). Every public name is re-exported here.
+:func:`bucket_bootstrap`), :mod:`~variance_lab.corrections.probmask` (the probability-aware masks'
+rules: :func:`apply_prob`), :mod:`~variance_lab.corrections.tokenprob` (their theory under a stated
+law of the token's probability: :class:`TokenProbability`, :func:`prob_log_moments`) and
+:mod:`~variance_lab.corrections.bins` (fractions on data by the token's probability or entropy:
+:func:`mask_by_bins`). Every public name is re-exported here.
 """
 
+from variance_lab.corrections.bins import BIN_COLUMNS, BINNED_BY, ENTROPY_EDGES, P_EDGES, mask_by_bins
 from variance_lab.corrections.closed_forms import (
     COLUMNS,
     MAX_COUNT_TERMS,
@@ -149,8 +165,13 @@ from variance_lab.corrections.data import (
     DATA_COLUMNS,
     N_BOOT,
     bucket_bootstrap,
+    check_advantages,
+    check_log_mu,
+    check_rollout_arrays,
     evaluate,
+    expected_masked,
     fit_lognormal,
+    fraction_interval,
 )
 from variance_lab.corrections.gauss import log_phi_diff
 from variance_lab.corrections.m2po import batch_mask, batch_masks, m2po_cut, resolve_cut
@@ -169,30 +190,58 @@ from variance_lab.corrections.prefix import (
     ctpo_positions,
     prefix_variances,
 )
+from variance_lab.corrections.probmask import (
+    DPPO_KL_EPS,
+    KPOP_CLAMP,
+    PROB_RULE,
+    apply_prob,
+    binary_kl,
+    logit_shift,
+    prob_sides,
+)
 from variance_lab.corrections.sign import (
+    DPPO_SIGNS,
     OPSM_RULE,
     SIGNS,
     apply_signed,
+    is_positive,
     opsm_keep,
     sign_label,
     sign_log_moments,
+    signs,
 )
 from variance_lab.corrections.specs import (
     CORRECTION_KINDS,
+    DPPO_KL_DEFAULT,
+    DPPO_TV_DEFAULT,
     GMPO_DEFAULT,
     GSPO_DEFAULT,
     ICEPOP_DEFAULT,
+    KPOP_DEFAULT,
     M2PO_BATCH,
     M2PO_DEFAULT,
+    PROB_KINDS,
     SIGN_P_DEFAULT,
     SIGNED_KINDS,
     Correction,
     parse,
     parse_list,
 )
+from variance_lab.corrections.tokenprob import (
+    TOKEN_PROB_DEFAULT,
+    TOKEN_PROB_TAIL,
+    TokenProbability,
+    band_kinks,
+    components_of,
+    mask_bands,
+    mask_given_q,
+    prob_log_moments,
+)
 from variance_lab.corrections.weights import BOUND_RULE, apply_sequence, apply_tokens, log_base_tokens
 
 __all__ = [
+    "BINNED_BY",
+    "BIN_COLUMNS",
     "BOOTSTRAP_COLUMNS",
     "BOUND_RULE",
     "COLUMNS",
@@ -200,9 +249,16 @@ __all__ = [
     "CORRECTIONS_PREDICTION_COLUMNS",
     "CORRECTION_KINDS",
     "DATA_COLUMNS",
+    "DPPO_KL_DEFAULT",
+    "DPPO_KL_EPS",
+    "DPPO_SIGNS",
+    "DPPO_TV_DEFAULT",
+    "ENTROPY_EDGES",
     "GMPO_DEFAULT",
     "GSPO_DEFAULT",
     "ICEPOP_DEFAULT",
+    "KPOP_CLAMP",
+    "KPOP_DEFAULT",
     "M2PO_BATCH",
     "M2PO_DEFAULT",
     "MAX_COUNT_TERMS",
@@ -213,35 +269,58 @@ __all__ = [
     "POSITION_COLUMNS",
     "POSITION_MC_COLUMNS",
     "PREFIX_VARIANCE_COLUMNS",
+    "PROB_KINDS",
+    "PROB_RULE",
+    "P_EDGES",
     "SIGNED_KINDS",
     "SIGNS",
     "SIGN_P_DEFAULT",
     "TAIL_MASS",
+    "TOKEN_PROB_DEFAULT",
+    "TOKEN_PROB_TAIL",
     "WEIGHT_COLUMNS",
     "Correction",
+    "TokenProbability",
+    "apply_prob",
     "apply_sequence",
     "apply_signed",
     "apply_tokens",
+    "band_kinks",
     "batch_mask",
     "batch_masks",
+    "binary_kl",
     "bucket_bootstrap",
+    "check_advantages",
+    "check_log_mu",
+    "check_rollout_arrays",
     "clip_probability",
+    "components_of",
     "ctpo_log_moments",
     "ctpo_positions",
     "evaluate",
+    "expected_masked",
     "find_T",
     "fit_lognormal",
+    "fraction_interval",
     "has_theory",
+    "is_positive",
     "log_base_tokens",
     "log_phi_diff",
+    "logit_shift",
     "m2po_cut",
+    "mask_bands",
+    "mask_by_bins",
+    "mask_given_q",
     "opsm_keep",
     "parse",
     "parse_list",
     "prefix_variances",
+    "prob_log_moments",
+    "prob_sides",
     "resolve_cut",
     "sign_label",
     "sign_log_moments",
+    "signs",
     "simulate_corrections",
     "simulate_positions",
     "theory",

@@ -25,8 +25,9 @@ from variance_lab.corrections.gauss import (
 )
 from variance_lab.corrections.m2po import resolve_cut
 from variance_lab.corrections.prefix import clip_probability, ctpo_log_moments
-from variance_lab.corrections.sign import SIGNS, sign_label, sign_log_moments
+from variance_lab.corrections.sign import SIGNS, sign_label, sign_log_moments, signs
 from variance_lab.corrections.specs import Correction, parse, parse_list
+from variance_lab.corrections.tokenprob import TOKEN_PROB_DEFAULT, prob_log_moments
 from variance_lab.families import Family, LogNormal, LognormalMixture, RandomScale
 from variance_lab.stats.special import log1mexp
 
@@ -129,6 +130,27 @@ def _frac_seq_any(c: Correction, log_frac: float, T: float) -> float:
 def _row(c: Correction, family: Family, T: int) -> dict:
     l1, l2, lf, lbase = _log_moments_at(c, family, T)
     return _row_from_logs(c, T, (l1, l2, lf, lbase), _frac_seq_any(c, lf, T), "closed form")
+
+
+def _prob_any(c: Correction, logs: dict, T: float) -> dict:
+    """Per row, the fraction of sequences with a masked token: i.i.d. tokens, one sign per sequence."""
+
+    def any_(lf):
+        return 1.0 if lf >= 0 else -math.expm1(T * math.log1p(-math.exp(lf)))
+
+    if not c.signed:
+        return {"all": any_(logs["all"][2])}
+    pos, neg = any_(logs["A>0"][2]), any_(logs["A<=0"][2])
+    p = c.p_positive
+    return {"all": p * pos + (1 - p) * neg, "A>0": pos, "A<=0": neg}
+
+
+def _prob_rows(c: Correction, family: Family, T: int, law) -> list[dict]:
+    """Rows of a probability-aware mask (:mod:`~variance_lab.corrections.tokenprob`): by sign for DPPO."""
+    logs = prob_log_moments(c, family, law)
+    anys = _prob_any(c, logs, T)
+    rows = signs(c) if c.signed else ("all",)
+    return [_row_from_logs(c, T, logs[s], anys[s], "quadrature", label=sign_label(c, s)) for s in rows]
 
 
 def _sign_rows(c: Correction, family: Family, T: int) -> list[dict]:
@@ -341,7 +363,7 @@ def _mixture_row(c: Correction, family, T: int) -> dict:
     return _row_from_logs(c, T, (l1, l2, lf, lbase), math.exp(lf), "multinomial sum")
 
 
-def theory(family: Family, T, corrections) -> pd.DataFrame:
+def theory(family: Family, T, corrections, *, token_prob=None) -> pd.DataFrame:
     r"""Effect of each correction at each T without Monte Carlo: closed forms, quadrature or exact sums.
 
     - ``lognormal``: truncated-lognormal closed forms (``method`` "closed form").
@@ -373,7 +395,14 @@ def theory(family: Family, T, corrections) -> pd.DataFrame:
         ``opsm:DELTA``; lognormal family only) gives three rows, labelled by
         :func:`~variance_lab.corrections.sign.sign_label`: every sequence (the two signs mixed
         with the spec's :math:`P(A \ge 0)`), then :math:`A \ge 0`, then :math:`A < 0`, each with
-        its bias against :math:`E[P_T]` (:mod:`variance_lab.corrections.sign`).
+        its bias against :math:`E[P_T]` (:mod:`variance_lab.corrections.sign`). A
+        probability-aware mask (``dppo-tv``, ``dppo-kl``, ``kpop``; lognormal and lognormal-mixture
+        families) is integrated over the law of the token's probability (``method``
+        "quadrature", :mod:`variance_lab.corrections.tokenprob`): the family is then the law of
+        the shift of the token's log-odds; DPPO gives rows ``all``, ``A>0``, ``A<=0``.
+    token_prob : TokenProbability, optional
+        The law of the sampler's probability of each token, for the probability-aware masks
+        (default :data:`~variance_lab.corrections.tokenprob.TOKEN_PROB_DEFAULT`, Beta(0.2, 0.6)).
 
     Returns
     -------
@@ -384,10 +413,13 @@ def theory(family: Family, T, corrections) -> pd.DataFrame:
     row = _row_function(family)
     grid = check_T(T, grid=True)
     cs = [resolve_cut(c, family) for c in parse_list(corrections)]
+    law = TOKEN_PROB_DEFAULT if token_prob is None else token_prob
     rows = []
     for t in grid:
         for c in cs:
-            if c.signed:
+            if c.prob:
+                rows += _prob_rows(c, family, int(t), law)
+            elif c.signed:
                 rows += _sign_rows(c, _check_lognormal(family), int(t))
             else:
                 rows.append(row(c, family, int(t)))
@@ -411,23 +443,29 @@ def has_theory(family: Family, correction) -> bool:
     """Whether :func:`theory` has rows for ``correction`` with ``family`` (else: Monte Carlo only)."""
     c = correction if isinstance(correction, Correction) else parse(correction)
     builders = (LogNormal, RandomScale, LognormalMixture)
+    if c.prob:  # the law of the log-odds shift must be normal or a normal mixture
+        return type(family) in (LogNormal, LognormalMixture)
     if c.signed:  # the sign model's closed form is the lognormal's
         return type(family) is LogNormal
     return type(family) in builders and not (c.kind == "ctpo" and type(family) is LognormalMixture)
 
 
-def _find_target(c: Correction, family: Family, T: float) -> float:
+def _find_target(c: Correction, family: Family, T: float, law=TOKEN_PROB_DEFAULT) -> float:
     """Return the quantity :func:`find_T` watches: per-sequence for sequence level, any-token otherwise.
 
     ``ctpo``: the probability that the token at position T is clipped (where clipping binds).
     """
     if c.kind == "ctpo":
         return float(clip_probability(c, family.mean_log, family.var_log, T))
+    if c.prob:  # one sign per sequence for DPPO
+        return _prob_any(c, prob_log_moments(c, family, law), T)["all"]
     _, _, lf, _ = _log_moments_at(c, family, T)
     return _frac_seq_any(c, lf, T)
 
 
-def find_T(family: Family, correction, threshold: float = 0.5, *, T_max: int = 10**7) -> int | None:
+def find_T(
+    family: Family, correction, threshold: float = 0.5, *, T_max: int = 10**7, token_prob=None
+) -> int | None:
     r"""Find the smallest length T at which a correction modifies at least ``threshold`` of the sequences.
 
     "Modifies" is ``frac_modified`` for a sequence-level correction (the fraction of
@@ -447,6 +485,8 @@ def find_T(family: Family, correction, threshold: float = 0.5, *, T_max: int = 1
     threshold : float in (0, 1], default 0.5
         "Most of the data".
     T_max : int, default 10**7
+    token_prob : TokenProbability, optional
+        The probability-aware masks' law of the token's probability (as for :func:`theory`).
 
     Returns
     -------
@@ -460,8 +500,10 @@ def find_T(family: Family, correction, threshold: float = 0.5, *, T_max: int = 1
     if not 0.0 < threshold <= 1.0 or isinstance(threshold, bool):
         raise ValueError(f"threshold must lie in (0, 1], got {threshold!r}")
 
+    law = TOKEN_PROB_DEFAULT if token_prob is None else token_prob
+
     def f(t):
-        return _find_target(c, family, t) - threshold
+        return _find_target(c, family, t, law) - threshold
 
     if f(1.0) >= 0:
         return 1

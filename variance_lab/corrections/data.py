@@ -16,8 +16,10 @@ import pandas as pd
 from variance_lab._validate import check_n, check_seed
 from variance_lab.corrections.closed_forms import WEIGHT_COLUMNS, theory
 from variance_lab.corrections.prefix import clip_probability
-from variance_lab.corrections.sign import SIGNS, apply_signed, sign_label
+from variance_lab.corrections.probmask import apply_prob, logit_shift
+from variance_lab.corrections.sign import apply_signed, is_positive, sign_label, signs
 from variance_lab.corrections.specs import parse_list
+from variance_lab.corrections.tokenprob import mask_given_q
 from variance_lab.corrections.weights import apply_sequence, apply_tokens, log_base_tokens
 from variance_lab.families import LogNormal
 from variance_lab.stats import (
@@ -35,8 +37,13 @@ __all__ = [
     "DATA_COLUMNS",
     "N_BOOT",
     "bucket_bootstrap",
+    "check_advantages",
+    "check_log_mu",
+    "check_rollout_arrays",
     "evaluate",
+    "expected_masked",
     "fit_lognormal",
+    "fraction_interval",
 ]
 
 #: Columns of :func:`evaluate` (corrections on measured token log-ratios).
@@ -75,7 +82,7 @@ def fit_lognormal(log_r) -> LogNormal:
     return LogNormal(mu, mu * mu * math.expm1(v))
 
 
-def _rollout_arrays(log_r, offsets) -> tuple[np.ndarray, np.ndarray]:
+def check_rollout_arrays(log_r, offsets) -> tuple[np.ndarray, np.ndarray]:
     """``log_r`` as finite floats and ``offsets`` as rising int64 bounds, or ``ValueError``."""
     log_r = np.asarray(log_r, dtype=float)
     off = np.asarray(offsets, dtype=np.int64)
@@ -86,7 +93,7 @@ def _rollout_arrays(log_r, offsets) -> tuple[np.ndarray, np.ndarray]:
     return log_r, off
 
 
-def _check_advantages(advantages, cs, n: int):
+def check_advantages(advantages, cs, n: int):
     """Each sequence's advantage as floats (None when no spec needs it), or ``ValueError``."""
     signed = [c.spec for c in cs if c.signed]
     if advantages is None:
@@ -101,6 +108,24 @@ def _check_advantages(advantages, cs, n: int):
     return adv
 
 
+def check_log_mu(log_mu, cs, n_tokens: int):
+    """Return the sampler's token log-probs as floats (None when no spec reads them), or ``ValueError``."""
+    prob = [c.spec for c in cs if c.prob]
+    if log_mu is None:
+        if prob:
+            raise ValueError(
+                f"{prob[0]!r} masks by the token's probabilities: pass log_mu= (the sampler's log-probs)"
+            )
+        return None
+    lm = np.asarray(log_mu, dtype=float)
+    if lm.shape != (n_tokens,):
+        raise ValueError(f"log_mu must hold one log-prob per token ({n_tokens}), got shape {lm.shape}")
+    bad = ~(np.isfinite(lm) & (lm <= 0))
+    if bad.any():
+        raise ValueError(f"log_mu holds a value that is not a finite log-prob <= 0: {lm[bad][0]!r}")
+    return lm
+
+
 def evaluate(
     log_r,
     offsets,
@@ -112,6 +137,8 @@ def evaluate(
     seed: int = 0,
     groups=None,
     advantages=None,
+    log_mu=None,
+    shift_model=None,
 ) -> pd.DataFrame:
     r"""Apply the corrections to measured token log-ratios, per length bucket.
 
@@ -149,7 +176,19 @@ def evaluate(
         then give three rows per bucket (every sequence, :math:`A \ge 0`, :math:`A < 0`, labelled by
         :func:`~variance_lab.corrections.sign.sign_label`; a sign with no sequence in the bucket
         has no row), the sign of each sequence its own. Their prediction is the model's by sign at
-        each sequence's length and sign.
+        each sequence's length and sign. DPPO (``dppo-tv``, ``dppo-kl``) is sign-dependent too,
+        token by token, with rows ``A>0`` and ``A<=0`` (a zero advantage counts negative).
+    log_mu : array_like of float, optional
+        The sampler's log-prob of each token (the log-ratio's denominator, e.g. ``rollout_logp`` for
+        the mismatch); needed by the probability-aware masks (``dppo-tv``, ``dppo-kl``, ``kpop``,
+        :mod:`variance_lab.corrections.probmask`, with the sources' guards). Their prediction (with
+        ``predict``) is not ``predict``'s: it is the model of :mod:`~variance_lab.corrections.tokenprob`
+        with the lognormal fitted to the tokens' log-odds shifts :math:`\operatorname{logit}\pi -
+        \operatorname{logit}\mu` (:func:`fit_lognormal`; tokens with a probability of exactly 1
+        left out of the fit, and predicted never masked), at each token's own probability and sign.
+    shift_model : LogNormal or LognormalMixture, optional
+        That model's law of the log-odds shifts instead of the fitted lognormal (the command line
+        fits a mixture to them with ``--predict mixture``).
 
     Returns
     -------
@@ -167,7 +206,7 @@ def evaluate(
         that a bucket with no modified token gets Wilson's ``[0, z^2 / (n + z^2)]``, ``n`` its
         prompts (sequences without ``groups``), not the bootstrap's ``[0, 0]``.
     """
-    log_r, off = _rollout_arrays(log_r, offsets)
+    log_r, off = check_rollout_arrays(log_r, offsets)
     cs = parse_list(corrections)
     z = z_value(ci)
     seed = check_seed(seed)
@@ -175,8 +214,14 @@ def evaluate(
     if buckets is None:
         buckets = [(int(lengths.min()), int(lengths.max()))]
     log_p = np.add.reduceat(log_r, off[:-1])
-    adv = _check_advantages(advantages, cs, lengths.size)
-    pred = _predictions(predict, cs, lengths, adv) if predict is not None else None
+    adv = check_advantages(advantages, cs, lengths.size)
+    lm = check_log_mu(log_mu, cs, log_r.size)
+    prob = {c.spec: _prob_tokens(c, log_r, lm, adv, lengths) for c in cs if c.prob}
+    pred = (
+        _predictions(predict, cs, lengths, adv, prob, off, log_r, shift_model)
+        if predict is not None
+        else None
+    )
     if groups is not None:
         groups = np.asarray(groups)
         if groups.shape != lengths.shape:
@@ -190,7 +235,7 @@ def evaluate(
             continue
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index,))))
         for c, label, part in _parts(cs, sel, adv):
-            row = _data_row(c, log_r, off, lengths, log_p, part, z, rng, ci, groups, adv)
+            row = _data_row(c, log_r, off, lengths, log_p, part, z, rng, ci, groups, adv, prob.get(c.spec))
             row["correction"] = label
             if pred is not None:  # expected modified sequences (sequence level) or tokens, per sequence
                 e = pred[label][part]
@@ -248,8 +293,11 @@ def bucket_bootstrap(
     pandas.DataFrame
         Columns :data:`BOOTSTRAP_COLUMNS`; ``T`` is the bucket's median length.
     """
-    log_r, off = _rollout_arrays(log_r, offsets)
+    log_r, off = check_rollout_arrays(log_r, offsets)
     cs = parse_list(corrections)
+    prob = [c.spec for c in cs if c.prob]
+    if prob:
+        raise ValueError(f"bucket_bootstrap has no token probabilities: {prob[0]!r} needs evaluate(log_mu=)")
     n_boot = check_n(n_boot, minimum=1)
     seed = check_seed(seed)
     z_value(ci)
@@ -315,19 +363,70 @@ def _parts(cs, sel, adv):
         if not c.signed:
             yield c, c.spec, sel
             continue
-        pos = adv >= 0
-        for sign, part in zip(SIGNS, (sel, sel & pos, sel & ~pos), strict=True):
+        pos = is_positive(c, adv)
+        for sign, part in zip(signs(c), (sel, sel & pos, sel & ~pos), strict=True):
             if part.any():
                 yield c, sign_label(c, sign), part
 
 
-def _predictions(family, cs, lengths, adv=None) -> dict:
+def _prob_tokens(c, log_r, log_mu, adv, lengths):
+    """Apply a probability-aware mask to every token: (w, masked, per-token advantage or None, log_mu)."""
+    adv_tok = np.repeat(adv, lengths) if c.signed else None
+    w, mod = apply_prob(c, log_r, log_mu, adv_tok)
+    return w, mod, adv_tok, log_mu
+
+
+def expected_masked(c, log_r, log_mu, advantage=None, shift_model=None) -> np.ndarray:
+    r"""Return each token's probability of being masked by ``c`` under the model fitted to these tokens.
+
+    The model of :mod:`variance_lab.corrections.tokenprob` with the lognormal fitted
+    (:func:`fit_lognormal`) to the tokens' log-odds shifts :math:`Y = \operatorname{logit}\pi -
+    \operatorname{logit}\mu`, at each token's own probability :math:`\mu` (and, for DPPO, its own
+    sign: ``advantage`` per token, positive when > 0). A token whose :math:`\mu` or :math:`\pi` is
+    exactly 1 has no finite shift: it is left out of the fit and predicted never masked (the model
+    moves no probability there). NaN everywhere with fewer than two finite shifts.
+
+    Parameters
+    ----------
+    c : Correction
+        ``dppo-tv``, ``dppo-kl`` or ``kpop``.
+    log_r, log_mu : ndarray
+        Token log-ratios and the sampler's token log-probs.
+    advantage : ndarray, optional
+        Each token's advantage (DPPO).
+    shift_model : LogNormal or LognormalMixture, optional
+        The law of the shifts to use instead of the fitted lognormal (e.g. a mixture fitted to them).
+    """
+    adv_tok = advantage
+    y = logit_shift(log_mu + log_r, log_mu)
+    ok = np.isfinite(y)
+    if ok.sum() < 2:
+        return np.full(log_r.shape, math.nan)
+    shift = fit_lognormal(y[ok]) if shift_model is None else shift_model
+    with np.errstate(divide="ignore"):
+        lq = log_mu[ok] - np.log(-np.expm1(log_mu[ok]))
+    f_up, f_down = mask_given_q(c, shift, lq)
+    out = np.zeros(log_r.shape)
+    if c.signed:
+        out[ok] = np.where(is_positive(c, adv_tok[ok]), f_up, f_down)
+    else:
+        out[ok] = f_up + f_down
+    return out
+
+
+def _predictions(family, cs, lengths, adv=None, prob=None, off=None, log_r=None, shift_model=None) -> dict:
     r"""Per sequence, the model's expected modified count: the probability (sequence level) or tokens.
 
     Token level: :math:`pL` for a fraction :math:`p` per token that does not depend on the
-    position, :math:`\sum_{t \le L} p_t` for ``ctpo`` (lognormal models; NaN for others).
+    position, :math:`\sum_{t \le L} p_t` for ``ctpo`` (lognormal models; NaN for others); the
+    probability-aware masks: the sum over the sequence's tokens of each one's masked probability.
     """
     out = {}
+    for c in (c for c in cs if c.prob):  # the same expected count per sequence for every row
+        _, _, adv_tok, log_mu = prob[c.spec]
+        e = np.add.reduceat(expected_masked(c, log_r, log_mu, adv_tok, shift_model), off[:-1])
+        labels = [sign_label(c, s) for s in signs(c)] if c.signed else [c.spec]
+        out.update({label: e for label in labels})
     seq = [c for c in cs if c.level == "sequence" and not c.signed]
     if seq:
         grid = np.unique(lengths)
@@ -335,15 +434,15 @@ def _predictions(family, cs, lengths, adv=None) -> dict:
         for c in seq:
             f = th[th.correction == c.spec].set_index("T").frac_modified
             out[c.spec] = f.reindex(lengths).to_numpy(float)
-    for c in (c for c in cs if c.signed):  # by sign, at each sequence's length and sign
-        labels = [sign_label(c, s) for s in SIGNS]
+    for c in (c for c in cs if c.signed and not c.prob):  # by sign, at each sequence's length and sign
+        labels = [sign_label(c, s) for s in signs(c)]
         if type(family) is not LogNormal:
             out.update({label: np.full(lengths.shape, math.nan) for label in labels})
             continue
         th = theory(family, np.unique(lengths), [c]).set_index(["correction", "T"]).frac_modified
         f_pos, f_neg = (th.loc[label].reindex(lengths).to_numpy(float) for label in labels[1:])
         out.update(zip(labels, (np.where(adv >= 0, f_pos, f_neg), f_pos, f_neg), strict=True))
-    tok = [c for c in cs if c.level == "token" and c.kind != "ctpo"]
+    tok = [c for c in cs if c.level == "token" and c.kind != "ctpo" and not c.prob]
     if tok:
         th = theory(family, [1], tok)
         out.update(
@@ -360,7 +459,9 @@ def _predictions(family, cs, lengths, adv=None) -> dict:
     return out
 
 
-def _frac_interval(nmod: np.ndarray, tokens: np.ndarray, rng, ci: float, groups=None) -> tuple[float, float]:
+def fraction_interval(
+    nmod: np.ndarray, tokens: np.ndarray, rng, ci: float, groups=None
+) -> tuple[float, float]:
     """Interval of a token-level modified fraction ``sum(nmod) / sum(tokens)``.
 
     The percentile bootstrap of :func:`~variance_lab.stats.bootstrap_ratio`, except when no token
@@ -377,14 +478,14 @@ def _frac_interval(nmod: np.ndarray, tokens: np.ndarray, rng, ci: float, groups=
     return tuple(float(e) for e in wilson_interval(0.0, n, ci))
 
 
-def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None, adv=None) -> dict:
+def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None, adv=None, prob=None) -> dict:
     L = lengths[sel]
     seq_idx = np.flatnonzero(sel)
     g = None if groups is None else groups[sel]
     if c.level == "sequence" or c.kind == "gmpo":
         if c.level == "sequence":
             if c.signed:
-                w, mod = apply_signed(c, log_p[sel], L, adv[sel] >= 0)
+                w, mod = apply_signed(c, log_p[sel], L, is_positive(c, adv[sel]))
             else:
                 w, mod = apply_sequence(c, log_p[sel], L)
             frac = float(mod.mean())
@@ -396,7 +497,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None, adv=N
             w = np.exp(np.add.reduceat(zt, off[:-1])[sel] / L)
             nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
             frac, any_ = float(nmod.sum() / L.sum()), float((nmod > 0).mean())
-            frac_ci = _frac_interval(nmod, L.astype(float), rng, ci, g)
+            frac_ci = fraction_interval(nmod, L.astype(float), rng, ci, g)
         mean_ci = bootstrap_ratio(w, np.ones(w.size), n_boot=N_BOOT, level=ci, rng=rng, groups=g)
         base = np.exp(log_p[sel] / L) if c.base == "G" else np.exp(log_p[sel])
         n = w.size
@@ -406,7 +507,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None, adv=N
         ess = float(ess_fraction(mean, np.mean(w * w))) if np.any(w > 0) else math.nan
         base_mean = float(base.mean())
     else:
-        wt, modt = apply_tokens(c, log_r, off)
+        wt, modt = prob[:2] if c.prob else apply_tokens(c, log_r, off)
         ws = np.add.reduceat(wt, off[:-1])[sel]
         nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
         ntok = L.sum()
@@ -417,7 +518,7 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None, adv=N
         se = math.sqrt(float(np.sum(resid * resid))) / ntok if L.size > 1 else math.nan
         ess = float(ess_fraction(mean, np.mean(wt[tok] ** 2))) if np.any(wt[tok] > 0) else math.nan
         frac, any_ = float(nmod.sum() / ntok), float((nmod > 0).mean())
-        frac_ci = _frac_interval(nmod, L.astype(float), rng, ci, g)
+        frac_ci = fraction_interval(nmod, L.astype(float), rng, ci, g)
         mean_ci = bootstrap_ratio(ws, L, n_boot=N_BOOT, level=ci, rng=rng, groups=g)
         base_mean = float(np.exp(log_base_tokens(c, log_r, off)[tok]).mean())
         n = L.size

@@ -13,8 +13,10 @@ import numpy as np
 import pandas as pd
 
 from variance_lab._validate import check_n, check_seed, check_T
-from variance_lab.corrections.sign import SIGNS, apply_signed, sign_label
+from variance_lab.corrections.probmask import apply_prob
+from variance_lab.corrections.sign import apply_signed, sign_label, signs
 from variance_lab.corrections.specs import parse_list
+from variance_lab.corrections.tokenprob import TOKEN_PROB_DEFAULT, TokenProbability
 from variance_lab.corrections.weights import apply_sequence, apply_tokens
 from variance_lab.families import Family
 from variance_lab.families.base import CODE_AR1, CODE_RANDOM_SCALE
@@ -128,9 +130,12 @@ class _Sums:
         }
 
 
-def _provenance(family: Family, n: int, seed: int, chunk_size: int, ci: float) -> dict:
+def _provenance(family: Family, n: int, seed: int, chunk_size: int, ci: float, law=None) -> dict:
     """Return what a Monte Carlo frame records of how it was drawn (``attrs["provenance"]``)."""
-    return {"family": family.describe(), "n": n, "seed": seed, "chunk_size": chunk_size, "ci": ci}
+    out = {"family": family.describe(), "n": n, "seed": seed, "chunk_size": chunk_size, "ci": ci}
+    if law is not None:
+        out["token_prob"] = law.describe()
+    return out
 
 
 def _draw_tokens(code: int, params: np.ndarray, rng: np.random.Generator, n: int, T: int) -> np.ndarray:
@@ -144,18 +149,48 @@ def _draw_tokens(code: int, params: np.ndarray, rng: np.random.Generator, n: int
 
 def _labels(c) -> list[str]:
     """Return the ``correction`` labels of a spec's rows: three for a sign-dependent spec, else the spec."""
-    return [sign_label(c, s) for s in SIGNS] if c.signed else [c.spec]
+    return [sign_label(c, s) for s in signs(c)] if c.signed else [c.spec]
 
 
-def _chunk_cells(cs, grid, Y: np.ndarray, cells: dict, u=None) -> None:
+def _softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def _prob_weights(c, Y: np.ndarray, lq: np.ndarray, pos) -> tuple[np.ndarray, np.ndarray]:
+    r"""Return the weights and masked flags of a probability-aware mask from the tokens' log-odds and shifts.
+
+    :math:`\operatorname{logit}\pi = \operatorname{logit} q + Y`. The token's log-probs and their
+    complements come from the log-odds exactly (:mod:`variance_lab.corrections.tokenprob`); the
+    divergences are taken exactly (``exact=True``).
+    """
+    log_mu, log1m_mu = -_softplus(-lq), -_softplus(lq)
+    log_pi, log1m_pi = -_softplus(-(lq + Y)), -_softplus(lq + Y)
+    adv = None if pos is None else np.where(pos, 1.0, -1.0)[:, None]
+    return apply_prob(c, log_pi - log_mu, log_mu, adv, exact=True, log1m=(log1m_pi, log1m_mu))
+
+
+def _chunk_cells(cs, grid, Y: np.ndarray, cells: dict, u=None, lq=None) -> None:
     """Add one chunk of token log-ratios ``Y`` (paths x max T) to every (T, correction) cell.
 
-    ``u``: one uniform per path; a sign-dependent spec takes A >= 0 where ``u < p``.
+    ``u``: one uniform per path; a sign-dependent spec takes its positive sign where ``u < p``.
+    ``lq``: the logit of each token's probability (paths x max T), for the probability-aware masks,
+    whose family draws are then the shifts of the tokens' log-odds.
     """
     cum = np.cumsum(Y, axis=1)
+    prob = {}
+    for c in (c for c in cs if c.prob):  # token by token: computed once, read as prefixes
+        pos = (u < c.p_positive) if c.signed else None
+        prob[c.spec] = (*_prob_weights(c, Y, lq, pos), pos)
     for t in grid:
         log_p = cum[:, t - 1]
         for c in cs:
+            if c.prob:
+                w, mod, pos = prob[c.spec]
+                parts = (slice(None), pos, ~pos) if c.signed else (slice(None),)
+                for label, part in zip(_labels(c), parts, strict=True):
+                    if w[part].size:
+                        cells[(t, label)].add(w[part, :t], mod[part, :t])
+                continue
             if c.signed:
                 pos = u < c.p_positive
                 w, mod = apply_signed(c, log_p, t, pos)
@@ -186,7 +221,7 @@ def _chunk_cells(cs, grid, Y: np.ndarray, cells: dict, u=None) -> None:
 
 
 def simulate_corrections(
-    family: Family, T, corrections, n, *, seed=0, ci: float = 0.95, chunk_size=None
+    family: Family, T, corrections, n, *, seed=0, ci: float = 0.95, chunk_size=None, token_prob=None
 ) -> pd.DataFrame:
     r"""Monte Carlo effect of each correction at each T, for any family, with intervals and a verdict.
 
@@ -210,6 +245,12 @@ def simulate_corrections(
     :math:`A < 0`; :func:`~variance_lab.corrections.sign.sign_label`), the sign rows over the
     sequences of that sign.
 
+    A probability-aware mask (``dppo-tv``, ``dppo-kl``, ``kpop``) reads the family's draws as the
+    shifts :math:`Y` of the tokens' log-odds and draws each token's probability from ``token_prob``
+    after the signs (:mod:`variance_lab.corrections.tokenprob`: :math:`\operatorname{logit}\pi =
+    \operatorname{logit} q + Y`, weight :math:`r = \pi/q` where kept); DPPO's rows are ``A>0`` and
+    ``A<=0``.
+
     Parameters
     ----------
     family : Family
@@ -223,6 +264,9 @@ def simulate_corrections(
         Sequences per chunk; default ``max(4, min(4096, 2**21 // max(T)))``, rounded down to a
         multiple of the ``m2po`` batches (at least one batch). With ``n``, ``seed`` and the
         specs it fixes every bit of the result.
+    token_prob : TokenProbability, optional
+        The law of each token's probability for the probability-aware masks (default
+        :data:`~variance_lab.corrections.tokenprob.TOKEN_PROB_DEFAULT`).
 
     Returns
     -------
@@ -248,15 +292,20 @@ def simulate_corrections(
                 f"n = {n} is below two m2po batches of {max(batches)} sequences: no interval over batches"
             )
         size = max(unit, size // unit * unit)
+    law = TOKEN_PROB_DEFAULT if token_prob is None else token_prob
+    if not isinstance(law, TokenProbability):
+        raise ValueError(f"token_prob must be a TokenProbability, got {token_prob!r}")
     code, params = family.sampler_params()
     tail = int(3 * math.sqrt(n * t_max)) + 2
     cells = {(t, label): _Sums(tail) for t in grid for c in cs for label in _labels(c)}
     signed = any(c.signed for c in cs)
+    prob = any(c.prob for c in cs)
     for index, start in enumerate(range(0, n, size)):
         rng = chunk_generator(seed, index)
         Y = _draw_tokens(code, params, rng, min(size, n - start), t_max)
         u = rng.random(Y.shape[0]) if signed else None  # after the tokens: other specs' draws unchanged
-        _chunk_cells(cs, grid, Y, cells, u)
+        lq = law.draw_logit(rng, Y.shape) if prob else None  # after the signs
+        _chunk_cells(cs, grid, Y, cells, u, lq)
     rows = [
         {"T": t, "correction": label, "level": c.level, **cells[(t, label)].estimates(ci)}
         for t in grid
@@ -264,7 +313,7 @@ def simulate_corrections(
         for label in _labels(c)
     ]
     out = pd.DataFrame(rows, columns=["T", "correction", "level", *CORRECTIONS_MC_COLUMNS])
-    out.attrs["provenance"] = _provenance(family, n, seed, size, ci)
+    out.attrs["provenance"] = _provenance(family, n, seed, size, ci, law if prob else None)
     return out
 
 
@@ -315,9 +364,10 @@ def simulate_positions(
     if not isinstance(family, Family):
         raise ValueError(f"family must be a variance_lab Family, got {family!r}")
     (c,) = parse_list([correction])
-    if c.level != "token" or c.kind in ("m2po", "gmpo"):
+    if c.level != "token" or c.kind in ("m2po", "gmpo") or c.prob:
         raise ValueError(
-            f"simulate_positions takes a token-level correction other than m2po and gmpo, got {c.spec!r}"
+            "simulate_positions takes a token-level correction other than m2po, gmpo and the "
+            f"probability-aware masks (the same at every position), got {c.spec!r}"
         )
     t_max = int(check_T(T, grid=True)[-1])
     n = check_n(n)

@@ -31,6 +31,11 @@ and masked fraction :math:`\Phi((-T\delta - M)/S)`. The bias is against the impo
 target :math:`E[P_T] = e^{M + S^2/2}`, by sign and overall. On data the sign is each sequence's own
 advantage (:func:`apply_signed`), and ``P`` is not used.
 
+DPPO's masks (``dppo-tv``, ``dppo-kl``; :mod:`variance_lab.corrections.probmask`) depend on the
+sign too, token by token through the sequence's advantage, but split it the other way: verl's,
+Stable-RL's and prime-rl's ``torch.where(advantages > 0, ...)`` count :math:`A = 0` negative, so their
+rows are :data:`DPPO_SIGNS` and :func:`is_positive` reads :math:`A > 0` for them.
+
 ASPO (arXiv 2510.06062: the token ratio of positive-advantage tokens flipped, with a soft dual
 clip) is not here: its exact rule could not be confirmed from the paper's text in this work.
 """
@@ -46,19 +51,24 @@ from variance_lab.corrections.specs import Correction
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
+    "DPPO_SIGNS",
     "OPSM_RULE",
     "SIGNS",
     "TOPR_RULE",
     "apply_signed",
+    "is_positive",
     "opsm_keep",
     "sign_label",
     "sign_log_moments",
+    "signs",
 ]
 
 _INF = math.inf
 
 #: The rows of a sign-dependent spec: every sequence, the positive (A >= 0), the negative (A < 0).
 SIGNS = ("all", "A>=0", "A<0")
+#: DPPO's rows (``dppo-tv``, ``dppo-kl``): every sequence, A > 0 (the upper side masked), A <= 0 (the lower).
+DPPO_SIGNS = ("all", "A>0", "A<=0")
 #: DeepSeek-V3.2's off-policy mask as TRL applies it: the mean log-ratio against delta as it is, a
 #: mean equal to delta kept.
 OPSM_RULE = BoundRule(CLOSED, "value", "float64")
@@ -67,10 +77,21 @@ OPSM_RULE = BoundRule(CLOSED, "value", "float64")
 TOPR_RULE = BoundRule(CLOSED, "log", "float64")
 
 
+def signs(c: Correction) -> tuple[str, str, str]:
+    """Return the rows of a sign-dependent spec: :data:`DPPO_SIGNS` for DPPO, :data:`SIGNS` otherwise."""
+    return DPPO_SIGNS if c.prob else SIGNS
+
+
+def is_positive(c: Correction, advantage) -> np.ndarray:
+    """Return where an advantage counts as positive for ``c``: A > 0 for DPPO, A >= 0 for TOPR and OPSM."""
+    adv = np.asarray(advantage, dtype=float)
+    return adv > 0 if c.prob else adv >= 0
+
+
 def sign_label(c: Correction, sign: str) -> str:
     """Return the ``correction`` label of one sign's row: the spec itself for ``"all"``."""
-    if sign not in SIGNS:
-        raise ValueError(f"sign must be one of {SIGNS}, got {sign!r}")
+    if sign not in signs(c):
+        raise ValueError(f"sign must be one of {signs(c)}, got {sign!r}")
     return c.spec if sign == "all" else f"{c.spec} [{sign}]"
 
 

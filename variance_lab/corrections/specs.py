@@ -1,9 +1,12 @@
 r"""The correction kinds and their spec strings: :class:`Correction`, :func:`parse`, :func:`parse_list`.
 
 A spec names a kind of :data:`CORRECTION_KINDS` and its numeric parameters (``seq-tis:3``, ``icepop:5``,
-``gspo``, ``ctpo:0.5:0.5``, ``m2po:0.04``); a :class:`Correction` gives its level, its base weight
-and its weight as pieces ``(a, b, log c, p)`` on the log of the base weight, from which every other
-module of the package computes. Two kinds need more than their parameters for their band:
+``gspo``, ``ctpo:0.5:0.5``, ``m2po:0.04``, ``dppo-tv:0.15``, ``kpop:0.1``); a :class:`Correction` gives
+its level, its base weight and its weight as pieces ``(a, b, log c, p)`` on the log of the base
+weight, from which every other module of the package computes. The probability-aware kinds
+(:data:`PROB_KINDS`: ``dppo-tv``, ``dppo-kl``, ``kpop``) have no band on the ratio at all: they mask
+by the token's probabilities (:mod:`variance_lab.corrections.probmask`). Two kinds need more than
+their parameters for their band:
 ``ctpo``'s bounds grow with the token's position t (:meth:`Correction.log_bounds` at ``T = t``),
 and ``m2po``'s band depends on the whole batch, so in theory on the law of :math:`\log r`
 (its large-batch cut, :attr:`Correction.cut`, set by
@@ -15,15 +18,27 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from variance_lab.ratios import GMPO_EPS, GSPO_EPS, ICEPOP_BAND, M2PO_TAU
+from variance_lab.ratios import (
+    DPPO_KL_DELTA,
+    DPPO_TV_DELTA,
+    GMPO_EPS,
+    GSPO_EPS,
+    ICEPOP_BAND,
+    KPOP_DELTA,
+    M2PO_TAU,
+)
 
 __all__ = [
     "CORRECTION_KINDS",
+    "DPPO_KL_DEFAULT",
+    "DPPO_TV_DEFAULT",
     "GMPO_DEFAULT",
     "GSPO_DEFAULT",
     "ICEPOP_DEFAULT",
+    "KPOP_DEFAULT",
     "M2PO_BATCH",
     "M2PO_DEFAULT",
+    "PROB_KINDS",
     "SIGNED_KINDS",
     "SIGN_P_DEFAULT",
     "Correction",
@@ -48,11 +63,18 @@ CORRECTION_KINDS = {
     "m2po": ("token", "r", (0, 1, 2)),
     "topr": ("sequence", "P", (0, 1)),
     "opsm": ("sequence", "P", (1, 2)),
+    "dppo-tv": ("token", "r", (0, 1, 2)),
+    "dppo-kl": ("token", "r", (0, 1, 2)),
+    "kpop": ("token", "r", (0, 1)),
 }
 
 #: Kinds whose weight depends on the sign of the sequence's advantage
-#: (:mod:`variance_lab.corrections.sign`); their last parameter is the theory's P(A >= 0).
-SIGNED_KINDS = ("topr", "opsm")
+#: (:mod:`variance_lab.corrections.sign`); their last parameter is the theory's P of a positive
+#: sign (P(A >= 0) for ``topr`` and ``opsm``, P(A > 0) for DPPO, which counts A = 0 negative).
+SIGNED_KINDS = ("topr", "opsm", "dppo-tv", "dppo-kl")
+#: Kinds that mask a token by its probabilities, not by its ratio alone
+#: (:mod:`variance_lab.corrections.probmask`): they need the sampler's log-prob of each token.
+PROB_KINDS = ("dppo-tv", "dppo-kl", "kpop")
 #: The default P(A >= 0) of the theory's sign model (``topr``, ``opsm:DELTA``).
 SIGN_P_DEFAULT = 0.5
 
@@ -63,6 +85,10 @@ GMPO_DEFAULT = GMPO_EPS
 ICEPOP_DEFAULT = ICEPOP_BAND
 #: The default threshold of ``m2po`` (M2PO's :math:`\tau`), :data:`variance_lab.ratios.M2PO_TAU`.
 M2PO_DEFAULT = M2PO_TAU
+#: The default thresholds of ``dppo-tv``, ``dppo-kl`` and ``kpop`` (:mod:`variance_lab.ratios.defaults`).
+DPPO_TV_DEFAULT = DPPO_TV_DELTA
+DPPO_KL_DEFAULT = DPPO_KL_DELTA
+KPOP_DEFAULT = KPOP_DELTA
 #: Sequences per batch over which ``m2po`` masks, when the spec does not say (``m2po:TAU:B``): the
 #: toolkit's choice, not a framework's (a framework masks over whatever batch its loss sees).
 M2PO_BATCH = 256
@@ -79,8 +105,10 @@ class Correction:
     ----------
     kind : str
     params : tuple of float
-        As written in the spec (defaults filled in for ``gspo``, ``gmpo``, ``icepop`` and
-        ``m2po``, whose params are always ``(tau, batch)``; ``ctpo:E`` is ``(E, E)``).
+        As written in the spec (defaults filled in for ``gspo``, ``gmpo``, ``icepop``,
+        ``m2po``, whose params are always ``(tau, batch)``, and the probability-aware kinds:
+        ``dppo-tv``/``dppo-kl`` always ``(delta, p)``, ``kpop`` ``(delta,)``; ``ctpo:E`` is
+        ``(E, E)``).
     spec : str
         The spec string it was parsed from, as written.
     cut : float or None
@@ -115,8 +143,13 @@ class Correction:
         return self.kind in SIGNED_KINDS
 
     @property
+    def prob(self) -> bool:
+        """Whether the mask reads the token's probabilities, not its ratio alone (:data:`PROB_KINDS`)."""
+        return self.kind in PROB_KINDS
+
+    @property
     def p_positive(self) -> float:
-        """``topr``, ``opsm``: the theory's p = P(A >= 0) (the spec's last parameter)."""
+        """Signed kinds: the theory's p of a positive sign, the last parameter (:data:`SIGNED_KINDS`)."""
         if not self.signed:
             raise ValueError(f"{self.spec!r} does not depend on the advantage's sign")
         return self.params[-1]
@@ -135,6 +168,11 @@ class Correction:
         ``t = T``; ``m2po``: :math:`[-\sqrt q, \sqrt q]` once its :attr:`cut` is resolved.
         """
         p, k = self.params, self.kind
+        if self.prob:
+            raise ValueError(
+                f"{self.spec!r} masks by the token's probabilities, not by a band of its ratio "
+                "(variance_lab.corrections.probmask)"
+            )
         if self.signed:
             raise ValueError(
                 f"{self.spec!r}: the weight depends on the advantage's sign (variance_lab.corrections.sign)"
@@ -209,6 +247,18 @@ def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[floa
         if min(values) <= 0:
             raise bad("the bounds EL, EH of the cumulative log-ratio must be > 0")
         return values if len(values) == 2 else (values[0], values[0])
+    if kind in PROB_KINDS:
+        default = {"dppo-tv": DPPO_TV_DEFAULT, "dppo-kl": DPPO_KL_DEFAULT, "kpop": KPOP_DEFAULT}[kind]
+        delta = values[0] if values else default
+        if not delta > 0 or (kind == "dppo-tv" and delta >= 1):
+            what = "in (0, 1): a difference of probabilities" if kind == "dppo-tv" else "> 0"
+            raise bad(f"the threshold DELTA must be {what}, got {delta!r}")
+        if kind == "kpop":
+            return (delta,)
+        p = values[1] if len(values) > 1 else SIGN_P_DEFAULT
+        if not 0.0 < p < 1.0:
+            raise bad(f"the sign model's P = P(A > 0) must lie in (0, 1), got {p!r}")
+        return delta, p
     if kind in SIGNED_KINDS:
         need = 1 if kind == "opsm" else 0
         p = values[need] if len(values) > need else SIGN_P_DEFAULT

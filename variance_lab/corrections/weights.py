@@ -128,6 +128,11 @@ def apply_tokens(c: Correction, log_r: np.ndarray, offsets=None) -> tuple[np.nda
     """
     if c.level != "token":
         raise ValueError(f"{c.spec!r} is a sequence-level correction")
+    if c.prob:
+        raise ValueError(
+            f"{c.spec!r} masks by the token's probabilities: its weights need the sampler's log-probs "
+            "(variance_lab.corrections.apply_prob)"
+        )
     log_r = np.asarray(log_r, dtype=float)
     if c.kind == "gmpo":
         e = c.params[0]

@@ -36,6 +36,11 @@ Figures (:data:`FIGURES`):
     ``ctpo:EL:EH`` clips at each position, closed form (:func:`variance_lab.corrections.ctpo_positions`)
     and Monte Carlo (:func:`variance_lab.corrections.simulate_positions`); (b) the fraction
     ``m2po`` masks against its threshold, the large-batch limit and Monte Carlo per batch size.
+``prob_masks``
+    Where the probability-aware masks bind (:func:`variance_lab.paper.probmask_frame.prob_mask_frame`):
+    (a) DPPO's and KPop's masked fraction at a fixed sampler probability of the token, quadrature and
+    Monte Carlo; (b, c) a shipped SmolLM2 file's masked fractions per bin of that probability and
+    of the entropy, ratio masks beside them.
 
 ``experiment_variance`` (:data:`EXPERIMENT_FIGURE`) is the analysis of the shipped experiment
 data (:mod:`variance_lab.experiment.figure`), with its own data set and sidecar format;
@@ -166,6 +171,20 @@ def _defaults(quick: bool) -> dict[str, dict]:
             "seed": 0,
             "ci": 0.95,
         },
+        "prob_masks": {
+            **base,
+            "specs": ["dppo-tv", "dppo-kl", "kpop"],
+            "q": [float(v) for v in 1 / (1 + np.exp(-np.linspace(-6.9, 6.9, 25 if quick else 81)))],
+            "mc_q": [0.02, 0.2, 0.5, 0.8, 0.98],
+            "n": 4000 if quick else 40_000,
+            "seed": 0,
+            "ci": 0.95,
+            "data": "smollm2/smollm2_mismatch_top-p.jsonl.gz",  # in data/ of the source tree
+            "ratio": "total",
+            "data_specs": ["dppo-tv", "dppo-kl", "kpop", "icepop"],
+            "p_edges": [0.0, 0.001, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99, 1.0],
+            "entropy_edges": [0.0, 0.05, 0.2, 0.5, 1.0, 2.0, 4.0, 12.0],
+        },
     }
 
 
@@ -264,4 +283,14 @@ class _Captions:
         "half the tokens are clipped there; (b) the fraction of tokens M2PO masks against its threshold "
         "tau: the large-batch limit P(y^2 > q), E[y^2 | y^2 <= q] = tau (line), and Monte Carlo per batch "
         "of B one-token sequences with 95 % intervals over batches (filled: reliable; hollow: flagged)."
+    )
+    prob_masks = (
+        "Where DPPO's and KPop's probability-aware masks bind: (a) the fraction of tokens masked at a fixed "
+        "sampler probability q of the token (log-odds shift logit pi - logit q ~ the lognormal family's "
+        "log-ratio, independent of q): quadrature lines, DPPO by the sign of the advantage (A > 0 masks "
+        "pi - q, or the binary KL, above the threshold; A <= 0 below), and Monte Carlo points with 95 % "
+        "intervals (filled: reliable; hollow: flagged); (b) the fraction of a shipped SmolLM2 file's tokens "
+        "masked per bin of the sampler's probability p and (c) per bin of the entropy, each point the bin's "
+        "mean with a 95 % bootstrap interval over prompts, DPPO with each sequence's own advantage, and "
+        "IcePop's ratio mask [0.5, 5] beside them."
     )

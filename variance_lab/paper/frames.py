@@ -21,6 +21,7 @@ from variance_lab import corrections, theory
 from variance_lab.experiment.names import DATA_DIR
 from variance_lab.families import Family, get_family
 from variance_lab.paper.catalog import FIGURES
+from variance_lab.paper.probmask_frame import prob_mask_frame
 from variance_lab.simulate import Engine, draw_log_p, resolve_sampler, simulate, using_engine
 from variance_lab.sweep import plan
 
@@ -179,6 +180,8 @@ def _figure_data(name: str, params: dict, engine: Engine) -> pd.DataFrame:
         return clip_frame(p)
     if name == "thresholds":
         return threshold_frame(p)
+    if name == "prob_masks":
+        return prob_mask_frame(p)
     family = get_family(p["family"], p["mu"], p["sigma2"])
     draws = sample_log_P(family, p["T"], int(p["n"]), seed=int(p["seed"]), sampler=p.get("sampler", "token"))
     return histogram_frame(draws, p["T"], p["bins"])

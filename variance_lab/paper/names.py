@@ -24,5 +24,6 @@ ALL_FIGURES = (
     "corrections_vs_T",
     "clip_fractions",
     "thresholds",
+    "prob_masks",
     FIGURE_NAME,
 )

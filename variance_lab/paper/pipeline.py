@@ -28,7 +28,7 @@ from variance_lab.paper.catalog import ALL_FIGURES, EXPERIMENT_FIGURE, FIGURES, 
 from variance_lab.paper.frames import figure_data
 from variance_lab.progress import progress_steps
 from variance_lab.provenance import FIGURE_VERSIONS, read_json_object, text_sha256, versions, write_sidecar
-from variance_lab.report import clip_figure, corrections_figure, threshold_figure
+from variance_lab.report import clip_figure, corrections_figure, probmask_figure, threshold_figure
 from variance_lab.report import figures as plots
 from variance_lab.report import style as report_style
 from variance_lab.simulate import Engine, using_engine
@@ -102,6 +102,12 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
     if name == "thresholds":
         title = f"{params['family']} ratios, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$"
         return threshold_figure.threshold_figure(data, title=title, style=style)
+    if name == "prob_masks":
+        title = (
+            f"(a) log-odds shift of the {params['family']} family, $\\mu={params['mu']:g}$, "
+            f"$\\sigma^2={params['sigma2']:g}$; (b, c) {Path(params['data']).name}, ratio {params['ratio']}"
+        )
+        return probmask_figure.prob_mask_figure(data, title=title, style=style)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
 
 

@@ -7,7 +7,8 @@ a bound" from here, and states its convention as arguments.
 =================  =====================================================================
 module             holds
 =================  =====================================================================
-``defaults``       every clip and band default, typed once (GSPO, PPO, DAPO, GMPO, IcePop, M2PO)
+``defaults``       every clip and band default, typed once (GSPO, PPO, DAPO, GMPO, IcePop, M2PO,
+                   DPPO, KPop)
 ``bounds``         the bound rule :func:`outside` with its convention (inclusive ends, log or
                    linear space, float32 or float64), :class:`BoundRule`, :func:`log_bounds`
 ``weights``        exact per-sequence sums of token log-ratios (:func:`segment_sums`), prefix sums
@@ -30,11 +31,14 @@ from variance_lab.ratios.bounds import (
 )
 from variance_lab.ratios.defaults import (
     DAPO_EPS,
+    DPPO_KL_DELTA,
+    DPPO_TV_DELTA,
     GMPO_EPS,
     GMPO_RANGE,
     GSPO_EPS,
     GSPO_RANGE,
     ICEPOP_BAND,
+    KPOP_DELTA,
     M2PO_TAU,
     PPO_EPS,
     PPO_RANGE,
@@ -46,11 +50,14 @@ from variance_lab.ratios.weights import log_clip_range, segment_cumsums, segment
 __all__ = [
     "CLOSED",
     "DAPO_EPS",
+    "DPPO_KL_DELTA",
+    "DPPO_TV_DELTA",
     "GMPO_EPS",
     "GMPO_RANGE",
     "GSPO_EPS",
     "GSPO_RANGE",
     "ICEPOP_BAND",
+    "KPOP_DELTA",
     "LEFT_OPEN",
     "M2PO_TAU",
     "OPEN",

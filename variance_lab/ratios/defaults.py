@@ -16,6 +16,11 @@ and both experiments' losses take their defaults from here.
 - :data:`M2PO_TAU` :math:`0.04`: M2PO's threshold of the batch's second moment
   :math:`\overline{(\log r)^2}` (Zheng et al. 2025, arXiv 2510.01161; AReaL's
   ``actor.m2_threshold``).
+- :data:`DPPO_TV_DELTA` :math:`0.15`, :data:`DPPO_KL_DELTA` :math:`0.05`: DPPO's thresholds of the
+  token's probability difference and of its binary KL (Qi et al. 2026, arXiv 2602.04879; the values
+  of verl's ``examples/dppo_trainer/run_qwen30b_dppo.sh``, verl-project/verl ``8f11888``);
+  :data:`KPOP_DELTA` :math:`0.1`: KPop's binary-KL threshold (prime-rl PR #3283,
+  ``kpop_threshold``).
 
 The package :mod:`variance_lab.ratios` re-exports every name of this module; its ``__all__`` is
 the one list of them.
@@ -54,6 +59,14 @@ ICEPOP_BAND = (0.5, 5.0)
 
 #: M2PO's threshold of the mean squared token log-ratio of a batch (Zheng et al. 2025, arXiv 2510.01161).
 M2PO_TAU = 0.04
+
+#: DPPO-Binary-TV's threshold of :math:`\pi(y) - \mu(y)` (verl's DPPO example, ``clip_ratio`` 0.15 for
+#: ``dppo_tv``; prime-rl's ``default_loss_fn`` uses 0.2 on both sides).
+DPPO_TV_DELTA = 0.15
+#: DPPO-Binary-KL's threshold of the binary KL :math:`D(\mu \| \pi)` (verl's DPPO example, 0.05).
+DPPO_KL_DELTA = 0.05
+#: KPop's threshold of either binary KL (prime-rl PR #3283, ``kpop_threshold`` 0.1, "as in the paper").
+KPOP_DELTA = 0.1
 
 #: The truncations of the token ratio that inference-engine corrections offer, in the names NeMo-RL
 #: (``truncated_importance_sampling_type``) and OpenRLHF (``vllm_is_correction_type``) both use:

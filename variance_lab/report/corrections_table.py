@@ -15,7 +15,14 @@ import pandas as pd
 from variance_lab.report.table import TABLE_FORMATS, format_number
 from variance_lab.report.table import render as render_table
 
-__all__ = ["TABLE_FORMATS", "corrections_mc_notes", "display_columns", "find_T_line", "render_corrections"]
+__all__ = [
+    "TABLE_FORMATS",
+    "corrections_mc_notes",
+    "display_columns",
+    "find_T_line",
+    "render_bins",
+    "render_corrections",
+]
 
 # Theory / data columns shown in markdown and LaTeX: column -> header (T is shown by report.table).
 _HEADERS = {
@@ -135,4 +142,32 @@ def render_corrections(
     """
     frame = frame.copy()
     frame.attrs["display_columns"] = display_columns(frame, ci=ci)
+    return render_table(frame, fmt, title=title, notes=notes)
+
+
+def render_bins(
+    frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes: str = "", ci=0.95
+) -> str:
+    """Render a frame of masked fractions per bin (:func:`variance_lab.corrections.mask_by_bins`).
+
+    csv and json hold the frame's own columns; markdown and LaTeX show the bin, the correction,
+    the tokens, the fraction with its interval and the prediction.
+    """
+    pct = f"{100 * ci:g}%"
+    frame = frame.copy()
+    frame.attrs["display_columns"] = {
+        frame["by"].iloc[0] if len(frame) else "bin": [
+            f"[{format_number(a)}, {format_number(b)}]"
+            for a, b in zip(frame["bin_lo"], frame["bin_hi"], strict=True)
+        ],
+        "correction": [str(v) for v in frame["correction"]],
+        "tokens": [str(int(v)) for v in frame["n_tokens"]],
+        "sequences": [str(int(v)) for v in frame["n_seq"]],
+        f"frac. modified [{pct} CI]": _interval(frame, "frac_modified", pct)[1],
+        "predicted frac. modified": [format_number(v) for v in frame["pred_frac_modified"]],
+        "prediction inside": [
+            "n/a" if not math.isfinite(p) else "yes" if ok else "NO"
+            for p, ok in zip(frame["pred_frac_modified"], frame["pred_inside"], strict=True)
+        ],
+    }
     return render_table(frame, fmt, title=title, notes=notes)

@@ -35,6 +35,7 @@ __all__ = [
     "parse_record",
     "record_array",
     "sequence_values",
+    "token_values",
 ]
 
 #: Canonical field names; ``fields=`` maps them to a file's own names.
@@ -377,3 +378,50 @@ def sequence_values(records: Iterable[Mapping], name: str, batch: TokenBatch) ->
     if len(out) != len(batch):
         raise ValueError(f"{len(out)} records with {name!r} for {len(batch)} sequences")
     return np.asarray(out)
+
+
+def token_values(records: Iterable[Mapping], name: str, batch: TokenBatch) -> np.ndarray:
+    """Return one number per counted token of ``batch`` from the records' per-token field ``name``.
+
+    Parameters
+    ----------
+    records : iterable of mapping
+        The records the batch was read from, in the same order (a sequence the batch dropped is
+        skipped by its index).
+    name : str
+        A per-token field, as long as the record's ``logp``; where the record has a ``mask``, the
+        tokens with mask 1 are kept, as the batch keeps them.
+    batch : TokenBatch
+
+    Raises
+    ------
+    ValueError
+        Naming the record (index and id) whose field is missing, of the wrong length or not
+        finite, or when the records are fewer than the batch's sequences.
+    """
+    dropped = {d.index for d in batch.dropped}
+    names = field_names()
+    out = []
+    for i, rec in enumerate(records):
+        if i in dropped:
+            continue
+        rid = rec.get("id", i) if isinstance(rec, Mapping) else i
+        arr, problem = record_array(rec, name) if isinstance(rec, Mapping) else (None, "not a JSON object")
+        if problem is None:
+            mask, problem = record_array(rec, names["mask"], required=False)
+            n = len(rec.get(names["logp"]) or ())
+            if problem is None and arr.size != n:
+                problem = f"field {name!r} has {arr.size} values for {n} tokens"
+            elif problem is None and not np.all(np.isfinite(arr)):
+                problem = f"field {name!r} holds a non-finite value"
+            elif problem is None and mask is not None:
+                arr = arr[mask == 1]
+        if problem is not None:
+            raise ValueError(f"record {i} (id={rid!r}): {problem}")
+        out.append(arr)
+    if len(out) != len(batch):
+        raise ValueError(f"{len(out)} records with {name!r} for {len(batch)} sequences")
+    values = np.concatenate(out) if out else np.zeros(0)
+    if values.size != batch.n_tokens:
+        raise ValueError(f"{values.size} values of {name!r} for the batch's {batch.n_tokens} tokens")
+    return values
