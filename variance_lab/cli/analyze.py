@@ -191,20 +191,18 @@ def add_command(sub) -> None:
         help="K of the held-out judgment of the fitted models: prompts (or sequences, without prompt_id) "
         "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
     )
-    p.add_argument(
-        "--fit-tokens",
-        type=int_arg("--fit-tokens", minimum=0),
-        default=FIT_TOKENS,
-        help="tokens the token-mixture fits (mix, comb) see at most, about: a larger file gives them a "
-        f"seeded random sample of whole prompts, named in the output (default {FIT_TOKENS:,}; 0: all)",
-    )
-    p.add_argument(
-        "--fit-sequences",
-        type=int_arg("--fit-sequences", minimum=0),
-        default=FIT_SEQUENCES,
-        help="sequences the hier fit sees at most, about, drawn the same way "
-        f"(default {FIT_SEQUENCES:,}; 0: all)",
-    )
+    for option, cap, what in (
+        (
+            "--fit-tokens",
+            FIT_TOKENS,
+            "tokens the token-mixture fits (mix, comb) see at most, about: a larger file gives them a "
+            "seeded random sample of whole prompts, named in the output",
+        ),
+        ("--fit-sequences", FIT_SEQUENCES, "sequences the hier fit sees at most, about, drawn the same way"),
+    ):
+        p.add_argument(
+            option, type=int_arg(option, minimum=0), default=cap, help=f"{what} (default {cap:,}; 0: all)"
+        )
     add_ratio_arg(p, "the ratio of the main table, the fits and the clip fractions")
     add_seed_arg(p, "seed of the bootstrap")
     add_output_args(
