@@ -73,7 +73,7 @@ def test_bounds_frame_is_the_speed_bounds_api():
     """Bias, variance and crossover rows are theory.speed_bounds'; the ratio rows are bound / exact."""
     params = {**catalog.default_params("speed_bounds", quick=True), "T": [1, 10, 100], "T_max": 600}
     params["families"] = [params["families"][1], params["families"][3]]
-    frame = method_frames.bounds_frame(params)
+    frame = method_frames.speed_bounds_frame(params)
     for spec in params["families"]:
         fam, label = method_frames._family(spec), method_frames.family_label(spec)
         want = speed_bounds.bounds_frame(fam, [1, 10, 100])

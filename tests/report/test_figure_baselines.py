@@ -270,13 +270,13 @@ def _vcpo_ess():
 
 def _speed_bounds():
     """Draw the bounds of "When Speed Kills Stability" against the exact values: one state, a mixture."""
-    from variance_lab.paper.method_frames import bounds_frame
+    from variance_lab.paper.method_frames import speed_bounds_frame
     from variance_lab.report.method_figures import bounds_figure
 
     mix = {"components": "0.98:-0.0005:0.001,0.02:-0.25:0.5"}
     params = {"families": [["lognormal", 1.0, 0.01], ["lognormal-mixture", None, None, mix]], "T": T_SMALL,
               "n": [10.0, 100.0, 1000.0, 10000.0], "T_max": 1500}  # fmt: skip
-    return bounds_figure(bounds_frame(params), style="paper")
+    return bounds_figure(speed_bounds_frame(params), style="paper")
 
 
 FIGURES = {

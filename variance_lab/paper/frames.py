@@ -21,7 +21,7 @@ from variance_lab import corrections, theory
 from variance_lab.experiment.names import DATA_DIR
 from variance_lab.families import Family, get_family
 from variance_lab.paper.catalog import FIGURES
-from variance_lab.paper.method_frames import bounds_frame, sign_frame, vcpo_frame
+from variance_lab.paper.method_frames import sign_frame, speed_bounds_frame, vcpo_frame
 from variance_lab.simulate import Engine, draw_log_p, resolve_sampler, simulate, using_engine
 from variance_lab.sweep import plan
 
@@ -40,7 +40,7 @@ __all__ = [
 
 
 #: The frames of the 2025-26 methods' figures (:mod:`variance_lab.paper.method_frames`), by figure.
-METHOD_FRAMES = {"sign_weights": sign_frame, "vcpo_ess": vcpo_frame, "speed_bounds": bounds_frame}
+METHOD_FRAMES = {"sign_weights": sign_frame, "vcpo_ess": vcpo_frame, "speed_bounds": speed_bounds_frame}
 
 
 # --------------------------------------------------------------------------- raw draws

@@ -14,7 +14,7 @@ Each frame has the panel schema of :data:`variance_lab.report.threshold_figure.T
   family (:func:`variance_lab.corrections.vcpo.ess_limit`), the minibatch's mean
   (:func:`~variance_lab.corrections.vcpo.simulate_ess_ratio`), and VCPO's baseline gain over the
   group mean on the shipped files (:func:`~variance_lab.corrections.vcpo.baseline_gain`).
-- :func:`bounds_frame` (figure ``speed_bounds``): :mod:`variance_lab.theory.speed_bounds`.
+- :func:`speed_bounds_frame` (figure ``speed_bounds``): :mod:`variance_lab.theory.speed_bounds`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from variance_lab.experiment.names import DATA_DIR
 from variance_lab.families import get_family
 from variance_lab.theory import speed_bounds
 
-__all__ = ["bounds_frame", "family_label", "rollout_file", "sign_frame", "vcpo_frame"]
+__all__ = ["family_label", "rollout_file", "sign_frame", "speed_bounds_frame", "vcpo_frame"]
 
 _NAN = math.nan
 
@@ -190,7 +190,7 @@ def vcpo_frame(params: dict) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------------------------- bounds
-def bounds_frame(params: dict) -> pd.DataFrame:
+def speed_bounds_frame(params: dict) -> pd.DataFrame:
     r"""Tidy rows of the ``speed_bounds`` figure (:mod:`variance_lab.theory.speed_bounds`).
 
     For each ``[name, mu, sigma2, {extra}]`` of ``families`` (series its label): panel ``bias``,
