@@ -402,3 +402,20 @@ def test_sign_specs_need_a_jsonl_file(tmp_path, capsys):
     assert rc == 2
     assert "'advantage' is missing" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_find_T_of_sign_specs_is_on_their_overall_row(capsys):
+    """--find-T with sign specs: the overall row carries find_T (the signs mixed), its sign rows none.
+
+    It raised a KeyError on the sign rows' labels before.
+    """
+    rc, out, err = run_cli(
+        capsys, "corrections", "--T", "10", "--correction", "aspo,opsm:0.02", "--find-T", "--format", "json"
+    )
+    assert rc == 0, err
+    doc = json.loads(out)
+    rows = pd.DataFrame(doc["rows"] if isinstance(doc, dict) else doc).set_index("correction")
+    fam = get_family("lognormal", 1.0, 0.1)
+    assert rows.loc["aspo", "find_T"] == co.find_T(fam, "aspo", 0.5) == 3
+    assert rows.loc["opsm:0.02", "find_T"] == co.find_T(fam, "opsm:0.02", 0.5)
+    assert rows.loc[["aspo [A>=0]", "aspo [A<0]", "opsm:0.02 [A<0]"], "find_T"].isna().all()

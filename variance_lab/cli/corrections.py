@@ -103,7 +103,8 @@ def _model(args, cs) -> tuple:
         if not lognormal:
             raise CLIError("--find-T needs the closed form: --family lognormal")
         found = {c.spec: corrections.find_T(family, c, args.threshold) for c in cs}
-        frame["find_T"] = [found[s] for s in frame["correction"]]
+        # a sign-dependent spec's answer is its overall row's (the signs mixed); its sign rows get none
+        frame["find_T"] = [found.get(s) for s in frame["correction"]]
         frame["find_T_threshold"] = float(args.threshold)
         lines = [
             report.find_T_line(

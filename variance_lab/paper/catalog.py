@@ -327,7 +327,8 @@ class _Captions:
         "ratios: closed forms (lines; a weight with zero variance is left out of the log axis) and Monte "
         "Carlo (points with 95 % intervals; hollow: flagged unreliable); (c) the bias by sign on the "
         "update ratio pi_theta/pi_old of the shipped stale-GSPO SmolLM2 run with each record's group "
-        "advantage (A = 0 counted positive), 95 % bootstrap intervals over prompts."
+        "advantage (A = 0 counted positive); bars: the 95 % bootstrap interval of E[w] over prompts, less "
+        "the observed mean of X (which has no interval of its own here)."
     )
     vcpo_ess = (
         "VCPO's effective-sample-size ratio rho_k(T) = (E[P_T]^2/E[P_T^2])^k, whose square root scales "
