@@ -56,6 +56,12 @@ spec                  level     weight :math:`w` (modified: what counts as trunc
                                 ``off_policy_mask_threshold``); ``P`` is the theory's
                                 :math:`P(A \ge 0)`, default 0.5; three rows, by sign
                                 (:mod:`~variance_lab.corrections.sign`)
+``aspo[:EL:EH:C:P]``  token     ASPO: :math:`1/r` on :math:`[1/C, 1 + EH]` when :math:`A \ge 0`
+                                (:math:`C` below, 0 above), :math:`r` on :math:`[1 - EL, C]` when
+                                :math:`A < 0` (0 below, :math:`C` above): the weight of each token's
+                                gradient in ASPO's loss; modified: zeroed or dual-clipped; default
+                                0.2, 0.2, 3; ``aspo``, ``aspo:E`` (both widths), ``aspo:EL:EH``,
+                                ``aspo:EL:EH:C`` (:mod:`~variance_lab.corrections.sign`)
 ====================  ========  ===========================================================
 
 On data a value exactly at a bound is kept (:data:`BOUND_RULE`, the rule of
@@ -170,6 +176,7 @@ from variance_lab.corrections.prefix import (
     prefix_variances,
 )
 from variance_lab.corrections.sign import (
+    ASPO_RULE,
     OPSM_RULE,
     SIGNS,
     apply_signed,
@@ -178,6 +185,7 @@ from variance_lab.corrections.sign import (
     sign_log_moments,
 )
 from variance_lab.corrections.specs import (
+    ASPO_DEFAULT,
     CORRECTION_KINDS,
     GMPO_DEFAULT,
     GSPO_DEFAULT,
@@ -193,6 +201,8 @@ from variance_lab.corrections.specs import (
 from variance_lab.corrections.weights import BOUND_RULE, apply_sequence, apply_tokens, log_base_tokens
 
 __all__ = [
+    "ASPO_DEFAULT",
+    "ASPO_RULE",
     "BOOTSTRAP_COLUMNS",
     "BOUND_RULE",
     "COLUMNS",

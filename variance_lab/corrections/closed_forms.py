@@ -131,13 +131,18 @@ def _row(c: Correction, family: Family, T: int) -> dict:
     return _row_from_logs(c, T, (l1, l2, lf, lbase), _frac_seq_any(c, lf, T), "closed form")
 
 
+def _sign_any(c: Correction, logs: dict, T: float) -> dict:
+    """``frac_seq_any`` of each sign's row; the overall row mixes the signs' (a sequence has one sign)."""
+    out = {s: _frac_seq_any(c, logs[s][2], T) for s in SIGNS[1:]}
+    p = c.p_positive
+    return {"all": p * out["A>=0"] + (1 - p) * out["A<0"], **out}
+
+
 def _sign_rows(c: Correction, family: Family, T: int) -> list[dict]:
     """Return the rows of a sign-dependent spec: every sequence, then A >= 0, then A < 0 (by label)."""
     logs = sign_log_moments(c, family.mean_log, family.var_log, T)
-    return [
-        _row_from_logs(c, T, logs[s], math.exp(logs[s][2]), "closed form", label=sign_label(c, s))
-        for s in SIGNS
-    ]
+    anys = _sign_any(c, logs, T)
+    return [_row_from_logs(c, T, logs[s], anys[s], "closed form", label=sign_label(c, s)) for s in SIGNS]
 
 
 def _row_from_logs(c: Correction, T: int, logs, frac_seq_any: float, method: str, label=None) -> dict:
@@ -370,10 +375,11 @@ def theory(family: Family, T, corrections) -> pd.DataFrame:
         Sequence lengths >= 1.
     corrections : str or list
         Specs (a comma list or a list), see :func:`parse`. A sign-dependent spec (``topr``,
-        ``opsm:DELTA``; lognormal family only) gives three rows, labelled by
+        ``opsm:DELTA``, ``aspo``; lognormal family only) gives three rows, labelled by
         :func:`~variance_lab.corrections.sign.sign_label`: every sequence (the two signs mixed
         with the spec's :math:`P(A \ge 0)`), then :math:`A \ge 0`, then :math:`A < 0`, each with
-        its bias against :math:`E[P_T]` (:mod:`variance_lab.corrections.sign`).
+        its bias against :math:`E[P_T]` (:math:`E[r]` for the token-level ``aspo``;
+        :mod:`variance_lab.corrections.sign`).
 
     Returns
     -------
@@ -423,6 +429,8 @@ def _find_target(c: Correction, family: Family, T: float) -> float:
     """
     if c.kind == "ctpo":
         return float(clip_probability(c, family.mean_log, family.var_log, T))
+    if c.signed:  # a sequence has one sign: the signs' fractions mixed, not 1 - (1 - p)^T of the mix
+        return _sign_any(c, sign_log_moments(c, family.mean_log, family.var_log, T), T)["all"]
     _, _, lf, _ = _log_moments_at(c, family, T)
     return _frac_seq_any(c, lf, T)
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from variance_lab.ratios import GMPO_EPS, GSPO_EPS, ICEPOP_BAND, M2PO_TAU
+from variance_lab.ratios import ASPO_DUAL_CLIP, ASPO_EPS, GMPO_EPS, GSPO_EPS, ICEPOP_BAND, M2PO_TAU
 
 __all__ = [
+    "ASPO_DEFAULT",
     "CORRECTION_KINDS",
     "GMPO_DEFAULT",
     "GSPO_DEFAULT",
@@ -48,11 +49,15 @@ CORRECTION_KINDS = {
     "m2po": ("token", "r", (0, 1, 2)),
     "topr": ("sequence", "P", (0, 1)),
     "opsm": ("sequence", "P", (1, 2)),
+    "aspo": ("token", "r", (0, 1, 2, 3, 4)),
 }
 
 #: Kinds whose weight depends on the sign of the sequence's advantage
 #: (:mod:`variance_lab.corrections.sign`); their last parameter is the theory's P(A >= 0).
-SIGNED_KINDS = ("topr", "opsm")
+SIGNED_KINDS = ("topr", "opsm", "aspo")
+#: ``aspo``'s defaults :math:`(\varepsilon_l, \varepsilon_h, C)`: ASPO's clip widths and soft dual clip
+#: (:data:`variance_lab.ratios.ASPO_EPS`, :data:`variance_lab.ratios.ASPO_DUAL_CLIP`).
+ASPO_DEFAULT = (*ASPO_EPS, ASPO_DUAL_CLIP)
 #: The default P(A >= 0) of the theory's sign model (``topr``, ``opsm:DELTA``).
 SIGN_P_DEFAULT = 0.5
 
@@ -80,7 +85,8 @@ class Correction:
     kind : str
     params : tuple of float
         As written in the spec (defaults filled in for ``gspo``, ``gmpo``, ``icepop`` and
-        ``m2po``, whose params are always ``(tau, batch)``; ``ctpo:E`` is ``(E, E)``).
+        ``m2po``, whose params are always ``(tau, batch)``; ``ctpo:E`` is ``(E, E)``; ``aspo``'s
+        are always ``(EL, EH, C, P)``; ``topr``'s ``(P,)``, ``opsm``'s ``(DELTA, P)``).
     spec : str
         The spec string it was parsed from, as written.
     cut : float or None
@@ -111,12 +117,12 @@ class Correction:
 
     @property
     def signed(self) -> bool:
-        """Whether the weight depends on the sign of the sequence's advantage (``topr``, ``opsm``)."""
+        """Whether the weight depends on the sign of the advantage (``topr``, ``opsm``, ``aspo``)."""
         return self.kind in SIGNED_KINDS
 
     @property
     def p_positive(self) -> float:
-        """``topr``, ``opsm``: the theory's p = P(A >= 0) (the spec's last parameter)."""
+        """``topr``, ``opsm``, ``aspo``: the theory's p = P(A >= 0) (the spec's last parameter)."""
         if not self.signed:
             raise ValueError(f"{self.spec!r} does not depend on the advantage's sign")
         return self.params[-1]
@@ -209,6 +215,8 @@ def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[floa
         if min(values) <= 0:
             raise bad("the bounds EL, EH of the cumulative log-ratio must be > 0")
         return values if len(values) == 2 else (values[0], values[0])
+    if kind == "aspo":
+        return _check_aspo(values, bad)
     if kind in SIGNED_KINDS:
         need = 1 if kind == "opsm" else 0
         p = values[need] if len(values) > need else SIGN_P_DEFAULT
@@ -242,6 +250,20 @@ def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[floa
     if kind == "cispo" and len(values) == 2 and values[0] >= 1:
         raise bad("the lower clip width must be < 1")
     return values
+
+
+def _check_aspo(values: tuple[float, ...], bad) -> tuple[float, float, float, float]:
+    """``aspo[:E|:EL:EH[:C[:P]]]`` as ``(EL, EH, C, P)``, defaults from :data:`ASPO_DEFAULT`."""
+    if len(values) == 1:
+        values = (values[0], values[0])
+    el, eh, c, p = (*values, *ASPO_DEFAULT[len(values) :], SIGN_P_DEFAULT)[:4]
+    if not (0 < el < 1 and eh > 0):
+        raise bad("the clip widths must satisfy 0 < EL < 1 and EH > 0")
+    if c <= 1:
+        raise bad(f"the dual clip C must be > 1, got {c!r}")
+    if not 0.0 < p < 1.0:
+        raise bad(f"the sign model's P = P(A >= 0) must lie in (0, 1), got {p!r}")
+    return el, eh, c, p
 
 
 def parse(spec: str) -> Correction:

@@ -21,10 +21,12 @@ from variance_lab import corrections, theory
 from variance_lab.experiment.names import DATA_DIR
 from variance_lab.families import Family, get_family
 from variance_lab.paper.catalog import FIGURES
+from variance_lab.paper.method_frames import sign_frame, speed_bounds_frame, vcpo_frame
 from variance_lab.simulate import Engine, draw_log_p, resolve_sampler, simulate, using_engine
 from variance_lab.sweep import plan
 
 __all__ = [
+    "METHOD_FRAMES",
     "clip_analysis",
     "clip_columns",
     "clip_frame",
@@ -35,6 +37,10 @@ __all__ = [
     "threshold_frame",
     "with_resampled_gspo",
 ]
+
+
+#: The frames of the 2025-26 methods' figures (:mod:`variance_lab.paper.method_frames`), by figure.
+METHOD_FRAMES = {"sign_weights": sign_frame, "vcpo_ess": vcpo_frame, "speed_bounds": speed_bounds_frame}
 
 
 # --------------------------------------------------------------------------- raw draws
@@ -179,6 +185,8 @@ def _figure_data(name: str, params: dict, engine: Engine) -> pd.DataFrame:
         return clip_frame(p)
     if name == "thresholds":
         return threshold_frame(p)
+    if name in METHOD_FRAMES:
+        return METHOD_FRAMES[name](p)
     family = get_family(p["family"], p["mu"], p["sigma2"])
     draws = sample_log_P(family, p["T"], int(p["n"]), seed=int(p["seed"]), sampler=p.get("sampler", "token"))
     return histogram_frame(draws, p["T"], p["bins"])

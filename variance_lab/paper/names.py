@@ -24,5 +24,8 @@ ALL_FIGURES = (
     "corrections_vs_T",
     "clip_fractions",
     "thresholds",
+    "sign_weights",
+    "vcpo_ess",
+    "speed_bounds",
     FIGURE_NAME,
 )

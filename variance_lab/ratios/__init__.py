@@ -7,7 +7,7 @@ a bound" from here, and states its convention as arguments.
 =================  =====================================================================
 module             holds
 =================  =====================================================================
-``defaults``       every clip and band default, typed once (GSPO, PPO, DAPO, GMPO, IcePop, M2PO)
+``defaults``       every clip and band default, typed once (GSPO, PPO, DAPO, GMPO, IcePop, M2PO, ASPO)
 ``bounds``         the bound rule :func:`outside` with its convention (inclusive ends, log or
                    linear space, float32 or float64), :class:`BoundRule`, :func:`log_bounds`
 ``weights``        exact per-sequence sums of token log-ratios (:func:`segment_sums`), prefix sums
@@ -29,6 +29,8 @@ from variance_lab.ratios.bounds import (
     outside,
 )
 from variance_lab.ratios.defaults import (
+    ASPO_DUAL_CLIP,
+    ASPO_EPS,
     DAPO_EPS,
     GMPO_EPS,
     GMPO_RANGE,
@@ -44,6 +46,8 @@ from variance_lab.ratios.defaults import (
 from variance_lab.ratios.weights import log_clip_range, segment_cumsums, segment_sums
 
 __all__ = [
+    "ASPO_DUAL_CLIP",
+    "ASPO_EPS",
     "CLOSED",
     "DAPO_EPS",
     "GMPO_EPS",
