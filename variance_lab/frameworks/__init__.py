@@ -20,16 +20,17 @@ logged metrics can be recomputed from its token log-probabilities and diffed:
   ``tis``, ``icepop``, ``seq-mask-tis`` (bounds [0.5, 5] by default), the ``ppo`` and ``gspo``
   ratios, ``ppo_clip_ratio``, ``ppo_kl`` and ``vllm_kl``.
 
-verl and TRL are checked against their released code (``tools/framework_fixtures.py`` writes
-fixtures in a scratch environment with ``verl==0.9.1`` and ``trl==1.16.0``; the default tests
-compare to :math:`10^{-9}` relative, and verl also on float32 log-probs with int64 and bool
-masks, within verl's own float32 rounding); slime, prime-rl, NeMo-RL and OpenRLHF against their
-own functions run with torch (``tools/*_fixtures.py``: counts exact, values within the
-framework's float32 rounding). Each module cites the file and the commit it mirrors.
+verl and TRL are checked against their released code (``tools/framework_fixtures.py`` and
+``tools/trl_fixtures.py`` write fixtures in a scratch environment with ``verl==0.9.1`` and
+``trl==1.16.0``; the default tests compare to :math:`10^{-9}` relative, and also on float32
+log-probs with int64 and bool masks, within the framework's own float32 rounding); slime,
+prime-rl, NeMo-RL and OpenRLHF against their own functions run with torch
+(``tools/*_fixtures.py``: counts exact, values within the framework's float32 rounding). Each
+module cites the file and the commit it mirrors.
 
 Inputs are padded ``(B, T)`` arrays with a 0/1 mask (:mod:`~variance_lab.frameworks.batch`);
-outputs are float64, except verl's and OpenRLHF's, which follow the dtypes they are given as the
-frameworks do. Where a
+outputs are float64, except verl's, TRL's and OpenRLHF's, which follow the dtypes they are given
+as the frameworks do. Where a
 framework applies one of the toolkit's corrections, the mirror calls :mod:`variance_lab.corrections`
 (each module says which), so every formula lives in one place.
 """

@@ -91,11 +91,20 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "trl",
             "trl/trainer/grpo_trainer.py, TRL 1.16.0",
             "log pi_old - log pi_vLLM (NaN -> 0)",
-            "none in the vLLM correction (overflow to inf, then capped or masked); "
-            "VESPO clamps log w to [log 1e-8, 20]",
-            _rules(vllm_masks=trl.MASK_RULE, off_policy_mask=trl.OFF_POLICY_RULE),
+            "none in the vLLM correction (float32 overflows to inf above 88.72, then capped or "
+            "masked); VESPO clamps log w to [log 1e-8, 20]",
+            _rules(
+                vllm_masks=trl.MASK_RULE,
+                vllm_masks_float32=trl.MASK_F32_RULE,
+                off_policy_mask=trl.OFF_POLICY_RULE,
+                off_policy_mask_float32=trl.OFF_POLICY_F32_RULE,
+            ),
             trl.TRL_MEAN,
-            "float32 log-probs; the gamma weights' constants are rounded to float32 as TRL does (reproduced)",
+            "none beyond float32 rounding: the mirror computes in TRL's dtypes (float32 log-probs, "
+            "the mask's dtype, the bounds cast to float32; the gamma weights' constants float32 as "
+            "TRL's); a float32 sum's order and torch's exp one ulp off can move a value, which "
+            "VESPO's exponent amplifies (within float32's error bound); checked against the static "
+            "methods and the inline vLLM blocks run verbatim (tools/trl_fixtures.py, 24 batches)",
         ),
         "nemo-rl": Conventions(
             "nemo-rl",
