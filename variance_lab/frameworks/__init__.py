@@ -18,13 +18,15 @@ logged metrics can be recomputed from its token log-probabilities and diffed:
   of slime's ``mis.py`` (``compute_mis_weights``);
 - :mod:`~variance_lab.frameworks.openrlhf`: ``PolicyLoss``'s ``vllm_is_correction_type``
   ``tis``, ``icepop``, ``seq-mask-tis`` (bounds [0.5, 5] by default), the ``ppo`` and ``gspo``
-  ratios, ``ppo_clip_ratio``, ``ppo_kl`` and ``vllm_kl``.
+  ratios, ``ppo_clip_ratio``, ``ppo_kl`` and ``vllm_kl``;
+- :mod:`~variance_lab.frameworks.areal`: AReaL's M2PO mask (``actor.m2_threshold``) and the
+  token counts and averages it changes.
 
 verl and TRL are checked against their released code (``tools/framework_fixtures.py`` and
 ``tools/trl_fixtures.py`` write fixtures in a scratch environment with ``verl==0.9.1`` and
 ``trl==1.16.0``; the default tests compare to :math:`10^{-9}` relative, and also on float32
 log-probs with int64 and bool masks, within the framework's own float32 rounding); slime,
-prime-rl, NeMo-RL and OpenRLHF against their own functions run with torch
+prime-rl, NeMo-RL, OpenRLHF and AReaL against their own functions run with torch
 (``tools/*_fixtures.py``: counts exact, values within the framework's float32 rounding). Each
 module cites the file and the commit it mirrors.
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl, slime, slime_mis, trl, verl
+from variance_lab.frameworks import areal, nemo_rl, openrlhf, prime_rl, slime, slime_mis, trl, verl
 from variance_lab.frameworks.batch import MeanRule
 from variance_lab.ratios import BoundRule
 
@@ -69,7 +69,7 @@ def _means(**means: MeanRule) -> Mapping[str, MeanRule]:
     return MappingProxyType(means)
 
 
-#: The six mirrors' conventions, by framework name.
+#: The mirrors' conventions, by framework name: the six frameworks ``logged`` reads, and AReaL.
 CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
     {
         "verl": Conventions(
@@ -169,6 +169,20 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "(288 settings, tools/openrlhf_fixtures.py); not mirrored: the loss value, dual-clip, "
             "the averaging of metrics over micro-batches",
             _means(policy_loss_type_gspo=openrlhf.GSPO_MEAN),
+        ),
+        "areal": Conventions(
+            "areal",
+            "areal/trainer/ppo/actor.py, AReaL 4aef98d",
+            "log pi_behave - log pi_prox (M2PO's y; the square y^2 is sorted)",
+            "none",
+            _rules(m2po_running_mean=areal.M2PO_RULE, m2po_running_mean_float32=areal.M2PO_F32_RULE),
+            areal.AREAL_MEAN,
+            "none but ties: the mirror computes in AReaL's dtype (float32 y^2, running sums "
+            "accumulated in float64 and rounded to float32 as torch's CPU cumsum, a GPU's in "
+            "float32), the strict < tau; among tokens of equal y^2 at the cut torch's sort "
+            "order beyond 16 tokens is unspecified (the count per value is the same); checked "
+            "against _apply_m2po_masking run verbatim (240 settings, tools/areal_fixtures.py); "
+            "the mirror covers M2PO only (no PPO loss, no decoupled loss)",
         ),
     }
 )
