@@ -130,14 +130,16 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "src/prime_rl/trainer/rl/loss.py, prime-rl 559b447",
             "log pi_trainer - log pi_inference; DPPO, IPO and ref-KL mask on pi_trainer - pi_inference",
             "none",
-            _rules(dppo_mask=prime_rl.PRIME_RL_RULE),
+            _rules(dppo_mask=prime_rl.PRIME_RL_RULE, icepop_log_ratio=prime_rl.ICEPOP_LOSS_RULE),
             prime_rl.PRIME_RL_MEAN,
             "probability differences in float32 as prime-rl takes them (the correctly rounded float32 "
             "exp: torch's is one ulp off on about 1 % of inputs, which at a bound flips a mask: 1 of "
             "6,752 fixture decisions); values in float64 (prime-rl's float32 e^y - y - 1 of a small y "
             "is mostly rounding); per-sample metrics of default (DPPO), ipo and ref_kl, rl_weights "
-            "and ref_kl_weights mirrored; not mirrored: IcePop (PR #3526, after 559b447), the ce "
-            "loss's nll, custom losses, the loss values themselves",
+            "and ref_kl_weights mirrored; IcePop (PR #3526, after 559b447: the float32 log-ratio "
+            "against the bounds' float32 logs) checked against IcePopLoss run verbatim "
+            "(tools/prime_rl_icepop_fixtures.py, 4,650 decisions); not mirrored: the ce loss's "
+            "nll, custom losses, the loss values themselves",
         ),
         "slime": Conventions(
             "slime",
