@@ -133,6 +133,23 @@ def test_float32_ratio_at_the_low_bound_is_kept():
     assert w[0, 0] == F32(0.5)  # a one-token geometric mean at the bound is kept too
 
 
+def test_an_overflowing_masked_ratio_is_nan_as_in_openrlhf():
+    """A float32 log-ratio of 100: e^y = inf, masked, ``vllm_is * mask`` is inf * 0 = NaN in OpenRLHF."""
+    old = np.array([[100.0, 0.1]], dtype=F32)
+    zero = np.zeros_like(old)
+    mask = np.ones((1, 2), dtype=np.int64)
+    w, _ = openrlhf.vllm_is_correction(old, zero, mask, vllm_is_correction_type="icepop")
+    assert math.isnan(w[0, 0])
+    assert w[0, 1] == exp_float32(F32(0.1))
+    w, _ = openrlhf.vllm_is_correction(old, zero, mask, vllm_is_correction_type="seq-mask-tis")
+    assert math.isnan(w[0, 0])  # the sequence's mean 50.05 is masked; its inf token times 0
+    assert w[0, 1] == 0.0
+    w, _ = openrlhf.vllm_is_correction(old, zero, mask, vllm_is_correction_type="tis")
+    assert w[0, 0] == F32(5.0)  # clamp(inf, max=5)
+    w, _ = openrlhf.vllm_is_correction(old.astype(np.float64), zero, mask, vllm_is_correction_type="icepop")
+    assert w[0, 0] == 0.0  # e^100 is finite in float64: masked to 0
+
+
 def test_gspo_ratio_is_the_sequence_geometric_mean_against_the_rollout_policy():
     """GSPO with the correction: e^{mean(log pi - log pi_rollout)} per token, no vllm_kl; without: vs old."""
     new = OLD + np.array([[0.1, 0.0, -0.1], [0.3, 0.1, 0.0]])

@@ -19,7 +19,10 @@ OpenRLHF's conventions, all kept:
   bounds (the toolkit's ``geo-rs``), and its tokens then get the raw ratio :math:`e^{y_t}`,
   **not truncated** (the source's comment says "still use TIS (token-level clamp)", its code
   multiplies by the unclamped ratio); a fully masked row's mean is :math:`0/0`, NaN, so it is
-  dropped;
+  dropped; a ratio that overflows (:math:`y > 88.72` on float32 tensors, 709.78 on float64) and
+  is masked becomes ``inf * 0 = NaN``, not 0, in OpenRLHF (``vllm_is * mask``, lines 203-204 and
+  213), which makes the whole loss NaN: the mirror returns that NaN (prime-rl's IcePop masks
+  before exponentiating to avoid it);
 - the bound rule: ``icepop`` and ``seq-mask-tis`` keep a ratio exactly at either bound (``>=
   low``, ``<= high``) and compare :math:`e^y` (resp. :math:`e^{\bar y}`), computed in the
   tensors' dtype, with the bounds cast to that dtype (torch compares a tensor with a Python
@@ -109,6 +112,11 @@ def _masked(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask != 0, values, 0).astype(dt)
 
 
+def _zeroed(r: np.ndarray) -> np.ndarray:
+    """Return ``r * False`` as torch forms it: 0, but NaN where ``r`` overflowed to inf (inf * 0)."""
+    return np.where(np.isinf(r), r.dtype.type(np.nan), r.dtype.type(0.0))
+
+
 def vllm_is_correction(
     old_log_probs,
     rollout_log_probs,
@@ -155,12 +163,12 @@ def vllm_is_correction(
     if kind == "tis":
         w = np.minimum(np.maximum(r, dt.type(lo)), dt.type(hi))  # torch.clamp: high wins over low
     elif kind == "icepop":
-        w = np.where(_rule(dt).outside(r, lo, hi), dt.type(0.0), r)
+        w = np.where(_rule(dt).outside(r, lo, hi), _zeroed(r), r)
     else:
         with np.errstate(invalid="ignore"):
             mean_y = OPENRLHF_MEAN.mean(y, m, axis=-1)  # 0/0 = NaN for an empty row: dropped
         keep = _rule(mean_y.dtype).inside(exp_like(mean_y), lo, hi)
-        w = np.where(keep[:, None], r, dt.type(0.0))
+        w = np.where(keep[:, None], r, _zeroed(r))
     vllm_kl = float(OPENRLHF_MEAN.mean(rollout - old, m))
     return _masked(w, m), vllm_kl
 
