@@ -159,7 +159,7 @@ from variance_lab.corrections.data import (
     fit_lognormal,
 )
 from variance_lab.corrections.gauss import log_phi_diff
-from variance_lab.corrections.m2po import batch_mask, batch_masks, m2po_cut, resolve_cut
+from variance_lab.corrections.m2po import M2PO_RULE, batch_mask, batch_masks, m2po_cut, resolve_cut
 from variance_lab.corrections.monte_carlo import (
     CORRECTIONS_MC_COLUMNS,
     MIN_ESS,
@@ -215,6 +215,7 @@ __all__ = [
     "ICEPOP_DEFAULT",
     "M2PO_BATCH",
     "M2PO_DEFAULT",
+    "M2PO_RULE",
     "MAX_COUNT_TERMS",
     "MIN_ESS",
     "MIXTURE_TAIL_MASS",

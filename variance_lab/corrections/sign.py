@@ -110,7 +110,7 @@ def sign_label(c: Correction, sign: str) -> str:
     return c.spec if sign == "all" else f"{c.spec} [{sign}]"
 
 
-def opsm_keep(advantage, mean_log_ratio, delta: float) -> np.ndarray:
+def opsm_keep(advantage, mean_log_ratio, delta: float, rule: BoundRule = OPSM_RULE) -> np.ndarray:
     r"""Return where DeepSeek-V3.2's off-policy mask keeps a sequence: A >= 0 or mean :math:`\le \delta`.
 
     Parameters
@@ -121,9 +121,12 @@ def opsm_keep(advantage, mean_log_ratio, delta: float) -> np.ndarray:
         Each sequence's mean :math:`\log(\pi_{sampler}/\pi_\theta)` over its tokens (TRL's
         ``sampling_per_token_logps - per_token_logps``); broadcast against ``advantage``.
     delta : float
+    rule : BoundRule, default :data:`OPSM_RULE`
+        The comparison of the mean with :math:`\delta` (a framework's convention: TRL on float32
+        tensors compares in float32, :data:`variance_lab.frameworks.trl.OFF_POLICY_F32_RULE`).
     """
     adv = np.asarray(advantage, dtype=float)
-    return (adv >= 0) | ~OPSM_RULE.outside(mean_log_ratio, None, delta)
+    return (adv >= 0) | ~rule.outside(mean_log_ratio, None, delta)
 
 
 def apply_signed(c: Correction, log_x, T, positive) -> tuple[np.ndarray, np.ndarray]:
