@@ -84,6 +84,38 @@ def test_each_row_is_the_analysis_of_its_file_alone(tmp_path):
         assert json.dumps(run.summaries[i]["fit"]) == json.dumps(summary["fit"])
 
 
+def test_a_prime_rl_run_end_to_end(tmp_path):
+    """A prime-rl output directory: complete steps only, every rank of a step in its row, the mismatch."""
+    rng = np.random.default_rng(4)
+    for step in (1, 2, 3):
+        folder = tmp_path / "token_exports" / f"step_{step}"
+        folder.mkdir(parents=True)
+        for rank in (0, 1):
+            lines = []
+            for _ in range(15):  # token_export.py at 559b4477: one sample a line, schema 1
+                trainer = -rng.exponential(0.5, int(rng.integers(4, 40)))
+                inference = np.minimum(trainer + rng.normal(0, 0.03, trainer.size), 0.0)
+                n = trainer.size + 3
+                rec = {
+                    "schema_version": 1, "step": step, "rank": rank, "token_ids": list(range(n)),
+                    "position_ids": list(range(n)), "loss_mask": [False] * 3 + [True] * trainer.size,
+                    "trainer_logprobs": [0.0] * 3 + trainer.tolist(),
+                    "inference_logprobs": [0.0] * 3 + inference.tolist(),
+                }  # fmt: skip
+                lines.append(json.dumps(rec))
+            (folder / f"rank_{rank}.jsonl").write_text("\n".join(lines) + "\n")
+        if step < 3:
+            (folder / "STABLE").touch()
+    run = analyze_run(tmp_path, progress=False, **FAST)
+    assert run.steps["step"].tolist() == [1, 2]
+    assert run.steps["dump"].tolist() == ["step_1", "step_2"]
+    assert run.steps["n_sequences"].tolist() == [30, 30]
+    assert set(run.steps["ratio"]) == {"mismatch"}
+    assert set(run.steps["dominant"]) == {"mismatch"}
+    assert "step_3" in run.summary()["notes"][0]
+    assert run.summary()["layout"] == "prime-rl"
+
+
 def test_the_mismatch_columns_are_the_splits_pooled_mismatch(tmp_path):
     """mismatch_* are the split's pooled mismatch row; NaN (and no dominant part) without rollout_logp."""
     folder = _run_dir(tmp_path / "run", n_steps=2)
