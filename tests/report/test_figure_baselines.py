@@ -40,6 +40,25 @@ def _tidy(family, mu, sigma2, T, quantities):
     return theory.tidy(get_family(family, mu, sigma2), T, quantities=quantities)
 
 
+def run_frames(small=(3, 4)):
+    """Return made-up frames of a run: one row per step, one per step and bucket (no analysis behind them)."""
+    steps, buckets = [], []
+    for s in range(1, 9):
+        for j, (lo, hi) in enumerate(((16, 31), (32, 63), (64, 127))):
+            var = 2e-5 * (1 + 0.15 * s) / 2**j
+            buckets.append(
+                {"step": s, "T_lo": lo, "T_hi": hi, "n_seq": 12 if j == 0 and s in small else 60 + 10 * j,
+                 "var_G": var, "var_G_lo": var / 1.3, "var_G_hi": var * 1.4,
+                 "gspo_clip_frac": 0.2 + 0.05 * s + 0.1 * j, "ppo_clip_frac": 1e-3 * (1 + 0.3 * s) * (1 + j),
+                 "khat_P": 0.2 + 0.06 * s + 0.1 * j}
+            )  # fmt: skip
+        steps.append(
+            {"step": s, "gspo_clip_frac": 0.25 + 0.05 * s, "ppo_clip_frac": 1.5e-3 * (1 + 0.3 * s),
+             "khat_P": 0.3 + 0.07 * s, "mismatch_k3_kl": 1e-4 * 1.4**s}
+        )  # fmt: skip
+    return pd.DataFrame(steps), pd.DataFrame(buckets)
+
+
 def _variance_panels():
     """Theory, and fixed made-up Monte Carlo points of each verdict: reliable, marginal, unreliable."""
     frame = _tidy("lognormal", 1.0, 0.1, [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], ["var_P", *VAR_G])
@@ -279,6 +298,17 @@ def _speed_bounds():
     return bounds_figure(speed_bounds_frame(params), style="paper")
 
 
+def _run_figure():
+    """Draw the figure of a run from fixed made-up step and bucket frames (8 steps, 3 buckets).
+
+    The shortest bucket has too few sequences in steps 3 and 4 (a gap in its lines).
+    """
+    from variance_lab.report.run_figure import run_figure
+
+    steps, buckets = run_frames()
+    return run_figure(steps, buckets, style="paper")
+
+
 FIGURES = {
     "sign_weights": _sign_weights,
     "vcpo_ess": _vcpo_ess,
@@ -293,6 +323,7 @@ FIGURES = {
     "mc_frontier": _mc_frontier,
     "clip_fractions": _clip_fractions,
     "analysis_figure": _analysis_figure,
+    "run_figure": _run_figure,
 }
 
 
