@@ -42,15 +42,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from variance_lab._validate import check_positive
 from variance_lab.experiment.files import dataset_sidecar, output_path, sidecar_path, write_dataset
 from variance_lab.experiment.settings import RunSettings, check_choices, check_integers
-from variance_lab.lm.losses import ADVANTAGE_DDOF, ADVANTAGE_EPS, AGGREGATIONS, CLIP, aggregated_loss
+from variance_lab.lm.chain import PolicyChain
+from variance_lab.lm.losses import ADVANTAGE_DDOF, ADVANTAGE_EPS, AGGREGATIONS
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
-from variance_lab.lm.scoring import response_log_probs, score
+from variance_lab.lm.scoring import score
 from variance_lab.lm.task import MATCHES, MAX_SHOTS, chat_prompts, make_prompts, messages, rewards, stop_ids
 from variance_lab.progress import ticker
 from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
@@ -78,7 +78,7 @@ ENTROPY_FIELD = (
 )
 #: The ``kind`` of a run's sidecar.
 LM_SIDECAR_KIND = "variance_lab.lm rollouts"
-RUNS = ("onpolicy", "mismatch", "stale")
+RUNS = ("onpolicy", "mismatch", "stale", "paired")
 LM_SAMPLERS = ("fp32", "bf16", "fp16", "top-p")
 _STREAMS = 8
 
@@ -106,7 +106,15 @@ class LMSettings(RunSettings):
     lr : float
         AdamW's learning rate (no weight decay) for the one step.
     lags, train_prompts : int
-        ``stale``: the largest lag :math:`K` and the prompts of each chain step.
+        ``stale``: the largest lag :math:`K` and the prompts of each chain step; ``paired``: the
+        largest staleness :math:`L` scored and the prompts of each update's minibatch.
+    updates : int
+        ``paired``: the measured update's number :math:`K` of a persistent AdamW
+        (:class:`~variance_lab.lm.chain.PolicyChain`): :math:`K - 1` updates on fresh on-policy
+        minibatches come before it (:mod:`variance_lab.lm.paired`).
+    samplers : str
+        ``paired``: the samplers scored on the data batch's tokens, comma-separated, from
+        :data:`~variance_lab.lm.paired.PAIRED_SAMPLERS` (may be empty).
     max_term, max_words, max_times : int
         The task's sizes (:func:`~variance_lab.lm.task.make_prompts`).
     match : {"exact", "contains"}
@@ -137,6 +145,8 @@ class LMSettings(RunSettings):
     lr: float = 1e-6
     lags: int = 3
     train_prompts: int = 32
+    updates: int = 1
+    samplers: str = "bf16,fp16,top-p"
     max_term: int = 9
     max_words: int = 24
     max_times: int = 4
@@ -148,6 +158,15 @@ class LMSettings(RunSettings):
     threads: int = 2
     digits: int = 7
 
+    @property
+    def paired_samplers(self) -> tuple[str, ...]:
+        """The ``samplers`` setting as a tuple (empty for ``""``)."""
+        return (
+            tuple(x.strip() for x in self.samplers.split(",") if x.strip())
+            if isinstance(self.samplers, str)
+            else ()
+        )
+
     def __post_init__(self):
         """Check every setting, naming a bad one."""
         modes = ("auto", "native", "emulated")
@@ -155,9 +174,27 @@ class LMSettings(RunSettings):
         check_choices(self, choices | {"match": MATCHES})
         if self.run != "mismatch" and self.sampler != "fp32":
             raise ValueError(f"run {self.run!r} samples in fp32, got sampler={self.sampler!r}")
-        sizes = ("n_prompts", "max_new_tokens", "lags", "train_prompts", "max_term", "max_words", "max_times")
+        sizes = (
+            "n_prompts",
+            "max_new_tokens",
+            "train_prompts",
+            "max_term",
+            "max_words",
+            "max_times",
+            "updates",
+        )
         minimum = dict.fromkeys((*sizes, "sample_batch", "score_batch", "threads"), 1) | {"group_size": 2}
-        check_integers(self, minimum | dict.fromkeys(("seed", "top_k", "digits", "shots"), 0))
+        check_integers(
+            self,
+            minimum
+            | dict.fromkeys(("seed", "top_k", "digits", "shots"), 0)
+            | {"lags": 0 if self.run == "paired" else 1},
+        )
+        unknown = [s for s in self.paired_samplers if s not in ("bf16", "fp16", "top-p")]
+        if not isinstance(self.samplers, str) or unknown:
+            raise ValueError(
+                f"samplers must name some of bf16, fp16, top-p (comma-separated), got {self.samplers!r}"
+            )
         for name in ("temperature", "lr"):
             check_positive(name, getattr(self, name))
         if self.shots > MAX_SHOTS:
@@ -195,7 +232,9 @@ def default_name(settings: LMSettings, quick: bool = False) -> str:
 
 
 def update(model, prompts, responses, old_logp, advantages, settings: LMSettings):
-    """One AdamW step of a copy of ``model`` on the whole batch; return the updated copy.
+    """One AdamW step of a copy of ``model`` on the whole batch, new optimizer; return the updated copy.
+
+    The first update of a :class:`~variance_lab.lm.chain.PolicyChain` (Adam's largest step).
 
     Parameters
     ----------
@@ -212,27 +251,11 @@ def update(model, prompts, responses, old_logp, advantages, settings: LMSettings
     torch.nn.Module
         The updated copy, in ``eval()`` mode.
     """
-    new = copy.deepcopy(model).train()
-    optimizer = torch.optim.AdamW(new.parameters(), lr=settings.lr, weight_decay=0.0)
-    optimizer.zero_grad(set_to_none=True)
-    n_tokens = sum(len(r) for r in responses)
-    step = settings.score_batch
-    for lo in range(0, len(prompts), step):
-        sl = slice(lo, lo + step)
-        lp = response_log_probs(new, prompts[sl], responses[sl])
-        old = [torch.from_numpy(np.asarray(o)) for o in old_logp[sl]]
-        loss = aggregated_loss(
-            settings.aggregation,
-            lp,
-            old,
-            advantages[sl],
-            n_sequences=len(prompts),
-            n_tokens=n_tokens,
-            clip=CLIP[settings.aggregation],
-        )
-        loss.backward()
-    optimizer.step()
-    return new.eval()
+    chain = PolicyChain(
+        model, aggregation=settings.aggregation, lr=settings.lr, score_batch=settings.score_batch
+    )
+    chain.step(prompts, responses, old_logp, advantages)
+    return chain.model
 
 
 class _Batch:
@@ -272,7 +295,7 @@ def _draw(
     return _Batch(rows, ids, samples, tokenizer, pid, settings.match, lag)
 
 
-def _score(model, batch: _Batch, settings, tokenizer, progress=None, entropy=False):
+def _score(model, batch: _Batch, settings, tokenizer, progress=None, entropy=False, sampler=None):
     return score(
         model,
         batch.ids,
@@ -282,6 +305,7 @@ def _score(model, batch: _Batch, settings, tokenizer, progress=None, entropy=Fal
         pad_id=tokenizer.pad_token_id,
         progress=progress,
         entropy=entropy,
+        sampler=sampler,
     )
 
 
