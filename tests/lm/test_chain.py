@@ -6,9 +6,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="pip install 'variance_lab[lm]'")
 
-from variance_lab.lm.chain import PolicyChain
-from variance_lab.lm.scoring import score
-from variance_lab.lm.tiny import tiny_model
+from variance_lab.lm.chain import PolicyChain  # noqa: E402
+from variance_lab.lm.scoring import score  # noqa: E402
+from variance_lab.lm.tiny import tiny_model  # noqa: E402
 
 PROMPTS = [[1, 40, 41, 42], [1, 50, 51], [1, 60, 61, 62, 63], [1, 70]]
 RESPONSES = [[80, 81, 82], [83, 84], [85, 86, 87, 88], [89]]
@@ -44,7 +44,7 @@ def test_the_first_step_moves_the_weights_by_at_most_the_learning_rate(model):
 
 
 def test_moments_persist_across_updates(model):
-    """An update whose gradient reverses the first's is damped by the first's moment; a fresh optimizer's is not."""
+    """A step whose gradient reverses the first's is damped by the first's moment; a fresh one is not."""
     chain = PolicyChain(model, aggregation="gspo", lr=1e-3)
     _step(chain)
     fresh = PolicyChain(chain.model, aggregation="gspo", lr=1e-3)
@@ -59,7 +59,9 @@ def test_moments_persist_across_updates(model):
     assert warm[big].median() < 0.5 * cold[big].median()
     assert torch.allclose(cold[big].median(), torch.tensor(1e-3), rtol=1e-3)
     state = chain.optimizer.state[next(iter(chain.model.parameters()))]
-    assert int(state["step"]) == 2 and chain.updates == 2 and fresh.updates == 1
+    assert int(state["step"]) == 2
+    assert chain.updates == 2
+    assert fresh.updates == 1
     assert chain.describe() | {"betas": None} == {
         "name": "AdamW",
         "persistent": True,
@@ -78,10 +80,12 @@ def test_a_fork_takes_the_same_step_and_leaves_the_chain_alone(model):
     before = _params(chain.model)
     fork = chain.fork()
     _step(fork)
-    assert torch.equal(_params(chain.model), before) and chain.updates == 1
+    assert torch.equal(_params(chain.model), before)
+    assert chain.updates == 1
     _step(chain)
     assert torch.equal(_params(chain.model), _params(fork.model))
-    assert chain.fork(lr=5e-4).lr == 5e-4 and chain.lr == 1e-3
+    assert chain.fork(lr=5e-4).lr == 5e-4
+    assert chain.lr == 1e-3
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The paired run: calibration arithmetic, the clip rule at its bounds, and the files on a tiny random Llama."""
+"""The paired run: calibration, the clip rule at its bounds, and the files on a tiny random Llama."""
 
 import gzip
 import json
@@ -51,7 +51,8 @@ def test_the_fingerprint_sees_a_changed_or_moved_token():
     """Same tokens, same digest; one token changed, or moved across the sequence boundary, another."""
     a = tokens_sha256([[1, 2], [3]])
     assert a == tokens_sha256([[1, 2], [3]])
-    assert a != tokens_sha256([[1, 2], [4]]) and a != tokens_sha256([[1], [2, 3]])
+    assert a != tokens_sha256([[1, 2], [4]])
+    assert a != tokens_sha256([[1], [2, 3]])
 
 
 pytest.importorskip("transformers", reason="pip install 'variance_lab[lm]'")
@@ -109,7 +110,8 @@ def test_every_file_holds_the_same_ids_and_tokens_and_names_its_pair(written):
         assert side["tokens_sha256"] == tokens_sha256(run.batch.samples.tokens)
         assert side["paired_with"] == (None if side["role"] == "onpolicy" else names["onpolicy"])
         lag = int(side["role"].removeprefix("stale_lag")) if "lag" in side["role"] else 0
-        assert side["optimizer"]["persistent"] and side["optimizer"]["update"] == TINY.updates + lag
+        assert side["optimizer"]["persistent"]
+        assert side["optimizer"]["update"] == TINY.updates + lag
         load_batch(side["paths"][0])  # the toolkit reads each
 
 
@@ -120,16 +122,20 @@ def test_the_chain_links_the_files(written):
     base = _read(folder / names["onpolicy"])
     lag1, lag2 = _read(folder / names["stale_lag1"]), _read(folder / names["stale_lag2"])
     for b, one, two in zip(base, lag1, lag2, strict=True):
-        assert one["old_logp"] == b["logp"] and two["old_logp"] == one["logp"]
+        assert one["old_logp"] == b["logp"]
+        assert two["old_logp"] == one["logp"]
         assert one["rollout_logp"] == two["rollout_logp"] == b["old_logp"]
-        assert b["finished"] in (True, False) and "prompt" in b and "prompt" not in one
+        assert b["finished"] in (True, False)
+        assert "prompt" in b
+        assert "prompt" not in one
     for name in ("bf16", "fp16", "top-p"):
         for b, m in zip(base, _read(folder / names[f"mismatch_{name}"]), strict=True):
-            assert m["logp"] == b["logp"] and m["old_logp"] == b["old_logp"]
+            assert m["logp"] == b["logp"]
+            assert m["old_logp"] == b["old_logp"]
 
 
 def test_top_p_masks_exactly_the_tokens_it_never_draws(written):
-    """mask 0 where the top-p sampler's log-prob is -inf; elsewhere old_logp - rollout_logp = log S."""
+    """Mask 0 where the top-p sampler's log-prob is -inf; elsewhere old_logp - rollout_logp = log S."""
     run, folder, _ = written
     lp, kept = run.samplers["top-p"]
     recs = _read(folder / paired_names(0, "gspo")["mismatch_top-p"])

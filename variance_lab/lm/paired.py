@@ -8,7 +8,7 @@ minibatches (``updates`` = :math:`K`), then samples the data batch :math:`D` fro
 - under :math:`\theta_{K-1}` in float32 (``old_logp``, and the entropy of each position);
 - under bfloat16 and float16 copies of :math:`\theta_{K-1}`
   (:func:`~variance_lab.lm.precision.low_precision_copy`), as their samplers compute
-  (:func:`~variance_lab.lm.scoring.sampler_log_probs`, log-softmax in float32): the precision
+  (:func:`~variance_lab.lm.scoring.processed_log_probs`, log-softmax in float32): the precision
   mismatch, each token compared with itself;
 - under the top-p / top-k sampler of :math:`\theta_{K-1}`: its kept mass :math:`\log S_t` at
   each token, and whether the token is in its kept set (a token outside it is one the top-p
@@ -218,10 +218,10 @@ class PairedRun:
 
 
 def _minibatch_update(chain, tokenizer, settings, rng, gen, first_id):
-    from variance_lab.lm.runs import _draw, _score
+    from variance_lab.lm.runs import draw_batch, score_batch
 
-    step = _draw(chain.model, tokenizer, settings, rng, gen, settings.train_prompts, first_id)
-    step_old = _score(chain.model, step, settings, tokenizer)
+    step = draw_batch(chain.model, tokenizer, settings, rng, gen, settings.train_prompts, first_id)
+    step_old = score_batch(chain.model, step, settings, tokenizer)
     chain.step(step.ids, step.samples.tokens, step_old, step.advantage)
     return step
 
@@ -249,7 +249,7 @@ def run_paired(model, tokenizer, settings, *, lr=None, progress=None) -> PairedR
     import torch  # noqa: F401 - the lm extra
 
     from variance_lab.lm.precision import low_precision_copy
-    from variance_lab.lm.runs import _draw, _score, random_streams
+    from variance_lab.lm.runs import draw_batch, random_streams, score_batch
     from variance_lab.progress import ticker
     from variance_lab.provenance import torch_generator
 
@@ -271,7 +271,7 @@ def run_paired(model, tokenizer, settings, *, lr=None, progress=None) -> PairedR
     timing = {"warm_up": _elapsed(t0)}
     t1 = time.perf_counter()
     tick = ticker(say, "sampling the data batch")
-    batch = _draw(
+    batch = draw_batch(
         chain.model,
         tokenizer,
         settings,
@@ -283,7 +283,7 @@ def run_paired(model, tokenizer, settings, *, lr=None, progress=None) -> PairedR
     )
     timing["sample"] = _elapsed(t1)
     t1 = time.perf_counter()
-    old, entropy = _score(
+    old, entropy = score_batch(
         chain.model, batch, settings, tokenizer, ticker(say, "scoring (float32)"), entropy=True
     )
     samplers, arithmetic = {}, {}
@@ -294,7 +294,9 @@ def run_paired(model, tokenizer, settings, *, lr=None, progress=None) -> PairedR
         else:
             view, how = low_precision_copy(chain.model, name, settings.precision_mode)
             options = {"top_k": 0, "top_p": 1.0}
-        lp, kept = _score(view, batch, settings, tokenizer, ticker(say, f"scoring ({name})"), sampler=options)
+        lp, kept = score_batch(
+            view, batch, settings, tokenizer, ticker(say, f"scoring ({name})"), sampler=options
+        )
         samplers[name] = lp if name != "top-p" else (lp, kept)
         arithmetic[name] = how
     timing["score_samplers"] = _elapsed(t1)
@@ -305,7 +307,7 @@ def run_paired(model, tokenizer, settings, *, lr=None, progress=None) -> PairedR
         next_id += settings.train_prompts
         optimizer.append(chain.describe())
         tick = ticker(say, f"scoring after update {chain.updates}")
-        scores.append(_score(chain.model, batch, settings, tokenizer, tick))
+        scores.append(score_batch(chain.model, batch, settings, tokenizer, tick))
         f = clipped_fraction(settings.aggregation, scores[-1], scores[-2])
         say(f"update {chain.updates}: clipped fraction on the data batch {f:.4f}")
     timing["updates_and_score"] = _elapsed(t1)
@@ -334,10 +336,10 @@ def paired_records(run: PairedRun, settings) -> dict:
     dict
         Role to list of records.
     """
-    from variance_lab.lm.runs import _records, round_digits
+    from variance_lab.lm.runs import batch_records, round_digits
 
     d = settings.digits
-    base = _records(run.batch, run.scores[0], run.scores[1], run.entropy, settings)
+    base = batch_records(run.batch, run.scores[0], run.scores[1], run.entropy, settings)
     out = {"onpolicy": base}
     for name, view in run.samplers.items():
         rows = []
@@ -493,7 +495,7 @@ def calibrate(model, tokenizer, settings, *, lrs, target: float | None = None, p
         :func:`calibrate_lr`'s result with ``source``, ``warm_up_lr``, ``update`` and
         ``definition`` added (recorded in the sidecars).
     """
-    from variance_lab.lm.runs import _draw, _score, random_streams
+    from variance_lab.lm.runs import draw_batch, random_streams, score_batch
     from variance_lab.provenance import torch_generator
 
     say = progress or (lambda message: None)
@@ -509,15 +511,15 @@ def calibrate(model, tokenizer, settings, *, lrs, target: float | None = None, p
         _minibatch_update(chain, tokenizer, settings, rng, gen, next_id)
         next_id += settings.train_prompts
     data_rng, data_gen = np.random.default_rng(ss[0]), torch_generator(ss[1])
-    batch = _draw(chain.model, tokenizer, settings, data_rng, data_gen, settings.n_prompts, 0)
-    old = _score(chain.model, batch, settings, tokenizer)
-    step = _draw(chain.model, tokenizer, settings, rng, gen, settings.train_prompts, next_id)
-    step_old = _score(chain.model, step, settings, tokenizer)
+    batch = draw_batch(chain.model, tokenizer, settings, data_rng, data_gen, settings.n_prompts, 0)
+    old = score_batch(chain.model, batch, settings, tokenizer)
+    step = draw_batch(chain.model, tokenizer, settings, rng, gen, settings.train_prompts, next_id)
+    step_old = score_batch(chain.model, step, settings, tokenizer)
 
     def fraction_at(lr):
         fork = chain.fork(lr)
         fork.step(step.ids, step.samples.tokens, step_old, step.advantage)
-        f = clipped_fraction(settings.aggregation, _score(fork.model, batch, settings, tokenizer), old)
+        f = clipped_fraction(settings.aggregation, score_batch(fork.model, batch, settings, tokenizer), old)
         say(f"calibration: lr {lr:.3g} clips {f:.4f} of the tokens (target {target})")
         return f
 

@@ -64,11 +64,14 @@ __all__ = [
     "LM_SIDECAR_KIND",
     "RUNS",
     "LMSettings",
+    "batch_records",
     "collect_records",
     "default_name",
+    "draw_batch",
     "random_streams",
     "round_digits",
     "run_lm_experiment",
+    "score_batch",
     "update",
 ]
 
@@ -270,9 +273,34 @@ class _Batch:
         self.rollout_logp = None
 
 
-def _draw(
+def draw_batch(
     model, tokenizer, settings, rng, generator, n_prompts, first_id, *, top=False, lag=None, progress=None
 ):
+    """Draw ``n_prompts`` prompts, ``group_size`` responses each from ``model``; reward them.
+
+    Parameters
+    ----------
+    model, tokenizer
+        The sampler and its tokenizer.
+    settings : LMSettings
+        The task, group, sampling and batch sizes.
+    rng : numpy.random.Generator
+        Draws the prompts.
+    generator : torch.Generator
+        Draws the tokens.
+    n_prompts, first_id : int
+        How many prompts, and the id of the first (ids are consecutive).
+    top : bool, optional
+        Sample with ``settings.top_p`` / ``top_k``.
+    lag : int, optional
+        Recorded as ``policy_lag``.
+    progress : callable, optional
+
+    Returns
+    -------
+    _Batch
+        Prompts, token ids, samples, texts, rewards and group advantages.
+    """
     plist = make_prompts(
         rng, n_prompts, max_term=settings.max_term, max_words=settings.max_words, max_times=settings.max_times
     )
@@ -295,7 +323,20 @@ def _draw(
     return _Batch(rows, ids, samples, tokenizer, pid, settings.match, lag)
 
 
-def _score(model, batch: _Batch, settings, tokenizer, progress=None, entropy=False, sampler=None):
+def score_batch(model, batch: _Batch, settings, tokenizer, progress=None, entropy=False, sampler=None):
+    """Score a batch's responses under ``model`` (:func:`~variance_lab.lm.scoring.score`, the run's sizes).
+
+    Parameters
+    ----------
+    model, batch, settings, tokenizer, progress
+    entropy : bool, optional
+    sampler : dict, optional
+        Score as a sampler does (:func:`~variance_lab.lm.scoring.processed_log_probs`).
+
+    Returns
+    -------
+    list of numpy.ndarray, or a pair of such lists
+    """
     return score(
         model,
         batch.ids,
@@ -341,7 +382,20 @@ def round_digits(values, digits: int) -> list[float]:
     return [float(f"{v:.{digits}g}") for v in values]
 
 
-def _records(batch: _Batch, old, new, entropy, settings: LMSettings) -> list[dict]:
+def batch_records(batch: _Batch, old, new, entropy, settings: LMSettings) -> list[dict]:
+    """Return a batch's records: ids, reward, advantage, ``finished``, texts and the token fields.
+
+    Parameters
+    ----------
+    batch : _Batch
+    old, new, entropy : list of numpy.ndarray
+        ``old_logp``, ``logp`` and ``entropy`` per response.
+    settings : LMSettings
+
+    Returns
+    -------
+    list of dict
+    """
     k, d = settings.group_size, settings.digits
     records = []
     for i, p in enumerate(batch.prompts):
@@ -415,7 +469,7 @@ def _rollouts(model, tokenizer, settings: LMSettings, say) -> _Rollouts:
 
     def draw(streams, n_prompts, first_id, what):
         rng, gen = np.random.default_rng(ss[streams[0]]), torch_generator(ss[streams[1]])
-        return _draw(
+        return draw_batch(
             sampler, tokenizer, settings, rng, gen, n_prompts, first_id, top=top, progress=ticker(say, what)
         )
 
@@ -431,8 +485,8 @@ def _rollouts(model, tokenizer, settings: LMSettings, say) -> _Rollouts:
         + ("" if _signal(train) else " (the update changes nothing: logp equals old_logp)")
     )
     tick = ticker(say, "scoring the data batch (old policy)")
-    old, entropy = _score(trainer, batch, settings, tokenizer, tick, entropy=True)
-    train_old = _score(trainer, train, settings, tokenizer)
+    old, entropy = score_batch(trainer, batch, settings, tokenizer, tick, entropy=True)
+    train_old = score_batch(trainer, train, settings, tokenizer)
     seconds = time.perf_counter() - t0
     return _Rollouts(batch, old, entropy, train, train_old, trainer, arithmetic, seconds)
 
@@ -487,7 +541,7 @@ def collect_records(
         shared.trainer, train.ids, train.samples.tokens, shared.train_old, train.advantage, settings
     )
     tick = ticker(say, f"scoring the data batch after the {settings.aggregation} step")
-    new = _score(new_model, batch, settings, tokenizer, tick)
+    new = score_batch(new_model, batch, settings, tokenizer, tick)
     timing = {"sample_and_score": shared.seconds}
     timing["update_and_score"] = time.perf_counter() - t1
     say(f"updated ({settings.aggregation}) and scored in {timing['update_and_score']:.1f} s")
@@ -498,7 +552,7 @@ def collect_records(
         "data_groups_with_advantage": [_signal(batch), len(np.unique(batch.prompt_ids))],
         "rollouts_shared": reused,
     }
-    return _records(batch, shared.old, new, shared.entropy, settings), facts
+    return batch_records(batch, shared.old, new, shared.entropy, settings), facts
 
 
 def _stale(model, tokenizer, settings, ss, rng, say):
@@ -510,13 +564,15 @@ def _stale(model, tokenizer, settings, ss, rng, say):
     for k in range(settings.lags + 1):
         lag = settings.lags - k
         tick = ticker(say, f"sampling lag {lag} from policy {k}")
-        part = _draw(current, tokenizer, settings, rng, gen, per_lag, lag * per_lag, lag=lag, progress=tick)
-        part.rollout_logp = _score(current, part, settings, tokenizer)
+        part = draw_batch(
+            current, tokenizer, settings, rng, gen, per_lag, lag * per_lag, lag=lag, progress=tick
+        )
+        part.rollout_logp = score_batch(current, part, settings, tokenizer)
         parts.append(part)
         say(f"lag {lag}: sampled {len(part.prompts)} responses from policy {k}")
         if k < settings.lags:
-            step = _draw(current, tokenizer, settings, rng, gen, settings.train_prompts, 0)
-            step_old = _score(current, step, settings, tokenizer)
+            step = draw_batch(current, tokenizer, settings, rng, gen, settings.train_prompts, 0)
+            step_old = score_batch(current, step, settings, tokenizer)
             current = update(current, step.ids, step.samples.tokens, step_old, step.advantage, settings)
     return _concat(parts), current
 

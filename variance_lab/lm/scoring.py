@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["response_log_probs", "sampler_log_probs", "score"]
+__all__ = ["processed_log_probs", "response_log_probs", "score"]
 
 
 def _decoder_and_head(model):
@@ -111,7 +111,7 @@ def response_log_probs(
     return list(lp.split(sizes)), list(h.split(sizes))
 
 
-def sampler_log_probs(
+def processed_log_probs(
     model,
     prompts,
     responses,
@@ -183,7 +183,7 @@ def score(
     entropy : bool, optional
         Also return the entropy :math:`H_t` (nats, >= 0) of every response position (see the module).
     sampler : dict, optional
-        ``{"top_k": k, "top_p": p}``: score as that sampler does (:func:`sampler_log_probs`) and
+        ``{"top_k": k, "top_p": p}``: score as that sampler does (:func:`processed_log_probs`) and
         return its log-probs (``-inf`` outside its kept set) and :math:`\log S_t` instead of the
         trainer's log-probs (``softmax_dtype`` and ``entropy`` do not apply).
 
@@ -206,7 +206,7 @@ def score(
             rows = order[lo : lo + batch_size]
             part_p, part_r = [prompts[i] for i in rows], [responses[i] for i in rows]
             if sampler is not None:
-                parts, h = sampler_log_probs(
+                parts, h = processed_log_probs(
                     model, part_p, part_r, temperature=temperature, pad_id=pad_id, **sampler
                 )
             else:
