@@ -51,7 +51,16 @@ from variance_lab.lm.losses import ADVANTAGE_DDOF, ADVANTAGE_EPS, AGGREGATIONS
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
 from variance_lab.lm.scoring import score
-from variance_lab.lm.task import MATCHES, MAX_SHOTS, chat_prompts, make_prompts, messages, rewards, stop_ids
+from variance_lab.lm.task import (
+    KINDS,
+    MATCHES,
+    MAX_SHOTS,
+    chat_prompts,
+    make_prompts,
+    messages,
+    rewards,
+    stop_ids,
+)
 from variance_lab.progress import ticker
 from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
 from variance_lab.ratios import group_advantages
@@ -118,8 +127,11 @@ class LMSettings(RunSettings):
     samplers : str
         ``paired``: the samplers scored on the data batch's tokens, comma-separated, from
         :data:`~variance_lab.lm.paired.PAIRED_SAMPLERS` (may be empty).
-    max_term, max_words, max_times : int
+    max_term, max_words, max_times, max_count : int
         The task's sizes (:func:`~variance_lab.lm.task.make_prompts`).
+    kinds : str
+        The task's kinds, comma-separated, cycled through in this order
+        (:data:`~variance_lab.lm.task.KINDS`; ``count`` has long answers).
     match : {"exact", "contains"}
         The reward's mode (:func:`~variance_lab.lm.task.reward`).
     shots : {0, 1, 2, 3}
@@ -150,6 +162,8 @@ class LMSettings(RunSettings):
     train_prompts: int = 32
     updates: int = 1
     samplers: str = "bf16,fp16,top-p"
+    kinds: str = "add,copy,repeat"
+    max_count: int = 60
     max_term: int = 9
     max_words: int = 24
     max_times: int = 4
@@ -160,6 +174,11 @@ class LMSettings(RunSettings):
     score_batch: int = 8
     threads: int = 2
     digits: int = 7
+
+    def task_options(self) -> dict:
+        """Return the keyword arguments of :func:`~variance_lab.lm.task.make_prompts` (sizes and kinds)."""
+        names = ("max_term", "max_words", "max_times", "max_count")
+        return {n: getattr(self, n) for n in names} | {"kinds": tuple(self.kinds.split(","))}
 
     @property
     def paired_samplers(self) -> tuple[str, ...]:
@@ -191,8 +210,12 @@ class LMSettings(RunSettings):
             self,
             minimum
             | dict.fromkeys(("seed", "top_k", "digits", "shots"), 0)
-            | {"lags": 0 if self.run == "paired" else 1},
+            | {"lags": 0 if self.run == "paired" else 1, "max_count": 2},
         )
+        if not isinstance(self.kinds, str) or any(k not in KINDS for k in self.kinds.split(",")):
+            raise ValueError(
+                f"kinds must name some of {', '.join(KINDS)} (comma-separated), got {self.kinds!r}"
+            )
         unknown = [s for s in self.paired_samplers if s not in ("bf16", "fp16", "top-p")]
         if not isinstance(self.samplers, str) or unknown:
             raise ValueError(
@@ -301,9 +324,7 @@ def draw_batch(
     _Batch
         Prompts, token ids, samples, texts, rewards and group advantages.
     """
-    plist = make_prompts(
-        rng, n_prompts, max_term=settings.max_term, max_words=settings.max_words, max_times=settings.max_times
-    )
+    plist = make_prompts(rng, n_prompts, **settings.task_options())
     rows = [p for p in plist for _ in range(settings.group_size)]
     pid = np.repeat(np.arange(first_id, first_id + n_prompts), settings.group_size)
     ids = chat_prompts(tokenizer, [messages(p, settings.shots, system=settings.system) for p in rows])
