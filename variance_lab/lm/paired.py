@@ -496,6 +496,7 @@ def calibrate(model, tokenizer, settings, *, lrs, target: float | None = None, p
         ``definition`` added (recorded in the sidecars).
     """
     from variance_lab.lm.runs import draw_batch, random_streams, score_batch
+    from variance_lab.progress import ticker
     from variance_lab.provenance import torch_generator
 
     say = progress or (lambda message: None)
@@ -510,8 +511,12 @@ def calibrate(model, tokenizer, settings, *, lrs, target: float | None = None, p
     for _ in range(settings.updates - 1):
         _minibatch_update(chain, tokenizer, settings, rng, gen, next_id)
         next_id += settings.train_prompts
+        say(f"calibration: warm-up update {chain.updates} of {settings.updates - 1} done")
     data_rng, data_gen = np.random.default_rng(ss[0]), torch_generator(ss[1])
-    batch = draw_batch(chain.model, tokenizer, settings, data_rng, data_gen, settings.n_prompts, 0)
+    tick = ticker(say, "calibration: sampling the data batch")
+    batch = draw_batch(
+        chain.model, tokenizer, settings, data_rng, data_gen, settings.n_prompts, 0, progress=tick
+    )
     old = score_batch(chain.model, batch, settings, tokenizer)
     step = draw_batch(chain.model, tokenizer, settings, rng, gen, settings.train_prompts, next_id)
     step_old = score_batch(chain.model, step, settings, tokenizer)
