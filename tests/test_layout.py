@@ -37,6 +37,7 @@ FLOORS = {
     "_atomic": 1,
     "_jsonl": 1,  # JSON Lines input (plain or gzip) shared by every reader
     "_lazy": 1,
+    "_memory": 1,  # glibc's malloc keeps freed memory for reuse (the command line, Dask workers)
     "_validate": 1,
     "progress": 1,  # the one progress helper (progress=None/True/False)
     "schema": 1,
@@ -63,6 +64,7 @@ ROOMS = {
     "_atomic": "atomic file writes (nothing half-written is ever left)",
     "_lazy": "lazy re-exports (PEP 562) of `variance_lab`, `rollouts`, `sweep`",
     "_jsonl": "JSON Lines input, plain or gzip, shared by every reader (a bad line names file and line)",
+    "_memory": "the C library's memory policy: freed memory kept for the next array (glibc's mallopt)",
     "_validate": "input checks shared by every public function (T grids, n, seeds, paths)",
     "progress": "the one progress helper: `progress=None` a bar after a delay where someone watches, "
     "True at once, False none; the 30 s ticker of long runs",

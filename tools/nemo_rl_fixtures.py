@@ -42,16 +42,14 @@ metric; a NaN NeMo-RL logs is kept in ``nan32``/``nan64``).
 
 from __future__ import annotations
 
-import argparse
 import ast
-import hashlib
-import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
 import numpy as np
+from fixture_files import checkout_args, definitions, file_shas, write_fixtures
 
 COMMIT = "7ea279abf"
 FILES = {
@@ -71,14 +69,6 @@ METRICS = (
 )
 
 
-def _defs(path: Path, names: set[str], kind=ast.FunctionDef) -> tuple[str, list]:
-    text = path.read_text()
-    found = [n for n in ast.parse(text).body if isinstance(n, kind) and n.name in names]
-    if {n.name for n in found} != names:
-        raise SystemExit(f"{path}: expected {sorted(names)}, found {[n.name for n in found]}")
-    return text, found
-
-
 def load_nemo(root: Path) -> tuple[type, Any, dict]:
     """Return (a class with ClippedPGLossFn's own methods, a config factory, each file's SHA-256)."""
     import enum
@@ -86,14 +76,14 @@ def load_nemo(root: Path) -> tuple[type, Any, dict]:
     import torch
 
     ns: dict = {"torch": torch, "Optional": Optional, "Any": Any, "enum": enum}
-    text, found = _defs(root / FILES["utils"], {"masked_mean", "calculate_kl"})
+    text, found = definitions(root / FILES["utils"], {"masked_mean", "calculate_kl"})
     for node in found:
         exec(compile(ast.get_source_segment(text, node), FILES["utils"], "exec"), ns)
-    text, found = _defs(root / FILES["interfaces"], {"LossType", "MetricNormalizer"}, ast.ClassDef)
+    text, found = definitions(root / FILES["interfaces"], {"LossType", "MetricNormalizer"}, ast.ClassDef)
     for node in found:
         exec(compile(ast.get_source_segment(text, node), FILES["interfaces"], "exec"), ns)
-    text, (cls,) = _defs(root / FILES["loss"], {"ClippedPGLossFn"}, ast.ClassDef)
-    _, (cfg,) = _defs(root / FILES["loss"], {"ClippedPGLossConfig"}, ast.ClassDef)
+    text, (cls,) = definitions(root / FILES["loss"], {"ClippedPGLossFn"}, ast.ClassDef)
+    _, (cfg,) = definitions(root / FILES["loss"], {"ClippedPGLossConfig"}, ast.ClassDef)
     defaults = {
         n.target.id: ast.literal_eval(n.value)
         for n in cfg.body
@@ -107,8 +97,7 @@ def load_nemo(root: Path) -> tuple[type, Any, dict]:
     if set(body) != {"__init__", "__call__"}:
         raise SystemExit(f"{FILES['loss']}: ClippedPGLossFn without __init__/__call__")
     loss_cls = type("ClippedPGLossFn", (), {**body, "input_type": None})
-    shas = {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in FILES.values()}
-    return loss_cls, lambda **kw: SimpleNamespace(**{**defaults, **kw}), shas
+    return loss_cls, lambda **kw: SimpleNamespace(**{**defaults, **kw}), file_shas(root, FILES.values())
 
 
 def make_batch(rng: np.random.Generator) -> dict:
@@ -233,10 +222,7 @@ def main(argv=None) -> int:
     """Write nemo_rl.npz and nemo_rl.json; print their sizes."""
     import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("nemo", type=Path, help="a checkout of NVIDIA-NeMo/RL at 7ea279a")
-    parser.add_argument("out", type=Path, help="folder for the fixtures (tests/data/frameworks)")
-    args = parser.parse_args(argv)
+    args = checkout_args(__doc__, "nemo", "a checkout of NVIDIA-NeMo/RL at 7ea279a", argv)
     loss_cls, config, shas = load_nemo(args.nemo)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(20260822)))
     inputs: dict[str, list] = {k: [] for k in ("prev", "gen", "tm", "sm")}
@@ -264,19 +250,8 @@ def main(argv=None) -> int:
         present = np.array([[k in m[i] for k in names] for m in logged])
         arrays[key] = np.where(present, vals, np.nan)
         arrays[key.replace("metrics", "nan")] = (present & np.isnan(vals)).astype(np.uint8)
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out / "nemo_rl.npz", **arrays)
-    meta = {
-        "nemo_rl_commit": COMMIT,
-        "files_sha256": shas,
-        "versions": {"torch": torch.__version__, "numpy": np.__version__},
-        "metric_names": names,
-        "metric_normalizations": tables,
-        "batches": batches,
-    }
-    (args.out / "nemo_rl.json").write_text(json.dumps(meta, sort_keys=True) + "\n")
-    for name in ("nemo_rl.npz", "nemo_rl.json"):
-        print(f"{args.out / name}: {(args.out / name).stat().st_size:,} bytes")
+    meta = {"metric_names": names, "metric_normalizations": tables, "batches": batches}
+    write_fixtures(args.out, "nemo_rl", COMMIT, shas, arrays, meta)
     return 0
 
 

@@ -37,16 +37,14 @@ flat over the batch's padded tokens, 0 where a sample did not run).
 
 from __future__ import annotations
 
-import argparse
 import ast
-import hashlib
-import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from fixture_files import checkout_args, definitions, file_shas, padded, write_fixtures
 
 COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"
 LOSS = "src/prime_rl/trainer/rl/loss.py"
@@ -85,14 +83,8 @@ def load_prime_rl(root: Path) -> tuple[dict, dict, dict]:
     ns["Callable"] = __import__("typing").Callable
     ns.update(Float=_Annotation(), Bool=_Annotation(), Int=_Annotation())
     path = root / LOSS
-    text = path.read_text()
-    nodes = {
-        n.name: n
-        for n in ast.parse(text).body
-        if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name in WANTED
-    }
-    if set(nodes) != set(WANTED):
-        raise SystemExit(f"{path}: expected {list(WANTED)}, found {sorted(nodes)}")
+    text, found = definitions(path, set(WANTED), ast.FunctionDef | ast.ClassDef)
+    nodes = {n.name: n for n in found}
     lines = text.splitlines(keepends=True)
     for name in WANTED:  # with the decorators (the two dataclasses; the functions have none)
         node = nodes[name]
@@ -109,8 +101,7 @@ def load_prime_rl(root: Path) -> tuple[dict, dict, dict]:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.value, ast.Call):
                     fields[item.target.id] = ast.literal_eval(item.value.args[0])
             defaults[node.name] = fields
-    shas = {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in (LOSS, CONFIGS)}
-    return ns, defaults, shas
+    return ns, defaults, file_shas(root, (LOSS, CONFIGS))
 
 
 def _at_bound(rng, target: float) -> tuple[np.float32, np.float32]:
@@ -244,24 +235,11 @@ def keep_masks(batch: dict, calls: list, T: int) -> dict[str, np.ndarray]:
     return {**{k: v.ravel() for k, v in out.items()}, **ran}
 
 
-def padded(samples, key: str, pad, dtype) -> np.ndarray:
-    """Return the samples' per-token values as (B, T), ``pad`` after each sample's end (0 if absent)."""
-    T = max(len(x["trainer"]) for x in samples)
-    out = np.full((len(samples), T), pad, dtype=dtype)
-    for i, x in enumerate(samples):
-        if x[key] is not None:
-            out[i, : len(x[key])] = x[key]
-    return out
-
-
 def main(argv=None) -> int:
     """Write prime_rl.npz and prime_rl.json; print their sizes."""
     import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("prime_rl", type=Path, help="a checkout of PrimeIntellect-ai/prime-rl at 559b447")
-    parser.add_argument("out", type=Path, help="folder for the fixtures (tests/data/frameworks)")
-    args = parser.parse_args(argv)
+    args = checkout_args(__doc__, "prime_rl", "a checkout of PrimeIntellect-ai/prime-rl at 559b447", argv)
     ns, defaults, shas = load_prime_rl(args.prime_rl)
     d_def, i_def = defaults["DefaultLossConfig"], defaults["IPOLossConfig"]
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(20260822)))
@@ -289,7 +267,7 @@ def main(argv=None) -> int:
         shapes.append((len(s), T))
         for k in keys:
             dt = np.bool_ if k == "mask" else np.float32
-            inputs[k].append(padded(s, k, False if k == "mask" else PAD, dt).ravel())
+            inputs[k].append(padded(s, k, False if k == "mask" else PAD, dt, length_key="trainer").ravel())
         meta = []
         for kind, options in settings:
             config = SimpleNamespace(**options)
@@ -316,19 +294,8 @@ def main(argv=None) -> int:
     arrays = {k: np.concatenate(v) for k, v in inputs.items()}
     arrays["shapes"] = np.array(shapes, dtype=np.int64)
     arrays.update({k: np.concatenate(v) for k, v in out.items()})
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out / "prime_rl.npz", **arrays)
-    meta = {
-        "prime_rl_commit": COMMIT,
-        "files_sha256": shas,
-        "versions": {"torch": torch.__version__, "numpy": np.__version__},
-        "loss_config_defaults": defaults,
-        "padding": PAD,
-        "batches": batches,
-    }
-    (args.out / "prime_rl.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    for name in ("prime_rl.npz", "prime_rl.json"):
-        print(f"{args.out / name}: {(args.out / name).stat().st_size:,} bytes")
+    meta = {"loss_config_defaults": defaults, "padding": PAD, "batches": batches}
+    write_fixtures(args.out, "prime_rl", COMMIT, shas, arrays, meta, indent=1)
     return 0
 
 

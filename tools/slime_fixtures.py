@@ -41,11 +41,8 @@ float64 run's weights lie from them, and the rejection mask (flat, cut by ``*_of
 
 from __future__ import annotations
 
-import argparse
 import ast
-import hashlib
 import importlib.util
-import json
 import sys
 from argparse import Namespace
 from collections.abc import Callable
@@ -53,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fixture_files import checkout_args, definitions, file_shas, padded, write_fixtures
 
 COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
 FILES = {
@@ -93,17 +91,13 @@ def load_slime(root: Path) -> tuple[dict, Any, dict]:
     }
     for key, names in wanted.items():
         path = root / FILES[key]
-        text = path.read_text()
-        found = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name in names]
-        if {n.name for n in found} != names:
-            raise SystemExit(f"{path}: expected {sorted(names)}, found {[n.name for n in found]}")
+        text, found = definitions(path, names)
         for node in found:  # the def without its decorators (none of these has one)
             exec(compile(ast.get_source_segment(text, node), str(path), "exec"), ns)
     spec = importlib.util.spec_from_file_location("slime_mis_example", root / FILES["mis"])
     mis = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mis)
-    shas = {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in FILES.values()}
-    return ns, mis, shas
+    return ns, mis, file_shas(root, FILES.values())
 
 
 def make_batch(rng: np.random.Generator) -> dict:
@@ -237,23 +231,11 @@ def mis_options(rng: np.random.Generator) -> dict:
     return opts
 
 
-def padded(samples, key: str, pad: float, dtype) -> np.ndarray:
-    """Return the samples' per-token values as a (B, T) array, ``pad`` after each sample's end."""
-    T = max(len(s[key]) for s in samples)
-    out = np.full((len(samples), T), pad, dtype=dtype)
-    for i, s in enumerate(samples):
-        out[i, : len(s[key])] = s[key]
-    return out
-
-
 def main(argv=None) -> int:
     """Write slime.npz and slime.json; print their sizes."""
     import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("slime", type=Path, help="a checkout of THUDM/slime at 624b824")
-    parser.add_argument("out", type=Path, help="folder for the fixtures (tests/data/frameworks)")
-    args = parser.parse_args(argv)
+    args = checkout_args(__doc__, "slime", "a checkout of THUDM/slime at 624b824", argv)
     ns, mis, shas = load_slime(args.slime)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(20260821)))
     inputs: dict[str, list] = {k: [] for k in ("old", "rollout", "new", "mask", "rollout_ids")}
@@ -304,19 +286,8 @@ def main(argv=None) -> int:
     for key, parts in per_setting.items():
         arrays[key] = np.concatenate(parts)
         arrays[f"{key}_offsets"] = np.cumsum([0] + [len(x) for x in parts])
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out / "slime.npz", **arrays)
-    meta = {
-        "slime_commit": COMMIT,
-        "files_sha256": shas,
-        "versions": {"torch": torch.__version__, "numpy": np.__version__},
-        "padding": {"old": PAD_OLD, "rollout": PAD_ROLLOUT},
-        "metric_names": names,
-        "batches": batches,
-    }
-    (args.out / "slime.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    for name in ("slime.npz", "slime.json"):
-        print(f"{args.out / name}: {(args.out / name).stat().st_size:,} bytes")
+    meta = {"padding": {"old": PAD_OLD, "rollout": PAD_ROLLOUT}, "metric_names": names, "batches": batches}
+    write_fixtures(args.out, "slime", COMMIT, shas, arrays, meta, indent=1)
     return 0
 
 

@@ -359,13 +359,13 @@ def test_ctpo_and_m2po_on_the_shipped_smollm2_data(capsys):
 
 
 def test_sign_specs_closed_form_json_and_data(capsys):
-    """topr/opsm give rows by sign: the closed form's in JSON, and the SmolLM2 file's advantages."""
+    """topr/opsm/aspo give rows by sign: the closed form's in JSON, and the SmolLM2 file's advantages."""
     rc, out, _ = run_cli(
-        capsys, "corrections", "--T", "10", "--correction", "topr,opsm:0.05", "--format", "json"
+        capsys, "corrections", "--T", "10", "--correction", "topr,opsm:0.05,aspo", "--format", "json"
     )
     assert rc == 0
     rows = pd.DataFrame(json.loads(out)["rows"] if isinstance(json.loads(out), dict) else json.loads(out))
-    th = co.theory(get_family("lognormal", 1.0, 0.1), [10], "topr,opsm:0.05")
+    th = co.theory(get_family("lognormal", 1.0, 0.1), [10], "topr,opsm:0.05,aspo")
     assert rows.correction.tolist() == th.correction.tolist()
     assert np.allclose(rows.frac_modified, th.frac_modified, rtol=1e-12, atol=0)
     data = Path(__file__).parents[2] / "data" / "smollm2" / "smollm2_stale_gspo.jsonl.gz"
@@ -375,6 +375,14 @@ def test_sign_specs_closed_form_json_and_data(capsys):
     assert rc == 0, err
     frame = pd.read_csv(io.StringIO(out))
     assert frame.correction.tolist() == ["topr", "topr [A>=0]", "topr [A<0]"]
+    assert frame.n_seq.tolist() == [1024, 820, 204]
+    rc, out, err = run_cli(
+        capsys, "corrections", "--data", str(data), "--correction", "aspo", "--format", "csv"
+    )
+    assert rc == 0, err
+    frame = pd.read_csv(io.StringIO(out))
+    assert frame.correction.tolist() == ["aspo", "aspo [A>=0]", "aspo [A<0]"]
+    assert frame.level.tolist() == ["token"] * 3
     assert frame.n_seq.tolist() == [1024, 820, 204]
 
 
@@ -510,3 +518,20 @@ def test_probability_aware_bad_input_is_one_line(capsys, argv, message):
     assert out == ""
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_find_T_of_sign_specs_is_on_their_overall_row(capsys):
+    """--find-T with sign specs: the overall row carries find_T (the signs mixed), its sign rows none.
+
+    It raised a KeyError on the sign rows' labels before.
+    """
+    rc, out, err = run_cli(
+        capsys, "corrections", "--T", "10", "--correction", "aspo,opsm:0.02", "--find-T", "--format", "json"
+    )
+    assert rc == 0, err
+    doc = json.loads(out)
+    rows = pd.DataFrame(doc["rows"] if isinstance(doc, dict) else doc).set_index("correction")
+    fam = get_family("lognormal", 1.0, 0.1)
+    assert rows.loc["aspo", "find_T"] == co.find_T(fam, "aspo", 0.5) == 3
+    assert rows.loc["opsm:0.02", "find_T"] == co.find_T(fam, "opsm:0.02", 0.5)
+    assert rows.loc[["aspo [A>=0]", "aspo [A<0]", "opsm:0.02 [A<0]"], "find_T"].isna().all()

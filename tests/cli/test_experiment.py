@@ -122,6 +122,11 @@ def test_aggregation_all_writes_three_files_from_one_sampling(tmp_path, capsys):
         (["--model", "tiny", "--out", "x.csv"], "must end in"),
         (["--model", "tiny", "--settings", "missing.json"], "cannot read"),
         (["--model", "gpt2"], "invalid choice"),
+        (["--model", "tiny", "--calibrate", "1e-3,1e-2"], "--calibrate: only with --run paired"),
+        (["--model", "tiny", "--run", "paired", "--out", "x.jsonl.gz"], "name their folder with --out-dir"),
+        (["--model", "tiny", "--run", "paired", "--calibrate", "1e-2,1e-3"], "at least two increasing"),
+        (["--model", "tiny", "--run", "paired", "--set", "samplers=fp8"], "samplers must name"),
+        (["--model", "tiny", "--run", "paired", "--out-dir", "nowhere"], "is not a folder"),
     ],
 )
 def test_errors_are_one_line(args, message, tmp_path, monkeypatch, capsys):
@@ -190,3 +195,23 @@ def test_entropy_errors_are_one_line(args, message, tmp_path, monkeypatch, capsy
     assert message in err
     assert err.count("\n") == 1
     assert "Traceback" not in err
+
+
+@needs_lm
+def test_paired_run_writes_one_file_per_comparison(tmp_path, capsys):
+    """``--run paired`` writes the on-policy file and its paired files, and says which update it measured."""
+    argv = ["experiment", "run", "--model", "tiny", "--quick", "--run", "paired", "--out-dir", str(tmp_path)]
+    assert main([*argv, *SMALL, "--set", "updates=2", "--set", "lags=1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "AdamW (persistent), measured update 2" in out
+    names = sorted(p.name for p in tmp_path.glob("*.jsonl.gz"))
+    assert names == [
+        "smollm2_s0_mismatch_bf16.jsonl.gz",
+        "smollm2_s0_mismatch_fp16.jsonl.gz",
+        "smollm2_s0_mismatch_top-p.jsonl.gz",
+        "smollm2_s0_onpolicy_gspo.jsonl.gz",
+        "smollm2_s0_stale_lag1_gspo.jsonl.gz",
+    ]
+    side = json.loads((tmp_path / "smollm2_s0_stale_lag1_gspo.json").read_text())
+    assert side["paired_with"] == "smollm2_s0_onpolicy_gspo.jsonl.gz"
+    assert side["optimizer"]["update"] == 3 and side["optimizer"]["persistent"] is True

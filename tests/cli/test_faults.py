@@ -90,7 +90,7 @@ CASES = {
         ["--figure '/nonexistent/x.pdf'", "does not exist"],
     ),
     # item 7: the command line's words
-    "analyze a directory": (["analyze", "."], ["is a directory"]),
+    "analyze a directory of no step": (["analyze", "."], ["cannot tell the step of 'good.jsonl'"]),
     "analyze an unknown extension": (["analyze", "keep.md"], ["--format, one of jsonl"]),
     "analyze one edge": (["analyze", "good.jsonl", "--edges", "16"], ["--edges must be", "got [16]"]),
     "aggregate sampler for gamma": (

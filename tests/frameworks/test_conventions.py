@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from variance_lab.frameworks import batch, nemo_rl, openrlhf, prime_rl, slime, trl, verl
+from variance_lab.frameworks import areal, batch, nemo_rl, openrlhf, prime_rl, slime, trl, verl
 from variance_lab.frameworks.batch import MeanRule
 from variance_lab.frameworks.conventions import CONVENTIONS, conventions_table
 from variance_lab.frameworks.logfiles import FRAMEWORKS
@@ -18,12 +18,14 @@ MIRRORS = {
     "prime-rl": prime_rl,
     "slime": slime,
     "openrlhf": openrlhf,
+    "areal": areal,
 }
 
 
 def test_one_row_per_framework_the_log_reader_knows():
-    """The table has the six frameworks `logged` reads, one row each, seven columns."""
-    assert set(CONVENTIONS) == set(FRAMEWORKS) == set(MIRRORS)
+    """The table has a row per mirror (the six frameworks `logged` reads, and AReaL), seven columns."""
+    assert set(CONVENTIONS) == set(MIRRORS)
+    assert set(FRAMEWORKS) == set(MIRRORS) - {"areal"}
     table = conventions_table().splitlines()
     assert len(table) == 2 + len(CONVENTIONS)
     assert all(line.count(" | ") == 6 for line in table[:1] + table[2:])  # no cell holds a "|"

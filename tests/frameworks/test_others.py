@@ -1,4 +1,4 @@
-"""NeMo-RL, prime-rl and OpenRLHF mirrors against cases computed by hand from their source."""
+"""NeMo-RL and prime-rl mirrors against cases computed by hand from their source."""
 
 import math
 import re
@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl
+from variance_lab.frameworks import nemo_rl, prime_rl
 
 # two sequences: 3 tokens and 2 tokens (the last position padding)
 MASK = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -227,27 +227,9 @@ def test_prime_rl_tensor_stats_as_torch_computes_them():
     assert all(math.isnan(v) for v in prime_rl.tensor_stats([]).values())
 
 
-# --------------------------------------------------------------------------------------
-# OpenRLHF
-# --------------------------------------------------------------------------------------
-def test_openrlhf_three_types_with_default_bounds():
-    """[0.5, 5]: tis clamps both sides; icepop zeroes e^-0.8 and e^1.9; seq-mask-tis keeps raw ratios."""
-    w, kl = openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK)
-    np.testing.assert_allclose(w[0], [math.exp(0.2), 0.5, 5.0], rtol=1e-14)
-    assert kl == pytest.approx(-Y[MASK > 0].mean(), rel=1e-12)
-    w, _ = openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK, vllm_is_correction_type="icepop")
-    np.testing.assert_allclose(w[0], [math.exp(0.2), 0.0, 0.0], rtol=1e-14)
-    w, _ = openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK, (0.9, 1.2), "seq-mask-tis")
-    np.testing.assert_array_equal(w[0], 0.0)  # G = e^0.433 = 1.54 > 1.2
-    np.testing.assert_allclose(w[1, :2], np.exp(Y[1, :2]), rtol=1e-14)  # untruncated
-    assert w[1, 2] == 0.0
-
-
 @pytest.mark.parametrize(
     ("call", "needle"),
     [
-        (lambda: openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK, (5.0, 0.5)), r"\(5\.0, 0\.5\)"),
-        (lambda: openrlhf.vllm_is_correction(OLD, ROLLOUT, MASK, vllm_is_correction_type="mis"), "'mis'"),
         (lambda: prime_rl.dppo_mask(OLD, ROLLOUT, np.ones(2), MASK), r"\(2,\)"),
         (lambda: nemo_rl.clipped_pg_importance_weights(OLD, ROLLOUT, MASK * 2), "2.0"),
     ],

@@ -203,3 +203,66 @@ def test_bad_input_names_the_value(call, needle):
     """A negative threshold (prime-rl's ge=0), a weight stream of the wrong shape or not finite."""
     with pytest.raises(ValueError, match=needle):
         call(np.zeros((2, 2)))
+
+
+# --------------------------------------------------------------------------------------
+# IcePopLoss (PR #3526; tests/data/frameworks/prime_rl_icepop.*, tools/prime_rl_icepop_fixtures.py)
+# --------------------------------------------------------------------------------------
+def _icepop_settings():
+    """One dict per (batch, band) IcePopLoss ran: float32 inputs, its keep masks, per-sample metrics."""
+    meta = json.loads((DATA / "prime_rl_icepop.json").read_text())
+    with np.load(DATA / "prime_rl_icepop.npz") as z:
+        a = {k: z[k] for k in z.files}
+    out, pos, kpos, mpos = [], 0, 0, 0
+    for (B, T), batch in zip(a["shapes"].tolist(), meta["batches"], strict=True):
+        row = {k: a[k][pos : pos + B * T].reshape(B, T).astype(np.float32) for k in ("trainer", "inference")}
+        row["mask"] = a["mask"][pos : pos + B * T].reshape(B, T) > 0
+        pos += B * T
+        ran = B  # without rl_weights compute_loss runs the loss on every sample
+        for band in batch["bands"]:
+            keeps = {k: a[k][kpos : kpos + B * T].reshape(B, T) > 0 for k in ("keep32", "keep64")}
+            metrics = {k: a[k][mpos : mpos + ran] for k in ("m32", "m64")}
+            kpos, mpos = kpos + B * T, mpos + ran
+            out.append({**row, **keeps, **metrics, "band": band})
+    assert (kpos, mpos) == (a["keep32"].size, len(a["m32"]))
+    return meta["metrics"], out
+
+
+def test_icepop_mask_equals_prime_rls_own():
+    """120 settings: every keep decision IcePopLoss's, log-ratios at the bounds included; metrics too.
+
+    The float32 log-ratio against each bound's float32 log, kept at it; ``is_masked`` exactly,
+    the mismatch KLs within twice prime-rl's own float32 rounding (its float64 run) plus two
+    float32 roundings.
+    """
+    names, settings = _icepop_settings()
+    assert len(settings) == 120
+    at_bound = differs_in_float64 = 0
+    for s in settings:
+        keep, per_sample = prime_rl.icepop_mask(
+            s["trainer"], s["inference"], s["mask"], *s["band"], per_sample=True
+        )
+        np.testing.assert_array_equal(keep > 0, s["keep32"], err_msg=str(s["band"]))
+        differs_in_float64 += int((s["keep64"] != s["keep32"]).sum())
+        y32 = (s["trainer"] - s["inference"])[s["mask"]]
+        logs = [np.float32(np.log(np.float64(np.float32(b)))) for b in s["band"]]
+        at_bound += int(np.isin(y32, logs).sum())
+        for j, k in enumerate(names):
+            got, v32, v64 = per_sample[k], s["m32"][:, j], s["m64"][:, j]
+            if k == "is_masked":
+                np.testing.assert_array_equal(got.astype(np.float32), v32.astype(np.float32))
+            else:
+                tol = 2 * np.abs(v64 - v32) + F32_ROUNDING * np.abs(v32) + 1e-12
+                assert np.all(np.abs(got - v32) <= tol), k
+    assert at_bound > 100  # teeth: log-ratios exactly at a bound's float32 log, kept
+    assert differs_in_float64 > 0  # prime-rl in float64 decides some of them otherwise
+
+
+@pytest.mark.parametrize(
+    ("band", "needle"),
+    [((0.0, 5.0), "ratio_low 0.0"), ((2.0, 1.0), "must not exceed"), ((0.2, True), "True")],
+)
+def test_icepop_band_is_checked_as_prime_rl_checks_it(band, needle):
+    """IcePopLossConfig: both bounds > 0, ratio_low <= ratio_high."""
+    with pytest.raises(ValueError, match=needle):
+        prime_rl.icepop_mask(np.zeros((1, 2)), np.zeros((1, 2)), np.ones((1, 2)), *band)

@@ -40,9 +40,9 @@ def _inputs(batch):
 
 
 def test_fixtures_come_from_the_pinned_release():
-    """The fixtures were written by verl 0.9.1, and they are small."""
+    """The fixtures were written by verl 0.9.1, and the six frameworks' together are small (< 1.5 MB)."""
     assert META["versions"]["verl"] == "0.9.1"
-    assert sum(p.stat().st_size for p in DATA.iterdir()) < 1_000_000
+    assert sum(p.stat().st_size for p in DATA.iterdir()) < 1_500_000
 
 
 @pytest.mark.parametrize("case", sorted(c for c in META["cases"] if c != "offpolicy_no_rollout"))

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from variance_lab.lm.task import (
+    DEFAULT_KINDS,
     EXAMPLES,
     KINDS,
     MAX_SHOTS,
@@ -23,7 +24,8 @@ def test_prompts_are_deterministic_and_cycle_through_the_kinds():
     a = make_prompts(np.random.default_rng(3), 9)
     b = make_prompts(np.random.default_rng(3), 9)
     assert a == b
-    assert [p.kind for p in a] == list(KINDS) * 3
+    assert [p.kind for p in a] == list(DEFAULT_KINDS) * 3
+    assert set(KINDS) - set(DEFAULT_KINDS) == {"count"}
 
 
 def test_answers_are_right():
@@ -167,6 +169,57 @@ def test_the_examples_answer_their_questions():
                 assert answer == str(x + y)
             elif kind == "copy":
                 assert question.endswith(": " + answer)
+            elif kind == "count":
+                a, b = (int(v) for v in question.split("Count from ")[1].split(".")[0].split(" to "))
+                assert answer == ", ".join(str(i) for i in range(a, b + 1))
             else:
                 word, count = question.split('"')[1], int(question.split('" ')[1].split(" times")[0])
                 assert answer == " ".join([word] * count)
+
+
+def test_count_prompts_carry_examples_of_their_own_length():
+    """``count``: the answer counts n numbers, n in [2, max_count]; the examples are 0.7n-1.3n long."""
+    from variance_lab.lm.task import COUNT_REQUEST, make_prompts, messages
+
+    rng = np.random.default_rng(5)
+    prompts = make_prompts(rng, 300, kinds=("count",), max_count=80)
+    sizes = []
+    for p in prompts:
+        numbers = [int(x) for x in p.answer.split(", ")]
+        n = len(numbers)
+        sizes.append(n)
+        assert numbers == list(range(numbers[0], numbers[0] + n))
+        assert p.text == COUNT_REQUEST.format(a=numbers[0], b=numbers[-1])
+        for question, answer in p.examples:
+            k = len(answer.split(", "))
+            assert max(2, round(0.7 * n)) <= k <= max(2, round(1.3 * n))
+            assert question.startswith("Count from ")
+        turns = messages(p, 2, system=False)
+        assert [t["content"] for t in turns[:4:2]] == [q for q, _ in p.examples[:2]]
+        assert turns[-1]["content"] == p.text
+    assert min(sizes) >= 2
+    assert max(sizes) <= 80
+    assert np.mean(np.array(sizes) >= 30) > 0.2  # log-uniform: long counts are common
+
+
+def test_the_default_mix_draws_the_shipped_prompts():
+    """Without ``kinds`` the prompts are those of the shipped runs (the same draws, the same order)."""
+    from variance_lab.lm.task import DEFAULT_KINDS, make_prompts
+
+    a = make_prompts(np.random.default_rng(3), 30)
+    b = make_prompts(np.random.default_rng(3), 30, kinds=DEFAULT_KINDS, max_count=5)
+    assert a == b
+    assert [p.kind for p in a[:4]] == ["add", "copy", "repeat", "add"]
+    assert all(p.examples == () for p in a)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"kinds": ("sum",)}, "kinds must name some of"), ({"max_count": 1}, "max_count must be")],
+)
+def test_bad_kinds_and_counts_are_named(kwargs, message):
+    """An unknown kind, a max_count below 2."""
+    from variance_lab.lm.task import make_prompts
+
+    with pytest.raises(ValueError, match=message):
+        make_prompts(np.random.default_rng(0), 3, **kwargs)

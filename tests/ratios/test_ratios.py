@@ -235,7 +235,7 @@ def test_corrections_at_the_bounds(spec, dtype):
         np.testing.assert_array_equal(w[mod], 0.0)
 
 
-SIGNED_SPECS = ["topr", "opsm:0.05"]
+SIGNED_SPECS = ["topr", "opsm:0.05", "aspo:0.2:0.28:3"]
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])
@@ -247,6 +247,9 @@ def test_sign_dependent_corrections_at_the_bounds(spec, dtype):
     log P_T = -delta for OPSM, and a value at it is kept; a positive advantage modifies nothing.
     """
     c = parse(spec)
+    if c.kind == "aspo":
+        _aspo_at_the_bounds(c, dtype)
+        return
     bound = 0.0 if c.kind == "topr" else -c.params[0]
     x = _probes((bound,), dtype) if bound else np.array([0.0, -5e-324, 5e-324])
     lo, hi = (None, 0.0) if c.kind == "topr" else (-c.params[0], None)
@@ -256,6 +259,20 @@ def test_sign_dependent_corrections_at_the_bounds(spec, dtype):
     assert not mod_pos.any()
     if c.kind == "opsm":
         np.testing.assert_array_equal(w[mod], 0.0)
+
+
+def _aspo_at_the_bounds(c, dtype):
+    """ASPO: 1/r kept on [1/C, 1 + EH] (A >= 0), r on [1 - EL, C] (A < 0), each bound kept."""
+    el, eh, C = c.params[:3]
+    for positive, (lo, hi) in (
+        (True, (-math.log(C), math.log1p(eh))),
+        (False, (math.log1p(-el), math.log(C))),
+    ):
+        x = _probes((lo, hi), dtype)
+        w, mod = apply_signed(c, x, None, np.full(x.size, positive))
+        _check(mod, x, lo, hi, CLOSED, at=(0, 3) if dtype is F64 else ())
+        kept = ~mod
+        np.testing.assert_allclose(w[kept], np.exp(-x[kept] if positive else x[kept]), rtol=1e-15)
 
 
 # --------------------------------------------------------------------------------------

@@ -40,6 +40,25 @@ def _tidy(family, mu, sigma2, T, quantities):
     return theory.tidy(get_family(family, mu, sigma2), T, quantities=quantities)
 
 
+def run_frames(small=(3, 4)):
+    """Return made-up frames of a run: one row per step, one per step and bucket (no analysis behind them)."""
+    steps, buckets = [], []
+    for s in range(1, 9):
+        for j, (lo, hi) in enumerate(((16, 31), (32, 63), (64, 127))):
+            var = 2e-5 * (1 + 0.15 * s) / 2**j
+            buckets.append(
+                {"step": s, "T_lo": lo, "T_hi": hi, "n_seq": 12 if j == 0 and s in small else 60 + 10 * j,
+                 "var_G": var, "var_G_lo": var / 1.3, "var_G_hi": var * 1.4,
+                 "gspo_clip_frac": 0.2 + 0.05 * s + 0.1 * j, "ppo_clip_frac": 1e-3 * (1 + 0.3 * s) * (1 + j),
+                 "khat_P": 0.2 + 0.06 * s + 0.1 * j}
+            )  # fmt: skip
+        steps.append(
+            {"step": s, "gspo_clip_frac": 0.25 + 0.05 * s, "ppo_clip_frac": 1.5e-3 * (1 + 0.3 * s),
+             "khat_P": 0.3 + 0.07 * s, "mismatch_k3_kl": 1e-4 * 1.4**s}
+        )  # fmt: skip
+    return pd.DataFrame(steps), pd.DataFrame(buckets)
+
+
 def _variance_panels():
     """Theory, and fixed made-up Monte Carlo points of each verdict: reliable, marginal, unreliable."""
     frame = _tidy("lognormal", 1.0, 0.1, [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], ["var_P", *VAR_G])
@@ -233,8 +252,96 @@ def _prob_masks():
     return prob_mask_figure(pd.DataFrame(rows), title="lognormal", style="paper")
 
 
+def _add_rows(frame, rows):
+    cols = ["panel", "series", "x", "method", "value", "lo", "hi", "reliable"]
+    return pd.concat([frame, pd.DataFrame(rows, columns=cols)], ignore_index=True)
+
+
+T_SMALL = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+
+
+def _sign_weights():
+    """TOPR, OPSM and ASPO by sign: closed forms, made-up Monte Carlo and data points."""
+    from variance_lab.paper.method_frames import sign_frame
+    from variance_lab.report.method_figures import sign_figure
+
+    params = {
+        "family": "lognormal",
+        "mu": 1.0,
+        "sigma2": 0.1,
+        "specs": ["topr", "opsm:0.05", "aspo"],
+        "T": T_SMALL,
+    }
+    frame = sign_frame(params)
+    exact = frame.set_index(["panel", "series", "x"]).value
+    rows = [
+        (
+            "bias",
+            "topr [A<0]",
+            t,
+            "monte_carlo",
+            exact[("bias", "topr [A<0]", t)] + 0.01,
+            exact[("bias", "topr [A<0]", t)] - 0.02,
+            exact[("bias", "topr [A<0]", t)] + 0.04,
+            t != 100,
+        )
+        for t in (1, 10, 100)
+    ]
+    rows += [("var", "aspo [A>=0]", 10, "monte_carlo", 0.34, float("nan"), float("nan"), True)]
+    labels = ["topr [A>=0]", "topr [A<0]", "opsm:0.05 [A>=0]", "opsm:0.05 [A<0]", "aspo [A>=0]", "aspo [A<0]"]
+    bias = [-0.003, -0.011, 0.0, -0.021, -0.0005, -0.001]
+    rows += [
+        ("data", s, k, "data", b, b - 0.008, b + 0.006, True)
+        for k, (s, b) in enumerate(zip(labels, bias, strict=True))
+    ]
+    return sign_figure(_add_rows(frame, rows), title="lognormal", data_title="stale_gspo, update ratio",
+                       style="paper")  # fmt: skip
+
+
+def _vcpo_ess():
+    """VCPO's ESS ratio by lag and by family (exact), made-up minibatch means and baseline gains."""
+    from variance_lab.paper.method_frames import vcpo_frame
+    from variance_lab.report.method_figures import vcpo_figure
+
+    params = {"family": "lognormal", "mu": 1.0, "sigma2": 1e-3, "lags": [1, 4], "T": T_SMALL,
+              "families": [["lognormal", 1.0, 1e-3], ["ar1", 1.0, 1e-3, {"rho": 0.5}]]}  # fmt: skip
+    frame = vcpo_frame(params)
+    rows = [
+        ("lag", "lag 1", t, "monte_carlo", v, v - 0.01, v + 0.01, True)
+        for t, v in ((100, 0.91), (1000, 0.44))
+    ]
+    rows += [("baseline", run, k, "data", g, float("nan"), float("nan"), True)
+             for k, (run, g) in enumerate((("onpolicy_gspo", 1.042), ("mismatch_bf16", 1.035)))]  # fmt: skip
+    return vcpo_figure(_add_rows(frame, rows), title="lognormal", style="paper")
+
+
+def _speed_bounds():
+    """Draw the bounds of "When Speed Kills Stability" against the exact values: one state, a mixture."""
+    from variance_lab.paper.method_frames import speed_bounds_frame
+    from variance_lab.report.method_figures import bounds_figure
+
+    mix = {"components": "0.98:-0.0005:0.001,0.02:-0.25:0.5"}
+    params = {"families": [["lognormal", 1.0, 0.01], ["lognormal-mixture", None, None, mix]], "T": T_SMALL,
+              "n": [10.0, 100.0, 1000.0, 10000.0], "T_max": 1500}  # fmt: skip
+    return bounds_figure(speed_bounds_frame(params), style="paper")
+
+
+def _run_figure():
+    """Draw the figure of a run from fixed made-up step and bucket frames (8 steps, 3 buckets).
+
+    The shortest bucket has too few sequences in steps 3 and 4 (a gap in its lines).
+    """
+    from variance_lab.report.run_figure import run_figure
+
+    steps, buckets = run_frames()
+    return run_figure(steps, buckets, style="paper")
+
+
 FIGURES = {
     "prob_masks": _prob_masks,
+    "sign_weights": _sign_weights,
+    "vcpo_ess": _vcpo_ess,
+    "speed_bounds": _speed_bounds,
     "thresholds": _thresholds,
     "corrections_vs_T": _corrections_vs_T,
     "variance_panels": _variance_panels,
@@ -245,6 +352,7 @@ FIGURES = {
     "mc_frontier": _mc_frontier,
     "clip_fractions": _clip_fractions,
     "analysis_figure": _analysis_figure,
+    "run_figure": _run_figure,
 }
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from variance_lab._atomic import atomic_write
+from variance_lab._memory import reuse_freed_memory  # noqa: F401 (the subcommands import it from here)
 from variance_lab._validate import parse_integer
 from variance_lab.families import FAMILIES, get_family
 from variance_lab.progress import watched
@@ -48,6 +49,7 @@ CLI_WORDS = (
     ("batch_size must be", "--batch-size must be"),
     ("threshold must be", "--threshold must be"),
     ("law_from ", "--law-from "),
+    ("pass ratio=", "pass --ratio"),
 )
 
 
@@ -548,31 +550,3 @@ def add_ratio_arg(parser, what: str) -> None:
         "no update ratio (logp equals old_logp at every token, as in the captures and the frameworks' "
         "dumps), with a note saying so",
     )
-
-
-#: glibc's ``mallopt`` parameters :func:`reuse_freed_memory` sets, and the size it sets them to.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _KEEP_BYTES = -1, -3, 1 << 30
-
-
-def reuse_freed_memory() -> bool:
-    """Have glibc's ``malloc`` keep freed memory for the next array instead of returning it at once.
-
-    A large NumPy array is by default its own ``mmap``, unmapped when freed, so that every
-    temporary of that size faults its pages in again, zeroed by the kernel: on a dump of 4e6
-    tokens ``variance-lab analyze`` spent 2.3 s of its 15 CPU seconds in the kernel, 0.4 s with
-    arrays up to 1 GiB taken from (and returned to) the heap, at the same peak memory (measured on
-    the 2-core AMD EPYC VM). A no-op, returning False, where the C library is not glibc.
-
-    Returns
-    -------
-    bool
-        True when both settings were taken.
-    """
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # not glibc (macOS, musl, Windows)
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return all([mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES) == 1, mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES) == 1])

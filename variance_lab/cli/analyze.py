@@ -6,6 +6,10 @@ names) on standard output or ``--out``; with ``--table-format csv`` the fit, dro
 sequences, clip fractions and verdict go to standard error as text (JSON holds them under
 ``"summary"``, markdown above the tables). ``--figure`` writes the figure (PDF, PNG or SVG).
 Bad data: one line on standard error naming the sequence and its problem, exit status 2.
+
+A directory instead of a file is a run, one dump per training step
+(:func:`variance_lab.rollouts.steps.analyze_run`): one row per step, ``--figure`` the statistics
+across steps, ``--scheduler`` the steps spread over a Dask cluster.
 """
 
 from __future__ import annotations
@@ -85,6 +89,12 @@ def _save_figure(fig, target: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``variance-lab analyze``: analyze the file and write its table, summary and figure."""
+    if Path(args.file).is_dir():  # a run: one dump per step
+        return _run_directory(args)
+    if getattr(args, "scheduler", None) is not None:
+        raise CLIError(
+            f"--scheduler spreads the steps of a run directory over a cluster; {args.file} is a file"
+        )
     from variance_lab.report.analysis_table import render_analysis, split_lines, summary_lines
     from variance_lab.rollouts.analysis import analyze
     from variance_lab.rollouts.split import choose_ratio
@@ -129,6 +139,66 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_directory(args: argparse.Namespace) -> int:
+    """``analyze RUN_DIR``: every step of the run analysed, one row per step, the figure across steps."""
+    from variance_lab.report.analysis_table import render_run, step_ranges
+    from variance_lab.rollouts.steps import analyze_run
+
+    reuse_freed_memory()
+    check_output(args.out, inputs=(args.file,))
+    _check_figure(args.figure, args.file)
+    try:
+        run = analyze_run(
+            args.file,
+            preset=args.preset,
+            format=None if args.format == "auto" else args.format,
+            on_bad=args.on_bad,
+            ratio=args.ratio,
+            scheduler=args.scheduler,
+            edges=args.edges,
+            n_boot=args.n_boot,
+            level=args.level,
+            seed=args.seed,
+            folds=args.folds,
+            fit_tokens=args.fit_tokens or None,
+            fit_sequences=args.fit_sequences or None,
+        )
+    except ImportError as exc:  # pyarrow, torch or dask missing: the message names what to install
+        raise CLIError(f"{args.file}: {str(exc).splitlines()[0]}") from None
+    info = run.summary()
+    for text in info["notes"]:
+        note(text)
+    for item in info["step_notes"]:
+        note(f"steps {step_ranges(item['steps'])}: {item['text']}")
+    title = (
+        f"Analysis of the run {args.file} (variance-lab analyze, {info['n_steps']} steps, "
+        f"n_boot={args.n_boot}, seed={args.seed})"
+    )
+    text = render_run(run.steps, run.buckets, info, args.table_format, summaries=run.summaries, title=title)
+    write_output(text, args.out)
+    say_wrote("the table", args.out)
+    if args.figure is not None:
+        from variance_lab.report import style
+        from variance_lab.report.run_figure import run_figure
+
+        with style.paper():
+            _save_figure(run_figure(run.steps, run.buckets), args.figure)
+        say_wrote("the figure", args.figure)
+    return 0
+
+
+def _add_run_args(p) -> None:
+    """Add the option of a run directory: ``--scheduler``."""
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="RUN_DIR only: analyse the steps on this Dask cluster, one task a step (tcp://HOST:PORT or a "
+        "scheduler .json file; the workers read the dumps at the same paths); the rows are the same as "
+        "a local run. Needs: pip install 'variance_lab[distributed]'",
+    )
+
+
 def add_command(sub) -> None:
     """Register ``analyze`` on the subparsers ``sub`` of ``variance-lab``."""
     from variance_lab.report.analysis_table import ANALYSIS_FORMATS
@@ -147,9 +217,19 @@ def add_command(sub) -> None:
         "NPZ); with prompt_id (the prompt a response answers) every interval resamples prompts, not "
         "sequences; with "
         "rollout_logp (the inference engine's log-probs) the total ratio is split into the mismatch "
-        "pi_old/mu_rollout and the update pi_theta/pi_old, with a line saying which part dominates.",
+        "pi_old/mu_rollout and the update pi_theta/pi_old, with a line saying which part dominates. "
+        "A directory RUN_DIR of one dump per training step is a run: each step is analysed as its file "
+        "alone would be, the output has one row per step (and per step and length bucket: Var(G_T), the "
+        "clip fractions, Pareto k-hat of P_T), --figure draws them across steps, and --scheduler spreads "
+        "the steps over a Dask cluster.",
     )
-    p.add_argument("file", metavar="FILE", help="token log-probs: .jsonl[.gz], .parquet or .npz")
+    p.add_argument(
+        "file",
+        metavar="FILE",
+        help="token log-probs: .jsonl[.gz], .parquet or .npz; or RUN_DIR, a directory of one dump per "
+        "training step (prime-rl's token_exports/step_N/, NeMo-RL's train_data_stepN.jsonl, slime's .pt, or "
+        "the files above, the step number in their names): one row per step",
+    )
     p.add_argument(
         "--format",
         default="auto",
@@ -191,20 +271,18 @@ def add_command(sub) -> None:
         help="K of the held-out judgment of the fitted models: prompts (or sequences, without prompt_id) "
         "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
     )
-    p.add_argument(
-        "--fit-tokens",
-        type=int_arg("--fit-tokens", minimum=0),
-        default=FIT_TOKENS,
-        help="tokens the token-mixture fits (mix, comb) see at most, about: a larger file gives them a "
-        f"seeded random sample of whole prompts, named in the output (default {FIT_TOKENS:,}; 0: all)",
-    )
-    p.add_argument(
-        "--fit-sequences",
-        type=int_arg("--fit-sequences", minimum=0),
-        default=FIT_SEQUENCES,
-        help="sequences the hier fit sees at most, about, drawn the same way "
-        f"(default {FIT_SEQUENCES:,}; 0: all)",
-    )
+    for option, cap, what in (
+        (
+            "--fit-tokens",
+            FIT_TOKENS,
+            "tokens the token-mixture fits (mix, comb) see at most, about: a larger file gives them a "
+            "seeded random sample of whole prompts, named in the output",
+        ),
+        ("--fit-sequences", FIT_SEQUENCES, "sequences the hier fit sees at most, about, drawn the same way"),
+    ):
+        p.add_argument(
+            option, type=int_arg(option, minimum=0), default=cap, help=f"{what} (default {cap:,}; 0: all)"
+        )
     add_ratio_arg(p, "the ratio of the main table, the fits and the clip fractions")
     add_seed_arg(p, "seed of the bootstrap")
     add_output_args(
@@ -214,4 +292,5 @@ def add_command(sub) -> None:
         out_help="write the table to this file instead of standard output",
     )
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf, .png, .svg)")
+    _add_run_args(p)
     p.set_defaults(func=run)

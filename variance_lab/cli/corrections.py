@@ -126,7 +126,8 @@ def _model(args, cs) -> tuple:
         if not lognormal:
             raise CLIError("--find-T needs the closed form: --family lognormal")
         found = {c.spec: corrections.find_T(family, c, args.threshold, token_prob=law) for c in cs}
-        frame["find_T"] = [found[s] for s in frame["correction"]]
+        # a sign-dependent spec's answer is its overall row's (the signs mixed); its sign rows get none
+        frame["find_T"] = [found.get(s) for s in frame["correction"]]
         frame["find_T_threshold"] = float(args.threshold)
         lines = [
             report.find_T_line(
@@ -422,7 +423,9 @@ def add_command(sub) -> None:
         "(log r)^2 of each batch of B sequences masked until the mean of the rest is below TAU; "
         "default 0.04, B = 256; theory: the large-batch limit), topr[:P] (TOPR: weight 1 when the sequence's "
         "advantage A >= 0, min(P_T, 1) when A < 0), opsm:DELTA[:P] (DeepSeek-V3.2's off-policy mask: P_T, "
-        "0 when A < 0 and the mean of -log r exceeds DELTA); these two give rows by sign, in theory with "
+        "0 when A < 0 and the mean of -log r exceeds DELTA), aspo[:E|:EL:EH[:C[:P]]] (ASPO, per token: 1/r "
+        "on [1/C, 1 + EH] when A >= 0, r on [1 - EL, C] when A < 0, C past 1/C or C, 0 past the clip; "
+        "default 0.2, 0.2, 3); these three give rows by sign, in theory with "
         "P = P(A >= 0) (default 0.5) independent of the ratios, on --data with each record's 'advantage'. "
         "Probability-aware masks: dppo-tv[:D[:P]] (DPPO-Binary-TV: masked when A > 0 and pi - mu > D, or "
         "A <= 0 and pi - mu < -D; default 0.15), dppo-kl[:D[:P]] (the same sides with the binary KL "

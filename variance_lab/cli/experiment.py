@@ -15,6 +15,7 @@ runs recorded it (:func:`variance_lab.lm.recover.add_entropy`).
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
@@ -173,8 +174,55 @@ def _loaded_tiny(folder):
     return model, tokenizer, {"name": "tiny random Llama (variance_lab.lm.tiny, seed 0)"}
 
 
+def _cmd_run_paired(args: argparse.Namespace) -> int:
+    settings = lm_settings_from_args(args)
+    folder = Path(args.out_dir or ".")
+    if args.out is not None:
+        raise CLIError("--run paired writes one file per comparison: name their folder with --out-dir")
+    if not folder.is_dir():
+        raise CLIError(f"--out-dir {str(folder)!r} is not a folder")
+    import tempfile
+
+    from variance_lab.lm.model import locate_gguf
+    from variance_lab.lm.paired import paired_experiment
+
+    with tempfile.TemporaryDirectory(prefix="variance-lab-tiny-") as tmp:
+        if args.model == "tiny":
+            loaded = _loaded_tiny(tmp)
+        else:
+            locate_gguf(check=False)
+            loaded = None
+        sides = paired_experiment(
+            settings, folder, loaded=loaded, lrs=args.calibrate, progress=None if args.quiet else _say
+        )
+    for side in sides:
+        s = side["summary"]
+        where = side["paths"][0]
+        print(f"wrote {side['role']}: {s['n_sequences']} sequences ({s['n_tokens']:,} tokens) to {where}")
+    opt = sides[0]["optimizer"]
+    wall = sides[0]["timing_s"]["wall"]
+    print(f"AdamW (persistent), measured update {opt['update']}, lr {opt['lr']:.3g}; took {wall:.1f} s")
+    return 0
+
+
+def _lrs(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected increasing rates such as 1e-7,3e-7,1e-6, got {text!r}"
+        ) from None
+    if len(values) < 2 or any(b <= a for a, b in itertools.pairwise(values)) or values[0] <= 0:
+        raise argparse.ArgumentTypeError(f"expected at least two increasing positive rates, got {text!r}")
+    return values
+
+
 def _cmd_run_lm(args: argparse.Namespace) -> int:
     _require_lm(args.model)
+    if args.run == "paired":
+        return _cmd_run_paired(args)
+    if args.calibrate is not None:
+        raise CLIError("--calibrate: only with --run paired")
     every = args.aggregation == "all"
     if every and args.out is not None:
         raise CLIError("--aggregation all writes three files: name their folder with --out-dir, not --out")
@@ -362,9 +410,19 @@ def _add_run(sub) -> None:
     )
     p.add_argument(
         "--run",
-        choices=("onpolicy", "mismatch", "stale"),
+        choices=("onpolicy", "mismatch", "stale", "paired"),
         default=None,
-        help="smollm2/tiny: on-policy update, mismatched sampler, or stale policies (default onpolicy)",
+        help="smollm2/tiny: on-policy update, mismatched sampler, or stale policies (default onpolicy); "
+        "paired: a persistent AdamW, one data batch scored under every sampler and policy lag, one file "
+        "per comparison in --out-dir",
+    )
+    p.add_argument(
+        "--calibrate",
+        type=_lrs,
+        default=None,
+        metavar="LR,LR,...",
+        help="--run paired: try these increasing learning rates on the measured update and run with the "
+        "one whose clipped-token fraction meets the GSPO paper's (0.15 for gspo, 0.0013 for token-mean)",
     )
     p.add_argument(
         "--aggregation",
@@ -394,7 +452,7 @@ def _add_run(sub) -> None:
         "--out-dir",
         default=None,
         metavar="FOLDER",
-        help="smollm2/tiny with --aggregation all: the folder of the three files (default: here)",
+        help="smollm2/tiny with --aggregation all or --run paired: the folder of the files (default: here)",
     )
     p.add_argument(
         "--settings",

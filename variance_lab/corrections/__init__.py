@@ -67,6 +67,12 @@ spec                  level     weight :math:`w` (modified: what counts as trunc
                                 (KPop's binary-KL trust region, default 0.1); its theory and
                                 DPPO's need a law of the token's probability
                                 (:mod:`~variance_lab.corrections.tokenprob`)
+``aspo[:EL:EH:C:P]``  token     ASPO: :math:`1/r` on :math:`[1/C, 1 + EH]` when :math:`A \ge 0`
+                                (:math:`C` below, 0 above), :math:`r` on :math:`[1 - EL, C]` when
+                                :math:`A < 0` (0 below, :math:`C` above): the weight of each token's
+                                gradient in ASPO's loss; modified: zeroed or dual-clipped; default
+                                0.2, 0.2, 3; ``aspo``, ``aspo:E`` (both widths), ``aspo:EL:EH``,
+                                ``aspo:EL:EH:C`` (:mod:`~variance_lab.corrections.sign`)
 ====================  ========  ===========================================================
 
 On data a value exactly at a bound is kept (:data:`BOUND_RULE`, the rule of
@@ -174,7 +180,7 @@ from variance_lab.corrections.data import (
     fraction_interval,
 )
 from variance_lab.corrections.gauss import log_phi_diff
-from variance_lab.corrections.m2po import batch_mask, batch_masks, m2po_cut, resolve_cut
+from variance_lab.corrections.m2po import M2PO_RULE, batch_mask, batch_masks, m2po_cut, resolve_cut
 from variance_lab.corrections.monte_carlo import (
     CORRECTIONS_MC_COLUMNS,
     MIN_ESS,
@@ -200,6 +206,7 @@ from variance_lab.corrections.probmask import (
     prob_sides,
 )
 from variance_lab.corrections.sign import (
+    ASPO_RULE,
     DPPO_SIGNS,
     OPSM_RULE,
     SIGNS,
@@ -211,6 +218,7 @@ from variance_lab.corrections.sign import (
     signs,
 )
 from variance_lab.corrections.specs import (
+    ASPO_DEFAULT,
     CORRECTION_KINDS,
     DPPO_KL_DEFAULT,
     DPPO_TV_DEFAULT,
@@ -240,6 +248,8 @@ from variance_lab.corrections.tokenprob import (
 from variance_lab.corrections.weights import BOUND_RULE, apply_sequence, apply_tokens, log_base_tokens
 
 __all__ = [
+    "ASPO_DEFAULT",
+    "ASPO_RULE",
     "BINNED_BY",
     "BIN_COLUMNS",
     "BOOTSTRAP_COLUMNS",
@@ -261,6 +271,7 @@ __all__ = [
     "KPOP_DEFAULT",
     "M2PO_BATCH",
     "M2PO_DEFAULT",
+    "M2PO_RULE",
     "MAX_COUNT_TERMS",
     "MIN_ESS",
     "MIXTURE_TAIL_MASS",

@@ -132,23 +132,20 @@ def _row(c: Correction, family: Family, T: int) -> dict:
     return _row_from_logs(c, T, (l1, l2, lf, lbase), _frac_seq_any(c, lf, T), "closed form")
 
 
-def _prob_any(c: Correction, logs: dict, T: float) -> dict:
-    """Per row, the fraction of sequences with a masked token: i.i.d. tokens, one sign per sequence."""
-
-    def any_(lf):
-        return 1.0 if lf >= 0 else -math.expm1(T * math.log1p(-math.exp(lf)))
-
+def _sign_any(c: Correction, logs: dict, T: float) -> dict:
+    """``frac_seq_any`` of each row; a signed spec's overall row mixes its signs' (one sign a sequence)."""
     if not c.signed:
-        return {"all": any_(logs["all"][2])}
-    pos, neg = any_(logs["A>0"][2]), any_(logs["A<=0"][2])
+        return {"all": _frac_seq_any(c, logs["all"][2], T)}
+    pos, neg = signs(c)[1:]
+    out = {s: _frac_seq_any(c, logs[s][2], T) for s in (pos, neg)}
     p = c.p_positive
-    return {"all": p * pos + (1 - p) * neg, "A>0": pos, "A<=0": neg}
+    return {"all": p * out[pos] + (1 - p) * out[neg], **out}
 
 
 def _prob_rows(c: Correction, family: Family, T: int, law) -> list[dict]:
     """Rows of a probability-aware mask (:mod:`~variance_lab.corrections.tokenprob`): by sign for DPPO."""
     logs = prob_log_moments(c, family, law)
-    anys = _prob_any(c, logs, T)
+    anys = _sign_any(c, logs, T)
     rows = signs(c) if c.signed else ("all",)
     return [_row_from_logs(c, T, logs[s], anys[s], "quadrature", label=sign_label(c, s)) for s in rows]
 
@@ -156,10 +153,8 @@ def _prob_rows(c: Correction, family: Family, T: int, law) -> list[dict]:
 def _sign_rows(c: Correction, family: Family, T: int) -> list[dict]:
     """Return the rows of a sign-dependent spec: every sequence, then A >= 0, then A < 0 (by label)."""
     logs = sign_log_moments(c, family.mean_log, family.var_log, T)
-    return [
-        _row_from_logs(c, T, logs[s], math.exp(logs[s][2]), "closed form", label=sign_label(c, s))
-        for s in SIGNS
-    ]
+    anys = _sign_any(c, logs, T)
+    return [_row_from_logs(c, T, logs[s], anys[s], "closed form", label=sign_label(c, s)) for s in SIGNS]
 
 
 def _row_from_logs(c: Correction, T: int, logs, frac_seq_any: float, method: str, label=None) -> dict:
@@ -392,14 +387,15 @@ def theory(family: Family, T, corrections, *, token_prob=None) -> pd.DataFrame:
         Sequence lengths >= 1.
     corrections : str or list
         Specs (a comma list or a list), see :func:`parse`. A sign-dependent spec (``topr``,
-        ``opsm:DELTA``; lognormal family only) gives three rows, labelled by
+        ``opsm:DELTA``, ``aspo``; lognormal family only) gives three rows, labelled by
         :func:`~variance_lab.corrections.sign.sign_label`: every sequence (the two signs mixed
         with the spec's :math:`P(A \ge 0)`), then :math:`A \ge 0`, then :math:`A < 0`, each with
-        its bias against :math:`E[P_T]` (:mod:`variance_lab.corrections.sign`). A
-        probability-aware mask (``dppo-tv``, ``dppo-kl``, ``kpop``; lognormal and lognormal-mixture
-        families) is integrated over the law of the token's probability (``method``
-        "quadrature", :mod:`variance_lab.corrections.tokenprob`): the family is then the law of
-        the shift of the token's log-odds; DPPO gives rows ``all``, ``A>0``, ``A<=0``.
+        its bias against :math:`E[P_T]` (:math:`E[r]` for the token-level ``aspo``;
+        :mod:`variance_lab.corrections.sign`). A probability-aware mask (``dppo-tv``,
+        ``dppo-kl``, ``kpop``; lognormal and lognormal-mixture families) is integrated over the
+        law of the token's probability (``method`` "quadrature",
+        :mod:`variance_lab.corrections.tokenprob`): the family is then the law of the shift of the
+        token's log-odds; DPPO gives rows ``all``, ``A>0``, ``A<=0``.
     token_prob : TokenProbability, optional
         The law of the sampler's probability of each token, for the probability-aware masks
         (default :data:`~variance_lab.corrections.tokenprob.TOKEN_PROB_DEFAULT`, Beta(0.2, 0.6)).
@@ -458,7 +454,9 @@ def _find_target(c: Correction, family: Family, T: float, law=TOKEN_PROB_DEFAULT
     if c.kind == "ctpo":
         return float(clip_probability(c, family.mean_log, family.var_log, T))
     if c.prob:  # one sign per sequence for DPPO
-        return _prob_any(c, prob_log_moments(c, family, law), T)["all"]
+        return _sign_any(c, prob_log_moments(c, family, law), T)["all"]
+    if c.signed:  # a sequence has one sign: the signs' fractions mixed, not 1 - (1 - p)^T of the mix
+        return _sign_any(c, sign_log_moments(c, family.mean_log, family.var_log, T), T)["all"]
     _, _, lf, _ = _log_moments_at(c, family, T)
     return _frac_seq_any(c, lf, T)
 

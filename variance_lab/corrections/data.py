@@ -172,8 +172,9 @@ def evaluate(
         interval then resamples prompts, keeping a prompt's responses together
         (:func:`variance_lab.stats.cluster_ratio`).
     advantages : array_like of float, optional
-        Each sequence's advantage; needed by the sign-dependent specs (``topr``, ``opsm``), which
-        then give three rows per bucket (every sequence, :math:`A \ge 0`, :math:`A < 0`, labelled by
+        Each sequence's advantage; needed by the sign-dependent specs (``topr``, ``opsm``,
+        ``aspo``: each token takes its sequence's sign), which then give three rows per bucket
+        (every sequence, :math:`A \ge 0`, :math:`A < 0`, labelled by
         :func:`~variance_lab.corrections.sign.sign_label`; a sign with no sequence in the bucket
         has no row), the sign of each sequence its own. Their prediction is the model's by sign at
         each sequence's length and sign. DPPO (``dppo-tv``, ``dppo-kl``) is sign-dependent too,
@@ -441,7 +442,9 @@ def _predictions(family, cs, lengths, adv=None, prob=None, off=None, log_r=None,
             continue
         th = theory(family, np.unique(lengths), [c]).set_index(["correction", "T"]).frac_modified
         f_pos, f_neg = (th.loc[label].reindex(lengths).to_numpy(float) for label in labels[1:])
-        out.update(zip(labels, (np.where(adv >= 0, f_pos, f_neg), f_pos, f_neg), strict=True))
+        if c.level == "token":  # aspo: a fraction per token, the expected count of a sequence's
+            f_pos, f_neg = f_pos * lengths, f_neg * lengths
+        out.update(zip(labels, (np.where(is_positive(c, adv), f_pos, f_neg), f_pos, f_neg), strict=True))
     tok = [c for c in cs if c.level == "token" and c.kind != "ctpo" and not c.prob]
     if tok:
         th = theory(family, [1], tok)
@@ -507,7 +510,12 @@ def _data_row(c, log_r, off, lengths, log_p, sel, z, rng, ci, groups=None, adv=N
         ess = float(ess_fraction(mean, np.mean(w * w))) if np.any(w > 0) else math.nan
         base_mean = float(base.mean())
     else:
-        wt, modt = prob[:2] if c.prob else apply_tokens(c, log_r, off)
+        if c.prob:
+            wt, modt = prob[:2]
+        elif c.signed:  # aspo: each token takes its sequence's sign
+            wt, modt = apply_signed(c, log_r, None, np.repeat(is_positive(c, adv), lengths))
+        else:
+            wt, modt = apply_tokens(c, log_r, off)
         ws = np.add.reduceat(wt, off[:-1])[sel]
         nmod = np.add.reduceat(modt.astype(float), off[:-1])[sel]
         ntok = L.sum()

@@ -46,23 +46,32 @@ from scipy import integrate, optimize, special
 
 from variance_lab.corrections.specs import Correction
 from variance_lab.families import Family, LogNormal, LognormalMixture, RandomScale
+from variance_lab.ratios import RIGHT_OPEN, BoundRule
 
-__all__ = ["batch_mask", "batch_masks", "m2po_cut", "resolve_cut"]
+__all__ = ["M2PO_RULE", "batch_mask", "batch_masks", "m2po_cut", "resolve_cut"]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+#: M2PO's test of a running mean of :math:`y^2` against :math:`\tau`: below when strictly below
+#: (a mean equal to :math:`\tau` is not), in float64.
+M2PO_RULE = BoundRule(RIGHT_OPEN, "value", "float64")
 
 
 # --------------------------------------------------------------------------------------
 # the rule on a batch
 # --------------------------------------------------------------------------------------
-def batch_mask(y: np.ndarray, tau: float) -> np.ndarray:
+def batch_mask(y: np.ndarray, tau: float, rule: BoundRule = M2PO_RULE) -> np.ndarray:
     r"""Return where M2PO masks the tokens of a batch (the last axis; leading axes are separate batches).
 
     Sorted ascending, the mean of the :math:`j` smallest :math:`y^2` rises with :math:`j`; the
     tokens kept are the largest :math:`j` whose mean is strictly below :math:`\tau` (at least
-    one: AReaL keeps one token when even the smallest is not below it). Ties at the cut are
-    masked in reverse order of appearance (a stable sort; AReaL's order among equal values is
-    that of ``torch.sort``).
+    one: AReaL keeps one token when even the smallest is not below it). Computed as AReaL does
+    on a CPU: :math:`y^2` in ``rule.dtype``, the running sums from the smallest up (its suffix
+    sums of the descending sort) accumulated in float64 and rounded to ``rule.dtype`` (torch's
+    CPU ``cumsum``; on a GPU it accumulates float32 in float32), each divided by its count in
+    ``rule.dtype`` and compared with :math:`\tau` by the rule. Ties at the cut are masked in
+    order of appearance, as ``torch.sort(descending=True)`` orders up to 16 values on a CPU;
+    beyond that torch's order among equal values is unspecified: the number of each value
+    masked is the same, which of the tied tokens may differ.
 
     Parameters
     ----------
@@ -70,28 +79,38 @@ def batch_mask(y: np.ndarray, tau: float) -> np.ndarray:
         Token log-ratios, shape ``(..., N)``.
     tau : float
         The threshold of the mean of :math:`y^2` over the kept tokens.
+    rule : BoundRule, default :data:`M2PO_RULE`
+        The comparison of a running mean with :math:`\tau` (a mean is below when the rule keeps
+        it) and the dtype of the whole computation: float64 here, float32 for AReaL's float32
+        log-probabilities (:data:`variance_lab.frameworks.areal.M2PO_F32_RULE`).
 
     Returns
     -------
     ndarray of bool
         True where the token is masked; the shape of ``y``.
     """
-    y = np.asarray(y, dtype=float)
+    dt = np.dtype(rule.dtype)
+    y = np.asarray(y, dtype=dt)
     if y.shape[-1] == 0:
         return np.zeros(y.shape, dtype=bool)
     y2 = y * y
-    order = np.argsort(y2, axis=-1, kind="stable")
-    means = np.cumsum(np.take_along_axis(y2, order, axis=-1), axis=-1) / np.arange(1, y.shape[-1] + 1)
-    below = means < tau
     n = y.shape[-1]
+    order = np.argsort(-y2, axis=-1, kind="stable")  # descending, ties by appearance
+    ascending = np.take_along_axis(y2, order, axis=-1)[..., ::-1]
+    # torch's CPU cumsum accumulates float32 in float64 and rounds each running sum to float32
+    sums = np.cumsum(ascending, axis=-1, dtype=np.float64).astype(dt)
+    means = sums / np.arange(1, n + 1, dtype=dt)
+    below = rule.inside(means, None, tau)
     last = n - np.argmax(below[..., ::-1], axis=-1)  # the largest j with mean_j < tau
     keep = np.where(below.any(axis=-1), last, 1)
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.broadcast_to(np.arange(n), order.shape), axis=-1)
-    return rank >= keep[..., None]
+    return rank < (n - keep)[..., None]
 
 
-def batch_masks(log_r: np.ndarray, offsets, tau: float, batch: int) -> np.ndarray:
+def batch_masks(
+    log_r: np.ndarray, offsets, tau: float, batch: int, rule: BoundRule = M2PO_RULE
+) -> np.ndarray:
     """Apply :func:`batch_mask` to consecutive batches of ``batch`` sequences (the last may be smaller).
 
     ``log_r`` holds every sequence's tokens concatenated, sequence ``i`` being
@@ -103,7 +122,7 @@ def batch_masks(log_r: np.ndarray, offsets, tau: float, batch: int) -> np.ndarra
     n = off.size - 1
     for start in range(0, n, batch):
         lo, hi = off[start], off[min(start + batch, n)]
-        out[lo:hi] = batch_mask(log_r[lo:hi], tau)
+        out[lo:hi] = batch_mask(log_r[lo:hi], tau, rule)
     return out
 
 

@@ -191,9 +191,9 @@ def _chunk_cells(cs, grid, Y: np.ndarray, cells: dict, u=None, lq=None) -> None:
                     if w[part].size:
                         cells[(t, label)].add(w[part, :t], mod[part, :t])
                 continue
-            if c.signed:
+            if c.signed:  # aspo: the tokens of a sequence take its sign
                 pos = u < c.p_positive
-                w, mod = apply_signed(c, log_p, t, pos)
+                w, mod = apply_signed(c, Y[:, :t] if c.level == "token" else log_p, t, pos)
                 for label, part in zip(_labels(c), (slice(None), pos, ~pos), strict=True):
                     if w[part].size:
                         cells[(t, label)].add(w[part], mod[part])
@@ -239,7 +239,7 @@ def simulate_corrections(
     intervals come from the spread of the batches (``n`` must hold two batches at least), and a
     last batch of fewer than ``B`` sequences (when ``n`` is not a multiple) is left out of its rows.
 
-    A sign-dependent spec (``topr``, ``opsm:DELTA``) draws each sequence's sign after its tokens,
+    A sign-dependent spec (``topr``, ``opsm:DELTA``, ``aspo``) draws each sequence's sign after its tokens,
     independent of them: :math:`A \ge 0` with the spec's probability :math:`p`, from one uniform
     per sequence of the chunk's generator; it gives three rows (every sequence, :math:`A \ge 0`,
     :math:`A < 0`; :func:`~variance_lab.corrections.sign.sign_label`), the sign rows over the

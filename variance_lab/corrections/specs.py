@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 
 from variance_lab.ratios import (
+    ASPO_DUAL_CLIP,
+    ASPO_EPS,
     DPPO_KL_DELTA,
     DPPO_TV_DELTA,
     GMPO_EPS,
@@ -29,6 +31,7 @@ from variance_lab.ratios import (
 )
 
 __all__ = [
+    "ASPO_DEFAULT",
     "CORRECTION_KINDS",
     "DPPO_KL_DEFAULT",
     "DPPO_TV_DEFAULT",
@@ -66,15 +69,19 @@ CORRECTION_KINDS = {
     "dppo-tv": ("token", "r", (0, 1, 2)),
     "dppo-kl": ("token", "r", (0, 1, 2)),
     "kpop": ("token", "r", (0, 1)),
+    "aspo": ("token", "r", (0, 1, 2, 3, 4)),
 }
 
 #: Kinds whose weight depends on the sign of the sequence's advantage
 #: (:mod:`variance_lab.corrections.sign`); their last parameter is the theory's P of a positive
-#: sign (P(A >= 0) for ``topr`` and ``opsm``, P(A > 0) for DPPO, which counts A = 0 negative).
-SIGNED_KINDS = ("topr", "opsm", "dppo-tv", "dppo-kl")
+#: sign (P(A >= 0) for ``topr``, ``opsm`` and ``aspo``, P(A > 0) for DPPO, which counts A = 0 negative).
+SIGNED_KINDS = ("topr", "opsm", "aspo", "dppo-tv", "dppo-kl")
 #: Kinds that mask a token by its probabilities, not by its ratio alone
 #: (:mod:`variance_lab.corrections.probmask`): they need the sampler's log-prob of each token.
 PROB_KINDS = ("dppo-tv", "dppo-kl", "kpop")
+#: ``aspo``'s defaults :math:`(\varepsilon_l, \varepsilon_h, C)`: ASPO's clip widths and soft dual clip
+#: (:data:`variance_lab.ratios.ASPO_EPS`, :data:`variance_lab.ratios.ASPO_DUAL_CLIP`).
+ASPO_DEFAULT = (*ASPO_EPS, ASPO_DUAL_CLIP)
 #: The default P(A >= 0) of the theory's sign model (``topr``, ``opsm:DELTA``).
 SIGN_P_DEFAULT = 0.5
 
@@ -108,7 +115,8 @@ class Correction:
         As written in the spec (defaults filled in for ``gspo``, ``gmpo``, ``icepop``,
         ``m2po``, whose params are always ``(tau, batch)``, and the probability-aware kinds:
         ``dppo-tv``/``dppo-kl`` always ``(delta, p)``, ``kpop`` ``(delta,)``; ``ctpo:E`` is
-        ``(E, E)``).
+        ``(E, E)``; ``aspo``'s are always ``(EL, EH, C, P)``; ``topr``'s ``(P,)``, ``opsm``'s
+        ``(DELTA, P)``).
     spec : str
         The spec string it was parsed from, as written.
     cut : float or None
@@ -139,7 +147,7 @@ class Correction:
 
     @property
     def signed(self) -> bool:
-        """Whether the weight depends on the sign of the sequence's advantage (``topr``, ``opsm``)."""
+        """Whether the weight depends on the sign of the advantage (:data:`SIGNED_KINDS`)."""
         return self.kind in SIGNED_KINDS
 
     @property
@@ -259,6 +267,8 @@ def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[floa
         if not 0.0 < p < 1.0:
             raise bad(f"the sign model's P = P(A > 0) must lie in (0, 1), got {p!r}")
         return delta, p
+    if kind == "aspo":
+        return _check_aspo(values, bad)
     if kind in SIGNED_KINDS:
         need = 1 if kind == "opsm" else 0
         p = values[need] if len(values) > need else SIGN_P_DEFAULT
@@ -292,6 +302,20 @@ def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[floa
     if kind == "cispo" and len(values) == 2 and values[0] >= 1:
         raise bad("the lower clip width must be < 1")
     return values
+
+
+def _check_aspo(values: tuple[float, ...], bad) -> tuple[float, float, float, float]:
+    """``aspo[:E|:EL:EH[:C[:P]]]`` as ``(EL, EH, C, P)``, defaults from :data:`ASPO_DEFAULT`."""
+    if len(values) == 1:
+        values = (values[0], values[0])
+    el, eh, c, p = (*values, *ASPO_DEFAULT[len(values) :], SIGN_P_DEFAULT)[:4]
+    if not (0 < el < 1 and eh > 0):
+        raise bad("the clip widths must satisfy 0 < EL < 1 and EH > 0")
+    if c <= 1:
+        raise bad(f"the dual clip C must be > 1, got {c!r}")
+    if not 0.0 < p < 1.0:
+        raise bad(f"the sign model's P = P(A >= 0) must lie in (0, 1), got {p!r}")
+    return el, eh, c, p
 
 
 def parse(spec: str) -> Correction:

@@ -95,7 +95,8 @@ class Settings(RunSettings):
     n_min, n_max : int
         Range of the number of terms of a problem (log-uniform).
     d_model, n_layer, n_head, d_ff : int
-        Model size (:class:`~variance_lab.experiment.model.ModelConfig`).
+        Model size (:class:`~variance_lab.experiment.model.ModelConfig`; its defaults are the
+        full run's).
     sft_steps, sft_batch : int
         Supervised steps and problems per step.
     sft_lr : float
@@ -127,10 +128,10 @@ class Settings(RunSettings):
     seed: int = 0
     n_min: int = 2
     n_max: int = 32
-    d_model: int = 64
-    n_layer: int = 2
-    n_head: int = 4
-    d_ff: int = 256
+    d_model: int = ModelConfig.d_model
+    n_layer: int = ModelConfig.n_layer
+    n_head: int = ModelConfig.n_head
+    d_ff: int = ModelConfig.d_ff
     sft_steps: int = 600
     sft_batch: int = 32
     sft_lr: float = 1e-2
@@ -437,10 +438,9 @@ def evaluate_policy(
 
     Parameters
     ----------
-    model : TinyGPT
-    problems : list of Problem
-    generator : torch.Generator
-    settings : Settings
+    model, problems, generator, settings
+        The policy, the problems, the random stream and the run's settings, passed to
+        :func:`sample_responses` (one response per problem, at ``settings.temperature``).
 
     Returns
     -------

@@ -16,19 +16,23 @@ logged metrics can be recomputed from its token log-probabilities and diffed:
   ``train_rollout_logprob_abs_diff``, the MIS veto and slime's two means (per rollout, or per
   token with ``calculate_per_token_loss``); :mod:`~variance_lab.frameworks.slime_mis`: the rest
   of slime's ``mis.py`` (``compute_mis_weights``);
-- :mod:`~variance_lab.frameworks.openrlhf`: ``vllm_is_correction_type`` ``tis``, ``icepop``,
-  ``seq-mask-tis`` with bounds [0.5, 5].
+- :mod:`~variance_lab.frameworks.openrlhf`: ``PolicyLoss``'s ``vllm_is_correction_type``
+  ``tis``, ``icepop``, ``seq-mask-tis`` (bounds [0.5, 5] by default), the ``ppo`` and ``gspo``
+  ratios, ``ppo_clip_ratio``, ``ppo_kl`` and ``vllm_kl``;
+- :mod:`~variance_lab.frameworks.areal`: AReaL's M2PO mask (``actor.m2_threshold``) and the
+  token counts and averages it changes.
 
-verl and TRL are checked against their released code (``tools/framework_fixtures.py`` writes
-fixtures in a scratch environment with ``verl==0.9.1`` and ``trl==1.16.0``; the default tests
-compare to :math:`10^{-9}` relative, and verl also on float32 log-probs with int64 and bool
-masks, within verl's own float32 rounding); slime against its own functions run with torch
-(``tools/slime_fixtures.py``: counts exact, values within slime's float32 rounding); the others
-against hand-computed cases from their source. Each module cites the file and the commit it
-mirrors.
+verl and TRL are checked against their released code (``tools/framework_fixtures.py`` and
+``tools/trl_fixtures.py`` write fixtures in a scratch environment with ``verl==0.9.1`` and
+``trl==1.16.0``; the default tests compare to :math:`10^{-9}` relative, and also on float32
+log-probs with int64 and bool masks, within the framework's own float32 rounding); slime,
+prime-rl, NeMo-RL, OpenRLHF and AReaL against their own functions run with torch
+(``tools/*_fixtures.py``: counts exact, values within the framework's float32 rounding). Each
+module cites the file and the commit it mirrors.
 
 Inputs are padded ``(B, T)`` arrays with a 0/1 mask (:mod:`~variance_lab.frameworks.batch`);
-outputs are float64, except verl's, which follow the dtypes they are given as verl does. Where a
+outputs are float64, except verl's, TRL's and OpenRLHF's, which follow the dtypes they are given
+as the frameworks do. Where a
 framework applies one of the toolkit's corrections, the mirror calls :mod:`variance_lab.corrections`
 (each module says which), so every formula lives in one place.
 """

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from variance_lab.frameworks import nemo_rl, openrlhf, prime_rl, slime, slime_mis, trl, verl
+from variance_lab.frameworks import areal, nemo_rl, openrlhf, prime_rl, slime, slime_mis, trl, verl
 from variance_lab.frameworks.batch import MeanRule
 from variance_lab.ratios import BoundRule
 
@@ -69,7 +69,7 @@ def _means(**means: MeanRule) -> Mapping[str, MeanRule]:
     return MappingProxyType(means)
 
 
-#: The six mirrors' conventions, by framework name.
+#: The mirrors' conventions, by framework name: the six frameworks ``logged`` reads, and AReaL.
 CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
     {
         "verl": Conventions(
@@ -91,11 +91,20 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "trl",
             "trl/trainer/grpo_trainer.py, TRL 1.16.0",
             "log pi_old - log pi_vLLM (NaN -> 0)",
-            "none in the vLLM correction (overflow to inf, then capped or masked); "
-            "VESPO clamps log w to [log 1e-8, 20]",
-            _rules(vllm_masks=trl.MASK_RULE, off_policy_mask=trl.OFF_POLICY_RULE),
+            "none in the vLLM correction (float32 overflows to inf above 88.72, then capped or "
+            "masked); VESPO clamps log w to [log 1e-8, 20]",
+            _rules(
+                vllm_masks=trl.MASK_RULE,
+                vllm_masks_float32=trl.MASK_F32_RULE,
+                off_policy_mask=trl.OFF_POLICY_RULE,
+                off_policy_mask_float32=trl.OFF_POLICY_F32_RULE,
+            ),
             trl.TRL_MEAN,
-            "float32 log-probs; the gamma weights' constants are rounded to float32 as TRL does (reproduced)",
+            "none beyond float32 rounding: the mirror computes in TRL's dtypes (float32 log-probs, "
+            "the mask's dtype, the bounds cast to float32; the gamma weights' constants float32 as "
+            "TRL's); a float32 sum's order and torch's exp one ulp off can move a value, which "
+            "VESPO's exponent amplifies (within float32's error bound); checked against the static "
+            "methods and the inline vLLM blocks run verbatim (tools/trl_fixtures.py, 24 batches)",
         ),
         "nemo-rl": Conventions(
             "nemo-rl",
@@ -121,14 +130,16 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "src/prime_rl/trainer/rl/loss.py, prime-rl 559b447",
             "log pi_trainer - log pi_inference; DPPO, IPO and ref-KL mask on pi_trainer - pi_inference",
             "none",
-            _rules(dppo_mask=prime_rl.PRIME_RL_RULE),
+            _rules(dppo_mask=prime_rl.PRIME_RL_RULE, icepop_log_ratio=prime_rl.ICEPOP_LOSS_RULE),
             prime_rl.PRIME_RL_MEAN,
             "probability differences in float32 as prime-rl takes them (the correctly rounded float32 "
             "exp: torch's is one ulp off on about 1 % of inputs, which at a bound flips a mask: 1 of "
             "6,752 fixture decisions); values in float64 (prime-rl's float32 e^y - y - 1 of a small y "
             "is mostly rounding); per-sample metrics of default (DPPO), ipo and ref_kl, rl_weights "
-            "and ref_kl_weights mirrored; not mirrored: IcePop (PR #3526, after 559b447), the ce "
-            "loss's nll, custom losses, the loss values themselves",
+            "and ref_kl_weights mirrored; IcePop (PR #3526, after 559b447: the float32 log-ratio "
+            "against the bounds' float32 logs) checked against IcePopLoss run verbatim "
+            "(tools/prime_rl_icepop_fixtures.py, 4,650 decisions); not mirrored: the ce loss's "
+            "nll, custom losses, the loss values themselves",
         ),
         "slime": Conventions(
             "slime",
@@ -148,11 +159,32 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
         "openrlhf": Conventions(
             "openrlhf",
             "openrlhf/models/loss.py, OpenRLHF 3c3be62",
-            "log pi_old - log pi_rollout",
-            "none (tis clamps the ratio to [0.5, 5], from below too)",
-            _rules(icepop_seq_mask_tis=openrlhf.OPENRLHF_RULE),
+            "log pi_old - log pi_rollout (vLLM correction); gspo: the sequence mean of "
+            "log pi - log pi_rollout (correction on) or log pi - log pi_old",
+            "ppo: the log-ratio clamped to +-20 before exp; tis clamps the ratio to [low, high], "
+            "from below too; none in the masks (a float32 ratio overflows to inf above 88.72)",
+            _rules(float64_tensors=openrlhf.OPENRLHF_RULE, float32_tensors=openrlhf.OPENRLHF_F32_RULE),
             openrlhf.OPENRLHF_MEAN,
-            "float32 log-probs",
+            "none beyond float32 rounding: the mirror computes in OpenRLHF's dtypes (float32 "
+            "log-probs, the mask's dtype, a float32 mean); a float32 mean's order of summation, "
+            "torch's exp one ulp off on ~1% of inputs; checked against PolicyLoss run verbatim "
+            "(288 settings, tools/openrlhf_fixtures.py); not mirrored: the loss value, dual-clip, "
+            "the averaging of metrics over micro-batches",
+            _means(policy_loss_type_gspo=openrlhf.GSPO_MEAN),
+        ),
+        "areal": Conventions(
+            "areal",
+            "areal/trainer/ppo/actor.py, AReaL 4aef98d",
+            "log pi_behave - log pi_prox (M2PO's y; the square y^2 is sorted)",
+            "none",
+            _rules(m2po_running_mean=areal.M2PO_RULE, m2po_running_mean_float32=areal.M2PO_F32_RULE),
+            areal.AREAL_MEAN,
+            "none but ties: the mirror computes in AReaL's dtype (float32 y^2, running sums "
+            "accumulated in float64 and rounded to float32 as torch's CPU cumsum, a GPU's in "
+            "float32), the strict < tau; among tokens of equal y^2 at the cut torch's sort "
+            "order beyond 16 tokens is unspecified (the count per value is the same); checked "
+            "against _apply_m2po_masking run verbatim (240 settings, tools/areal_fixtures.py); "
+            "the mirror covers M2PO only (no PPO loss, no decoupled loss)",
         ),
     }
 )

@@ -7,8 +7,11 @@ per-token weight streams in ``src/prime_rl/trainer/rl/loss.py`` (PrimeIntellect-
 0.1``, all ``ge=0``, from ``packages/prime-rl-configs/src/prime_rl/configs/trainer.py``).
 Checked against those functions run verbatim with torch on float32 log-probs and bool masks
 (``tools/prime_rl_fixtures.py``, ``tests/data/frameworks/prime_rl.*``) and by hand-computed
-cases. prime-rl's opt-in IcePop loss (PR #3526) is not in that commit, nor in the newest
-snapshot of the repository fetched here (still ``559b447``): not mirrored.
+cases. prime-rl's opt-in IcePop loss (PR #3526, merged 2026-09-10) is not in that commit, nor
+in the newest snapshot of the repository fetched here (still ``559b447``): :func:`icepop_mask`
+follows ``IcePopLoss`` of the ``loss.py`` that PR produced (found in the code index, not in a
+snapshot with a commit), checked against that class run verbatim
+(``tools/prime_rl_icepop_fixtures.py``, ``tests/data/frameworks/prime_rl_icepop.*``).
 
 prime-rl's conventions, all kept:
 
@@ -52,15 +55,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, exp_float32
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, exp_float32, log_float32
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
+    "ICEPOP_LOSS_RULE",
     "PRIME_RL_MEAN",
     "PRIME_RL_RULE",
     "REF_KL_MASK_LOW",
     "compute_importance_ratio_and_mismatch_kl",
     "dppo_mask",
+    "icepop_mask",
     "ipo_mask",
     "mismatch_kl_mask",
     "ref_kl_mask",
@@ -70,6 +75,9 @@ __all__ = [
 #: prime-rl's trust-region bound rule: the float32 probability difference against the bound as
 #: float32 (no log, no exp), a difference exactly at a bound kept (``d > high``, ``d < -low`` mask).
 PRIME_RL_RULE = BoundRule(CLOSED, "value", "float32")
+#: ``IcePopLoss``'s band (PR #3526): the float32 log-ratio against the bounds' float32 logs, a
+#: log-ratio at a bound kept (``is_masked = (y < log low) | (y > log high)``).
+ICEPOP_LOSS_RULE = BoundRule(CLOSED, "log", "float32")
 #: ``_safe_mean`` per sample (the count clamped to at least 1), then ``<metric>/mean`` over samples.
 PRIME_RL_MEAN = MeanRule("at_least_one", 0.0, "samples")
 #: ``ref_kl_loss_fn``'s fixed one-sided trust region: masked when :math:`d < -0.2` (``loss.py:221``).
@@ -280,6 +288,60 @@ def ipo_mask(
     y, d = _inputs(trainer_logprobs, inference_logprobs, comp, ("trainer_logprobs", "inference_logprobs"))
     kl = np.expm1(y) - y
     masked = PRIME_RL_RULE.outside(d, -thr, thr)
+    lm = comp > 0
+    keep = lm & ~masked
+    parts = {
+        "masked_mismatch_kl": (kl, lm & masked),
+        "unmasked_mismatch_kl": (kl, keep),
+        "is_masked": (masked, lm),
+    }
+    return keep.astype(np.float64), _rows(parts, ran, per_sample)
+
+
+def icepop_mask(
+    trainer_logprobs,
+    inference_logprobs,
+    loss_mask,
+    ratio_low: float = 0.2,
+    ratio_high: float = 5.0,
+    *,
+    rl_weights=None,
+    per_sample: bool = False,
+) -> tuple[np.ndarray, dict]:
+    r"""Return prime-rl's IcePop keep mask and metrics (``IcePopLoss``, ``trainer.loss.type = "icepop"``).
+
+    The opt-in loss of PR #3526 (merged 2026-09-10, after ``559b447``): a token is masked when
+    its float32 log-ratio :math:`y_{32} = \log\pi_{trainer} - \log\pi_{inference}` lies
+    outside :math:`[\log_{32}` ``ratio_low``, :math:`\log_{32}` ``ratio_high``:math:`]`, each
+    bound's log taken in float32 as ``log_importance_ratio.new_tensor(bound).log()`` does, a
+    log-ratio at a bound kept (:data:`ICEPOP_LOSS_RULE`: the toolkit's ``icepop:LO:HI`` in float32 log
+    space). The advantages are not read. Metrics (per row that ran, as :func:`dppo_mask`):
+    ``is_masked``, ``masked_mismatch_kl``, ``unmasked_mismatch_kl``.
+
+    Parameters
+    ----------
+    trainer_logprobs, inference_logprobs, loss_mask, rl_weights, per_sample
+        As :func:`dppo_mask`.
+    ratio_low, ratio_high : float, default 0.2 and 5.0
+        ``IcePopLossConfig``'s band: both > 0, ``ratio_low <= ratio_high``.
+
+    Returns
+    -------
+    keep : ndarray, shape (B, T)
+    metrics : dict of str to float, or to ndarray
+    """
+    for name, v in (("ratio_low", ratio_low), ("ratio_high", ratio_high)):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+            raise ValueError(f"bad {name} {v!r}: must be a number > 0 (prime-rl's gt=0)")
+    if ratio_low > ratio_high:
+        raise ValueError(f"ratio_low must not exceed ratio_high, got {ratio_low!r} > {ratio_high!r}")
+    comp, ran = _rl_component(loss_mask, rl_weights)
+    t = as_values(trainer_logprobs, comp, "trainer_logprobs", keep_float32=True).astype(np.float32)
+    i = as_values(inference_logprobs, comp, "inference_logprobs", keep_float32=True).astype(np.float32)
+    y32 = t - i
+    y = t.astype(np.float64) - i.astype(np.float64)
+    kl = np.expm1(y) - y
+    masked = ICEPOP_LOSS_RULE.outside(y32, log_float32(ratio_low), log_float32(ratio_high))
     lm = comp > 0
     keep = lm & ~masked
     parts = {

@@ -5,26 +5,39 @@ A mirror of ``trl/trainer/grpo_trainer.py`` of TRL 1.16.0, the PyPI release (fil
 ``get_off_policy_mask`` lacks 1.16.0's ``nan_to_num``), with TRL's names and shapes (advantages
 ``(B, 1)``; sequence-level results ``(B, 1)``):
 
-- :func:`get_off_policy_mask` and :func:`get_gamma_weights` are ``GRPOTrainer``'s static methods,
-  checked against TRL itself (``tools/framework_fixtures.py``, ``tests/frameworks/test_trl.py``,
-  :math:`10^{-9}` relative);
+- :func:`get_off_policy_mask` and :func:`get_gamma_weights` are ``GRPOTrainer``'s static methods;
 - :func:`vllm_importance_sampling_correction` is the block of
   ``GRPOTrainer._generate_and_score_completions`` that builds ``importance_sampling_ratio`` and
-  logs ``sampling/...`` (inline in TRL, so checked by hand-computed cases from its source).
+  logs ``sampling/...`` (lines 2660-2707 and 2860-2896).
+
+All three are checked against TRL itself: in float64 (``tools/framework_fixtures.py``, the two
+static methods, :math:`10^{-9}` relative) and on the dtypes a ``GRPOTrainer`` holds
+(``tools/trl_fixtures.py`` runs the static methods and the inline blocks' own text on float32
+and float64 log-probs with int64, bool and float32 masks: every mask and decision exactly, values
+within TRL's own float32 rounding). Like TRL, the mirror computes in the log-probs' dtype (float32
+stays float32, anything else is float64) with the mask's dtype
+(:func:`~variance_lab.frameworks.batch.torch_mask`): sums and means as torch forms them
+(:data:`TRL_MEAN`), :math:`e^x` in the dtype (:func:`~variance_lab.frameworks.batch.exp_like`;
+float32 overflows to ``inf`` above 88.72), every bound cast to the dtype before the comparison.
+It can still differ from TRL by a float32 sum's order of summation and where torch's float32 exp
+is one ulp off the correctly rounded value.
 
 TRL's conventions, all kept:
 
 - the mismatch log-ratio is :math:`\log\pi_{old} - \log\pi_{vLLM}` per token, multiplied by the
   mask and with NaN (a token vLLM could not score) set to 0, so such a token has ratio 1;
-  no :math:`\pm 20` clamp (a sequence sum above 709 overflows to ``inf``, which the caps handle);
+  no :math:`\pm 20` clamp (a sequence sum above 88.72 in float32, 709.78 in float64, overflows to
+  ``inf``, which the caps handle);
 - ``vllm_importance_sampling_mode`` (default ``"sequence_mask"``, cap
   ``vllm_importance_sampling_clip_max = 3``, ``clip_min`` None): ``token_*`` acts on each
   token's ratio, ``sequence_*`` on the **product** :math:`P_T` (not the geometric mean, which
   ``importance_sampling_level="sequence"`` uses for GSPO); ``*_truncate`` clamps to
   :math:`[C_{min}, C_{max}]`, ``*_mask`` sets ratios outside to 0. With the defaults these are the
   toolkit's ``seq-mask:3``, ``seq-tis:3``, ``tis:3`` and (``token_mask`` with a lower bound)
-  ``icepop:LO:HI`` (:mod:`variance_lab.corrections`); the masks compare the ratio with the
-  bounds in linear space and keep a ratio exactly at a bound (:data:`MASK_RULE`);
+  ``icepop:LO:HI`` (:mod:`variance_lab.corrections`), but TRL clamps and compares the ratio
+  itself in its dtype, not the log-ratio: the masks keep a ratio exactly at a bound
+  (:data:`MASK_RULE`, :data:`MASK_F32_RULE`); ``GRPOConfig`` refuses :math:`C_{min} \ge C_{max}`
+  and a ``*_truncate`` mode without a bound, and accepts the rest;
 - ``sampling/importance_sampling_ratio/{min,mean,max}`` are taken **after** truncation or
   masking, over the valid tokens (token modes) or over every sequence of the batch (sequence
   modes): a masked token or sequence counts as 0, so ``min`` is 0 whenever anything was masked;
@@ -33,7 +46,7 @@ TRL's conventions, all kept:
   and takes the min/max over processes; these are one process's values.)
 - ``get_off_policy_mask`` keeps a sequence when its advantage is :math:`\ge 0` or its mean
   :math:`\log\pi_{vLLM} - \log\pi_\theta` over the mask (count clamped to at least 1) is
-  :math:`\le \delta`;
+  :math:`\le \delta`, :math:`\delta` cast to the mean's dtype (:data:`OFF_POLICY_F32_RULE`);
 - ``get_gamma_weights``: :math:`\log w = \sum_t m_t \operatorname{clip}(\log r_t, \pm 20)`
   plus, when given, :math:`\sum_t \operatorname{clip}(\log \rho_t, \log 10^{-8}, 20)` over **all**
   positions of the importance-sampling ratio :math:`\rho` (a token masked to 0 by ``token_mask``
@@ -50,12 +63,14 @@ import math
 
 import numpy as np
 
-from variance_lab.corrections import OPSM_RULE, apply_sequence, apply_tokens, opsm_keep, parse
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values
+from variance_lab.corrections import OPSM_RULE, opsm_keep
+from variance_lab.frameworks.batch import MeanRule, as_values, exp_like, torch_dtypes, torch_mask
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
+    "MASK_F32_RULE",
     "MASK_RULE",
+    "OFF_POLICY_F32_RULE",
     "OFF_POLICY_RULE",
     "TRL_MEAN",
     "VLLM_IMPORTANCE_SAMPLING_MODES",
@@ -69,15 +84,26 @@ VLLM_IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_trun
 
 _LOG_MIN_W = math.log(1e-8)
 
-#: TRL's ``*_mask`` modes: the ratio :math:`e^x` against ``[clip_min, clip_max]`` in linear space,
-#: a ratio exactly at a bound kept (set to 0 only when ``< clip_min`` or ``> clip_max``).
-MASK_RULE = BoundRule(CLOSED, "linear", "float64")
-#: ``get_off_policy_mask``: the mean log-ratio against the threshold as it is, a mean equal to
-#: the threshold kept.
-#: The corrections' own rule (:data:`variance_lab.corrections.OPSM_RULE`, ``opsm:DELTA``).
+#: TRL's ``*_mask`` modes on float64 tensors: the ratio :math:`e^x` against ``[clip_min,
+#: clip_max]``, a ratio exactly at a bound kept (set to 0 only when ``< clip_min`` or ``>
+#: clip_max``, ``grpo_trainer.py:2698-2700``).
+MASK_RULE = BoundRule(CLOSED, "value", "float64")
+#: The same on float32 tensors: the float32 ratio against the bounds rounded to float32.
+MASK_F32_RULE = BoundRule(CLOSED, "value", "float32")
+#: ``get_off_policy_mask`` on float64 tensors: the mean log-ratio against the threshold as it
+#: is, a mean equal to the threshold kept: the corrections' own rule
+#: (:data:`variance_lab.corrections.OPSM_RULE`, ``opsm:DELTA``).
 OFF_POLICY_RULE = OPSM_RULE
-#: ``get_off_policy_mask``'s mean log-ratio per sequence: the count clamped to at least 1.
-TRL_MEAN = MeanRule("at_least_one", 0.0, "tokens")
+#: The same on float32 tensors: the float32 mean against the threshold rounded to float32.
+OFF_POLICY_F32_RULE = BoundRule(CLOSED, "value", "float32")
+#: TRL's masked sums and ``get_off_policy_mask``'s mean log-ratio per sequence (the count clamped
+#: to at least 1), in torch's dtypes.
+TRL_MEAN = MeanRule("at_least_one", 0.0, "tokens", dtypes="torch")
+
+
+def _rule(dtype, f64: BoundRule, f32: BoundRule) -> BoundRule:
+    """Return the rule in a tensor's dtype: torch casts a Python bound to it to compare."""
+    return f32 if np.dtype(dtype) == np.float32 else f64
 
 
 def _advantages(advantages, B: int) -> np.ndarray:
@@ -95,29 +121,52 @@ def _finite(value, name: str) -> float:
     return float(value)
 
 
+def _mask_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Return ``a * b`` of two 0/1 masks in torch's dtype (bool and bool: bool; int and float: the float)."""
+    if a.dtype == np.bool_ and b.dtype == np.bool_:
+        return a & b
+    floats = [m.dtype for m in (a, b) if m.dtype.kind == "f"]
+    dt = np.result_type(*floats) if floats else np.dtype(np.int64)
+    return a.astype(dt) * b.astype(dt)
+
+
 def get_off_policy_mask(
     advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold: float
 ) -> np.ndarray:
-    r"""Return DeepSeek-V3.2's off-policy sequence mask as TRL computes it: (B, 1), 1.0 keep, 0.0 drop.
+    r"""Return DeepSeek-V3.2's off-policy sequence mask as TRL computes it: (B, 1), 1 keep, 0 drop.
+
+    The mean :math:`\bar d = \sum_t m_t d_t / \max(\sum_t m_t, 1)` of :math:`d =
+    \log\pi_{vLLM} - \log\pi_\theta` (NaN read as 0) is taken in the log-probs' dtype and
+    compared with :math:`\delta` cast to it (:data:`OFF_POLICY_RULE`, :data:`OFF_POLICY_F32_RULE`).
 
     Parameters
     ----------
     advantages : array_like, shape (B, 1)
     per_token_logps, sampling_per_token_logps : array_like, shape (B, T)
-        The policy's and vLLM's token log-probabilities (NaN in the latter: not scored, counts 0).
+        The policy's and vLLM's token log-probabilities (NaN in the latter: not scored, counts 0);
+        float32 (computed in float32, as TRL) or float64.
     mask : array_like, shape (B, T)
+        0/1: bool, integer (TRL's ``torch.long``), float32 or float64.
     off_policy_threshold : float
         :math:`\delta`: a negative-advantage sequence is dropped when its mean
         :math:`\log\pi_{vLLM} - \log\pi_\theta` exceeds it.
+
+    Returns
+    -------
+    ndarray, shape (B, 1)
+        In the mask's dtype, as TRL's ``.to(dtype=mask.dtype)``.
     """
-    m = as_mask(mask, "mask")
-    new = as_values(per_token_logps, m, "per_token_logps")
-    sampling = as_values(sampling_per_token_logps, m, "sampling_per_token_logps", allow_nan=True)
+    m = torch_mask(mask, "mask")
+    new = as_values(per_token_logps, m, "per_token_logps", keep_float32=True)
+    sampling = as_values(
+        sampling_per_token_logps, m, "sampling_per_token_logps", allow_nan=True, keep_float32=True
+    )
     adv = _advantages(advantages, m.shape[0])
     delta = _finite(off_policy_threshold, "off_policy_threshold")
     kl = np.nan_to_num(sampling - new, nan=0.0)
     avg = TRL_MEAN.mean(kl, m, axis=1, keepdims=True)
-    return opsm_keep(adv, avg, delta).astype(np.float64)  # the rule of corrections' opsm:DELTA
+    rule = _rule(avg.dtype, OFF_POLICY_RULE, OFF_POLICY_F32_RULE)
+    return opsm_keep(adv, avg, delta, rule).astype(m.dtype)  # the rule of corrections' opsm:DELTA
 
 
 def get_gamma_weights(
@@ -132,20 +181,23 @@ def get_gamma_weights(
 ) -> np.ndarray:
     r"""Return VESPO's gamma weights :math:`\phi(w) = e^{\lambda} w^k e^{-\lambda w}` per sequence, (B, 1).
 
+    Computed in the log-ratios' dtype, as TRL (:math:`k` and :math:`\lambda` float32 always).
+
     Parameters
     ----------
     advantages : array_like, shape (B, 1)
     log_ratio_per_token : array_like, shape (B, T)
-        :math:`\log\pi_\theta - \log\pi_{old}`.
+        :math:`\log\pi_\theta - \log\pi_{old}`: float32 or float64.
     mask : array_like, shape (B, T)
+        0/1: bool, integer, float32 or float64.
     importance_sampling_ratio : array_like, shape (B, T), optional
         TRL's token-level vLLM ratio (``token_truncate`` or ``token_mask``), >= 0; summed in log
         space over every position, padding included, as TRL does.
     k_pos, lambda_pos, k_neg, lambda_neg : float
         The shape and rate for non-negative and negative advantages.
     """
-    m = as_mask(mask, "mask")
-    lr = as_values(log_ratio_per_token, m, "log_ratio_per_token")
+    m = torch_mask(mask, "mask")
+    lr = as_values(log_ratio_per_token, m, "log_ratio_per_token", keep_float32=True)
     adv = _advantages(advantages, m.shape[0])
     k_pos, lambda_pos, k_neg, lambda_neg = (
         _finite(v, n)
@@ -156,31 +208,29 @@ def get_gamma_weights(
             (lambda_neg, "lambda_neg"),
         )
     )
-    seq = np.sum(np.clip(lr, -20.0, 20.0) * m, axis=-1, keepdims=True)
+    dt = lr.dtype
+    seq = TRL_MEAN.sum(np.clip(lr, dt.type(-20.0), dt.type(20.0)), m, axis=-1, keepdims=True)
     if importance_sampling_ratio is not None:
-        rho = np.asarray(importance_sampling_ratio, dtype=np.float64)
+        rho = np.asarray(importance_sampling_ratio)
+        rho = rho if rho.dtype == np.float32 else rho.astype(np.float64)
         if rho.shape != m.shape:
             raise ValueError(f"importance_sampling_ratio has shape {rho.shape}, expected {m.shape}")
         if not np.all(rho >= 0) or not np.all(np.isfinite(rho)):
             raise ValueError("importance_sampling_ratio must hold finite values >= 0")
-        with np.errstate(divide="ignore"):
-            seq = seq + np.sum(np.clip(np.log(rho), _LOG_MIN_W, 20.0), axis=-1, keepdims=True)
-    log_w = np.clip(seq, _LOG_MIN_W, 20.0)
+        rt = rho.dtype.type
+        with np.errstate(divide="ignore"):  # torch's log, correctly rounded in rho's dtype
+            log_rho = np.log(rho.astype(np.float64)).astype(rho.dtype)
+        seq = seq + np.clip(log_rho, rt(_LOG_MIN_W), rt(20.0)).sum(axis=-1, keepdims=True, dtype=rho.dtype)
+        seq = seq.astype(np.result_type(seq.dtype, TRL_MEAN.sum(lr, m, axis=-1).dtype))  # in-place +=
+    st = seq.dtype.type
+    log_w = np.clip(seq, st(_LOG_MIN_W), st(20.0))
     pos = adv >= 0
     # TRL builds k and lambda with torch.where on Python floats: float32 tensors
-    k = np.where(pos, np.float32(k_pos), np.float32(k_neg)).astype(np.float64)
+    k = np.where(pos, np.float32(k_pos), np.float32(k_neg))
     lam = np.maximum(np.where(pos, np.float32(lambda_pos), np.float32(lambda_neg)), np.float32(1e-4))
-    lam = lam.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        phi = np.exp(lam + k * log_w - lam * np.exp(log_w))
-    return np.where(np.isfinite(phi), phi, 0.0)
-
-
-def _truncation(mode: str, lo: float | None, hi: float | None):
-    """Return the toolkit's truncation (``tis:C``, ``seq-tis:C``) for a ``*_truncate`` mode, or None."""
-    if lo is None and hi is not None:
-        return parse(f"{'seq-tis' if mode.startswith('sequence') else 'tis'}:{hi!r}")
-    return None
+        phi = exp_like(lam + k * log_w - lam * exp_like(log_w))
+    return np.where(np.isfinite(phi), phi, 0.0).astype(phi.dtype)
 
 
 def vllm_importance_sampling_correction(
@@ -194,29 +244,43 @@ def vllm_importance_sampling_correction(
 ) -> tuple[np.ndarray, dict[str, float]]:
     r"""Compute TRL's ``importance_sampling_ratio`` and the ``sampling/...`` metrics it logs.
 
+    In the log-probs' dtype, as TRL (``grpo_trainer.py:2660-2707, 2860-2896``): :math:`d =
+    (\log\pi_{old} - \log\pi_{vLLM}) m` with NaN read as 0; :math:`x = d` (``token_*``) or
+    :math:`\sum_t d_t` (``sequence_*``); :math:`r = e^x` (``inf`` above 88.72 in float32);
+    ``*_truncate`` clamps :math:`r` to :math:`[C_{min}, C_{max}]`, ``*_mask`` sets it to 0
+    outside (:data:`MASK_RULE`, :data:`MASK_F32_RULE`), each bound cast to the dtype.
+
     Parameters
     ----------
     old_per_token_logps, sampling_per_token_logps : array_like, shape (B, T)
-        The trainer's and vLLM's token log-probabilities (NaN in the latter: not scored).
+        The trainer's and vLLM's token log-probabilities (NaN in the latter: not scored); float32
+        (TRL's ``sampling_per_token_logps`` are) or float64.
     completion_mask : array_like, shape (B, T)
+        0/1: bool, integer (TRL's ``torch.long``), float32 or float64.
     vllm_importance_sampling_mode : str
         One of :data:`VLLM_IMPORTANCE_SAMPLING_MODES`.
     vllm_importance_sampling_clip_min, vllm_importance_sampling_clip_max : float or None
-        The bounds :math:`C_{min}`, :math:`C_{max}` (None: no bound on that side).
+        The bounds :math:`C_{min}`, :math:`C_{max}` (None: no bound on that side). As
+        ``GRPOConfig`` checks them: both given needs :math:`C_{min} < C_{max}`, and a
+        ``*_truncate`` mode needs one.
     tool_mask : array_like, shape (B, T), optional
         Multiplies ``completion_mask`` (tool-output tokens excluded).
 
     Returns
     -------
     (importance_sampling_ratio, metrics)
-        Shape (B, T) for ``token_*`` (1 on padding), (B, 1) for ``sequence_*``; metrics keyed
-        ``sampling/importance_sampling_ratio/{min,mean,max}`` and
+        Shape (B, T) for ``token_*`` (1 on padding), (B, 1) for ``sequence_*``, in the dtype of
+        :math:`d`; metrics keyed ``sampling/importance_sampling_ratio/{min,mean,max}`` and
         ``sampling/sampling_logp_difference/{mean,max}``.
     """
-    cm = as_mask(completion_mask, "completion_mask")
-    m = cm if tool_mask is None else cm * as_mask(tool_mask, "tool_mask", cm.shape)
-    old = as_values(old_per_token_logps, m, "old_per_token_logps")
-    sampling = as_values(sampling_per_token_logps, m, "sampling_per_token_logps", allow_nan=True)
+    cm = torch_mask(completion_mask, "completion_mask")
+    m = cm if tool_mask is None else _mask_product(cm, torch_mask(tool_mask, "tool_mask"))
+    if m.shape != cm.shape:
+        raise ValueError(f"tool_mask has shape {np.shape(tool_mask)}, expected {cm.shape}")
+    old = as_values(old_per_token_logps, m, "old_per_token_logps", keep_float32=True)
+    sampling = as_values(
+        sampling_per_token_logps, m, "sampling_per_token_logps", allow_nan=True, keep_float32=True
+    )
     mode = vllm_importance_sampling_mode
     if mode not in VLLM_IMPORTANCE_SAMPLING_MODES:
         modes = ", ".join(VLLM_IMPORTANCE_SAMPLING_MODES)
@@ -224,22 +288,29 @@ def vllm_importance_sampling_correction(
     lo, hi = vllm_importance_sampling_clip_min, vllm_importance_sampling_clip_max
     lo = None if lo is None else _finite(lo, "vllm_importance_sampling_clip_min")
     hi = None if hi is None else _finite(hi, "vllm_importance_sampling_clip_max")
-    if hi is not None and hi <= 0:
-        raise ValueError(f"bad vllm_importance_sampling_clip_max {hi!r}: must be > 0")
-    diff = np.nan_to_num((old - sampling) * m, nan=0.0)
+    if lo is not None and hi is not None and lo >= hi:  # GRPOConfig.__post_init__'s check
+        raise ValueError(
+            f"vllm_importance_sampling_clip_min ({lo}) must be less than "
+            f"vllm_importance_sampling_clip_max ({hi})."
+        )
+    if mode.endswith("truncate") and lo is None and hi is None:
+        raise ValueError(
+            "At least one of `vllm_importance_sampling_clip_min` or `vllm_importance_sampling_clip_max` "
+            "must be set when `vllm_importance_sampling_mode` is a `*_truncate` mode."
+        )
+    y = old - sampling
+    dt, _ = torch_dtypes(y.dtype, m.dtype)
+    diff = np.nan_to_num(y.astype(dt) * m.astype(dt), nan=0.0)
     sequence_level = mode.startswith("sequence")
-    x = diff.sum(axis=-1, keepdims=True) if sequence_level else diff
-    c = _truncation(mode, lo, hi) if mode.endswith("truncate") else None
-    with np.errstate(over="ignore"):
-        r = np.exp(x)
-    if c is not None:
-        ratio = (apply_sequence(c, x, 1) if sequence_level else apply_tokens(c, x))[0]
-    elif mode.endswith("truncate"):
-        ratio = np.clip(r, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+    x = diff.sum(axis=-1, keepdims=True, dtype=dt) if sequence_level else diff
+    r = exp_like(x)
+    if mode.endswith("truncate"):
+        ratio = r if lo is None else np.maximum(r, dt.type(lo))
+        ratio = ratio if hi is None else np.minimum(ratio, dt.type(hi))
     else:
-        ratio = np.where(MASK_RULE.outside(x, lo, hi), 0.0, r)
-    inside = m > 0
-    delta = np.abs(old - sampling)[inside]
+        ratio = np.where(_rule(dt, MASK_RULE, MASK_F32_RULE).outside(r, lo, hi), dt.type(0.0), r)
+    inside = m != 0
+    delta = np.abs(y)[inside]
     delta = delta[~np.isnan(delta)]
     flat = ratio.ravel() if sequence_level else ratio[inside]
     metrics = {

@@ -66,10 +66,11 @@ which ``compute_response_mask``, ``verl/trainer/ppo/ray_trainer.py:120-135``, sl
 
 Where the mirror can still differ from verl: a float32 sum or mean by the rounding of its order
 of summation (torch's and NumPy's differ); a float32 weight by one ulp where torch's exp is not
-correctly rounded (:func:`_exp`), so a weight within one ulp of a threshold can be counted on the
-other side; a sequence whose log-ratio sum lies within one float32 ulp of :math:`\log C` for the
-thresholds whose float32 log torch does not round correctly (:func:`_log32`). verl itself moves
-by as much between a CPU and a GPU, or when its rows are permuted; ``test_verl.py`` measures it.
+correctly rounded (:func:`~variance_lab.frameworks.batch.exp_like`), so a weight within one ulp
+of a threshold can be counted on the other side; a sequence whose log-ratio sum lies within one
+float32 ulp of :math:`\log C` for the thresholds whose float32 log torch does not round
+correctly (:func:`_log32`). verl itself moves by as much between a CPU and a GPU, or when its rows
+are permuted; ``test_verl.py`` measures it.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ import math
 import numpy as np
 
 from variance_lab._validate import parse_float
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, torch_dtypes
+from variance_lab.frameworks.batch import MeanRule, as_values, exp_like, torch_dtypes, torch_mask
 from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = [
@@ -207,17 +208,6 @@ def parse_rs_thresholds(options: list[str], threshold) -> dict[str, tuple[float 
 # --------------------------------------------------------------------------------------
 # dtypes, as torch holds them
 # --------------------------------------------------------------------------------------
-def _mask(response_mask) -> np.ndarray:
-    """Check the mask; return its 0/1 values as torch computes with them: bool, int64, float32 or float64."""
-    raw = np.asarray(response_mask)
-    m = as_mask(raw)
-    if raw.dtype == np.bool_:
-        return m.astype(np.bool_)
-    if raw.dtype.kind in "iu":
-        return m.astype(np.int64)
-    return m.astype(np.float32) if raw.dtype == np.float32 else m
-
-
 def _out_dtype(response_mask) -> np.dtype:
     """Return the dtype verl returns the modified mask in: the caller's (``.to(response_mask.dtype)``)."""
     d = np.asarray(response_mask).dtype
@@ -238,21 +228,6 @@ def _times_mask(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """``values * response_mask`` in torch's dtype (:func:`~variance_lab.frameworks.batch.torch_dtypes`)."""
     dt, _ = torch_dtypes(values.dtype, mask.dtype)
     return values.astype(dt) * mask.astype(dt)
-
-
-def _exp(x):
-    r""":math:`e^x` in the dtype of ``x``; an overflow is ``inf``, as in torch.
-
-    float64: NumPy's exp. float32: the correctly rounded value (float64's exp, rounded). torch's
-    own float32 exp on a CPU differs from it by one ulp on about 1 % of inputs (1.0 % of 2e6
-    uniform on [-20, 20], torch 2.13.0, AVX512) and NumPy's float32 exp on 39 %; on a GPU verl uses
-    CUDA's. A weight within one ulp of a threshold can therefore fall on either side in verl itself.
-    """
-    x = np.asarray(x)
-    with np.errstate(over="ignore"):
-        if x.dtype == np.float32:
-            return np.exp(x.astype(np.float64)).astype(np.float32)
-        return np.exp(x)
 
 
 def _log32(c: float) -> float:
@@ -314,7 +289,7 @@ def compute_rollout_correction_weights(
         Weights of shape (B, T), 0 on padding, in verl's dtype (float32 for float32 log-ratios
         unless the mask is float64); metrics named as verl logs them, without ``rollout_corr/``.
     """
-    mask = _mask(response_mask)
+    mask = torch_mask(response_mask)
     y = _values(log_ratio, mask, "log_ratio")
     _check_any(mask)
     if rollout_is not in ("token", "sequence"):
@@ -323,10 +298,10 @@ def compute_rollout_correction_weights(
     # rollout_corr_helper.py:572-592: e^clamp(y) per token, or e^clamp(sum y) per sequence, times the mask
     if rollout_is == "token":
         log_for_metrics = y
-        raw = _times_mask(_exp(np.clip(y, -SAFETY_BOUND, SAFETY_BOUND)), mask)
+        raw = _times_mask(exp_like(np.clip(y, -SAFETY_BOUND, SAFETY_BOUND)), mask)
     else:
         log_for_metrics = VERL_MEAN.sum(y, mask, axis=-1)[:, None]
-        raw = _times_mask(_exp(np.clip(log_for_metrics, -SAFETY_BOUND, SAFETY_BOUND)), mask)
+        raw = _times_mask(exp_like(np.clip(log_for_metrics, -SAFETY_BOUND, SAFETY_BOUND)), mask)
     dt = raw.dtype
     # :595-604: TIS clamps the weight at C; IcePop zeroes it outside [LO, HI], compared as a weight
     if lower is None:
@@ -359,8 +334,8 @@ def _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, t
     lower_eff = 1.0 / upper if lower is None else lower
     inside = mask != 0
     if rollout_is == "sequence":  # :704-718, the fractions against float32 logs, over every row
-        m["rollout_is_max"] = float(_exp(np.minimum(log_for_metrics.max(), dt.type(SAFETY_BOUND))))
-        m["rollout_is_min"] = float(_exp(log_for_metrics.min()))
+        m["rollout_is_max"] = float(exp_like(np.minimum(log_for_metrics.max(), dt.type(SAFETY_BOUND))))
+        m["rollout_is_min"] = float(exp_like(log_for_metrics.min()))
         m["rollout_is_mean"] = float(VERL_MEAN.mean(weights, mask))
         m["rollout_is_ratio_fraction_high"] = _fraction32(rule.outside(log_for_metrics, None, _log32(upper)))
         m["rollout_is_ratio_fraction_low"] = _fraction32(
@@ -422,14 +397,14 @@ def compute_rollout_rejection_mask(
     (modified_response_mask, metrics)
         The mask in the caller's dtype, as verl returns it.
     """
-    mask = _mask(response_mask)
+    mask = torch_mask(response_mask)
     y = _values(log_ratio, mask, "log_ratio")
     _check_any(mask)
     options = parse_rs_options(rollout_rs)
     thresholds = parse_rs_thresholds(options, rollout_rs_threshold)
     dt = y.dtype
     ys = np.clip(y, -SAFETY_BOUND, SAFETY_BOUND)  # :262-265, in the log-ratio's dtype
-    stats = {"k1": -ys, "k2": dt.type(0.5) * ys**2, "k3": _exp(ys) - dt.type(1.0) - ys}
+    stats = {"k1": -ys, "k2": dt.type(0.5) * ys**2, "k3": exp_like(ys) - dt.type(1.0) - ys}
     inside = mask != 0
     seq_valid = mask.sum(axis=-1) > 0
     combined = np.ones(mask.shape, dtype=dt)  # :270
@@ -525,33 +500,33 @@ def compute_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask) -> 
     ``rollout_log_prob=None`` gives the two training-perplexity metrics only. In float32 an
     exponential overflows to ``inf`` above 88.72, as in verl (``k3_kl`` is unclamped).
     """
-    mask = _mask(response_mask)
+    mask = torch_mask(response_mask)
     old = _values(old_log_prob, mask, "old_log_prob")
     _check_any(mask)
     m: dict[str, float] = {}
     mean_old = VERL_MEAN.mean(old, mask, axis=-1)  # rollout_corr_helper.py:947-952
-    m["training_ppl"] = float(_exp(-mean_old).mean())
+    m["training_ppl"] = float(exp_like(-mean_old).mean())
     m["training_log_ppl"] = float((-mean_old).mean())
     if rollout_log_prob is None:
         return m
     rollout = _values(rollout_log_prob, mask, "rollout_log_prob")
     y = old - rollout  # :955-1008, in the log-probs' dtype
     m["kl"] = float(VERL_MEAN.mean(rollout - old, mask))
-    m["k3_kl"] = float(VERL_MEAN.mean(_exp(y) - y - y.dtype.type(1.0), mask))
+    m["k3_kl"] = float(VERL_MEAN.mean(exp_like(y) - y - y.dtype.type(1.0), mask))
     mean_rollout = VERL_MEAN.mean(rollout, mask, axis=-1)
-    m["rollout_ppl"] = float(_exp(-mean_rollout).mean())
+    m["rollout_ppl"] = float(exp_like(-mean_rollout).mean())
     m["rollout_log_ppl"] = float((-mean_rollout).mean())
     diff = mean_rollout - mean_old
     m["log_ppl_diff"] = float(diff.mean())
     m["log_ppl_abs_diff"] = float(np.abs(diff).mean())
     m["log_ppl_diff_max"] = float(diff.max())
     m["log_ppl_diff_min"] = float(diff.min())
-    m["ppl_ratio"] = float(_exp(diff).mean())
-    rho = _exp(np.clip(y, -SAFETY_BOUND, SAFETY_BOUND))
+    m["ppl_ratio"] = float(exp_like(diff).mean())
+    rho = exp_like(np.clip(y, -SAFETY_BOUND, SAFETY_BOUND))
     m["chi2_token"] = float(VERL_MEAN.mean(rho * rho, mask) - 1.0)
     log_p = VERL_MEAN.sum(y, mask, axis=-1)
     log_p = np.clip(log_p, -SAFETY_BOUND, SAFETY_BOUND)
-    m["chi2_seq"] = float(_exp(log_p.dtype.type(2.0) * log_p).mean() - 1.0)
+    m["chi2_seq"] = float(exp_like(log_p.dtype.type(2.0) * log_p).mean() - 1.0)
     return m
 
 
@@ -589,7 +564,7 @@ def compute_rollout_correction_and_rejection_mask(
         ``weights`` where verl returns a DataProto holding ``rollout_is_weights``; the mask in
         the caller's dtype; metrics keyed ``rollout_corr/<name>`` as verl logs them.
     """
-    mask = _mask(response_mask)
+    mask = torch_mask(response_mask)
     old = _values(old_log_prob, mask, "old_log_prob")
     rollout = _values(rollout_log_prob, mask, "rollout_log_prob")
     _check_any(mask)

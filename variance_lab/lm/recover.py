@@ -322,7 +322,7 @@ def prompt_list(settings: LMSettings, tokenizer) -> tuple[list, list[list[int]]]
         The prompts and their ids, one per sequence (each prompt ``group_size`` times).
     """
     rng = np.random.default_rng(random_streams(settings.seed)[0])
-    sizes = {"max_term": settings.max_term, "max_words": settings.max_words, "max_times": settings.max_times}
+    sizes = settings.task_options()
     if settings.run == "stale":
         per_lag = settings.n_prompts // (settings.lags + 1)
         drawn = []

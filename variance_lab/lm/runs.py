@@ -42,16 +42,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from variance_lab._validate import check_positive
 from variance_lab.experiment.files import dataset_sidecar, output_path, sidecar_path, write_dataset
 from variance_lab.experiment.settings import RunSettings, check_choices, check_integers
-from variance_lab.lm.losses import ADVANTAGE_DDOF, ADVANTAGE_EPS, AGGREGATIONS, CLIP, aggregated_loss
+from variance_lab.lm.chain import PolicyChain
+from variance_lab.lm.losses import ADVANTAGE_DDOF, ADVANTAGE_EPS, AGGREGATIONS
 from variance_lab.lm.precision import low_precision_copy, native_support
 from variance_lab.lm.sampling import sample
-from variance_lab.lm.scoring import response_log_probs, score
-from variance_lab.lm.task import MATCHES, MAX_SHOTS, chat_prompts, make_prompts, messages, rewards, stop_ids
+from variance_lab.lm.scoring import score
+from variance_lab.lm.task import (
+    KINDS,
+    MATCHES,
+    MAX_SHOTS,
+    chat_prompts,
+    make_prompts,
+    messages,
+    rewards,
+    stop_ids,
+)
 from variance_lab.progress import ticker
 from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
 from variance_lab.ratios import group_advantages
@@ -64,11 +73,14 @@ __all__ = [
     "LM_SIDECAR_KIND",
     "RUNS",
     "LMSettings",
+    "batch_records",
     "collect_records",
     "default_name",
+    "draw_batch",
     "random_streams",
     "round_digits",
     "run_lm_experiment",
+    "score_batch",
     "update",
 ]
 
@@ -78,7 +90,7 @@ ENTROPY_FIELD = (
 )
 #: The ``kind`` of a run's sidecar.
 LM_SIDECAR_KIND = "variance_lab.lm rollouts"
-RUNS = ("onpolicy", "mismatch", "stale")
+RUNS = ("onpolicy", "mismatch", "stale", "paired")
 LM_SAMPLERS = ("fp32", "bf16", "fp16", "top-p")
 _STREAMS = 8
 
@@ -106,9 +118,20 @@ class LMSettings(RunSettings):
     lr : float
         AdamW's learning rate (no weight decay) for the one step.
     lags, train_prompts : int
-        ``stale``: the largest lag :math:`K` and the prompts of each chain step.
-    max_term, max_words, max_times : int
+        ``stale``: the largest lag :math:`K` and the prompts of each chain step; ``paired``: the
+        largest staleness :math:`L` scored and the prompts of each update's minibatch.
+    updates : int
+        ``paired``: the measured update's number :math:`K` of a persistent AdamW
+        (:class:`~variance_lab.lm.chain.PolicyChain`): :math:`K - 1` updates on fresh on-policy
+        minibatches come before it (:mod:`variance_lab.lm.paired`).
+    samplers : str
+        ``paired``: the samplers scored on the data batch's tokens, comma-separated, from
+        :data:`~variance_lab.lm.paired.PAIRED_SAMPLERS` (may be empty).
+    max_term, max_words, max_times, max_count : int
         The task's sizes (:func:`~variance_lab.lm.task.make_prompts`).
+    kinds : str
+        The task's kinds, comma-separated, cycled through in this order
+        (:data:`~variance_lab.lm.task.KINDS`; ``count`` has long answers).
     match : {"exact", "contains"}
         The reward's mode (:func:`~variance_lab.lm.task.reward`).
     shots : {0, 1, 2, 3}
@@ -137,6 +160,10 @@ class LMSettings(RunSettings):
     lr: float = 1e-6
     lags: int = 3
     train_prompts: int = 32
+    updates: int = 1
+    samplers: str = "bf16,fp16,top-p"
+    kinds: str = "add,copy,repeat"
+    max_count: int = 60
     max_term: int = 9
     max_words: int = 24
     max_times: int = 4
@@ -148,6 +175,20 @@ class LMSettings(RunSettings):
     threads: int = 2
     digits: int = 7
 
+    def task_options(self) -> dict:
+        """Return the keyword arguments of :func:`~variance_lab.lm.task.make_prompts` (sizes and kinds)."""
+        names = ("max_term", "max_words", "max_times", "max_count")
+        return {n: getattr(self, n) for n in names} | {"kinds": tuple(self.kinds.split(","))}
+
+    @property
+    def paired_samplers(self) -> tuple[str, ...]:
+        """The ``samplers`` setting as a tuple (empty for ``""``)."""
+        return (
+            tuple(x.strip() for x in self.samplers.split(",") if x.strip())
+            if isinstance(self.samplers, str)
+            else ()
+        )
+
     def __post_init__(self):
         """Check every setting, naming a bad one."""
         modes = ("auto", "native", "emulated")
@@ -155,9 +196,31 @@ class LMSettings(RunSettings):
         check_choices(self, choices | {"match": MATCHES})
         if self.run != "mismatch" and self.sampler != "fp32":
             raise ValueError(f"run {self.run!r} samples in fp32, got sampler={self.sampler!r}")
-        sizes = ("n_prompts", "max_new_tokens", "lags", "train_prompts", "max_term", "max_words", "max_times")
+        sizes = (
+            "n_prompts",
+            "max_new_tokens",
+            "train_prompts",
+            "max_term",
+            "max_words",
+            "max_times",
+            "updates",
+        )
         minimum = dict.fromkeys((*sizes, "sample_batch", "score_batch", "threads"), 1) | {"group_size": 2}
-        check_integers(self, minimum | dict.fromkeys(("seed", "top_k", "digits", "shots"), 0))
+        check_integers(
+            self,
+            minimum
+            | dict.fromkeys(("seed", "top_k", "digits", "shots"), 0)
+            | {"lags": 0 if self.run == "paired" else 1, "max_count": 2},
+        )
+        if not isinstance(self.kinds, str) or any(k not in KINDS for k in self.kinds.split(",")):
+            raise ValueError(
+                f"kinds must name some of {', '.join(KINDS)} (comma-separated), got {self.kinds!r}"
+            )
+        unknown = [s for s in self.paired_samplers if s not in ("bf16", "fp16", "top-p")]
+        if not isinstance(self.samplers, str) or unknown:
+            raise ValueError(
+                f"samplers must name some of bf16, fp16, top-p (comma-separated), got {self.samplers!r}"
+            )
         for name in ("temperature", "lr"):
             check_positive(name, getattr(self, name))
         if self.shots > MAX_SHOTS:
@@ -195,7 +258,9 @@ def default_name(settings: LMSettings, quick: bool = False) -> str:
 
 
 def update(model, prompts, responses, old_logp, advantages, settings: LMSettings):
-    """One AdamW step of a copy of ``model`` on the whole batch; return the updated copy.
+    """One AdamW step of a copy of ``model`` on the whole batch, new optimizer; return the updated copy.
+
+    The first update of a :class:`~variance_lab.lm.chain.PolicyChain` (Adam's largest step).
 
     Parameters
     ----------
@@ -212,27 +277,11 @@ def update(model, prompts, responses, old_logp, advantages, settings: LMSettings
     torch.nn.Module
         The updated copy, in ``eval()`` mode.
     """
-    new = copy.deepcopy(model).train()
-    optimizer = torch.optim.AdamW(new.parameters(), lr=settings.lr, weight_decay=0.0)
-    optimizer.zero_grad(set_to_none=True)
-    n_tokens = sum(len(r) for r in responses)
-    step = settings.score_batch
-    for lo in range(0, len(prompts), step):
-        sl = slice(lo, lo + step)
-        lp = response_log_probs(new, prompts[sl], responses[sl])
-        old = [torch.from_numpy(np.asarray(o)) for o in old_logp[sl]]
-        loss = aggregated_loss(
-            settings.aggregation,
-            lp,
-            old,
-            advantages[sl],
-            n_sequences=len(prompts),
-            n_tokens=n_tokens,
-            clip=CLIP[settings.aggregation],
-        )
-        loss.backward()
-    optimizer.step()
-    return new.eval()
+    chain = PolicyChain(
+        model, aggregation=settings.aggregation, lr=settings.lr, score_batch=settings.score_batch
+    )
+    chain.step(prompts, responses, old_logp, advantages)
+    return chain.model
 
 
 class _Batch:
@@ -247,12 +296,35 @@ class _Batch:
         self.rollout_logp = None
 
 
-def _draw(
+def draw_batch(
     model, tokenizer, settings, rng, generator, n_prompts, first_id, *, top=False, lag=None, progress=None
 ):
-    plist = make_prompts(
-        rng, n_prompts, max_term=settings.max_term, max_words=settings.max_words, max_times=settings.max_times
-    )
+    """Draw ``n_prompts`` prompts, ``group_size`` responses each from ``model``; reward them.
+
+    Parameters
+    ----------
+    model, tokenizer
+        The sampler and its tokenizer.
+    settings : LMSettings
+        The task, group, sampling and batch sizes.
+    rng : numpy.random.Generator
+        Draws the prompts.
+    generator : torch.Generator
+        Draws the tokens.
+    n_prompts, first_id : int
+        How many prompts, and the id of the first (ids are consecutive).
+    top : bool, optional
+        Sample with ``settings.top_p`` / ``top_k``.
+    lag : int, optional
+        Recorded as ``policy_lag``.
+    progress : callable, optional
+
+    Returns
+    -------
+    _Batch
+        Prompts, token ids, samples, texts, rewards and group advantages.
+    """
+    plist = make_prompts(rng, n_prompts, **settings.task_options())
     rows = [p for p in plist for _ in range(settings.group_size)]
     pid = np.repeat(np.arange(first_id, first_id + n_prompts), settings.group_size)
     ids = chat_prompts(tokenizer, [messages(p, settings.shots, system=settings.system) for p in rows])
@@ -272,7 +344,20 @@ def _draw(
     return _Batch(rows, ids, samples, tokenizer, pid, settings.match, lag)
 
 
-def _score(model, batch: _Batch, settings, tokenizer, progress=None, entropy=False):
+def score_batch(model, batch: _Batch, settings, tokenizer, progress=None, entropy=False, sampler=None):
+    """Score a batch's responses under ``model`` (:func:`~variance_lab.lm.scoring.score`, the run's sizes).
+
+    Parameters
+    ----------
+    model, batch, settings, tokenizer, progress
+    entropy : bool, optional
+    sampler : dict, optional
+        Score as a sampler does (:func:`~variance_lab.lm.scoring.processed_log_probs`).
+
+    Returns
+    -------
+    list of numpy.ndarray, or a pair of such lists
+    """
     return score(
         model,
         batch.ids,
@@ -282,6 +367,7 @@ def _score(model, batch: _Batch, settings, tokenizer, progress=None, entropy=Fal
         pad_id=tokenizer.pad_token_id,
         progress=progress,
         entropy=entropy,
+        sampler=sampler,
     )
 
 
@@ -317,7 +403,20 @@ def round_digits(values, digits: int) -> list[float]:
     return [float(f"{v:.{digits}g}") for v in values]
 
 
-def _records(batch: _Batch, old, new, entropy, settings: LMSettings) -> list[dict]:
+def batch_records(batch: _Batch, old, new, entropy, settings: LMSettings) -> list[dict]:
+    """Return a batch's records: ids, reward, advantage, ``finished``, texts and the token fields.
+
+    Parameters
+    ----------
+    batch : _Batch
+    old, new, entropy : list of numpy.ndarray
+        ``old_logp``, ``logp`` and ``entropy`` per response.
+    settings : LMSettings
+
+    Returns
+    -------
+    list of dict
+    """
     k, d = settings.group_size, settings.digits
     records = []
     for i, p in enumerate(batch.prompts):
@@ -391,7 +490,7 @@ def _rollouts(model, tokenizer, settings: LMSettings, say) -> _Rollouts:
 
     def draw(streams, n_prompts, first_id, what):
         rng, gen = np.random.default_rng(ss[streams[0]]), torch_generator(ss[streams[1]])
-        return _draw(
+        return draw_batch(
             sampler, tokenizer, settings, rng, gen, n_prompts, first_id, top=top, progress=ticker(say, what)
         )
 
@@ -407,8 +506,8 @@ def _rollouts(model, tokenizer, settings: LMSettings, say) -> _Rollouts:
         + ("" if _signal(train) else " (the update changes nothing: logp equals old_logp)")
     )
     tick = ticker(say, "scoring the data batch (old policy)")
-    old, entropy = _score(trainer, batch, settings, tokenizer, tick, entropy=True)
-    train_old = _score(trainer, train, settings, tokenizer)
+    old, entropy = score_batch(trainer, batch, settings, tokenizer, tick, entropy=True)
+    train_old = score_batch(trainer, train, settings, tokenizer)
     seconds = time.perf_counter() - t0
     return _Rollouts(batch, old, entropy, train, train_old, trainer, arithmetic, seconds)
 
@@ -463,7 +562,7 @@ def collect_records(
         shared.trainer, train.ids, train.samples.tokens, shared.train_old, train.advantage, settings
     )
     tick = ticker(say, f"scoring the data batch after the {settings.aggregation} step")
-    new = _score(new_model, batch, settings, tokenizer, tick)
+    new = score_batch(new_model, batch, settings, tokenizer, tick)
     timing = {"sample_and_score": shared.seconds}
     timing["update_and_score"] = time.perf_counter() - t1
     say(f"updated ({settings.aggregation}) and scored in {timing['update_and_score']:.1f} s")
@@ -474,7 +573,7 @@ def collect_records(
         "data_groups_with_advantage": [_signal(batch), len(np.unique(batch.prompt_ids))],
         "rollouts_shared": reused,
     }
-    return _records(batch, shared.old, new, shared.entropy, settings), facts
+    return batch_records(batch, shared.old, new, shared.entropy, settings), facts
 
 
 def _stale(model, tokenizer, settings, ss, rng, say):
@@ -486,13 +585,15 @@ def _stale(model, tokenizer, settings, ss, rng, say):
     for k in range(settings.lags + 1):
         lag = settings.lags - k
         tick = ticker(say, f"sampling lag {lag} from policy {k}")
-        part = _draw(current, tokenizer, settings, rng, gen, per_lag, lag * per_lag, lag=lag, progress=tick)
-        part.rollout_logp = _score(current, part, settings, tokenizer)
+        part = draw_batch(
+            current, tokenizer, settings, rng, gen, per_lag, lag * per_lag, lag=lag, progress=tick
+        )
+        part.rollout_logp = score_batch(current, part, settings, tokenizer)
         parts.append(part)
         say(f"lag {lag}: sampled {len(part.prompts)} responses from policy {k}")
         if k < settings.lags:
-            step = _draw(current, tokenizer, settings, rng, gen, settings.train_prompts, 0)
-            step_old = _score(current, step, settings, tokenizer)
+            step = draw_batch(current, tokenizer, settings, rng, gen, settings.train_prompts, 0)
+            step_old = score_batch(current, step, settings, tokenizer)
             current = update(current, step.ids, step.samples.tokens, step_old, step.advantage, settings)
     return _concat(parts), current
 

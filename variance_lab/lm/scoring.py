@@ -32,11 +32,30 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["response_log_probs", "score"]
+__all__ = ["processed_log_probs", "response_log_probs", "score"]
 
 
 def _decoder_and_head(model):
     return model.get_decoder(), model.get_output_embeddings()
+
+
+def _response_logits(model, prompts, responses, pad_id):
+    """Return the network's logits at the positions that predict each response token, and those tokens."""
+    seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+    rows, cols, targets = [], [], []
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        pos = torch.arange(len(p) - 1, len(p) + len(r) - 1)
+        rows.append(torch.full_like(pos, i))
+        cols.append(pos)
+        targets.append(torch.tensor(r))
+    rows, cols, targets = torch.cat(rows), torch.cat(cols), torch.cat(targets)
+    decoder, head = _decoder_and_head(model)
+    hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
+    return head(hidden[rows, cols]), targets
 
 
 def response_log_probs(
@@ -79,21 +98,8 @@ def response_log_probs(
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
     if any(len(r) == 0 for r in responses) or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt and every response needs at least one token")
-    seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-    rows, cols, targets = [], [], []
-    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
-        pos = torch.arange(len(p) - 1, len(p) + len(r) - 1)
-        rows.append(torch.full_like(pos, i))
-        cols.append(pos)
-        targets.append(torch.tensor(r))
-    rows, cols, targets = torch.cat(rows), torch.cat(cols), torch.cat(targets)
-    decoder, head = _decoder_and_head(model)
-    hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
-    logits = head(hidden[rows, cols]).to(softmax_dtype)
+    logits, targets = _response_logits(model, prompts, responses, pad_id)
+    logits = logits.to(softmax_dtype)
     if temperature != 1.0:
         logits = logits / temperature
     full = logits.log_softmax(-1)
@@ -103,6 +109,49 @@ def response_log_probs(
         return list(lp.split(sizes))
     h = -(full.exp() * full).sum(-1)
     return list(lp.split(sizes)), list(h.split(sizes))
+
+
+def processed_log_probs(
+    model,
+    prompts,
+    responses,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    pad_id: int = 0,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    r"""Return the sampler's view of given responses: its log-probs and kept mass, teacher-forced.
+
+    The network's logits :math:`z_t` (cast to float32) go through
+    :func:`~variance_lab.lm.sampling.process_logits` exactly as the sampler's do, so each token
+    gets :math:`\log \tilde\pi(y_t) = \log \pi_\tau(y_t) - \log S_t` when it is in the kept set
+    :math:`K_t` and :math:`-\infty` when it is not (a top-p sampler never draws it), with
+    :math:`\log S_t` the kept mass (0 without top-k/top-p). With ``top_k=0, top_p=1`` on a
+    16-bit copy of the model (:func:`~variance_lab.lm.precision.low_precision_copy`) this is
+    that sampler's log-prob of tokens another sampler drew: the paired mismatch.
+
+    Parameters
+    ----------
+    model : transformers causal language model
+    prompts, responses : list of list of int
+    temperature : float, optional
+    top_k : int, optional
+    top_p : float, optional
+    pad_id : int, optional
+
+    Returns
+    -------
+    (list of torch.Tensor, list of torch.Tensor)
+        Per response, the float32 log-probs (``-inf`` outside the kept set) and :math:`\log S_t`.
+    """
+    from variance_lab.lm.sampling import process_logits
+
+    logits, targets = _response_logits(model, prompts, responses, pad_id)
+    processed, log_kept = process_logits(logits.float(), temperature=temperature, top_k=top_k, top_p=top_p)
+    lp = processed.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    sizes = [len(r) for r in responses]
+    return list(lp.split(sizes)), list(log_kept.split(sizes))
 
 
 def score(
@@ -116,8 +165,9 @@ def score(
     pad_id: int = 0,
     progress=None,
     entropy: bool = False,
+    sampler: dict | None = None,
 ) -> list[np.ndarray] | tuple[list[np.ndarray], list[np.ndarray]]:
-    """Teacher-forced log-probs of every response, in minibatches of similar lengths, without gradients.
+    r"""Teacher-forced log-probs of every response, in minibatches of similar lengths, without gradients.
 
     Parameters
     ----------
@@ -132,6 +182,10 @@ def score(
         Called with ``(sequences done, sequences)`` after each minibatch.
     entropy : bool, optional
         Also return the entropy :math:`H_t` (nats, >= 0) of every response position (see the module).
+    sampler : dict, optional
+        ``{"top_k": k, "top_p": p}``: score as that sampler does (:func:`processed_log_probs`) and
+        return its log-probs (``-inf`` outside its kept set) and :math:`\log S_t` instead of the
+        trainer's log-probs (``softmax_dtype`` and ``entropy`` do not apply).
 
     Returns
     -------
@@ -150,19 +204,27 @@ def score(
     with torch.no_grad():
         for lo in range(0, len(order), batch_size):
             rows = order[lo : lo + batch_size]
-            parts = response_log_probs(
-                model,
-                [prompts[i] for i in rows],
-                [responses[i] for i in rows],
-                temperature=temperature,
-                softmax_dtype=softmax_dtype,
-                pad_id=pad_id,
-                entropy=entropy,
-            )
-            parts, h = parts if entropy else (parts, [None] * len(rows))
+            part_p, part_r = [prompts[i] for i in rows], [responses[i] for i in rows]
+            if sampler is not None:
+                parts, h = processed_log_probs(
+                    model, part_p, part_r, temperature=temperature, pad_id=pad_id, **sampler
+                )
+            else:
+                parts = response_log_probs(
+                    model,
+                    part_p,
+                    part_r,
+                    temperature=temperature,
+                    softmax_dtype=softmax_dtype,
+                    pad_id=pad_id,
+                    entropy=entropy,
+                )
+                parts, h = parts if entropy else (parts, [None] * len(rows))
             for i, p, hi in zip(rows, parts, h, strict=True):
                 out[i] = np.minimum(p.double().numpy(), 0.0)
-                ent[i] = None if hi is None else np.maximum(hi.double().numpy(), 0.0)
+                ent[i] = None if hi is None else hi.double().numpy()
+                if sampler is None and hi is not None:
+                    ent[i] = np.maximum(ent[i], 0.0)
             if progress is not None:
                 progress(min(lo + batch_size, len(order)), len(order))
-    return (out, ent) if entropy else out
+    return (out, ent) if entropy or sampler is not None else out

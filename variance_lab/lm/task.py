@@ -11,7 +11,18 @@ kind        request (user message)                                 answer
             spaces, and write nothing else: apple river ...``
 ``repeat``  ``Write the word "blue" 3 times, separated by single    ``blue blue blue``
             spaces, and write nothing else.``
+``count``   ``Count from 17 to 21. Write the numbers separated by      ``17, 18, 19, 20, 21``
+            commas and nothing else.``
 ==========  =====================================================  ========================
+
+``count`` is the long-answer kind (not in the default mix, :data:`DEFAULT_KINDS`): it counts
+:math:`n` numbers from a start drawn uniformly from :math:`\{1, \dots, 300\}`, :math:`n`
+log-uniform on :math:`\{2, \dots, \text{max\_count}\}`, and its worked examples are drawn with
+it, each of about the same length (:math:`n` times a uniform factor in [0.7, 1.3]): a small model
+copies the length of its examples more than it follows the request, and with examples of the
+request's own length SmolLM2-135M-Instruct answers with about five tokens a number and often
+stops by itself (8 responses a length at temperature 1 on this machine: all finished at
+:math:`n = 6`, 7 of 8 at 20, 3 and 4 of 8 at 45 and 80).
 
 ``add`` draws both terms from :math:`\{1, \dots, \text{max\_term}\}`, ``repeat`` its count
 from :math:`\{1, \dots, \text{max\_times}\}` (uniformly), ``copy`` its word count
@@ -45,6 +56,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "COUNT_REQUEST",
+    "DEFAULT_KINDS",
     "EXAMPLES",
     "KINDS",
     "MATCHES",
@@ -61,8 +74,12 @@ __all__ = [
     "stop_ids",
 ]
 
-#: The kinds of request, in the order :func:`make_prompts` cycles through them.
-KINDS = ("add", "copy", "repeat")
+#: The kinds of request.
+KINDS = ("add", "copy", "repeat", "count")
+#: The mix of the shipped runs, in the order :func:`make_prompts` cycles through them.
+DEFAULT_KINDS = ("add", "copy", "repeat")
+#: ``count``'s request.
+COUNT_REQUEST = "Count from {a} to {b}. Write the numbers separated by commas and nothing else."
 #: Common English words (one or two tokens each for SmolLM2's tokenizer).
 WORDS = [
     "apple",
@@ -137,6 +154,10 @@ EXAMPLES = {
         )
         for w, k in (("stone", 3), ("music", 1), ("ocean", 2))
     ),
+    "count": tuple(
+        (COUNT_REQUEST.format(a=a, b=b), ", ".join(str(i) for i in range(a, b + 1)))
+        for a, b in ((3, 7), (10, 14), (25, 28))
+    ),
 }
 #: The most worked examples :func:`messages` puts before a request.
 MAX_SHOTS = 3
@@ -154,11 +175,14 @@ class Prompt:
         The user message (the chat template wraps it).
     answer : str
         The correct response, normalised (:func:`normalize`).
+    examples : tuple of (str, str), optional
+        Worked examples drawn with the request (``count``); empty: :data:`EXAMPLES` of its kind.
     """
 
     kind: str
     text: str
     answer: str
+    examples: tuple = ()
 
     def __post_init__(self):
         """Check the kind and that the answer is normalised."""
@@ -204,10 +228,29 @@ def _repeat(rng: np.random.Generator, max_times: int) -> Prompt:
     return Prompt("repeat", text, " ".join([word] * m))
 
 
+def _count_pair(rng: np.random.Generator, n: int) -> tuple[str, str]:
+    a = int(rng.integers(1, 301))
+    return COUNT_REQUEST.format(a=a, b=a + n - 1), ", ".join(str(i) for i in range(a, a + n))
+
+
+def _count(rng: np.random.Generator, max_count: int) -> Prompt:
+    n = min(max(int(np.exp(rng.uniform(np.log(2), np.log(max_count + 1)))), 2), max_count)
+    text, answer = _count_pair(rng, n)
+    sizes = [max(2, round(n * float(rng.uniform(0.7, 1.3)))) for _ in range(MAX_SHOTS)]
+    return Prompt("count", text, answer, tuple(_count_pair(rng, k) for k in sizes))
+
+
 def make_prompts(
-    rng: np.random.Generator, n: int, *, max_term: int = 9, max_words: int = 24, max_times: int = 4
+    rng: np.random.Generator,
+    n: int,
+    *,
+    max_term: int = 9,
+    max_words: int = 24,
+    max_times: int = 4,
+    kinds=DEFAULT_KINDS,
+    max_count: int = 60,
 ) -> list[Prompt]:
-    r"""Draw ``n`` requests, cycling through :data:`KINDS` (``add``, ``copy``, ``repeat``, ``add``, ...).
+    r"""Draw ``n`` requests, cycling through ``kinds`` (by default ``add``, ``copy``, ``repeat``, ...).
 
     Parameters
     ----------
@@ -222,18 +265,28 @@ def make_prompts(
         :math:`U \sim \mathrm{Uniform}(0, 1)`, so :math:`P(n) = \log\frac{n+1}{n} / \log(N+1)`.
     max_times : int, optional
         ``repeat`` draws its count uniformly from :math:`\{1, \dots, \text{max\_times}\}`.
+    kinds : sequence of str, optional
+        The kinds to cycle through, from :data:`KINDS`.
+    max_count : int, optional
+        ``count`` draws :math:`n` from :math:`\{2, \dots, \text{max\_count}\}`
+        log-uniformly (see the module).
 
     Returns
     -------
     list of Prompt
     """
     sizes = (("n", n), ("max_term", max_term), ("max_words", max_words), ("max_times", max_times))
-    for name, value in sizes:
-        if not isinstance(value, int | np.integer) or value < (0 if name == "n" else 1):
-            raise ValueError(f"{name} must be an integer >= {0 if name == 'n' else 1}, got {value!r}")
+    for name, value in (*sizes, ("max_count", max_count)):
+        least = {"n": 0, "max_count": 2}.get(name, 1)
+        if not isinstance(value, int | np.integer) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    kinds = tuple(kinds)
+    if not kinds or any(k not in KINDS for k in kinds):
+        raise ValueError(f"kinds must name some of {KINDS}, got {kinds!r}")
     makers = {"add": lambda: _add(rng, max_term), "copy": lambda: _copy(rng, max_words)}
     makers["repeat"] = lambda: _repeat(rng, max_times)
-    return [makers[KINDS[i % len(KINDS)]]() for i in range(n)]
+    makers["count"] = lambda: _count(rng, max_count)
+    return [makers[kinds[i % len(kinds)]]() for i in range(n)]
 
 
 def messages(prompt: Prompt, shots: int = MAX_SHOTS, *, system: bool = True) -> list[dict]:
@@ -255,7 +308,7 @@ def messages(prompt: Prompt, shots: int = MAX_SHOTS, *, system: bool = True) -> 
     if not isinstance(shots, int | np.integer) or not 0 <= shots <= MAX_SHOTS:
         raise ValueError(f"shots must be an integer from 0 to {MAX_SHOTS}, got {shots!r}")
     out = [{"role": "system", "content": SYSTEM}] if system else []
-    for question, answer in EXAMPLES[prompt.kind][:shots]:
+    for question, answer in (prompt.examples or EXAMPLES[prompt.kind])[:shots]:
         out += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
     return [*out, {"role": "user", "content": prompt.text}]
 

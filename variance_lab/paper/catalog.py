@@ -42,6 +42,11 @@ Figures (:data:`FIGURES`):
     Monte Carlo; (b, c) a shipped SmolLM2 file's masked fractions per bin of that probability and
     of the entropy, ratio masks beside them.
 
+``sign_weights``, ``vcpo_ess``, ``speed_bounds``
+    The 2025-26 methods (:mod:`variance_lab.paper.method_frames`): bias and variance of TOPR, OPSM
+    and ASPO by the advantage's sign; VCPO's ESS ratio by staleness and family, and its baseline's
+    gain on the shipped runs; the bounds of "When Speed Kills Stability" beside the exact values.
+
 ``experiment_variance`` (:data:`EXPERIMENT_FIGURE`) is the analysis of the shipped experiment
 data (:mod:`variance_lab.experiment.figure`), with its own data set and sidecar format;
 :data:`ALL_FIGURES` (from :mod:`variance_lab.paper.names`, light to import) is every figure
@@ -185,6 +190,62 @@ def _defaults(quick: bool) -> dict[str, dict]:
             "p_edges": [0.0, 0.001, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99, 1.0],
             "entropy_edges": [0.0, 0.05, 0.2, 0.5, 1.0, 2.0, 4.0, 12.0],
         },
+        **_method_defaults(quick, T_line),
+    }
+
+
+def _method_defaults(quick: bool, T_line: list[int]) -> dict[str, dict]:
+    """Parameters of the 2025-26 methods' figures (:mod:`variance_lab.paper.method_frames`)."""
+    mix = {"components": "0.98:-0.0005:0.001,0.02:-0.25:0.5"}  # mean-one states: 2 % of tokens v = 0.5
+    return {
+        "sign_weights": {
+            "family": "lognormal",
+            "mu": 1.0,
+            "sigma2": 0.1,
+            "specs": ["topr", "opsm:0.05", "aspo"],
+            "T": T_line,
+            "mc_T": [1, 10, 100] if quick else [1, 3, 10, 30, 100, 300, 1000],
+            "n": 2000 if quick else 20_000,
+            "seed": 0,
+            "ci": 0.95,
+            "data": "smollm2_stale_gspo.jsonl.gz",  # in data/smollm2/ of the source tree
+            "ratio": "update",
+        },
+        "vcpo_ess": {
+            "family": "lognormal",
+            "mu": 1.0,
+            "sigma2": 1e-3,
+            "lags": [1, 2, 4, 8],
+            "T": T_line,
+            "mc_T": [100, 1000] if quick else [10, 100, 300, 1000],
+            "N": 64,
+            "batches": 200 if quick else 2000,
+            "seed": 1,
+            "ci": 0.95,
+            "families": [
+                ["lognormal", 1.0, 1e-3],
+                ["gamma", 1.0, 1e-3],
+                ["two-point", 1.0, 1e-3],
+                ["ar1", 1.0, 1e-3, {"rho": 0.5}],
+                ["random-scale", 1.0, 1e-3, {"alpha": 2.0}],
+                ["lognormal-mixture", None, None, {"components": "0.99:-0.0002:0.0004,0.01:-0.03:0.06"}],
+            ],
+            "data": [
+                f"smollm2_{run}.jsonl.gz"
+                for run in ("onpolicy_gspo", "mismatch_bf16", "mismatch_fp16", "mismatch_top-p")
+            ],
+        },
+        "speed_bounds": {
+            "families": [
+                ["lognormal", 1.0, 1e-3],
+                ["lognormal", 1.0, 1e-2],
+                ["lognormal", 1.0, 0.1],
+                ["lognormal-mixture", None, None, mix],
+            ],
+            "T": T_line,
+            "n": [float(v) for v in np.logspace(1, 6, 6 if quick else 26)],
+            "T_max": 3000 if quick else 10_000,
+        },
     }
 
 
@@ -275,6 +336,36 @@ class _Captions:
         "empirical GSPO prediction resamples tokens from their pooled law, as experiment_variance draws "
         "it. Values below a log panel's floor are drawn on its edge and listed in a note; grey: "
         "predicted = observed."
+    )
+    sign_weights = (
+        "Weights that depend on the sign of the sequence's advantage A: TOPR (topr: 1 when A >= 0, "
+        "min(P_T, 1) when A < 0), DeepSeek-V3.2's off-policy mask (opsm:0.05: P_T, 0 when A < 0 and the "
+        "mean of -log r exceeds 0.05) and ASPO (aspo, per token: 1/r on [1/3, 1.2] when A >= 0, r on "
+        "[0.8, 3] when A < 0, 3 beyond 1/3 or 3, 0 beyond the clip); solid: A < 0, dashed: A >= 0. "
+        "(a) bias E[w] - E[X] (X = P_T, or r for ASPO) and (b) Var(w) against T for lognormal token "
+        "ratios: closed forms (lines; a weight with zero variance is left out of the log axis) and Monte "
+        "Carlo (points with 95 % intervals; hollow: flagged unreliable); (c) the bias by sign on the "
+        "update ratio pi_theta/pi_old of the shipped stale-GSPO SmolLM2 run with each record's group "
+        "advantage (A = 0 counted positive); bars: the 95 % bootstrap interval of E[w] over prompts, less "
+        "the observed mean of X (which has no interval of its own here)."
+    )
+    vcpo_ess = (
+        "VCPO's effective-sample-size ratio rho_k(T) = (E[P_T]^2/E[P_T^2])^k, whose square root scales "
+        "its learning rate: (a) lognormal token ratios by staleness k (k independent copies of the "
+        "sequence weight), exact lines and the mean of the minibatch ratio over minibatches of N = 64 "
+        "sequences (points with 95 % intervals: a minibatch overstates the ESS); (b) by ratio law at "
+        "lag 1, every family at mu = 1, sigma^2 = 1e-3 (the mixture's components mean-one); (c) the gain "
+        "of VCPO's minimum-variance baseline over the group mean of the rewards on four shipped SmolLM2 "
+        "runs (update weights, ||g||^2 = 1)."
+    )
+    speed_bounds = (
+        "The bounds of 'When Speed Kills Stability' (part 2, its source at 9a0a58c; the constants its "
+        "derivations write out, per-token score and reward bounded by 1) beside the exact values, for "
+        "mean-one lognormal states and a two-state mixture (2 % of tokens with log-ratio variance 0.5): "
+        "(a) token-level IS's largest bias B_T = sum_{k<T} E|P_k - 1| (solid) against 2 T^2 Delta_max "
+        "(dashed); (b) Var(P_T) against (1 + chi2_max)^T - 1 (equal for one state); (c) bound / exact of "
+        "both; (d) the length from which sequence-level IS's standard error over n sequences, "
+        "T sqrt(Var(P_T)/n), stays above B_T, exact (solid) and as the two bounds say (dashed)."
     )
     thresholds = (
         "Where CTPO's and M2PO's thresholds bind, lognormal token ratios: (a) the fraction of tokens "

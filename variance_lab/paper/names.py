@@ -25,5 +25,8 @@ ALL_FIGURES = (
     "clip_fractions",
     "thresholds",
     "prob_masks",
+    "sign_weights",
+    "vcpo_ess",
+    "speed_bounds",
     FIGURE_NAME,
 )

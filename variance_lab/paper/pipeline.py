@@ -28,7 +28,13 @@ from variance_lab.paper.catalog import ALL_FIGURES, EXPERIMENT_FIGURE, FIGURES, 
 from variance_lab.paper.frames import figure_data
 from variance_lab.progress import progress_steps
 from variance_lab.provenance import FIGURE_VERSIONS, read_json_object, text_sha256, versions, write_sidecar
-from variance_lab.report import clip_figure, corrections_figure, probmask_figure, threshold_figure
+from variance_lab.report import (
+    clip_figure,
+    corrections_figure,
+    method_figures,
+    probmask_figure,
+    threshold_figure,
+)
 from variance_lab.report import figures as plots
 from variance_lab.report import style as report_style
 from variance_lab.simulate import Engine, using_engine
@@ -108,7 +114,21 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
             f"$\\sigma^2={params['sigma2']:g}$; (b, c) {Path(params['data']).name}, ratio {params['ratio']}"
         )
         return probmask_figure.prob_mask_figure(data, title=title, style=style)
+    if name in ("sign_weights", "vcpo_ess", "speed_bounds"):
+        return _method_figure(name, data, params, style)
     raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
+
+
+def _method_figure(name: str, data: pd.DataFrame, params: dict, style):
+    """Draw one of the 2025-26 methods' figures (:mod:`variance_lab.report.method_figures`)."""
+    if name == "speed_bounds":
+        return method_figures.bounds_figure(data, style=style)
+    title = f"{params['family']} ratios, $\\mu={params['mu']:g}$, $\\sigma^2={params['sigma2']:g}$"
+    if name == "vcpo_ess":
+        return method_figures.vcpo_figure(data, title=title, style=style)
+    run = Path(params["data"]).name.split(".")[0].removeprefix("smollm2_") if params.get("data") else ""
+    data_title = f"{run}, {params['ratio']} ratio" if run else ""
+    return method_figures.sign_figure(data, title=title, data_title=data_title, style=style)
 
 
 def make_figure(

@@ -20,21 +20,9 @@ from variance_lab import corrections
 from variance_lab._jsonl import read_jsonl
 from variance_lab.experiment.names import DATA_DIR
 from variance_lab.families import get_family
+from variance_lab.paper.panel_rows import panel_row
 
 __all__ = ["prob_mask_frame"]
-
-
-def _row(panel, series, x, method, value, lo=np.nan, hi=np.nan, reliable=True) -> dict:
-    return {
-        "panel": panel,
-        "series": series,
-        "x": float(x),
-        "method": method,
-        "value": float(value),
-        "lo": float(lo),
-        "hi": float(hi),
-        "reliable": bool(reliable),
-    }
 
 
 def _data_path(name: str) -> Path:
@@ -49,7 +37,7 @@ def _theory_rows(p: dict) -> list[dict]:
     for q in p["q"]:
         th = corrections.theory(family, [1], p["specs"], token_prob=corrections.TokenProbability.fixed(q))
         rows += [
-            _row("q", r.correction, q, "exact", r.frac_modified)
+            panel_row("q", r.correction, q, "exact", r.frac_modified)
             for r in th.itertuples()
             if _shown(r.correction)
         ]
@@ -60,7 +48,7 @@ def _theory_rows(p: dict) -> list[dict]:
                 family, [1], p["specs"], int(p["n"]), seed=int(p["seed"]), ci=float(p["ci"]), token_prob=law
             )
             rows += [
-                _row(
+                panel_row(
                     "q",
                     r.correction,
                     q,
@@ -108,7 +96,7 @@ def _data_rows(p: dict) -> list[dict]:
             seed=int(p["seed"]),
         )
         rows += [
-            _row(
+            panel_row(
                 by,
                 r.correction,
                 r.mean_value,

@@ -8,7 +8,7 @@ a bound" from here, and states its convention as arguments.
 module             holds
 =================  =====================================================================
 ``defaults``       every clip and band default, typed once (GSPO, PPO, DAPO, GMPO, IcePop, M2PO,
-                   DPPO, KPop)
+                   DPPO, KPop, ASPO)
 ``bounds``         the bound rule :func:`outside` with its convention (inclusive ends, log or
                    linear space, float32 or float64), :class:`BoundRule`, :func:`log_bounds`
 ``weights``        exact per-sequence sums of token log-ratios (:func:`segment_sums`), prefix sums
@@ -30,6 +30,8 @@ from variance_lab.ratios.bounds import (
     outside,
 )
 from variance_lab.ratios.defaults import (
+    ASPO_DUAL_CLIP,
+    ASPO_EPS,
     DAPO_EPS,
     DPPO_KL_DELTA,
     DPPO_TV_DELTA,
@@ -48,6 +50,8 @@ from variance_lab.ratios.defaults import (
 from variance_lab.ratios.weights import log_clip_range, segment_cumsums, segment_sums
 
 __all__ = [
+    "ASPO_DUAL_CLIP",
+    "ASPO_EPS",
     "CLOSED",
     "DAPO_EPS",
     "DPPO_KL_DELTA",

@@ -16,6 +16,10 @@ and both experiments' losses take their defaults from here.
 - :data:`M2PO_TAU` :math:`0.04`: M2PO's threshold of the batch's second moment
   :math:`\overline{(\log r)^2}` (Zheng et al. 2025, arXiv 2510.01161; AReaL's
   ``actor.m2_threshold``).
+- :data:`ASPO_EPS` :math:`(0.2, 0.2)` and :data:`ASPO_DUAL_CLIP` :math:`3`: ASPO's clip widths and
+  soft dual clip (Wang et al. 2025, arXiv 2510.06062; ``compute_policy_loss_archer`` of
+  ``wizard-III/Archer2.0`` at ``b08d963``, called from ``verl/workers/actor/dp_actor.py:404-424``
+  with widths 0.2 for a response's 80 % lowest-entropy tokens, 0.4 for the rest, and 3.0).
 - :data:`DPPO_TV_DELTA` :math:`0.15`, :data:`DPPO_KL_DELTA` :math:`0.05`: DPPO's thresholds of the
   token's probability difference and of its binary KL (Qi et al. 2026, arXiv 2602.04879; the values
   of verl's ``examples/dppo_trainer/run_qwen30b_dppo.sh``, verl-project/verl ``8f11888``);
@@ -67,6 +71,12 @@ DPPO_TV_DELTA = 0.15
 DPPO_KL_DELTA = 0.05
 #: KPop's threshold of either binary KL (prime-rl PR #3283, ``kpop_threshold`` 0.1, "as in the paper").
 KPOP_DELTA = 0.1
+#: ASPO's clip widths :math:`(\varepsilon_l, \varepsilon_h)` of a token ratio: Archer2.0's widths of
+#: the 80 % lowest-entropy tokens of a response (its other tokens get 0.4; arXiv 2510.06062).
+ASPO_EPS = (0.2, 0.2)
+#: ASPO's soft dual clip :math:`C`: a weight above it (a negative token's :math:`r`, a positive
+#: token's :math:`1/r`) is set to :math:`C` and the token keeps its gradient (Archer2.0's 3.0).
+ASPO_DUAL_CLIP = 3.0
 
 #: The truncations of the token ratio that inference-engine corrections offer, in the names NeMo-RL
 #: (``truncated_importance_sampling_type``) and OpenRLHF (``vllm_is_correction_type``) both use:

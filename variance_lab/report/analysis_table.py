@@ -11,6 +11,11 @@ Built from the analysis's tidy per-bucket frame and its summary dictionary only
   part of it: :func:`summary_lines` gives it as text).
 - ``json``: one object ``{"summary": {...}, "buckets": [{...}, ...]}``, NaN and infinities
   as ``null``.
+
+A run of steps (``variance-lab analyze RUN_DIR``, :func:`render_run`): a table of one row per step,
+then a row per step and a column per length bucket for each statistic of :data:`RUN_BUCKET_STATS`
+(markdown); the same spread into one CSV row per step (:func:`run_wide`); or every step's row,
+summary and buckets in JSON.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 
 from variance_lab.report.table import format_number
@@ -26,12 +32,16 @@ from variance_lab.schema import json_safe
 __all__ = [
     "ANALYSIS_FORMATS",
     "MIN_JUDGED",
+    "RUN_BUCKET_STATS",
     "VERDICT_NOTE",
     "bucket_verdict",
     "group_lines",
     "model_lines",
     "render_analysis",
+    "render_run",
+    "run_wide",
     "split_lines",
+    "step_ranges",
     "summary_lines",
 ]
 
@@ -415,3 +425,151 @@ def render_analysis(table: pd.DataFrame, summary: dict, fmt: str = "markdown", *
         doc = {"summary": json_safe(summary), "buckets": json_safe(table.to_dict("records"))}
         return json.dumps(doc, indent=1) + "\n"
     return _markdown(table, summary, title)
+
+
+# --------------------------------------------------------------------------------------
+# a run of steps (variance-lab analyze RUN_DIR)
+# --------------------------------------------------------------------------------------
+#: Per-bucket statistics of a run shown (markdown) and spread into columns (csv), with their titles.
+RUN_BUCKET_STATS = {
+    "n_seq": "Sequences",
+    "var_G": "Var(G_T)",
+    "gspo_clip_frac": "GSPO clip fraction (sequences)",
+    "ppo_clip_frac": "PPO clip fraction (tokens)",
+    "khat_P": "Pareto k-hat of P_T",
+}
+
+
+def step_ranges(steps) -> str:
+    """Return step numbers as text, runs of consecutive ones joined: ``1-3, 5, 8-9``."""
+    steps = sorted({int(s) for s in steps})
+    parts, start = [], None
+    for i, s in enumerate(steps):
+        start = s if start is None else start
+        if i + 1 == len(steps) or steps[i + 1] != s + 1:
+            parts.append(str(s) if s == start else f"{start}-{s}")
+            start = None
+    return ", ".join(parts)
+
+
+def _bucket_label(lo, hi) -> str:
+    return f"{int(lo)}-{int(hi)}"
+
+
+def run_wide(steps: pd.DataFrame, buckets: pd.DataFrame) -> pd.DataFrame:
+    """Return one row per step: the step columns, then each of :data:`RUN_BUCKET_STATS` per length bucket.
+
+    A bucket's column is ``<statistic>_T<lo>-<hi>`` (``var_G_T16-31``), buckets in order of length; NaN
+    (``n_seq`` 0) where a step has no sequence in the bucket.
+    """
+    keys = buckets[["T_lo", "T_hi"]].drop_duplicates().sort_values(["T_lo", "T_hi"])
+    wide = steps.reset_index(drop=True).copy()
+    at = buckets.set_index(["step", "T_lo", "T_hi"])
+    index = [(int(s), lo, hi) for s in wide["step"] for lo, hi in keys.itertuples(index=False)]
+    n = len(keys)
+    for stat in RUN_BUCKET_STATS:
+        values = at[stat].reindex(index).to_numpy().reshape(len(wide), n)
+        if stat == "n_seq":
+            values = np.nan_to_num(values.astype(float), nan=0.0).astype(np.int64)
+        for j, (lo, hi) in enumerate(keys.itertuples(index=False)):
+            wide[f"{stat}_T{_bucket_label(lo, hi)}"] = values[:, j]
+    return wide
+
+
+def _step_cells(r) -> list[str]:
+    return [
+        str(r.step),
+        f"{r.n_sequences:,}",
+        f"{r.n_tokens:,}",
+        _fmt(r.mu_y),
+        _fmt(r.sigma2_y),
+        _fmt(r.gspo_clip_frac),
+        _fmt(r.gspo_clip_pred),
+        _fmt(r.ppo_clip_frac),
+        _fmt(r.ppo_clip_pred),
+        _fmt(r.khat_P, 3),
+        _fmt(r.mismatch_k3_kl, 3),
+        _fmt(r.mismatch_share, 3),
+        str(r.verdict),
+    ]
+
+
+def _run_markdown(steps: pd.DataFrame, buckets: pd.DataFrame, run: dict, title: str) -> str:
+    lines = [title, ""] if title else []
+    lines.append(
+        f"Run: {run['n_steps']} steps ({step_ranges(steps['step'])}) of {run['layout_description']} in "
+        f"{run['root']}"
+    )
+    lines.append(f"Ratio analysed: {run['ratio_label']} ({run['ratio']})")
+    lines += [f"Note: {text}" for text in run.get("notes") or ()]
+    for note in run.get("step_notes") or ():
+        which = "step" if len(note["steps"]) == 1 else "steps"
+        lines.append(f"Note ({which} {step_ranges(note['steps'])}): {note['text']}")
+    header = ["step", "sequences", "tokens", "mu_y", "sigma_y^2", "GSPO clip", "pred. corr", "PPO clip"]
+    header += ["pred.", "k-hat(P_T)", "mismatch k3 KL", "mismatch share", "verdict"]
+    lines += [
+        "",
+        "Per step (pooled over its sequences; k-hat of the sequence weights P_T above 0.7: importance "
+        "weights not to be trusted; the mismatch pi_old/mu_rollout: its k3 KL and its share of the "
+        "variance of the total token log-ratio):",
+        "",
+        _markdown_table(header, [_step_cells(r) for r in steps.itertuples(index=False)]),
+    ]
+    wide = run_wide(steps, buckets)
+    keys = buckets[["T_lo", "T_hi"]].drop_duplicates().sort_values(["T_lo", "T_hi"])
+    labels = [_bucket_label(lo, hi) for lo, hi in keys.itertuples(index=False)]
+    fmt = {"n_seq": lambda v: f"{int(v):,}", "var_G": _sci, "khat_P": lambda v: _fmt(v, 3)}
+    for stat, what in RUN_BUCKET_STATS.items():
+        show = fmt.get(stat, _fmt)
+        rows = [[str(r["step"]), *(show(r[f"{stat}_T{b}"]) for b in labels)] for r in wide.to_dict("records")]
+        lines += ["", f"{what} per length bucket (columns: T):", "", _markdown_table(["step", *labels], rows)]
+    return "\n".join(lines) + "\n"
+
+
+def render_run(
+    steps: pd.DataFrame,
+    buckets: pd.DataFrame,
+    run: dict,
+    fmt: str = "markdown",
+    *,
+    summaries=(),
+    title: str = "",
+) -> str:
+    """Render the analysis of a run of steps as ``markdown``, ``csv`` or ``json``.
+
+    - ``markdown``: the run (layout, steps, ratio, notes), a table of one row per step, then one
+      table per statistic of :data:`RUN_BUCKET_STATS`, a row per step and a column per length bucket.
+    - ``csv``: :func:`run_wide`, one row per step.
+    - ``json``: ``{"run": {...}, "steps": [{<step row>, "summary": {...}, "buckets": [...]}, ...]}``,
+      NaN and infinities as ``null``.
+
+    Parameters
+    ----------
+    steps : pandas.DataFrame
+        One row per step (:data:`variance_lab.rollouts.steps.STEP_COLUMNS`).
+    buckets : pandas.DataFrame
+        One row per step and length bucket (:attr:`variance_lab.rollouts.steps.RunAnalysis.buckets`).
+    run : dict
+        :meth:`variance_lab.rollouts.steps.RunAnalysis.summary`.
+    fmt : {"markdown", "csv", "json"}
+    summaries : sequence of dict
+        Each step's analysis summary, in step order (json only).
+    title : str
+        First line of the markdown output.
+
+    Returns
+    -------
+    str
+    """
+    if fmt not in ANALYSIS_FORMATS:
+        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(ANALYSIS_FORMATS)}")
+    if fmt == "csv":
+        return run_wide(steps, buckets).to_csv(index=False, float_format="%.17g")
+    if fmt == "json":
+        summaries = list(summaries) or [None] * len(steps)
+        docs = []
+        for row, summary in zip(steps.to_dict("records"), summaries, strict=True):
+            rows = buckets[buckets["step"] == row["step"]].to_dict("records")
+            docs.append({**row, "summary": summary, "buckets": rows})
+        return json.dumps(json_safe({"run": run, "steps": docs}), indent=1) + "\n"
+    return _run_markdown(steps, buckets, run, title)

@@ -20,6 +20,8 @@ module             holds
 ``subsample``      the stated random sample of whole prompts the token-mixture fits see
 ``analysis``       observed per-bucket variances against i.i.d. and corrected predictions
 ``judgment``       the per-bucket judgment of ``analysis``: predictions, scores, verdicts, held-out folds
+``run_layout``     the steps of a run directory in the frameworks' layouts (prime-rl step folders...)
+``steps``          a run of many steps analysed step by step, locally or on a Dask cluster
 =================  ====================================================================
 
 The names most users need are re-exported here, each imported when first used.
@@ -32,6 +34,8 @@ from variance_lab._lazy import lazy_exports
 _LAZY = {
     "AnalysisResult": "analysis",
     "analyze": "analysis",
+    "RunAnalysis": "steps",
+    "analyze_run": "steps",
     "ON_BAD": "batch",
     "DroppedSequence": "batch",
     "TokenBatch": "batch",
@@ -56,9 +60,11 @@ __all__ = [
     "PPO_RANGE",
     "AnalysisResult",
     "DroppedSequence",
+    "RunAnalysis",
     "SequenceWeights",
     "TokenBatch",
     "analyze",
+    "analyze_run",
     "autocorrelation",
     "bucket_variances",
     "fit_log_ratios",

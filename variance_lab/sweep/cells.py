@@ -210,8 +210,41 @@ def plan(
 ) -> Plan:
     """Expand a grid into cells, validating every input.
 
-    Parameters are those of :func:`sweep`. Returns a :class:`Plan`; raises
-    ``ValueError`` for bad input or when no point of the grid is reachable.
+    Parameters
+    ----------
+    families : str or sequence of str
+        Family names (:data:`variance_lab.families.FAMILIES`).
+    mu, sigma2 : float or sequence of float
+        Means and variances of the per-token ratio.
+    T : int or sequence of int
+        Sequence lengths (integers >= 1, no duplicates).
+    n : int or sequence of int
+        Monte Carlo draws per cell; ``0`` means theory only. One Monte Carlo cell per
+        ``n > 0`` and point; theory is computed once per point.
+    seed : int
+        Root seed of the Monte Carlo cells.
+    independent : bool
+        Passed to the engine: fresh draws at every T instead of one path per draw.
+    ci : float
+        Confidence level of the Monte Carlo intervals.
+    target : float
+        Target relative error of the theory's ``n_needed_*`` rows.
+    params : mapping of str to float or sequence of float, optional
+        Grids of extra family parameters (:func:`extra_parameters`), such as
+        ``{"q": [0.3, 0.5]}`` for two-point or ``{"rho": [0, 0.5]}`` for ar1; each applies
+        to the families that have it (an error if none has it).
+    sampler : {"token", "aggregate", "auto"}
+        How the Monte Carlo cells draw (part of their identity; a ``"token"`` cell's key leaves
+        it out).
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    ValueError
+        For bad input, or when no point of the grid is reachable.
     """
     names = list(dict.fromkeys(_as_list(families, "families")))
     for name in names:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -224,37 +224,22 @@ def _progress_bar(cells: Sequence[Cell], finished: set, enabled: bool | None) ->
 
 
 def sweep(
-    families: str | Sequence[str] = "lognormal",
-    mu=1.0,
-    sigma2=0.1,
-    T=(1, 10, 100, 1000),
-    n=0,
-    *,
-    seed: int = 0,
+    *grid,
     store: str | os.PathLike = DEFAULT_STORE,
     engine: Engine | None = None,
     workers: int | None = None,
-    independent: bool = False,
-    ci: float = 0.95,
-    target: float = theory.DEFAULT_TARGET,
-    params: Mapping[str, object] | None = None,
     progress: bool | None = True,
+    **options,
 ) -> SweepResult:
     """Run a grid of theory and Monte Carlo cells, resuming from ``store``.
 
     Parameters
     ----------
-    families : str or sequence of str
-        Family names (:data:`variance_lab.families.FAMILIES`).
-    mu, sigma2 : float or sequence of float
-        Means and variances of the per-token ratio.
-    T : int or sequence of int
-        Sequence lengths (integers >= 1, no duplicates).
-    n : int or sequence of int
-        Monte Carlo draws per cell; ``0`` means theory only. One Monte Carlo cell per
-        ``n > 0`` and point; theory is computed once per point.
-    seed : int
-        Root seed of the Monte Carlo cells.
+    *grid, **options
+        The grid and the cells' options, as :func:`~variance_lab.sweep.cells.plan` takes them
+        (its defaults too): ``families``, ``mu``, ``sigma2``, ``T``, ``n`` (positional or by
+        name) and the keywords ``seed``, ``independent``, ``ci``, ``target`` and ``params``. The
+        Monte Carlo cells' ``sampler`` is the engine's.
     store : str or Path
         SQLite store; created when missing. Finished cells found there are reused.
     engine : Engine, optional
@@ -271,16 +256,6 @@ def sweep(
         An engine given here is left open.
     workers : int, optional
         Short for ``engine=Engine(workers=workers)``: threads; not with ``engine``.
-    independent : bool
-        Passed to the engine: fresh draws at every T instead of one path per draw.
-    ci : float
-        Confidence level of the Monte Carlo intervals.
-    target : float
-        Target relative error of the theory's ``n_needed_*`` rows.
-    params : mapping of str to float or sequence of float, optional
-        Grids of extra family parameters (:func:`extra_parameters`), such as
-        ``{"q": [0.3, 0.5]}`` for two-point or ``{"rho": [0, 0.5]}`` for ar1; each applies
-        to the families that have it (an error if none has it).
     progress : bool or None
         A progress bar over the cells' work on standard error, as
         :func:`variance_lab.progress.progress_bar` means it (True: at once; None: after a second
@@ -300,19 +275,7 @@ def sweep(
     """
     if engine is not None and not isinstance(engine, Engine):
         raise ValueError(f"engine must be a variance_lab.simulate.Engine, got {engine!r}")
-    the_plan = plan(
-        families,
-        mu,
-        sigma2,
-        T,
-        n,
-        seed=seed,
-        independent=independent,
-        ci=ci,
-        target=target,
-        params=params,
-        sampler="token" if engine is None else engine.sampler,
-    )
+    the_plan = plan(*grid, sampler="token" if engine is None else engine.sampler, **options)
     result = SweepResult(
         pd.DataFrame(), Path(store), [c.id for c in the_plan.cells], unreachable=the_plan.unreachable
     )

