@@ -5,14 +5,18 @@ Every ``$ `` line of a ``console`` block in README.md and docs/guide/*.md is che
 command line's own parser. The quick ones (theory only: ``table --n 0``, ``corrections``
 without Monte Carlo or data, ``--help``) also run, in a temporary folder. The analysis
 tables of the experiment page are what ``variance-lab analyze`` prints (slow: 40 s).
-``docs/check_links.py`` (run by ``make docs``) is tested on a small site.
+``docs/check_links.py`` (run by ``make docs``) is tested on a small site. The frameworks page's
+coverage cells are what ``tools/framework_coverage.py`` measures on the fixtures.
 """
 
 import contextlib
+import copy
 import importlib.util
 import io
+import json
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -159,3 +163,43 @@ def test_guide_substitutions_are_measured_numbers():
     used = {key for page in PAGES[1:] for key in re.findall(r"\{\{ *([a-z0-9_]+) *\}\}", page.read_text())}
     assert {"make_table", "make_test", "analyze_arith", "float_rates_heavy"} <= used
     assert used <= known, used - known
+
+
+def _framework_coverage(monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "framework_coverage", ROOT / "tools" / "framework_coverage.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_framework_coverage_numbers_are_what_the_fixtures_give(monkeypatch):
+    """The frameworks page's coverage cells are tools/framework_coverage.py's measurement of the fixtures now.
+
+    Each mirror runs on its framework's fixtures again; the decision counts and the families must
+    be docs/measurements.json's, each worst difference within a factor of 2 of it (or both below
+    1e-12, float64 rounding). The page quotes every coverage_* measurement.
+    """
+    fc = _framework_coverage(monkeypatch)
+    measured = fc.measurements(fc.measure())
+    documented = json.loads((ROOT / "docs" / "measurements.json").read_text())["numbers"]
+    assert fc.drift(measured, documented) == [], "run python tools/framework_coverage.py --write"
+    assert len(measured) == 14
+    page = (ROOT / "docs" / "guide" / "frameworks.md").read_text()
+    assert [k for k in measured if "{{ " + k + " }}" not in page] == []
+    # teeth: one decision more, a worst difference 10 times smaller, a family gone, a key gone
+    key = "coverage_prime_rl_float32"
+    for field, value in (("ipo_loss_fn_mask_differ", "2"), ("metrics_rel", "1.3e-03")):
+        changed = copy.deepcopy(documented)
+        changed[key]["values"][field] = value
+        assert fc.drift(measured, changed) == [key], field
+    changed = copy.deepcopy(documented)
+    changed[key]["template"] = changed[key]["template"].replace("fractions and counts: exact; ", "")
+    assert fc.drift(measured, changed) == [key]
+    del changed["coverage_areal_float32"]
+    assert fc.drift(measured, changed) == [key, "coverage_areal_float32"]
+    changed = copy.deepcopy(documented)
+    changed[key]["values"]["metrics_where"] = "elsewhere"  # where the worst lies may move
+    assert fc.drift(measured, changed) == []

@@ -11,8 +11,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "frameworks"
 F32_ROUNDING = 2 * 2.0**-23
 
 
-@pytest.fixture(scope="session")
-def slime_settings():
+def load_slime_settings() -> list[dict]:
     """Return one dict per setting slime ran: its inputs (as slime's dtypes), options and outputs.
 
     Keys: ``kind`` ("tis" or "mis"), ``options``, ``per_token``, ``old``, ``rollout``, ``new``
@@ -51,6 +50,12 @@ def slime_settings():
             s += 1
     assert s == len(a["metrics32"])
     return out
+
+
+@pytest.fixture(scope="session")
+def slime_settings():
+    """Return the slime settings (:func:`load_slime_settings`), read once."""
+    return load_slime_settings()
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "frameworks"
 F32_ROUNDING = 2 * 2.0**-23
 
 
-@pytest.fixture(scope="module")
-def nemo_settings():
+def load_settings() -> list[dict]:
     """One dict per setting NeMo-RL ran: inputs, options, NeMo-RL's float32/float64 metrics."""
     meta = json.loads((DATA / "nemo_rl.json").read_text())
     with np.load(DATA / "nemo_rl.npz") as z:
@@ -41,6 +40,12 @@ def nemo_settings():
             s += 1
     assert s == len(a["metrics32"]) == 216
     return out
+
+
+@pytest.fixture(scope="module")
+def nemo_settings():
+    """Return the settings (:func:`load_settings`), read once."""
+    return load_settings()
 
 
 def _mirror(row):

@@ -21,14 +21,19 @@ META = json.loads((DATA / "trl.json").read_text())
 RTOL = 1e-9
 
 
-@pytest.fixture(scope="module")
-def batch():
+def load_batch() -> dict:
     """Return the fixture's arrays, inputs as float64."""
     with np.load(DATA / "trl.npz") as z:
         out = {k: z[k] for k in z.files}
     for k in ("old", "rollout", "update", "mask"):
         out[k] = out[k].astype(np.float64)
     return out
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """Return the fixture's arrays (:func:`load_batch`), read once."""
+    return load_batch()
 
 
 def test_fixtures_come_from_the_pinned_release():

@@ -24,11 +24,16 @@ META = json.loads((DATA / "verl.json").read_text())
 RTOL, ATOL = 1e-9, 1e-12
 
 
-@pytest.fixture(scope="module")
-def batch():
+def load_batch() -> dict:
     """Return the fixture's arrays."""
     with np.load(DATA / "verl.npz") as z:
         return {k: z[k] for k in z.files}
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """Return the fixture's arrays (:func:`load_batch`), read once."""
+    return load_batch()
 
 
 def _inputs(batch):
@@ -197,8 +202,7 @@ def _is_exact(key: str) -> bool:
     return "fraction" in key or key.endswith("oob_ratio")
 
 
-@pytest.fixture(scope="module")
-def dtype_batches():
+def load_dtype_batches() -> tuple[dict, dict]:
     """Return {(log-prob dtype, batch name): (old, rollout, mask as uint8)} and the stored outputs."""
     with np.load(DATA / "verl_dtypes.npz") as z:
         arrays = {k: z[k] for k in z.files}
@@ -220,6 +224,12 @@ def dtype_batches():
         )
     out["float32", "overflow"] = tuple(arrays[f"overflow/{k}"] for k in ("old", "rollout", "mask"))
     return out, arrays
+
+
+@pytest.fixture(scope="module")
+def dtype_batches():
+    """Return the dtype fixtures (:func:`load_dtype_batches`), read once."""
+    return load_dtype_batches()
 
 
 def _dtype_cases():
