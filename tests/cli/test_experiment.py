@@ -214,4 +214,5 @@ def test_paired_run_writes_one_file_per_comparison(tmp_path, capsys):
     ]
     side = json.loads((tmp_path / "smollm2_s0_stale_lag1_gspo.json").read_text())
     assert side["paired_with"] == "smollm2_s0_onpolicy_gspo.jsonl.gz"
-    assert side["optimizer"]["update"] == 3 and side["optimizer"]["persistent"] is True
+    assert side["optimizer"]["update"] == 3
+    assert side["optimizer"]["persistent"] is True
