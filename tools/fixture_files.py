@@ -1,10 +1,11 @@
 """What the tools that pin a framework mirror to the framework's own code share.
 
-``tools/prime_rl_fixtures.py``, ``tools/slime_fixtures.py`` and ``tools/nemo_rl_fixtures.py`` each
-take a checkout of the framework at a pinned commit and a folder (:func:`checkout_args`), cut
-definitions out of the framework's modules (:func:`definitions`), run them on random batches
-padded to (B, T) arrays (:func:`padded`) and write ``<name>.npz`` and ``<name>.json``
-(:func:`write_fixtures`, which records the commit, the SHA-256 of the files read
+``tools/prime_rl_fixtures.py``, ``tools/slime_fixtures.py``, ``tools/nemo_rl_fixtures.py``,
+``tools/areal_fixtures.py`` and ``tools/openrlhf_fixtures.py`` each take a checkout of the
+framework at a pinned commit and a folder (:func:`checkout_args`), cut definitions out of the
+framework's modules (:func:`definitions`; :func:`exec_definitions` runs them into a namespace),
+run them on random batches padded to (B, T) arrays (:func:`padded`) and write ``<name>.npz`` and
+``<name>.json`` (:func:`write_fixtures`, which records the commit, the SHA-256 of the files read
 (:func:`file_shas`) and the torch and NumPy versions). Run as ``python tools/<tool>.py``, a tool
 finds this module beside it (the script's folder is the first entry of ``sys.path``).
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["checkout_args", "definitions", "file_shas", "padded", "write_fixtures"]
+__all__ = ["checkout_args", "definitions", "exec_definitions", "file_shas", "padded", "write_fixtures"]
 
 
 def checkout_args(doc: str, checkout: str, about: str, argv=None) -> argparse.Namespace:
@@ -78,6 +79,33 @@ def definitions(path: Path, names: set[str], kind=ast.FunctionDef) -> tuple[str,
     if {n.name for n in found} != names:
         raise SystemExit(f"{path}: expected {sorted(names)}, found {[n.name for n in found]}")
     return text, found
+
+
+def exec_definitions(path: Path, names, ns: dict, kind=ast.FunctionDef) -> None:
+    """Execute a module's top-level definitions of ``names`` into ``ns``, in the order of ``names``.
+
+    Each definition's own text, from its first decorator to its end (:func:`definitions`), is
+    compiled with the file name ``path:line`` (so a traceback names the framework's line) and run
+    in ``ns``, which must already hold what the definitions read at definition time.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The module's file.
+    names : sequence of str
+        The definitions, each one that must be there.
+    ns : dict
+        The namespace, updated in place.
+    kind : type or tuple of types, optional
+        As for :func:`definitions`.
+    """
+    text, found = definitions(path, set(names), kind)
+    nodes = {n.name: n for n in found}
+    lines = text.splitlines(keepends=True)
+    for name in names:
+        node = nodes[name]
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        exec(compile("".join(lines[first - 1 : node.end_lineno]), f"{path}:{first}", "exec"), ns)
 
 
 def file_shas(root: Path, files: Iterable[str]) -> dict[str, str]:
