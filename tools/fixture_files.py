@@ -151,12 +151,20 @@ def padded(samples, key: str, pad, dtype, length_key: str | None = None) -> np.n
 
 
 def write_fixtures(
-    out: Path, name: str, commit: str, shas: dict, arrays: dict, meta: dict, indent: int | None = None
+    out: Path,
+    name: str,
+    commit: str | None,
+    shas: dict | None,
+    arrays: dict,
+    meta: dict,
+    indent: int | None = None,
+    *,
+    versions: dict | None = None,
 ) -> None:
     """Write ``out/<name>.npz`` and ``out/<name>.json``; print their sizes.
 
     The JSON holds ``meta`` and, beside it, ``<name>_commit``, ``files_sha256`` and ``versions``
-    (torch's and NumPy's), its keys sorted.
+    (torch's and NumPy's, and ``versions``), its keys sorted.
 
     Parameters
     ----------
@@ -164,23 +172,29 @@ def write_fixtures(
         The folder (made if missing).
     name : str
         The files' stem, the framework's name (``prime_rl``, ``slime``, ``nemo_rl``).
-    commit : str
-        The framework's commit the checkout was at.
-    shas : dict
-        The SHA-256 of the files read (:func:`file_shas`).
+    commit : str or None
+        The framework's commit the checkout was at (None: no ``<name>_commit``, for code that
+        is not read from a commit).
+    shas : dict or None
+        The SHA-256 of the files read (:func:`file_shas`; None: no ``files_sha256``).
     arrays : dict
         Name to array, for :func:`numpy.savez_compressed`.
     meta : dict
         The rest of the JSON.
     indent : int, optional
         The JSON's indent (default: all on one line).
+    versions : dict, optional
+        More package versions (TRL's, for code read from the installed package).
     """
     import torch
 
-    versions = {"torch": torch.__version__, "numpy": np.__version__}
-    meta = {f"{name}_commit": commit, "files_sha256": shas, "versions": versions, **meta}
+    head = {"versions": {**(versions or {}), "torch": torch.__version__, "numpy": np.__version__}}
+    if commit is not None:
+        head[f"{name}_commit"] = commit
+    if shas is not None:
+        head["files_sha256"] = shas
     out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out / f"{name}.npz", **arrays)
-    (out / f"{name}.json").write_text(json.dumps(meta, indent=indent, sort_keys=True) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(head | meta, indent=indent, sort_keys=True) + "\n")
     for path in (out / f"{name}.npz", out / f"{name}.json"):
         print(f"{path}: {path.stat().st_size:,} bytes")
