@@ -21,7 +21,7 @@ from variance_lab import corrections, theory
 from variance_lab.experiment.names import DATA_DIR
 from variance_lab.families import Family, get_family
 from variance_lab.paper.catalog import FIGURES
-from variance_lab.paper.method_frames import sign_frame, speed_bounds_frame, vcpo_frame
+from variance_lab.paper.method_frames import panel_row, sign_frame, speed_bounds_frame, vcpo_frame
 from variance_lab.simulate import Engine, draw_log_p, resolve_sampler, simulate, using_engine
 from variance_lab.sweep import plan
 
@@ -407,19 +407,6 @@ def with_resampled_gspo(frame: pd.DataFrame, params: dict) -> pd.DataFrame:
     return frame
 
 
-def _row(panel, series, x, method, value, lo=np.nan, hi=np.nan, reliable=True) -> dict:
-    return {
-        "panel": panel,
-        "series": series,
-        "x": float(x),
-        "method": method,
-        "value": float(value),
-        "lo": float(lo),
-        "hi": float(hi),
-        "reliable": bool(reliable),
-    }
-
-
 def threshold_frame(params: dict) -> pd.DataFrame:
     """Tidy rows of the ``thresholds`` figure (:mod:`variance_lab.report.threshold_figure`).
 
@@ -437,12 +424,12 @@ def threshold_frame(params: dict) -> pd.DataFrame:
     t_max = max(p["t"])
     for spec in p["ctpo"]:
         exact = corrections.ctpo_positions(family, spec, t_max).set_index("t")
-        rows += [_row("ctpo", spec, t, "exact", exact.frac_clipped[t]) for t in p["t"]]
+        rows += [panel_row("ctpo", spec, t, "exact", exact.frac_clipped[t]) for t in p["t"]]
         if p.get("n"):
             mc = corrections.simulate_positions(family, spec, max(p["mc_t"]), int(p["n"]), seed=seed, ci=ci)
             mc = mc.set_index("t")
             rows += [
-                _row(
+                panel_row(
                     "ctpo",
                     spec,
                     t,
@@ -453,10 +440,12 @@ def threshold_frame(params: dict) -> pd.DataFrame:
             ]
         bind = corrections.find_T(family, spec, 0.5)
         if bind is not None:
-            rows.append(_row("ctpo", spec, bind, "binding", 0.5))
+            rows.append(panel_row("ctpo", spec, bind, "binding", 0.5))
     limit = f"large-batch limit, $\\sigma^2 = {p['sigma2']:g}$"
     th = corrections.theory(family, [1], [f"m2po:{tau!r}" for tau in p["tau"]])
-    rows += [_row("m2po", limit, tau, "exact", f) for tau, f in zip(p["tau"], th.frac_modified, strict=True)]
+    rows += [
+        panel_row("m2po", limit, tau, "exact", f) for tau, f in zip(p["tau"], th.frac_modified, strict=True)
+    ]
     if p.get("m2po_n"):
         specs = [f"m2po:{tau!r}:{int(b)}" for b in p["batches"] for tau in p["mc_tau"]]
         mc = corrections.simulate_corrections(family, [1], specs, int(p["m2po_n"]), seed=seed, ci=ci)
@@ -464,7 +453,7 @@ def threshold_frame(params: dict) -> pd.DataFrame:
             mc.itertuples(index=False), [(b, tau) for b in p["batches"] for tau in p["mc_tau"]], strict=True
         ):
             rows.append(
-                _row(
+                panel_row(
                     "m2po",
                     f"batch of {int(b)} tokens",
                     tau,

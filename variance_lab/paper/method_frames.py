@@ -31,12 +31,17 @@ from variance_lab.experiment.names import DATA_DIR
 from variance_lab.families import get_family
 from variance_lab.theory import speed_bounds
 
-__all__ = ["family_label", "rollout_file", "sign_frame", "speed_bounds_frame", "vcpo_frame"]
+__all__ = ["family_label", "panel_row", "rollout_file", "sign_frame", "speed_bounds_frame", "vcpo_frame"]
 
 _NAN = math.nan
 
 
-def _row(panel, series, x, method, value, lo=_NAN, hi=_NAN, reliable=True) -> dict:
+def panel_row(panel, series, x, method, value, lo=_NAN, hi=_NAN, reliable=True) -> dict:
+    """Return one tidy row of the panel schema (``panel, series, x, method, value, lo, hi, reliable``).
+
+    ``series`` is written as text, ``x``, ``value``, ``lo`` and ``hi`` as floats (no interval: NaN),
+    ``reliable`` as a bool.
+    """
     return {
         "panel": panel,
         "series": str(series),
@@ -112,7 +117,10 @@ def sign_frame(params: dict) -> pd.DataFrame:
             label = corrections.sign_label(corrections.parse(spec), sign)
             for t in p["T"]:
                 r = th.loc[(label, int(t))]
-                rows += [_row("bias", label, t, "exact", r.bias), _row("var", label, t, "exact", r.var_w)]
+                rows += [
+                    panel_row("bias", label, t, "exact", r.bias),
+                    panel_row("var", label, t, "exact", r.var_w),
+                ]
     if p.get("n"):
         mc = corrections.simulate_corrections(
             family, p["mc_T"], specs, int(p["n"]), seed=int(p["seed"]), ci=float(p["ci"])
@@ -124,9 +132,11 @@ def sign_frame(params: dict) -> pd.DataFrame:
             b = base[(r.correction, r.T)]
             lo, hi = r.mc_mean_w_lo - b, r.mc_mean_w_hi - b
             rows.append(
-                _row("bias", r.correction, r.T, "monte_carlo", r.mc_mean_w - b, lo, hi, r.mc_reliable)
+                panel_row("bias", r.correction, r.T, "monte_carlo", r.mc_mean_w - b, lo, hi, r.mc_reliable)
             )
-            rows.append(_row("var", r.correction, r.T, "monte_carlo", r.mc_var_w, reliable=r.mc_reliable))
+            rows.append(
+                panel_row("var", r.correction, r.T, "monte_carlo", r.mc_var_w, reliable=r.mc_reliable)
+            )
     if p.get("data"):
         batch, log_r, values = _rollouts(p["data"], p["ratio"], ("advantage",))
         groups = batch.group_index() if batch.has_groups else None
@@ -139,7 +149,7 @@ def sign_frame(params: dict) -> pd.DataFrame:
                 label = corrections.sign_label(corrections.parse(spec), sign)
                 e = ev.loc[label]
                 lo, hi = e.mean_w_lo - e.mean_base, e.mean_w_hi - e.mean_base
-                rows.append(_row("data", label, k, "data", e.bias, lo, hi))
+                rows.append(panel_row("data", label, k, "data", e.bias, lo, hi))
                 k += 1
     return pd.DataFrame(rows)
 
@@ -161,7 +171,7 @@ def vcpo_frame(params: dict) -> pd.DataFrame:
     for lag in p["lags"]:
         series = f"lag {int(lag)}"
         rho = vcpo.ess_limit(family, p["T"], lag=int(lag))
-        rows += [_row("lag", series, t, "exact", v) for t, v in zip(p["T"], rho, strict=True)]
+        rows += [panel_row("lag", series, t, "exact", v) for t, v in zip(p["T"], rho, strict=True)]
         if p.get("batches"):
             mc = vcpo.simulate_ess_ratio(
                 family,
@@ -173,19 +183,19 @@ def vcpo_frame(params: dict) -> pd.DataFrame:
                 level=float(p["ci"]),
             )
             rows += [
-                _row("lag", series, t, "monte_carlo", m, lo, hi)
+                panel_row("lag", series, t, "monte_carlo", m, lo, hi)
                 for t, m, lo, hi in zip(p["mc_T"], mc["mean"], mc["lo"], mc["hi"], strict=True)
             ]
     for spec in p["families"]:
         rho = vcpo.ess_limit(_family(spec), p["T"])
         label = family_label(spec, sigma2=False)
-        rows += [_row("family", label, t, "exact", v) for t, v in zip(p["T"], rho, strict=True)]
+        rows += [panel_row("family", label, t, "exact", v) for t, v in zip(p["T"], rho, strict=True)]
     for k, name in enumerate(p.get("data") or []):
         batch, log_r, values = _rollouts(name, "update", ("reward",))
         log_w = np.add.reduceat(log_r, batch.offsets[:-1])
         gain = vcpo.baseline_gain(values["reward"], log_w, batch.group_index())
         run = Path(name).name.split(".")[0].removeprefix("smollm2_")
-        rows.append(_row("baseline", run, k, "data", gain))
+        rows.append(panel_row("baseline", run, k, "data", gain))
     return pd.DataFrame(rows)
 
 
@@ -209,20 +219,22 @@ def speed_bounds_frame(params: dict) -> pd.DataFrame:
         f = speed_bounds.bounds_frame(family, p["T"])
         for r in f.itertuples(index=False):
             rows += [
-                _row("bias", label, r.T, "exact", r.token_bias),
-                _row("bias", label, r.T, "bound", r.token_bias_bound),
-                _row("var", label, r.T, "exact", r.var_P),
-                _row("var", label, r.T, "bound", r.var_P_bound),
-                _row(
+                panel_row("bias", label, r.T, "exact", r.token_bias),
+                panel_row("bias", label, r.T, "bound", r.token_bias_bound),
+                panel_row("var", label, r.T, "exact", r.var_P),
+                panel_row("var", label, r.T, "bound", r.var_P_bound),
+                panel_row(
                     "ratio", f"{label}: variance", r.T, "exact", 10 ** (r.log10_var_P_bound - r.log10_var_P)
                 ),
             ]
             if r.token_bias > 0:
-                rows.append(_row("ratio", f"{label}: bias", r.T, "exact", r.token_bias_bound / r.token_bias))
+                rows.append(
+                    panel_row("ratio", f"{label}: bias", r.T, "exact", r.token_bias_bound / r.token_bias)
+                )
         cross = speed_bounds.crossover(family, p["n"], T_max=int(p["T_max"]))
         for key, method in (("exact", "exact"), ("bound", "bound")):
             rows += [
-                _row("crossover", label, n, method, t)
+                panel_row("crossover", label, n, method, t)
                 for n, t in zip(cross["n"], cross[key], strict=True)
                 if np.isfinite(t)
             ]
