@@ -23,6 +23,7 @@ from variance_lab.cli._common import (
     add_output_args,
     add_ratio_arg,
     add_seed_arg,
+    arg_values,
     check_output,
     flush_notes,
     int_arg,
@@ -78,15 +79,8 @@ def _format(args: argparse.Namespace) -> str | None:
 
 def _options(args: argparse.Namespace) -> dict:
     """Return the options of :func:`~variance_lab.rollouts.analysis.analyze`: a file, each step of a run."""
-    return {
-        "edges": args.edges,
-        "n_boot": args.n_boot,
-        "level": args.level,
-        "seed": args.seed,
-        "folds": args.folds,
-        "fit_tokens": args.fit_tokens or None,
-        "fit_sequences": args.fit_sequences or None,
-    }
+    caps = {"fit_tokens": args.fit_tokens or None, "fit_sequences": args.fit_sequences or None}  # 0: all
+    return arg_values(args, ("edges", "n_boot", "level", "seed", "folds")) | caps
 
 
 def _check_figure(target: str | None, source: str) -> None:
