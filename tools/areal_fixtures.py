@@ -24,14 +24,11 @@ setting (uint8, (B, T) raveled, in the order of ``areal.json``'s thresholds).
 
 from __future__ import annotations
 
-import argparse
-import ast
-import hashlib
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
+from fixture_files import checkout_args, exec_definitions, file_shas, write_fixtures
 
 COMMIT = "4aef98d8d818af55b43621aaadba047ae10f4e77"
 ACTOR = "areal/trainer/ppo/actor.py"
@@ -44,17 +41,9 @@ def load_areal(root: Path) -> tuple[dict, str]:
     """Return AReaL's two functions executed from the checkout's text, and the file's SHA-256."""
     import torch
 
-    path = root / ACTOR
-    text = path.read_text()
-    nodes = {n.name: n for n in ast.parse(text).body if getattr(n, "name", None) in WANTED}
-    if set(nodes) != set(WANTED):
-        raise SystemExit(f"{path}: expected {WANTED}, found {sorted(nodes)}")
-    lines = text.splitlines(keepends=True)
     ns: dict = {"torch": torch}
-    for name in WANTED:
-        node = nodes[name]
-        exec(compile("".join(lines[node.lineno - 1 : node.end_lineno]), f"{path}:{node.lineno}", "exec"), ns)
-    return ns, hashlib.sha256(path.read_bytes()).hexdigest()
+    exec_definitions(root / ACTOR, WANTED, ns)
+    return ns, file_shas(root, (ACTOR,))[ACTOR]
 
 
 def make_batch(rng, dtype) -> dict:
@@ -94,10 +83,7 @@ def main(argv=None) -> int:
     """Write areal.npz and areal.json; print their sizes."""
     import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("areal", type=Path, help="a checkout of inclusionAI/AReaL at 4aef98d")
-    parser.add_argument("out", type=Path, help="folder for the fixtures (tests/data/frameworks)")
-    args = parser.parse_args(argv)
+    args = checkout_args(__doc__, "areal", "a checkout of inclusionAI/AReaL at 4aef98d", argv)
     ns, sha = load_areal(args.areal)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(20260905)))
     inputs: dict[str, list] = {"old": [], "prox": [], "mask": []}
@@ -121,17 +107,7 @@ def main(argv=None) -> int:
     arrays = {k: np.concatenate(v) for k, v in inputs.items()}
     arrays["shapes"] = np.array(shapes, dtype=np.int64)
     arrays["kept"] = np.concatenate(kept)
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out / "areal.npz", **arrays)
-    meta = {
-        "areal_commit": COMMIT,
-        "files_sha256": {ACTOR: sha},
-        "versions": {"torch": torch.__version__, "numpy": np.__version__},
-        "batches": batches,
-    }
-    (args.out / "areal.json").write_text(json.dumps(meta, sort_keys=True) + "\n")
-    for name in ("areal.npz", "areal.json"):
-        print(f"{args.out / name}: {(args.out / name).stat().st_size:,} bytes")
+    write_fixtures(args.out, "areal", COMMIT, {ACTOR: sha}, arrays, {"batches": batches})
     return 0
 
 

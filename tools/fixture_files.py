@@ -1,10 +1,11 @@
 """What the tools that pin a framework mirror to the framework's own code share.
 
-``tools/prime_rl_fixtures.py``, ``tools/slime_fixtures.py`` and ``tools/nemo_rl_fixtures.py`` each
-take a checkout of the framework at a pinned commit and a folder (:func:`checkout_args`), cut
-definitions out of the framework's modules (:func:`definitions`), run them on random batches
-padded to (B, T) arrays (:func:`padded`) and write ``<name>.npz`` and ``<name>.json``
-(:func:`write_fixtures`, which records the commit, the SHA-256 of the files read
+``tools/prime_rl_fixtures.py``, ``tools/slime_fixtures.py``, ``tools/nemo_rl_fixtures.py``,
+``tools/areal_fixtures.py`` and ``tools/openrlhf_fixtures.py`` each take a checkout of the
+framework at a pinned commit and a folder (:func:`checkout_args`), cut definitions out of the
+framework's modules (:func:`definitions`; :func:`exec_definitions` runs them into a namespace),
+run them on random batches padded to (B, T) arrays (:func:`padded`) and write ``<name>.npz`` and
+``<name>.json`` (:func:`write_fixtures`, which records the commit, the SHA-256 of the files read
 (:func:`file_shas`) and the torch and NumPy versions). Run as ``python tools/<tool>.py``, a tool
 finds this module beside it (the script's folder is the first entry of ``sys.path``).
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["checkout_args", "definitions", "file_shas", "padded", "write_fixtures"]
+__all__ = ["checkout_args", "definitions", "exec_definitions", "file_shas", "padded", "write_fixtures"]
 
 
 def checkout_args(doc: str, checkout: str, about: str, argv=None) -> argparse.Namespace:
@@ -80,6 +81,33 @@ def definitions(path: Path, names: set[str], kind=ast.FunctionDef) -> tuple[str,
     return text, found
 
 
+def exec_definitions(path: Path, names, ns: dict, kind=ast.FunctionDef) -> None:
+    """Execute a module's top-level definitions of ``names`` into ``ns``, in the order of ``names``.
+
+    Each definition's own text, from its first decorator to its end (:func:`definitions`), is
+    compiled with the file name ``path:line`` (so a traceback names the framework's line) and run
+    in ``ns``, which must already hold what the definitions read at definition time.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The module's file.
+    names : sequence of str
+        The definitions, each one that must be there.
+    ns : dict
+        The namespace, updated in place.
+    kind : type or tuple of types, optional
+        As for :func:`definitions`.
+    """
+    text, found = definitions(path, set(names), kind)
+    nodes = {n.name: n for n in found}
+    lines = text.splitlines(keepends=True)
+    for name in names:
+        node = nodes[name]
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        exec(compile("".join(lines[first - 1 : node.end_lineno]), f"{path}:{first}", "exec"), ns)
+
+
 def file_shas(root: Path, files: Iterable[str]) -> dict[str, str]:
     """Return each file's SHA-256 (hex), keyed by its path relative to the checkout ``root``.
 
@@ -123,12 +151,20 @@ def padded(samples, key: str, pad, dtype, length_key: str | None = None) -> np.n
 
 
 def write_fixtures(
-    out: Path, name: str, commit: str, shas: dict, arrays: dict, meta: dict, indent: int | None = None
+    out: Path,
+    name: str,
+    commit: str | None,
+    shas: dict | None,
+    arrays: dict,
+    meta: dict,
+    indent: int | None = None,
+    *,
+    versions: dict | None = None,
 ) -> None:
     """Write ``out/<name>.npz`` and ``out/<name>.json``; print their sizes.
 
     The JSON holds ``meta`` and, beside it, ``<name>_commit``, ``files_sha256`` and ``versions``
-    (torch's and NumPy's), its keys sorted.
+    (torch's and NumPy's, and ``versions``), its keys sorted.
 
     Parameters
     ----------
@@ -136,23 +172,29 @@ def write_fixtures(
         The folder (made if missing).
     name : str
         The files' stem, the framework's name (``prime_rl``, ``slime``, ``nemo_rl``).
-    commit : str
-        The framework's commit the checkout was at.
-    shas : dict
-        The SHA-256 of the files read (:func:`file_shas`).
+    commit : str or None
+        The framework's commit the checkout was at (None: no ``<name>_commit``, for code that
+        is not read from a commit).
+    shas : dict or None
+        The SHA-256 of the files read (:func:`file_shas`; None: no ``files_sha256``).
     arrays : dict
         Name to array, for :func:`numpy.savez_compressed`.
     meta : dict
         The rest of the JSON.
     indent : int, optional
         The JSON's indent (default: all on one line).
+    versions : dict, optional
+        More package versions (TRL's, for code read from the installed package).
     """
     import torch
 
-    versions = {"torch": torch.__version__, "numpy": np.__version__}
-    meta = {f"{name}_commit": commit, "files_sha256": shas, "versions": versions, **meta}
+    head = {"versions": {**(versions or {}), "torch": torch.__version__, "numpy": np.__version__}}
+    if commit is not None:
+        head[f"{name}_commit"] = commit
+    if shas is not None:
+        head["files_sha256"] = shas
     out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out / f"{name}.npz", **arrays)
-    (out / f"{name}.json").write_text(json.dumps(meta, indent=indent, sort_keys=True) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(head | meta, indent=indent, sort_keys=True) + "\n")
     for path in (out / f"{name}.npz", out / f"{name}.json"):
         print(f"{path}: {path.stat().st_size:,} bytes")

@@ -32,15 +32,13 @@ at the mask's tokens, and the three scalars of each run (NaN where ``vllm_kl`` i
 
 from __future__ import annotations
 
-import argparse
 import ast
-import hashlib
-import json
 import sys
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
+from fixture_files import checkout_args, exec_definitions, file_shas, write_fixtures
 
 COMMIT = "3c3be6234e0cb353e76bb8019947db9dfe99fca7"
 LOSS, UTILS = "openrlhf/models/loss.py", "openrlhf/models/utils.py"
@@ -59,18 +57,9 @@ def load_openrlhf(root: Path) -> tuple[dict, dict]:
     import torch.nn.functional as F
 
     ns: dict = {"torch": torch, "dist": dist, "nn": nn, "F": F, "Optional": Optional, "Tuple": tuple}
-    for rel, names in ((UTILS, ("masked_mean",)), (LOSS, ("aggregate_loss", "PolicyLoss"))):
-        text = (root / rel).read_text()
-        nodes = {n.name: n for n in ast.parse(text).body if getattr(n, "name", None) in names}
-        if set(nodes) != set(names):
-            raise SystemExit(f"{rel}: expected {names}, found {sorted(nodes)}")
-        lines = text.splitlines(keepends=True)
-        for name in names:
-            node = nodes[name]
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            source = "".join(lines[first - 1 : node.end_lineno])
-            exec(compile(source, f"{root / rel}:{first}", "exec"), ns)
-    shas = {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in (LOSS, UTILS)}
+    exec_definitions(root / UTILS, ("masked_mean",), ns)
+    exec_definitions(root / LOSS, ("aggregate_loss", "PolicyLoss"), ns, ast.FunctionDef | ast.ClassDef)
+    shas = file_shas(root, (LOSS, UTILS))
     return ns, shas
 
 
@@ -196,10 +185,7 @@ def main(argv=None) -> int:
     """Write openrlhf.npz and openrlhf.json; print their sizes."""
     import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("openrlhf", type=Path, help="a checkout of OpenRLHF/OpenRLHF at 3c3be62")
-    parser.add_argument("out", type=Path, help="folder for the fixtures (tests/data/frameworks)")
-    args = parser.parse_args(argv)
+    args = checkout_args(__doc__, "openrlhf", "a checkout of OpenRLHF/OpenRLHF at 3c3be62", argv)
     ns, shas = load_openrlhf(args.openrlhf)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(20260901)))
     inputs: dict[str, list] = {k: [] for k in ("rollout", "old", "new", "adv", "mask")}
@@ -236,19 +222,12 @@ def main(argv=None) -> int:
     arrays["shapes"] = np.array(shapes, dtype=np.int64)
     arrays.update({k: np.concatenate(out[k]) for k in ("coef", "ratio")})
     arrays.update({k: np.array(out[k], dtype=np.float64) for k in ("scalars", "scalars64", "scalars_perm")})
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out / "openrlhf.npz", **arrays)
     meta = {
-        "openrlhf_commit": COMMIT,
-        "files_sha256": shas,
-        "versions": {"torch": torch.__version__, "numpy": np.__version__},
         "padding": {"old": PAD_OLD, "rollout": PAD_ROLLOUT, "new": PAD_NEW},
         "scalars": list(SCALARS),
         "batches": batches,
     }
-    (args.out / "openrlhf.json").write_text(json.dumps(meta, sort_keys=True) + "\n")
-    for name in ("openrlhf.npz", "openrlhf.json"):
-        print(f"{args.out / name}: {(args.out / name).stat().st_size:,} bytes")
+    write_fixtures(args.out, "openrlhf", COMMIT, shas, arrays, meta)
     return 0
 
 

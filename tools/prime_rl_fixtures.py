@@ -44,7 +44,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from fixture_files import checkout_args, definitions, file_shas, padded, write_fixtures
+from fixture_files import checkout_args, exec_definitions, file_shas, padded, write_fixtures
 
 COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"
 LOSS = "src/prime_rl/trainer/rl/loss.py"
@@ -82,15 +82,8 @@ def load_prime_rl(root: Path) -> tuple[dict, dict, dict]:
     ns: dict = {"torch": torch, "Tensor": torch.Tensor, "Any": Any, "dataclass": dataclass, "field": field}
     ns["Callable"] = __import__("typing").Callable
     ns.update(Float=_Annotation(), Bool=_Annotation(), Int=_Annotation())
-    path = root / LOSS
-    text, found = definitions(path, set(WANTED), ast.FunctionDef | ast.ClassDef)
-    nodes = {n.name: n for n in found}
-    lines = text.splitlines(keepends=True)
-    for name in WANTED:  # with the decorators (the two dataclasses; the functions have none)
-        node = nodes[name]
-        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-        source = "".join(lines[first - 1 : node.end_lineno])
-        exec(compile(source, f"{path}:{first}", "exec"), ns)
+    # with the decorators (the two dataclasses; the functions have none)
+    exec_definitions(root / LOSS, WANTED, ns, ast.FunctionDef | ast.ClassDef)
     ns["LossFn"] = Any
     defaults = {}
     tree = ast.parse((root / CONFIGS).read_text())

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import hashlib
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +35,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from fixture_files import exec_definitions, file_shas, write_fixtures
 
 WANTED = ("LossInputs", "LossOutputs", "_safe_mean", "compute_importance_ratio_and_mismatch_kl", "IcePopLoss")
 METRICS = ("is_masked", "masked_mismatch_kl", "unmasked_mismatch_kl")
@@ -55,18 +54,10 @@ def load(path: Path) -> tuple[dict, str]:
     """Return the five definitions executed from the file's text, and the file's SHA-256."""
     import torch
 
-    text = path.read_text()
-    nodes = {n.name: n for n in ast.parse(text).body if getattr(n, "name", None) in WANTED}
-    if set(nodes) != set(WANTED):
-        raise SystemExit(f"{path}: expected {WANTED}, found {sorted(nodes)}")
     ns: dict = {"torch": torch, "Tensor": torch.Tensor, "dataclass": dataclass, "field": field, "Any": Any}
     ns.update(Float=_Annotation(), Bool=_Annotation(), IcePopLossConfig=Any)
-    lines = text.splitlines(keepends=True)
-    for name in WANTED:
-        node = nodes[name]
-        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-        exec(compile("".join(lines[first - 1 : node.end_lineno]), f"{path}:{first}", "exec"), ns)
-    return ns, hashlib.sha256(path.read_bytes()).hexdigest()
+    exec_definitions(path, WANTED, ns, ast.FunctionDef | ast.ClassDef)
+    return ns, file_shas(path.parent, (path.name,))[path.name]
 
 
 def _at_log_bound(rng, bound: float) -> tuple[np.float32, np.float32]:
@@ -166,19 +157,14 @@ def main(argv=None) -> int:
     arrays["shapes"] = np.array(shapes, dtype=np.int64)
     arrays.update({k: np.concatenate(out[k]) for k in ("keep32", "keep64")})
     arrays.update({k: np.array(out[k], dtype=np.float64) for k in ("m32", "m64")})
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out / "prime_rl_icepop.npz", **arrays)
     meta = {
         "source": "src/prime_rl/trainer/rl/loss.py after PrimeIntellect-ai/prime-rl PR #3526 (code index)",
         "file_sha256": sha,
-        "versions": {"torch": torch.__version__, "numpy": np.__version__},
         "metrics": list(METRICS),
         "padding": PAD,
         "batches": batches,
     }
-    (args.out / "prime_rl_icepop.json").write_text(json.dumps(meta, sort_keys=True) + "\n")
-    for name in ("prime_rl_icepop.npz", "prime_rl_icepop.json"):
-        print(f"{args.out / name}: {(args.out / name).stat().st_size:,} bytes")
+    write_fixtures(args.out, "prime_rl_icepop", None, None, arrays, meta)
     return 0
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import sys
 import textwrap
@@ -42,6 +41,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from fixture_files import write_fixtures
 
 SHA256 = "1c3dc2253fb3653269c11dfce4f946f74201a4cb63e0887a37e8e3bb4a3f5503"  # trl 1.16.0's grpo_trainer.py
 #: The two blocks of ``_generate_and_score_completions``: first and last line, 1-based.
@@ -205,8 +205,6 @@ def run_batch(block, batch, dtype, mask_dtype, thresholds, perm=None) -> dict:
 
 def main(argv=None) -> int:
     """Write trl_dtypes.npz and trl_dtypes.json; print their sizes."""
-    import torch
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="folder for the fixtures (tests/data/frameworks)")
     args = parser.parse_args(argv)
@@ -248,22 +246,16 @@ def main(argv=None) -> int:
             arrays[f"{name}/{k}"] = np.concatenate(got[k])
         arrays[f"{name}/is_metrics"] = np.array(got["is_metrics"], dtype=np.float64)
     arrays["shapes"] = np.array(shapes, dtype=np.int64)
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out / "trl_dtypes.npz", **arrays)
     from importlib.metadata import version
 
     meta = {
-        "versions": {"trl": version("trl"), "torch": torch.__version__, "numpy": np.__version__},
-        "files_sha256": shas,
         "is_settings": [list(s) for s in IS_SETTINGS],
         "gamma_cases": [[name, kwargs] for name, kwargs in GAMMA_CASES.items()],
         "gamma_rho": [None, ["token_truncate", None, 3.0], ["token_mask", 0.5, 2.0]],
         "metrics": list(METRICS),
         "batches": batches,
     }
-    (args.out / "trl_dtypes.json").write_text(json.dumps(meta, sort_keys=True) + "\n")
-    for name in ("trl_dtypes.npz", "trl_dtypes.json"):
-        print(f"{args.out / name}: {(args.out / name).stat().st_size:,} bytes")
+    write_fixtures(args.out, "trl_dtypes", None, shas, arrays, meta, versions={"trl": version("trl")})
     return 0
 
 

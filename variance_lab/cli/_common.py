@@ -116,6 +116,11 @@ def int_arg(name: str, *, minimum: int | None = None):
     return parse
 
 
+def arg_values(args: argparse.Namespace, names) -> dict:
+    """Return ``{name: args.<name>}`` for each of ``names``: the options a command passes on as they are."""
+    return {name: getattr(args, name) for name in names}
+
+
 def add_seed_arg(p: argparse.ArgumentParser, help: str, *, default: int | None = 0) -> None:
     """Add ``--seed``: an integer >= 0 by the one integer rule (:func:`int_arg`), with ``help``."""
     p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=default, help=help)

@@ -23,6 +23,7 @@ from variance_lab.cli._common import (
     add_output_args,
     add_ratio_arg,
     add_seed_arg,
+    arg_values,
     check_output,
     flush_notes,
     int_arg,
@@ -68,8 +69,18 @@ def _load(args: argparse.Namespace):
     """Load the batch of ``args.file``; a missing or unreadable file is a one-line error."""
     if Path(args.file).is_dir():
         raise CLIError(f"{args.file}: is a directory, not a file of token log-probs")
-    fmt = None if args.format == "auto" else args.format
-    return load_rollouts(args.file, format=fmt, on_bad=args.on_bad, preset=args.preset)
+    return load_rollouts(args.file, format=_format(args), on_bad=args.on_bad, preset=args.preset)
+
+
+def _format(args: argparse.Namespace) -> str | None:
+    """``--format``: None for ``auto`` (from the extension)."""
+    return None if args.format == "auto" else args.format
+
+
+def _options(args: argparse.Namespace) -> dict:
+    """Return the options of :func:`~variance_lab.rollouts.analysis.analyze`: a file, each step of a run."""
+    caps = {"fit_tokens": args.fit_tokens or None, "fit_sequences": args.fit_sequences or None}  # 0: all
+    return arg_values(args, ("edges", "n_boot", "level", "seed", "folds")) | caps
 
 
 def _check_figure(target: str | None, source: str) -> None:
@@ -104,17 +115,7 @@ def run(args: argparse.Namespace) -> int:
     _check_figure(args.figure, args.file)
     batch = _load(args)
     ratio, ratio_note = choose_ratio(batch, args.ratio, name=Path(args.file).name)
-    result = analyze(
-        batch,
-        args.edges,
-        n_boot=args.n_boot,
-        level=args.level,
-        seed=args.seed,
-        folds=args.folds,
-        ratio=ratio,
-        fit_tokens=args.fit_tokens or None,
-        fit_sequences=args.fit_sequences or None,
-    )
+    result = analyze(batch, ratio=ratio, **_options(args))
     summary = result.summary()
     summary["notes"] += [ratio_note] if ratio_note else []
     if args.table_format != "csv":  # csv: the summary, notes included, goes to stderr below
@@ -151,17 +152,11 @@ def _run_directory(args: argparse.Namespace) -> int:
         run = analyze_run(
             args.file,
             preset=args.preset,
-            format=None if args.format == "auto" else args.format,
+            format=_format(args),
             on_bad=args.on_bad,
             ratio=args.ratio,
             scheduler=args.scheduler,
-            edges=args.edges,
-            n_boot=args.n_boot,
-            level=args.level,
-            seed=args.seed,
-            folds=args.folds,
-            fit_tokens=args.fit_tokens or None,
-            fit_sequences=args.fit_sequences or None,
+            **_options(args),
         )
     except ImportError as exc:  # pyarrow, torch or dask missing: the message names what to install
         raise CLIError(f"{args.file}: {str(exc).splitlines()[0]}") from None

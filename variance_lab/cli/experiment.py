@@ -508,7 +508,7 @@ def _add_figure(sub) -> None:
     p.add_argument(
         "--n-boot", type=int_arg("--n-boot", minimum=0), default=1000, help="bootstrap resamples per bucket"
     )
-    p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=0, help="seed of the bootstrap")
+    add_seed_arg(p, "seed of the bootstrap")
     p.set_defaults(func=_cmd_figure)
 
 

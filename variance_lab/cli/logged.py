@@ -27,6 +27,7 @@ from variance_lab.cli._common import (
     CLIError,
     add_output_args,
     add_seed_arg,
+    arg_values,
     check_output,
     float_arg,
     int_arg,
@@ -80,20 +81,10 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("give the run's lengths: --lengths QUANTILES or --lengths-file FILE (one of them)")
     records = read_metrics(args.file)
     lengths = _lengths(args.lengths_file) if args.lengths_file else None
+    passed = ("batch_size", "framework", "threshold", "ratio_level", "law_from", "level", "n_batches", "seed")
+    passed += ("micro_batch_size",)
     laws, metrics = analyze_logged(
-        records,
-        batch_size=args.batch_size,
-        lengths=lengths,
-        quantiles=args.lengths,
-        framework=args.framework,
-        threshold=args.threshold,
-        ratio_level=args.ratio_level,
-        law_from=args.law_from,
-        level=args.level,
-        n_batches=args.n_batches,
-        seed=args.seed,
-        source=args.file,
-        micro_batch_size=args.micro_batch_size,
+        records, lengths=lengths, quantiles=args.lengths, source=args.file, **arg_values(args, passed)
     )
     title = f"Logged metrics of {Path(args.file).name} ({laws['framework'].iloc[0]}, variance-lab logged)"
     write_output(render_logged(laws, metrics, args.table_format, title=title), args.out)

@@ -13,6 +13,7 @@ from variance_lab.cli._common import (
     add_engine_args,
     add_long_run_args,
     add_seed_arg,
+    arg_values,
     check_output,
     confirm_long_run,
     engine_from_args,
@@ -78,13 +79,7 @@ def _grid(args: argparse.Namespace) -> tuple:
 
 def _cell_options(args: argparse.Namespace) -> dict:
     """Return the keywords that ``plan`` and ``sweep`` share: seed, independent, ci, target, params."""
-    return {
-        "seed": args.seed,
-        "independent": args.independent,
-        "ci": args.ci,
-        "target": args.target,
-        "params": dict(args.param or []),
-    }
+    return arg_values(args, ("seed", "independent", "ci", "target")) | {"params": dict(args.param or [])}
 
 
 def _finished(store: str) -> set[str]:

@@ -158,6 +158,24 @@ def _rl_component(loss_mask, rl_weights):
     return comp, comp.any(axis=-1)
 
 
+def _masked(y, masked, lm, ran, per_sample, *, prefix: str = "", extra=None):
+    """Return the keep mask ``lm & ~masked`` and the three metrics every mask logs, then ``extra``.
+
+    ``{prefix}masked_mismatch_kl`` and ``{prefix}unmasked_mismatch_kl`` (:math:`e^y - y - 1` over
+    the masked and the kept tokens of ``lm``) and ``{prefix}is_masked`` (over ``lm``), then the
+    ``extra`` metrics (name to (values, weights)), per row that ran (:func:`_rows`).
+    """
+    kl = np.expm1(y) - y
+    keep = lm & ~masked
+    parts = {
+        f"{prefix}masked_mismatch_kl": (kl, lm & masked),
+        f"{prefix}unmasked_mismatch_kl": (kl, keep),
+        f"{prefix}is_masked": (masked, lm),
+        **(extra or {}),
+    }
+    return keep.astype(np.float64), _rows(parts, ran, per_sample)
+
+
 def tensor_stats(values) -> dict[str, float]:
     """Return prime-rl's logged statistics of one metric's per-sample values.
 
@@ -238,22 +256,18 @@ def dppo_mask(
     low, high = _bound("dppo_mask_low", dppo_mask_low), _bound("dppo_mask_high", dppo_mask_high)
     a = np.broadcast_to(a, comp.shape)
     y, d = _inputs(trainer_logprobs, inference_logprobs, comp, ("trainer_logprobs", "inference_logprobs"))
-    kl = np.expm1(y) - y
     masked_high, masked_low = PRIME_RL_RULE.outside(d, None, high), PRIME_RL_RULE.outside(d, -low, None)
     pos, neg = a > 0, a < 0
     masked = np.where(pos, masked_high, masked_low)
     lm = comp > 0
-    drop, keep = lm & masked, lm & ~masked
-    parts = {
-        "masked_mismatch_kl": (kl, drop),
-        "unmasked_mismatch_kl": (kl, keep),
-        "is_masked": (masked, lm),
+    drop = lm & masked
+    extra = {
         "is_masked_low": (neg & masked_low, lm),
         "is_masked_high": (pos & masked_high, lm),
         "masked_advantage_positive": (pos, drop),
         "masked_advantage_negative": (neg, drop),
     }
-    return keep.astype(np.float64), _rows(parts, ran, per_sample)
+    return _masked(y, masked, lm, ran, per_sample, extra=extra)
 
 
 def ipo_mask(
@@ -287,16 +301,7 @@ def ipo_mask(
     comp, ran = _rl_component(loss_mask, rl_weights)
     thr = _bound("ipo_threshold", ipo_threshold)
     y, d = _inputs(trainer_logprobs, inference_logprobs, comp, ("trainer_logprobs", "inference_logprobs"))
-    kl = np.expm1(y) - y
-    masked = PRIME_RL_RULE.outside(d, -thr, thr)
-    lm = comp > 0
-    keep = lm & ~masked
-    parts = {
-        "masked_mismatch_kl": (kl, lm & masked),
-        "unmasked_mismatch_kl": (kl, keep),
-        "is_masked": (masked, lm),
-    }
-    return keep.astype(np.float64), _rows(parts, ran, per_sample)
+    return _masked(y, PRIME_RL_RULE.outside(d, -thr, thr), comp > 0, ran, per_sample)
 
 
 def icepop_mask(
@@ -341,16 +346,8 @@ def icepop_mask(
     i = as_values(inference_logprobs, comp, "inference_logprobs", keep_float32=True).astype(np.float32)
     y32 = t - i
     y = t.astype(np.float64) - i.astype(np.float64)
-    kl = np.expm1(y) - y
     masked = ICEPOP_LOSS_RULE.outside(y32, log_float32(ratio_low), log_float32(ratio_high))
-    lm = comp > 0
-    keep = lm & ~masked
-    parts = {
-        "masked_mismatch_kl": (kl, lm & masked),
-        "unmasked_mismatch_kl": (kl, keep),
-        "is_masked": (masked, lm),
-    }
-    return keep.astype(np.float64), _rows(parts, ran, per_sample)
+    return _masked(y, masked, comp > 0, ran, per_sample)
 
 
 def ref_kl_mask(
@@ -386,13 +383,5 @@ def ref_kl_mask(
     ref = as_values(ref_logprobs, comp, "ref_logprobs") - as_values(
         trainer_logprobs, comp, "trainer_logprobs"
     )
-    kl = np.expm1(y) - y
     masked = PRIME_RL_RULE.outside(d, -REF_KL_MASK_LOW, None)
-    keep = lm & ~masked
-    parts = {
-        "ref_kl/masked_mismatch_kl": (kl, lm & masked),
-        "ref_kl/unmasked_mismatch_kl": (kl, keep),
-        "ref_kl/is_masked": (masked, lm),
-        "ref_kl": (ref, lm),
-    }
-    return keep.astype(np.float64), _rows(parts, lm.any(axis=-1), per_sample)
+    return _masked(y, masked, lm, lm.any(axis=-1), per_sample, prefix="ref_kl/", extra={"ref_kl": (ref, lm)})

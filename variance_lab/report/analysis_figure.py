@@ -32,7 +32,7 @@ from matplotlib.lines import Line2D
 
 from variance_lab.report import style
 from variance_lab.report import style as _style
-from variance_lab.report.figure_kit import T_LABEL
+from variance_lab.report.figure_kit import T_LABEL, centre_note, panel_axes
 
 __all__ = ["COINCIDE", "ESS_RELIABLE", "LEGEND_HEIGHT", "MODEL_STYLE", "analysis_figure"]
 
@@ -76,20 +76,8 @@ def _panel_axes(fig, ax, panels: Sequence[str], figsize=None, legend: bool = Fal
 
     A new figure makes room for the legend below its panels (:data:`LEGEND_HEIGHT`).
     """
-    if ax is not None:
-        axes = [ax] if not isinstance(ax, Sequence | np.ndarray) else list(np.ravel(ax))
-        if len(axes) != len(panels):
-            raise ValueError(f"ax must hold {len(panels)} axes for panels {tuple(panels)}, got {len(axes)}")
-        return axes[0].figure, axes, False
-    new = fig is None
-    if new:
-        import matplotlib.pyplot as plt
-
-        height = 0.4 + 1.9 * len(panels) + (LEGEND_HEIGHT if legend else 0.0)
-        size = (style.COLUMN_WIDTH, height) if figsize is None else figsize
-        fig = plt.figure(figsize=size, layout="constrained")
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    return fig, list(axes), new
+    height = 0.4 + 1.9 * len(panels) + (LEGEND_HEIGHT if legend else 0.0)
+    return panel_axes(fig, ax, panels, figsize, height)
 
 
 def _t_range(table: pd.DataFrame, curves: pd.DataFrame) -> tuple[float, float]:
@@ -159,17 +147,7 @@ def _no_data_note(ax, table: pd.DataFrame, panel: str) -> None:
         why = f"no observed {quantity}:\nno bucket has a finite one"
     if not ax.get_lines():
         why += "\n(and no prediction to draw)"
-    ax.text(
-        0.5,
-        0.5,
-        why,
-        transform=ax.transAxes,
-        ha="center",
-        va="center",
-        fontsize=style.small_font(),
-        color="0.35",
-        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85},
-    )
+    centre_note(ax, why, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85})
 
 
 def _spread(curves: pd.DataFrame, y_col: str) -> float:

@@ -20,14 +20,12 @@ summary and buckets in JSON.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 
-from variance_lab.report.table import format_number
-from variance_lab.schema import json_safe
+from variance_lab.report.table import check_format, csv_text, format_number, json_text
 
 __all__ = [
     "ANALYSIS_FORMATS",
@@ -417,14 +415,22 @@ def render_analysis(table: pd.DataFrame, summary: dict, fmt: str = "markdown", *
     -------
     str
     """
-    if fmt not in ANALYSIS_FORMATS:
-        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(ANALYSIS_FORMATS)}")
+    return _render(
+        fmt,
+        lambda: table,
+        lambda: {"summary": summary, "buckets": table.to_dict("records")},
+        lambda: _markdown(table, summary, title),
+    )
+
+
+def _render(fmt: str, frame, doc, markdown) -> str:
+    """Return ``frame()`` as CSV, ``doc()`` as JSON or ``markdown()``, by ``fmt`` (an analysis's formats)."""
+    check_format(fmt, ANALYSIS_FORMATS)
     if fmt == "csv":
-        return table.to_csv(index=False, float_format="%.17g")
+        return csv_text(frame())
     if fmt == "json":
-        doc = {"summary": json_safe(summary), "buckets": json_safe(table.to_dict("records"))}
-        return json.dumps(doc, indent=1) + "\n"
-    return _markdown(table, summary, title)
+        return json_text(doc())
+    return markdown()
 
 
 # --------------------------------------------------------------------------------------
@@ -551,25 +557,27 @@ def render_run(
         One row per step and length bucket (:attr:`variance_lab.rollouts.steps.RunAnalysis.buckets`).
     run : dict
         :meth:`variance_lab.rollouts.steps.RunAnalysis.summary`.
-    fmt : {"markdown", "csv", "json"}
     summaries : sequence of dict
         Each step's analysis summary, in step order (json only).
-    title : str
-        First line of the markdown output.
+    fmt, title
+        As :func:`render_analysis`.
 
     Returns
     -------
     str
     """
-    if fmt not in ANALYSIS_FORMATS:
-        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(ANALYSIS_FORMATS)}")
-    if fmt == "csv":
-        return run_wide(steps, buckets).to_csv(index=False, float_format="%.17g")
-    if fmt == "json":
-        summaries = list(summaries) or [None] * len(steps)
-        docs = []
-        for row, summary in zip(steps.to_dict("records"), summaries, strict=True):
-            rows = buckets[buckets["step"] == row["step"]].to_dict("records")
-            docs.append({**row, "summary": summary, "buckets": rows})
-        return json.dumps(json_safe({"run": run, "steps": docs}), indent=1) + "\n"
-    return _run_markdown(steps, buckets, run, title)
+    return _render(
+        fmt,
+        lambda: run_wide(steps, buckets),
+        lambda: _run_doc(steps, buckets, run, list(summaries) or [None] * len(steps)),
+        lambda: _run_markdown(steps, buckets, run, title),
+    )
+
+
+def _run_doc(steps: pd.DataFrame, buckets: pd.DataFrame, run: dict, summaries: list) -> dict:
+    """Return the JSON document of a run: ``{"run": ..., "steps": [{<step row>, "summary", "buckets"}]}``."""
+    docs = []
+    for row, summary in zip(steps.to_dict("records"), summaries, strict=True):
+        rows = buckets[buckets["step"] == row["step"]].to_dict("records")
+        docs.append({**row, "summary": summary, "buckets": rows})
+    return {"run": run, "steps": docs}

@@ -11,6 +11,8 @@ unreliable) and legend entries.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -27,6 +29,7 @@ __all__ = [
     "STAT_LABEL",
     "T_LABEL",
     "axes_or_new",
+    "centre_note",
     "common_text",
     "figure_or_new",
     "log_x_T",
@@ -34,6 +37,7 @@ __all__ = [
     "mc_points",
     "n_text",
     "new_figure",
+    "panel_axes",
     "params_text",
     "real_values",
     "rows_where",
@@ -93,6 +97,42 @@ def axes_or_new(ax, figsize, height: float = 2.4):
 def figure_or_new(fig, figsize, height: float) -> Figure:
     """Return ``fig``, or a new one-column figure ``height`` in high (``figsize`` when given)."""
     return new_figure(figsize, (sty.COLUMN_WIDTH, height)) if fig is None else fig
+
+
+def panel_axes(fig, ax, panels: Sequence, figsize, height: float):
+    """Return (figure, axes, new?): one axes per panel, in a column sharing x.
+
+    ``ax`` given: those axes (one per panel) and their figure; otherwise the panels in ``fig``, or
+    in a new one-column figure ``height`` in high (``figsize`` when given, :func:`figure_or_new`).
+    ``new`` tells whether the figure was made here.
+    """
+    if ax is not None:
+        axes = [ax] if not isinstance(ax, Sequence | np.ndarray) else list(np.ravel(ax))
+        if len(axes) != len(panels):
+            raise ValueError(f"ax must hold {len(panels)} axes for panels {tuple(panels)}, got {len(axes)}")
+        return axes[0].figure, axes, False
+    new = fig is None
+    fig = figure_or_new(fig, figsize, height)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    return fig, list(axes), new
+
+
+def centre_note(ax, text: str, **kw) -> None:
+    """Write ``text`` in the middle of ``ax``, small and grey (why a panel has nothing to draw).
+
+    ``kw`` goes to :meth:`matplotlib.axes.Axes.text` (a ``bbox``, say).
+    """
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=sty.small_font(),
+        color="0.35",
+        **kw,
+    )
 
 
 def rows_where(frame: pd.DataFrame, **equal) -> pd.DataFrame:

@@ -14,13 +14,11 @@ run's settings in ``metrics.attrs``); this module computes nothing.
 
 from __future__ import annotations
 
-import json
 import math
 
 import pandas as pd
 
-from variance_lab.report.table import format_number, format_pow10
-from variance_lab.schema import json_safe
+from variance_lab.report.table import format_number, format_pow10, json_text
 
 __all__ = ["LOGGED_FORMATS", "render_logged"]
 
@@ -161,14 +159,8 @@ def render_logged(laws: pd.DataFrame, metrics: pd.DataFrame, fmt: str = "markdow
     if fmt not in LOGGED_FORMATS:
         raise ValueError(f"unknown format {fmt!r}; formats are {', '.join(LOGGED_FORMATS)}")
     if fmt == "json":
-        return (
-            json.dumps(
-                json_safe(
-                    {"laws": laws.to_dict(orient="records"), "metrics": metrics.to_dict(orient="records")}
-                ),
-                indent=1,
-            )
-            + "\n"
+        return json_text(
+            {"laws": laws.to_dict(orient="records"), "metrics": metrics.to_dict(orient="records")}
         )
     if fmt == "csv":
         law_cols = ["record", "framework", "m", "s2", "source", "note"]

@@ -32,10 +32,12 @@ _T = "sequence length $T$ (tokens)"
 RATIO_TOP = 1e6
 
 
-def _check(frame: pd.DataFrame, who: str) -> None:
+def _figure(frame: pd.DataFrame, who: str, fig, size: tuple[float, float]) -> Figure:
+    """Check that ``frame`` has the panel schema; return ``fig``, or a new figure of ``size`` in."""
     missing = [c for c in THRESHOLD_COLUMNS if c not in frame]
     if missing:
         raise ValueError(f"{who} needs the columns {list(THRESHOLD_COLUMNS)}; missing {missing}")
+    return Figure(figsize=size, layout="constrained") if fig is None else fig
 
 
 def _points(ax, rows: pd.DataFrame, color: str, marker: str) -> None:
@@ -84,6 +86,17 @@ def _categorical(ax, rows: pd.DataFrame, colors: dict, markers: dict) -> None:
     ax.set_xlim(rows["x"].min() - 0.6, rows["x"].max() + 0.6)
 
 
+def _data_panel(
+    ax, rows: pd.DataFrame, colors: dict, markers: dict, ref: float, ylabel: str, text: str
+) -> None:
+    """Panel (c): the rows on data (:func:`_categorical`) about a grey line at ``ref``, when there are any."""
+    if len(rows):
+        _categorical(ax, rows, colors, markers)
+        ax.axhline(ref, color="0.6", lw=0.6, zorder=0)
+        ax.set_ylabel(ylabel)
+    _letter(ax, "c", text)
+
+
 def _split(series: str) -> tuple[str, str]:
     """``"topr [A<0]"`` -> ``("topr", "A<0")``; a series without a sign -> ``(series, "")``."""
     spec, _, sign = series.partition(" [")
@@ -111,8 +124,7 @@ def sign_figure(
     -------
     Figure
     """
-    _check(frame, "sign_figure")
-    fig = Figure(figsize=(7.0, 2.7), layout="constrained") if fig is None else fig
+    fig = _figure(frame, "sign_figure", fig, (7.0, 2.7))
     with sty.use(style):
         axes = fig.subplots(1, 3)
         specs = list(dict.fromkeys(_split(s)[0] for s in frame["series"]))
@@ -153,11 +165,8 @@ def sign_figure(
             handles += _mc_handles()
         _legend(axes[1], handles, loc="upper left")
         data = frame[frame["panel"] == "data"]
-        if len(data):
-            _categorical(axes[2], data, colors, markers)
-            axes[2].axhline(0.0, color="0.6", lw=0.6, zorder=0)
-            axes[2].set_ylabel(r"bias $E[w] - E[X]$, 95 % interval")
-        _letter(axes[2], "c", data_title or "on data")
+        ylabel = r"bias $E[w] - E[X]$, 95 % interval"
+        _data_panel(axes[2], data, colors, markers, 0.0, ylabel, data_title or "on data")
         if title:
             fig.suptitle(title)
     return fig
@@ -180,8 +189,7 @@ def vcpo_figure(frame: pd.DataFrame, *, fig=None, title: str = "", style=None) -
     -------
     Figure
     """
-    _check(frame, "vcpo_figure")
-    fig = Figure(figsize=(7.0, 2.7), layout="constrained") if fig is None else fig
+    fig = _figure(frame, "vcpo_figure", fig, (7.0, 2.7))
     with sty.use(style):
         axes = fig.subplots(1, 3)
         for ax, panel, letter, text in (
@@ -214,11 +222,7 @@ def vcpo_figure(frame: pd.DataFrame, *, fig=None, title: str = "", style=None) -
             _letter(ax, letter, text)
             _legend(ax, handles, loc="lower left", handlelength=1.6)
         data = frame[frame["panel"] == "baseline"]
-        if len(data):
-            _categorical(axes[2], data, {}, {})
-            axes[2].axhline(1.0, color="0.6", lw=0.6, zorder=0)
-            axes[2].set_ylabel("baseline gain over the group mean")
-        _letter(axes[2], "c", "baseline gain")
+        _data_panel(axes[2], data, {}, {}, 1.0, "baseline gain over the group mean", "baseline gain")
         if title:
             fig.suptitle(title)
     return fig
@@ -245,8 +249,7 @@ def bounds_figure(frame: pd.DataFrame, *, fig=None, title: str = "", style=None)
     -------
     Figure
     """
-    _check(frame, "bounds_figure")
-    fig = Figure(figsize=(7.0, 5.2), layout="constrained") if fig is None else fig
+    fig = _figure(frame, "bounds_figure", fig, (7.0, 5.2))
     with sty.use(style):
         axes = fig.subplots(2, 2).ravel()
         labels = list(dict.fromkeys(frame.loc[frame["panel"] == "bias", "series"]))

@@ -38,6 +38,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from variance_lab.report import style as _style
+from variance_lab.report.figure_kit import centre_note, panel_axes
 from variance_lab.stats import KHAT_THRESHOLD
 
 __all__ = ["MIN_SEQ", "PANELS", "PANEL_LABELS", "run_figure"]
@@ -68,19 +69,7 @@ _POOLED = {"color": "black", "ls": "-", "lw": 1.4, "marker": ".", "label": "all 
 
 def _axes(fig, ax, panels, figsize, legend: bool):
     """(figure, axes, new?): the given axes, panels in ``fig``, or a new one-column figure."""
-    if ax is not None:
-        axes = [ax] if not isinstance(ax, Sequence | np.ndarray) else list(np.ravel(ax))
-        if len(axes) != len(panels):
-            raise ValueError(f"ax must hold {len(panels)} axes for panels {tuple(panels)}, got {len(axes)}")
-        return axes[0].figure, axes, False
-    new = fig is None
-    if new:
-        import matplotlib.pyplot as plt
-
-        height = 0.5 + 1.45 * len(panels) + (0.7 if legend else 0.0)
-        fig = plt.figure(figsize=figsize or (_style.COLUMN_WIDTH, height), layout="constrained")
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    return fig, list(axes), new
+    return panel_axes(fig, ax, panels, figsize, 0.5 + 1.45 * len(panels) + (0.7 if legend else 0.0))
 
 
 def _bucket_styles(buckets: pd.DataFrame, min_seq: int) -> dict:
@@ -119,19 +108,6 @@ def _bucket_lines(ax, panel: str, buckets: pd.DataFrame, styles: dict, min_seq: 
         ax.plot(x, y, ms=3.0, lw=0.9, **kw)
 
 
-def _note(ax, text: str) -> None:
-    ax.text(
-        0.5,
-        0.5,
-        text,
-        transform=ax.transAxes,
-        ha="center",
-        va="center",
-        fontsize=_style.small_font(),
-        color="0.35",
-    )
-
-
 def _panel(ax, panel: str, steps: pd.DataFrame, buckets: pd.DataFrame, styles: dict, min_seq: int) -> None:
     bucket_col, step_col = _COLUMNS[panel]
     if bucket_col is not None:
@@ -139,7 +115,7 @@ def _panel(ax, panel: str, steps: pd.DataFrame, buckets: pd.DataFrame, styles: d
     if step_col is not None:
         x, y = steps["step"].to_numpy(float), steps[step_col].to_numpy(float)
         if panel == "mismatch" and not np.isfinite(y).any():
-            _note(ax, "no inference-engine log-probs (rollout_logp):\nno mismatch to show")
+            centre_note(ax, "no inference-engine log-probs (rollout_logp):\nno mismatch to show")
         else:
             ax.plot(x, y, **{**_POOLED, "label": _POOLED["label"] if panel != "mismatch" else "_mismatch"})
     if panel in ("var_G", "mismatch") and ax.has_data():
@@ -150,7 +126,7 @@ def _panel(ax, panel: str, steps: pd.DataFrame, buckets: pd.DataFrame, styles: d
         ax.set_ylim(bottom=0.0)
         drawn = np.concatenate([np.asarray(ln.get_ydata(), float) for ln in ax.get_lines()] or [np.zeros(0)])
         if drawn.size and np.all(drawn[np.isfinite(drawn)] == 0.0):
-            _note(ax, f"no {'sequence' if panel == 'gspo' else 'token'} clipped in any step")
+            centre_note(ax, f"no {'sequence' if panel == 'gspo' else 'token'} clipped in any step")
     ax.set_ylabel(PANEL_LABELS[panel])
 
 

@@ -20,8 +20,11 @@ __all__ = [
     "PRINTED",
     "PRINTED_FAMILY",
     "TABLE_FORMATS",
+    "check_format",
+    "csv_text",
     "errata",
     "infinite_variance_note",
+    "json_text",
     "monte_carlo_notes",
     "render",
     "with_monte_carlo",
@@ -216,6 +219,22 @@ def infinite_variance_note(frame: pd.DataFrame, critical_T: float | None = None)
     )
 
 
+def check_format(fmt: str, formats) -> None:
+    """Raise ValueError naming ``fmt`` unless it is one of ``formats`` (a table's output formats)."""
+    if fmt not in formats:
+        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(formats)}")
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """Return ``frame`` as CSV without its index, every float to 17 significant digits (round-trips)."""
+    return frame.to_csv(index=False, float_format="%.17g")
+
+
+def json_text(doc) -> str:
+    """Return ``doc`` as indented JSON text ending in a newline, NaN and infinities as ``null``."""
+    return json.dumps(json_safe(doc), indent=1) + "\n"
+
+
 def render(frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes: str = "") -> str:
     """Render a comparison frame as ``markdown``, ``latex``, ``csv`` or ``json``.
 
@@ -230,13 +249,11 @@ def render(frame: pd.DataFrame, fmt: str = "markdown", *, title: str = "", notes
     notes : str
         Text printed below the markdown table (errata, verdicts).
     """
-    if fmt not in TABLE_FORMATS:
-        raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(TABLE_FORMATS)}")
+    check_format(fmt, TABLE_FORMATS)
     if fmt == "csv":
-        return frame.to_csv(index=False, float_format="%.17g")
+        return csv_text(frame)
     if fmt == "json":
-        records = json_safe(frame.to_dict("records"))
-        return json.dumps(records, indent=1) + "\n"
+        return json_text(frame.to_dict("records"))
     display = _display_frame(frame)
     if fmt == "latex":
         return _latex(display) + "\n"

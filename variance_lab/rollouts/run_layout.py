@@ -61,15 +61,15 @@ from variance_lab.rollouts.presets import RunRecords, read_run
 
 __all__ = ["LAYOUTS", "RunLayout", "StepDump", "find_steps", "load_step", "name_list"]
 
-#: The layouts :func:`find_steps` recognises (module docstring); ``files`` is the package's own formats.
-LAYOUTS = ("prime-rl", "nemo-rl", "slime", "files")
-#: What each layout reads, for messages.
+#: What each layout reads, for messages, in the order :func:`find_steps` looks for them.
 _LAYOUT_TEXT = {
     "prime-rl": "prime-rl token exports (step_N/rank_R.jsonl)",
     "nemo-rl": "NeMo-RL train dumps (train_data_stepN.jsonl)",
     "slime": "slime train dumps (.pt)",
     "files": "token log-prob files",
 }
+#: The layouts :func:`find_steps` recognises (module docstring); ``files`` is the package's own formats.
+LAYOUTS = tuple(_LAYOUT_TEXT)
 
 _PRIME_STEP = re.compile(r"step_(\d+)")
 _PRIME_RANK = re.compile(r"rank_(\d+)\.jsonl")
