@@ -121,9 +121,14 @@ def arg_values(args: argparse.Namespace, names) -> dict:
     return {name: getattr(args, name) for name in names}
 
 
+def add_int_arg(p: argparse.ArgumentParser, flag: str, *, minimum: int | None = None, **options) -> None:
+    """Add the integer option ``flag`` by the one rule (:func:`int_arg`); ``options`` go to argparse."""
+    p.add_argument(flag, type=int_arg(flag, minimum=minimum), **options)
+
+
 def add_seed_arg(p: argparse.ArgumentParser, help: str, *, default: int | None = 0) -> None:
     """Add ``--seed``: an integer >= 0 by the one integer rule (:func:`int_arg`), with ``help``."""
-    p.add_argument("--seed", type=int_arg("--seed", minimum=0), default=default, help=help)
+    add_int_arg(p, "--seed", minimum=0, default=default, help=help)
 
 
 def add_output_args(

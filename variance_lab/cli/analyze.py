@@ -20,13 +20,13 @@ from pathlib import Path
 
 from variance_lab.cli._common import (
     CLIError,
+    add_int_arg,
     add_output_args,
     add_ratio_arg,
     add_seed_arg,
     arg_values,
     check_output,
     flush_notes,
-    int_arg,
     int_grid,
     load_rollouts,
     note,
@@ -252,16 +252,18 @@ def add_command(sub) -> None:
         help="length buckets: auto (powers of two), exact (one per length) or increasing integers "
         "e.g. 16,32,64,128",
     )
-    p.add_argument(
+    add_int_arg(
+        p,
         "--n-boot",
-        type=int_arg("--n-boot", minimum=0),
+        minimum=0,
         default=1000,
         help="bootstrap resamples per bucket (0: no intervals, no verdict)",
     )
     p.add_argument("--level", type=_level, default=0.95, help="confidence level of the intervals")
-    p.add_argument(
+    add_int_arg(
+        p,
         "--folds",
-        type=int_arg("--folds", minimum=0),
+        minimum=0,
         default=2,
         help="K of the held-out judgment of the fitted models: prompts (or sequences, without prompt_id) "
         "split at random into K folds, each judged by models fitted on the others (0 or 1: in sample only)",
@@ -275,9 +277,7 @@ def add_command(sub) -> None:
         ),
         ("--fit-sequences", FIT_SEQUENCES, "sequences the hier fit sees at most, about, drawn the same way"),
     ):
-        p.add_argument(
-            option, type=int_arg(option, minimum=0), default=cap, help=f"{what} (default {cap:,}; 0: all)"
-        )
+        add_int_arg(p, option, minimum=0, default=cap, help=f"{what} (default {cap:,}; 0: all)")
     add_ratio_arg(p, "the ratio of the main table, the fits and the clip fractions")
     add_seed_arg(p, "seed of the bootstrap")
     add_output_args(

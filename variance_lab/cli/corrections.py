@@ -20,13 +20,13 @@ from variance_lab import __version__
 from variance_lab.cli._common import (
     CLIError,
     add_family_args,
+    add_int_arg,
     add_output_args,
     add_ratio_arg,
     add_seed_arg,
     family_from_args,
     float_arg,
     grid_arg,
-    int_arg,
     int_grid,
     load_rollouts,
     write_output,
@@ -441,9 +441,7 @@ def add_command(sub) -> None:
         "accepted, 1.5 refused",
     )
     p.add_argument("--correction", default=DEFAULT_CORRECTIONS, help="comma list of correction specs")
-    p.add_argument(
-        "--n", type=int_arg("--n", minimum=0), default=0, help="Monte Carlo sequences; 0 = closed form only"
-    )
+    add_int_arg(p, "--n", minimum=0, default=0, help="Monte Carlo sequences; 0 = closed form only")
     add_seed_arg(p, "root seed of the Monte Carlo draws")
     p.add_argument(
         "--find-T",

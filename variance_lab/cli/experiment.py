@@ -20,13 +20,19 @@ import sys
 from pathlib import Path
 
 from variance_lab._validate import parse_integer
-from variance_lab.cli._common import PROG, CLIError, add_quiet_arg, add_seed_arg, float_arg, int_arg
+from variance_lab.cli._common import (
+    PROG,
+    CLIError,
+    add_int_arg,
+    add_quiet_arg,
+    add_seed_arg,
+    float_arg,
+)
 
 __all__ = [
     "EXPERIMENT_MODELS",
     "TORCH_HINT",
     "add_command",
-    "lm_settings_from_args",
     "parse_assignment",
     "settings_from_args",
 ]
@@ -118,6 +124,9 @@ def settings_from_args(args: argparse.Namespace):
     Returns
     -------
     variance_lab.experiment.train.Settings
+        Of the arithmetic model (for ``--model smollm2`` or ``tiny`` the command builds a
+        :class:`~variance_lab.lm.runs.LMSettings` the same way, with ``--run``, ``--aggregation``
+        and ``--sampler`` applied first).
     """
     from variance_lab.experiment.files import read_sidecar
     from variance_lab.experiment.train import ARITH_FULL, ARITH_QUICK, Settings
@@ -128,17 +137,8 @@ def settings_from_args(args: argparse.Namespace):
     return Settings.from_dict(_with_seed_and_sets(values, args, ARITH_FULL.to_dict()))
 
 
-def lm_settings_from_args(args: argparse.Namespace):
-    """Return a language-model run's settings: the preset or a sidecar's, then ``--run`` .. ``--set``.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-
-    Returns
-    -------
-    variance_lab.lm.runs.LMSettings
-    """
+def _lm_settings(args: argparse.Namespace):
+    """Return LMSettings as :func:`settings_from_args` does (``--run``, ``--aggregation``, ``--sampler``)."""
     from variance_lab.lm.runs import LM_FULL, LM_QUICK, LMSettings
 
     values = _preset_or_sidecar(args, LM_FULL, LM_QUICK, _read_lm_settings)
@@ -175,7 +175,7 @@ def _loaded_tiny(folder):
 
 
 def _cmd_run_paired(args: argparse.Namespace) -> int:
-    settings = lm_settings_from_args(args)
+    settings = _lm_settings(args)
     folder = Path(args.out_dir or ".")
     if args.out is not None:
         raise CLIError("--run paired writes one file per comparison: name their folder with --out-dir")
@@ -230,7 +230,7 @@ def _cmd_run_lm(args: argparse.Namespace) -> int:
         raise CLIError("--out-dir: only with --aggregation all (name one file with --out)")
     if every:
         args.aggregation = None
-    settings = lm_settings_from_args(args)
+    settings = _lm_settings(args)
     from dataclasses import replace
 
     from variance_lab.lm.losses import AGGREGATIONS
@@ -505,9 +505,7 @@ def _add_figure(sub) -> None:
     )
     p.add_argument("--data", default=str(DEFAULT_DATA), help="the data file to analyse")
     p.add_argument("--out", default="figures", help="output folder")
-    p.add_argument(
-        "--n-boot", type=int_arg("--n-boot", minimum=0), default=1000, help="bootstrap resamples per bucket"
-    )
+    add_int_arg(p, "--n-boot", minimum=0, default=1000, help="bootstrap resamples per bucket")
     add_seed_arg(p, "seed of the bootstrap")
     p.set_defaults(func=_cmd_figure)
 

@@ -25,12 +25,12 @@ from pathlib import Path
 from variance_lab.cli._common import (
     PROG,
     CLIError,
+    add_int_arg,
     add_output_args,
     add_seed_arg,
     arg_values,
     check_output,
     float_arg,
-    int_arg,
     load_rollouts,
     one_line,
     say_wrote,
@@ -125,9 +125,10 @@ def add_command(sub) -> None:
         help="one record per step: .jsonl (objects; verl's file logger), .csv (W&B history or panel "
         "export), .json, .parquet (W&B history), or a TensorBoard event file or folder",
     )
-    p.add_argument(
+    add_int_arg(
+        p,
         "--batch-size",
-        type=int_arg("--batch-size", minimum=2),
+        minimum=2,
         required=True,
         help="sequences per step (prompts x samples)",
     )
@@ -166,9 +167,10 @@ def add_command(sub) -> None:
         "sequence_level_importance_ratios, TRL vllm_importance_sampling_mode); None: the framework's "
         "default (TRL sequence, the others token)",
     )
-    p.add_argument(
+    add_int_arg(
+        p,
         "--micro-batch-size",
-        type=int_arg("--micro-batch-size", minimum=1),
+        minimum=1,
         default=1,
         metavar="N",
         help="NeMo-RL's train_micro_batch_size: with sequence-level ratios NeMo-RL logs "
@@ -183,9 +185,10 @@ def add_command(sub) -> None:
         "absdiff, tis_abs, kl, whichever the log has first)",
     )
     p.add_argument("--level", type=_level, default=0.9, help="level of the prediction intervals")
-    p.add_argument(
+    add_int_arg(
+        p,
         "--n-batches",
-        type=int_arg("--n-batches", minimum=20),
+        minimum=20,
         default=400,
         help="simulated batches per step for the intervals",
     )

@@ -8,6 +8,7 @@ from variance_lab import __version__
 from variance_lab.cli._common import (
     add_engine_args,
     add_family_args,
+    add_int_arg,
     add_long_run_args,
     add_output_args,
     add_seed_arg,
@@ -18,7 +19,6 @@ from variance_lab.cli._common import (
     family_from_args,
     float_arg,
     grid_arg,
-    int_arg,
     say_wrote,
     show_progress,
     write_output,
@@ -90,9 +90,10 @@ def add_command(sub) -> None:
         help="sequence lengths, integers >= 1: a comma list or ranges as in sweep (1:1000:log4); sorted, "
         "a length given twice is computed once; 1e6 is accepted, 1.5 refused",
     )
-    p.add_argument(
+    add_int_arg(
+        p,
         "--n",
-        type=int_arg("--n", minimum=0),
+        minimum=0,
         default=1_000_000,
         help="Monte Carlo draws (sequences); 0 = theory only. n >= 2 adds the mc_* columns: Monte Carlo "
         "Var(P_T), Var(G_T) with intervals, E[G_T], ESS fraction and Pareto k-hat of the weights P_T, "

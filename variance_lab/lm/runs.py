@@ -120,13 +120,9 @@ class LMSettings(RunSettings):
     lags, train_prompts : int
         ``stale``: the largest lag :math:`K` and the prompts of each chain step; ``paired``: the
         largest staleness :math:`L` scored and the prompts of each update's minibatch.
-    updates : int
-        ``paired``: the measured update's number :math:`K` of a persistent AdamW
-        (:class:`~variance_lab.lm.chain.PolicyChain`): :math:`K - 1` updates on fresh on-policy
-        minibatches come before it (:mod:`variance_lab.lm.paired`).
-    samplers : str
-        ``paired``: the samplers scored on the data batch's tokens, comma-separated, from
-        :data:`~variance_lab.lm.paired.PAIRED_SAMPLERS` (may be empty).
+    updates, samplers : int, str
+        ``paired`` (:mod:`variance_lab.lm.paired`): the measured update :math:`K` of a persistent
+        AdamW, and the samplers scored on the data batch's tokens (comma-separated, may be empty).
     max_term, max_words, max_times, max_count : int
         The task's sizes (:func:`~variance_lab.lm.task.make_prompts`).
     kinds : str
@@ -174,6 +170,10 @@ class LMSettings(RunSettings):
     score_batch: int = 8
     threads: int = 2
     digits: int = 7
+    updates: int = 1
+    samplers: str = "bf16,fp16,top-p"
+    kinds: str = "add,copy,repeat"
+    max_count: int = 60
 
     def task_options(self) -> dict:
         """Return the keyword arguments of :func:`~variance_lab.lm.task.make_prompts` (sizes and kinds)."""

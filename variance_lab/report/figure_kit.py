@@ -272,6 +272,18 @@ def mc_legend_handles(color: str, levels, level: str = "95 %") -> list[Line2D]:
     ]
 
 
+def series_handle(st: dict, label, *, line, points: bool) -> Line2D:
+    """Legend entry of one series in its style ``st`` (``color``, ``ls``, ``marker``).
+
+    ``line`` is the line style to show (``True``: the style's own, a string: that one, ``False``:
+    none); ``points`` shows the style's marker.
+    """
+    ls = st["ls"] if line is True else (line or "")
+    return Line2D(
+        [], [], color=st["color"], ls=ls, marker=st["marker"] if points else "", ms=3.2, label=str(label)
+    )
+
+
 def log_x_T(ax) -> None:
     """Put T on a log x axis with its label (:data:`T_LABEL`)."""
     ax.set_xscale("log")

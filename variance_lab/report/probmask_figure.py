@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from variance_lab.report import style as sty
+from variance_lab.report.figure_kit import series_handle
 
 __all__ = ["LOGIT_RANGE", "PROB_MASK_COLUMNS", "PROB_MASK_FLOOR", "prob_mask_figure"]
 
@@ -83,17 +84,7 @@ def _draw(ax, rows: pd.DataFrame, styles: dict, logit: bool) -> list[Line2D]:
             )
             if not len(exact):  # observed points: joined by a thin line to read the trend
                 ax.plot(points["x"], points["value"], color=st["color"], ls=":", lw=0.8)
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color=st["color"],
-                ls=st["ls"] if len(exact) else ":",
-                marker=st["marker"] if len(points) else "",
-                ms=3.2,
-                label=str(series),
-            )
-        )
+        handles.append(series_handle(st, series, line=bool(len(exact)) or ":", points=bool(len(points))))
     return handles
 
 

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from variance_lab.report import style as sty
+from variance_lab.report.figure_kit import series_handle
 
 __all__ = ["THRESHOLD_COLUMNS", "threshold_figure"]
 
@@ -51,17 +52,7 @@ def _panel(ax, rows: pd.DataFrame, start: int) -> list[Line2D]:
         bind = sub[sub["method"] == "binding"]
         if len(bind):
             ax.plot(bind["x"], bind["value"], ls="", marker="x", ms=6, mew=1.2, color=st["color"], zorder=4)
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color=st["color"],
-                ls=st["ls"] if len(exact) else "",
-                marker=st["marker"] if len(mc) else "",
-                ms=3.2,
-                label=str(series),
-            )
-        )
+        handles.append(series_handle(st, series, line=bool(len(exact)), points=bool(len(mc))))
     return handles
 
 
