@@ -29,8 +29,22 @@ def _pair(d, rng, scale=3.0):
     return new, old
 
 
-def _reference(new, old):
-    """Exact sums by math.fsum; s and the perplexities by mpmath from them (independent of the code)."""
+def _split_bound(n: int, batch_max: float, longest: int) -> float:
+    """Worst error of summing n remainders of segment_sums' split (each below 2**(g-1)) in any order.
+
+    g is the split's granularity, set by the batch's largest |value| and its longest segment (as the
+    code sets it); n remainders summed one by one err by at most n * eps * (n * 2**(g-1)).
+    """
+    g = math.frexp(batch_max)[1] + int(longest).bit_length() - 52
+    return n * n * 2.0**-53 * 2.0 ** (g - 1)
+
+
+def _reference(new, old, batch_max=None, longest=None):
+    """Exact sums by math.fsum; s and the perplexities by mpmath from them (independent of the code).
+
+    ``batch_max`` and ``longest``: the batch's largest |log-prob| and longest segment (2T values,
+    interleaved), which set segment_sums' split; default this sequence's own.
+    """
     T = len(new)
     log_P = math.fsum(list(new) + [-v for v in old])  # exact sum of the 2T values, rounded once
     s_new, s_old = math.fsum(new), math.fsum(old)
@@ -39,7 +53,10 @@ def _reference(new, old):
         ppl_old = mpmath.exp(-mpmath.mpf(s_old) / T)
         ppl_new = mpmath.exp(-mpmath.mpf(s_new) / T)
         dH = -mpmath.mpf(s_old) / T + mpmath.mpf(s_new) / T  # H_old - H_new
-    eps2_bound = 2 * T * 2.0**-104 * max(max(abs(v) for v in new), max(abs(v) for v in old))
+    own = max(max(abs(v) for v in new), max(abs(v) for v in old))
+    eps2_bound = _split_bound(
+        2 * T, own if batch_max is None else batch_max, 2 * T if longest is None else longest
+    )
     return {
         "log_P": log_P,
         "s": s,
@@ -56,8 +73,8 @@ def _rel(a, b):
 
 
 def _check_identities(w, i, ref):
-    # segment_sums' bound: one rounding of the result plus an eps^2-order term per summand
-    # (its docstring); the second term matters only when the terms cancel to (nearly) zero.
+    # segment_sums' bound: one rounding of the result plus the remainders' error (_split_bound);
+    # the second term matters only when the terms cancel to (nearly) zero.
     assert abs(w.log_P[i] - ref["log_P"]) <= 4 * math.ulp(ref["log_P"]) + ref["eps2_bound"] + 1e-300
     assert _rel(w.s[i], ref["s"]) < REL
     assert _rel(w.ppl_ratio[i], ref["s"]) < REL
@@ -94,8 +111,10 @@ def test_identities_property(seqs):
     new = [np.array([-b + min(d, 0.0) for d, b in seq]) for seq in seqs]
     old = [np.array([-b - max(d, 0.0) for d, b in seq]) for seq in seqs]
     w = sequence_weights(TokenBatch.from_ragged(new, old))
+    batch_max = max(float(np.max(np.abs(np.concatenate([a, b])))) for a, b in zip(new, old, strict=True))
+    longest = 2 * max(len(a) for a in new)
     for i in range(len(seqs)):
-        _check_identities(w, i, _reference(new[i], old[i]))
+        _check_identities(w, i, _reference(new[i], old[i], batch_max, longest))
 
 
 def _adversarial(rng):

@@ -25,9 +25,11 @@ def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     :math:`2^g` and :math:`|l| \le 2^{g-1}`, where :math:`2^g` is chosen from
     :math:`\max|x|` and the longest segment so that every partial sum of the :math:`h` is an
     integer multiple of :math:`2^g` below :math:`2^{53+g}`: those sums are exact in any order.
-    The small remainders are summed by NumPy (pairwise), their error is below
-    :math:`\varepsilon^2`-order of :math:`\max|x|`, and the result :math:`\sum h + \sum l`
-    is rounded once. Vectorised: two ``np.add.reduceat`` calls, no loop over tokens.
+    The small remainders (each below :math:`2^{g-1}`) are summed by NumPy in whatever order
+    it takes, with an error of at most :math:`n^2 \varepsilon\, 2^{g-1}` for a segment of
+    :math:`n` values (:math:`\varepsilon^2`-order of :math:`\max|x|` times :math:`n^2` and the
+    longest segment), and the result :math:`\sum h + \sum l` is rounded once.
+    Vectorised: two ``np.add.reduceat`` calls, no loop over tokens.
 
     Parameters
     ----------
