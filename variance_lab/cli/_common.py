@@ -510,16 +510,26 @@ def report_list(title: str, items: list[str], limit: int = 10) -> None:
         print(f"  ... and {len(items) - limit} more", file=sys.stderr)
 
 
-def load_rollouts(file: str, *, format: str | None = None, on_bad: str = "raise", preset: str | None = None):
+def load_rollouts(
+    file: str,
+    *,
+    format: str | None = None,
+    on_bad: str = "raise",
+    preset: str | None = None,
+    streamed: bool = False,
+):
     """Load the token batch of a rollout file; a missing or unreadable file is a one-line :class:`CLIError`.
 
     So is a missing optional reader (pyarrow, torch): the line names what to install.
 
-    ``preset`` names a framework's dump format (:data:`variance_lab.rollouts.io.PRESET_NAMES`).
+    ``preset`` names a framework's dump format (:data:`variance_lab.rollouts.io.PRESET_NAMES`);
+    ``streamed``: open it as a source instead (:func:`variance_lab.rollouts.source.open_rollouts`: a
+    Parquet file read in pieces, never whole).
     """
     import zipfile
 
     from variance_lab.rollouts.io import load_batch
+    from variance_lab.rollouts.source import open_rollouts
 
     path = Path(file)
     if not path.is_file():
@@ -532,7 +542,8 @@ def load_rollouts(file: str, *, format: str | None = None, on_bad: str = "raise"
     except ImportError:  # pragma: no cover - pyarrow is in the dev extra
         pass
     try:
-        return load_batch(path, format=format, on_bad=on_bad, preset=preset)
+        load = open_rollouts if streamed else load_batch
+        return load(path, format=format, on_bad=on_bad, preset=preset)
     except ImportError as exc:  # pyarrow for Parquet, torch for slime's .pt: the message names the install
         raise CLIError(f"{file}: {str(exc).splitlines()[0]}") from None
     except errors as exc:

@@ -69,7 +69,9 @@ def _load(args: argparse.Namespace):
     """Load the batch of ``args.file``; a missing or unreadable file is a one-line error."""
     if Path(args.file).is_dir():
         raise CLIError(f"{args.file}: is a directory, not a file of token log-probs")
-    return load_rollouts(args.file, format=_format(args), on_bad=args.on_bad, preset=args.preset)
+    return load_rollouts(
+        args.file, format=_format(args), on_bad=args.on_bad, preset=args.preset, streamed=True
+    )
 
 
 def _format(args: argparse.Namespace) -> str | None:

@@ -47,7 +47,7 @@ from variance_lab.ratios.defaults import (
     TRUNCATION_TYPES,
     eps_range,
 )
-from variance_lab.ratios.weights import log_clip_range, segment_cumsums, segment_sums
+from variance_lab.ratios.weights import log_clip_range, segment_cumsums, segment_split_scale, segment_sums
 
 __all__ = [
     "ASPO_DUAL_CLIP",
@@ -79,6 +79,7 @@ __all__ = [
     "log_clip_range",
     "outside",
     "segment_cumsums",
+    "segment_split_scale",
     "segment_sums",
     "variance_split",
 ]

@@ -67,6 +67,14 @@ class VarianceSplit(NamedTuple):
     share_b: float
     share_cross: float
 
+    @classmethod
+    def of(cls, va: float, vb: float, cov: float) -> VarianceSplit:
+        """Return the split of variances ``va``, ``vb``, covariance ``cov`` (shares NaN unless total > 0)."""
+        total = va + vb + 2.0 * cov
+        if not (total > 0.0 and math.isfinite(total)):
+            return cls(va, vb, cov, total, math.nan, math.nan, math.nan)
+        return cls(va, vb, cov, total, va / total, vb / total, 2.0 * cov / total)
+
 
 def variance_split(a, b, *, ddof: int) -> VarianceSplit:
     r"""Return the shares of :math:`\operatorname{Var}(a + b)` from ``a``, ``b`` and twice their covariance.
@@ -91,7 +99,4 @@ def variance_split(a, b, *, ddof: int) -> VarianceSplit:
         raise ValueError(f"variance_split needs more than ddof={ddof} values, got {a.size}")
     va, vb = float(np.var(a, ddof=ddof)), float(np.var(b, ddof=ddof))
     cov = float(np.sum((a - a.mean()) * (b - b.mean())) / (a.size - ddof))
-    total = va + vb + 2.0 * cov
-    if not (total > 0.0 and math.isfinite(total)):
-        return VarianceSplit(va, vb, cov, total, math.nan, math.nan, math.nan)
-    return VarianceSplit(va, vb, cov, total, va / total, vb / total, 2.0 * cov / total)
+    return VarianceSplit.of(va, vb, cov)

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-__all__ = ["log_clip_range", "segment_cumsums", "segment_sums"]
+__all__ = ["log_clip_range", "segment_cumsums", "segment_split_scale", "segment_sums"]
 
 
 def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -56,14 +56,35 @@ def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         return np.zeros(n)
     if not math.isfinite(m):
         raise ValueError("segment_sums needs finite values")
-    _, e_m = math.frexp(m)  # m < 2**e_m
-    e = e_m + int(lengths.max()).bit_length()  # every partial sum of |x| is < 2**e
-    g = max(e - 52, -1000)
-    scale = math.ldexp(1.0, -g)
+    scale = segment_split_scale(m, int(lengths.max()))
     hi = np.rint(x * scale) / scale  # exact: scaling by a power of two, rounding to an integer
     lo = x - hi  # exact: |lo| <= 2**(g-1) and lo is a multiple of ulp(x)
     starts = offsets[:-1]
     return np.add.reduceat(hi, starts) + np.add.reduceat(lo, starts)
+
+
+def segment_split_scale(max_abs: float, longest: int) -> float:
+    r"""Return :math:`2^{-g}`, the scale of :func:`segment_sums`' exact split, for values up to ``max_abs``.
+
+    :math:`g = \max(e_m + \lceil\log_2(L + 1)\rceil - 52, -1000)` with :math:`\max|x| < 2^{e_m}` and
+    :math:`L` the longest segment: every partial sum of the high parts is then a multiple of
+    :math:`2^g` below :math:`2^{53 + g}`, exact in any order. A sum computed in pieces (the
+    streaming pass of :mod:`variance_lab.rollouts.summaries`) takes the scale of the whole set.
+
+    Parameters
+    ----------
+    max_abs : float
+        :math:`\max|x|` over the set, finite and > 0.
+    longest : int
+        The longest segment's number of values.
+
+    Returns
+    -------
+    float
+    """
+    _, e_m = math.frexp(max_abs)  # max_abs < 2**e_m
+    e = e_m + int(longest).bit_length()  # every partial sum of |x| is < 2**e
+    return math.ldexp(1.0, -max(e - 52, -1000))
 
 
 #: Most cells (sequences x longest length) :func:`segment_cumsums` pads at once.

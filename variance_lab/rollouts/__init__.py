@@ -4,10 +4,13 @@
 module             holds
 =================  ====================================================================
 ``batch``          :class:`TokenBatch` and the validation of raw token log-probs
+``prompts``        what may name a response's prompt (``prompt_id``), and its array form
 ``weights``        sequence weights (P, GSPO's s, perplexities, GMPO), clip ranges, exact segment sums
 ``records``        the one parser of a record's fields: JSONL records, NeMo-RL's batch-of-one lines
 ``presets``        readers of frameworks' run files (prime-rl token exports, slime ``.pt``, NeMo-RL)
 ``io``             JSONL, Parquet and NPZ loaders and savers
+``parquet``        the Parquet format, read whole or a number of rows at a time
+``source``         token sources: a batch or a file in pieces, read once per pass, and the first pass
 ``statistics``     length buckets, bucket variances, the pooled fit, autocorrelation
 ``cgf``            the empirical cumulant generating function
 ``split``          the total ratio split into the rollout mismatch and the policy update
@@ -18,6 +21,9 @@ module             holds
 ``predictions``    per-bucket predictions of the fitted models, clip intervals, the choice of model
 ``heldout``        held-out judgment of the models: K-fold by prompt
 ``subsample``      the stated random sample of whole prompts the token-mixture fits see
+``pairwise``       NumPy's pairwise and exact segment sums, bit for bit, over values fed in pieces
+``pooled``         the pooled fit, autocorrelation and CGF of a set's log-ratios held in one array
+``summaries``      the streaming analysis: every token sum the judgment needs, by set, in passes
 ``analysis``       observed per-bucket variances against i.i.d. and corrected predictions
 ``judgment``       the per-bucket judgment of ``analysis``: predictions, scores, verdicts, held-out folds
 ``run_layout``     the steps of a run directory in the frameworks' layouts (prime-rl step folders...)
@@ -40,6 +46,7 @@ _LAZY = {
     "DroppedSequence": "batch",
     "TokenBatch": "batch",
     "load_batch": "io",
+    "open_rollouts": "source",
     "save_batch": "io",
     "autocorrelation": "statistics",
     "bucket_variances": "statistics",
@@ -70,6 +77,7 @@ __all__ = [
     "fit_log_ratios",
     "length_buckets",
     "load_batch",
+    "open_rollouts",
     "save_batch",
     "segment_sums",
     "sequence_weights",

@@ -146,15 +146,12 @@ from variance_lab.rollouts.judgment import (
 )
 from variance_lab.rollouts.models import normal_outside
 from variance_lab.rollouts.predictions import MIN_BUCKET_SEQUENCES
-from variance_lab.rollouts.split import RATIO_LABELS, SplitResult, ratio_batch, split_ratios
+from variance_lab.rollouts.source import TokenSource, batch_source
+from variance_lab.rollouts.split import RATIO_LABELS, SplitResult, check_ratio, ratio_batch
 from variance_lab.rollouts.statistics import Autocorrelation, LogRatioFit
 from variance_lab.rollouts.subsample import FIT_SEQUENCES, FIT_TOKENS
-from variance_lab.rollouts.weights import (
-    GSPO_RANGE,
-    PPO_RANGE,
-    log_clip_range,
-    sequence_weights,
-)
+from variance_lab.rollouts.summaries import ALL, Summaries
+from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE, log_clip_range
 
 __all__ = ["CURVE_COLUMNS", "AnalysisResult", "analyze"]
 
@@ -252,8 +249,7 @@ class AnalysisResult:
             (``corr`` omitted without an autocorrelation).
         """
         if T is None:
-            lo, hi = int(self.lengths.min()), int(self.lengths.max())
-            T = np.unique(np.rint(np.geomspace(lo, hi, 64)).astype(np.int64))
+            T = _curve_grid(self.lengths)
         T = np.asarray(T, dtype=np.int64)
         if T.ndim != 1 or T.size == 0 or np.any(T < 1):
             raise ValueError("T must be a non-empty 1-D array of integers >= 1")
@@ -367,8 +363,10 @@ def analyze(
 
     Parameters
     ----------
-    batch : TokenBatch
-        Validated token log-probs (e.g. from :func:`~variance_lab.rollouts.io.load_batch`).
+    batch : TokenBatch or TokenSource
+        Validated token log-probs (e.g. from :func:`~variance_lab.rollouts.io.load_batch`), or a
+        source read in pieces, never whole (:func:`~variance_lab.rollouts.source.open_rollouts`:
+        a Parquet file); the numbers are the same.
     edges : None, "exact" or array_like of int
         Length buckets (:func:`~variance_lab.rollouts.statistics.length_buckets`; default powers of two).
     n_boot : int
@@ -430,15 +428,37 @@ def analyze(
     """
     g_range = log_clip_range(gspo_range, "gspo_range")
     p_range = log_clip_range(ppo_range, "ppo_range")
-    full, batch = batch, ratio_batch(batch, ratio)
+    if isinstance(batch, TokenSource):
+        source, values = batch, None
+        check_ratio(ratio, source.has_rollout)
+    else:
+        one = ratio_batch(batch, ratio)
+        source, values = batch_source(batch), (lambda: one.log_ratio)
     if isinstance(folds, bool) or not isinstance(folds, int | np.integer) or folds < 0:
         raise ValueError(f"folds must be an integer >= 0, got {folds!r}")
     boot = {"n_boot": n_boot, "level": level, "seed": seed}  # one bootstrap for observed and predicted
     ranges = {"gspo_range": gspo_range, "ppo_range": ppo_range, "g_range": g_range, "p_range": p_range}
     n_steps = 1 + (folds if fit_models and folds > 1 else 0)
+    lengths = source.lengths
     with progress_steps(progress, n_steps, "analyze: fitting models", unit="fit") as step:
-        budgets = {"fit_tokens": fit_tokens, "fit_sequences": fit_sequences}
-        judged = judge(batch, batch, edges, boot, ranges, c=c, fit_models=fit_models, **budgets)
+        summaries = Summaries(
+            source,
+            ratio=ratio,
+            edges=edges,
+            gspo_range=gspo_range,
+            ppo_range=ppo_range,
+            c=c,
+            seed=seed,
+            folds=folds,
+            fit_models=fit_models,
+            fit_tokens=fit_tokens,
+            fit_sequences=fit_sequences,
+            split=source.has_rollout,
+            s_values=_curve_s(lengths),
+            cgf_values=values,
+        )
+        everything = summaries.eval_set(ALL)
+        judged = judge(everything, summaries.fit_set(ALL), edges, boot, ranges, fit_models=fit_models)
         step(1)
         table, models, fitted, fit = judged.table, judged.models, judged.fitted, judged.models.fit
         if fitted:
@@ -446,31 +466,29 @@ def analyze(
             fitted["best_model_in_sample"] = fitted["best_model"]
             fitted["heldout"] = None
             if folds > 1:
-                held = heldout(batch, edges, boot, ranges, c=c, k=int(folds), seed=seed, step=step, **budgets)
+                held = heldout(summaries, edges, boot, ranges, k=int(folds), seed=seed, step=step)
                 if held is not None:
                     fitted["heldout"] = held
                     fitted["fits"], fitted["best_model"] = dict(held["fits"]), held["best_model"]
-    lengths = batch.lengths
     rms = {m: _rms(table[f"score_{m}"]) for m in MODELS}
-    w = sequence_weights(batch, gspo_range=gspo_range, ppo_range=ppo_range)
     pooled_gspo = {m: float(np.mean(models.gspo_clip(m, lengths, g_range))) for m in ("corr", "iid")}
     clip = {
-        "gspo_obs": w.gspo_clip_frac,
+        "gspo_obs": everything.gspo_clip_frac,
         "gspo_pred": pooled_gspo["corr"],
         "gspo_pred_iid": pooled_gspo["iid"],
-        "ppo_obs": w.ppo_clip_frac,
+        "ppo_obs": everything.ppo_clip_frac,
         "ppo_pred": float(normal_outside(fit.mu_y, fit.sigma2_y, p_range)),
-        "gspo_range": w.gspo_range,
-        "ppo_range": w.ppo_range,
+        "gspo_range": everything.gspo_range,
+        "ppo_range": everything.ppo_range,
     }
     return AnalysisResult(
         table=table,
         fit=fit,
         acf=models.acf,
         cgf=models.cgf,
-        n_sequences=len(batch),
-        n_tokens=batch.n_tokens,
-        dropped=batch.dropped,
+        n_sequences=len(source),
+        n_tokens=source.n_tokens,
+        dropped=source.dropped,
         clip=clip,
         verdict=overall_verdict(table["verdict"]),
         rms_scores=rms,
@@ -480,14 +498,24 @@ def analyze(
         lengths=np.asarray(lengths),
         _models=models,
         acf_note=judged.acf_note,
-        split=split_ratios(full, edges, gspo_range=gspo_range, ppo_range=ppo_range)
-        if full.has_rollout
-        else None,
+        split=None if summaries.split is None else summaries.split.result(),
         fitted=fitted,
-        groups=group_summary(batch),
+        groups=group_summary(summaries),
         ratio=ratio,
-        notes=tuple(full.notes),
+        notes=tuple(source.notes),
     )
+
+
+def _curve_grid(lengths) -> np.ndarray:
+    """Return :meth:`AnalysisResult.curves`' lengths by default: 64 or fewer, even in log, short to long."""
+    lo, hi = int(np.min(lengths)), int(np.max(lengths))
+    return np.unique(np.rint(np.geomspace(lo, hi, 64)).astype(np.int64))
+
+
+def _curve_s(lengths) -> np.ndarray:
+    """Where the curves ask the empirical CGF: s = 1, 2 (P_T) and 1/T, 2/T (G_T) at the default lengths."""
+    a = 1.0 / _curve_grid(lengths).astype(np.float64)
+    return np.concatenate([[1.0, 2.0], a, 2.0 * a])
 
 
 # --------------------------------------------------------------------------------------

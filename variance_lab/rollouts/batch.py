@@ -21,23 +21,23 @@ from typing import NamedTuple
 
 import numpy as np
 
+from variance_lab.rollouts.prompts import as_prompt_ids
 from variance_lab.stats import exp_quiet
 
 __all__ = [
     "ON_BAD",
     "DroppedSequence",
     "TokenBatch",
-    "as_prompt_ids",
     "build_batch",
     "check_on_bad",
-    "prompt_id_problem",
+    "group_index",
+    "report_problems",
     "segment_offsets",
 ]
 
 
 #: Allowed values of the ``on_bad`` option.
 ON_BAD = ("raise", "drop")
-_INT64 = np.iinfo(np.int64)
 
 
 class DroppedSequence(NamedTuple):
@@ -141,8 +141,10 @@ def _mismatches(lengths, old_lengths, mask_lengths, rollout_lengths=None) -> dic
     return found
 
 
-def _report(problems: dict[int, str], ids: np.ndarray, on_bad: str) -> tuple[DroppedSequence, ...]:
-    """Raise for the first bad sequence, or list them all for dropping."""
+def report_problems(
+    problems: dict[int, str], ids: np.ndarray, on_bad: str, first: int = 0
+) -> tuple[DroppedSequence, ...]:
+    """Raise for the first bad sequence, or list them all (``ids[i]``: sequence ``first + i``)."""
     if not problems:
         return ()
     order = sorted(problems)
@@ -150,10 +152,10 @@ def _report(problems: dict[int, str], ids: np.ndarray, on_bad: str) -> tuple[Dro
         i = order[0]
         more = f"; {len(order) - 1} more bad sequence(s)" if len(order) > 1 else ""
         raise ValueError(
-            f"bad sequence id={_py(ids[i])!r} (index {i}): {problems[i]}{more}; "
+            f"bad sequence id={_py(ids[i])!r} (index {first + i}): {problems[i]}{more}; "
             "pass on_bad='drop' to skip bad sequences"
         )
-    return tuple(DroppedSequence(i, _py(ids[i]), problems[i]) for i in order)
+    return tuple(DroppedSequence(first + i, _py(ids[i]), problems[i]) for i in order)
 
 
 def _py(x):
@@ -170,60 +172,15 @@ def _as_ids(ids, n: int) -> np.ndarray:
     return out
 
 
-def prompt_id_problem(value) -> str | None:
-    """Return why ``value`` cannot be a prompt id, as ``"is null"`` or ``"must be ..."``; None when it can.
+def group_index(prompt_id: np.ndarray | None, n: int) -> np.ndarray:
+    """Return each of ``n`` sequences' group, 0 .. n_groups - 1, in the order of the prompt ids as text.
 
-    A prompt id is a string or an integer (not a bool): null, a float, a bool or a container is not.
-
-    Parameters
-    ----------
-    value : object
-
-    Returns
-    -------
-    str or None
+    Without ``prompt_id`` every sequence is its own group (its index). The numbering keeps the
+    order of the ids' text, so a subset's groups numbered alone come in the same order.
     """
-    if isinstance(value, str):
-        return None
-    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
-        return None
-    if value is None:
-        return "is null"
-    return f"must be a string or an integer, got {type(value).__name__} {value!r}"
-
-
-def as_prompt_ids(prompt_id, n: int) -> np.ndarray:
-    """Return ``prompt_id`` as a 1-D array of ``n`` strings or integers (int64, str or object).
-
-    Integers beyond the int64 range are kept exactly, in an object array.
-
-    Raises
-    ------
-    ValueError
-        Wrong length, or an entry that is None, a float, a bool or a container (naming its index).
-    """
-    if isinstance(prompt_id, np.ndarray):
-        if prompt_id.ndim != 1:
-            raise ValueError(f"prompt_id must be a 1-D sequence of {n} ids, got shape {prompt_id.shape}")
-        values = prompt_id.tolist()
-    elif isinstance(prompt_id, list | tuple):
-        values = list(prompt_id)
-    else:
-        raise ValueError(f"prompt_id must be a 1-D sequence of {n} ids, got {type(prompt_id).__name__}")
-    if len(values) != n:
-        raise ValueError(f"prompt_id must be a 1-D sequence of {n} ids, got {len(values)}")
-    for i, v in enumerate(values):
-        problem = prompt_id_problem(v)
-        if problem:
-            raise ValueError(f"prompt_id of sequence {i} {problem}")
-    if all(isinstance(v, int) and _INT64.min <= v <= _INT64.max for v in values):
-        out = np.array(values, dtype=np.int64)
-    elif all(isinstance(v, str) for v in values):
-        out = np.array(values, dtype=str)
-    else:
-        out = np.empty(n, dtype=object)
-        out[:] = values
-    return out
+    if prompt_id is None:
+        return np.arange(n, dtype=np.int64)
+    return np.unique(prompt_id.astype(str), return_inverse=True)[1].astype(np.int64).ravel()
 
 
 def _as_float(name: str, x) -> np.ndarray:
@@ -310,6 +267,8 @@ class TokenBatch:
         rollout_lengths=None,
         prompt_id=None,
         copy: bool = True,
+        first: int = 0,
+        allow_empty: bool = False,
     ) -> TokenBatch:
         """Build from flat concatenated arrays and per-sequence lengths (the core constructor).
 
@@ -341,10 +300,14 @@ class TokenBatch:
         copy : bool
             False: where every token counts, keep the float64 arrays given (made read-only), no
             copies; for a caller whose arrays are its own (the Parquet loader).
+        first, allow_empty : int, bool
+            For a reader that builds a file's batch in pieces: the pieces' first sequence is the
+            file's sequence ``first`` (the index problems are reported at), and a piece of bad
+            sequences only gives None (``allow_empty``).
 
         Returns
         -------
-        TokenBatch
+        TokenBatch or None
 
         Raises
         ------
@@ -366,7 +329,7 @@ class TokenBatch:
         found = _problems(logp, old_logp, mask, lengths, roll)
         problems.update({int(index[k]): v for k, v in found.items()})
         problems.update(known or {})
-        dropped = _report(problems, ids, on_bad)
+        dropped = report_problems(problems, ids, on_bad, first)
         return cls._assemble(
             logp,
             old_logp,
@@ -379,6 +342,7 @@ class TokenBatch:
             rollout_logp=roll,
             prompt_id=None if groups is None else groups[index],
             copy=copy,
+            allow_empty=allow_empty,
         )
 
     @classmethod
@@ -487,10 +451,10 @@ class TokenBatch:
     def _assemble(
         cls, logp, old_logp, mask, lengths, ids, index, problems, dropped, rollout_logp=None, **options
     ) -> TokenBatch:
-        """Keep the good sequences' counted tokens; record token positions (``options``: prompt_id, copy)."""
+        """Keep the good sequences' tokens, positions (``options``: prompt_id, copy, allow_empty)."""
         prompt_id, copy = options.get("prompt_id"), options.get("copy", True)
         good = ~np.isin(index, np.fromiter(problems, dtype=np.int64, count=len(problems)))
-        if not good.any():
+        if not good.any() and not options.get("allow_empty"):
             raise ValueError(f"no valid sequence left ({len(dropped)} dropped)")
         counted = np.ones(logp.size, dtype=bool) if mask is None else mask == 1
         counted &= np.repeat(good, lengths)
@@ -590,9 +554,7 @@ class TokenBatch:
 
     def group_index(self) -> np.ndarray:
         """Return the group of each sequence, 0 .. n_groups - 1 (without ``prompt_id``: one per sequence)."""
-        if self.prompt_id is None:
-            return np.arange(len(self), dtype=np.int64)
-        return np.unique(self.prompt_id.astype(str), return_inverse=True)[1].astype(np.int64).ravel()
+        return group_index(self.prompt_id, len(self))
 
     @property
     def ratio(self) -> np.ndarray:

@@ -83,6 +83,34 @@ class EmpiricalCGF:
         self._z = y - self.mean
         self.zmax = float(np.max(np.abs(self._z)))
         self._coef = self._series_coefficients()
+        self._values = None
+        self._direct_values: dict[float, float] = {}
+
+    @classmethod
+    def from_sums(
+        cls, n: int, mean: float, zmax: float, coef, direct: dict[float, float], values=None
+    ) -> EmpiricalCGF:
+        r"""Return the CGF of a sample known by its sums, not its values (the streaming analysis).
+
+        ``mean`` and ``zmax`` as the constructor computes them, ``coef`` the 41 series coefficients
+        :math:`c_k = \overline{u^k}/k!` (:math:`c_0 = 0`), ``direct`` :math:`L(s)` at each
+        :math:`s` with :math:`|s| z_{max} > 2`, where the series does not serve
+        (:meth:`needs_direct`). :meth:`L` at another such :math:`s` needs every value: ``values()``
+        gives them where the sample is in memory (None: ``ValueError``).
+        """
+        out = cls.__new__(cls)
+        out.n, out.mean, out.zmax = int(n), float(mean), float(zmax)
+        out._z = None
+        out._values = values
+        out._coef = np.asarray(coef, dtype=np.float64)
+        out._direct_values = dict(direct)
+        return out
+
+    @staticmethod
+    def needs_direct(s, zmax: float) -> np.ndarray:
+        """Return the values of ``s`` (unique, sorted) where :math:`L(s)` is direct, not the series."""
+        s = np.unique(np.asarray(s, dtype=np.float64).ravel())
+        return s[~(np.abs(s * zmax) <= _SERIES_X)]
 
     def _series_coefficients(self) -> np.ndarray:
         """c_k = mean(u^k) / k! for k = 0..40 (c_0 = 0), u = z / zmax."""
@@ -99,6 +127,12 @@ class EmpiricalCGF:
         return coef
 
     def _direct(self, s: float) -> float:
+        if s in self._direct_values:
+            return self._direct_values[s]
+        if self._z is None:
+            if self._values is None:
+                raise ValueError(f"this CGF was built from sums: L({s!r}) needs every value")
+            self._z = np.asarray(self._values(), dtype=np.float64) - self.mean
         a = s * self._z
         top = float(np.max(a))
         if top <= 700.0:

@@ -26,7 +26,7 @@ import numpy as np
 from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.predictions import ALL_MODELS, TOO_FEW, child_seed
 
-__all__ = ["heldout_judgment", "prompt_folds"]
+__all__ = ["group_folds", "heldout_judgment", "prompt_folds"]
 
 
 def prompt_folds(batch: TokenBatch, k: int, seed) -> np.ndarray:
@@ -45,7 +45,11 @@ def prompt_folds(batch: TokenBatch, k: int, seed) -> np.ndarray:
     -------
     ndarray of int64, shape ``(len(batch),)``
     """
-    groups = batch.group_index()
+    return group_folds(batch.group_index(), k, seed)
+
+
+def group_folds(groups: np.ndarray, k: int, seed) -> np.ndarray:
+    """Return :func:`prompt_folds` of sequences whose groups (0 .. G-1, as ``group_index``) are given."""
     n_groups = int(groups.max()) + 1
     if k < 2 or k > n_groups:
         raise ValueError(f"k must be in 2 .. {n_groups} (the number of prompts), got {k}")

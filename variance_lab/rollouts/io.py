@@ -77,12 +77,10 @@ exactly). NPZ arrays are read with ``allow_pickle=False``: nothing pickled is ev
 
 from __future__ import annotations
 
-import contextlib
 import json
 import zipfile
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -90,15 +88,13 @@ import numpy as np
 from variance_lab._jsonl import iter_jsonl, open_text
 from variance_lab.rollouts.batch import (
     TokenBatch,
-    build_batch,
     check_on_bad,
-    prompt_id_problem,
     segment_offsets,
 )
+from variance_lab.rollouts.parquet import REJECTED, first_line, import_pyarrow, read_parquet
 from variance_lab.rollouts.presets import RUN_PRESETS, load_run
 from variance_lab.rollouts.records import (
     FIELDS,
-    TOKEN_FIELDS,
     batch_from_records,
     field_names,
     id_array,
@@ -120,9 +116,6 @@ ROLLOUT_FORMATS = ("jsonl", "parquet", "npz")
 #: Every name ``preset=`` takes: the framework files that :mod:`variance_lab.rollouts.presets`
 #: reads (NeMo-RL's ``train_data_step{N}.jsonl``, prime-rl's token exports, slime's ``.pt`` dumps).
 PRESET_NAMES = tuple(sorted(RUN_PRESETS))
-#: The recorder's column of the tokens a trainer's rejection kept (:mod:`variance_lab.integrations.recorder`):
-#: not read into the batch, counted in a note.
-REJECTED = "rs_mask"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
 
 
@@ -163,157 +156,6 @@ def _read_jsonl(path: Path, names, on_bad) -> TokenBatch:
     return batch_from_records((rec for _, rec in iter_jsonl(path)), names, on_bad)
 
 
-def _import_pyarrow():
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError as exc:  # pragma: no cover - pyarrow is in the dev extra
-        raise ImportError(
-            "reading or writing Parquet needs pyarrow: pip install 'variance_lab[parquet]'"
-        ) from exc
-    return pa, pq
-
-
-def _parquet_list_column(table, name: str):
-    """(flat float64 values, lengths, row is null) of a list column."""
-    pa, _ = _import_pyarrow()
-    col = table.column(name).combine_chunks()
-    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
-        raise ValueError(f"column {name!r} must be a list of numbers, got {col.type}")
-    vtype = col.type.value_type
-    if not (pa.types.is_floating(vtype) or pa.types.is_integer(vtype) or pa.types.is_boolean(vtype)):
-        raise ValueError(f"column {name!r} must be a list of numbers, got {col.type}")
-    is_null = col.is_null().to_numpy(zero_copy_only=False)
-    lengths = col.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    values = col.flatten().cast(pa.float64()).to_numpy(zero_copy_only=False)  # null entries -> NaN
-    return np.asarray(values, dtype=np.float64), lengths, is_null
-
-
-def _null_mask_counts_all(values, lengths, is_null, logp_lengths):
-    """Fill null masks (rows) with ones: a null mask means every token counts, as an absent one."""
-    if not is_null.any():
-        return values, lengths, is_null
-    lengths = np.where(is_null, logp_lengths, lengths)
-    out = np.ones(lengths.sum())
-    out[np.repeat(~is_null, lengths)] = values
-    return out, lengths, np.zeros_like(is_null)
-
-
-@contextlib.contextmanager
-def _system_memory_pool():
-    """Let Arrow allocate from the C library's ``malloc`` while the block runs, not from its own pool.
-
-    Arrow's default pool (mimalloc or jemalloc) kept what a read freed: reading a dump of 1.6e7
-    tokens left about 0.75 GB held by it once the batch was built, beside the batch's 0.5 GB
-    (measured on the 2-core AMD EPYC VM). From ``malloc`` it goes back to the heap NumPy allocates
-    from. ``read_table`` and ``flatten`` take no pool of their own, hence the default's swap.
-    """
-    pa, _ = _import_pyarrow()
-    before = pa.default_memory_pool()
-    pa.set_memory_pool(pa.system_memory_pool())
-    try:
-        yield
-    finally:
-        pa.set_memory_pool(before)
-
-
-def _parquet_table(path: Path):
-    """Return the file's Arrow table; a file that is not intact Parquet is a ValueError naming it."""
-    pa, pq = _import_pyarrow()
-    try:
-        return pq.read_table(path)
-    except (FileNotFoundError, PermissionError, IsADirectoryError):
-        raise
-    except (pa.ArrowException, OSError) as exc:
-        raise ValueError(f"{path.name}: not a readable Parquet file ({_first_line(exc)})") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def _read_parquet(path: Path, names, on_bad) -> TokenBatch:
-    with _system_memory_pool():
-        return _parquet_batch(path, names, on_bad)
-
-
-def _parquet_batch(path: Path, names, on_bad) -> TokenBatch:
-    table = _parquet_table(path)
-    present = set(table.column_names)
-    for f in ("logp", "old_logp"):
-        if names[f] not in present:
-            raise ValueError(f"{path.name}: no column {names[f]!r} (columns: {sorted(present)})")
-    n = table.num_rows
-    ids = table.column(names["id"]).to_pylist() if names["id"] in present else [None] * n
-    ids = [i if v is None else v for i, v in enumerate(ids)]
-    prompts = None
-    if names["prompt_id"] in present:
-        prompts = table.column(names["prompt_id"]).to_pylist()
-        for i, v in enumerate(prompts):
-            problem = prompt_id_problem(v)
-            if problem:
-                raise ValueError(
-                    f"{path.name}: row {i} (id={ids[i]!r}): column {names['prompt_id']!r} {problem}"
-                )
-    fields = [f for f in TOKEN_FIELDS if names[f] in present]
-    cols = {f: _parquet_list_column(table, names[f]) for f in fields}
-    if "mask" in cols:
-        cols["mask"] = _null_mask_counts_all(*cols["mask"], cols["logp"][1])
-    notes = _rejection_note(path, table, cols.get("mask")) if REJECTED in present else ()
-    known = {}
-    for f in ("rollout_logp", "old_logp", "logp"):  # the first field's problem wins
-        if f in cols:
-            known.update({i: f"field {names[f]!r} is null" for i in np.flatnonzero(cols[f][2]).tolist()})
-    if known:  # a row with a null field enters with length 0 in every field: no mismatch reported
-        bad_row = np.zeros(n, dtype=bool)
-        bad_row[list(known)] = True
-        cols = {
-            f: (v[~np.repeat(bad_row, lens)], np.where(bad_row, 0, lens), null)
-            for f, (v, lens, null) in cols.items()
-        }
-    mask, mask_lens = cols.get("mask", (None, None, None))[:2]
-    roll, roll_lens = cols.get("rollout_logp", (None, None, None))[:2]
-    batch = build_batch(
-        cols["logp"][0],
-        cols["old_logp"][0],
-        cols["logp"][1],
-        old_lengths=cols["old_logp"][1],
-        mask=mask,
-        mask_lengths=mask_lens,
-        ids=id_array(ids),
-        on_bad=on_bad,
-        known=known,
-        rollout_logp=roll,
-        rollout_lengths=roll_lens,
-        prompt_id=prompts,
-        copy=False,  # the arrays are this reader's own
-    )
-    return replace(batch, notes=notes) if notes else batch
-
-
-def _rejection_note(path: Path, table, mask) -> tuple[str, ...]:
-    """Count what a trainer's rejection cut (the recorder's ``rs_mask`` against ``mask``), as one note.
-
-    Nothing when the two columns' rows do not line up (the sequences' own checks report those).
-    """
-    kept, kept_lens, kept_null = _parquet_list_column(table, REJECTED)
-    if mask is None or kept_null.any() or not np.array_equal(kept_lens, mask[1]):
-        return ()
-    counted = mask[0] == 1
-    cut = counted & (kept != 1)
-    if not counted.any():
-        return ()
-    seqs = np.repeat(np.arange(kept_lens.size), kept_lens)
-    n_seq = np.unique(seqs[cut]).size
-    return (
-        f"{path.name}: the trainer's rejection (verl's rollout_rs; column {REJECTED}) cut "
-        f"{int(cut.sum()):,} of {int(counted.sum()):,} counted tokens "
-        f"({100 * cut.mean(where=counted):.3g} %) "
-        f"in {n_seq:,} of {kept_lens.size:,} sequences; every statistic here counts the tokens before the "
-        "rejection (column mask)",
-    )
-
-
 def _npz_prompts(path: Path, data: dict, key: str):
     """Return the NPZ's 1-D prompt ids (strings or integers), None when absent; ValueError when bad."""
     if key not in data:
@@ -343,11 +185,11 @@ def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
             with z:
                 return {k: z[k] for k in z.files}
         except _ZIP_ERRORS as exc:
-            raise ValueError(f"{path.name}: not an intact .npz archive ({_first_line(exc)})") from None
+            raise ValueError(f"{path.name}: not an intact .npz archive ({first_line(exc)})") from None
         except ValueError as exc:  # NumPy's refusal of a pickled array, or of a malformed header
             if str(exc).startswith(path.name):
                 raise
-            raise ValueError(f"{path.name}: {_first_line(exc)}") from None
+            raise ValueError(f"{path.name}: {first_line(exc)}") from None
 
 
 def _read_npz(path: Path, names, on_bad) -> TokenBatch:
@@ -381,7 +223,7 @@ def _read_npz(path: Path, names, on_bad) -> TokenBatch:
     raise ValueError(f"{path.name}: NPZ needs 2-D padded arrays, or 1-D flat arrays with 'lengths'")
 
 
-_READERS = {"jsonl": _read_jsonl, "parquet": _read_parquet, "npz": _read_npz}
+_READERS = {"jsonl": _read_jsonl, "parquet": read_parquet, "npz": _read_npz}
 
 
 def load_batch(
@@ -489,7 +331,7 @@ def _write_jsonl_flat(path: Path, flat, lens, ids, prompts=None) -> None:
 
 
 def _write_parquet_flat(path: Path, flat, lens, ids, prompts=None) -> None:
-    pa, pq = _import_pyarrow()
+    pa, pq = import_pyarrow()
     columns = {"id": pa.array(_file_ids(ids).tolist())}
     if prompts is not None:
         columns["prompt_id"] = pa.array(_file_ids(prompts).tolist())
@@ -582,7 +424,7 @@ def _write_jsonl_records(path: Path, records: list[dict]) -> None:
 
 
 def _write_parquet_records(path: Path, records: list[dict]) -> None:
-    pa, pq = _import_pyarrow()
+    pa, pq = import_pyarrow()
     ids = _file_ids(id_array([rec.get("id", i) for i, rec in enumerate(records)]))
     columns = {"id": pa.array(ids.tolist())}
     if any("prompt_id" in rec for rec in records):

@@ -33,14 +33,8 @@ from variance_lab.rollouts.predictions import (
     interval_score,
     prediction_columns,
 )
-from variance_lab.rollouts.statistics import (
-    Autocorrelation,
-    LogRatioFit,
-    bucket_variances,
-    fit_with_autocorrelation,
-    length_buckets,
-)
-from variance_lab.rollouts.subsample import FIT_SEQUENCES, FIT_TOKENS, fit_sample
+from variance_lab.rollouts.statistics import Autocorrelation, LogRatioFit, bucket_table, length_buckets
+from variance_lab.rollouts.summaries import Summaries
 from variance_lab.stats.special import LN10
 
 __all__ = [
@@ -269,46 +263,49 @@ def _bucket_predictions(
     return row
 
 
-def _observed_rows(batch, edges, boot: dict, gspo_range, ppo_range) -> pd.DataFrame:
-    """bucket_variances (bootstrap settings ``boot``) plus log10 interval ends of Var(G)."""
-    obs = bucket_variances(batch, edges, gspo_range=gspo_range, ppo_range=ppo_range, **boot)
+def _observed_rows(sequences, edges, boot: dict) -> pd.DataFrame:
+    """bucket_table (bootstrap settings ``boot``) plus log10 interval ends of Var(G)."""
+    obs = bucket_table(sequences, sequences.groups, edges, **boot)
     with np.errstate(divide="ignore"):
         obs["log10_var_G_lo"] = np.log10(obs["var_G_lo"].to_numpy(float))
         obs["log10_var_G_hi"] = np.log10(obs["var_G_hi"].to_numpy(float))
     return obs
 
 
-def heldout(
-    batch: TokenBatch,
-    edges,
-    boot: dict,
-    ranges: dict,
-    *,
-    c: float,
-    k: int,
-    seed,
-    step=None,
-    fit_tokens: int | None = FIT_TOKENS,
-    fit_sequences: int | None = FIT_SEQUENCES,
-) -> dict | None:
+class _Folds:
+    """What :func:`~variance_lab.rollouts.heldout.heldout_judgment` asks of a batch, of the summaries'."""
+
+    def __init__(self, summaries: Summaries) -> None:
+        self.summaries = summaries
+        self.has_groups = summaries.source.has_groups
+
+    def group_index(self) -> np.ndarray:
+        return self.summaries.groups
+
+    def select(self, mask) -> np.ndarray:
+        return np.flatnonzero(mask)
+
+
+def heldout(summaries: Summaries, edges, boot: dict, ranges: dict, *, k: int, seed, step=None) -> dict | None:
     """Run the held-out judgment (:func:`~variance_lab.rollouts.heldout.heldout_judgment`) with :func:`judge`.
 
-    Fold ``f``'s bootstrap draws from the spawn key 50,000 + f of ``seed``; its token-mixture fits
-    see samples of the other folds (``fit_tokens``, ``fit_sequences``) as :func:`judge` draws them.
+    Fold ``f``'s bootstrap draws from the spawn key 50,000 + f of ``seed``; its models are fitted to
+    the other folds (the summaries' set ``("rest", f)``, their samples drawn as :func:`judge` says).
     """
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
 
-    def judge_fold(eval_batch, fit_batch, f):
-        fold_seed = child_seed(ss, 50_000 + f)
-        fold_boot = boot | {"seed": fold_seed}
-        budgets = {"fit_tokens": fit_tokens, "fit_sequences": fit_sequences}
-        judged = judge(eval_batch, fit_batch, edges, fold_boot, ranges, c=c, fit_models=True, **budgets)
+    def judge_fold(eval_index, fit_index, f):
+        if not np.array_equal(eval_index, summaries.eval_index[("fold", f)]):
+            raise AssertionError("the held-out folds differ from the summaries' plan")
+        fold_boot = boot | {"seed": child_seed(ss, 50_000 + f)}
+        sets = summaries.eval_set(("fold", f)), summaries.fit_set(("rest", f))
+        judged = judge(*sets, edges, fold_boot, ranges, fit_models=True)
         return judged.table if judged.fitted else None
 
-    return heldout_judgment(batch, judge_fold, k=k, seed=ss, step=step)
+    return heldout_judgment(_Folds(summaries), judge_fold, k=k, seed=ss, step=step)
 
 
-def group_summary(batch: TokenBatch) -> dict:
+def group_summary(batch: TokenBatch | Summaries) -> dict:
     """How the sequences are grouped: prompts, the interval method, identical responses and a note.
 
     Without ``prompt_id``, sequences with the same token log-probs (identical responses, as
@@ -349,33 +346,25 @@ class Judged:
     acf_note: str
 
 
-def judge(
-    eval_batch: TokenBatch,
-    fit_batch: TokenBatch,
-    edges,
-    boot: dict,
-    ranges: dict,
-    *,
-    c: float,
-    fit_models: bool,
-    fit_tokens: int | None = FIT_TOKENS,
-    fit_sequences: int | None = FIT_SEQUENCES,
-) -> Judged:
-    """Judge ``eval_batch`` (observed values, intervals) by models fitted on ``fit_batch``.
+def judge(eval_set, fit_set, edges, boot: dict, ranges: dict, *, fit_models: bool) -> Judged:
+    """Judge the sequences ``eval_set`` (observed values, intervals) by models fitted to ``fit_set``.
 
-    ``boot``: ``n_boot``, ``level``, ``seed``; ``ranges``: ``gspo_range``, ``ppo_range`` (ratios)
-    and ``g_range``, ``p_range`` (their logs). ``analyze`` passes one batch twice (in sample);
-    the held-out judgment (:mod:`variance_lab.rollouts.heldout`) a fold and the other folds.
-    The token-mixture fits (``mix``, ``comb``) see a sample of ``fit_batch`` of about
-    ``fit_tokens`` tokens, ``hier`` one of about ``fit_sequences`` sequences
-    (:func:`~variance_lab.rollouts.subsample.fit_sample`, prompts in the order of the spawn key
-    70,000 of ``boot["seed"]``; None: all), named in ``fitted["samples"]``.
+    The two are a :class:`~variance_lab.rollouts.summaries.Summaries`' sets: ``eval_set`` an
+    :class:`~variance_lab.rollouts.summaries.EvalSummary`, ``fit_set`` a
+    :class:`~variance_lab.rollouts.summaries.FitSummary` (the pooled fit, the autocorrelation, the
+    CGF and the fit samples: the token-mixture fits ``mix``, ``comb`` see a sample of about
+    ``fit_tokens`` tokens, ``hier`` one of about ``fit_sequences`` sequences,
+    :func:`~variance_lab.rollouts.subsample.fit_sample`, prompts in the order of the spawn key
+    70,000 of the bootstrap's seed; None: all; named in ``fitted["samples"]``). ``boot``:
+    ``n_boot``, ``level``, ``seed``; ``ranges``: ``gspo_range``, ``ppo_range`` (ratios) and
+    ``g_range``, ``p_range`` (their logs). ``analyze`` judges the whole batch by itself (in
+    sample); the held-out judgment (:mod:`variance_lab.rollouts.heldout`) a fold by the other folds.
     """
     g_range, p_range = ranges["g_range"], ranges["p_range"]
-    obs = _observed_rows(eval_batch, edges, boot, ranges["gspo_range"], ranges["ppo_range"])
-    fit, acf, acf_note = fit_with_autocorrelation(fit_batch, c=c)
-    models = PredictionModels(fit, acf, EmpiricalCGF(fit_batch.log_ratio))
-    lengths = eval_batch.lengths
+    obs = _observed_rows(eval_set, edges, boot)
+    fit, acf, acf_note = fit_set.fit, fit_set.acf, fit_set.acf_note
+    models = PredictionModels(fit, acf, fit_set.cgf)
+    lengths = eval_set.lengths
     bucket, _ = length_buckets(lengths, edges)
     ppo_pred = float(normal_outside(fit.mu_y, fit.sigma2_y, p_range))
     rows = []
@@ -392,20 +381,16 @@ def judge(
     table = pd.DataFrame(rows, columns=list(ANALYSIS_COLUMNS))
     fitted = {}
     if fit_models:  # mix and hier predictions, clip intervals and the model choice (predictions.py)
-        order = child_seed(boot["seed"], 70_000)
-        samples = {
-            by: fit_sample(fit_batch, budget, by=by, seed=order)
-            for by, budget in (("tokens", fit_tokens), ("sequences", fit_sequences))
-        }
+        samples = fit_set.samples
         try:
-            fits = fitted_models(fit_batch, samples["tokens"].batch, samples["sequences"].batch)
+            fits = fitted_models(None, samples["tokens"].batch, samples["sequences"].batch)
             fitted = dict(zip(("mix", "hier", "comb"), fits, strict=True))
             fitted["samples"] = samples
         except ValueError:  # too few sequences or tokens, or constant log-ratios: columns stay NaN
             fit_models = False
     if fit_models:
         extra = prediction_columns(
-            eval_batch,
+            eval_set,
             table,
             bucket,
             (fitted["mix"], fitted["hier"], fitted["comb"]),

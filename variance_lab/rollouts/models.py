@@ -24,7 +24,12 @@ from __future__ import annotations
 
 from variance_lab.rollouts.combined import COMB_MAX_COMPONENTS, SPARSE_SD, CombinedFit, fit_combined
 from variance_lab.rollouts.mixture import MixtureFit, fit_mixture, normal_outside
-from variance_lab.rollouts.random_scale import RandomScaleFit, fit_random_scale, random_scale_loglik
+from variance_lab.rollouts.random_scale import (
+    RandomScaleFit,
+    SequenceStats,
+    fit_random_scale,
+    random_scale_loglik,
+)
 
 __all__ = [
     "COMB_MAX_COMPONENTS",
@@ -32,6 +37,7 @@ __all__ = [
     "CombinedFit",
     "MixtureFit",
     "RandomScaleFit",
+    "SequenceStats",
     "fit_combined",
     "fit_mixture",
     "fit_random_scale",

@@ -51,7 +51,6 @@ from variance_lab.rollouts.models import (
     fit_random_scale,
     normal_outside,
 )
-from variance_lab.rollouts.weights import segment_sums
 from variance_lab.stats import bootstrap_ratio
 from variance_lab.stats.special import LN10
 
@@ -194,18 +193,8 @@ def fitted_models(
     return mix, fit_random_scale(sequences), comb
 
 
-def _per_sequence_clips(batch: TokenBatch, g_range, p_range) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(GSPO clipped: 0/1 per sequence, PPO-clipped and GMPO-clipped tokens per sequence)."""
-    y, off = batch.log_ratio, batch.offsets
-    ybar = segment_sums(y, off) / np.diff(off)
-    g = ((ybar < g_range[0]) | (ybar > g_range[1])).astype(float)
-    p = segment_sums(((y < p_range[0]) | (y > p_range[1])).astype(float), off)
-    _, gmpo_clipped = corrections.apply_tokens(corrections.parse("gmpo"), y)
-    return g, p, segment_sums(gmpo_clipped.astype(float), off)
-
-
 def prediction_columns(
-    batch: TokenBatch,
+    sequences,
     table: pd.DataFrame,
     bucket: np.ndarray,
     fits: tuple[MixtureFit, RandomScaleFit, CombinedFit | None],
@@ -220,10 +209,14 @@ def prediction_columns(
     r"""Compute the :data:`PREDICTION_COLUMNS` of each row of the analysis ``table`` (module docstring).
 
     ``normal`` is the pooled fit :math:`(\hat\mu_y, \hat\sigma_y^2)` of ``iid`` and ``corr``.
+    ``sequences`` are the judged ones (:class:`~variance_lab.rollouts.summaries.EvalSummary`):
+    their ``lengths``, ``groups`` (prompts, or None) and tokens outside PPO's range
+    (:math:`y < \log a` or :math:`y > \log b`) and GMPO's per sequence, ``ppo_tokens`` and
+    ``gmpo_tokens``.
     """
-    lengths = batch.lengths
-    groups = batch.group_index() if batch.has_groups else None
-    _, p_seq, m_seq = _per_sequence_clips(batch, g_range, p_range)
+    lengths = sequences.lengths
+    groups = sequences.groups
+    p_seq, m_seq = sequences.ppo_tokens, sequences.gmpo_tokens
     emp = {"ppo": float(p_seq.sum() / lengths.sum()), "gmpo": float(m_seq.sum() / lengths.sum())}
     gauss = {
         k: float(normal_outside(normal[0], normal[1], r))

@@ -35,7 +35,7 @@ from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.mixture import normal_outside
 from variance_lab.rollouts.weights import segment_sums
 
-__all__ = ["RandomScaleFit", "fit_random_scale", "random_scale_loglik"]
+__all__ = ["RandomScaleFit", "SequenceStats", "fit_random_scale", "random_scale_loglik"]
 
 _GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(32)
 
@@ -157,14 +157,38 @@ class RandomScaleFit:
         return normal_outside(self.c - v / 2, v, log_range).mean(axis=1)
 
 
+@dataclass(frozen=True, eq=False)
+class SequenceStats:
+    r"""What the ``hier`` likelihood needs of each sequence: :math:`T_i`, :math:`\bar y_i` and :math:`S_i`.
+
+    :math:`S_i = \sum_t (y_t - \bar y_i)^2`, both sums by :func:`~variance_lab.ratios.segment_sums`
+    over the batch (:meth:`of`), or the same numbers from the streaming analysis
+    (:mod:`variance_lab.rollouts.summaries`), which never holds the batch.
+    """
+
+    T: np.ndarray
+    ybar: np.ndarray
+    S: np.ndarray
+
+    def __len__(self) -> int:
+        """Return the number of sequences."""
+        return self.T.size
+
+    @classmethod
+    def of(cls, batch: TokenBatch) -> SequenceStats:
+        """Return the statistics of a batch's sequences."""
+        y, off = batch.log_ratio, batch.offsets
+        T = np.diff(off).astype(np.float64)
+        s1 = segment_sums(y, off)
+        ybar = s1 / T
+        S = segment_sums((y - np.repeat(ybar, np.diff(off))) ** 2, off)
+        return cls(T, ybar, S)
+
+
 def _sequence_stats(batch: TokenBatch):
     """(T_i, sum y, sum y^2 about the sequence mean) per sequence."""
-    y, off = batch.log_ratio, batch.offsets
-    T = np.diff(off).astype(np.float64)
-    s1 = segment_sums(y, off)
-    ybar = s1 / T
-    S = segment_sums((y - np.repeat(ybar, np.diff(off))) ** 2, off)
-    return T, ybar, S
+    stats = SequenceStats.of(batch)
+    return stats.T, stats.ybar, stats.S
 
 
 def _log_integral(p, a, b):
@@ -244,13 +268,13 @@ def _hessian(f, x: np.ndarray, h: float = 1e-4) -> np.ndarray:
     return H
 
 
-def fit_random_scale(batch: TokenBatch, *, length_dependent: bool = True) -> RandomScaleFit:
+def fit_random_scale(batch: TokenBatch | SequenceStats, *, length_dependent: bool = True) -> RandomScaleFit:
     r"""Fit the random-scale model, with :math:`\theta(T) = \theta_0 (T/T_0)^\beta`, by likelihood.
 
     Parameters
     ----------
-    batch : TokenBatch
-        At least 10 sequences.
+    batch : TokenBatch or SequenceStats
+        At least 10 sequences (or their statistics).
     length_dependent : bool
         Fit :math:`\beta`; False holds :math:`\beta = 0` (the ``random-scale`` family for every length).
 
@@ -258,11 +282,12 @@ def fit_random_scale(batch: TokenBatch, *, length_dependent: bool = True) -> Ran
     -------
     RandomScaleFit
     """
-    if not isinstance(batch, TokenBatch):
+    if not isinstance(batch, TokenBatch | SequenceStats):
         raise ValueError(f"fit_random_scale needs a TokenBatch, got {type(batch).__name__}")
     if len(batch) < 10:
         raise ValueError(f"fit_random_scale needs at least 10 sequences, got {len(batch)}")
-    T, ybar, S = _sequence_stats(batch)
+    stats = batch if isinstance(batch, SequenceStats) else SequenceStats.of(batch)
+    T, ybar, S = stats.T, stats.ybar, stats.S
     T0 = float(np.median(T))
     ms = np.maximum((S + T * (ybar - np.mean(ybar)) ** 2) / T, 1e-300)
     slope = float(np.polyfit(np.log(T / T0), np.log(ms), 1)[0]) if length_dependent and np.ptp(T) > 0 else 0.0

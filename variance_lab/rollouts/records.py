@@ -21,7 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from variance_lab.rollouts.batch import TokenBatch, build_batch, prompt_id_problem
+from variance_lab.rollouts.batch import TokenBatch, build_batch
+from variance_lab.rollouts.prompts import prompt_id_problem
 
 __all__ = [
     "FIELDS",

@@ -38,8 +38,12 @@ __all__ = [
     "BUCKET_COLUMNS",
     "Autocorrelation",
     "LogRatioFit",
+    "TokenLayout",
+    "acf_or_reason",
     "autocorrelation",
+    "bucket_table",
     "bucket_variances",
+    "centred_autocorrelation",
     "fit_log_ratios",
     "fit_with_autocorrelation",
     "length_buckets",
@@ -239,15 +243,32 @@ def bucket_variances(
         ppo_clip_frac               fraction of tokens outside ``ppo_range``
         ==========================  ==========================================================
     """
+    _check_bootstrap(n_boot, level)
+    w = sequence_weights(batch, gspo_range=gspo_range, ppo_range=ppo_range)
+    groups = batch.group_index() if batch.has_groups else None
+    return bucket_table(w, groups, edges, n_boot=n_boot, level=level, seed=seed)
+
+
+def _check_bootstrap(n_boot, level) -> None:
     if isinstance(n_boot, bool) or not isinstance(n_boot, int | np.integer) or n_boot < 0:
         raise ValueError(f"n_boot must be an integer >= 0, got {n_boot!r}")
     if not 0.0 < float(level) < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
-    w = sequence_weights(batch, gspo_range=gspo_range, ppo_range=ppo_range)
+
+
+def bucket_table(w, groups, edges=None, *, n_boot: int = 1000, level: float = 0.95, seed=0) -> pd.DataFrame:
+    """Return :func:`bucket_variances` of sequences known by their weights ``w``, not their tokens.
+
+    ``w`` has the attributes ``length``, ``log_P``, ``log_G``, ``clipped_gspo`` and
+    ``n_token_clipped`` of :class:`~variance_lab.rollouts.weights.SequenceWeights` (one value
+    per sequence; the streaming analysis's :class:`~variance_lab.rollouts.summaries.EvalSummary`
+    has them too); ``groups`` the sequences' prompts (any labels in the order of
+    :meth:`~variance_lab.rollouts.batch.TokenBatch.group_index`) or None.
+    """
+    _check_bootstrap(n_boot, level)
     bucket, edges = length_buckets(w.length, edges)
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     children = ss.spawn(edges.size - 1)
-    groups = batch.group_index() if batch.has_groups else None
     rows = []
     for k in range(edges.size - 1):
         sel = np.flatnonzero(bucket == k)
@@ -270,17 +291,26 @@ def _group_tokens(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np
     return tok, row_of
 
 
-def _lag_sums(x: np.ndarray, positions: np.ndarray, offsets: np.ndarray, max_lag: int):
+def _lag_sums(x: np.ndarray, positions: np.ndarray | None, offsets: np.ndarray, max_lag: int, spans=None):
     r"""Pooled :math:`\sum x_t x_{t+k}` and pair counts for k = 0..max_lag, within sequences.
 
     Sequences, sorted by span, go in groups into zero-padded 2-D arrays of width at least
     span + max_lag (so circular correlation is linear there); the power spectra of the rows
     are summed and transformed back. The pair counts come the same way from the indicator
-    of counted tokens, which makes holes gaps.
+    of counted tokens, which makes holes gaps; without holes (``positions`` None: every
+    sequence's tokens one after another) they are :math:`\sum_i \max(T_i - k, 0)`, the integers
+    the indicator's transform rounds to.
     """
-    spans = positions[offsets[1:] - 1] + 1
+    if spans is None:
+        spans = positions[offsets[1:] - 1] + 1
     order = np.argsort(spans, kind="stable")
     sums, counts = np.zeros(max_lag + 1), np.zeros(max_lag + 1)
+    if positions is None:  # sum_i max(T_i - k, 0) = (sum of the spans above k) - k (their number)
+        hist = np.bincount(spans)
+        k = np.arange(max_lag + 1)
+        above = spans.size - np.cumsum(hist)[np.minimum(k, hist.size - 1)]
+        above_sum = int(spans.sum()) - np.cumsum(hist * np.arange(hist.size))[np.minimum(k, hist.size - 1)]
+        counts = (above_sum - k * above).astype(np.float64)
     start, n = 0, spans.size
     while start < n:
         width = fft.next_fast_len(int(spans[order[start]]) + max_lag, real=True)
@@ -290,9 +320,10 @@ def _lag_sums(x: np.ndarray, positions: np.ndarray, offsets: np.ndarray, max_lag
             stop = start + max(1, (stop - start) // 2)
             width = fft.next_fast_len(int(spans[order[stop - 1]]) + max_lag, real=True)
         tok, row_of = _group_tokens(offsets, order[start:stop])
-        for values, acc in ((x[tok], sums), (np.ones(tok.size), counts)):
+        pos = tok - offsets[order[start:stop]][row_of] if positions is None else positions[tok]
+        for values, acc in ((x[tok], sums), (np.ones(tok.size), counts))[: 1 if positions is None else 2]:
             grid = np.zeros((stop - start, width))
-            grid[row_of, positions[tok]] = values
+            grid[row_of, pos] = values
             spec = fft.rfft(grid, axis=1)
             power = (spec.real**2 + spec.imag**2).sum(axis=0)
             acc += fft.irfft(power, n=width)[: max_lag + 1]
@@ -372,11 +403,41 @@ class Autocorrelation:
         return self.gamma0 * (T + 2.0 * terms.sum(axis=-1))
 
 
+@dataclass(frozen=True, eq=False)
+class TokenLayout:
+    """Where a flat series' tokens sit: sequence ``offsets``, each sequence's ``spans`` (last place + 1).
+
+    ``positions`` are the tokens' places in their sequences (None: each sequence's one after another).
+    """
+
+    offsets: np.ndarray
+    spans: np.ndarray
+    positions: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, batch: TokenBatch) -> TokenLayout:
+        """Return a batch's layout (``positions`` None where no mask leaves a hole)."""
+        spans = batch.positions[batch.offsets[1:] - 1] + 1
+        holes = not np.array_equal(spans, batch.lengths)
+        return cls(batch.offsets, spans, batch.positions if holes else None)
+
+
 def _autocorrelation(x: np.ndarray, batch: TokenBatch, c: float, max_lag: int | None) -> Autocorrelation:
     """Autocorrelation of the flat series ``x`` laid out like ``batch``; raises if no pair exists."""
-    x = x - x.mean()
+    return centred_autocorrelation(x - x.mean(), TokenLayout.of(batch), c, max_lag)
+
+
+def centred_autocorrelation(
+    x: np.ndarray, layout: TokenLayout, c: float, max_lag: int | None = None
+) -> Autocorrelation:
+    """Return the autocorrelation of a series centred on its mean (``x - x.mean()``), laid out by ``layout``.
+
+    :func:`autocorrelation`'s arithmetic, for a caller that centres the series in place (the
+    streaming analysis of :mod:`variance_lab.rollouts.summaries`). Raises ``ValueError`` where it
+    is undefined (no sequence of two tokens, a constant series).
+    """
     n = x.size
-    spans = batch.positions[batch.offsets[1:] - 1] + 1
+    spans = layout.spans
     top = int(spans.max()) - 1 if max_lag is None else min(int(max_lag), int(spans.max()) - 1)
     if top < 1:
         raise ValueError("autocorrelation needs a sequence with at least two tokens")
@@ -385,7 +446,7 @@ def _autocorrelation(x: np.ndarray, batch: TokenBatch, c: float, max_lag: int | 
         raise ValueError("the series is constant: its autocorrelation is undefined")
     K = min(top, 64)
     while True:
-        sums, pairs = _lag_sums(x, batch.positions, batch.offsets, K)
+        sums, pairs = _lag_sums(x, layout.positions, layout.offsets, K, spans)
         has = pairs > 0
         last = K if has.all() else int(np.argmin(has)) - 1
         acf = np.where(has, sums / np.maximum(pairs, 1), np.nan)[: last + 1] / gamma0
@@ -522,8 +583,13 @@ def _tau_or_one(x: np.ndarray, batch: TokenBatch, c: float, min_pairs: int, acf=
 
 def _acf_or_reason(x: np.ndarray, batch: TokenBatch, c: float, min_pairs: int):
     """Return (the autocorrelation of ``x``, "") or (None, why it is undefined), as `autocorrelation` does."""
+    return acf_or_reason(lambda: _autocorrelation(x, batch, c, None), min_pairs)
+
+
+def acf_or_reason(compute, min_pairs: int) -> tuple[Autocorrelation | None, str]:
+    """Return (``compute()``, "") when it gives at least ``min_pairs`` lag-one pairs, else (None, why not)."""
     try:
-        result = _autocorrelation(x, batch, c, None)
+        result = compute()
         _check_pairs(result, min_pairs)
     except ValueError as exc:  # no pair one position apart, too few of them, or a constant series
         return None, str(exc)

@@ -27,13 +27,13 @@ A batch within a budget is its own sample: nothing is drawn, and the fit is that
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from variance_lab.rollouts.batch import TokenBatch
 
-__all__ = ["FIT_SEQUENCES", "FIT_TOKENS", "SAMPLE_BY", "FitSample", "fit_sample"]
+__all__ = ["FIT_SEQUENCES", "FIT_TOKENS", "SAMPLE_BY", "FitSample", "fit_sample", "sample_mask"]
 
 #: Tokens the token-mixture fits of ``analyze`` see at most (about; whole prompts): 2^18.
 FIT_TOKENS = 1 << 18
@@ -52,7 +52,8 @@ class FitSample:
     Attributes
     ----------
     batch : TokenBatch
-        The sample (the batch itself when nothing was drawn).
+        The sample (the batch itself when nothing was drawn); for the ``hier`` sample of the
+        streaming analysis its :class:`~variance_lab.rollouts.random_scale.SequenceStats`.
     n_sequences, n_tokens, n_groups : int
         Its sequences, tokens and prompts (sequences, without ``prompt_id``).
     of_sequences, of_tokens, of_groups : int
@@ -75,6 +76,10 @@ class FitSample:
     unit: str
     budget: int | None
     by: str = "tokens"
+
+    def with_sample(self, batch, unit: str) -> FitSample:
+        """Return these counts with the sample itself (a batch, or what a fit takes instead) and the unit."""
+        return replace(self, batch=batch, unit=unit)
 
     @property
     def subsampled(self) -> bool:
@@ -131,25 +136,44 @@ def fit_sample(
     -------
     FitSample
     """
+    unit = "prompts" if batch.has_groups else "sequences"
+    chosen, drawn = sample_mask(batch.group_index(), batch.lengths, budget, by=by, seed=seed)
+    sample = batch if chosen is None else batch.select(chosen)
+    return drawn.with_sample(sample, unit)
+
+
+def sample_mask(groups, lengths, budget: int | None, *, by: str = "tokens", seed=0):
+    """Return which sequences :func:`fit_sample` draws (None: all) and the sample's counts, without the batch.
+
+    ``groups`` numbers the sequences' prompts 0 .. G-1 (as
+    :meth:`~variance_lab.rollouts.batch.TokenBatch.group_index`),
+    ``lengths`` their tokens: what the draw looks at. The counts come as a :class:`FitSample` without
+    its batch (:meth:`FitSample.with_sample` sets it); the streaming analysis reads the chosen
+    sequences itself.
+
+    Returns
+    -------
+    (ndarray of bool or None, FitSample)
+    """
     if budget is not None and (
         isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 1
     ):
         raise ValueError(f"budget must be an integer >= 1 or None, got {budget!r}")
     if by not in SAMPLE_BY:
         raise ValueError(f"by must be one of {tuple(SAMPLE_BY)}, got {by!r}")
-    groups = batch.group_index()
+    lengths = np.asarray(lengths, dtype=np.int64)
     n_groups = int(groups.max()) + 1
-    unit = "prompts" if batch.has_groups else "sequences"
-    whole = (len(batch), batch.n_tokens, n_groups)
-    size = batch.n_tokens if by == "tokens" else len(batch)
+    whole = (lengths.size, int(lengths.sum()), n_groups)
+    size = whole[1] if by == "tokens" else whole[0]
     if budget is None or size <= budget:
-        return FitSample(batch, *whole, *whole, unit, None if budget is None else int(budget), by)
+        return None, FitSample(None, *whole, *whole, "", None if budget is None else int(budget), by)
     rng = np.random.default_rng(seed)
     order = rng.permutation(n_groups)
-    weights = batch.lengths if by == "tokens" else None
+    weights = lengths if by == "tokens" else None
     counts = np.bincount(groups, weights=weights, minlength=n_groups)[order]
     taken = order[: int(np.searchsorted(np.cumsum(counts), budget)) + 1]
     chosen = np.zeros(n_groups, dtype=bool)
     chosen[taken] = True
-    sample = batch.select(chosen[groups])
-    return FitSample(sample, len(sample), sample.n_tokens, int(taken.size), *whole, unit, int(budget), by)
+    mask = chosen[groups]
+    drawn = (int(mask.sum()), int(lengths[mask].sum()), int(taken.size))
+    return mask, FitSample(None, *drawn, *whole, "", int(budget), by)
