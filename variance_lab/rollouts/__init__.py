@@ -12,6 +12,7 @@ module             holds
 ``parquet``        the Parquet format, read whole or a number of rows at a time
 ``source``         token sources: a batch or a file in pieces, read once per pass, and the first pass
 ``statistics``     length buckets, bucket variances, the pooled fit, autocorrelation
+``lags``           the pooled lag sums within sequences, by FFT (the autocorrelation's core)
 ``cgf``            the empirical cumulant generating function
 ``split``          the total ratio split into the rollout mismatch and the policy update
 ``mixture``        the ``mix`` model: a Gaussian token mixture in log space (EM, BIC); ``normal_outside``

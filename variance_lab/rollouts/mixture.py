@@ -21,6 +21,7 @@ from scipy import special
 from variance_lab import theory
 from variance_lab.families import LognormalMixture
 from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.pairwise import segment_totals
 from variance_lab.simulate._jit import kernel
 
 __all__ = ["MixtureFit", "fit_mixture", "fit_mixture_bic", "normal_outside"]
@@ -96,7 +97,7 @@ class MixtureFit:
         out = {}
         for stat in ("mean_P", "var_P", "mean_G", "var_G"):
             out[stat] = theory.value(stat, fam, T, log10=True) * math.log(10.0)
-        out["gspo_clip"] = np.array([self._gspo_clip(int(t), gspo_log_range) for t in T])
+        out["gspo_clip"] = self.gspo_clips(T, gspo_log_range)
         out["ppo_clip"] = self.token_clip(T, ppo_log_range)
         return out
 
@@ -105,20 +106,87 @@ class MixtureFit:
         p = float(np.sum(self.weights * normal_outside(self.means, self.variances, log_range)))
         return np.full(np.atleast_1d(np.asarray(T)).shape, p)
 
-    def _gspo_clip(self, T: int, log_range) -> float:
-        r"""Return the clip probability of the mean of :math:`T` tokens.
+    def gspo_clips(self, T, log_range) -> np.ndarray:
+        r"""Return the clip probability of the mean of :math:`T` tokens, at each ``T``.
 
         :math:`P(\bar y \notin (\log a, \log b))`, exact over the component counts
         :math:`n \sim \mathrm{Multinomial}(T, w)`, given which
-        :math:`\bar y \sim N(\sum n_j m_j / T, \sum n_j v_j / T^2)`.
+        :math:`\bar y \sim N(\sum n_j m_j / T, \sum n_j v_j / T^2)`, summed over the counts whose
+        probability is above :math:`e^{-40}` of the largest (:func:`_likely_counts`: a window around
+        the mode, not the :math:`T^2/2` compositions of three components at :math:`T = 8192`).
         """
         w, m, v = self.weights, self.means, self.variances
-        counts = _compositions(T, w.size)
-        logp = special.gammaln(T + 1) + np.sum(counts * np.log(w) - special.gammaln(counts + 1), axis=1)
+        log_w = np.log(w)
+        means, variances, probs, ends = [], [], [], [0]
+        for t in np.atleast_1d(np.asarray(T, dtype=np.int64)).tolist():
+            c, p = _likely_counts(t, log_w)
+            means.append(c @ m / t)
+            variances.append(c @ v / t**2)
+            probs.append(p)
+            ends.append(ends[-1] + p.size)
+        p = np.concatenate(probs)
+        prob = normal_outside(np.concatenate(means), np.concatenate(variances), log_range)
+        return segment_totals(p * prob, ends) / segment_totals(p, ends)
+
+
+#: Compositions of a length counted in full up to this many; beyond, in a window around the mode.
+_FULL_COMPOSITIONS = 1 << 15
+
+
+def _composition_log_probs(counts: np.ndarray, T: int, log_w: np.ndarray) -> np.ndarray:
+    """Log of the multinomial probability of each row of counts (of ``T`` draws, log weights ``log_w``)."""
+    return special.gammaln(T + 1) + np.sum(counts * log_w - special.gammaln(counts + 1), axis=1)
+
+
+def _likely_counts(T: int, log_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Return the compositions of ``T`` whose probability is above :math:`e^{-40}` of the largest, and those.
+
+    In the order of :func:`_compositions`. Where they are many (two components past
+    :data:`_FULL_COMPOSITIONS`, three past its square root), only a box around the mode is
+    searched, a few standard deviations of the counts wide, and widened until every composition on
+    its edges lies 45 nats below the largest: the log-probability is concave in the counts, so
+    nothing outside the box comes within 40 (tested against every composition).
+    """
+    K = log_w.size
+    if (
+        K == 1
+        or (K == 2 and T < _FULL_COMPOSITIONS)
+        or (K == 3 and (T + 1) * (T + 2) // 2 <= _FULL_COMPOSITIONS)
+        or K > 3
+    ):
+        counts = _compositions(T, K)
+        logp = _composition_log_probs(counts, T, log_w)
         keep = logp > np.max(logp) - 40.0  # drops terms below e^-40 of the largest
-        c, p = counts[keep], np.exp(logp[keep])
-        prob = normal_outside(c @ m / T, c @ v / T**2, log_range)
-        return float(np.sum(p * prob) / np.sum(p))
+        return counts[keep], np.exp(logp[keep])
+    w = np.exp(log_w)
+    widen = 1.0
+    while True:
+        if K == 2:
+            n = _span(T, w[0], widen)
+            counts = np.column_stack([n, T - n])
+            logp = _composition_log_probs(counts, T, log_w)
+            edge = ((n == n[0]) & (n[0] > 0)) | ((n == n[-1]) & (n[-1] < T))
+        else:
+            i, j = _span(T, w[0], widen), _span(T, w[0] + w[1], widen)
+            ii, jj = np.repeat(i, j.size), np.tile(j, i.size)
+            keep_ij = jj >= ii
+            ii, jj = ii[keep_ij], jj[keep_ij]
+            counts = np.column_stack([ii, jj - ii, T - jj])
+            logp = _composition_log_probs(counts, T, log_w)
+            edge = ((ii == i[0]) & (i[0] > 0)) | ((ii == i[-1]) & (i[-1] < T))
+            edge |= ((jj == j[0]) & (j[0] > 0) & (jj > ii)) | ((jj == j[-1]) & (j[-1] < T))
+        top = np.max(logp)
+        if not np.any(edge & (logp > top - 45.0)):
+            keep = logp > top - 40.0
+            return counts[keep], np.exp(logp[keep])
+        widen *= 2.0
+
+
+def _span(T: int, p: float, widen: float) -> np.ndarray:
+    """Return the counts of ``T`` draws of probability ``p`` within ``widen`` x (12 sd + 32) of the mean."""
+    half = int(widen * (12.0 * math.sqrt(T * p * (1.0 - p)) + 32.0))
+    mid = round(T * p)
+    return np.arange(max(0, mid - half), min(T, mid + half) + 1)
 
 
 def _compositions(T: int, K: int) -> np.ndarray:

@@ -40,6 +40,7 @@ __all__ = [
     "PairwiseSums",
     "pairwise_plan",
     "pairwise_sum",
+    "segment_totals",
     "split_sums",
 ]
 
@@ -141,6 +142,34 @@ def pairwise_sum(a: np.ndarray) -> float:
     """
     a = np.ascontiguousarray(a, dtype=np.float64)
     return 0.0 + float(_pairwise(a, 0, a.size))
+
+
+@kernel
+def _segment_totals(a, offsets, out):  # pragma: no cover - compiled
+    for s in range(offsets.size - 1):
+        out[s] = 0.0 + _pairwise(a, offsets[s], offsets[s + 1] - offsets[s])
+
+
+def segment_totals(a: np.ndarray, offsets) -> np.ndarray:
+    """Return ``np.add.reduce`` of each segment ``a[offsets[s]:offsets[s + 1]]`` (each one's ``np.sum``).
+
+    Unlike ``np.add.reduceat``, which adds a segment's first value to the pairwise sum of the rest.
+
+    Parameters
+    ----------
+    a : ndarray of float64, 1-D
+    offsets : array_like of int
+        ``n + 1`` non-decreasing offsets (an empty segment sums to 0.0).
+
+    Returns
+    -------
+    ndarray of float64, shape ``(n,)``
+    """
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    out = np.empty(max(offsets.size - 1, 0))
+    _segment_totals(a, offsets, out)
+    return out
 
 
 @kernel

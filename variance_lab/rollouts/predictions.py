@@ -51,6 +51,7 @@ from variance_lab.rollouts.models import (
     fit_random_scale,
     normal_outside,
 )
+from variance_lab.simulate.resample import resample_rng
 from variance_lab.stats import bootstrap_ratio
 from variance_lab.stats.special import LN10
 
@@ -130,7 +131,7 @@ def child_seed(seed, key: int) -> np.random.SeedSequence:
 
 def _child_rng(seed, j: int) -> np.random.Generator:
     """Return the Generator of bucket ``j``'s clip intervals (key 10,000 + j; GMPO's: 20,000 + j)."""
-    return np.random.default_rng(child_seed(seed, 10_000 + j))
+    return resample_rng(child_seed(seed, 10_000 + j))
 
 
 def expected_sample_var(log_mean, log_var, counts) -> float:

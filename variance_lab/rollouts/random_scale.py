@@ -140,9 +140,11 @@ class RandomScaleFit:
                 f2 = c2 - 2 * c1
                 out[f"mean_{name}"] = c1
                 out[f"var_{name}"] = np.where(np.isinf(c2), np.inf, 2 * c1 + np.log(np.expm1(f2)))
-        v = _gamma_grid(self.alpha, th, n_grid)  # (len(T), n_grid)
-        mean = self.c - v / 2
-        out["gspo_clip"] = normal_outside(mean, v / T[:, None], gspo_log_range).mean(axis=1)
+        out["gspo_clip"] = np.empty(T.size)
+        for rows in _row_blocks(T.size, n_grid):  # each length's row alone: blocks bound the memory
+            v = _gamma_grid(self.alpha, th[rows], n_grid)  # (lengths, n_grid)
+            mean = self.c - v / 2
+            out["gspo_clip"][rows] = normal_outside(mean, v / T[rows, None], gspo_log_range).mean(axis=1)
         out["ppo_clip"] = self.token_clip(T, ppo_log_range, n_grid)
         return out
 
@@ -153,8 +155,11 @@ class RandomScaleFit:
         gamma law.
         """
         T = np.atleast_1d(np.asarray(T, dtype=np.float64))
-        v = _gamma_grid(self.alpha, self.theta(T), n_grid)
-        return normal_outside(self.c - v / 2, v, log_range).mean(axis=1)
+        out = np.empty(T.size)
+        for rows in _row_blocks(T.size, n_grid):
+            v = _gamma_grid(self.alpha, self.theta(T[rows]), n_grid)
+            out[rows] = normal_outside(self.c - v / 2, v, log_range).mean(axis=1)
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,6 +190,17 @@ class SequenceStats:
         return cls(T, ybar, S)
 
 
+#: Values of a block of rows of the clip integrals (2 MB of float64 an array).
+_BLOCK_VALUES = 1 << 18
+
+
+def _row_blocks(n_rows: int, width: int):
+    """Yield slices of at most ``_BLOCK_VALUES // width`` rows (at least one) covering ``n_rows``."""
+    step = max(1, _BLOCK_VALUES // width)
+    for start in range(0, n_rows, step):
+        yield slice(start, min(n_rows, start + step))
+
+
 def _sequence_stats(batch: TokenBatch):
     """(T_i, sum y, sum y^2 about the sequence mean) per sequence."""
     stats = SequenceStats.of(batch)
@@ -210,8 +226,36 @@ def _log_integral(p, a, b):
     sd = 1.0 / np.sqrt(b * x + a / x)
     u = u0[:, None] + math.sqrt(2.0) * sd[:, None] * _GH_NODES[None, :]
     f = p[:, None] * u - b[:, None] * np.exp(u) - a[:, None] * np.exp(-u) + _GH_NODES[None, :] ** 2
-    value = np.log(math.sqrt(2.0) * sd) + special.logsumexp(f, b=_GH_WEIGHTS[None, :], axis=1)
+    value = np.log(math.sqrt(2.0) * sd) + _logsumexp_rows(f, _GH_WEIGHTS)
     return np.where(diverges, np.inf, value)
+
+
+def _logsumexp_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Return ``scipy.special.logsumexp(a, b=b[None, :], axis=1)`` of a 2-D ``a`` step by step.
+
+    SciPy's (1.17, ``scipy/special/_logsumexp.py``) sets each row's largest values apart, adds
+    the others' weighted ``exp`` and takes ``log1p``; where that is not finite, the log of the
+    plain weighted sum. The same NumPy operations on the same arrays, without the array-API layers
+    that were most of the ``hier`` likelihood's time, give the same numbers (``b`` has no zero).
+    """
+    b = np.broadcast_to(b[None, :], a.shape)
+    given = a
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a_max = np.max(a, axis=1, keepdims=True)
+        top = a == a_max
+        a = np.where(top, -np.inf, a)
+        m = np.sum(b * top.astype(a.dtype), axis=1, keepdims=True, dtype=a.dtype)
+        s = np.sum(b * np.exp(a - a_max), axis=1, keepdims=True, dtype=a.dtype)
+        s = np.where(s == 0, s, s / m)
+        sgn = np.sign(s + 1) * np.sign(m)
+        s = np.where(s < -1, -s - 2, s)
+        out = np.log1p(s) + np.log(np.abs(m)) + a_max
+    out[sgn < 0] = np.nan
+    bad = ~np.isfinite(out[:, 0])
+    if bad.any():  # scipy's fallback: the log of the weighted sum itself
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            out[bad] = np.log(np.sum(b[bad] * np.exp(given[bad]), axis=1, keepdims=True))
+    return out[:, 0]
 
 
 def _neg_loglik(x, T, ybar, S, T0, length_dependent: bool) -> float:

@@ -49,10 +49,10 @@ __all__ = [
     "parquet_source",
 ]
 
-#: Rows of a Parquet file a piece (about 1.2e6 tokens of a dump with lengths up to 8192).
-PIECE_ROWS = 1024
+#: Rows of a Parquet file a piece (about 3e5 tokens of a dump with lengths up to 8192).
+PIECE_ROWS = 256
 #: Tokens of an in-memory batch a piece, about (whole sequences).
-PIECE_TOKENS = 1 << 20
+PIECE_TOKENS = 1 << 18
 #: Columns of :attr:`TokenSource.maxima`, per sequence: the largest :math:`|x|` of ``logp``,
 #: ``old_logp`` and ``rollout_logp``, and the least and largest value (``_lo``, ``_hi``) of each
 #: log-ratio: ``update`` = logp - old_logp, ``mismatch`` = old_logp - rollout_logp, ``total`` =
@@ -297,7 +297,7 @@ def parquet_source(
             yield piece
 
     def pieces() -> Iterator[TokenBatch]:
-        for piece, _ in parquet_pieces(path, fields=fields, rows=rows):
+        for piece, _ in parquet_pieces(path, fields=fields, rows=rows, tokens_only=True):
             yield piece
 
     try:

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import fft
 
-from variance_lab.rollouts.batch import TokenBatch, segment_offsets
+from variance_lab.rollouts.batch import TokenBatch
+from variance_lab.rollouts.lags import lag_sums
 from variance_lab.rollouts.weights import GSPO_RANGE, PPO_RANGE, segment_sums, sequence_weights
+from variance_lab.simulate.resample import resample_rng
 from variance_lab.stats import exp_quiet, kong_ess, log_var_interval, proportion_interval
 from variance_lab.stats.special import LN10
 
@@ -48,8 +49,6 @@ __all__ = [
     "fit_with_autocorrelation",
     "length_buckets",
 ]
-
-_FFT_BUDGET = 1 << 21  # doubles per FFT group (16 MiB)
 
 
 # --------------------------------------------------------------------------------------
@@ -273,7 +272,7 @@ def bucket_table(w, groups, edges=None, *, n_boot: int = 1000, level: float = 0.
     for k in range(edges.size - 1):
         sel = np.flatnonzero(bucket == k)
         if sel.size:
-            rng = np.random.default_rng(children[k])
+            rng = resample_rng(children[k])
             g = None if groups is None else groups[sel]
             rows.append(_bucket_row(k, edges[k], edges[k + 1], sel, w, int(n_boot), float(level), rng, g))
     return pd.DataFrame(rows, columns=list(BUCKET_COLUMNS))
@@ -282,55 +281,6 @@ def bucket_table(w, groups, edges=None, *, n_boot: int = 1000, level: float = 0.
 # --------------------------------------------------------------------------------------
 # autocorrelation
 # --------------------------------------------------------------------------------------
-def _group_tokens(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(token indices, row number of each) of the sequences ``rows``, in that order."""
-    lengths = offsets[rows + 1] - offsets[rows]
-    starts = offsets[rows]
-    row_of = np.repeat(np.arange(rows.size), lengths)
-    tok = np.arange(lengths.sum()) - np.repeat(segment_offsets(lengths)[:-1] - starts, lengths)
-    return tok, row_of
-
-
-def _lag_sums(x: np.ndarray, positions: np.ndarray | None, offsets: np.ndarray, max_lag: int, spans=None):
-    r"""Pooled :math:`\sum x_t x_{t+k}` and pair counts for k = 0..max_lag, within sequences.
-
-    Sequences, sorted by span, go in groups into zero-padded 2-D arrays of width at least
-    span + max_lag (so circular correlation is linear there); the power spectra of the rows
-    are summed and transformed back. The pair counts come the same way from the indicator
-    of counted tokens, which makes holes gaps; without holes (``positions`` None: every
-    sequence's tokens one after another) they are :math:`\sum_i \max(T_i - k, 0)`, the integers
-    the indicator's transform rounds to.
-    """
-    if spans is None:
-        spans = positions[offsets[1:] - 1] + 1
-    order = np.argsort(spans, kind="stable")
-    sums, counts = np.zeros(max_lag + 1), np.zeros(max_lag + 1)
-    if positions is None:  # sum_i max(T_i - k, 0) = (sum of the spans above k) - k (their number)
-        hist = np.bincount(spans)
-        k = np.arange(max_lag + 1)
-        above = spans.size - np.cumsum(hist)[np.minimum(k, hist.size - 1)]
-        above_sum = int(spans.sum()) - np.cumsum(hist * np.arange(hist.size))[np.minimum(k, hist.size - 1)]
-        counts = (above_sum - k * above).astype(np.float64)
-    start, n = 0, spans.size
-    while start < n:
-        width = fft.next_fast_len(int(spans[order[start]]) + max_lag, real=True)
-        stop = min(n, start + max(1, _FFT_BUDGET // width))
-        width = fft.next_fast_len(int(spans[order[stop - 1]]) + max_lag, real=True)
-        while stop - start > 1 and (stop - start) * width > _FFT_BUDGET:
-            stop = start + max(1, (stop - start) // 2)
-            width = fft.next_fast_len(int(spans[order[stop - 1]]) + max_lag, real=True)
-        tok, row_of = _group_tokens(offsets, order[start:stop])
-        pos = tok - offsets[order[start:stop]][row_of] if positions is None else positions[tok]
-        for values, acc in ((x[tok], sums), (np.ones(tok.size), counts))[: 1 if positions is None else 2]:
-            grid = np.zeros((stop - start, width))
-            grid[row_of, pos] = values
-            spec = fft.rfft(grid, axis=1)
-            power = (spec.real**2 + spec.imag**2).sum(axis=0)
-            acc += fft.irfft(power, n=width)[: max_lag + 1]
-        start = stop
-    return sums, np.rint(counts).astype(np.int64)
-
-
 def _sokal_window(rho: np.ndarray, c: float) -> tuple[int, float, bool]:
     r"""Smallest M >= 1 with M >= c tau(M), tau(M) = 1 + 2 sum_{k<=M} rho_k: (M, tau(M), found)."""
     tau = 1.0 + 2.0 * np.cumsum(rho[1:])
@@ -446,7 +396,7 @@ def centred_autocorrelation(
         raise ValueError("the series is constant: its autocorrelation is undefined")
     K = min(top, 64)
     while True:
-        sums, pairs = _lag_sums(x, layout.positions, layout.offsets, K, spans)
+        sums, pairs = lag_sums(x, layout.positions, layout.offsets, K, spans)
         has = pairs > 0
         last = K if has.all() else int(np.argmin(has)) - 1
         acf = np.where(has, sums / np.maximum(pairs, 1), np.nan)[: last + 1] / gamma0

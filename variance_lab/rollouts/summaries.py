@@ -322,7 +322,8 @@ class Summaries:
                 if self.split is not None:
                     self.split.second(first, piece)
         self._fits[key] = self._finish(key, index, self.h, layout, moments, acf, note)
-        self.h = None  # the folds load their own
+        if self.fold is None:
+            self.h = self.p = None  # else the folds load their sets into the same arrays
 
     def _finish(self, key, index, h, layout, moments, acf, note) -> FitSummary:
         if moments is None:
@@ -352,8 +353,8 @@ class Summaries:
             for k in load:
                 base[k] = total
                 total += sizes[keys.index(k)]
-            h = np.empty(total)
-            p = np.empty(total, dtype=np.int64) if self.source.has_holes else None
+            h = self.h[:total]  # the whole batch's array, done with: every fit set is smaller or as big
+            p = None if self.p is None else self.p[:total]
             offs = {k: segment_offsets(self.T[self.fit_index[k]]) + base[k] for k in load}
             self._fill(load, at, offs, h, p)
             state = {}
@@ -377,6 +378,7 @@ class Summaries:
             for k in load:
                 part, lay, moments, acf, note = state[k]
                 self._fits[k] = self._finish(k, self.fit_index[k], part, lay, moments, acf, note)
+        self.h = self.p = None
 
     def _fill(self, load, at, offs, h, p) -> None:
         """Read the source once, putting each set's y (and positions) in its place in ``h``."""

@@ -21,7 +21,8 @@ previous grid point (``"aggregate"``, :mod:`~variance_lab.simulate.aggregate`: l
 two-point, AR(1)); ``"auto"`` takes the aggregate where it is exact. Every family's draw
 code is in :mod:`~variance_lab.simulate.draws`. Paths are reduced into the accumulators a
 block at a time (:mod:`~variance_lab.simulate.block`), so that a dense T grid costs little
-more than its draws.
+more than its draws. Outside the engine, :mod:`~variance_lab.simulate.resample` draws the
+bootstraps' cluster resamples (NumPy's multinomial draws, bit for bit) in a kernel.
 
 Reproducibility: ``(seed, n)`` (and ``chunk_size``, ``independent``, the engine's
 ``sampler``) fix every bit of the result, for any number of workers, any executor and any
