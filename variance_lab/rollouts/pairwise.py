@@ -42,6 +42,7 @@ __all__ = [
     "pairwise_sum",
     "segment_totals",
     "split_sums",
+    "tree_sums",
 ]
 
 #: NumPy's ``PW_BLOCKSIZE``: a pairwise sum of at most this many values is one leaf.
@@ -170,6 +171,133 @@ def segment_totals(a: np.ndarray, offsets) -> np.ndarray:
     out = np.empty(max(offsets.size - 1, 0))
     _segment_totals(a, offsets, out)
     return out
+
+
+@kernel
+def _tree_values(x, mode, mu, scale, zmax, mean_dev2):  # pragma: no cover - compiled
+    """Return (the first value, the high part or u, (y - mu)^2) made of one element (:func:`tree_sums`)."""
+    if mode == 1:  # the low part of the exact split (the high parts' sum is exact in any order)
+        hi = np.rint(x * scale) / scale
+        return x - hi, hi, 0.0
+    z = x - mu
+    if mode == 2:  # (y - mu)^2
+        return z * z, 0.0, z * z
+    d = z * z - mean_dev2  # ((y - mu)^2 - its mean)^2, and u = (y - mu) / zmax for the powers
+    return d * d, z / zmax, 0.0
+
+
+@kernel
+def _tree_sums(h, sizes, adds, mode, mu, scale, zmax, mean_dev2, K, out):  # pragma: no cover
+    """Pairwise sums (the tree ``sizes``, ``adds``) of ``K`` values made of each ``h[i]`` (:func:`tree_sums`).
+
+    Eight values at a time, as NumPy's leaves add them (each power ``u^k`` the previous one times
+    ``u``). Returns the high parts' sum (mode 1); mode 2 writes the least and largest value after
+    the sum.
+    """
+    stack = np.empty((_DEPTH, K))
+    r = np.empty((K, 8))
+    res = np.empty(K)
+    u8 = np.empty(8)
+    p8 = np.empty(8)
+    least, most = np.inf, -np.inf
+    hi_sum = 0.0
+    sp = 0
+    pos = 0
+    for leaf in range(sizes.size):
+        n = sizes[leaf]
+        if n < 8:
+            for k in range(K):
+                res[k] = -0.0
+            for i in range(n):
+                v, w, d2 = _tree_values(h[pos + i], mode, mu, scale, zmax, mean_dev2)
+                hi_sum += w
+                least, most = min(least, d2), max(most, d2)
+                res[0] += v
+                p = w
+                for k in range(1, K):
+                    res[k] += p
+                    p *= w
+        else:
+            stop = n - n % 8
+            for i in range(0, stop, 8):
+                for j in range(8):
+                    v, w, d2 = _tree_values(h[pos + i + j], mode, mu, scale, zmax, mean_dev2)
+                    if i == 0:
+                        r[0, j] = v
+                    else:
+                        r[0, j] += v
+                    u8[j] = w
+                    p8[j] = w
+                    least, most = min(least, d2), max(most, d2)
+                if mode == 1:
+                    for j in range(8):
+                        hi_sum += u8[j]
+                if i == 0:
+                    for k in range(1, K):
+                        r[k, :] = p8
+                        p8 *= u8
+                else:
+                    _add_powers(r, p8, u8, K)
+            for k in range(K):
+                res[k] = ((r[k, 0] + r[k, 1]) + (r[k, 2] + r[k, 3])) + (
+                    (r[k, 4] + r[k, 5]) + (r[k, 6] + r[k, 7])
+                )
+            for i in range(stop, n):
+                v, w, d2 = _tree_values(h[pos + i], mode, mu, scale, zmax, mean_dev2)
+                hi_sum += w
+                least, most = min(least, d2), max(most, d2)
+                res[0] += v
+                p = w
+                for k in range(1, K):
+                    res[k] += p
+                    p *= w
+        for k in range(K):
+            stack[sp, k] = res[k]
+        sp += 1
+        for _ in range(adds[leaf]):
+            sp -= 1
+            for k in range(K):
+                stack[sp - 1, k] = stack[sp - 1, k] + stack[sp, k]
+        pos += n
+    for k in range(K):
+        out[k] = stack[0, k]
+    if mode == 2:
+        out[K], out[K + 1] = least, most
+    return hi_sum if mode == 1 else 0.0
+
+
+@kernel
+def _add_powers(r, p8, u8, K):  # pragma: no cover - compiled
+    """Add ``p8``, then ``p8 * u8``, ... to rows 1 .. K-1 of ``r`` (eight lanes at once)."""
+    for k in range(1, K):
+        for j in range(8):
+            r[k, j] += p8[j]
+            p8[j] *= u8[j]
+
+
+def tree_sums(h: np.ndarray, mode: int, *, mu=0.0, scale=1.0, zmax=1.0, mean_dev2=0.0, terms: int = 0):
+    r"""Return NumPy's pairwise sums over ``h`` of values made from each element, without making them.
+
+    ``mode`` 1: the low parts :math:`l_i = h_i - \operatorname{rint}(h_i s)/s` (``scale`` :math:`s`)
+    and, returned beside, the exact sum of the high parts; 2: :math:`(h_i - \mu)^2`; 3:
+    :math:`((h_i - \mu)^2 - \bar d)^2` (``mean_dev2`` :math:`\bar d`) and ``terms`` powers
+    :math:`u_i, u_i^2, \dots` of :math:`u_i = (h_i - \mu)/z_{max}`, each power the previous one
+    times :math:`u_i`, as NumPy's ``power *= u``. Each sum is the pairwise sum of the whole array of
+    those values (``np.add.reduce`` less its 0.0), bit for bit: the arithmetic per element is
+    NumPy's, one IEEE operation at a time.
+
+    Returns
+    -------
+    (ndarray of float64, float)
+        The ``1 + terms`` sums (mode 2: the sum, then the least and largest value), and the high
+        parts' sum (mode 1).
+    """
+    h = np.ascontiguousarray(h, dtype=np.float64)
+    sizes, adds = pairwise_plan(h.size)
+    K = 1 + (int(terms) if mode == 3 else 0)
+    out = np.empty(K + (2 if mode == 2 else 0))
+    hi = _tree_sums(h, sizes, adds, int(mode), float(mu), float(scale), float(zmax), float(mean_dev2), K, out)
+    return out, float(hi)
 
 
 @kernel

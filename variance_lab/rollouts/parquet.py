@@ -120,16 +120,21 @@ def _table_batch(path: Path, table, names, on_bad, first: int = 0, piece: bool =
         if names[f] not in present:
             raise ValueError(f"{path.name}: no column {names[f]!r} (columns: {sorted(present)})")
     n = table.num_rows
-    ids = table.column(names["id"]).to_pylist() if names["id"] in present else [None] * n
-    ids = [first + i if v is None else v for i, v in enumerate(ids)]
+    if names["id"] in present:
+        ids = id_array(
+            [first + i if v is None else v for i, v in enumerate(table.column(names["id"]).to_pylist())]
+        )
+    else:  # the row numbers (id_array of them)
+        ids = np.arange(first, first + n, dtype=np.int64)
     prompts = None
     if names["prompt_id"] in present:
         prompts = table.column(names["prompt_id"]).to_pylist()
         for i, v in enumerate(prompts):
             problem = prompt_id_problem(v)
             if problem:
+                shown = ids[i].item() if isinstance(ids[i], np.generic) else ids[i]
                 raise ValueError(
-                    f"{path.name}: row {first + i} (id={ids[i]!r}): column {names['prompt_id']!r} {problem}"
+                    f"{path.name}: row {first + i} (id={shown!r}): column {names['prompt_id']!r} {problem}"
                 )
     fields = [f for f in TOKEN_FIELDS if names[f] in present]
     cols = {f: _parquet_list_column(table, names[f]) for f in fields}
@@ -156,7 +161,7 @@ def _table_batch(path: Path, table, names, on_bad, first: int = 0, piece: bool =
         old_lengths=cols["old_logp"][1],
         mask=mask,
         mask_lengths=mask_lens,
-        ids=id_array(ids),
+        ids=ids,
         on_bad=on_bad,
         known=known,
         rollout_logp=roll,

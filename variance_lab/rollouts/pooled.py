@@ -25,7 +25,7 @@ import numpy as np
 
 from variance_lab.ratios import segment_split_scale
 from variance_lab.rollouts.cgf import EmpiricalCGF
-from variance_lab.rollouts.pairwise import PairwiseSums
+from variance_lab.rollouts.pairwise import PairwiseSums, tree_sums
 from variance_lab.rollouts.statistics import (
     MIN_AUTOCORRELATION_PAIRS,
     Autocorrelation,
@@ -95,65 +95,28 @@ def set_moments(h: np.ndarray, max_abs: float, s_values=()) -> SetMoments:
     """
     m = h.size
     scale = 0.0 if max_abs == 0.0 else segment_split_scale(max_abs, m)
-    plain = PairwiseSums([m])
-    low = PairwiseSums([m], first_apart=True)
-    hi_sum = 0.0
-    for a, b in _chunks(m):
-        chunk = h[a:b]
-        plain.feed(0, chunk)
-        if scale:
-            hi = np.rint(chunk * scale) / scale
-            hi_sum += float(np.sum(hi))  # exact in any order: multiples of 1/scale below 2^53/scale
-            low.feed(0, chunk - hi)
-    ybar = float(plain.total()[0] / m)
-    mu = float((hi_sum + low.reduceat()[0]) / m) if scale else 0.0
-    # (y - mu)^2: its sum, extremes, and those of z = y - mu
-    second = PairwiseSums([m])
-    lo2, hi2, zmax, zhi = math.inf, -math.inf, 0.0, -math.inf
-    for a, b in _chunks(m):
-        z = h[a:b] - mu
-        dev2 = z * z
-        second.feed(0, dev2)
-        lo2, hi2 = min(lo2, float(dev2.min())), max(hi2, float(dev2.max()))
-        zmax, zhi = max(zmax, float(np.max(np.abs(z)))), max(zhi, float(z.max()))
-    s2 = float(second.total()[0])
+    ybar = float(np.add.reduce(h) / m)  # y.mean()
+    mu = 0.0
+    if (
+        scale
+    ):  # segment_sums of one segment: high parts' exact sum + (first low part + pairwise sum of the rest)
+        hi0 = float(np.rint(h[0] * scale) / scale)
+        lows, hi_rest = tree_sums(h[1:], 1, scale=scale)
+        mu = float(((hi0 + hi_rest) + ((h[0] - hi0) + lows[0])) / m)
+    dev2 = tree_sums(h, 2, mu=mu)[0]
+    s2, lo2, hi2 = float(0.0 + dev2[0]), float(dev2[1]), float(dev2[2])  # dev2.sum(), min, max
+    z_lo, z_hi = float(np.min(h)) - mu, float(np.max(h)) - mu  # min and max of y - mu: rounding is monotone
+    zmax, zhi = max(abs(z_lo), abs(z_hi)), z_hi
     mean_dev2 = s2 / m
-    direct_s = (
-        EmpiricalCGF.needs_direct(np.asarray(s_values, dtype=np.float64), zmax) if zmax else np.zeros(0)
-    )
-    if np.any(direct_s <= 0):
-        raise ValueError("set_moments computes L(s) for s > 0 only")
-    tops = [float(s * zhi) for s in direct_s.tolist()]
-    # squared deviations of dev2, the series' powers u^k, the direct L(s)
-    third = PairwiseSums(np.full(1 + _SERIES_TERMS + direct_s.size, m))
-    for a, b in _chunks(m):
-        z = h[a:b] - mu
-        dev2 = z * z
-        third.feed(0, (dev2 - mean_dev2) * (dev2 - mean_dev2))
-        if zmax:
-            u = z / zmax
-            power = u.copy()
-            for k in range(1, _SERIES_TERMS + 1):
-                third.feed(k, power)
-                power *= u
-        else:
-            for k in range(1, _SERIES_TERMS + 1):
-                third.feed(k, np.zeros(b - a))
-        for j, (s, top) in enumerate(zip(direct_s.tolist(), tops, strict=True)):
-            arg = s * z
-            values = np.expm1(arg) if top <= 700.0 else np.exp(arg - top)
-            third.feed(1 + _SERIES_TERMS + j, values)
-    totals = third.total()
+    terms = _SERIES_TERMS if zmax else 0
+    totals = 0.0 + tree_sums(h, 3, mu=mu, zmax=zmax if zmax else 1.0, mean_dev2=mean_dev2, terms=terms)[0]
     coef = np.zeros(_SERIES_TERMS + 1)
     if zmax:
         fact = 1.0
         for k in range(1, _SERIES_TERMS + 1):
             fact *= k
             coef[k] = float(totals[k] / m) / fact
-    direct = {}
-    for j, (s, top) in enumerate(zip(direct_s.tolist(), tops, strict=True)):
-        mean = float(totals[1 + _SERIES_TERMS + j] / m)
-        direct[s] = math.log1p(mean) if top <= 700.0 else top + math.log(mean)
+    direct = _direct_values(h, mu, zmax, zhi, s_values)
     return SetMoments(
         n=m,
         ybar=ybar,
@@ -188,6 +151,25 @@ def y_autocorrelation(
 def needs_reload(layout: TokenLayout, moments: SetMoments) -> bool:
     r"""Whether :func:`pooled_fit` needs :math:`y` again (for the autocorrelation of :math:`(y - \mu)^2`)."""
     return not (int(layout.spans.max()) < 2 or moments.dev2_constant)
+
+
+def _direct_values(h: np.ndarray, mu: float, zmax: float, zhi: float, s_values) -> dict:
+    """Return the CGF's :math:`L(s)` where its series does not serve, as ``EmpiricalCGF`` computes it."""
+    if not zmax:
+        return {}
+    direct_s = EmpiricalCGF.needs_direct(np.asarray(s_values, dtype=np.float64), zmax)
+    if np.any(direct_s <= 0):
+        raise ValueError("set_moments computes L(s) for s > 0 only")
+    out = {}
+    for s in direct_s.tolist():
+        top = float(s * zhi)  # max(s z) = s max(z) for s > 0: rounding is monotone
+        sums = PairwiseSums([h.size])
+        for a, b in _chunks(h.size):
+            arg = s * (h[a:b] - mu)
+            sums.feed(0, np.expm1(arg) if top <= 700.0 else np.exp(arg - top))
+        mean = float(sums.total()[0] / h.size)
+        out[s] = math.log1p(mean) if top <= 700.0 else top + math.log(mean)
+    return out
 
 
 def pooled_fit(

@@ -201,12 +201,6 @@ def _row_blocks(n_rows: int, width: int):
         yield slice(start, min(n_rows, start + step))
 
 
-def _sequence_stats(batch: TokenBatch):
-    """(T_i, sum y, sum y^2 about the sequence mean) per sequence."""
-    stats = SequenceStats.of(batch)
-    return stats.T, stats.ybar, stats.S
-
-
 def _log_integral(p, a, b):
     r""":math:`\log\int e^{pu - b e^u - a e^{-u}} du` by Gauss-Hermite around the mode (vectorised).
 
@@ -293,7 +287,8 @@ def random_scale_loglik(batch: TokenBatch, c: float, alpha: float, theta0: float
     float
         :math:`\sum_i \log L_i`.
     """
-    T, ybar, S = _sequence_stats(batch)
+    stats = SequenceStats.of(batch)
+    T, ybar, S = stats.T, stats.ybar, stats.S
     T0 = float(np.median(T)) if T0 is None else float(T0)
     x = np.array([c, math.log(alpha), math.log(theta0), beta])
     return -_neg_loglik(x, T, ybar, S, T0, True)

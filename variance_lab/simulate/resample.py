@@ -10,8 +10,9 @@ left, :math:`p_j = (1/G) / r_j` with :math:`r_j` the probability left (:math:`r_
 :math:`q^n = e^{n \log q}`, then the probabilities of :math:`1, 2, \dots` by their ratios), the
 others by BTPE. In a bootstrap the :math:`p_j` are the same in every resample and :math:`n_j`
 stays near :math:`G - j`, so :func:`uniform_multinomial` computes each :math:`(j, n_j)`'s
-:math:`q^n` and bound once and draws the rest as NumPy does, from the same uniforms (numba's
-``Generator.random``, NumPy's ``next_double``) and numba's BTPE (a port of NumPy's): the same
+:math:`q^n` once (the bound only where a draw comes near it) and draws the rest as NumPy does,
+from the same uniforms (numba's ``Generator.random``, NumPy's ``next_double``) and numba's BTPE
+(a port of NumPy's): the same
 counts, and the generator left in the same state, about twice as fast.
 
 :class:`ResampleGenerator` is a :class:`numpy.random.Generator` whose ``multinomial`` of equal
@@ -29,32 +30,32 @@ from variance_lab.simulate._jit import kernel
 
 __all__ = ["ResampleGenerator", "resample_rng", "uniform_multinomial"]
 
-#: Largest number of cells whose (cell, draws left) values are kept (a table of about
+#: Largest number of cells whose (cell, draws left) values of q^n are kept (a table of about
 #: 8 sqrt(G) entries a cell); beyond it each is computed when drawn.
 _TABLE_CELLS = 4096
 
 
 @kernel
-def _multinomial(rng, G, n_boot, out, qn_tab, bound_tab, width):  # pragma: no cover - compiled
-    """Write ``n_boot`` draws of Multinomial(G, [1/G] * G) into the rows of ``out`` (zeros), as NumPy."""
-    cells = G - 1
-    p_cell = np.empty(cells)
-    p_inv = np.empty(cells)  # the p of the inversion (p, or 1 - p when p > 0.5)
-    q_inv = np.empty(cells)
-    log_q = np.empty(cells)
-    flip = np.zeros(cells, dtype=np.bool_)
+def _cells(G, p_cell, p_inv, q_inv, log_q, flip):  # pragma: no cover - compiled
+    """Each cell's binomial probability, as NumPy forms it (the probability left, less 1/G a cell)."""
     p = 1.0 / G
     remaining = 1.0
-    for j in range(cells):
+    for j in range(G - 1):
         p_cell[j] = p / remaining
         remaining -= p
         flip[j] = p_cell[j] > 0.5
         p_inv[j] = 1.0 - p_cell[j] if flip[j] else p_cell[j]
         q_inv[j] = 1.0 - p_inv[j]
         log_q[j] = np.log(q_inv[j])
+
+
+@kernel
+def _multinomial(rng, G, n_boot, out, cells, qn_tab, width):  # pragma: no cover - compiled
+    """Write ``n_boot`` draws of Multinomial(G, [1/G] * G) into the rows of ``out`` (zeros), as NumPy."""
+    p_cell, p_inv, q_inv, log_q, flip = cells
     for b in range(n_boot):
         left = G
-        for j in range(cells):
+        for j in range(G - 1):
             n = left
             pp = p_inv[j]
             if n == 0 or p_cell[j] == 0.0:
@@ -68,25 +69,21 @@ def _multinomial(rng, G, n_boot, out, qn_tab, bound_tab, width):  # pragma: no c
                     qn = qn_tab[j, k]
                     if qn != qn:  # not yet computed
                         qn = np.exp(n * log_q[j])
-                        mean = n * pp
                         qn_tab[j, k] = qn
-                        bound_tab[j, k] = min(n, mean + 10.0 * np.sqrt(mean * q + 1))
-                    bound = bound_tab[j, k]
                 else:
                     qn = np.exp(n * log_q[j])
-                    mean = n * pp
-                    bound = min(n, mean + 10.0 * np.sqrt(mean * q + 1))
+                small = min(n, 10)  # x <= min(n, 10) is within NumPy's bound, min(n, np + 10 sqrt(npq + 1))
                 x = 0
                 px = qn
-                u = rng.random()
-                while u > px:
+                v = rng.random()
+                while v > px:
                     x += 1
-                    if x > bound:
+                    if x > small and x > min(n, n * pp + 10.0 * np.sqrt(n * pp * q + 1)):
                         x = 0
                         px = qn
-                        u = rng.random()
+                        v = rng.random()
                     else:
-                        u -= px
+                        v -= px
                         px = ((n - x + 1) * pp * px) / (x * q)
                 c = n - x if flip[j] else x
             out[b, j] = c
@@ -113,12 +110,15 @@ def uniform_multinomial(rng: np.random.Generator, G: int, n_boot: int) -> np.nda
     -------
     ndarray of int64, shape ``(n_boot, G)``
     """
-    out = np.zeros((int(n_boot), int(G)), dtype=np.int64)
+    G, n_boot = int(G), int(n_boot)
+    out = np.zeros((n_boot, G), dtype=np.int64)
     if G < 1 or n_boot < 1:
         return out
+    cells = (np.empty(G), np.empty(G), np.empty(G), np.empty(G), np.zeros(G, dtype=np.bool_))
+    _cells(G, *cells)
     width = int(4 * math.sqrt(G)) + 16 if G <= _TABLE_CELLS else -1
     qn = np.full((max(G - 1, 1), 2 * width + 1 if width >= 0 else 1), np.nan)
-    _multinomial(rng, int(G), int(n_boot), out, qn, np.empty_like(qn), width)
+    _multinomial(rng, G, n_boot, out, cells, qn, width)
     return out
 
 
