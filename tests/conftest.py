@@ -13,6 +13,9 @@ from functools import cache
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import settings
 
@@ -64,3 +67,39 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.notebook)
         if _imports_torch(path):
             item.add_marker(pytest.mark.torch)
+
+
+def _write_dump(path, rng, n=90, *, prompts=True, bad=(), holes=False, row_group=16, rejected=False):
+    """Write a Parquet dump: float32 log-probs, rollout log-probs, 3 answers a prompt, NaN in ``bad`` rows."""
+    lengths = rng.integers(1, 60, size=n)
+    cols = {"id": [f"s{i}" for i in range(n)]}
+    if prompts:
+        cols["prompt_id"] = (np.arange(n) // 3).tolist()
+    logp, old, roll, mask, rs = [], [], [], [], []
+    for i, L in enumerate(lengths.tolist()):
+        o = -(rng.exponential(1.0, L) + 0.01)
+        lp = np.minimum(o + rng.standard_normal(L) * 0.05, 0.0)
+        if i in bad:
+            lp[0] = np.nan
+        logp.append(lp.astype(np.float32).tolist())
+        old.append(o.astype(np.float32).tolist())
+        roll.append(np.minimum(o + rng.standard_normal(L) * 0.02, 0.0).astype(np.float32).tolist())
+        m = np.ones(L)
+        if holes and L > 3:
+            m[rng.random(L) < 0.2] = 0.0
+            m[0] = 1.0
+        mask.append(m.tolist())
+        rs.append(np.where(rng.random(L) < 0.1, 0.0, m).tolist())
+    cols |= {"logp": logp, "old_logp": old, "rollout_logp": roll}
+    if holes:
+        cols["mask"] = mask
+    if rejected:
+        cols["mask"], cols["rs_mask"] = mask, rs
+    pq.write_table(pa.table(cols), path, row_group_size=row_group)
+    return path
+
+
+@pytest.fixture
+def write_dump():
+    """Return the writer of a small seeded Parquet dump of token log-probs (for the streaming analysis)."""
+    return _write_dump

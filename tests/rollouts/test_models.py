@@ -362,3 +362,50 @@ def test_models_names_every_fitted_model():
     assert set(models.__all__) == set(homes) - {"fit_mixture_bic"}
     for name in models.__all__:
         assert getattr(models, name) is getattr(homes[name], name)
+
+
+# --------------------------------------------------------------------------------------
+# the mixture's clip sums near the mode, the hier likelihood's log-sum-exp
+# --------------------------------------------------------------------------------------
+def _clip_by_every_composition(fit: MixtureFit, T: int, log_range) -> float:
+    """Return the sum over every composition of T (T^2/2 rows of three components), as written first."""
+    w, m, v = fit.weights, fit.means, fit.variances
+    if w.size == 2:
+        counts = np.column_stack([np.arange(T + 1), T - np.arange(T + 1)])
+    else:
+        i, j = np.triu_indices(T + 1)
+        counts = np.column_stack([i, j - i, T - j])
+    logp = special.gammaln(T + 1) + np.sum(counts * np.log(w) - special.gammaln(counts + 1), axis=1)
+    keep = logp > np.max(logp) - 40.0
+    c, p = counts[keep], np.exp(logp[keep])
+    return float(np.sum(p * normal_outside(c @ m / T, c @ v / T**2, log_range)) / np.sum(p))
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_mixture_clip_near_the_mode_is_every_compositions(K):
+    """The window around the mode keeps every composition the full sum keeps: the same number, bit for bit."""
+    rng = np.random.default_rng(K)
+    w = rng.dirichlet(np.full(K, 0.7))
+    fit = MixtureFit(
+        w, rng.standard_normal(K) * 0.01, np.exp(rng.standard_normal(K) * 2) * 1e-4, w, w, w, 0.0, {}, 9
+    )
+    T = np.array([1, 2, 7, 60, 255, 256, 400, 1500] if K == 3 else [1, 9, 300, 5000, 40_000])
+    got = fit.gspo_clips(T, G_RANGE)
+    want = [_clip_by_every_composition(fit, int(t), G_RANGE) for t in T]
+    assert got.tolist() == want
+    assert len(set(want)) >= 3  # the comparison sees different numbers
+
+
+def test_hier_log_sum_exp_is_scipys():
+    """The hier likelihood's log-sum-exp, written out, equals scipy.special.logsumexp bit for bit."""
+    from variance_lab.rollouts.random_scale import _GH_WEIGHTS, _logsumexp_rows
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((500, _GH_WEIGHTS.size)) * 50
+    a[3] = -np.inf
+    a[4, 2] = np.inf
+    a[:, 5] = a[:, 6]  # ties at the largest
+    with np.errstate(all="ignore"):
+        want = special.logsumexp(a, b=_GH_WEIGHTS[None, :], axis=1)
+        got = _logsumexp_rows(a, _GH_WEIGHTS)
+    assert np.array_equal(got, want, equal_nan=True)

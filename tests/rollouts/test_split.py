@@ -236,3 +236,26 @@ def test_cli_shows_a_captures_mismatch_not_zeros(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "Ratio analysed: the update ratio pi_theta/pi_old (update)" in out
     assert "update ratio" not in err
+
+
+def test_split_of_a_file_read_in_pieces_is_the_loaded_batchs(tmp_path, write_dump):
+    """A Parquet source's split (pieces of 11 rows, sums fed in pieces) is the loaded batch's, exactly."""
+    import pandas as pd
+
+    from variance_lab.rollouts.io import load_batch
+    from variance_lab.rollouts.source import parquet_source
+
+    path = write_dump(tmp_path / "d.parquet", np.random.default_rng(21), n=140, holes=True)
+    whole = split_ratios(load_batch(path), checks=("tis:2", "icepop:5", "seq-mask:3", "gmpo"))
+    pieces = split_ratios(parquet_source(path, rows=11), checks=("tis:2", "icepop:5", "seq-mask:3", "gmpo"))
+    pd.testing.assert_frame_equal(whole.table, pieces.table, check_exact=True)
+    assert (whole.shares, whole.line) == (pieces.shares, pieces.line)
+
+
+def test_split_refuses_token_checks_of_whole_sequences():
+    """CTPO and M2PO judge a token by its sequence or batch: not a token check of the split."""
+    rng = np.random.default_rng(0)
+    old = -rng.exponential(1.0, 50) - 0.01
+    batch = TokenBatch.from_flat(old, old, [25, 25], rollout_logp=np.minimum(old + 0.01, 0))
+    with pytest.raises(ValueError, match="ctpo"):
+        split_ratios(batch, checks=("ctpo:0.5:0.5",))
