@@ -175,7 +175,7 @@ def _table_batch(path: Path, table, names, on_bad, first: int = 0, piece: bool =
 
 
 def parquet_pieces(
-    path, *, fields: Mapping[str, str] | None = None, rows: int = 1024, tokens_only: bool = False
+    path, *, fields: Mapping[str, str] | None = None, rows: int = 128, tokens_only: bool = False
 ):
     """Read a Parquet file of token log-probs ``rows`` rows at a time: (piece, rejection counts) in order.
 

@@ -49,8 +49,8 @@ __all__ = [
     "parquet_source",
 ]
 
-#: Rows of a Parquet file a piece (about 3e5 tokens of a dump with lengths up to 8192).
-PIECE_ROWS = 256
+#: Rows of a Parquet file a piece (about 1.5e5 tokens of a dump with lengths up to 8192).
+PIECE_ROWS = 128
 #: Tokens of an in-memory batch a piece, about (whole sequences).
 PIECE_TOKENS = 1 << 18
 #: Columns of :attr:`TokenSource.maxima`, per sequence: the largest :math:`|x|` of ``logp``,
