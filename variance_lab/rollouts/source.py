@@ -1,12 +1,13 @@
 r"""Token sources: a batch's sequences in pieces, read again for each pass of the streaming analysis.
 
-:func:`~variance_lab.rollouts.analysis.analyze` never needs a file's tokens all at once: each pass
-of :mod:`variance_lab.rollouts.summaries` reduces them, a piece at a time, to per-sequence and
-pooled sums. A :class:`TokenSource` gives the pieces in order, as often as asked; opening one is
-its first pass, which checks every sequence (``on_bad`` as :func:`~variance_lab.rollouts.io.load_batch`
-says) and keeps what the later passes plan by: each sequence's length, span, id and prompt, and the
-largest magnitudes of its log-probs and log-ratios (:data:`MAXIMA`), from which the exact sums of
-:func:`~variance_lab.ratios.segment_sums` take their scale.
+:func:`~variance_lab.rollouts.analysis.analyze` never needs a file's token columns at once: each
+pass of :mod:`variance_lab.rollouts.summaries` reduces them, a piece at a time, to per-sequence and
+pooled sums (and one array of the ratio's log-ratios). A :class:`TokenSource` gives the pieces in
+order, as often as asked; opening one is its first pass, which checks every sequence (``on_bad``
+as :func:`~variance_lab.rollouts.io.load_batch` says) and keeps what the later passes plan by:
+each sequence's length, span, id and prompt, and the largest magnitudes of its log-probs and
+log-ratios (:data:`MAXIMA`), from which the exact sums of :func:`~variance_lab.ratios.segment_sums`
+take their scale.
 
 - :func:`batch_source`: a batch in memory, in pieces of about :data:`PIECE_TOKENS` tokens (views,
   no copies);
