@@ -535,3 +535,87 @@ def test_find_T_of_sign_specs_is_on_their_overall_row(capsys):
     assert rows.loc["aspo", "find_T"] == co.find_T(fam, "aspo", 0.5) == 3
     assert rows.loc["opsm:0.02", "find_T"] == co.find_T(fam, "opsm:0.02", 0.5)
     assert rows.loc[["aspo [A>=0]", "aspo [A<0]", "opsm:0.02 [A<0]"], "find_T"].isna().all()
+
+
+def _vcpo_reference(path, ratio):
+    """VCPO's numbers from the API on a rollout file: ESS ratio, both factors, baseline gain."""
+    from variance_lab.corrections import vcpo
+    from variance_lab.ratios import segment_sums
+    from variance_lab.rollouts.io import load_batch
+    from variance_lab.rollouts.split import ratio_batch
+
+    batch = load_batch(path)
+    log_w = segment_sums(ratio_batch(batch, ratio).log_ratio, batch.offsets)
+    rewards = np.array([json.loads(line)["reward"] for line in __import__("gzip").open(path, "rt")])
+    ess = vcpo.ess_ratio(log_w)
+    return (
+        ess,
+        vcpo.lr_scale(ess),
+        vcpo.lr_scale(ess, rule="linear"),
+        vcpo.baseline_gain(rewards, log_w, batch.group_index()),
+    )
+
+
+@pytest.mark.parametrize("ratio", ["update", "mismatch"])
+def test_vcpo_on_the_shipped_smollm2_data(capsys, ratio):
+    """--vcpo's JSON row is the API's ESS ratio, factors and baseline gain; the others' columns are kept."""
+    argv = ["corrections", "--data", str(SMOLLM2), "--correction", "seq-tis:3", "--ratio", ratio]
+    rc, plain, _ = run_cli(capsys, *argv, "--format", "json")
+    rc2, out, err = run_cli(capsys, *argv, "--format", "json", "--vcpo")
+    assert (rc, rc2, err) == (0, 0, "")
+    rows = json.loads(out)
+    assert rows[:-1] == json.loads(plain)
+    row = rows[-1]
+    ess, sqrt, linear, gain = _vcpo_reference(SMOLLM2, ratio)
+    assert (row["correction"], row["ratio"], row["n_seq"]) == ("vcpo", ratio, 1024)
+    np.testing.assert_allclose(
+        [row["ess_ratio"], row["lr_scale_sqrt"], row["lr_scale_linear"], row["baseline_gain"]],
+        [ess, sqrt, linear, gain],
+        rtol=1e-12,
+    )
+    assert row["lr_scale_linear"] < row["lr_scale_sqrt"] < 1  # the two rules differ below ESS 1
+    rc, text, _ = run_cli(capsys, *argv, "--vcpo")
+    assert f"ESS ratio (sum w)^2 / (N sum w^2) = {ess:.4g};" in text
+    assert f"min(1, ESS)^(1/2) = {sqrt:.4g}" in text
+    assert f"= {gain:.4g}." in text
+
+
+def test_vcpo_matches_the_ess_step_table(capsys):
+    """On smollm2_onpolicy_gspo the text prints docs/guide/ess_step.md's digits: 0.9868, 0.9934, 1.042."""
+    path = SMOLLM2.with_name("smollm2_onpolicy_gspo.jsonl.gz")
+    rc, out, _ = run_cli(capsys, "corrections", "--data", str(path), "--correction", "seq-tis:3", "--vcpo")
+    assert rc == 0
+    assert "(sum w)^2 / (N sum w^2) = 0.9868;" in out
+    assert "min(1, ESS)^(1/2) = 0.9934" in out
+    assert "over the group mean (||g||^2 = 1) = 1.042." in out
+
+
+def test_vcpo_without_rewards_or_prompts_says_so(tmp_path, capsys):
+    """A file without prompt_id gets no baseline gain, and the row and the note say why."""
+    path = tmp_path / "r.jsonl"
+    recs = [{"id": i, "logp": [-0.1 * i, -0.2], "old_logp": [-0.1, -0.25]} for i in range(4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    argv = ["corrections", "--data", str(path), "--correction", "seq-tis:3", "--vcpo", "--predict", "none"]
+    rc, out, _ = run_cli(capsys, *argv, "--format", "json")
+    assert rc == 0
+    row = json.loads(out)[-1]
+    assert row["baseline_gain"] is None
+    assert "prompt_id" in row["baseline_gain_note"]
+    rc, out, _ = run_cli(capsys, *argv)
+    assert "= none: the file has no prompt_id" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--vcpo"], "--vcpo needs --data FILE"),
+        (["--vcpo", "--data", str(SMOLLM2), "--format", "csv"], "--vcpo prints in --format markdown or json"),
+    ],
+)
+def test_vcpo_bad_use_is_one_line(capsys, extra, message):
+    """--vcpo without --data, or with csv, is one line on stderr and exit 2."""
+    rc, out, err = run_cli(capsys, "corrections", *extra)
+    assert (rc, out) == (2, "")
+    assert err.count("\n") == 1
+    assert message in err
+    assert "Traceback" not in err

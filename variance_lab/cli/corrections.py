@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 from pathlib import Path
 
 from variance_lab import __version__
@@ -169,8 +170,9 @@ def _data(args, cs) -> tuple:
     groups = batch.group_index() if batch.has_groups else None
     advantages, sign_note = _advantages(args, cs, batch)
     shift_model, shift_described = _shift_model(args, cs, log_r, log_mu)
+    vcpo_row, vcpo_note = _vcpo(args, batch, log_r, ratio) if args.vcpo else (None, "")
     if args.by:
-        return _data_bins(
+        return *_data_bins(
             args,
             cs,
             batch,
@@ -180,8 +182,8 @@ def _data(args, cs) -> tuple:
             groups,
             advantages,
             (shift_model, shift_described),
-            [ratio_note, sign_note],
-        )
+            [ratio_note, sign_note, vcpo_note],
+        ), vcpo_row
     model, described = _fitted_model(args.predict, log_r)
     frame = corrections.evaluate(
         log_r,
@@ -241,7 +243,59 @@ def _data(args, cs) -> tuple:
     notes += batch.notes  # what the reader said about the file (a NeMo-RL dump's left-out samples)
     notes += [ratio_note] if ratio_note else []
     notes += [sign_note] if sign_note else []
-    return frame, title, ["\n".join(notes)]
+    return frame, title, ["\n".join(notes), *([vcpo_note] if vcpo_note else [])], vcpo_row
+
+
+def _vcpo(args, batch, log_r, ratio: str) -> tuple[dict, str]:
+    r"""VCPO's numbers for the whole file as one minibatch: a JSON row and a note.
+
+    The sequence weights are :math:`\log P_T` of the chosen ratio; the ESS ratio and both learning-rate
+    factors are :func:`variance_lab.corrections.vcpo.ess_ratio` and ``lr_scale``; the baseline gain
+    (:func:`~variance_lab.corrections.vcpo.baseline_gain`, :math:`\lVert g\rVert^2 = 1`) needs each
+    record's ``reward`` and the prompts (``prompt_id``), else it is None and the note says why.
+    """
+    from variance_lab._jsonl import iter_jsonl
+    from variance_lab.corrections import vcpo
+    from variance_lab.ratios import segment_sums
+    from variance_lab.rollouts.io import detect_format
+    from variance_lab.rollouts.records import sequence_values
+
+    log_w = segment_sums(log_r, batch.offsets)
+    ess = vcpo.ess_ratio(log_w)
+    row = {
+        "correction": "vcpo",
+        "ratio": ratio,
+        "n_seq": len(batch),
+        "ess_ratio": ess,
+        "lr_scale_sqrt": vcpo.lr_scale(ess, rule="sqrt"),
+        "lr_scale_linear": vcpo.lr_scale(ess, rule="linear"),
+        "baseline_gain": None,
+        "baseline_gain_note": "",
+    }
+    why = ""
+    if args.preset is not None or detect_format(args.data) != "jsonl":
+        why = "the rewards are read from the 'reward' field of JSONL records, and this is not a JSONL file"
+    elif not batch.has_groups:
+        why = "the file has no prompt_id (the baseline is per prompt group)"
+    else:
+        try:
+            rewards = sequence_values((rec for _, rec in iter_jsonl(args.data)), "reward", batch)
+        except ValueError as exc:
+            why = f"no reward per record ({exc})"
+        else:
+            row["baseline_gain"] = vcpo.baseline_gain(rewards, log_w, batch.group_index())
+            if row["baseline_gain"] != row["baseline_gain"]:
+                why = "every prompt's rewards are equal, so no baseline matters"
+    row["baseline_gain_note"] = why
+    gain = f"{row['baseline_gain']:.4g}" if not why else f"none: {why}"
+    note = (
+        f"VCPO on the whole file as one minibatch of {len(batch):,} sequences (sequence weights P_T of "
+        f"the {ratio} ratio; variance_lab.corrections.vcpo): ESS ratio (sum w)^2 / (N sum w^2) = {ess:.4g}; "
+        f"learning-rate factor min(1, ESS)^(1/2) = {row['lr_scale_sqrt']:.4g} (scaling_rule sqrt, VCPO's "
+        f"default), min(1, ESS) = {row['lr_scale_linear']:.4g} (linear); baseline gain of the min-variance "
+        f"baseline over the group mean (||g||^2 = 1) = {gain}."
+    )
+    return row, note
 
 
 #: What the prediction of the probability-aware masks is, on data.
@@ -396,9 +450,17 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--correction: {exc}") from None
     if args.by and not args.data:
         raise CLIError("--by needs --data FILE (the tokens to bin)")
-    frame, title, notes = _data(args, cs) if args.data else _model(args, cs)
+    if args.vcpo and not args.data:
+        raise CLIError("--vcpo needs --data FILE (the sequence weights of a minibatch)")
+    if args.vcpo and args.format not in ("markdown", "json"):
+        raise CLIError(f"--vcpo prints in --format markdown or json, not {args.format}")
+    frame, title, notes, vcpo_row = _data(args, cs) if args.data else (*_model(args, cs), None)
     render = report.render_bins if args.data and args.by else report.render_corrections
     text = render(frame, args.format, title=title, notes="\n\n".join(notes))
+    if vcpo_row is not None and args.format == "json":  # its own row after the others, their columns kept
+        from variance_lab.report.table import json_text
+
+        text = json_text([*json.loads(text), vcpo_row])
     write_output(text, args.out)
     return 0
 
@@ -487,6 +549,14 @@ def add_command(sub) -> None:
         default=None,
         help="--by: increasing bin edges (default: variance_lab.corrections.P_EDGES for p, "
         "ENTROPY_EDGES for entropy)",
+    )
+    p.add_argument(
+        "--vcpo",
+        action="store_true",
+        help="--data: add VCPO's numbers for the whole file as one minibatch: the ESS ratio of the "
+        "sequence weights of --ratio, its learning-rate factors (sqrt and linear) and the baseline gain of "
+        "its min-variance baseline over the group mean (needs each record's reward and prompt_id); a note "
+        "in markdown, its own row in json",
     )
     p.add_argument("--on-bad", default="raise", choices=("raise", "drop"), help="--data: bad sequences")
     p.add_argument(
