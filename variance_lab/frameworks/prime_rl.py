@@ -20,9 +20,8 @@ prime-rl's conventions, all kept:
   write it per token);
 - every trust region acts on **probability** differences :math:`d = \pi_{trainer} -
   \pi_{inference}` (not on the ratio), taken as prime-rl takes them on its float32 log-probs:
-  each probability the float32 :math:`e^x` (correctly rounded,
-  :func:`~variance_lab.frameworks.batch.exp_float32`; torch's is one ulp off on about 1 % of
-  inputs, which flipped 1 of the fixtures' 6,752 decisions, a difference exactly at a bound),
+  each probability the float32 :math:`e^x` (torch's, :func:`~variance_lab.frameworks.batch.exp_float32`;
+  the correctly rounded one, without torch, flipped 1 of the fixtures' 6,752 decisions),
   their float32 difference, against the bound rounded to float32 (torch compares a float32
   tensor with a Python float in float32), a difference exactly at a bound kept
   (:data:`PRIME_RL_RULE`);
