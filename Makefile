@@ -7,7 +7,8 @@ BIN    := $(VENV)/bin
 # PyTorch's CPU wheels (https://pytorch.org/get-started/locally/, "CPU"): without this index pip
 # takes torch from PyPI, whose Linux wheel is the CUDA build (several GB). A torch==2.13.0 that pip
 # finds without any index (already installed, or a local wheel that pip's configuration points
-# at) is used as it is. For the CUDA build: make test TORCH_INDEX=https://pypi.org/simple
+# at) is used as it is, its own dependencies from PyPI when they are not local too. For the CUDA
+# build: make test TORCH_INDEX=https://pypi.org/simple
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH      := torch==2.13.0
 
@@ -23,6 +24,8 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.torch: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-index '$(TORCH)' 2>/dev/null \
+	  || ( $(BIN)/python -m pip download --quiet --no-index --no-deps '$(TORCH)' -d $(VENV)/torch-wheel 2>/dev/null \
+	       && $(BIN)/python -m pip install --quiet $(VENV)/torch-wheel/torch-*.whl && rm -rf $(VENV)/torch-wheel ) \
 	  || $(BIN)/python -m pip install --quiet '$(TORCH)' --index-url $(TORCH_INDEX)
 	touch $@
 
