@@ -41,7 +41,7 @@ from variance_lab.rollouts.source import TokenSource
 from variance_lab.rollouts.split import SplitSums
 from variance_lab.rollouts.statistics import TokenLayout
 from variance_lab.rollouts.subsample import FIT_SEQUENCES, FIT_TOKENS, sample_mask
-from variance_lab.rollouts.weights import CLIP_RULE
+from variance_lab.rollouts.weights import CLIP_RULE, ClipFractions
 
 __all__ = ["ALL", "RATIO_COLUMNS", "EvalSummary", "FitSummary", "Summaries"]
 
@@ -67,7 +67,7 @@ def _relabel(groups: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class EvalSummary:
+class EvalSummary(ClipFractions):
     """A set of sequences to judge, by what the judgment takes of them.
 
     ``index``: the sequences (of the source), in order; ``groups``: their prompts numbered in the
@@ -94,16 +94,6 @@ class EvalSummary:
     def lengths(self) -> np.ndarray:
         """Counted tokens per sequence."""
         return self.length
-
-    @property
-    def gspo_clip_frac(self) -> float:
-        """Fraction of sequences whose GSPO weight is outside its range."""
-        return float(np.mean(self.clipped_gspo))
-
-    @property
-    def ppo_clip_frac(self) -> float:
-        """Fraction of tokens outside the PPO range (token mean)."""
-        return float(self.n_token_clipped.sum() / self.length.sum())
 
 
 @dataclass(frozen=True, eq=False)

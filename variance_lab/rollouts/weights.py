@@ -61,6 +61,7 @@ __all__ = [
     "GMPO_RANGE",
     "GSPO_RANGE",
     "PPO_RANGE",
+    "ClipFractions",
     "SequenceWeights",
     "gspo_token_weights",
     "log_clip_range",
@@ -78,8 +79,22 @@ CLIP_RULE = BoundRule(CLOSED, "log", "float64")
 # --------------------------------------------------------------------------------------
 # weights
 # --------------------------------------------------------------------------------------
+class ClipFractions:
+    """The batch clip fractions of a set with ``clipped_gspo``, ``n_token_clipped`` and ``length``."""
+
+    @property
+    def gspo_clip_frac(self) -> float:
+        """Batch fraction of sequences whose s is outside GSPO's range."""
+        return float(np.mean(self.clipped_gspo))
+
+    @property
+    def ppo_clip_frac(self) -> float:
+        """Batch fraction of tokens outside the PPO range (token mean, as trainers log it)."""
+        return float(self.n_token_clipped.sum() / self.length.sum())
+
+
 @dataclass(frozen=True, eq=False)
-class SequenceWeights:
+class SequenceWeights(ClipFractions):
     r"""Per-sequence weights and perplexities of a :class:`TokenBatch`, all in log space.
 
     Linear values are properties (``inf`` or ``0.0`` beyond float64, never a warning).
@@ -163,16 +178,6 @@ class SequenceWeights:
     def token_clip_frac(self) -> np.ndarray:
         """Per sequence, the fraction of tokens outside the PPO range."""
         return self.n_token_clipped / self.length
-
-    @property
-    def gspo_clip_frac(self) -> float:
-        """Batch fraction of sequences whose s is outside GSPO's range."""
-        return float(np.mean(self.clipped_gspo))
-
-    @property
-    def ppo_clip_frac(self) -> float:
-        """Batch fraction of tokens outside the PPO range (token mean, as trainers log it)."""
-        return float(self.n_token_clipped.sum() / self.length.sum())
 
     def to_frame(self) -> pd.DataFrame:
         """One row per sequence: id, length, log and linear weights, perplexities, clipping."""
