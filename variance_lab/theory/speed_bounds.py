@@ -153,7 +153,10 @@ def prefix_abs_dev(family: Family, k) -> np.ndarray:
 
 
 def token_bias(family: Family, T) -> np.ndarray:
-    r"""Return :math:`B_T = \sum_{k=0}^{T-1} E|P_k - 1|`, token-level IS's largest bias (|g_t| <= 1)."""
+    r"""Return :math:`B_T = \sum_{k=0}^{T-1} E|P_k - 1|`, the largest token-level IS bias.
+
+    Each token's term is bounded by 1 (:math:`|g_t| \le 1`).
+    """
     t = _check_T(T)
     cum = np.concatenate([[0.0], np.cumsum(prefix_abs_dev(family, np.arange(int(t.max()))))])
     return cum[t]
