@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 
@@ -140,16 +141,8 @@ def test_scheduler_needs_a_directory_and_an_address(tmp_path, capsys):
     assert "scheduler must be SCHEME://HOST:PORT" in err
 
 
-def _has_distributed() -> bool:
-    try:
-        dx.import_distributed()
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.mark.slow  # 9-20 s on the 2-core VM: a cluster starts, every worker fits the models
-@pytest.mark.skipif(not _has_distributed(), reason="needs the distributed extra")
+@pytest.mark.skipif(importlib.util.find_spec("distributed") is None, reason="needs the distributed extra")
 def test_scheduler_gives_the_same_csv_as_a_local_run(tmp_path, capsys):
     """``--scheduler`` of a LocalCluster of 2 processes (1 thread each): the local run's csv, to the byte."""
     folder = _run_dir(tmp_path / "run", n_steps=2, n_seq=30)

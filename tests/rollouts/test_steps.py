@@ -196,19 +196,10 @@ def test_a_bad_step_names_its_file(tmp_path):
 # --------------------------------------------------------------------------------------
 # on a Dask cluster
 # --------------------------------------------------------------------------------------
-def _has_distributed() -> bool:
-    try:
-        dx.import_distributed()
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def client():
     """Yield a LocalCluster of 2 worker processes (processes=True, 1 thread each) and its client."""
-    if not _has_distributed():
-        pytest.skip("needs the distributed extra")
+    pytest.importorskip("distributed", reason="needs the distributed extra")
     with dx.local_cluster(2, memory_limit="1GiB") as c:
         yield c
 
