@@ -217,16 +217,67 @@ class PairedRun:
         self.optimizer, self.timing_s, self.facts = optimizer, timing_s, facts
 
 
-def _minibatch_update(chain, tokenizer, settings, rng, gen, first_id):
-    from variance_lab.lm.runs import draw_batch, score_batch
+class _Chain:
+    """The chain of one seed and its random streams (:func:`~variance_lab.lm.runs.random_streams`).
 
-    step = draw_batch(chain.model, tokenizer, settings, rng, gen, settings.train_prompts, first_id)
-    step_old = score_batch(chain.model, step, settings, tokenizer)
-    chain.step(step.ids, step.samples.tokens, step_old, step.advantage)
-    return step
+    Streams 3 and 4 draw every update's minibatch (prompts, then tokens), in order; 0 and 1 the
+    data batch. :func:`run_paired` and :func:`calibrate` take the same warm-up and data batch
+    from it.
+    """
+
+    def __init__(self, model, tokenizer, settings):
+        from variance_lab.lm.runs import random_streams
+        from variance_lab.provenance import torch_generator
+
+        self.tokenizer, self.settings = tokenizer, settings
+        self.chain = PolicyChain(
+            model, aggregation=settings.aggregation, lr=settings.lr, score_batch=settings.score_batch
+        )
+        self.streams = random_streams(settings.seed)
+        self.rng, self.gen = np.random.default_rng(self.streams[3]), torch_generator(self.streams[4])
+        self.next_id = settings.n_prompts
+
+    def score(self, batch, model=None, **options):
+        """Score ``batch`` under ``model`` (default the chain's current policy)."""
+        from variance_lab.lm.runs import score_batch
+
+        model = self.chain.model if model is None else model
+        return score_batch(model, batch, self.settings, self.tokenizer, **options)
+
+    def minibatch(self):
+        """Draw the next update's minibatch (prompt ids after the data batch's and the earlier ones')."""
+        from variance_lab.lm.runs import draw_batch
+
+        s = self.settings
+        step = draw_batch(
+            self.chain.model, self.tokenizer, s, self.rng, self.gen, s.train_prompts, self.next_id
+        )
+        self.next_id += s.train_prompts
+        return step
+
+    def update(self):
+        """Take the chain's next update on a fresh on-policy minibatch; return the minibatch."""
+        step = self.minibatch()
+        self.chain.step(step.ids, step.samples.tokens, self.score(step), step.advantage)
+        return step
+
+    def warm_up(self, say, what: str) -> None:
+        """Take updates 1 .. K - 1."""
+        for _ in range(self.settings.updates - 1):
+            reward, k = self.update().reward.mean(), self.settings.updates - 1
+            say(f"{what} {self.chain.updates} of {k}, minibatch mean reward {reward:.3f}")
+
+    def data_batch(self, progress=None):
+        """Sample the data batch from the current policy (streams 0 and 1)."""
+        from variance_lab.lm.runs import draw_batch
+        from variance_lab.provenance import torch_generator
+
+        rng, gen = np.random.default_rng(self.streams[0]), torch_generator(self.streams[1])
+        s = self.settings
+        return draw_batch(self.chain.model, self.tokenizer, s, rng, gen, s.n_prompts, 0, progress=progress)
 
 
-def run_paired(model, tokenizer, settings, *, lr=None, progress=None) -> PairedRun:
+def run_paired(model, tokenizer, settings, *, progress=None) -> PairedRun:
     r"""Run one seed: warm the chain, sample :math:`D`, score it under every policy and sampler.
 
     Parameters
@@ -235,10 +286,7 @@ def run_paired(model, tokenizer, settings, *, lr=None, progress=None) -> PairedR
         :math:`\theta_0` (left unchanged).
     tokenizer : its tokenizer
     settings : variance_lab.lm.runs.LMSettings
-        ``updates`` (:math:`K`), ``lags`` (:math:`L`), ``lr`` (unless ``lr`` is given), the
-        task and sampler sizes, ``seed``.
-    lr : float, optional
-        Overrides ``settings.lr`` (a calibrated rate).
+        ``updates`` (:math:`K`), ``lags`` (:math:`L`), ``lr``, the task and sampler sizes, ``seed``.
     progress : callable, optional
         Called with one-line messages.
 
@@ -246,70 +294,39 @@ def run_paired(model, tokenizer, settings, *, lr=None, progress=None) -> PairedR
     -------
     PairedRun
     """
-    import torch  # noqa: F401 - the lm extra
-
     from variance_lab.lm.precision import low_precision_copy
-    from variance_lab.lm.runs import draw_batch, random_streams, score_batch
     from variance_lab.progress import ticker
-    from variance_lab.provenance import torch_generator
 
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
-    ss = random_streams(settings.seed)
-    chain = PolicyChain(
-        model,
-        aggregation=settings.aggregation,
-        lr=settings.lr if lr is None else lr,
-        score_batch=settings.score_batch,
-    )
-    rng, gen = np.random.default_rng(ss[3]), torch_generator(ss[4])
-    next_id = settings.n_prompts
-    for _ in range(settings.updates - 1):
-        step = _minibatch_update(chain, tokenizer, settings, rng, gen, next_id)
-        next_id += settings.train_prompts
-        say(f"update {chain.updates} of the chain (warm-up), minibatch mean reward {step.reward.mean():.3f}")
+    c = _Chain(model, tokenizer, settings)
+    c.warm_up(say, "warm-up update")
     timing = {"warm_up": _elapsed(t0)}
     t1 = time.perf_counter()
-    tick = ticker(say, "sampling the data batch")
-    batch = draw_batch(
-        chain.model,
-        tokenizer,
-        settings,
-        np.random.default_rng(ss[0]),
-        torch_generator(ss[1]),
-        settings.n_prompts,
-        0,
-        progress=tick,
-    )
+    batch = c.data_batch(ticker(say, "sampling the data batch"))
     timing["sample"] = _elapsed(t1)
     t1 = time.perf_counter()
-    old, entropy = score_batch(
-        chain.model, batch, settings, tokenizer, ticker(say, "scoring (float32)"), entropy=True
-    )
+    old, entropy = c.score(batch, progress=ticker(say, "scoring (float32)"), entropy=True)
     samplers, arithmetic = {}, {}
     for name in settings.paired_samplers:
         if name == "top-p":
-            view, how = chain.model, "native"
+            view, how = c.chain.model, "native"
             options = {"top_k": settings.top_k, "top_p": settings.top_p}
         else:
-            view, how = low_precision_copy(chain.model, name, settings.precision_mode)
+            view, how = low_precision_copy(c.chain.model, name, settings.precision_mode)
             options = {"top_k": 0, "top_p": 1.0}
-        lp, kept = score_batch(
-            view, batch, settings, tokenizer, ticker(say, f"scoring ({name})"), sampler=options
-        )
+        lp, kept = c.score(batch, view, progress=ticker(say, f"scoring ({name})"), sampler=options)
         samplers[name] = lp if name != "top-p" else (lp, kept)
         arithmetic[name] = how
     timing["score_samplers"] = _elapsed(t1)
     scores, optimizer = [old], []
     t1 = time.perf_counter()
     for _ in range(settings.lags + 1):
-        _minibatch_update(chain, tokenizer, settings, rng, gen, next_id)
-        next_id += settings.train_prompts
-        optimizer.append(chain.describe())
-        tick = ticker(say, f"scoring after update {chain.updates}")
-        scores.append(score_batch(chain.model, batch, settings, tokenizer, tick))
+        c.update()
+        optimizer.append(c.chain.describe())
+        scores.append(c.score(batch, progress=ticker(say, f"scoring after update {c.chain.updates}")))
         f = clipped_fraction(settings.aggregation, scores[-1], scores[-2])
-        say(f"update {chain.updates}: clipped fraction on the data batch {f:.4f}")
+        say(f"update {c.chain.updates}: clipped fraction on the data batch {f:.4f}")
     timing["updates_and_score"] = _elapsed(t1)
     facts = {"sampler_arithmetic": arithmetic}
     return PairedRun(batch, scores, entropy, samplers, optimizer, timing, facts)
@@ -495,36 +512,22 @@ def calibrate(model, tokenizer, settings, *, lrs, target: float | None = None, p
         :func:`calibrate_lr`'s result with ``source``, ``warm_up_lr``, ``update`` and
         ``definition`` added (recorded in the sidecars).
     """
-    from variance_lab.lm.runs import draw_batch, random_streams, score_batch
     from variance_lab.progress import ticker
-    from variance_lab.provenance import torch_generator
 
     say = progress or (lambda message: None)
     if target is None:
         target = PUBLISHED_CLIP_FRACTIONS[settings.aggregation]
-    ss = random_streams(settings.seed)
-    chain = PolicyChain(
-        model, aggregation=settings.aggregation, lr=settings.lr, score_batch=settings.score_batch
-    )
-    rng, gen = np.random.default_rng(ss[3]), torch_generator(ss[4])
-    next_id = settings.n_prompts
-    for _ in range(settings.updates - 1):
-        _minibatch_update(chain, tokenizer, settings, rng, gen, next_id)
-        next_id += settings.train_prompts
-        say(f"calibration: warm-up update {chain.updates} of {settings.updates - 1} done")
-    data_rng, data_gen = np.random.default_rng(ss[0]), torch_generator(ss[1])
-    tick = ticker(say, "calibration: sampling the data batch")
-    batch = draw_batch(
-        chain.model, tokenizer, settings, data_rng, data_gen, settings.n_prompts, 0, progress=tick
-    )
-    old = score_batch(chain.model, batch, settings, tokenizer)
-    step = draw_batch(chain.model, tokenizer, settings, rng, gen, settings.train_prompts, next_id)
-    step_old = score_batch(chain.model, step, settings, tokenizer)
+    c = _Chain(model, tokenizer, settings)
+    c.warm_up(say, "calibration: warm-up update")
+    batch = c.data_batch(ticker(say, "calibration: sampling the data batch"))
+    old = c.score(batch)
+    step = c.minibatch()
+    step_old = c.score(step)
 
     def fraction_at(lr):
-        fork = chain.fork(lr)
+        fork = c.chain.fork(lr)
         fork.step(step.ids, step.samples.tokens, step_old, step.advantage)
-        f = clipped_fraction(settings.aggregation, score_batch(fork.model, batch, settings, tokenizer), old)
+        f = clipped_fraction(settings.aggregation, c.score(batch, fork.model), old)
         say(f"calibration: lr {lr:.3g} clips {f:.4f} of the tokens (target {target})")
         return f
 
