@@ -15,6 +15,7 @@ runs recorded it (:func:`variance_lab.lm.recover.add_entropy`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import sys
 from pathlib import Path
@@ -184,12 +185,25 @@ def _require_lm(model: str) -> None:
             raise CLIError(f"--model {model} needs {name}: {LM_HINT}")
 
 
-def _loaded_tiny(folder):
-    from variance_lab.lm.model import load_model
+@contextlib.contextmanager
+def _loaded(model: str):
+    """Yield the tiny model, its tokenizer and description (written to a scratch folder), or None.
+
+    None stands for SmolLM2, which the runs load themselves; its package is checked first, so a
+    missing one is one line before anything runs.
+    """
+    import tempfile
+
+    from variance_lab.lm.model import load_model, locate_gguf
     from variance_lab.lm.tiny import write_tiny_llama
 
-    model, tokenizer = load_model(write_tiny_llama(folder))
-    return model, tokenizer, {"name": "tiny random Llama (variance_lab.lm.tiny, seed 0)"}
+    if model != "tiny":
+        locate_gguf(check=False)
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="variance-lab-tiny-") as tmp:
+        m, tokenizer = load_model(write_tiny_llama(tmp))
+        yield m, tokenizer, {"name": "tiny random Llama (variance_lab.lm.tiny, seed 0)"}
 
 
 def _cmd_run_paired(args: argparse.Namespace) -> int:
@@ -199,17 +213,9 @@ def _cmd_run_paired(args: argparse.Namespace) -> int:
         raise CLIError("--run paired writes one file per comparison: name their folder with --out-dir")
     if not folder.is_dir():
         raise CLIError(f"--out-dir {str(folder)!r} is not a folder")
-    import tempfile
-
-    from variance_lab.lm.model import locate_gguf
     from variance_lab.lm.paired import paired_experiment
 
-    with tempfile.TemporaryDirectory(prefix="variance-lab-tiny-") as tmp:
-        if args.model == "tiny":
-            loaded = _loaded_tiny(tmp)
-        else:
-            locate_gguf(check=False)
-            loaded = None
+    with _loaded(args.model) as loaded:
         sides = paired_experiment(
             settings, folder, loaded=loaded, lrs=args.calibrate, progress=None if args.quiet else _say
         )
@@ -264,18 +270,10 @@ def _cmd_run_lm(args: argparse.Namespace) -> int:
         runs, outs = [settings], [Path(args.out or default_name(settings, quick=args.quick))]
     for out in outs:
         _check_out(out)
-    import tempfile
-
-    from variance_lab.lm.model import locate_gguf
     from variance_lab.lm.runs import run_lm_experiment
 
     cache: dict = {}
-    with tempfile.TemporaryDirectory(prefix="variance-lab-tiny-") as tmp:
-        if args.model == "tiny":
-            loaded = _loaded_tiny(tmp)
-        else:
-            locate_gguf(check=False)  # a missing package is one line, before anything runs
-            loaded = None
+    with _loaded(args.model) as loaded:
         for one, out in zip(runs, outs, strict=True):
             side = run_lm_experiment(
                 one, out, loaded=loaded, quick=args.quick, progress=None if args.quiet else _say, cache=cache
@@ -384,12 +382,9 @@ def _cmd_entropy(args: argparse.Namespace) -> int:
     model = json.loads(side.read_text()).get("model", {}).get("name", "")
     tiny = model.startswith("tiny")
     _require_lm("tiny" if tiny else "smollm2")
-    import tempfile
-
     from variance_lab.lm.recover import add_entropy
 
-    with tempfile.TemporaryDirectory(prefix="variance-lab-tiny-") as tmp:
-        loaded = _loaded_tiny(tmp) if tiny else None
+    with _loaded("tiny" if tiny else "smollm2") as loaded:
         new = add_entropy(path, loaded=loaded, tol=args.tol, say=None if args.quiet else _say)
     r = new["entropy_recovery"]
     done, total = r["encoded"] + r["searched"], r["encoded"] + r["searched"] + r["not found"]
