@@ -19,6 +19,7 @@ import itertools
 import numpy as np
 
 from variance_lab.ratios import segment_sums
+from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.stats.bootstrap import cluster_ratio
 
 __all__ = ["length_counts", "paired_difference", "seed_spread"]
@@ -112,7 +113,8 @@ def length_counts(lengths, finished, edges=(8, 16, 32, 64, 128, 256)) -> dict:
     finished : array_like of bool
         True when the response ended by itself (an end token), False when it hit the budget.
     edges : sequence of int, optional
-        Increasing bucket edges (default 8-15, 16-31, ..., 128-255).
+        Increasing bucket edges (default 8-15, 16-31, ..., 128-255), as
+        :func:`~variance_lab.rollouts.statistics.length_buckets` takes them.
 
     Returns
     -------
@@ -121,14 +123,12 @@ def length_counts(lengths, finished, edges=(8, 16, 32, 64, 128, 256)) -> dict:
         finished responses of each bucket, those below and above the buckets, and the unfinished.
     """
     lengths, finished = np.asarray(lengths), np.asarray(finished)
-    edges = np.asarray(edges)
     if lengths.shape != finished.shape or finished.dtype != bool:
         raise ValueError("lengths and finished need one entry per response, finished as booleans")
-    if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
-        raise ValueError(f"edges must increase, got {edges.tolist()!r}")
-    done = lengths[finished]
-    out = {f"{a}-{b - 1}": int(((done >= a) & (done < b)).sum()) for a, b in itertools.pairwise(edges)}
-    out["shorter"] = int((done < edges[0]).sum())
-    out["longer"] = int((done >= edges[-1]).sum())
+    bucket, edges = length_buckets(lengths, edges)
+    counts = np.bincount(bucket[finished & (bucket >= 0)], minlength=edges.size - 1)
+    out = {f"{a}-{b - 1}": int(n) for (a, b), n in zip(itertools.pairwise(edges), counts, strict=True)}
+    out["shorter"] = int((finished & (lengths < edges[0])).sum())
+    out["longer"] = int((finished & (lengths >= edges[-1])).sum())
     out["unfinished"] = int((~finished).sum())
     return out
