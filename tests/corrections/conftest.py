@@ -1,5 +1,6 @@
-"""Fixtures of the corrections tests: every family once, and the binomial check of coverage."""
+"""Fixtures of the corrections tests: every family once, the binomial check of coverage, a random file."""
 
+import numpy as np
 import pytest
 from scipy import stats
 
@@ -33,3 +34,23 @@ def assert_coverage():
             assert stats.binomtest(int(h), trials, level).pvalue > 1e-3, (h, trials)
 
     return check
+
+
+@pytest.fixture
+def token_file():
+    """Return a maker of a random ragged file with the sampler's log-probs and one advantage a sequence.
+
+    ``make(seed, n, longest, scale, sd, advantages)``: ``n`` sequences of 1 .. ``longest - 1`` tokens,
+    the sampler's log-probs ``-Exponential(scale)``, the numerator's ``log mu + Normal(0, sd)`` capped
+    at 0, advantages drawn from ``advantages``; returns ``(lengths, offsets, log_r, log_mu, adv)``.
+    """
+
+    def make(seed, n, longest, scale, sd, advantages):
+        rng = np.random.default_rng(seed)
+        lengths = rng.integers(1, longest, size=n)
+        off = np.concatenate([[0], np.cumsum(lengths)])
+        log_mu = -rng.exponential(scale, size=off[-1])
+        log_r = np.minimum(log_mu + rng.normal(0, sd, size=off[-1]), 0.0) - log_mu
+        return lengths, off, log_r, log_mu, rng.choice(advantages, size=n)
+
+    return make

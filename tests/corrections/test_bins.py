@@ -5,20 +5,13 @@ import pytest
 
 from variance_lab import corrections as co
 
-
-def _file(seed=1, n=80):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 20, size=n)
-    off = np.concatenate([[0], np.cumsum(lengths)])
-    log_mu = -rng.exponential(1.5, size=off[-1])
-    log_r = np.minimum(log_mu + rng.normal(0, 0.5, size=off[-1]), 0.0) - log_mu
-    adv = rng.choice([-1.0, 0.0, 2.0], size=n)
-    return lengths, off, log_r, log_mu, adv
+#: This module's random file: longest, scale, sd, advantages (the ``token_file`` fixture's arguments).
+FILE = (20, 1.5, 0.5, (-1.0, 0.0, 2.0))
 
 
-def test_fractions_are_plain_counts_per_bin():
+def test_fractions_are_plain_counts_per_bin(token_file):
     """Each bin's fraction, token and sequence counts are what a loop over its tokens gives."""
-    lengths, off, log_r, log_mu, adv = _file()
+    lengths, off, log_r, log_mu, adv = token_file(1, 80, *FILE)
     p = np.exp(log_mu)
     edges = [0.0, 0.05, 0.3, 0.7, 1.0]
     df = co.mask_by_bins(
@@ -42,9 +35,9 @@ def test_fractions_are_plain_counts_per_bin():
         assert row.frac_modified_lo <= row.frac_modified <= row.frac_modified_hi
 
 
-def test_predictions_per_bin():
+def test_predictions_per_bin(token_file):
     """A probability-aware row predicts the bin's mean of expected_masked; a ratio mask its lognormal's."""
-    lengths, off, log_r, log_mu, adv = _file(2)
+    lengths, off, log_r, log_mu, adv = token_file(2, 80, *FILE)
     p = np.exp(log_mu)
     df = co.mask_by_bins(
         log_r, off, "dppo-kl:0.02,icepop:2", p, [0.0, 0.2, 1.0], log_mu=log_mu, advantages=adv
@@ -57,9 +50,9 @@ def test_predictions_per_bin():
     np.testing.assert_allclose(df[df.correction == "icepop:2"].pred_frac_modified, [ice, ice], rtol=1e-15)
 
 
-def test_entropy_bins_and_empty_bins():
+def test_entropy_bins_and_empty_bins(token_file):
     """Binned by any per-token value; an empty bin has no row; the top bin is closed."""
-    _, off, log_r, log_mu, _ = _file(3)
+    _, off, log_r, log_mu, _ = token_file(3, 80, *FILE)
     h = np.linspace(0.0, 2.9, log_r.size)
     df = co.mask_by_bins(log_r, off, "kpop:0.05", h, [0.0, 1.0, 3.0, 5.0], by="entropy", log_mu=log_mu)
     assert df.bin_lo.tolist() == [0.0, 1.0]
@@ -68,9 +61,9 @@ def test_entropy_bins_and_empty_bins():
     assert default.bin_lo.tolist() == list(co.ENTROPY_EDGES[:-1])
 
 
-def test_bad_input_names_it():
+def test_bad_input_names_it(token_file):
     """Sequence-level specs, bad edges, values of the wrong length and an unknown variable are refused."""
-    _, off, log_r, log_mu, _ = _file()
+    _, off, log_r, log_mu, _ = token_file(1, 80, *FILE)
     p = np.exp(log_mu)
     with pytest.raises(ValueError, match="seq-tis"):
         co.mask_by_bins(log_r, off, "seq-tis:2", p)

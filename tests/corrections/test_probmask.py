@@ -191,19 +191,13 @@ def test_bad_specs_name_themselves(spec):
 
 
 # ------------------------------------------------------------------------------- data
-def _file(seed=3, n=60):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 25, size=n)
-    off = np.concatenate([[0], np.cumsum(lengths)])
-    log_mu = -rng.exponential(1.0, size=off[-1])
-    log_r = np.minimum(log_mu + rng.normal(0, 0.6, size=off[-1]), 0.0) - log_mu
-    adv = rng.choice([-1.0, 0.0, 1.0], size=n)
-    return lengths, off, log_r, log_mu, adv
+#: This module's random file: longest, scale, sd, advantages (the ``token_file`` fixture's arguments).
+FILE = (25, 1.0, 0.6, (-1.0, 0.0, 1.0))
 
 
-def test_evaluate_dppo_rows_by_sign_match_a_plain_loop():
+def test_evaluate_dppo_rows_by_sign_match_a_plain_loop(token_file):
     """On data DPPO's rows split by A > 0 (zero advantages negative) and each fraction is a plain count."""
-    lengths, off, log_r, log_mu, adv = _file()
+    lengths, off, log_r, log_mu, adv = token_file(3, 60, *FILE)
     df = co.evaluate(
         log_r, off, "dppo-tv:0.1,kpop:0.05", advantages=adv, log_mu=log_mu, buckets=[(1, 10), (11, 24)]
     )
@@ -228,9 +222,9 @@ def test_evaluate_dppo_rows_by_sign_match_a_plain_loop():
         assert row.mean_w == pytest.approx(np.where(masked, 0, np.exp(log_r))[tok].mean(), rel=1e-12)
 
 
-def test_evaluate_prediction_is_the_mean_expected_mask():
+def test_evaluate_prediction_is_the_mean_expected_mask(token_file):
     """With predict=, a probability-aware row's prediction is the mean of expected_masked over its tokens."""
-    lengths, off, log_r, log_mu, adv = _file(5)
+    lengths, off, log_r, log_mu, adv = token_file(5, 60, *FILE)
     df = co.evaluate(
         log_r, off, "kpop:0.05,dppo-kl:0.02", advantages=adv, log_mu=log_mu, predict=co.fit_lognormal(log_r)
     )
@@ -256,9 +250,9 @@ def test_expected_masked_is_the_fitted_models_conditional_fraction():
     assert got[2] == 0.0  # probability 1: no finite shift, never masked in the model
 
 
-def test_evaluate_needs_the_log_probs():
+def test_evaluate_needs_the_log_probs(token_file):
     """A probability-aware spec without log_mu, or with a bad one, is a ValueError naming it."""
-    _, off, log_r, log_mu, _ = _file()
+    _, off, log_r, log_mu, _ = token_file(3, 60, *FILE)
     with pytest.raises(ValueError, match="log_mu"):
         co.evaluate(log_r, off, "kpop")
     with pytest.raises(ValueError, match="log_mu"):
