@@ -43,6 +43,7 @@ __all__ = [
     "sidecar_text",
     "text_sha256",
     "torch_generator",
+    "torch_run_facts",
     "versions",
     "write_sidecar",
 ]
@@ -110,6 +111,26 @@ def versions(keys: Sequence[str] = FIGURE_VERSIONS) -> dict:
         ``{key: str}``.
     """
     return {key: _version(key) for key in keys}
+
+
+def torch_run_facts(threads: int) -> dict:
+    """Return a PyTorch run's ``versions`` (:data:`TORCH_VERSIONS`, transformers, threads) and ``machine``.
+
+    Parameters
+    ----------
+    threads : int
+        PyTorch's intra-op threads of the run.
+
+    Returns
+    -------
+    dict
+        ``{"versions": {...}, "machine": {"platform": ..., "processor": ..., "threads": ...}}``.
+    """
+    ver = versions((*TORCH_VERSIONS, "transformers")) | {"torch_threads": threads}
+    return {
+        "versions": ver,
+        "machine": {"platform": platform.platform(), "processor": ver["cpu"], "threads": threads},
+    }
 
 
 def text_sha256(text: str) -> str:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import platform
 import time
 from pathlib import Path
 
@@ -440,7 +439,7 @@ def write_paired(
     """
     from variance_lab.experiment.files import dataset_sidecar, write_dataset
     from variance_lab.lm.runs import LM_SIDECAR_KIND
-    from variance_lab.provenance import TORCH_VERSIONS, versions
+    from variance_lab.provenance import torch_run_facts
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -448,7 +447,7 @@ def write_paired(
     records = paired_records(run, settings)
     names = paired_names(settings.seed, settings.aggregation, list(run.samplers), len(run.scores) - 2)
     fingerprint = tokens_sha256(run.batch.samples.tokens)
-    ver = versions((*TORCH_VERSIONS, "transformers")) | {"torch_threads": settings.threads}
+    facts = torch_run_facts(settings.threads)
     out = []
     for role, recs in records.items():
         lag = int(role.removeprefix("stale_lag")) if role.startswith("stale_lag") else 0
@@ -465,12 +464,7 @@ def write_paired(
             "tokens_sha256": fingerprint,
             "fields": _fields(role, settings),
             "sampler_arithmetic": run.facts["sampler_arithmetic"],
-            "versions": ver,
-            "machine": {
-                "platform": platform.platform(),
-                "processor": ver["cpu"],
-                "threads": settings.threads,
-            },
+            **facts,
             "timing_s": run.timing_s,
         }
         path = folder / names[role]

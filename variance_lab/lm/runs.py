@@ -36,7 +36,6 @@ its SHA-256, versions, machine and wall time.
 from __future__ import annotations
 
 import copy
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +61,7 @@ from variance_lab.lm.task import (
     stop_ids,
 )
 from variance_lab.progress import ticker
-from variance_lab.provenance import TORCH_VERSIONS, deterministic_torch, torch_generator, versions
+from variance_lab.provenance import deterministic_torch, torch_generator, torch_run_facts
 from variance_lab.ratios import group_advantages
 
 __all__ = [
@@ -624,7 +623,6 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
             "the behaviour policy (policy_lag updates behind the trainer), float32 teacher-forced"
         )
         fields_["policy_lag"] = "updates between the sampling policy and the trainer's old policy"
-    ver = versions((*TORCH_VERSIONS, "transformers")) | {"torch_threads": settings.threads}
     head = {
         "run": settings.run,
         "aggregation": settings.aggregation,
@@ -636,8 +634,7 @@ def _sidecar(settings: LMSettings, path: Path, records, facts, model_info, quick
         "settings": settings.to_dict(),
         "model": model_info,
         "fields": fields_,
-        "versions": ver,
-        "machine": {"platform": platform.platform(), "processor": ver["cpu"], "threads": settings.threads},
+        **torch_run_facts(settings.threads),
         "wall_time_s": wall,
         "timing_s": facts["timing_s"],
         "groups_with_advantage": facts["groups_with_advantage"],
