@@ -143,3 +143,28 @@ def test_top_p_masks_exactly_the_tokens_it_never_draws(written):
         assert rec["mask"] == [int(v) for v in np.isfinite(lp[i])]
         inside = np.isfinite(lp[i])
         np.testing.assert_allclose((run.scores[0][i] - lp[i])[inside], np.asarray(kept[i])[inside], atol=2e-6)
+
+
+def test_calibrated_update_takes_the_uncalibrated_runs_minibatch(tmp_path, monkeypatch):
+    """Calibrating to the fraction the plain run's update K clips picks its rate; the runs agree bit for bit.
+
+    The calibration draws update K's minibatch before the forks and the run then takes update K on
+    it, so a calibration that lands on ``settings.lr`` reproduces the uncalibrated run exactly.
+    """
+    from dataclasses import replace
+
+    from variance_lab.lm.paired import clipped_fraction
+
+    settings = replace(TINY, lr=1e-5, lags=1)
+    monkeypatch.setattr(runs_mod, "rewards", lambda prompts, texts, match: np.arange(len(texts)) % 2.0)
+    model, tok = load_model(write_tiny_llama(tmp_path, seed=2))
+    plain = run_paired(model, tok, settings)
+    target = clipped_fraction(settings.aggregation, plain.scores[1], plain.scores[0])
+    assert 0 < target < 1
+    run = run_paired(model, tok, settings, lrs=[settings.lr, 1.0], target=target)
+    assert run.calibration["tried"][0] == [settings.lr, target]
+    assert run.calibration["update"] == settings.updates
+    assert [o["lr"] for o in run.optimizer] == [o["lr"] for o in plain.optimizer] == [settings.lr] * 2
+    for a, b in zip(run.scores, plain.scores, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)

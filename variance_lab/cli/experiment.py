@@ -64,7 +64,7 @@ _LM_OPTIONS = tuple(_LM_CHOICES)
 
 
 def parse_assignment(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` of ``--set``.
+    """``KEY=VALUE`` of ``--set`` (``VALUE`` may be empty: ``--set samplers=``).
 
     Parameters
     ----------
@@ -75,7 +75,7 @@ def parse_assignment(text: str) -> tuple[str, str]:
     (str, str)
     """
     key, sep, value = text.partition("=")
-    if not sep or not key.strip() or not value.strip():
+    if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key.strip(), value.strip()
 

