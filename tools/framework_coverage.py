@@ -196,14 +196,26 @@ def measure_trl() -> Report:
 
 
 def measure_nemo_rl() -> Report:
-    """Measure NeMo-RL 7ea279a: ``nemo_rl.*``, ``ClippedPGLossFn`` run in float32 and in float64."""
+    """Measure NeMo-RL 7ea279a: ``nemo_rl.*``, ``ClippedPGLossFn`` run in float32 and in float64.
+
+    Its logged metrics and the per-token weights ``__call__`` holds as it returns, at the unmasked
+    tokens (every row with sequence-level ratios).
+    """
     t, r = _load("test_nemo_rl"), Report()
     for row in t.load_settings():
-        got, _ = t._mirror(row)
+        w, got, _ = t._mirror(row)
         want, want64 = row["metrics32"], row["metrics64"]
         big = np.abs(row["prev"].astype(float) - row["gen"]).max() > 80  # float32 exp overflows
         oob = want.get("is_oob_ratio", 0.0), want64.get("is_oob_ratio", 0.0)
         same = abs(oob[0] - oob[1]) <= 1e-6 * abs(oob[1])  # the float64 run counted the same tokens
+        seq = row["options"].get("sequence_level_importance_ratios", False)
+        inside = np.ones(w.shape, dtype=bool) if seq else row["tm"] > 0  # every row, or the tokens
+        w32, w64 = row["weights32"][inside], row["weights64"][inside]
+        r.decisions("float32", "weights zeroed").add(w[inside] == 0, w32 == 0)
+        r.values("float32", "`actor_importance_weights`").add(w[inside], w32)
+        if same and not big:  # and where the float64 run zeroed the same weights
+            agree = (w64 == 0) == (w32 == 0)
+            r.values("float64", "`actor_importance_weights`").add(w[inside][agree], w64[agree])
         for k, v in want.items():
             if k == "num_valid_samples":
                 continue

@@ -37,7 +37,10 @@ inputs cast up: NeMo-RL's own rounding is the difference). ``nemo_rl.npz`` holds
 padded (B, T+1) arrays raveled and concatenated, ``shapes`` giving (B, T+1); column 0 is the
 prompt's last token that NeMo-RL's ``[:, 1:]`` drops) and the logged metrics (``metrics32``,
 ``metrics64``: a row per setting over ``metric_names``, NaN where a setting logs no such
-metric; a NaN NeMo-RL logs is kept in ``nan32``/``nan64``).
+metric; a NaN NeMo-RL logs is kept in ``nan32``/``nan64``) and the per-token weights
+``__call__`` holds as it returns (``actor_importance_weights``, after truncation or masking,
+read with ``sys.setprofile``; ``weights32`` float32, ``weights64`` float64: each setting's
+(B, T) array, or (B, 1) with sequence-level ratios, raveled, every position, padding included).
 """
 
 from __future__ import annotations
@@ -184,8 +187,13 @@ def settings(rng: np.random.Generator, B: int) -> list[dict]:
     return rows
 
 
-def run(loss_cls, config, batch: dict, options: dict, dtype) -> tuple[dict, dict]:
-    """Run the policy worker's loop over micro-batches and grpo's sum: (logged metrics, normalisations)."""
+def run(loss_cls, config, batch: dict, options: dict, dtype) -> tuple[dict, dict, np.ndarray]:
+    """Run the policy worker's loop over micro-batches and grpo's sum.
+
+    Returns (logged metrics, normalisations, weights): the weights are ``__call__``'s local
+    ``actor_importance_weights`` as it returns (after truncation or masking), read with
+    ``sys.setprofile``, of every micro-batch stacked: (B, T), or (B, 1) with sequence-level ratios.
+    """
     import torch
 
     opts = dict(options)
@@ -200,6 +208,16 @@ def run(loss_cls, config, batch: dict, options: dict, dtype) -> tuple[dict, dict
     to_reduce = torch.tensor([local_valid_seqs, local_valid_toks])
     global_valid_seqs, global_valid_toks = to_reduce[0], to_reduce[1]
     kept: dict[str, list] = {}
+    weights: list[np.ndarray] = []
+
+    def profile(frame, event, arg):  # ClippedPGLossFn.__call__'s weights as it returns
+        if (
+            event == "return"
+            and frame.f_code.co_name == "__call__"
+            and "actor_importance_weights" in frame.f_locals
+        ):
+            weights.append(frame.f_locals["actor_importance_weights"].detach().numpy().copy())
+
     for lo in range(0, tm.shape[0], mbs):
         s = slice(lo, lo + mbs)
         data = {
@@ -210,12 +228,16 @@ def run(loss_cls, config, batch: dict, options: dict, dtype) -> tuple[dict, dict
             "generation_logprobs": t["gen"][s],
             "reference_policy_logprobs": t["ref"][s],
         }
-        _loss, metrics = fn(t["curr"][s][:, 1:], data, global_valid_seqs, global_valid_toks)
+        sys.setprofile(profile)
+        try:
+            _loss, metrics = fn(t["curr"][s][:, 1:], data, global_valid_seqs, global_valid_toks)
+        finally:
+            sys.setprofile(None)
         if metrics["num_valid_samples"] > 0:
             for k, v in metrics.items():
                 kept.setdefault(k, []).append(v)
     logged = {k: float(np.sum(v)) for k, v in kept.items() if k in METRICS}
-    return logged, {k: v.value for k, v in fn.metric_normalizations.items()}
+    return logged, {k: v.value for k, v in fn.metric_normalizations.items()}, np.concatenate(weights)
 
 
 def main(argv=None) -> int:
@@ -226,7 +248,7 @@ def main(argv=None) -> int:
     loss_cls, config, shas = load_nemo(args.nemo)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(20260822)))
     inputs: dict[str, list] = {k: [] for k in ("prev", "gen", "tm", "sm")}
-    shapes, batches, logged, tables = [], [], [], []
+    shapes, batches, logged, tables, weights = [], [], [], [], ([], [])
     for _ in range(N_BATCHES):
         batch = make_batch(rng)
         for k in inputs:
@@ -234,9 +256,12 @@ def main(argv=None) -> int:
         shapes.append(batch["tm"].shape)
         rows = []
         for options in settings(rng, batch["tm"].shape[0]):
-            m32, norms = run(loss_cls, config, batch, options, torch.float32)
-            m64, _ = run(loss_cls, config, batch, options, torch.float64)
+            m32, norms, w32 = run(loss_cls, config, batch, options, torch.float32)
+            m64, _, w64 = run(loss_cls, config, batch, options, torch.float64)
             assert set(m32) == set(m64)
+            assert w32.shape == w64.shape
+            weights[0].append(w32.ravel())
+            weights[1].append(w64.ravel())
             if norms not in tables:
                 tables.append(norms)
             rows.append({"options": options, "normalizations": tables.index(norms)})
@@ -245,6 +270,7 @@ def main(argv=None) -> int:
     names = sorted({k for m32, _ in logged for k in m32})
     arrays = {k: np.concatenate(v) for k, v in inputs.items()}
     arrays["shapes"] = np.array(shapes, dtype=np.int64)
+    arrays["weights32"], arrays["weights64"] = (np.concatenate(w) for w in weights)
     for i, key in enumerate(("metrics32", "metrics64")):
         vals = np.array([[m[i].get(k, np.nan) for k in names] for m in logged])
         present = np.array([[k in m[i] for k in names] for m in logged])

@@ -99,13 +99,19 @@ def test_mean_rule_against_its_formula(count, pooling):
 
 
 def test_verl_masked_mean_is_the_eps_rule():
-    """The eps rule is verl's ``masked_mean``, bit for bit on float64; NeMo-RL's is it in float64."""
+    """The eps rule is verl's ``masked_mean``, bit for bit on float64; NeMo-RL's is the same rule.
+
+    NeMo-RL's ``masked_mean`` is verl's; its global counts are float32, so the count plus 1e-8 is
+    the count (a float64 count would keep the 1e-8).
+    """
     rng = np.random.default_rng(3)
     mask = (rng.random((6, 5)) < 0.6).astype(np.float64)
     values = rng.normal(size=mask.shape)
     assert batch.masked_mean(values, mask) == verl.VERL_MEAN.mean(values, mask)
     assert MeanRule("eps", 1e-8, "tokens", dtypes="torch") == verl.VERL_MEAN
-    assert MeanRule("eps", 1e-8, "tokens") == nemo_rl.NEMO_MEAN
+    assert nemo_rl.NEMO_MEAN == verl.VERL_MEAN
+    assert nemo_rl.NEMO_MEAN.divide(np.float64(0.5), np.float32(1)) == 0.5
+    assert nemo_rl.NEMO_MEAN.divide(np.float64(0.5), np.float64(1)) == 0.5 / (1 + 1e-8)
 
 
 @pytest.mark.parametrize(

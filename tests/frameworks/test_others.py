@@ -19,17 +19,19 @@ OLD = np.where(MASK > 0, ROLLOUT + Y, 4.0)  # padding values that would show if 
 # NeMo-RL
 # --------------------------------------------------------------------------------------
 def test_nemo_token_mult_prob_error_and_tis():
-    """token_mult_prob_error = mean e^|Delta| over 5 tokens; tis clamps to [0, 2]; is_oob_ratio 1/5."""
+    """token_mult_prob_error = mean e^|Delta| over 5 tokens; tis clamps to [0, 2]; is_oob_ratio 1/5.
+
+    NeMo-RL divides by its float32 count plus 1e-8, which is the count: fl32(5 + 1e-8) = 5; the
+    fraction is float32 (``token_oob_mask.float()``), 1/5 rounded to float32.
+    """
     w, m = nemo_rl.clipped_pg_importance_weights(
         OLD, ROLLOUT, MASK, truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=2.0
     )
     y = Y[MASK > 0]
-    assert m["token_mult_prob_error"] == pytest.approx(np.exp(np.abs(y)).sum() / (5 + 1e-8), rel=1e-12)
+    assert m["token_mult_prob_error"] == pytest.approx(np.exp(np.abs(y)).sum() / 5, rel=1e-14)
     np.testing.assert_allclose(w[MASK > 0], np.minimum(np.exp(y), 2.0), rtol=1e-14)
-    assert m["is_oob_ratio"] == pytest.approx(1 / (5 + 1e-8), rel=1e-12)
-    assert m["sampling_importance_ratio"] == pytest.approx(
-        np.minimum(np.exp(y), 2.0).sum() / (5 + 1e-8), rel=1e-12
-    )
+    assert m["is_oob_ratio"] == float(np.float32(1) / np.float32(5)) != 1 / 5
+    assert m["sampling_importance_ratio"] == pytest.approx(np.minimum(np.exp(y), 2.0).sum() / 5, rel=1e-14)
 
 
 def test_nemo_seq_mask_tis_keeps_raw_token_weights():
@@ -44,7 +46,7 @@ def test_nemo_seq_mask_tis_keeps_raw_token_weights():
     )
     np.testing.assert_array_equal(w[0], 0.0)
     np.testing.assert_allclose(w[1, :2], np.exp(Y[1, :2]), rtol=1e-14)
-    assert m["is_oob_ratio"] == pytest.approx(1 / (2 + 1e-8), rel=1e-12)
+    assert m["is_oob_ratio"] == 0.5
 
 
 def test_nemo_sequence_level_overflow_gives_zero():
@@ -54,8 +56,8 @@ def test_nemo_sequence_level_overflow_gives_zero():
         y, np.zeros_like(y), np.ones_like(y), sequence_level_importance_ratios=True
     )
     np.testing.assert_allclose(w[:, 0], [0.0, math.exp(0.3)], rtol=1e-14)
-    # micro-batches of one (the default): the mean weight, e^0.3 / (2 + 1e-8)
-    assert m["sampling_importance_ratio"] == pytest.approx(math.exp(0.3) / (2 + 1e-8), rel=1e-12)
+    # micro-batches of one (the default): the mean weight, e^0.3 / 2 (fl32(2 + 1e-8) = 2)
+    assert m["sampling_importance_ratio"] == pytest.approx(math.exp(0.3) / 2, rel=1e-14)
 
 
 def test_nemo_sequence_level_ratio_as_nemo_logs_it():
@@ -63,12 +65,12 @@ def test_nemo_sequence_level_ratio_as_nemo_logs_it():
 
     Four rows of log-ratios 0.1, 0.2, 0.3, 0.4, the third masked (sample_mask 0, so its weight is
     e^0 = 1: NeMo-RL sums the log-ratios under token_mask * sample_mask), S = 3 valid.
-    Each micro-batch logs sum_i w_i * S_mb / (S + 1e-8), masked rows' weights included; the step
+    Each micro-batch logs sum_i w_i * S_mb / fl32(S + 1e-8) = ... / S, masked rows' weights included; the step
     sums them. Micro-batches of one give the mean NeMo-RL means, sum_i s_i w_i / S.
     """
     y = np.array([[0.1], [0.2], [0.3], [0.4]])
     w = np.exp([0.1, 0.2, 0.0, 0.4])
-    s, S = np.array([1.0, 1.0, 0.0, 1.0]), 3 + 1e-8
+    s, S = np.array([1.0, 1.0, 0.0, 1.0]), 3
 
     def logged(size):
         _, m = nemo_rl.clipped_pg_importance_weights(

@@ -117,13 +117,16 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             ),
             nemo_rl.NEMO_MEAN,
             "float32 log-probs: bound decisions on the float32 weights and geometric means, values in "
-            "float64; float32 inf/NaN of exp (above 88.72) and of the JS mixture (both log-probs "
+            "float64 in NeMo-RL's order of operations (the JS term too), divided by the float32 count "
+            "(count + 1e-8 in float32 is the count), is_oob_ratio a float32 quotient per micro-batch; "
+            "float32 inf/NaN of exp (above 88.72) and of the JS mixture (both log-probs "
             "below -103.97) reproduced, an overflowed weight 0; gen_kl_error, policy_kl_error, "
             "js_divergence_error summed over micro-batches with a valid sample as grpo logs them; "
             "the sequence-level sampling_importance_ratio's (b, 1) by (b,) broadcast reproduced with "
-            "micro_batch_size=; checked against ClippedPGLossFn run verbatim (216 settings, "
-            "tools/nemo_rl_fixtures.py); not mirrored: dynamic batching, sequence packing, several "
-            "global batches per step, float32 subnormal precision below -87.3",
+            "micro_batch_size=; checked against ClippedPGLossFn run verbatim (216 settings, logged "
+            "metrics and per-token weights, tools/nemo_rl_fixtures.py); not mirrored: dynamic "
+            "batching, sequence packing, several global batches per step, float32 subnormal "
+            "precision below -87.3",
         ),
         "prime-rl": Conventions(
             "prime-rl",
@@ -136,7 +139,8 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "exp: torch's is one ulp off on about 1 % of inputs, which at a bound flips a mask: 1 of "
             "6,752 fixture decisions); values in float64 (prime-rl's float32 e^y - y - 1 of a small y "
             "is mostly rounding); per-sample metrics of default (DPPO), ipo and ref_kl, rl_weights "
-            "and ref_kl_weights mirrored; IcePop (PR #3526, after 559b447: the float32 log-ratio "
+            "and ref_kl_weights mirrored; mismatch_kl in prime-rl's order (e^y - y - 1); IcePop (PR "
+            "#3526, after 559b447, no commit recorded for it: the float32 log-ratio "
             "against the bounds' float32 logs) checked against IcePopLoss run verbatim "
             "(tools/prime_rl_icepop_fixtures.py, 4,650 decisions); not mirrored: the ce loss's "
             "nll, custom losses, the loss values themselves",

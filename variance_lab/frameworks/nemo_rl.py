@@ -4,14 +4,17 @@ A mirror of ``ClippedPGLossFn.__call__`` in ``nemo_rl/algorithms/loss/loss_funct
 (NVIDIA-NeMo/RL at ``ced083a``, the last commit touching it in the snapshot ``7ea279a``,
 2026-08-22) and ``masked_mean`` of ``nemo_rl/algorithms/utils.py``, for one micro-batch (the
 global token and sequence counts are the batch's own). Checked against ``ClippedPGLossFn`` run
-verbatim in torch (``tools/nemo_rl_fixtures.py``, ``tests/frameworks/test_nemo_rl.py``) and by
-hand-computed cases (``tests/frameworks/test_others.py``).
+verbatim in torch, its logged metrics and the per-token weights ``__call__`` holds as it returns
+(``tools/nemo_rl_fixtures.py``, ``tests/frameworks/test_nemo_rl.py``), and by hand-computed cases
+(``tests/frameworks/test_others.py``).
 
 NeMo-RL's conventions, all kept:
 
 - the mismatch log-ratio is :math:`\Delta = \log\pi_{prev} - \log\pi_{gen}`; the mask is
   ``token_mask * sample_mask``; ``masked_mean`` divides by the count plus :math:`10^{-8}`
-  (verl's too: :func:`variance_lab.frameworks.batch.masked_mean`);
+  (``utils.py:224``), a count that is float32 (:data:`NEMO_MEAN`), so that the divisor is the
+  count itself, :math:`\mathrm{fl}_{32}(c + 10^{-8}) = c`, in NeMo-RL's float32 and float64
+  runs alike;
 - ``token_mult_prob_error`` :math:`= \overline{e^{|\Delta|}}` over the tokens (at least 1; 1
   when the engines agree);
 - weights :math:`e^{\Delta_t}` per token, or with ``sequence_level_importance_ratios``
@@ -65,8 +68,17 @@ NEMO_WEIGHT_RULE = BoundRule(CLOSED, "value", "float32")
 #: ``seq-mask-tis``'s rule: the float32 geometric mean :math:`e^{\overline{\Delta}}` against the
 #: bounds in float32, both kept.
 SEQUENCE_RULE = BoundRule(CLOSED, "value", "float32")
-#: NeMo-RL's ``masked_mean``: the count plus :math:`10^{-8}`, every token of the batch pooled.
-NEMO_MEAN = MeanRule("eps", 1e-8, "tokens")
+#: NeMo-RL's ``masked_mean``: the count plus :math:`10^{-8}`, every token of the batch pooled, in
+#: torch's dtypes. The metrics' counts are ``global_valid_toks`` and ``global_valid_seqs``:
+#: ``torch.tensor([local_valid_seqs, local_valid_toks])`` of the sums of ``sample_mask`` and of
+#: ``token_mask[:, 1:] * sample_mask`` (``nemo_rl/models/automodel/data.py:409-420``;
+#: ``megatron/data.py:817`` alike), and ``sample_mask`` is ``rl_collate_fn``'s ``loss_multiplier``,
+#: ``torch.tensor`` of Python floats, float32 (``nemo_rl/data/collate_fn.py:33``; all at
+#: 7ea279a). A float32 (or int64) count plus the Python float :math:`10^{-8}` is float32, where it
+#: rounds to the count (:func:`~variance_lab.frameworks.batch.torch_dtypes`), and dividing a
+#: float64 sum by it keeps float64: NeMo-RL divides by the count itself, in its float64 runs too.
+#: The mirror passes its counts as float32 sums.
+NEMO_MEAN = MeanRule("eps", 1e-8, "tokens", "torch")
 
 
 def clipped_pg_importance_weights(
@@ -87,14 +99,16 @@ def clipped_pg_importance_weights(
     The metrics: ``token_mult_prob_error``, ``gen_kl_error``, ``policy_kl_error``,
     ``js_divergence_error``, ``sampling_importance_ratio`` and, with a truncation,
     ``is_oob_ratio``, each as grpo logs it: the sum over the micro-batches that hold a valid
-    sample of the micro-batch's masked sum over the global count plus :math:`10^{-8}`
-    (:func:`metric_normalizations` says which count). With :math:`r = \log\pi_{prev} -
-    \log\pi_{gen}` and :math:`M = \log(\tfrac12 \pi_{prev} + \tfrac12 \pi_{gen})`, per token:
-    ``gen_kl_error`` is ``calculate_kl`` of :math:`r` (k3: :math:`e^r - 1 - r`),
-    ``policy_kl_error`` of :math:`-r`, and ``js_divergence_error``
-    :math:`\tfrac12 k_3(\log\pi_{prev} - M) + \tfrac12 k_3(\log\pi_{gen} - M)` with
-    :math:`k_3(x) = e^x - x - 1` (``loss_functions.py:414-464`` at 7ea279a). Values are computed
-    in float64 where NeMo-RL's float32 ones are finite; where NeMo-RL's float32 arithmetic gives
+    sample of the micro-batch's masked sum over the global count plus :math:`10^{-8}` in float32,
+    which is the count (:data:`NEMO_MEAN`; :func:`metric_normalizations` says which count;
+    ``is_oob_ratio`` a float32 quotient per micro-batch, as NeMo-RL's ``.float()`` mask gives). With
+    :math:`r = \log\pi_{prev} - \log\pi_{gen}` and
+    :math:`M = \log(\tfrac12 \pi_{prev} + \tfrac12 \pi_{gen})`, per token: ``gen_kl_error`` is
+    ``calculate_kl`` of :math:`r` (k3: :math:`e^r - 1 - r`), ``policy_kl_error`` of :math:`-r`, and
+    ``js_divergence_error`` :math:`\tfrac12 k_3(\log\pi_{prev} - M) + \tfrac12 k_3(\log\pi_{gen} - M)`
+    with :math:`k_3(x) = e^x - x - 1` (``loss_functions.py:414-464`` at 7ea279a), each in NeMo-RL's
+    order of operations. Values are computed in float64 where NeMo-RL's float32 ones are finite
+    (equal to NeMo-RL's float64 run to float64 rounding); where NeMo-RL's float32 arithmetic gives
     ``inf`` (:math:`e^x` for :math:`x > 88.72`) or NaN (both probabilities below float32's
     smallest, :math:`\log\pi < -103.97`, so :math:`M = -\infty`) the mirror gives the same, and a
     non-finite value at a masked token makes the metric NaN as ``values * mask`` does.
@@ -173,7 +187,8 @@ def clipped_pg_importance_weights(
         if kind in ("tis", "icepop"):
             floor = 0.0 if lo is None else lo
             out = NEMO_WEIGHT_RULE.outside(w32, floor, hi)
-            metrics["is_oob_ratio"] = _logged_token_mean(np.broadcast_to(out, mask.shape), mask, sm, size)
+            oob = np.broadcast_to(out, mask.shape)  # token_oob_mask.float(): float32
+            metrics["is_oob_ratio"] = _logged_token_mean(oob, mask, sm, size, np.float32)
             # tis clamps (an overflowed weight, 0, is raised to the minimum); icepop zeroes
             w = np.clip(w, floor, hi) if kind == "tis" else np.where(out, 0.0, w)
         else:
@@ -181,7 +196,10 @@ def clipped_pg_importance_weights(
             mean32 = (d32 * tm).sum(axis=-1).astype(np.float32) / count
             out = SEQUENCE_RULE.outside(exp_float32(mean32), lo, hi)
             kept = (~out).astype(float)
-            metrics["is_oob_ratio"] = float(NEMO_MEAN.mean(1.0 - kept, sm))
+            # masked_mean(1.0 - seq_kept_mask, sample_mask, global_valid_seqs): float32
+            metrics["is_oob_ratio"] = _logged_token_mean(
+                (1.0 - kept)[:, None], sm[:, None], sm, size, np.float32
+            )
             w = w * kept[:, None]
     if sequence_level_importance_ratios:
         metrics["sampling_importance_ratio"] = _logged_sequence_ratio(w[:, 0], sm, micro_batch_size)
@@ -230,37 +248,45 @@ def _kl(r: np.ndarray, kind: str) -> np.ndarray:
 
 
 def _js(prev: np.ndarray, gen: np.ndarray) -> np.ndarray:
-    r"""NeMo-RL's per-token Jensen-Shannon term, NaN/``inf`` where its float32 one is.
+    r"""NeMo-RL's per-token Jensen-Shannon term in its order of operations; NaN/``inf`` as its float32 one.
 
-    :math:`M = \log(\tfrac12 e^{p} + \tfrac12 e^{g})`, in float64 as :math:`\mathrm{logaddexp}(p,
-    g) - \log 2`; in float32 :math:`M = -\infty` when both halves underflow to 0 (then
-    :math:`p - M = \infty` and :math:`e^\infty - \infty` is NaN), and :math:`M = \infty` when
-    an exponential overflows (then the term is ``inf``).
+    :math:`M = \log(\tfrac12 e^{p} + \tfrac12 e^{g})` and :math:`\tfrac12 (e^{p - M} - (p - M) - 1)
+    + \tfrac12 (e^{g - M} - (g - M) - 1)`, each step as ``loss_functions.py:443-466`` (7ea279a)
+    takes it, in float64: for a small :math:`|p - g|` the term, about :math:`(p - g)^2/8`, is of
+    the size of the rounding of :math:`e^{p - M}` near 1, which NeMo-RL's value keeps
+    (``logaddexp`` and ``expm1`` gave values up to :math:`1.6\cdot10^{-10}` relative from NeMo-RL's
+    float64 ones on the fixtures). In float32
+    :math:`M = -\infty` when both halves underflow to 0 (then :math:`p - M = \infty` and
+    :math:`e^\infty - \infty` is NaN), and :math:`M = \infty` when an exponential overflows
+    (then the term is ``inf``); the mirror gives the same there.
     """
     p32, g32 = exp_float32(prev), exp_float32(gen)
     half = np.float32(0.5)
     mix32 = half * p32 + half * g32
-    with np.errstate(over="ignore", invalid="ignore"):
-        m = np.logaddexp(prev, gen) - np.log(2.0)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        m = np.log(0.5 * np.exp(prev) + 0.5 * np.exp(gen))
         a, b = prev - m, gen - m
-        js = 0.5 * (np.expm1(a) - a) + 0.5 * (np.expm1(b) - b)
+        js = 0.5 * (np.exp(a) - a - 1) + 0.5 * (np.exp(b) - b - 1)
     return np.where(mix32 == 0, np.nan, np.where(np.isinf(mix32), np.inf, js))
 
 
-def _logged_token_mean(v: np.ndarray, mask: np.ndarray, sm: np.ndarray, size: int) -> float:
-    r"""Return a token-normalised metric as grpo logs it: :math:`\sum_{mb} \sum m v / (N + 10^{-8})`.
+def _logged_token_mean(v: np.ndarray, mask: np.ndarray, sm: np.ndarray, size: int, dtype=np.float64) -> float:
+    r"""Return a metric as grpo logs it: :math:`\sum_{mb} \mathrm{fl}(\sum_{mb} m v / (N + 10^{-8}))`.
 
-    ``masked_mean(v, mask, global_normalization_factor=global_valid_toks)`` per micro-batch,
-    summed over those with a valid sample (``dtensor_policy_worker_v2.py:528-537``, ``grpo.py:3491``);
-    ``v * mask`` first, so a non-finite value at a masked token is NaN.
+    ``masked_mean(v, mask, global_normalization_factor=N)`` per micro-batch, each a quotient in
+    the values' ``dtype`` (float32 for a ``.float()`` mask such as ``is_oob_ratio``'s), summed in
+    float64 over those with a valid sample (``dtensor_policy_worker_v2.py:528-537``,
+    ``grpo.py:3491``); ``v * mask`` first, so a non-finite value at a masked token is NaN.
+    :math:`N`, the global count of ``mask``, is float32, and :math:`N + 10^{-8}` in float32 is
+    :math:`N` (:data:`NEMO_MEAN`); ``mask`` is float32 as NeMo-RL's ``token_mask * sample_mask``.
     """
+    count, m32, parts = _count(mask), mask.astype(np.float32), []
     with np.errstate(invalid="ignore"):
-        parts = [
-            (v[lo : lo + size] * mask[lo : lo + size]).sum()
-            for lo in range(0, sm.size, size)
-            if sm[lo : lo + size].sum() > 0
-        ]
-    return float(NEMO_MEAN.divide(sum(parts), mask.sum()))
+        for lo in range(0, sm.size, size):
+            if sm[lo : lo + size].sum() > 0:
+                total = (v[lo : lo + size].astype(dtype) * m32[lo : lo + size]).sum(dtype=dtype)
+                parts.append(float(NEMO_MEAN.divide(total, count)))
+    return float(np.sum(parts))
 
 
 def _logged_sequence_ratio(w: np.ndarray, sm: np.ndarray, micro_batch_size: int | None) -> float:
@@ -275,7 +301,12 @@ def _logged_sequence_ratio(w: np.ndarray, sm: np.ndarray, micro_batch_size: int 
     """
     size = sm.size if micro_batch_size is None else micro_batch_size
     total = sum(w[lo : lo + size].sum() * sm[lo : lo + size].sum() for lo in range(0, sm.size, size))
-    return float(NEMO_MEAN.divide(total, sm.sum()))
+    return float(NEMO_MEAN.divide(total, _count(sm)))
+
+
+def _count(mask: np.ndarray) -> np.float32:
+    """Return ``global_valid_toks`` or ``global_valid_seqs`` as NeMo-RL holds it: the sum in float32."""
+    return np.float32(mask.sum())
 
 
 def _check_truncation(kind, hi, lo, sequence_level: bool) -> None:

@@ -8,10 +8,15 @@ per-token weight streams in ``src/prime_rl/trainer/rl/loss.py`` (PrimeIntellect-
 Checked against those functions run verbatim with torch on float32 log-probs and bool masks
 (``tools/prime_rl_fixtures.py``, ``tests/data/frameworks/prime_rl.*``) and by hand-computed
 cases. prime-rl's opt-in IcePop loss (PR #3526, merged 2026-09-10) is not in that commit, nor
-in the newest snapshot of the repository fetched here (still ``559b447``): :func:`icepop_mask`
-follows ``IcePopLoss`` of the ``loss.py`` that PR produced (found in the code index, not in a
-snapshot with a commit), checked against that class run verbatim
-(``tools/prime_rl_icepop_fixtures.py``, ``tests/data/frameworks/prime_rl_icepop.*``).
+in the newest snapshot of the repository fetched here (still ``559b447``, 2026-08-21; ``git
+grep IcePop`` over its 4,639 refs, pull heads up to #3341, finds only ``refs/pull/2401/head``
+``1da4a333``, 2026-05-02: the closed PR #2401, an earlier IcePop that replaced the default loss
+and compared the linear ratio, not this one). The code index stores the ``loss.py`` that PR
+#3526 produced without its commit (the one commit it names for that path, ``851c48f``, is an
+early ``loss.py`` without IcePop), so no commit can be cited for ``IcePopLoss``: the fixtures
+name PR #3526 and the SHA-256 of the text run. :func:`icepop_mask` follows that ``IcePopLoss``,
+checked against it run verbatim (``tools/prime_rl_icepop_fixtures.py``,
+``tests/data/frameworks/prime_rl_icepop.*``).
 
 prime-rl's conventions, all kept:
 
@@ -43,12 +48,14 @@ prime-rl's conventions, all kept:
   and a short sample weigh the same; a token-pooled mean differed on 57 of 90 random batches
   (issue #35: ``masked_advantage_positive`` 1.0 pooled, 0.25 as logged).
 
-Values are computed in float64 from the log-probs given (prime-rl computes them in float32:
-``mismatch_kl`` of a tiny :math:`y` is mostly float32 rounding there). Against prime-rl's own
-functions on 24 random batches (4 settings each, 1,688 padded token slots, 6,752 rl keep
-decisions): every keep decision but the one above and every per-sample fraction exactly; every
-value within prime-rl's own float32 rounding (worst 1.3e-2 relative, an ``unmasked_mismatch_kl``
-of 5.532e-6 that prime-rl's float64 run gives too and its float32 run logs as 5.603e-6).
+Values are computed in float64 from the log-probs given, in prime-rl's order of operations
+(prime-rl computes them in float32: ``mismatch_kl`` of a tiny :math:`y` is mostly float32
+rounding there; in float64 the mirror is prime-rl's float64 run to an ulp of its terms).
+Against prime-rl's own functions on 24 random batches (4 settings each, 1,688 padded token
+slots, 6,752 rl keep decisions): every keep decision but the one above and every per-sample
+fraction exactly; every value within prime-rl's own float32 rounding (worst 1.3e-2 relative, an
+``unmasked_mismatch_kl`` of 5.532e-6 that prime-rl's float64 run gives too and its float32 run
+logs as 5.603e-6).
 """
 
 from __future__ import annotations
@@ -87,7 +94,8 @@ REF_KL_MASK_LOW = 0.2
 def compute_importance_ratio_and_mismatch_kl(trainer_logprobs, inference_logprobs, loss_mask=None):
     r"""Return (log_importance_ratio, importance_ratio, mismatch_kl) per token, 0 where ``loss_mask`` is 0.
 
-    :math:`y = \log\pi_{trainer} - \log\pi_{inference}`, :math:`e^y`, :math:`e^y - y - 1`.
+    :math:`y = \log\pi_{trainer} - \log\pi_{inference}`, :math:`e^y`, :math:`e^y - y - 1`, the
+    last in prime-rl's order (:func:`_k3`).
     """
     t = np.asarray(trainer_logprobs, dtype=np.float64)
     m = as_mask(
@@ -96,8 +104,22 @@ def compute_importance_ratio_and_mismatch_kl(trainer_logprobs, inference_logprob
     y = as_values(trainer_logprobs, m, "trainer_logprobs") - as_values(
         inference_logprobs, m, "inference_logprobs"
     )
+    r, kl = _k3(y)
+    return y * m, r * m, kl * m
+
+
+def _k3(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Return :math:`e^y` and ``mismatch_kl`` :math:`e^y - y - 1`, in prime-rl's order of operations.
+
+    ``importance_ratio - log_importance_ratio - 1`` (``loss.py:103-105`` at 559b447, unchanged in
+    the post-#3526 ``loss.py``): for a small :math:`y` the value, about :math:`y^2/2`, is of the
+    size of the rounding of :math:`e^y` near 1, which prime-rl's value keeps (its float64 run
+    logged exactly :math:`2^{-51}` for a value that ``expm1(y) - y`` puts :math:`1.5\cdot10^{-8}`
+    relative higher). Computed so, the mirror's float64 values are prime-rl's float64 ones but for
+    NumPy's ``exp`` against torch's (an ulp each).
+    """
     r = np.exp(y)
-    return y * m, r * m, (r - y - 1.0) * m
+    return r, r - y - 1.0
 
 
 def _weights(weights, shape, name):
@@ -164,7 +186,7 @@ def _masked(y, masked, lm, ran, per_sample, *, prefix: str = "", extra=None):
     the masked and the kept tokens of ``lm``) and ``{prefix}is_masked`` (over ``lm``), then the
     ``extra`` metrics (name to (values, weights)), per row that ran (:func:`_rows`).
     """
-    kl = np.expm1(y) - y
+    _, kl = _k3(y)
     keep = lm & ~masked
     parts = {
         f"{prefix}masked_mismatch_kl": (kl, lm & masked),
