@@ -55,8 +55,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, exp_float32, log_float32
-from variance_lab.ratios import CLOSED, BoundRule
+from variance_lab.frameworks.batch import (
+    SAMPLE_MEAN,
+    as_mask,
+    as_values,
+    exp_float32,
+    log_float32,
+    torch_rule,
+)
 
 __all__ = [
     "ICEPOP_LOSS_RULE",
@@ -74,12 +80,12 @@ __all__ = [
 
 #: prime-rl's trust-region bound rule: the float32 probability difference against the bound as
 #: float32 (no log, no exp), a difference exactly at a bound kept (``d > high``, ``d < -low`` mask).
-PRIME_RL_RULE = BoundRule(CLOSED, "value", "float32")
+PRIME_RL_RULE = torch_rule(np.float32)
 #: ``IcePopLoss``'s band (PR #3526): the float32 log-ratio against the bounds' float32 logs, a
 #: log-ratio at a bound kept (``is_masked = (y < log low) | (y > log high)``).
-ICEPOP_LOSS_RULE = BoundRule(CLOSED, "log", "float32")
+ICEPOP_LOSS_RULE = torch_rule(np.float32, "log")
 #: ``_safe_mean`` per sample (the count clamped to at least 1), then ``<metric>/mean`` over samples.
-PRIME_RL_MEAN = MeanRule("at_least_one", 0.0, "samples")
+PRIME_RL_MEAN = SAMPLE_MEAN
 #: ``ref_kl_loss_fn``'s fixed one-sided trust region: masked when :math:`d < -0.2` (``loss.py:221``).
 REF_KL_MASK_LOW = 0.2
 
