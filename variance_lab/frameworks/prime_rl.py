@@ -138,9 +138,15 @@ def _inputs(trainer_logprobs, inference_logprobs, component, names):
     return t.astype(np.float64) - i.astype(np.float64), d
 
 
-def _bound(name, value):
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"bad {name} {value!r}: must be a number >= 0 (prime-rl's ge=0)")
+def _bound(name, value, *, positive: bool = False):
+    """Return ``value`` as a float: a number >= 0 (prime-rl's ``ge=0``), > 0 with ``positive`` (``gt=0``)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (value > 0 if positive else value >= 0)
+    ):
+        op, field = ("> 0", "gt=0") if positive else (">= 0", "ge=0")
+        raise ValueError(f"bad {name} {value!r}: must be a number {op} (prime-rl's {field})")
     return float(value)
 
 
@@ -341,10 +347,8 @@ def icepop_mask(
     keep : ndarray, shape (B, T)
     metrics : dict of str to float, or to ndarray
     """
-    for name, v in (("ratio_low", ratio_low), ("ratio_high", ratio_high)):
-        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-            raise ValueError(f"bad {name} {v!r}: must be a number > 0 (prime-rl's gt=0)")
-    if ratio_low > ratio_high:
+    low, high = _bound("ratio_low", ratio_low, positive=True), _bound("ratio_high", ratio_high, positive=True)
+    if low > high:
         raise ValueError(f"ratio_low must not exceed ratio_high, got {ratio_low!r} > {ratio_high!r}")
     comp, ran = _rl_component(loss_mask, rl_weights)
     t = as_values(trainer_logprobs, comp, "trainer_logprobs", keep_float32=True).astype(np.float32)
