@@ -249,7 +249,7 @@ def write_output(text: str, out: str | None) -> None:
     write_file(out, lambda tmp: tmp.write_text(text))
 
 
-def write_table(text: str, out: str | None, warnings=()) -> int:
+def output_table(text: str, out: str | None, warnings=()) -> int:
     """Write a command's table (:func:`write_output`), then each warning, then where it went; return 0.
 
     Each of ``warnings`` (about what the table holds) is a line ``variance-lab: WARNING`` on

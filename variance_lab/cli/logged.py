@@ -32,7 +32,7 @@ from variance_lab.cli._common import (
     float_arg,
     load_rollouts,
     one_line,
-    write_table,
+    output_table,
 )
 from variance_lab.frameworks.logfiles import FRAMEWORKS, read_lengths, read_metrics
 from variance_lab.report.logged_table import LOGGED_FORMATS
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             f"{metrics.attrs['not_judged']} record(s) not judged (each has a row saying why; "
             f"first: {one_line(ValueError(first))})"
         )
-    return write_table(render_logged(laws, metrics, args.table_format, title=title), args.out, warnings)
+    return output_table(render_logged(laws, metrics, args.table_format, title=title), args.out, warnings)
 
 
 def add_command(sub) -> None:

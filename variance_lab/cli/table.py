@@ -20,8 +20,8 @@ from variance_lab.cli._common import (
     family_from_args,
     float_arg,
     grid_arg,
+    output_table,
     show_progress,
-    write_table,
 )
 from variance_lab.report import table as table_report
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         f"{source} (variance_lab {__version__})"
     )
     text = table_report.render(frame, args.format, title=title, notes=notes)
-    return write_table(text, args.out)
+    return output_table(text, args.out)
 
 
 def add_command(sub) -> None:
