@@ -120,7 +120,7 @@ def test_os_errors_reach_the_user_as_one_line(capsys, monkeypatch):
     def refuse(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "somewhere")
 
-    monkeypatch.setattr("variance_lab.cli.table.write_output", refuse)
+    monkeypatch.setattr("variance_lab.cli._common.write_output", refuse)  # under output_table
     assert main(["table", "--n", "0", "--T", "1"]) == 2
     assert capsys.readouterr().err == "variance-lab: error: 'somewhere': No space left on device\n"
 

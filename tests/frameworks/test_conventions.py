@@ -33,15 +33,35 @@ def test_one_row_per_framework_the_log_reader_knows():
 
 @pytest.mark.parametrize("name", sorted(MIRRORS))
 def test_every_rule_a_mirror_defines_is_in_its_row(name):
-    """A rule constant of a mirror that the table leaves out would be a convention it hides."""
+    """A rule constant of a mirror that the table leaves out would be a convention it hides.
+
+    A shared convention a mirror imports (``batch.SAMPLE_MEAN``) and names as its own
+    (``PRIME_RL_MEAN``) is one object: counted once.
+    """
     module, row = MIRRORS[name], CONVENTIONS[name]
     rules = [v for k, v in vars(module).items() if k.isupper() and isinstance(v, BoundRule)]
-    means = [v for k, v in vars(module).items() if k.isupper() and isinstance(v, MeanRule)]
+    means = list(
+        {id(v): v for k, v in vars(module).items() if k.isupper() and isinstance(v, MeanRule)}.values()
+    )
     assert rules, name
     assert all(any(r is listed for listed in row.rules.values()) for r in rules), name
     listed = [row.mean, *row.option_means.values()]
     assert len(means) == len(listed), name
     assert all(any(m is r for r in listed) for m in means), name
+
+
+def test_torch_rule_compares_in_the_tensors_dtype():
+    """A tensor is compared with a Python bound in the tensor's dtype (torch's way), a value at it kept."""
+    assert batch.torch_rule(np.float32) is batch.torch_rule("float32")  # one object: one convention
+    assert batch.torch_rule(np.float32) == BoundRule((True, True), "value", "float32")
+    assert batch.torch_rule(np.int64, "log") == BoundRule((True, True), "log", "float64")
+    x32 = np.float32(1.1)  # 1.10000002...: above the float64 bound 1.1, equal to it in float32
+    assert not batch.torch_rule(x32.dtype).outside(x32, None, 1.1)
+    assert batch.torch_rule(np.float64).outside(np.float64(x32), None, 1.1)
+    assert not batch.torch_rule(np.float64).outside(1.1, None, 1.1)
+    assert not batch.torch_rule(np.float64).outside(0.5, 0.5, None)
+    with pytest.raises(ValueError, match="'linear'"):
+        batch.torch_rule(np.float32, "linear")
 
 
 def test_slime_mis_rules_are_in_the_slime_row():

@@ -36,6 +36,18 @@ class Parser(argparse.ArgumentParser):
         raise CLIError(f"{message} (see '{self.prog} --help')")
 
 
+def add_subcommand(sub, name: str, run, *, help: str, description: str, **options) -> argparse.ArgumentParser:
+    """Add the subcommand ``name`` to the subparsers ``sub``, calling ``run(args)``; return its parser.
+
+    ``help`` is its line in the parent's list of subcommands, ``description`` the text atop its own
+    ``--help``; ``options`` go to ``add_parser`` as they are (``epilog``). The caller adds its
+    arguments to the parser returned.
+    """
+    p = sub.add_parser(name, help=help, description=description, **options)
+    p.set_defaults(func=run)
+    return p
+
+
 #: The Python API's words for an option and the command line's: an error raised by the API
 #: names a keyword argument; printed by the command line it names the option.
 CLI_WORDS = (
@@ -235,6 +247,19 @@ def write_output(text: str, out: str | None) -> None:
         sys.stdout.write(text)
         return
     write_file(out, lambda tmp: tmp.write_text(text))
+
+
+def output_table(text: str, out: str | None, warnings=()) -> int:
+    """Write a command's table (:func:`write_output`), then each warning, then where it went; return 0.
+
+    Each of ``warnings`` (about what the table holds) is a line ``variance-lab: WARNING`` on
+    standard error, after the table is written and before :func:`say_wrote` names its file.
+    """
+    write_output(text, out)
+    for line in warnings:
+        print(f"{PROG}: {line}", file=sys.stderr)
+    say_wrote("the table", out)
+    return 0
 
 
 def add_family_args(p: argparse.ArgumentParser) -> None:

@@ -24,6 +24,7 @@ from variance_lab.cli._common import (
     add_output_args,
     add_ratio_arg,
     add_seed_arg,
+    add_subcommand,
     arg_values,
     check_output,
     flush_notes,
@@ -203,8 +204,10 @@ def add_command(sub) -> None:
     from variance_lab.rollouts.io import PRESET_NAMES, ROLLOUT_FORMATS
     from variance_lab.rollouts.subsample import FIT_SEQUENCES, FIT_TOKENS
 
-    p = sub.add_parser(
+    p = add_subcommand(
+        sub,
         "analyze",
+        run,
         help="analyse token log-probs of your own rollouts against the theory",
         description="Per bucket of sequence lengths: the sample variances of P_T and G_T with bootstrap "
         "intervals against three predictions from the pooled token log-ratios (i.i.d. lognormal fit, exact "
@@ -290,4 +293,3 @@ def add_command(sub) -> None:
     )
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf, .png, .svg)")
     _add_run_args(p)
-    p.set_defaults(func=run)

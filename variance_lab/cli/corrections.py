@@ -25,6 +25,7 @@ from variance_lab.cli._common import (
     add_output_args,
     add_ratio_arg,
     add_seed_arg,
+    add_subcommand,
     family_from_args,
     float_arg,
     grid_arg,
@@ -470,8 +471,10 @@ def add_command(sub) -> None:
     from variance_lab.report.table import TABLE_FORMATS
     from variance_lab.rollouts.io import PRESET_NAMES
 
-    p = sub.add_parser(
+    p = add_subcommand(
+        sub,
         "corrections",
+        run,
         help="what TIS, masks, Geo-RS and the clips do to the weights, by length",
         description="Per (T, correction): the mean corrected weight, its bias against the uncorrected "
         "mean, its variance, Kong's ESS fraction and the fraction of sequences (sequence level) or tokens "
@@ -567,4 +570,3 @@ def add_command(sub) -> None:
         "token_exports/step_N/rank_R.jsonl; slime: the .pt of --save-debug-train-data)",
     )
     add_output_args(p, TABLE_FORMATS)
-    p.set_defaults(func=run)

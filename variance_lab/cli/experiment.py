@@ -27,6 +27,7 @@ from variance_lab.cli._common import (
     add_int_arg,
     add_quiet_arg,
     add_seed_arg,
+    add_subcommand,
     float_arg,
 )
 
@@ -405,8 +406,10 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 
 
 def _add_run(sub) -> None:
-    p = sub.add_parser(
+    p = add_subcommand(
+        sub,
         "run",
+        _cmd_run,
         help="train the policy and collect token log-probs (needs PyTorch)",
         description="Supervised warm-up of a tiny transformer on the arithmetic task, a few GSPO "
         "iterations (GRPO-style groups, sequence-level clipping), then fresh responses sampled from the "
@@ -464,12 +467,13 @@ def _add_run(sub) -> None:
         "--set sampler_dtype=bfloat16 samples in bfloat16 and records rollout_logp)",
     )
     add_quiet_arg(p)
-    p.set_defaults(func=_cmd_run)
 
 
 def _add_entropy(sub) -> None:
-    p = sub.add_parser(
+    p = add_subcommand(
+        sub,
         "entropy",
+        _cmd_entropy,
         help="add the old policy's per-token entropy to a language-model run (needs the lm extra)",
         description="Recover the sampled token ids of each record of a smollm2 (or tiny) run from its "
         "text and old_logp, check that scoring them reproduces old_logp, and add 'entropy': the entropy "
@@ -485,14 +489,15 @@ def _add_entropy(sub) -> None:
         help="the largest difference from old_logp taken as equal (default 1e-4)",
     )
     add_quiet_arg(p)
-    p.set_defaults(func=_cmd_entropy)
 
 
 def _add_figure(sub) -> None:
     from variance_lab.experiment.names import DEFAULT_DATA, FIGURE_NAME  # figure loads matplotlib
 
-    p = sub.add_parser(
+    p = add_subcommand(
+        sub,
         "figure",
+        _cmd_figure,
         help="analyse the experiment's data and draw its figure",
         description=f"{FIGURE_NAME}.pdf/.png/.csv/.json: Var(P_T), Var(G_T) and GSPO clip fractions per "
         "length bucket of the data set against the i.i.d. and autocorrelation-corrected predictions.",
@@ -501,7 +506,6 @@ def _add_figure(sub) -> None:
     p.add_argument("--out", default="figures", help="output folder")
     add_int_arg(p, "--n-boot", minimum=0, default=1000, help="bootstrap resamples per bucket")
     add_seed_arg(p, "seed of the bootstrap")
-    p.set_defaults(func=_cmd_figure)
 
 
 def add_command(sub) -> None:

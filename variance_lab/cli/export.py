@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from variance_lab.cli._common import CLIError, check_output, one_line
+from variance_lab.cli._common import CLIError, add_subcommand, check_output, one_line
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,8 +24,10 @@ def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
     from variance_lab import sweep as sweep_mod
 
-    p = sub.add_parser(
+    p = add_subcommand(
+        sub,
         "export",
+        run,
         help="write a sweep store to CSV or Parquet",
         description="Every row of a sweep store (tidy columns plus n, seed, cell, version, created) "
         "to one CSV or Parquet file, written atomically. The store is opened read-only: it is never "
@@ -39,4 +41,3 @@ def add_command(sub) -> None:
         choices=sweep_mod.EXPORT_FORMATS,
         help="output format, None: from the --out suffix",
     )
-    p.set_defaults(func=run)

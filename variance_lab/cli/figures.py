@@ -10,6 +10,7 @@ from variance_lab.cli._common import (
     CLIError,
     add_executor_args,
     add_progress_arg,
+    add_subcommand,
     engine_from_args,
     positive_int,
     show_progress,
@@ -121,8 +122,10 @@ def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
     from variance_lab.paper.names import ALL_FIGURES  # not paper.catalog: it imports the sweep grids
 
-    p = sub.add_parser(
+    p = add_subcommand(
+        sub,
         "figures",
+        run,
         help="regenerate every figure (images, data CSV and JSON sidecar), or check them",
         description="Regenerates figures from scratch: each as NAME.pdf and NAME.png (or --format), "
         "NAME.csv (the data drawn) and NAME.json (parameters, seed, n, style, versions). Figures: "
@@ -167,4 +170,3 @@ def add_command(sub) -> None:
     )
     add_executor_args(p)
     add_progress_arg(p)
-    p.set_defaults(func=run)

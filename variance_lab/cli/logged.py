@@ -19,22 +19,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import sys
 from pathlib import Path
 
 from variance_lab.cli._common import (
-    PROG,
     CLIError,
     add_int_arg,
     add_output_args,
     add_seed_arg,
+    add_subcommand,
     arg_values,
     check_output,
     float_arg,
     load_rollouts,
     one_line,
-    say_wrote,
-    write_output,
+    output_table,
 )
 from variance_lab.frameworks.logfiles import FRAMEWORKS, read_lengths, read_metrics
 from variance_lab.report.logged_table import LOGGED_FORMATS
@@ -87,27 +85,26 @@ def run(args: argparse.Namespace) -> int:
         records, lengths=lengths, quantiles=args.lengths, source=args.file, **arg_values(args, passed)
     )
     title = f"Logged metrics of {Path(args.file).name} ({laws['framework'].iloc[0]}, variance-lab logged)"
-    write_output(render_logged(laws, metrics, args.table_format, title=title), args.out)
+    warnings = []
     if metrics.attrs.get("skipped"):
-        print(
-            f"{PROG}: skipped {metrics.attrs['skipped']} record(s) without any of the framework's metrics",
-            file=sys.stderr,
+        warnings.append(
+            f"skipped {metrics.attrs['skipped']} record(s) without any of the framework's metrics"
         )
     if metrics.attrs.get("not_judged"):
         first = laws.loc[laws["s2"].isna(), "note"].iloc[0]
-        print(
-            f"{PROG}: {metrics.attrs['not_judged']} record(s) not judged (each has a row saying why; "
-            f"first: {one_line(ValueError(first))})",
-            file=sys.stderr,
+        warnings.append(
+            f"{metrics.attrs['not_judged']} record(s) not judged (each has a row saying why; "
+            f"first: {one_line(ValueError(first))})"
         )
-    say_wrote("the table", args.out)
-    return 0
+    return output_table(render_logged(laws, metrics, args.table_format, title=title), args.out, warnings)
 
 
 def add_command(sub) -> None:
     """Register ``logged`` on the subparsers ``sub`` of ``variance-lab``."""
-    p = sub.add_parser(
+    p = add_subcommand(
+        sub,
         "logged",
+        run,
         help="which of a run's logged ratio metrics a batch can estimate",
         description="Per step of a training run's log: the per-token law of the mismatch log-ratio fitted "
         "from its token-level metrics (verl k3_kl, chi2_token, kl; NeMo-RL token_mult_prob_error, "
@@ -199,4 +196,3 @@ def add_command(sub) -> None:
         option="--table-format",
         out_help="write the table to this file instead of standard output",
     )
-    p.set_defaults(func=run)

@@ -13,6 +13,7 @@ from variance_lab.cli._common import (
     add_engine_args,
     add_long_run_args,
     add_seed_arg,
+    add_subcommand,
     arg_values,
     check_output,
     confirm_long_run,
@@ -127,8 +128,10 @@ def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
     from variance_lab import sweep as sweep_mod
 
-    p = sub.add_parser(
+    p = add_subcommand(
+        sub,
         "sweep",
+        run,
         help="run a parameter grid into a resumable SQLite store",
         description="Theory and, where n > 0, Monte Carlo over family x mu x sigma2 x T (x n). Each cell "
         "(one family, mu, sigma2 and, for Monte Carlo, n and seed, over the whole T grid) is committed to "
@@ -174,4 +177,3 @@ def add_command(sub) -> None:
     p.add_argument("--store", default=sweep_mod.DEFAULT_STORE, help="SQLite store, created when missing")
     p.add_argument("--out", default=None, help="also write this sweep's rows to a .csv or .parquet file")
     add_long_run_args(p)
-    p.set_defaults(func=run)

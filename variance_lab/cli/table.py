@@ -12,6 +12,7 @@ from variance_lab.cli._common import (
     add_long_run_args,
     add_output_args,
     add_seed_arg,
+    add_subcommand,
     check_output,
     confirm_long_run,
     engine_from_args,
@@ -19,9 +20,8 @@ from variance_lab.cli._common import (
     family_from_args,
     float_arg,
     grid_arg,
-    say_wrote,
+    output_table,
     show_progress,
-    write_output,
 )
 from variance_lab.report import table as table_report
 
@@ -68,15 +68,15 @@ def run(args: argparse.Namespace) -> int:
         f"{source} (variance_lab {__version__})"
     )
     text = table_report.render(frame, args.format, title=title, notes=notes)
-    write_output(text, args.out)
-    say_wrote("the table", args.out)
-    return 0
+    return output_table(text, args.out)
 
 
 def add_command(sub) -> None:
     """Register the subcommand on ``sub`` (an argparse subparsers object)."""
-    p = sub.add_parser(
+    p = add_subcommand(
+        sub,
         "table",
+        run,
         help="print the derivation's variance comparison table",
         description="The variance comparison table of the source derivation: exact Var(P_T), exact "
         "Var(G_T), the derivation's approximations, bias and MSE of G_T, ESS and the draws plain Monte "
@@ -106,4 +106,3 @@ def add_command(sub) -> None:
     )
     add_output_args(p, table_report.TABLE_FORMATS)
     add_long_run_args(p)
-    p.set_defaults(func=run)

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from variance_lab.ratios import CLOSED, BoundRule
 from variance_lab.stats import group_labels
 
 __all__ = [
     "COUNTS",
     "MEAN_DTYPES",
     "POOLINGS",
+    "SAMPLE_MEAN",
     "MeanRule",
     "as_mask",
     "as_values",
@@ -38,6 +40,7 @@ __all__ = [
     "padded",
     "torch_dtypes",
     "torch_mask",
+    "torch_rule",
 ]
 
 #: How a framework's masked mean divides: by the count plus an epsilon, by the count clamped to at
@@ -257,6 +260,41 @@ class MeanRule:
         totals = np.bincount(index, weights=masked_sum(values, mask, -1))
         counts = np.bincount(index, weights=mask.sum(axis=-1))
         return np.mean(self.divide(totals, counts))
+
+
+#: A mean per sample (its count clamped to at least 1), then the mean over the samples: a long and
+#: a short sequence weigh the same (prime-rl's ``_safe_mean`` per sample, slime's per-rollout mean).
+SAMPLE_MEAN = MeanRule("at_least_one", 0.0, "samples")
+
+#: :func:`torch_rule`'s rules, by dtype and space (one object each).
+_TORCH_RULES = {
+    (dt, space): BoundRule(CLOSED, space, dt) for dt in ("float64", "float32") for space in ("value", "log")
+}
+
+
+def torch_rule(dtype, space: str = "value") -> BoundRule:
+    """Return the bound rule of torch comparing a tensor of ``dtype`` with a Python bound.
+
+    torch compares ``x < lo``, ``x > hi`` (and clamps) in the tensor's dtype, the Python float
+    cast to it: on a float32 tensor the bound is rounded to float32 first. A value exactly at a
+    bound is kept (modified only beyond it). ``space="log"`` labels a log-ratio compared with
+    bounds given as logs (on float32, each the float32 log of :func:`log_float32`, as ``torch.log``
+    of the bound as a tensor); the comparison is the same.
+
+    Parameters
+    ----------
+    dtype : numpy dtype
+        The tensor's: float32 compares in float32, any other dtype in float64.
+    space : {"value", "log"}
+
+    Returns
+    -------
+    BoundRule
+        ``BoundRule(CLOSED, space, "float32" or "float64")``, the same object for the same arguments.
+    """
+    if space not in ("value", "log"):
+        raise ValueError(f"space must be 'value' or 'log', got {space!r}")
+    return _TORCH_RULES[("float32" if np.dtype(dtype) == np.float32 else "float64", space)]
 
 
 def masked_mean(values: np.ndarray, mask: np.ndarray, axis=None, eps: float = 1e-8) -> np.ndarray:

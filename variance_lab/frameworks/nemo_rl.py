@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, exp64, exp_float32
-from variance_lab.ratios import CLOSED, TRUNCATION_TYPES, BoundRule
+from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, exp64, exp_float32, torch_rule
+from variance_lab.ratios import TRUNCATION_TYPES
 
 __all__ = [
     "KL_TYPES",
@@ -64,10 +64,10 @@ KL_TYPES = ("k1", "k2", "k3")
 
 #: NeMo-RL's token bound rule: the float32 weight (0 where it overflowed) against the bounds
 #: (a Python float, which torch compares in the tensor's float32), both kept.
-NEMO_WEIGHT_RULE = BoundRule(CLOSED, "value", "float32")
+NEMO_WEIGHT_RULE = torch_rule(np.float32)
 #: ``seq-mask-tis``'s rule: the float32 geometric mean :math:`e^{\overline{\Delta}}` against the
 #: bounds in float32, both kept.
-SEQUENCE_RULE = BoundRule(CLOSED, "value", "float32")
+SEQUENCE_RULE = torch_rule(np.float32)
 #: NeMo-RL's ``masked_mean``: the count plus :math:`10^{-8}`, every token of the batch pooled, in
 #: torch's dtypes. The metrics' counts are ``global_valid_toks`` and ``global_valid_seqs``:
 #: ``torch.tensor([local_valid_seqs, local_valid_toks])`` of the sums of ``sample_mask`` and of

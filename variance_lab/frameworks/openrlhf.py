@@ -58,8 +58,8 @@ import math
 
 import numpy as np
 
-from variance_lab.frameworks.batch import MeanRule, as_values, exp_like, torch_dtypes, torch_mask
-from variance_lab.ratios import CLOSED, ICEPOP_BAND, TRUNCATION_TYPES, BoundRule
+from variance_lab.frameworks.batch import MeanRule, as_values, exp_like, torch_dtypes, torch_mask, torch_rule
+from variance_lab.ratios import ICEPOP_BAND, TRUNCATION_TYPES
 
 __all__ = [
     "GSPO_MEAN",
@@ -74,9 +74,9 @@ __all__ = [
 
 #: OpenRLHF's bound rule on float64 tensors: :math:`e^y` (or :math:`e^{\bar y}`) against the
 #: thresholds, a ratio at either bound kept.
-OPENRLHF_RULE = BoundRule(CLOSED, "value", "float64")
+OPENRLHF_RULE = torch_rule(np.float64)
 #: The same on float32 tensors: the float32 ratio against the thresholds rounded to float32.
-OPENRLHF_F32_RULE = BoundRule(CLOSED, "value", "float32")
+OPENRLHF_F32_RULE = torch_rule(np.float32)
 #: OpenRLHF's ``masked_mean``: ``(tensor * mask).sum() / mask.sum()``, no :math:`\varepsilon` (an
 #: empty mask gives NaN), in torch's dtypes.
 OPENRLHF_MEAN = MeanRule("exact", 0.0, "tokens", dtypes="torch")
@@ -86,11 +86,6 @@ GSPO_MEAN = MeanRule("at_least_one", 0.0, "tokens", dtypes="torch")
 POLICY_LOSS_TYPES = ("ppo", "gspo")
 #: The ``ppo`` log-ratio's clamp before the exponential (``loss.py:175``).
 PPO_LOG_RATIO_CLAMP = 20.0
-
-
-def _rule(dtype) -> BoundRule:
-    """Return the bound rule in a tensor's dtype: torch casts a Python threshold to it to compare."""
-    return OPENRLHF_F32_RULE if np.dtype(dtype) == np.float32 else OPENRLHF_RULE
 
 
 def _threshold(threshold) -> tuple[float, float]:
@@ -163,11 +158,11 @@ def vllm_is_correction(
     if kind == "tis":
         w = np.minimum(np.maximum(r, dt.type(lo)), dt.type(hi))  # torch.clamp: high wins over low
     elif kind == "icepop":
-        w = np.where(_rule(dt).outside(r, lo, hi), _zeroed(r), r)
+        w = np.where(torch_rule(dt).outside(r, lo, hi), _zeroed(r), r)
     else:
         with np.errstate(invalid="ignore"):
             mean_y = OPENRLHF_MEAN.mean(y, m, axis=-1)  # 0/0 = NaN for an empty row: dropped
-        keep = _rule(mean_y.dtype).inside(exp_like(mean_y), lo, hi)
+        keep = torch_rule(mean_y.dtype).inside(exp_like(mean_y), lo, hi)
         w = np.where(keep[:, None], r, _zeroed(r))
     vllm_kl = float(OPENRLHF_MEAN.mean(rollout - old, m))
     return _masked(w, m), vllm_kl

@@ -62,8 +62,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, exp_float32, log_float32
-from variance_lab.ratios import CLOSED, BoundRule
+from variance_lab.frameworks.batch import (
+    SAMPLE_MEAN,
+    as_mask,
+    as_values,
+    exp_float32,
+    log_float32,
+    torch_rule,
+)
 
 __all__ = [
     "ICEPOP_LOSS_RULE",
@@ -81,12 +87,12 @@ __all__ = [
 
 #: prime-rl's trust-region bound rule: the float32 probability difference against the bound as
 #: float32 (no log, no exp), a difference exactly at a bound kept (``d > high``, ``d < -low`` mask).
-PRIME_RL_RULE = BoundRule(CLOSED, "value", "float32")
+PRIME_RL_RULE = torch_rule(np.float32)
 #: ``IcePopLoss``'s band (PR #3526): the float32 log-ratio against the bounds' float32 logs, a
 #: log-ratio at a bound kept (``is_masked = (y < log low) | (y > log high)``).
-ICEPOP_LOSS_RULE = BoundRule(CLOSED, "log", "float32")
+ICEPOP_LOSS_RULE = torch_rule(np.float32, "log")
 #: ``_safe_mean`` per sample (the count clamped to at least 1), then ``<metric>/mean`` over samples.
-PRIME_RL_MEAN = MeanRule("at_least_one", 0.0, "samples")
+PRIME_RL_MEAN = SAMPLE_MEAN
 #: ``ref_kl_loss_fn``'s fixed one-sided trust region: masked when :math:`d < -0.2` (``loss.py:221``).
 REF_KL_MASK_LOW = 0.2
 
@@ -154,9 +160,15 @@ def _inputs(trainer_logprobs, inference_logprobs, component, names):
     return t.astype(np.float64) - i.astype(np.float64), d
 
 
-def _bound(name, value):
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"bad {name} {value!r}: must be a number >= 0 (prime-rl's ge=0)")
+def _bound(name, value, *, positive: bool = False):
+    """Return ``value`` as a float: a number >= 0 (prime-rl's ``ge=0``), > 0 with ``positive`` (``gt=0``)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (value > 0 if positive else value >= 0)
+    ):
+        op, field = ("> 0", "gt=0") if positive else (">= 0", "ge=0")
+        raise ValueError(f"bad {name} {value!r}: must be a number {op} (prime-rl's {field})")
     return float(value)
 
 
@@ -357,10 +369,8 @@ def icepop_mask(
     keep : ndarray, shape (B, T)
     metrics : dict of str to float, or to ndarray
     """
-    for name, v in (("ratio_low", ratio_low), ("ratio_high", ratio_high)):
-        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-            raise ValueError(f"bad {name} {v!r}: must be a number > 0 (prime-rl's gt=0)")
-    if ratio_low > ratio_high:
+    low, high = _bound("ratio_low", ratio_low, positive=True), _bound("ratio_high", ratio_high, positive=True)
+    if low > high:
         raise ValueError(f"ratio_low must not exceed ratio_high, got {ratio_low!r} > {ratio_high!r}")
     comp, ran = _rl_component(loss_mask, rl_weights)
     t = as_values(trainer_logprobs, comp, "trainer_logprobs", keep_float32=True).astype(np.float32)

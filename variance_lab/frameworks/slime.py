@@ -63,8 +63,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import MeanRule, as_mask, as_values, exp64, exp_float32, log_float32
-from variance_lab.ratios import CLOSED, BoundRule
+from variance_lab.frameworks.batch import (
+    SAMPLE_MEAN,
+    MeanRule,
+    as_mask,
+    as_values,
+    exp64,
+    exp_float32,
+    log_float32,
+    torch_rule,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -79,12 +87,12 @@ __all__ = [
 ]
 
 #: slime's TIS clamp and IcePop: the float32 ratio against the bounds (as float32), both kept.
-ICEPOP_RULE = BoundRule(CLOSED, "value", "float32")
+ICEPOP_RULE = torch_rule(np.float32)
 #: slime's veto: the float32 log-ratio against the threshold's float32 log, a token at it kept.
-VETO_RULE = BoundRule(CLOSED, "log", "float32")
+VETO_RULE = torch_rule(np.float32, "log")
 #: ``get_sum_of_sample_mean`` (``calculate_per_token_loss=False``): each rollout's mean (count
 #: clamped to at least 1), then the mean over rollouts.
-SLIME_MEAN = MeanRule("at_least_one", 0.0, "samples")
+SLIME_MEAN = SAMPLE_MEAN
 #: ``sum_of_token`` over ``num_tokens`` (``calculate_per_token_loss=True``): every token pooled,
 #: divided by the sum of each sample's count clamped to at least 1 (``loss.py:1317``).
 SLIME_TOKEN_MEAN = MeanRule("row_at_least_one", 0.0, "tokens")

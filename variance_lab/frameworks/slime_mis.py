@@ -55,15 +55,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from variance_lab.frameworks.batch import as_mask, as_values, exp64, exp_float32, masked_sum
+from variance_lab.frameworks.batch import as_mask, as_values, exp64, exp_float32, masked_sum, torch_rule
 from variance_lab.frameworks.slime import SLIME_MEAN, sample_mean, veto_mask
-from variance_lab.ratios import CLOSED, BoundRule
 
 __all__ = ["MIS_LEVELS", "MIS_RULE", "TIS_MODES", "compute_mis_weights", "ppl_metrics"]
 
 #: mis.py's bound tests (``truncate``, ``clip``, ``mask``, the batch mean against 1e-8): the
 #: float32 weight against the bound rounded to float32, a weight at a bound kept.
-MIS_RULE = BoundRule(CLOSED, "value", "float32")
+MIS_RULE = torch_rule(np.float32)
 #: ``tis_level`` and ``rs_level`` values (``compute_log_ratio``, ``mis.py:192-200``).
 MIS_LEVELS = ("token", "sequence", "geometric")
 #: ``tis_mode`` values (``mis.py:226-237``).

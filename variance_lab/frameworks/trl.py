@@ -64,8 +64,7 @@ import math
 import numpy as np
 
 from variance_lab.corrections import OPSM_RULE, opsm_keep
-from variance_lab.frameworks.batch import MeanRule, as_values, exp_like, torch_dtypes, torch_mask
-from variance_lab.ratios import CLOSED, BoundRule
+from variance_lab.frameworks.batch import MeanRule, as_values, exp_like, torch_dtypes, torch_mask, torch_rule
 
 __all__ = [
     "MASK_F32_RULE",
@@ -87,23 +86,18 @@ _LOG_MIN_W = math.log(1e-8)
 #: TRL's ``*_mask`` modes on float64 tensors: the ratio :math:`e^x` against ``[clip_min,
 #: clip_max]``, a ratio exactly at a bound kept (set to 0 only when ``< clip_min`` or ``>
 #: clip_max``, ``grpo_trainer.py:2698-2700``).
-MASK_RULE = BoundRule(CLOSED, "value", "float64")
+MASK_RULE = torch_rule(np.float64)
 #: The same on float32 tensors: the float32 ratio against the bounds rounded to float32.
-MASK_F32_RULE = BoundRule(CLOSED, "value", "float32")
+MASK_F32_RULE = torch_rule(np.float32)
 #: ``get_off_policy_mask`` on float64 tensors: the mean log-ratio against the threshold as it
 #: is, a mean equal to the threshold kept: the corrections' own rule
 #: (:data:`variance_lab.corrections.OPSM_RULE`, ``opsm:DELTA``).
 OFF_POLICY_RULE = OPSM_RULE
 #: The same on float32 tensors: the float32 mean against the threshold rounded to float32.
-OFF_POLICY_F32_RULE = BoundRule(CLOSED, "value", "float32")
+OFF_POLICY_F32_RULE = torch_rule(np.float32)
 #: TRL's masked sums and ``get_off_policy_mask``'s mean log-ratio per sequence (the count clamped
 #: to at least 1), in torch's dtypes.
 TRL_MEAN = MeanRule("at_least_one", 0.0, "tokens", dtypes="torch")
-
-
-def _rule(dtype, f64: BoundRule, f32: BoundRule) -> BoundRule:
-    """Return the rule in a tensor's dtype: torch casts a Python bound to it to compare."""
-    return f32 if np.dtype(dtype) == np.float32 else f64
 
 
 def _advantages(advantages, B: int) -> np.ndarray:
@@ -165,7 +159,7 @@ def get_off_policy_mask(
     delta = _finite(off_policy_threshold, "off_policy_threshold")
     kl = np.nan_to_num(sampling - new, nan=0.0)
     avg = TRL_MEAN.mean(kl, m, axis=1, keepdims=True)
-    rule = _rule(avg.dtype, OFF_POLICY_RULE, OFF_POLICY_F32_RULE)
+    rule = OFF_POLICY_F32_RULE if avg.dtype == np.float32 else OFF_POLICY_RULE
     return opsm_keep(adv, avg, delta, rule).astype(m.dtype)  # the rule of corrections' opsm:DELTA
 
 
@@ -308,7 +302,7 @@ def vllm_importance_sampling_correction(
         ratio = r if lo is None else np.maximum(r, dt.type(lo))
         ratio = ratio if hi is None else np.minimum(ratio, dt.type(hi))
     else:
-        ratio = np.where(_rule(dt, MASK_RULE, MASK_F32_RULE).outside(r, lo, hi), dt.type(0.0), r)
+        ratio = np.where(torch_rule(dt).outside(r, lo, hi), dt.type(0.0), r)
     inside = m != 0
     delta = np.abs(y)[inside]
     delta = delta[~np.isnan(delta)]

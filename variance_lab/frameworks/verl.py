@@ -80,8 +80,7 @@ import math
 import numpy as np
 
 from variance_lab._validate import parse_float
-from variance_lab.frameworks.batch import MeanRule, as_values, exp_like, torch_dtypes, torch_mask
-from variance_lab.ratios import CLOSED, BoundRule
+from variance_lab.frameworks.batch import MeanRule, as_values, exp_like, torch_dtypes, torch_mask, torch_rule
 
 __all__ = [
     "F32_THRESHOLD_RULE",
@@ -103,9 +102,9 @@ SAFETY_BOUND = 20.0
 #: sequence log-ratio sums against :math:`\log C`. torch compares a tensor with a Python number
 #: in the tensor's dtype, and every test keeps a value equal to the threshold
 #: (``rollout_corr_helper.py:316-372, 599-600, 618-619, 715-716, 726-727``).
-THRESHOLD_RULE = BoundRule(CLOSED, "value", "float64")
+THRESHOLD_RULE = torch_rule(np.float64)
 #: The same on float32 tensors (float32 log-probs): the threshold is rounded to float32 first.
-F32_THRESHOLD_RULE = BoundRule(CLOSED, "value", "float32")
+F32_THRESHOLD_RULE = torch_rule(np.float32)
 #: verl's ``masked_mean`` (``verl/utils/torch_functional.py:294-308``): the count plus
 #: :math:`10^{-8}`, every token of the batch pooled, in torch's dtypes (for an int64 or bool mask
 #: the count plus :math:`10^{-8}` is float32 and equals the count).
@@ -219,11 +218,6 @@ def _values(x, mask: np.ndarray, name: str) -> np.ndarray:
     return as_values(x, mask, name, keep_float32=True)
 
 
-def _rule(dtype) -> BoundRule:
-    """Return the threshold rule in a tensor's dtype: torch casts a Python threshold to it to compare."""
-    return F32_THRESHOLD_RULE if np.dtype(dtype) == np.float32 else THRESHOLD_RULE
-
-
 def _times_mask(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """``values * response_mask`` in torch's dtype (:func:`~variance_lab.frameworks.batch.torch_dtypes`)."""
     dt, _ = torch_dtypes(values.dtype, mask.dtype)
@@ -307,10 +301,10 @@ def compute_rollout_correction_weights(
     if lower is None:
         weights = np.minimum(raw, dt.type(upper))
     else:
-        weights = np.where(_rule(dt).outside(raw, lower, upper), dt.type(0.0), raw)
+        weights = np.where(torch_rule(dt).outside(raw, lower, upper), dt.type(0.0), raw)
     metrics = _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, rollout_is_threshold)
     if lower is not None:  # :616-621
-        metrics["rollout_is_oob_ratio"] = _flag_mean(_rule(dt).outside(raw, lower, upper), mask)
+        metrics["rollout_is_oob_ratio"] = _flag_mean(torch_rule(dt).outside(raw, lower, upper), mask)
     if rollout_is_batch_normalize:  # :628-655
         if rollout_is == "token":
             mean = VERL_MEAN.mean(weights, mask)
@@ -330,7 +324,7 @@ def _is_metrics(weights, raw, log_for_metrics, mask, rollout_is, upper, lower, t
     """Compute the metrics of verl's ``compute_is_metrics`` (``rollout_corr_helper.py:660-783``)."""
     m: dict[str, float] = {}
     dt = weights.dtype
-    rule = _rule(dt)
+    rule = torch_rule(dt)
     lower_eff = 1.0 / upper if lower is None else lower
     inside = mask != 0
     if rollout_is == "sequence":  # :704-718, the fractions against float32 logs, over every row
@@ -418,7 +412,7 @@ def compute_rollout_rejection_mask(
         per_seq = None
         if opt.startswith("token"):  # :312-322
             per_token = stats[k]
-            keep = ~_rule(dt).outside(per_token, lo_b, hi_b)
+            keep = ~torch_rule(dt).outside(per_token, lo_b, hi_b)
         else:  # :323-372
             if opt.startswith("seq_sum"):
                 per_seq = VERL_MEAN.sum(stats[k], mask, axis=-1)
@@ -427,7 +421,9 @@ def compute_rollout_rejection_mask(
             else:
                 vals = np.where(inside, stats[k], dt.type(-np.inf)).max(axis=-1)
                 per_seq = np.where(vals == -np.inf, dt.type(0.0), vals)
-            keep = np.broadcast_to(~_rule(per_seq.dtype).outside(per_seq, lo_b, hi_b)[:, None], mask.shape)
+            keep = np.broadcast_to(
+                ~torch_rule(per_seq.dtype).outside(per_seq, lo_b, hi_b)[:, None], mask.shape
+            )
             per_token = np.broadcast_to(per_seq[:, None], mask.shape)
         metrics.update(
             _rs_metrics(opt, per_token, mask, seq_valid, per_seq, hi_b, lo_b if is_k1 else 0.0, is_k1)
@@ -454,7 +450,7 @@ def _rs_metrics(opt, stat, mask, seq_valid, per_seq, upper, lower, apply_lower) 
     inside = mask != 0
     seq_values = per_seq if per_seq is not None else VERL_MEAN.mean(stat, mask, axis=-1)
     valid = seq_values[seq_valid]
-    rule, dt = _rule(stat.dtype), stat.dtype
+    rule, dt = torch_rule(stat.dtype), stat.dtype
     m[f"{p}_mean"] = float(VERL_MEAN.mean(stat, mask))
     sequence_level = not opt.startswith("token")
     if sequence_level and valid.size:

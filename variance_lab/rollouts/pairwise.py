@@ -187,6 +187,29 @@ def _tree_values(x, mode, mu, scale, zmax, mean_dev2):  # pragma: no cover - com
 
 
 @kernel
+def _add_in_order(
+    h, lo, hi, mode, mu, scale, zmax, mean_dev2, K, res, hi_sum, least, most
+):  # pragma: no cover
+    """Add the values made of ``h[lo:hi]`` to ``res`` one at a time, in order (a leaf's short form).
+
+    How NumPy's leaf adds all of fewer than 8 values, and the values after its last block of 8
+    (:func:`_tree_sums`); each power ``u^k`` the previous one times ``u``. Returns
+    ``(hi_sum, least, most)`` with the values' high parts added and their least and largest
+    ``(y - mu)^2`` taken in.
+    """
+    for i in range(lo, hi):
+        v, w, d2 = _tree_values(h[i], mode, mu, scale, zmax, mean_dev2)
+        hi_sum += w
+        least, most = min(least, d2), max(most, d2)
+        res[0] += v
+        p = w
+        for k in range(1, K):
+            res[k] += p
+            p *= w
+    return hi_sum, least, most
+
+
+@kernel
 def _tree_sums(h, sizes, adds, mode, mu, scale, zmax, mean_dev2, K, out):  # pragma: no cover
     """Pairwise sums (the tree ``sizes``, ``adds``) of ``K`` values made of each ``h[i]`` (:func:`tree_sums`).
 
@@ -208,15 +231,9 @@ def _tree_sums(h, sizes, adds, mode, mu, scale, zmax, mean_dev2, K, out):  # pra
         if n < 8:
             for k in range(K):
                 res[k] = -0.0
-            for i in range(n):
-                v, w, d2 = _tree_values(h[pos + i], mode, mu, scale, zmax, mean_dev2)
-                hi_sum += w
-                least, most = min(least, d2), max(most, d2)
-                res[0] += v
-                p = w
-                for k in range(1, K):
-                    res[k] += p
-                    p *= w
+            hi_sum, least, most = _add_in_order(
+                h, pos, pos + n, mode, mu, scale, zmax, mean_dev2, K, res, hi_sum, least, most
+            )
         else:
             stop = n - n % 8
             for i in range(0, stop, 8):
@@ -242,15 +259,9 @@ def _tree_sums(h, sizes, adds, mode, mu, scale, zmax, mean_dev2, K, out):  # pra
                 res[k] = ((r[k, 0] + r[k, 1]) + (r[k, 2] + r[k, 3])) + (
                     (r[k, 4] + r[k, 5]) + (r[k, 6] + r[k, 7])
                 )
-            for i in range(stop, n):
-                v, w, d2 = _tree_values(h[pos + i], mode, mu, scale, zmax, mean_dev2)
-                hi_sum += w
-                least, most = min(least, d2), max(most, d2)
-                res[0] += v
-                p = w
-                for k in range(1, K):
-                    res[k] += p
-                    p *= w
+            hi_sum, least, most = _add_in_order(
+                h, pos + stop, pos + n, mode, mu, scale, zmax, mean_dev2, K, res, hi_sum, least, most
+            )
         for k in range(K):
             stack[sp, k] = res[k]
         sp += 1

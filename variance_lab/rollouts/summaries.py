@@ -70,25 +70,18 @@ def _relabel(groups: np.ndarray) -> np.ndarray:
 class EvalSummary(ClipFractions):
     """A set of sequences to judge, by what the judgment takes of them.
 
-    ``index``: the sequences (of the source), in order; ``groups``: their prompts numbered in the
-    order of the ids' text (:meth:`~variance_lab.rollouts.batch.TokenBatch.group_index` of the
-    set, or of any set they belong to: only the order counts), None without ``prompt_id``;
-    ``log_P``, ``log_G``, ``clipped_gspo``, ``n_token_clipped``: as
-    :class:`~variance_lab.rollouts.weights.SequenceWeights`; ``ppo_tokens`` and ``gmpo_tokens``:
-    tokens outside PPO's range and GMPO's, per sequence (as floats).
+    The fields of :class:`~variance_lab.rollouts.weights.ClipFractions` (``length``, ``log_P``,
+    ``log_G``, ``clipped_gspo``, ``n_token_clipped`` and the ranges), and ``index``: the
+    sequences (of the source), in order; ``groups``: their prompts numbered in the order of the
+    ids' text (:meth:`~variance_lab.rollouts.batch.TokenBatch.group_index` of the set, or of any
+    set they belong to: only the order counts), None without ``prompt_id``; ``ppo_tokens`` and
+    ``gmpo_tokens``: tokens outside PPO's range and GMPO's, per sequence (as floats).
     """
 
     index: np.ndarray
-    length: np.ndarray
     groups: np.ndarray | None
-    log_P: np.ndarray
-    log_G: np.ndarray
-    clipped_gspo: np.ndarray
-    n_token_clipped: np.ndarray
     ppo_tokens: np.ndarray
     gmpo_tokens: np.ndarray
-    gspo_range: tuple[float, float]
-    ppo_range: tuple[float, float]
 
     @property
     def lengths(self) -> np.ndarray:

@@ -79,8 +79,35 @@ CLIP_RULE = BoundRule(CLOSED, "log", "float64")
 # --------------------------------------------------------------------------------------
 # weights
 # --------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
 class ClipFractions:
-    """The batch clip fractions of a set with ``clipped_gspo``, ``n_token_clipped`` and ``length``."""
+    r"""A set of sequences by their log weights and clip indicators, and its batch clip fractions.
+
+    What :func:`~variance_lab.rollouts.statistics.bucket_table` and the clip fractions read of a
+    set: :class:`SequenceWeights` builds it from a batch's tokens, the streaming pass's
+    :class:`~variance_lab.rollouts.summaries.EvalSummary` from per-sequence sums.
+
+    Attributes
+    ----------
+    length : ndarray of int
+        Counted tokens :math:`T` per sequence.
+    log_P, log_G : ndarray
+        :math:`\log P = \sum_t d_t` and :math:`\log G = \log P / T` per sequence.
+    clipped_gspo : ndarray of bool
+        :math:`s = G` outside GSPO's range (:data:`CLIP_RULE`).
+    n_token_clipped : ndarray of int
+        Tokens whose ratio lies outside the PPO range (:data:`CLIP_RULE`).
+    gspo_range, ppo_range : tuple of float
+        The clipping ranges used, as ratios ``(lo, hi)``.
+    """
+
+    length: np.ndarray
+    log_P: np.ndarray
+    log_G: np.ndarray
+    clipped_gspo: np.ndarray
+    n_token_clipped: np.ndarray
+    gspo_range: tuple[float, float]
+    ppo_range: tuple[float, float]
 
     @property
     def gspo_clip_frac(self) -> float:
@@ -102,37 +129,26 @@ class SequenceWeights(ClipFractions):
 
     Attributes
     ----------
-    ids, length : ndarray
-        Sequence id and number of counted tokens :math:`T = |y|`.
-    log_P : ndarray
-        :math:`\log P = \sum_t d_t`, exact to about 1 ulp for any length.
-    log_G : ndarray
-        :math:`\log s = \log G = \tfrac1T \sum_t d_t = \Delta H` (the mean token log-ratio).
+    length, log_P, log_G, clipped_gspo, n_token_clipped, gspo_range, ppo_range
+        As :class:`ClipFractions`: :math:`T = |y|`; :math:`\log P = \sum_t d_t`, exact to about
+        1 ulp for any length; :math:`\log s = \log G = \tfrac1T \sum_t d_t = \Delta H` (the
+        mean token log-ratio); :math:`s` outside GSPO's range (sequence-level clipping would
+        act, for one sign of the advantage or the other); tokens outside the PPO range.
+    ids : ndarray
+        Sequence id.
     log_ppl_old, log_ppl_new : ndarray
         :math:`\log\mathrm{PPL} = H = -\tfrac1T\sum_t \ell_t`, the per-token cross-entropy.
     log_gmpo : ndarray
         :math:`\tfrac1T \sum_t \operatorname{clip}(d_t, \log a, \log b)` for GMPO's range
         :math:`(a, b)`: the log of GMPO's weight.
-    clipped_gspo : ndarray of bool
-        :math:`s` outside GSPO's range (sequence-level clipping would act, for one sign of
-        the advantage or the other).
-    n_token_clipped : ndarray of int
-        Tokens whose ratio lies outside the PPO range.
-    gspo_range, ppo_range, gmpo_range : tuple of float
-        The clipping ranges used, as ratios ``(lo, hi)``.
+    gmpo_range : tuple of float
+        GMPO's clipping range, as ratios ``(lo, hi)``.
     """
 
     ids: np.ndarray
-    length: np.ndarray
-    log_P: np.ndarray
-    log_G: np.ndarray
     log_ppl_old: np.ndarray
     log_ppl_new: np.ndarray
     log_gmpo: np.ndarray
-    clipped_gspo: np.ndarray
-    n_token_clipped: np.ndarray
-    gspo_range: tuple[float, float]
-    ppo_range: tuple[float, float]
     gmpo_range: tuple[float, float]
 
     @property
