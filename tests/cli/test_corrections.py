@@ -619,3 +619,93 @@ def test_vcpo_bad_use_is_one_line(capsys, extra, message):
     assert err.count("\n") == 1
     assert message in err
     assert "Traceback" not in err
+
+
+TOP_P = SMOLLM2.parent / "smollm2_mismatch_top-p.jsonl.gz"
+
+
+def test_cppo_monte_carlo_only_and_on_data(capsys):
+    """Monte Carlo rows of cppo by sign, no theory; on the top-p file the rule's own count, no prediction."""
+    argv = [
+        "corrections",
+        "--correction",
+        "cppo,dppo-tv:0.2",
+        "--T",
+        "1,20",
+        "--n",
+        "300",
+        "--sigma2",
+        "0.5",
+        "--format",
+        "json",
+    ]
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    rows = pd.DataFrame(json.loads(out))
+    assert (
+        rows.correction.tolist()
+        == ["cppo", "cppo [A>0]", "cppo [A<=0]", "dppo-tv:0.2", "dppo-tv:0.2 [A>0]", "dppo-tv:0.2 [A<=0]"] * 2
+    )
+    cppo = rows.correction.str.startswith("cppo")
+    assert (rows.method[cppo] == "Monte Carlo only").all()
+    assert rows.frac_modified[cppo].isna().all()
+    assert rows.frac_modified[~cppo].notna().all()
+    assert (rows.mc_frac_modified_lo <= rows.mc_frac_modified).all()
+    first = rows[rows["T"] == 1].set_index("correction").mc_frac_modified
+    assert first["cppo"] == first["dppo-tv:0.2"]  # token 1: the same draws, the same mask
+    rc, out, err = run_cli(capsys, *argv[:2], "cppo", *argv[3:])  # alone: every other spec's columns
+    assert rc == 0, err
+    alone = pd.DataFrame(json.loads(out))
+    assert list(alone.columns) == list(rows.columns)
+    assert (alone.method == "Monte Carlo only").all()
+    assert alone.frac_modified.isna().all()
+    rc, out, err = run_cli(capsys, *argv[:-2])
+    assert "cppo: Monte Carlo only" in out
+    rc, out, err = run_cli(
+        capsys,
+        "corrections",
+        "--data",
+        str(TOP_P),
+        "--ratio",
+        "total",
+        "--correction",
+        "cppo",
+        "--format",
+        "json",
+    )
+    assert rc == 0, err
+    rows = pd.DataFrame(json.loads(out)).set_index("correction")
+    from variance_lab.rollouts import load_batch
+
+    batch = load_batch(TOP_P)
+    adv = np.array([json.loads(line)["advantage"] for line in __import__("gzip").open(TOP_P, "rt")])
+    log_mu = batch.rollout_logp
+    _, masked = co.apply_prob(
+        co.parse("cppo"), batch.logp - log_mu, log_mu, np.repeat(adv, batch.lengths), offsets=batch.offsets
+    )
+    assert masked.sum() > 100
+    assert rows.frac_modified["cppo"] == pytest.approx(masked.mean(), rel=1e-12)
+    assert rows.pred_frac_modified.isna().all()
+    rc, out, err = run_cli(
+        capsys, "corrections", "--data", str(TOP_P), "--ratio", "total", "--correction", "cppo"
+    )
+    assert "cppo never masks them" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--correction", "cppo:0.2:1.5"], "the position-weight floor WMIN must lie in (0, 1]"),
+        (["--correction", "cppo:0.2:0.8:-1"], "the prefix-budget floor DB must be >= 0"),
+        (["--correction", "cppo:0"], "the threshold D of the weighted |pi - mu| must be > 0"),
+        (["--correction", "cppo"], "no theory for cppo; pass --n N"),
+        (["--correction", "cppo", "--n", "50", "--find-T"], "no closed form"),
+    ],
+)
+def test_cppo_bad_input_is_one_line(capsys, argv, message):
+    """Bad cppo parameters, cppo without --n, --find-T with cppo: exit 2, no stdout, one line on stderr."""
+    rc, out, err = run_cli(capsys, "corrections", *argv)
+    assert rc == 2
+    assert out == ""
+    assert message in err
+    assert len(err.strip().splitlines()) == 1

@@ -75,3 +75,18 @@ def test_bad_input_names_it(token_file):
         co.mask_by_bins(log_r, off, "icepop", p, by="q")
     with pytest.raises(ValueError, match="log_mu"):
         co.mask_by_bins(log_r, off, "kpop", p)
+
+
+def test_cppo_bins_read_each_sequence(token_file):
+    """The flags of cppo per bin come from the whole sequences (its budget), with no prediction."""
+    lengths, off, log_r, log_mu, adv = token_file(4, 80, *FILE)
+    p = np.exp(log_mu)
+    df = co.mask_by_bins(log_r, off, "cppo:0.05:0.8:0.01", p, [0.0, 0.3, 1.0], log_mu=log_mu, advantages=adv)
+    masked = co.apply_prob(
+        co.parse("cppo:0.05:0.8:0.01"), log_r, log_mu, np.repeat(adv, lengths), offsets=off
+    )[1]
+    low = p < 0.3
+    np.testing.assert_allclose(df.frac_modified, [masked[low].mean(), masked[~low].mean()], rtol=1e-12)
+    assert masked.any()
+    assert df.pred_frac_modified.isna().all()
+    assert not df.pred_inside.any()

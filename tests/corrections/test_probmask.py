@@ -7,6 +7,7 @@ valid_positive, valid_negative)``, the KL with ``1e-8`` in both complements) and
 the binary KL above the threshold masks), and the TV rule against the prime-rl mirror.
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -263,3 +264,197 @@ def test_evaluate_needs_the_log_probs(token_file):
         co.evaluate(log_r, off, "dppo-tv", log_mu=log_mu)
     with pytest.raises(ValueError, match="log_mu"):
         co.bucket_bootstrap(log_r, off, "kpop", [(1, 30)])
+
+
+# ------------------------------------------------------------------------------- CPPO's rule
+def _torch_quantile(values, q):
+    """torch.quantile's default (linear) on a list: sorted, rank q (n - 1), torch.lerp's two formulas."""
+    s = sorted(values)
+    rank = q * (len(s) - 1)
+    k = math.floor(rank)
+    if k + 1 >= len(s):
+        return s[k]
+    a, b, t = s[k], s[k + 1], rank - k
+    return a + t * (b - a) if t < 0.5 else b - (b - a) * (1 - t)
+
+
+def _unirl_cppo_keep(new_logp, old_logp, adv, lengths, delta, w_min, delta_b):
+    """UniRL's _cppo_mask (unirl/algorithms/cppo.py at 30899fc) on Python floats, one sequence at a time.
+
+    ``D_t = |exp(new) - exp(old)|``, ``ratio = exp(clamp(new - old, -20, 20))``, ``toward_mu = A (ratio - 1)
+    <= 0``, ``w_t = 1 - (1 - w_min)(t - 1) / max(T - 1, 1)``, ``Z_t = w_t D_t``, right-shifted prefix sums,
+    ``delta_b_seq = quantile(D, 0.9).clamp(delta_b, 2 delta_b)``, ``c_t = min(delta, delta + delta_b_seq
+    W_prev - S_prev)``, ``keep = toward_mu | (Z_t <= c_t)``.
+    """
+    keep, start = [], 0
+    for T in lengths:
+        new, old, a = new_logp[start : start + T], old_logp[start : start + T], adv[start : start + T]
+        start += T
+        d = [abs(math.exp(x) - math.exp(y)) for x, y in zip(new, old, strict=True)]
+        ratio = [math.exp(min(max(x - y, -20.0), 20.0)) for x, y in zip(new, old, strict=True)]
+        w = [1.0 - (1.0 - w_min) * (t - 1) / max(T - 1, 1) for t in range(1, T + 1)]
+        beta = min(max(_torch_quantile(d, 0.9), delta_b), 2.0 * delta_b)
+        s_prev = w_prev = 0.0
+        for t in range(T):
+            z = w[t] * d[t]
+            keep.append(a[t] * (ratio[t] - 1.0) <= 0.0 or z <= min(delta, delta + beta * w_prev - s_prev))
+            s_prev += z
+            w_prev += w[t]
+    return keep
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(
+    ("spec", "params", "sd"),
+    [
+        ("cppo", (0.2, 0.8, 0.02), 0.6),
+        ("cppo:0.05:0.5:0.01", (0.05, 0.5, 0.01), 0.6),
+        ("cppo:0.1:1:0", (0.1, 1.0, 0.0), 0.6),
+        ("cppo:0.15:0.8:1", (0.15, 0.8, 1.0), 0.6),
+        ("cppo:0.03:0.8:0.02", (0.03, 0.8, 0.02), 0.05),  # small shifts: the 0.9 quantile inside the clamp
+    ],
+)
+def test_cppo_is_unirls_rule(token_file, seed, spec, params, sd):
+    """Every keep decision of cppo equals UniRL's _cppo_mask, sequence by sequence, zero advantages kept."""
+    lengths, off, log_r, log_mu, adv = token_file(seed, 120, 60, 1.0, sd, (-1.0, 0.0, 0.5))
+    c = co.parse(spec)
+    adv_tok = np.repeat(adv, lengths)
+    w, masked = co.apply_prob(c, log_r, log_mu, adv_tok, offsets=off)
+    ref = _unirl_cppo_keep((log_mu + log_r).tolist(), log_mu.tolist(), adv_tok, lengths, *params)
+    assert masked.tolist() == [not k for k in ref]
+    assert 0 < masked.sum() < masked.size
+    assert not masked[adv_tok == 0].any()
+    np.testing.assert_array_equal(w, np.where(masked, 0.0, np.exp(log_r)))
+    delta, w_min, delta_b = params
+    if delta_b < 1:  # the budget binds: tokens within the threshold delta / w_t are masked too
+        lone = co.apply_prob(co.parse(f"cppo:{delta}:{w_min}:1"), log_r, log_mu, adv_tok, offsets=off)[1]
+        assert (masked & ~lone).any()
+        assert not (lone & ~masked).any()  # the budget only lowers the threshold
+    if sd < 0.1:  # the case that reads the quantile: inside (delta_b, 2 delta_b) for a fifth of the sequences
+        d = np.abs(np.exp(log_mu + log_r) - np.exp(log_mu))
+        p90 = np.array([np.quantile(d[a:b], 0.9) for a, b in itertools.pairwise(off)])
+        assert np.mean((p90 > delta_b) & (p90 < 2 * delta_b)) > 0.2
+
+
+def test_cppo_on_rows_equals_cppo_on_offsets(token_file):
+    """One sequence a row (the Monte Carlo's layout) decides as the ragged file with offsets."""
+    _, _, log_r, log_mu, _ = token_file(4, 200, 2, 1.0, 0.8, (1.0,))  # one token each, then reshaped
+    log_r, log_mu = log_r[:180].reshape(12, 15), log_mu[:180].reshape(12, 15)
+    adv = np.repeat([[1.0], [-1.0]], 6, axis=0)
+    c = co.parse("cppo:0.1:0.6:0.01")
+    rows = co.apply_prob(c, log_r, log_mu, adv)[1]
+    flat = co.apply_prob(
+        c, log_r.ravel(), log_mu.ravel(), np.repeat(adv.ravel(), 15), offsets=np.arange(0, 181, 15)
+    )[1]
+    np.testing.assert_array_equal(rows.ravel(), flat)
+    assert rows.any()
+
+
+def test_cppo_of_one_token_is_dppo_tv():
+    """A sequence of one token: w_1 = 1 and c_1 = delta, so cppo:D masks what dppo-tv:D masks (A != 0)."""
+    log_pi, log_mu, adv = _random_tokens(5)
+    adv = np.where(adv == 0, 1.0, adv)
+    off = np.arange(log_pi.size + 1)
+    _, cppo = co.apply_prob(co.parse("cppo:0.15"), log_pi - log_mu, log_mu, adv, offsets=off)
+    _, dppo = co.apply_prob(co.parse("dppo-tv:0.15"), log_pi - log_mu, log_mu, adv)
+    np.testing.assert_array_equal(cppo, dppo)
+    assert cppo.any()
+
+
+def test_cppo_position_weights():
+    """w_t falls linearly from 1 to w_min; one token has weight 1."""
+    np.testing.assert_allclose(co.position_weights(5, 0.8), [1.0, 0.95, 0.9, 0.85, 0.8], rtol=1e-15)
+    assert co.position_weights(1, 0.3).tolist() == [1.0]
+    assert co.position_weights(3, 1.0).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_cppo_budget_at_its_boundaries():
+    """Exact binary fractions: a weighted divergence equal to its threshold is kept, one ulp above masked.
+
+    ``cppo:0.25:0.5:0.125``, three tokens: w = 1, 0.75, 0.5; every D >= 0.25, so the budget is clamped
+    to 2 delta_b = 0.25. Token 1: Z = 0.375 > 0.25 (the threshold). Token 2: Z = 0.1875 <= 0.25, but the
+    prefix spent 0.375 of a budget 0.25, so c_2 = 0.125 (the budget). Token 3: c_3 = 0.25 + 0.25 * 1.75 -
+    0.5625 = 0.125, and Z_3 = 0.5 D_3.
+    """
+    c = co.parse("cppo:0.25:0.5:0.125")
+    away = np.ones(3, dtype=bool)
+    at = np.array([0.375, 0.25, 0.25])
+    assert co.cppo_mask(c, at, away).tolist() == [True, True, False]
+    above = at.copy()
+    above[2] = np.nextafter(0.25, 1.0)
+    assert co.cppo_mask(c, above, away).tolist() == [True, True, True]
+    assert co.cppo_mask(co.parse("cppo:0.25:0.5:1"), at, away).tolist() == [True, False, False]  # idle budget
+    assert not co.cppo_mask(c, above, ~away).any()  # tokens moving toward the sampler are always kept
+
+
+def test_cppo_budget_spent_exactly():
+    """A prefix that spent exactly its budget (S_1 = beta W_1) keeps c_2 = delta; one ulp more lowers it."""
+    c = co.parse("cppo:0.25:0.5:0.125")  # T = 2: w = 1, 0.5; both D >= 0.25, so beta = 0.25
+    away = np.ones(2, dtype=bool)
+    assert co.cppo_mask(c, np.array([0.25, 0.5]), away).tolist() == [False, False]  # Z_2 = 0.25 = c_2
+    assert co.cppo_mask(c, np.array([0.25, np.nextafter(0.5, 1.0)]), away).tolist() == [False, True]
+    assert co.cppo_mask(c, np.array([np.nextafter(0.25, 1.0), 0.5]), away).tolist() == [True, True]
+
+
+def test_cppo_zero_budget_masks_once_the_prefix_passes_delta():
+    """delta_b = 0: c_t = delta - S_{t-1}, so a token moving away is masked once S_t exceeds delta."""
+    c = co.parse("cppo:0.25:1:0")
+    got = co.cppo_mask(c, np.full(4, 0.125), np.ones(4, dtype=bool))
+    assert got.tolist() == [False, False, True, True]  # S_2 = 0.25 = delta is kept, S_3 = 0.375 is not
+
+
+def test_cppo_bad_input_names_it():
+    """No advantages, a wrong spec, mismatched shapes, bad offsets; bad specs name themselves."""
+    with pytest.raises(ValueError, match="advantage"):
+        co.apply_prob(co.parse("cppo"), np.zeros(3), np.log(np.full(3, 0.5)))
+    with pytest.raises(ValueError, match="cppo"):
+        co.cppo_mask(co.parse("dppo-tv"), np.zeros(3), np.ones(3, dtype=bool))
+    with pytest.raises(ValueError, match="shape"):
+        co.cppo_mask(co.parse("cppo"), np.zeros(3), np.ones(2, dtype=bool))
+    with pytest.raises(ValueError, match="offsets"):
+        co.cppo_mask(co.parse("cppo"), np.zeros(3), np.ones(3, dtype=bool), offsets=[0, 2])
+    with pytest.raises(ValueError, match="sides"):
+        co.prob_sides(co.parse("cppo"), np.zeros(2), np.zeros(2))
+    for spec, what in [
+        ("cppo:0", "D"),
+        ("cppo:0.2:0", "WMIN"),
+        ("cppo:0.2:1.5", "WMIN"),
+        ("cppo:0.2:0.8:-0.1", "DB"),
+        ("cppo:0.2:0.8:0.02:1", "P"),
+        ("cppo:0.2:0.8:0.02:0.5:1", "takes"),
+    ]:
+        with pytest.raises(ValueError, match=what):
+            co.parse(spec)
+    assert co.parse("cppo").params == (0.2, 0.8, 0.02, 0.5)
+    assert co.parse("cppo:0.15:0.9").params == (0.15, 0.9, 0.02, 0.5)
+    assert co.parse("cppo").signed
+    assert co.parse("cppo").prob
+
+
+def test_evaluate_cppo_rows_match_the_rule(token_file):
+    """On data cppo's rows split by A > 0; each fraction is the rule's count; no prediction (NaN)."""
+    lengths, off, log_r, log_mu, adv = token_file(6, 80, *FILE)
+    c = co.parse("cppo:0.05:0.8:0.01")
+    df = co.evaluate(
+        log_r,
+        off,
+        [c],
+        advantages=adv,
+        log_mu=log_mu,
+        buckets=[(1, 12), (13, 24)],
+        predict=co.fit_lognormal(log_r),
+    )
+    masked = co.apply_prob(c, log_r, log_mu, np.repeat(adv, lengths), offsets=off)[1]
+    assert masked.any()
+    for row in df.itertuples(index=False):
+        sel = (lengths >= row.T_min) & (lengths <= row.T_max)
+        if row.correction.endswith("[A>0]"):
+            sel &= adv > 0
+        elif row.correction.endswith("[A<=0]"):
+            sel &= adv <= 0
+        tok = np.repeat(sel, lengths)
+        assert row.frac_modified == pytest.approx(masked[tok].mean(), rel=1e-12, abs=0)
+        assert row.mean_w == pytest.approx(np.where(masked, 0, np.exp(log_r))[tok].mean(), rel=1e-12)
+        assert math.isnan(row.pred_frac_modified)
+        assert not row.pred_inside
+    assert df.correction.tolist()[:3] == [c.spec, f"{c.spec} [A>0]", f"{c.spec} [A<=0]"]

@@ -6,8 +6,9 @@ log-ratios of a rollout file (``--data``: per bucket, the modified fraction's 95
 the fitted lognormal's prediction; ``--by p`` or ``--by entropy``: per bin of the token's sampler
 probability or entropy instead). ``--find-T`` answers the one
 question: from which length does a cap modify most (``--threshold``) of the sequences? The
-probability-aware masks (``dppo-tv``, ``dppo-kl``, ``kpop``) take the law of the token's probability
-from ``--token-prob``.
+probability-aware masks (``dppo-tv``, ``dppo-kl``, ``kpop``, ``cppo``) take the law of the token's
+probability from ``--token-prob``; ``cppo`` (CPPO's position-weighted, cumulative-prefix mask) has no
+closed form and needs ``--n`` (Monte Carlo) or ``--data``.
 """
 
 from __future__ import annotations
@@ -111,12 +112,16 @@ def _model(args, cs) -> tuple:
     source = {"lognormal": "closed form", "random-scale": "quadrature over the scale"}.get(family.name, "")
     if family.name == "lognormal-mixture":
         source = "closed form (token level) and multinomial sums (sequence level)"
+    if not with_theory:  # every spec is Monte Carlo only
+        source = ""
     notes = []
     if args.n:
         try:
             mc = corrections.simulate_corrections(family, T, cs, args.n, seed=args.seed, token_prob=law)
         except ValueError as exc:
             raise CLIError(str(exc)) from None
+        if frame is None and has_theory:  # no spec has theory here (cppo): its columns stay, empty
+            frame = _empty_theory()
         if frame is not None:  # specs without theory keep their Monte Carlo rows
             frame = frame.merge(mc, on=["T", "correction", "level"], how="right", validate="1:1")
             frame["method"] = frame["method"].fillna("Monte Carlo only")
@@ -150,13 +155,32 @@ def _model(args, cs) -> tuple:
     )
     if any(c.prob for c in cs):
         notes.append(
-            f"dppo-tv, dppo-kl, kpop: the sampler's probability of each token: {law.label()}; the "
+            f"dppo-tv, dppo-kl, kpop, cppo: the sampler's probability of each token: {law.label()}; the "
             "family is the law of the shift Y = logit pi - logit q of the token's log-odds, independent of "
             "q (variance_lab.corrections.tokenprob); the weight r = pi/q where kept, its theory by "
             "quadrature over q. DPPO's rows: A > 0 masks pi - q (or the binary KL) above the threshold, "
             "A <= 0 below; P(A > 0) is the spec's P."
+            + (
+                " cppo: Monte Carlo only (its budget couples the tokens of a sequence); its exact parts "
+                "(position 1, the threshold delta / w_t alone, long sequences) are "
+                "variance_lab.corrections.cppo_positions and cppo_limit."
+                if any(c.kind == "cppo" for c in cs)
+                else ""
+            )
         )
     return frame, title, notes
+
+
+def _empty_theory():
+    """Return a theory frame with no rows: :data:`variance_lab.corrections.COLUMNS` in their dtypes."""
+    import pandas as pd
+
+    from variance_lab.corrections import COLUMNS
+
+    text = ("correction", "level", "method")
+    return pd.DataFrame(
+        {c: pd.Series(dtype="int64" if c == "T" else object if c in text else float) for c in COLUMNS}
+    )
 
 
 def _data(args, cs) -> tuple:
@@ -303,7 +327,8 @@ def _vcpo(args, batch, log_r, ratio: str) -> tuple[dict, str]:
 _PROB_PREDICTION_NOTE = (
     "; for dppo-tv, dppo-kl and kpop, the mean over the tokens of each one's masked probability under the "
     "log-odds model (variance_lab.corrections.tokenprob) with the --predict model fitted to these tokens' "
-    "shifts logit pi - logit mu, at the token's own mu and sign"
+    "shifts logit pi - logit mu, at the token's own mu and sign (none for cppo, whose budget couples a "
+    "sequence's tokens)"
 )
 
 
@@ -408,10 +433,12 @@ def _advantages(args, cs, batch):
         raise CLIError(f"{args.data}: {exc}") from None
     pos, zero = int((adv >= 0).sum()), int((adv == 0).sum())
     dppo = any(c.prob for c in cs if c.signed)
+    cppo = any(c.kind == "cppo" for c in cs)
     return adv, (
         f"Signs: each sequence's 'advantage' field; {pos:,} of {adv.size:,} sequences have A >= 0 "
         f"(p = {pos / adv.size:.4g}; {zero:,} with A = 0 exactly, counted positive as TOPR and TRL do"
         + (", negative as DPPO's sources do (A > 0 masks the upper side)" if dppo else "")
+        + ("; cppo never masks them, A (r - 1) = 0" if cppo else "")
         + f"), {adv.size - pos:,} A < 0. The P of a signed spec is the theory's and is not used on data; "
         "the predicted fractions are the fitted model's by sign."
     )
@@ -495,8 +522,12 @@ def add_command(sub) -> None:
         "Probability-aware masks: dppo-tv[:D[:P]] (DPPO-Binary-TV: masked when A > 0 and pi - mu > D, or "
         "A <= 0 and pi - mu < -D; default 0.15), dppo-kl[:D[:P]] (the same sides with the binary KL "
         "D(mu||pi) > D; default 0.05), kpop[:D] (KPop: masked when either binary KL exceeds D; default "
-        "0.1); pi, mu are the token's probabilities under the ratio's numerator and denominator, P = "
-        "P(A > 0); their theory needs --token-prob.",
+        "0.1), cppo[:D[:WMIN[:DB[:P]]]] (CPPO: masked when A(r - 1) > 0 and w_t |pi - mu| > "
+        "min(D, D + beta W_{t-1} - S_{t-1}), w_t falling from 1 to WMIN over the sequence, S_{t-1} the "
+        "prefix's summed w_j |pi_j - mu_j|, W_{t-1} its summed w_j, beta = clamp(P90 of the sequence's "
+        "|pi - mu|, DB, 2 DB); default 0.2, 0.8, 0.02; Monte Carlo or --data only); pi, mu are the "
+        "token's probabilities under the ratio's numerator and denominator, P = P(A > 0); their theory "
+        "needs --token-prob.",
     )
     add_family_args(p)
     p.add_argument(
@@ -535,8 +566,8 @@ def add_command(sub) -> None:
         type=_token_prob,
         default=None,
         metavar="A:B|Q",
-        help="theory and Monte Carlo of dppo-tv, dppo-kl, kpop: the law of the sampler's probability of "
-        "each token, Beta(A, B) or a fixed Q (default: variance_lab.corrections.TOKEN_PROB_DEFAULT, "
+        help="theory and Monte Carlo of dppo-tv, dppo-kl, kpop, cppo: the law of the sampler's probability "
+        "of each token, Beta(A, B) or a fixed Q (default: variance_lab.corrections.TOKEN_PROB_DEFAULT, "
         "Beta(0.2, 0.6), fitted to the SmolLM2 sampler's tokens)",
     )
     p.add_argument(

@@ -73,6 +73,15 @@ spec                  level     weight :math:`w` (modified: what counts as trunc
                                 gradient in ASPO's loss; modified: zeroed or dual-clipped; default
                                 0.2, 0.2, 3; ``aspo``, ``aspo:E`` (both widths), ``aspo:EL:EH``,
                                 ``aspo:EL:EH:C`` (:mod:`~variance_lab.corrections.sign`)
+``cppo[:D:...]``      token     :math:`r_t`, or 0 when :math:`A(r_t - 1) > 0` and :math:`w_t|\pi_t - \mu_t| >
+                                \min(\delta, \delta + \beta W_{t-1} - S_{t-1})`: CPPO's position-weighted,
+                                cumulative-prefix Binary-TV mask, ``cppo[:D[:WMIN[:DB[:P]]]]``
+                                (:math:`w_t` falls from 1 to ``WMIN``, :math:`S_{t-1}` the prefix's
+                                weighted divergences, :math:`\beta` the sequence's budget from ``DB``;
+                                defaults 0.2, 0.8, 0.02;
+                                :func:`~variance_lab.corrections.probmask.cppo_mask`); ``P`` is the
+                                theory's :math:`P(A > 0)`; rows ``A>0``, ``A<=0``; Monte Carlo, and exact
+                                parts in :mod:`~variance_lab.corrections.cppo`
 ====================  ========  ===========================================================
 
 On data a value exactly at a bound is kept (:data:`BOUND_RULE`, the rule of
@@ -149,7 +158,9 @@ quadrature and exact sums: :func:`theory`, :func:`find_T`), :mod:`~variance_lab.
 :mod:`~variance_lab.corrections.data` (observed fractions on data: :func:`evaluate`,
 :func:`bucket_bootstrap`), :mod:`~variance_lab.corrections.probmask` (the probability-aware masks'
 rules: :func:`apply_prob`), :mod:`~variance_lab.corrections.tokenprob` (their theory under a stated
-law of the token's probability: :class:`TokenProbability`, :func:`prob_log_moments`) and
+law of the token's probability: :class:`TokenProbability`, :func:`prob_log_moments`),
+:mod:`~variance_lab.corrections.cppo` (CPPO's exact parts and long-sequence limit: :func:`cppo_positions`,
+:func:`cppo_limit`) and
 :mod:`~variance_lab.corrections.bins` (fractions on data by the token's probability or entropy:
 :func:`mask_by_bins`). Every public name is re-exported here.
 """
@@ -165,6 +176,7 @@ from variance_lab.corrections.closed_forms import (
     has_theory,
     theory,
 )
+from variance_lab.corrections.cppo import CPPO_POSITION_COLUMNS, cppo_limit, cppo_positions, tv_tails
 from variance_lab.corrections.data import (
     BOOTSTRAP_COLUMNS,
     CORRECTIONS_PREDICTION_COLUMNS,
@@ -202,7 +214,10 @@ from variance_lab.corrections.probmask import (
     PROB_RULE,
     apply_prob,
     binary_kl,
+    cppo_mask,
     logit_shift,
+    position_weights,
+    prob_difference,
     prob_sides,
 )
 from variance_lab.corrections.sign import (
@@ -220,6 +235,7 @@ from variance_lab.corrections.sign import (
 from variance_lab.corrections.specs import (
     ASPO_DEFAULT,
     CORRECTION_KINDS,
+    CPPO_DEFAULT,
     DPPO_KL_DEFAULT,
     DPPO_TV_DEFAULT,
     GMPO_DEFAULT,
@@ -241,6 +257,7 @@ from variance_lab.corrections.tokenprob import (
     TokenProbability,
     band_kinks,
     components_of,
+    integrate_logit,
     mask_bands,
     mask_given_q,
     prob_log_moments,
@@ -258,6 +275,8 @@ __all__ = [
     "CORRECTIONS_MC_COLUMNS",
     "CORRECTIONS_PREDICTION_COLUMNS",
     "CORRECTION_KINDS",
+    "CPPO_DEFAULT",
+    "CPPO_POSITION_COLUMNS",
     "DATA_COLUMNS",
     "DPPO_KL_DEFAULT",
     "DPPO_KL_EPS",
@@ -306,6 +325,9 @@ __all__ = [
     "check_rollout_arrays",
     "clip_probability",
     "components_of",
+    "cppo_limit",
+    "cppo_mask",
+    "cppo_positions",
     "ctpo_log_moments",
     "ctpo_positions",
     "evaluate",
@@ -314,6 +336,7 @@ __all__ = [
     "fit_lognormal",
     "fraction_interval",
     "has_theory",
+    "integrate_logit",
     "is_positive",
     "log_base_tokens",
     "log_phi_diff",
@@ -325,7 +348,9 @@ __all__ = [
     "opsm_keep",
     "parse",
     "parse_list",
+    "position_weights",
     "prefix_variances",
+    "prob_difference",
     "prob_log_moments",
     "prob_sides",
     "resolve_cut",
@@ -335,4 +360,5 @@ __all__ = [
     "simulate_corrections",
     "simulate_positions",
     "theory",
+    "tv_tails",
 ]

@@ -68,7 +68,7 @@ def _check_edges(edges) -> np.ndarray:
 def _masked(c, log_r, off, log_mu, adv_tok) -> np.ndarray:
     """Each token's modified flag under ``c`` (the whole file at once: ctpo and m2po need the sequences)."""
     if c.prob:
-        return apply_prob(c, log_r, log_mu, adv_tok)[1]
+        return apply_prob(c, log_r, log_mu, adv_tok, offsets=off)[1]
     return apply_tokens(c, log_r, off)[1]
 
 

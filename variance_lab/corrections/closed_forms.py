@@ -392,7 +392,8 @@ def theory(family: Family, T, corrections, *, token_prob=None) -> pd.DataFrame:
         with the spec's :math:`P(A \ge 0)`), then :math:`A \ge 0`, then :math:`A < 0`, each with
         its bias against :math:`E[P_T]` (:math:`E[r]` for the token-level ``aspo``;
         :mod:`variance_lab.corrections.sign`). A probability-aware mask (``dppo-tv``,
-        ``dppo-kl``, ``kpop``; lognormal and lognormal-mixture families) is integrated over the
+        ``dppo-kl``, ``kpop``; lognormal and lognormal-mixture families; not ``cppo``, whose rows
+        raise ``ValueError``: see :mod:`variance_lab.corrections.cppo`) is integrated over the
         law of the token's probability (``method`` "quadrature",
         :mod:`variance_lab.corrections.tokenprob`): the family is then the law of the shift of the
         token's log-odds; DPPO gives rows ``all``, ``A>0``, ``A<=0``.
@@ -410,6 +411,9 @@ def theory(family: Family, T, corrections, *, token_prob=None) -> pd.DataFrame:
     grid = check_T(T, grid=True)
     cs = [resolve_cut(c, family) for c in parse_list(corrections)]
     law = TOKEN_PROB_DEFAULT if token_prob is None else token_prob
+    no_theory = [c.spec for c in cs if c.kind == "cppo"]
+    if no_theory:
+        raise ValueError(_CPPO_NO_THEORY.format(spec=no_theory[0]))
     rows = []
     for t in grid:
         for c in cs:
@@ -420,6 +424,14 @@ def theory(family: Family, T, corrections, *, token_prob=None) -> pd.DataFrame:
             else:
                 rows.append(row(c, family, int(t)))
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+#: Why ``cppo`` has no :func:`theory` rows (the message of the ``ValueError``).
+_CPPO_NO_THEORY = (
+    "{spec!r}: CPPO's budget couples every token of a sequence to its prefix and to the sequence's 0.9 "
+    "quantile of |pi - mu|: no closed form; use simulate_corrections (Monte Carlo), or "
+    "variance_lab.corrections.cppo for its exact parts (position 1, the threshold alone, long sequences)"
+)
 
 
 def _row_function(family):
@@ -439,6 +451,8 @@ def has_theory(family: Family, correction) -> bool:
     """Whether :func:`theory` has rows for ``correction`` with ``family`` (else: Monte Carlo only)."""
     c = correction if isinstance(correction, Correction) else parse(correction)
     builders = (LogNormal, RandomScale, LognormalMixture)
+    if c.kind == "cppo":  # exact only in parts (variance_lab.corrections.cppo): Monte Carlo
+        return False
     if c.prob:  # the law of the log-odds shift must be normal or a normal mixture
         return type(family) in (LogNormal, LognormalMixture)
     if c.signed:  # the sign model's closed form is the lognormal's
@@ -495,6 +509,8 @@ def find_T(
     """
     family = _check_lognormal(family)
     c = resolve_cut(correction if isinstance(correction, Correction) else parse(correction), family)
+    if c.kind == "cppo":
+        raise ValueError(_CPPO_NO_THEORY.format(spec=c.spec))
     if not 0.0 < threshold <= 1.0 or isinstance(threshold, bool):
         raise ValueError(f"threshold must lie in (0, 1], got {threshold!r}")
 

@@ -187,6 +187,8 @@ def evaluate(
         with the lognormal fitted to the tokens' log-odds shifts :math:`\operatorname{logit}\pi -
         \operatorname{logit}\mu` (:func:`fit_lognormal`; tokens with a probability of exactly 1
         left out of the fit, and predicted never masked), at each token's own probability and sign.
+        ``cppo`` (CPPO's position-weighted, cumulative-prefix mask) reads each sequence's tokens in
+        order and needs the advantages; it has no prediction (NaN).
     shift_model : LogNormal or LognormalMixture, optional
         That model's law of the log-odds shifts instead of the fitted lognormal (the command line
         fits a mixture to them with ``--predict mixture``).
@@ -217,7 +219,7 @@ def evaluate(
     log_p = np.add.reduceat(log_r, off[:-1])
     adv = check_advantages(advantages, cs, lengths.size)
     lm = check_log_mu(log_mu, cs, log_r.size)
-    prob = {c.spec: _prob_tokens(c, log_r, lm, adv, lengths) for c in cs if c.prob}
+    prob = {c.spec: _prob_tokens(c, log_r, lm, adv, off) for c in cs if c.prob}
     pred = (
         _predictions(predict, cs, lengths, adv, prob, off, log_r, shift_model)
         if predict is not None
@@ -370,10 +372,10 @@ def _parts(cs, sel, adv):
                 yield c, sign_label(c, sign), part
 
 
-def _prob_tokens(c, log_r, log_mu, adv, lengths):
+def _prob_tokens(c, log_r, log_mu, adv, off):
     """Apply a probability-aware mask to every token: (w, masked, per-token advantage or None, log_mu)."""
-    adv_tok = np.repeat(adv, lengths) if c.signed else None
-    w, mod = apply_prob(c, log_r, log_mu, adv_tok)
+    adv_tok = np.repeat(adv, np.diff(off)) if c.signed else None
+    w, mod = apply_prob(c, log_r, log_mu, adv_tok, offsets=off)
     return w, mod, adv_tok, log_mu
 
 
@@ -385,7 +387,8 @@ def expected_masked(c, log_r, log_mu, advantage=None, shift_model=None) -> np.nd
     \operatorname{logit}\mu`, at each token's own probability :math:`\mu` (and, for DPPO, its own
     sign: ``advantage`` per token, positive when > 0). A token whose :math:`\mu` or :math:`\pi` is
     exactly 1 has no finite shift: it is left out of the fit and predicted never masked (the model
-    moves no probability there). NaN everywhere with fewer than two finite shifts.
+    moves no probability there). NaN everywhere with fewer than two finite shifts, and for ``cppo``,
+    whose budget couples a token to its sequence (no per-token model: :mod:`variance_lab.corrections.cppo`).
 
     Parameters
     ----------
@@ -401,7 +404,7 @@ def expected_masked(c, log_r, log_mu, advantage=None, shift_model=None) -> np.nd
     adv_tok = advantage
     y = logit_shift(log_mu + log_r, log_mu)
     ok = np.isfinite(y)
-    if ok.sum() < 2:
+    if ok.sum() < 2 or c.kind == "cppo":
         return np.full(log_r.shape, math.nan)
     shift = fit_lognormal(y[ok]) if shift_model is None else shift_model
     with np.errstate(divide="ignore"):

@@ -178,14 +178,19 @@ def _chunk_cells(cs, grid, Y: np.ndarray, cells: dict, u=None, lq=None) -> None:
     """
     cum = np.cumsum(Y, axis=1)
     prob = {}
-    for c in (c for c in cs if c.prob):  # token by token: computed once, read as prefixes
-        pos = (u < c.p_positive) if c.signed else None
-        prob[c.spec] = (*_prob_weights(c, Y, lq, pos), pos)
+    for c in cs:  # token by token: computed once, read as prefixes (cppo's depend on T: below)
+        if c.prob and c.kind != "cppo":
+            pos = (u < c.p_positive) if c.signed else None
+            prob[c.spec] = (*_prob_weights(c, Y, lq, pos), pos)
     for t in grid:
         log_p = cum[:, t - 1]
         for c in cs:
             if c.prob:
-                w, mod, pos = prob[c.spec]
+                if c.kind == "cppo":  # its weights and budget depend on the length: the first t tokens
+                    pos = u < c.p_positive
+                    w, mod = _prob_weights(c, Y[:, :t], lq[:, :t], pos)
+                else:
+                    w, mod, pos = prob[c.spec]
                 parts = (slice(None), pos, ~pos) if c.signed else (slice(None),)
                 for label, part in zip(_labels(c), parts, strict=True):
                     if w[part].size:
@@ -245,11 +250,14 @@ def simulate_corrections(
     :math:`A < 0`; :func:`~variance_lab.corrections.sign.sign_label`), the sign rows over the
     sequences of that sign.
 
-    A probability-aware mask (``dppo-tv``, ``dppo-kl``, ``kpop``) reads the family's draws as the
-    shifts :math:`Y` of the tokens' log-odds and draws each token's probability from ``token_prob``
+    A probability-aware mask (``dppo-tv``, ``dppo-kl``, ``kpop``, ``cppo``) reads the family's draws as
+    the shifts :math:`Y` of the tokens' log-odds and draws each token's probability from ``token_prob``
     after the signs (:mod:`variance_lab.corrections.tokenprob`: :math:`\operatorname{logit}\pi =
-    \operatorname{logit} q + Y`, weight :math:`r = \pi/q` where kept); DPPO's rows are ``A>0`` and
-    ``A<=0``.
+    \operatorname{logit} q + Y`, weight :math:`r = \pi/q` where kept); DPPO's and CPPO's rows are
+    ``A>0`` and ``A<=0``. CPPO's mask at each T is computed on the first T tokens of each path (its
+    position weights and its budget's 0.9 quantile are the sequence's), the exact rule of
+    :func:`~variance_lab.corrections.cppo_mask`: the reference for its theory where that has no closed
+    form (:mod:`variance_lab.corrections.cppo`).
 
     Parameters
     ----------

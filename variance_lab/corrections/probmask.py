@@ -1,4 +1,4 @@
-r"""Masks that read the token's probabilities: DPPO's total-variation and binary-KL masks, KPop's.
+r"""Masks that read the token's probabilities: DPPO's total-variation and binary-KL masks, KPop's, CPPO's.
 
 A ratio mask (IcePop, PPO's clip) looks at :math:`r = \pi(y)/\mu(y)` alone, and the ratio of a rare
 token is volatile: :math:`\mu = 10^{-5} \to \pi = 10^{-3}` is a ratio of 100 for a negligible
@@ -17,6 +17,10 @@ spec                    token masked (weight 0) when
                         :math:`\pi < \mu` and :math:`D(\mu \| \pi) > D` (DPPO-Binary-KL; default 0.05)
 ``kpop[:D]``            :math:`D(\pi \| \mu) > D` or :math:`D(\mu \| \pi) > D`, whatever the advantage
                         (KPop's symmetric binary-KL trust region; default 0.1)
+``cppo[:D:WMIN:DB:P]``  :math:`A(r - 1) > 0` and :math:`w_t|\pi - \mu| > c_t`, a threshold that falls
+                        with the token's position and with its prefix's spent budget (CPPO's
+                        position-weighted, cumulative-prefix Binary-TV mask; each parameter optional
+                        from the right, defaults 0.2, 0.8, 0.02, 0.5; :func:`cppo_mask`)
 ======================  ==========================================================================
 
 :math:`A` is the advantage of the token's sequence. DPPO masks only the side that the update
@@ -46,6 +50,16 @@ Sources, read for this module (the rules above are theirs, word for word in the 
   binary_kl(trainer_probs, inference_probs)``; ``kpop_threshold`` 0.1 "as in the paper" (KPop's
   write-up, ringtech.notion.site/kpop, was not read here).
 
+- CPPO (Mao et al. 2026, "Beyond Uniform Token-Level Trust Region in LLM Reinforcement Learning",
+  arXiv 2606.10968): ``_cppo_mask`` in ``unirl/algorithms/cppo.py`` of the authors' Tencent-Hunyuan/UniRL
+  (commit ``30899fc``; the rule of :func:`cppo_mask`, transcribed in ``tests/corrections/test_cppo.py``)
+  and its ``CPPO/README.md`` (``097515b``), which places the effective threshold, the keep rule and the
+  loss at the paper's Eq. 8-11 and the per-sequence budget :math:`\operatorname{clamp}(P_{90}(D),
+  \delta_b, 2\delta_b)` at its Eq. 22 ("Base-model warm-up calibration"; the code applies it always).
+  The paper's text past its abstract and introduction could not be read here, so the equation numbers
+  are the README's. UniRL ships the Binary-TV divergence only; the paper's KL and Top-K variants (its
+  ablations) are not covered.
+
 Conventions (:func:`prob_sides`): the divergences in float64 from the log-probs given; a
 difference or divergence exactly at the threshold is kept (:data:`PROB_RULE`, the frameworks' strict
 ``>``); on data the frameworks' guards are applied (:data:`DPPO_KL_EPS` added to both complements,
@@ -62,7 +76,7 @@ import numpy as np
 
 from variance_lab.corrections.sign import is_positive
 from variance_lab.corrections.specs import Correction
-from variance_lab.ratios import CLOSED, BoundRule
+from variance_lab.ratios import CLOSED, BoundRule, compare
 
 __all__ = [
     "DPPO_KL_EPS",
@@ -70,7 +84,10 @@ __all__ = [
     "PROB_RULE",
     "apply_prob",
     "binary_kl",
+    "cppo_mask",
     "logit_shift",
+    "position_weights",
+    "prob_difference",
     "prob_sides",
 ]
 
@@ -101,6 +118,14 @@ def binary_kl(log_a, log1m_a, log_b, log1m_b) -> np.ndarray:
         first = np.where(la == -np.inf, 0.0, np.exp(la) * (la - lb))
         second = np.where(la1 == -np.inf, 0.0, np.exp(la1) * (la1 - lb1))
     return first + second
+
+
+def prob_difference(log_pi, log_mu) -> np.ndarray:
+    r"""Return :math:`\pi - \mu` from the log-probs: DPPO-TV's statistic; CPPO's :math:`D = |\pi - \mu|`.
+
+    ``prob - old_prob`` as the sources take it (float64 here), the binary total variation with its sign.
+    """
+    return np.exp(np.asarray(log_pi, dtype=float)) - np.exp(np.asarray(log_mu, dtype=float))
 
 
 def logit_shift(log_pi, log_mu) -> np.ndarray:
@@ -148,10 +173,15 @@ def prob_sides(c: Correction, log_pi, log_mu, *, exact: bool = False, log1m=None
     """
     if not c.prob:
         raise ValueError(f"{c.spec!r} does not read the token's probabilities")
+    if c.kind == "cppo":
+        raise ValueError(
+            f"{c.spec!r}: CPPO's threshold moves with the token's position and its prefix; it has no fixed "
+            "sides (variance_lab.corrections.cppo_mask)"
+        )
     lp, lm = np.broadcast_arrays(np.asarray(log_pi, dtype=float), np.asarray(log_mu, dtype=float))
     delta = c.params[0]
     if c.kind == "dppo-tv":  # prob - rollout_prob, as the sources take it
-        d = np.exp(lp) - np.exp(lm)
+        d = prob_difference(lp, lm)
         return PROB_RULE.outside(d, None, delta), PROB_RULE.outside(d, -delta, None)
     if exact:
         lp1, lm1 = (_log1mexp(lp), _log1mexp(lm)) if log1m is None else (np.asarray(x, float) for x in log1m)
@@ -164,23 +194,115 @@ def prob_sides(c: Correction, log_pi, log_mu, *, exact: bool = False, log1m=None
     return over & above, over & below
 
 
-def apply_prob(c: Correction, log_r, log_mu, advantage=None, *, exact: bool = False, log1m=None):
+def position_weights(T: int, w_min: float) -> np.ndarray:
+    r"""Return CPPO's position weights :math:`w_t = 1 - (1 - w_{\min})\frac{t - 1}{\max(T - 1, 1)}`, t = 1..T.
+
+    They fall linearly from 1 at the first token to :math:`w_{\min}` at the last (UniRL's ``w_t``, the same
+    expression, float64); a sequence of one token has :math:`w_1 = 1`.
+    """
+    t = np.arange(1, int(T) + 1, dtype=float)
+    return 1.0 - (1.0 - w_min) * (t - 1) / max(int(T) - 1, 1)
+
+
+def _budget_rows(c: Correction, d: np.ndarray, away: np.ndarray) -> np.ndarray:
+    """CPPO's masked flags for sequences of one length, one a row: ``d`` and ``away`` of shape (n, T)."""
+    delta, w_min, delta_b = c.params[:3]
+    T = d.shape[1]
+    w = position_weights(T, w_min)
+    z = w * d
+    s_prev = np.zeros_like(z)
+    s_prev[:, 1:] = np.cumsum(z, axis=1)[:, :-1]  # S_{t-1}, 0 at t = 1
+    w_prev = np.zeros(T)
+    w_prev[1:] = np.cumsum(w)[:-1]  # W_{t-1}
+    beta = np.clip(np.quantile(d, 0.9, axis=1), delta_b, 2.0 * delta_b)[:, None]  # Eq. 22, per sequence
+    threshold = np.minimum(delta, delta + beta * w_prev - s_prev)  # c_t, Eq. 8
+    return away & compare(z, None, threshold, PROB_RULE.inclusive)  # kept where Z_t <= c_t (Eq. 10)
+
+
+def cppo_mask(c: Correction, divergence, away, offsets=None) -> np.ndarray:
+    r"""Return where CPPO masks each token, from its divergence and whether it moves away from the sampler.
+
+    For a sequence of :math:`T` tokens with divergences :math:`D_t = |\pi_t - \mu_t|` (the binary total
+    variation, :func:`prob_difference`), position weights :math:`w_t` (:func:`position_weights`) and
+    :math:`Z_t = w_t D_t`, the prefix sums :math:`S_{t-1} = \sum_{j<t} Z_j`, :math:`W_{t-1} = \sum_{j<t} w_j`
+    (:math:`S_0 = W_0 = 0`) and the sequence's budget
+    :math:`\beta = \operatorname{clamp}(P_{90}(D_1, \dots, D_T), \delta_b, 2\delta_b)` (its own 0.9
+    quantile, linearly interpolated as ``torch.quantile`` and ``np.quantile`` take it), the effective
+    threshold is
+
+    .. math::
+
+        c_t = \min\bigl(\delta,\ \delta + \beta W_{t-1} - S_{t-1}\bigr),
+
+    and token :math:`t` is masked when it moves away from the sampler, :math:`A_t(r_t - 1) > 0`, and
+    :math:`Z_t > c_t` (a value at the threshold is kept: :data:`PROB_RULE`). The prefix spends the budget
+    whether its tokens were kept or not: :math:`S_{t-1}` sums every earlier :math:`Z_j`. While
+    :math:`S_{t-1} \le \beta W_{t-1}` (the prefix's weighted mean divergence within the budget) the
+    threshold is :math:`\delta` on :math:`Z_t`, i.e. :math:`D_t \le \delta / w_t`, stricter early;
+    past it :math:`c_t` falls below :math:`\delta`, and below 0 every token moving away is masked.
+
+    Parameters
+    ----------
+    c : Correction
+        A ``cppo`` spec (its ``(delta, w_min, delta_b, p)``).
+    divergence : array_like
+        :math:`D_t \ge 0` of each token: one sequence per row of a 2-D array, or 1-D with ``offsets``
+        (without them one sequence).
+    away : array_like of bool
+        :math:`A_t(r_t - 1) > 0`, the shape of ``divergence``.
+    offsets : array_like of int, optional
+        Sequence boundaries of a 1-D ``divergence``.
+
+    Returns
+    -------
+    ndarray of bool
+        True where the token is masked.
+    """
+    if c.kind != "cppo":
+        raise ValueError(f"expected a cppo correction, got {c.spec!r}")
+    d = np.asarray(divergence, dtype=float)
+    away = np.asarray(away, dtype=bool)
+    if away.shape != d.shape:
+        raise ValueError(
+            f"{c.spec!r}: away must have the shape of the divergences {d.shape}, got {away.shape}"
+        )
+    if d.ndim == 2:
+        return _budget_rows(c, d, away)
+    off = np.array([0, d.size]) if offsets is None else np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(off)
+    if off.size < 2 or off[0] != 0 or off[-1] != d.size or np.any(lengths < 1):
+        raise ValueError("offsets must rise from 0 to the number of tokens in steps >= 1 (one sequence each)")
+    out = np.empty(d.shape, dtype=bool)
+    for T in np.unique(lengths):  # the sequences of one length as the rows of a matrix
+        tok = off[:-1][lengths == T][:, None] + np.arange(T)
+        out[tok] = _budget_rows(c, d[tok], away[tok])
+    return out
+
+
+def apply_prob(
+    c: Correction, log_r, log_mu, advantage=None, *, exact: bool = False, log1m=None, offsets=None
+):
     r"""Compute a probability-aware mask's weights and masked flags from token log-ratios and log-probs.
 
     Parameters
     ----------
     c : Correction
-        ``dppo-tv``, ``dppo-kl`` or ``kpop``.
+        ``dppo-tv``, ``dppo-kl``, ``kpop`` or ``cppo``.
     log_r : array_like
-        Token log-ratios :math:`\log(\pi/\mu)`.
+        Token log-ratios :math:`\log(\pi/\mu)`: 1-D, or for ``cppo`` one sequence per row of a 2-D
+        array.
     log_mu : array_like
         The sampler's log-prob :math:`\log\mu(y)` of each token (the ratio's denominator), the shape
         of ``log_r``.
     advantage : array_like, optional
         Each token's advantage (its sequence's, broadcast against ``log_r``); needed by DPPO, whose
-        side is ``up`` where :math:`A > 0` and ``down`` elsewhere.
+        side is ``up`` where :math:`A > 0` and ``down`` elsewhere, and by CPPO, which masks only
+        tokens with :math:`A(r - 1) > 0` (:math:`r - 1` as UniRL takes it, from the log-ratio clamped
+        to :math:`\pm 20`; a zero advantage is never masked).
     exact, log1m
-        As for :func:`prob_sides`.
+        As for :func:`prob_sides` (``cppo``'s :math:`|\pi - \mu|` is the same either way).
+    offsets : array_like of int, optional
+        ``cppo`` with a 1-D ``log_r``: the sequence boundaries (:func:`cppo_mask`).
 
     Returns
     -------
@@ -191,6 +313,20 @@ def apply_prob(c: Correction, log_r, log_mu, advantage=None, *, exact: bool = Fa
     log_mu = np.asarray(log_mu, dtype=float)
     if log_mu.shape != log_r.shape:
         raise ValueError(f"{c.spec!r}: log_mu must have the shape of log_r {log_r.shape}, got {log_mu.shape}")
+    if c.kind == "cppo":
+        if advantage is None:
+            raise ValueError(f"{c.spec!r} needs each token's advantage (CPPO masks tokens that A(r - 1) > 0)")
+        adv = np.broadcast_to(np.asarray(advantage, dtype=float), log_r.shape)
+        away = adv * (np.exp(np.clip(log_r, -20.0, 20.0)) - 1.0) > 0.0  # ~toward_mu of the source
+        d = np.abs(prob_difference(log_mu + log_r, log_mu))
+        masked = cppo_mask(c, d, away, offsets)
+    else:
+        masked = _threshold_masked(c, log_r, log_mu, advantage, exact, log1m)
+    return np.where(masked, 0.0, np.exp(np.where(masked, 0.0, log_r))), masked
+
+
+def _threshold_masked(c: Correction, log_r, log_mu, advantage, exact, log1m) -> np.ndarray:
+    """Return the masked flags of the fixed-threshold masks (DPPO's and KPop's) from :func:`prob_sides`."""
     up, down = prob_sides(c, log_mu + log_r, log_mu, exact=exact, log1m=log1m)
     if c.signed:
         if advantage is None:
@@ -198,4 +334,4 @@ def apply_prob(c: Correction, log_r, log_mu, advantage=None, *, exact: bool = Fa
         masked = np.where(np.broadcast_to(is_positive(c, advantage), log_r.shape), up, down)
     else:
         masked = up | down
-    return np.where(masked, 0.0, np.exp(np.where(masked, 0.0, log_r))), masked
+    return masked

@@ -1,11 +1,12 @@
 r"""The correction kinds and their spec strings: :class:`Correction`, :func:`parse`, :func:`parse_list`.
 
 A spec names a kind of :data:`CORRECTION_KINDS` and its numeric parameters (``seq-tis:3``, ``icepop:5``,
-``gspo``, ``ctpo:0.5:0.5``, ``m2po:0.04``, ``dppo-tv:0.15``, ``kpop:0.1``); a :class:`Correction` gives
-its level, its base weight and its weight as pieces ``(a, b, log c, p)`` on the log of the base
-weight, from which every other module of the package computes. The probability-aware kinds
-(:data:`PROB_KINDS`: ``dppo-tv``, ``dppo-kl``, ``kpop``) have no band on the ratio at all: they mask
-by the token's probabilities (:mod:`variance_lab.corrections.probmask`). Two kinds need more than
+``gspo``, ``ctpo:0.5:0.5``, ``m2po:0.04``, ``dppo-tv:0.15``, ``kpop:0.1``, ``cppo``); a
+:class:`Correction` gives its level, its base weight and its weight as pieces ``(a, b, log c, p)`` on the
+log of the base weight, from which every other module of the package computes. The probability-aware kinds
+(:data:`PROB_KINDS`: ``dppo-tv``, ``dppo-kl``, ``kpop``, ``cppo``) have no band on the ratio at all: they
+mask by the token's probabilities (:mod:`variance_lab.corrections.probmask`; ``cppo``'s threshold also
+moves with the token's position and its sequence's prefix). Two kinds need more than
 their parameters for their band:
 ``ctpo``'s bounds grow with the token's position t (:meth:`Correction.log_bounds` at ``T = t``),
 and ``m2po``'s band depends on the whole batch, so in theory on the law of :math:`\log r`
@@ -21,6 +22,9 @@ from dataclasses import dataclass
 from variance_lab.ratios import (
     ASPO_DUAL_CLIP,
     ASPO_EPS,
+    CPPO_DELTA,
+    CPPO_DELTA_B,
+    CPPO_W_MIN,
     DPPO_KL_DELTA,
     DPPO_TV_DELTA,
     GMPO_EPS,
@@ -33,6 +37,7 @@ from variance_lab.ratios import (
 __all__ = [
     "ASPO_DEFAULT",
     "CORRECTION_KINDS",
+    "CPPO_DEFAULT",
     "DPPO_KL_DEFAULT",
     "DPPO_TV_DEFAULT",
     "GMPO_DEFAULT",
@@ -70,15 +75,16 @@ CORRECTION_KINDS = {
     "dppo-kl": ("token", "r", (0, 1, 2)),
     "kpop": ("token", "r", (0, 1)),
     "aspo": ("token", "r", (0, 1, 2, 3, 4)),
+    "cppo": ("token", "r", (0, 1, 2, 3, 4)),
 }
 
 #: Kinds whose weight depends on the sign of the sequence's advantage
 #: (:mod:`variance_lab.corrections.sign`); their last parameter is the theory's P of a positive
 #: sign (P(A >= 0) for ``topr``, ``opsm`` and ``aspo``, P(A > 0) for DPPO, which counts A = 0 negative).
-SIGNED_KINDS = ("topr", "opsm", "aspo", "dppo-tv", "dppo-kl")
+SIGNED_KINDS = ("topr", "opsm", "aspo", "dppo-tv", "dppo-kl", "cppo")
 #: Kinds that mask a token by its probabilities, not by its ratio alone
 #: (:mod:`variance_lab.corrections.probmask`): they need the sampler's log-prob of each token.
-PROB_KINDS = ("dppo-tv", "dppo-kl", "kpop")
+PROB_KINDS = ("dppo-tv", "dppo-kl", "kpop", "cppo")
 #: ``aspo``'s defaults :math:`(\varepsilon_l, \varepsilon_h, C)`: ASPO's clip widths and soft dual clip
 #: (:data:`variance_lab.ratios.ASPO_EPS`, :data:`variance_lab.ratios.ASPO_DUAL_CLIP`).
 ASPO_DEFAULT = (*ASPO_EPS, ASPO_DUAL_CLIP)
@@ -96,6 +102,9 @@ M2PO_DEFAULT = M2PO_TAU
 DPPO_TV_DEFAULT = DPPO_TV_DELTA
 DPPO_KL_DEFAULT = DPPO_KL_DELTA
 KPOP_DEFAULT = KPOP_DELTA
+#: ``cppo``'s defaults :math:`(\delta, w_{\min}, \delta_b)`: CPPO's token-level Binary-TV threshold,
+#: position-weight floor and prefix-budget floor (:data:`variance_lab.ratios.CPPO_DELTA`, ...).
+CPPO_DEFAULT = (CPPO_DELTA, CPPO_W_MIN, CPPO_DELTA_B)
 #: Sequences per batch over which ``m2po`` masks, when the spec does not say (``m2po:TAU:B``): the
 #: toolkit's choice, not a framework's (a framework masks over whatever batch its loss sees).
 M2PO_BATCH = 256
@@ -114,7 +123,8 @@ class Correction:
     params : tuple of float
         As written in the spec (defaults filled in for ``gspo``, ``gmpo``, ``icepop``,
         ``m2po``, whose params are always ``(tau, batch)``, and the probability-aware kinds:
-        ``dppo-tv``/``dppo-kl`` always ``(delta, p)``, ``kpop`` ``(delta,)``; ``ctpo:E`` is
+        ``dppo-tv``/``dppo-kl`` always ``(delta, p)``, ``kpop`` ``(delta,)``, ``cppo`` always
+        ``(delta, w_min, delta_b, p)``; ``ctpo:E`` is
         ``(E, E)``; ``aspo``'s are always ``(EL, EH, C, P)``; ``topr``'s ``(P,)``, ``opsm``'s
         ``(DELTA, P)``).
     spec : str
@@ -255,6 +265,8 @@ def _check_params(kind: str, spec: str, values: tuple[float, ...]) -> tuple[floa
         if min(values) <= 0:
             raise bad("the bounds EL, EH of the cumulative log-ratio must be > 0")
         return values if len(values) == 2 else (values[0], values[0])
+    if kind == "cppo":
+        return _check_cppo(values, bad)
     if kind in PROB_KINDS:
         default = {"dppo-tv": DPPO_TV_DEFAULT, "dppo-kl": DPPO_KL_DEFAULT, "kpop": KPOP_DEFAULT}[kind]
         delta = values[0] if values else default
@@ -316,6 +328,23 @@ def _check_aspo(values: tuple[float, ...], bad) -> tuple[float, float, float, fl
     if not 0.0 < p < 1.0:
         raise bad(f"the sign model's P = P(A >= 0) must lie in (0, 1), got {p!r}")
     return el, eh, c, p
+
+
+def _check_cppo(values: tuple[float, ...], bad) -> tuple[float, float, float, float]:
+    """``cppo[:D[:WMIN[:DB[:P]]]]`` as ``(D, WMIN, DB, P)``, defaults from :data:`CPPO_DEFAULT`.
+
+    The ranges are UniRL's checks (``0 < w_min <= 1``, ``delta_b >= 0``) and a threshold ``D > 0``.
+    """
+    delta, w_min, delta_b, p = (*values, *CPPO_DEFAULT[len(values) :], SIGN_P_DEFAULT)[:4]
+    if not delta > 0:
+        raise bad(f"the threshold D of the weighted |pi - mu| must be > 0, got {delta!r}")
+    if not 0.0 < w_min <= 1.0:
+        raise bad(f"the position-weight floor WMIN must lie in (0, 1], got {w_min!r}")
+    if not delta_b >= 0:
+        raise bad(f"the prefix-budget floor DB must be >= 0, got {delta_b!r}")
+    if not 0.0 < p < 1.0:
+        raise bad(f"the sign model's P = P(A > 0) must lie in (0, 1), got {p!r}")
+    return delta, w_min, delta_b, p
 
 
 def parse(spec: str) -> Correction:

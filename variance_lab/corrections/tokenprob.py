@@ -72,6 +72,7 @@ __all__ = [
     "TokenProbability",
     "band_kinks",
     "components_of",
+    "integrate_logit",
     "mask_bands",
     "mask_given_q",
     "prob_log_moments",
@@ -268,6 +269,11 @@ def mask_bands(c: Correction, logit_q) -> tuple[np.ndarray, np.ndarray]:
     """
     if not c.prob:
         raise ValueError(f"{c.spec!r} does not read the token's probabilities")
+    if c.kind == "cppo":
+        raise ValueError(
+            f"{c.spec!r}: CPPO's band moves with the position and the prefix; its theory is "
+            "variance_lab.corrections.cppo (the fixed threshold delta / w_t is the band of dppo-tv:delta/w_t)"
+        )
     l = np.asarray(logit_q, dtype=float)
     delta = c.params[0]
     if c.kind == "dppo-tv":
@@ -445,19 +451,27 @@ def _adaptive(f, edges: list[float], rtol: float = _RTOL, max_panels: int = 200_
         )
 
 
+def integrate_logit(f, law: TokenProbability, kinks=()) -> np.ndarray:
+    r"""Return :math:`\int f(l)\rho(l)\,dl`: each column of ``f`` against the law of logit q.
+
+    ``f`` maps a 1-D array of logits to an array of shape ``(len(l), C)``. A fixed law evaluates ``f``
+    at its logit; the Beta law is integrated between the logits where it leaves
+    :data:`TOKEN_PROB_TAIL` out on each side, split at the ``kinks`` inside that range, by this
+    module's batched adaptive Gauss-Legendre quadrature (relative tolerance :math:`10^{-11}` on each
+    column; module docstring). ``ValueError`` when it does not converge.
+    """
+    if law.point is not None:
+        return f(np.array([float(special.logit(law.point))]))[0]
+    lo, hi = law.logit_range()
+    edges = [lo, *sorted(p for p in kinks if lo < p < hi), hi]
+    return _adaptive(lambda l: f(l) * np.exp(law.log_density(l))[:, None], edges)
+
+
 @functools.lru_cache(maxsize=256)
 def _integrals(c: Correction, comps: tuple, law: TokenProbability) -> np.ndarray:
     """Integrate the integrand's columns against the law of logit q (module docstring)."""
-    if law.point is not None:
-        return _integrand(c, comps, np.array([float(special.logit(law.point))]))[0]
-    lo, hi = law.logit_range()
-    edges = [lo, *sorted(p for p in band_kinks(c) if lo < p < hi), hi]
-
-    def f(l):
-        return _integrand(c, comps, l) * np.exp(law.log_density(l))[:, None]
-
     try:
-        return _adaptive(f, edges)
+        return integrate_logit(lambda l: _integrand(c, comps, l), law, band_kinks(c))
     except ValueError as exc:
         raise ValueError(f"{c.spec!r}: {exc}") from None
 

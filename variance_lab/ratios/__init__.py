@@ -8,7 +8,7 @@ a bound" from here, and states its convention as arguments.
 module             holds
 =================  =====================================================================
 ``defaults``       every clip and band default, typed once (GSPO, PPO, DAPO, GMPO, IcePop, M2PO,
-                   DPPO, KPop, ASPO)
+                   DPPO, KPop, CPPO, ASPO)
 ``bounds``         the bound rule :func:`outside` with its convention (inclusive ends, log or
                    linear space, float32 or float64), :class:`BoundRule`, :func:`log_bounds`
 ``weights``        exact per-sequence sums of token log-ratios (:func:`segment_sums`), prefix sums
@@ -32,6 +32,9 @@ from variance_lab.ratios.bounds import (
 from variance_lab.ratios.defaults import (
     ASPO_DUAL_CLIP,
     ASPO_EPS,
+    CPPO_DELTA,
+    CPPO_DELTA_B,
+    CPPO_W_MIN,
     DAPO_EPS,
     DPPO_KL_DELTA,
     DPPO_TV_DELTA,
@@ -53,6 +56,9 @@ __all__ = [
     "ASPO_DUAL_CLIP",
     "ASPO_EPS",
     "CLOSED",
+    "CPPO_DELTA",
+    "CPPO_DELTA_B",
+    "CPPO_W_MIN",
     "DAPO_EPS",
     "DPPO_KL_DELTA",
     "DPPO_TV_DELTA",

@@ -25,6 +25,11 @@ and both experiments' losses take their defaults from here.
   of verl's ``examples/dppo_trainer/run_qwen30b_dppo.sh``, verl-project/verl ``8f11888``);
   :data:`KPOP_DELTA` :math:`0.1`: KPop's binary-KL threshold (prime-rl PR #3283,
   ``kpop_threshold``).
+- :data:`CPPO_DELTA` :math:`0.2`, :data:`CPPO_W_MIN` :math:`0.8`, :data:`CPPO_DELTA_B` :math:`0.02`:
+  CPPO's token-level Binary-TV threshold, position-weight floor and prefix-budget floor (Mao et al.
+  2026, arXiv 2606.10968; the defaults of ``CPPOConfig`` in ``unirl/algorithms/cppo.py`` of the
+  authors' Tencent-Hunyuan/UniRL at ``30899fc``, and of its recipe ``CPPO/config.yaml``; the
+  repository's README quotes the paper's Table 3 as 0.15 for dense models, 0.20 for 30B-A3B).
 
 The package :mod:`variance_lab.ratios` re-exports every name of this module; its ``__all__`` is
 the one list of them.
@@ -71,6 +76,15 @@ DPPO_TV_DELTA = 0.15
 DPPO_KL_DELTA = 0.05
 #: KPop's threshold of either binary KL (prime-rl PR #3283, ``kpop_threshold`` 0.1, "as in the paper").
 KPOP_DELTA = 0.1
+#: CPPO's token-level threshold :math:`\delta` of the weighted Binary-TV divergence :math:`w_t|\pi - \mu|`
+#: (UniRL's ``cppo_delta``; its README quotes 0.15 for dense models, 0.20 for 30B-A3B from the paper's
+#: Table 3).
+CPPO_DELTA = 0.2
+#: CPPO's position-weight floor :math:`w_{\min}`: :math:`w_t` falls linearly from 1 (first token) to it.
+CPPO_W_MIN = 0.8
+#: CPPO's prefix-budget floor :math:`\delta_b`: each sequence's budget is
+#: :math:`\operatorname{clamp}(P_{90}(D_{1:T}), \delta_b, 2\delta_b)` (the paper's Eq. 22, as UniRL codes it).
+CPPO_DELTA_B = 0.02
 #: ASPO's clip widths :math:`(\varepsilon_l, \varepsilon_h)` of a token ratio: Archer2.0's widths of
 #: the 80 % lowest-entropy tokens of a response (its other tokens get 0.4; arXiv 2510.06062).
 ASPO_EPS = (0.2, 0.2)
