@@ -225,9 +225,9 @@ def _thresholds():
 
 
 def _prob_masks():
-    """Masked fractions at a fixed q (quadrature lines, made-up Monte Carlo points) and made-up data bins."""
+    """Masked fractions at fixed q (quadrature lines, made-up Monte Carlo points), made-up bins, CPPO by T."""
     from variance_lab import corrections as co
-    from variance_lab.report.probmask_figure import prob_mask_figure
+    from variance_lab.report.probmask_figure import cppo_series, prob_mask_figure
 
     fam = get_family("lognormal", 1.0, 0.1)
     rows = []
@@ -249,6 +249,24 @@ def _prob_masks():
         ):
             add("p", spec, x, "observed", value, value * 0.7, value * 1.3)
             add("entropy", spec, 5 * x, "observed", value / 2, value * 0.35, value * 0.65)
+    # (d) CPPO against T: the figure's exact values at the default spec (rounded), made-up Monte Carlo
+    for s2, dppo, alone, limit, mc in (
+        (
+            0.1,
+            5.24e-4,
+            (5.24e-4, 2.55e-4, 2.30e-4, 2.24e-4, 2.23e-4),
+            2.23e-4,
+            (5.4e-4, 1.3e-3, 5.3e-4, 2.6e-4),
+        ),
+        (0.5, 0.0209, (0.0209, 0.0153, 0.0153, 0.0152, 0.0152), 0.5, (0.021, 0.076, 0.22, 0.39)),
+    ):
+        for T, a in zip((1, 3, 10, 100, 1000), alone, strict=True):
+            add("T", cppo_series("dppo-tv:0.2", s2), T, "exact", dppo)
+            add("T", cppo_series("threshold alone", s2), T, "exact", a)
+        for T in (1, 1000):
+            add("T", cppo_series("limit", s2), T, "limit", limit)
+        for T, v in zip((1, 10, 100, 1000), mc, strict=True):
+            add("T", cppo_series("cppo", s2), T, "monte_carlo", v, v * 0.85, v * 1.15, T < 1000 or s2 == 0.5)
     return prob_mask_figure(pd.DataFrame(rows), title="lognormal", style="paper")
 
 

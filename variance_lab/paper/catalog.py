@@ -40,7 +40,8 @@ Figures (:data:`FIGURES`):
     Where the probability-aware masks bind (:func:`variance_lab.paper.probmask_frame.prob_mask_frame`):
     (a) DPPO's and KPop's masked fraction at a fixed sampler probability of the token, quadrature and
     Monte Carlo; (b, c) a shipped SmolLM2 file's masked fractions per bin of that probability and
-    of the entropy, ratio masks beside them.
+    of the entropy, ratio masks beside them; (d) CPPO's masked fraction against T (Monte Carlo)
+    beside its exact references (:func:`variance_lab.paper.probmask_frame.cppo_rows`).
 
 ``sign_weights``, ``vcpo_ess``, ``speed_bounds``
     The 2025-26 methods (:mod:`variance_lab.paper.method_frames`): bias and variance of TOPR, OPSM
@@ -189,6 +190,12 @@ def _defaults(quick: bool) -> dict[str, dict]:
             "data_specs": ["dppo-tv", "dppo-kl", "kpop", "icepop"],
             "p_edges": [0.0, 0.001, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99, 1.0],
             "entropy_edges": [0.0, 0.05, 0.2, 0.5, 1.0, 2.0, 4.0, 12.0],
+            "cppo_spec": "cppo",
+            "cppo_sigma2": [0.1, 0.5],
+            "cppo_token_prob": [0.2, 0.6],  # Beta(a, b), the token-probability model's default
+            "cppo_T": [1, 2, 3, 5, 10, 30, 100] if quick else [1, 2, 3, 5, 10, 30, 100, 1000],
+            "cppo_mc_T": [1, 10, 100] if quick else [1, 3, 10, 30, 100, 300, 1000],
+            "cppo_tokens": 20_000 if quick else 400_000,  # per Monte Carlo point: ceil(N / T) sequences
         },
         **_method_defaults(quick, T_line),
     }
@@ -376,12 +383,18 @@ class _Captions:
         "of B one-token sequences with 95 % intervals over batches (filled: reliable; hollow: flagged)."
     )
     prob_masks = (
-        "Where DPPO's and KPop's probability-aware masks bind: (a) the fraction of tokens masked at a fixed "
-        "sampler probability q of the token (log-odds shift logit pi - logit q ~ the lognormal family's "
-        "log-ratio, independent of q): quadrature lines, DPPO by the sign of the advantage (A > 0 masks "
-        "pi - q, or the binary KL, above the threshold; A <= 0 below), and Monte Carlo points with 95 % "
-        "intervals (filled: reliable; hollow: flagged); (b) the fraction of a shipped SmolLM2 file's tokens "
-        "masked per bin of the sampler's probability p and (c) per bin of the entropy, each point the bin's "
-        "mean with a 95 % bootstrap interval over prompts, DPPO with each sequence's own advantage, and "
-        "IcePop's ratio mask [0.5, 5] beside them."
+        "Where DPPO's, KPop's and CPPO's probability-aware masks bind: (a) the fraction of tokens masked "
+        "at a fixed sampler probability q of the token (log-odds shift logit pi - logit q ~ the "
+        "lognormal family's log-ratio, independent of q): quadrature lines, DPPO by the sign of the "
+        "advantage (A > 0 masks pi - q, or the binary KL, above the threshold; A <= 0 below), and Monte "
+        "Carlo points with 95 % intervals (filled: reliable; hollow: flagged); (b) the fraction of a "
+        "shipped SmolLM2 file's tokens masked per bin of the sampler's probability p and (c) per bin of "
+        "the entropy, each point the bin's mean with a 95 % bootstrap interval over prompts, DPPO with "
+        "each sequence's own advantage, and IcePop's ratio mask [0.5, 5] beside them; (d) the fraction "
+        "of tokens CPPO masks against the sequence length T, the shift at a few sigma^2 and the "
+        "sampler's probability q ~ Beta(a, b): Monte Carlo points with 95 % intervals over the sequences "
+        "(each point ceil(N / T) sequences of length T), its exact references as lines (dashed: the "
+        "threshold delta / w_t alone, a lower bound at every T and equal to CPPO at T = 1; dotted: the "
+        "limit as T grows, every token that moves away when the budget binds for good, the threshold "
+        "alone otherwise) and DPPO-TV at the same delta (dash-dotted)."
     )

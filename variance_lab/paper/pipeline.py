@@ -113,6 +113,9 @@ def draw(name: str, data: pd.DataFrame, params: dict, *, style=None):
             f"(a) log-odds shift of the {params['family']} family, $\\mu={params['mu']:g}$, "
             f"$\\sigma^2={params['sigma2']:g}$; (b, c) {Path(params['data']).name}, ratio {params['ratio']}"
         )
+        if params.get("cppo_spec"):
+            a, b = params["cppo_token_prob"]
+            title += f"; (d) the same family at each $\\sigma^2$, $q \\sim \\mathrm{{Beta}}({a:g}, {b:g})$"
         return probmask_figure.prob_mask_figure(data, title=title, style=style)
     if name in ("sign_weights", "vcpo_ess", "speed_bounds"):
         return _method_figure(name, data, params, style)
