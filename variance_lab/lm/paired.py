@@ -228,6 +228,7 @@ class _Chain:
     """
 
     def __init__(self, model, tokenizer, settings):
+        from variance_lab.lm.precision import round_weights
         from variance_lab.lm.runs import random_streams
         from variance_lab.provenance import torch_generator
 
@@ -235,6 +236,7 @@ class _Chain:
         self.chain = PolicyChain(
             model, aggregation=settings.aggregation, lr=settings.lr, score_batch=settings.score_batch
         )
+        round_weights(self.chain.model, settings.paired_base)
         self.streams = random_streams(settings.seed)
         self.rng, self.gen = np.random.default_rng(self.streams[3]), torch_generator(self.streams[4])
         self.next_id = settings.n_prompts

@@ -23,7 +23,7 @@ import copy
 
 import torch
 
-__all__ = ["DTYPES", "PRECISIONS", "low_precision_copy", "native_support"]
+__all__ = ["DTYPES", "PRECISIONS", "low_precision_copy", "native_support", "round_weights"]
 
 #: The precisions by name, and their torch dtypes.
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -103,3 +103,34 @@ def low_precision_copy(model: torch.nn.Module, precision: str, mode: str = "auto
     for module in out.modules():
         module.register_forward_hook(_round_output(dtype))
     return out, "emulated"
+
+
+def round_weights(model: torch.nn.Module, precision: str) -> torch.nn.Module:
+    r"""Round every weight of ``model`` to ``precision`` in place (kept in its own dtype); return it.
+
+    A trainer that starts from a checkpoint released in bfloat16 holds float32 master weights
+    that are bfloat16 numbers. SmolLM2-135M-Instruct's GGUF file (Q4_1) dequantizes to float32
+    values of which 8.1 % lie exactly halfway between two bfloat16 numbers (measured on the
+    134,515,008 weights): a bfloat16 copy of an updated policy then rounds each of those up
+    or down by the sign of its update, half a bfloat16 step (about :math:`10^{-4}` relative)
+    against an update of the learning rate (:math:`10^{-6}`), which multiplies the update a
+    hundredfold in the copy. Rounding :math:`\theta_0` first removes the ties, as a bfloat16
+    release has none; bfloat16 numbers are float16 numbers too, away from float16's range ends.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+    precision : {"fp32", "bf16", "fp16"}
+        ``"fp32"`` leaves the weights as they are.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``model``.
+    """
+    _check(precision)
+    if precision != "fp32":
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(DTYPES[precision]).to(p.dtype))
+    return model

@@ -107,6 +107,8 @@ class LMSettings(RunSettings):
         ``onpolicy`` and ``stale`` need ``"fp32"``.
     precision_mode : {"auto", "native", "emulated"}
         How a 16-bit sampler computes (:func:`~variance_lab.lm.precision.low_precision_copy`).
+    paired_base : {"bf16", "fp16", "fp32"}
+        ``paired``: round theta_0's weights to it first (:func:`~variance_lab.lm.precision.round_weights`).
     seed : int
     n_prompts, group_size : int
         The data batch: ``n_prompts * group_size`` sequences.
@@ -148,6 +150,7 @@ class LMSettings(RunSettings):
     aggregation: str = "gspo"
     sampler: str = "fp32"
     precision_mode: str = "auto"
+    paired_base: str = "bf16"
     seed: int = 0
     n_prompts: int = 256
     group_size: int = 4
@@ -192,18 +195,12 @@ class LMSettings(RunSettings):
         """Check every setting, naming a bad one."""
         modes = ("auto", "native", "emulated")
         choices = {"run": RUNS, "aggregation": AGGREGATIONS, "sampler": LM_SAMPLERS, "precision_mode": modes}
+        choices["paired_base"] = ("bf16", "fp16", "fp32")
         check_choices(self, choices | {"match": MATCHES})
         if self.run != "mismatch" and self.sampler != "fp32":
             raise ValueError(f"run {self.run!r} samples in fp32, got sampler={self.sampler!r}")
-        sizes = (
-            "n_prompts",
-            "max_new_tokens",
-            "train_prompts",
-            "max_term",
-            "max_words",
-            "max_times",
-            "updates",
-        )
+        sizes = ("n_prompts", "max_new_tokens", "train_prompts", "max_term", "max_words", "max_times")
+        sizes += ("updates",)
         minimum = dict.fromkeys((*sizes, "sample_batch", "score_batch", "threads"), 1) | {"group_size": 2}
         check_integers(
             self,
@@ -222,12 +219,8 @@ class LMSettings(RunSettings):
             )
         for name in ("temperature", "lr"):
             check_positive(name, getattr(self, name))
-        if (
-            isinstance(self.update_lr, bool)
-            or not isinstance(self.update_lr, int | float)
-            or not self.update_lr >= 0
-        ):
-            raise ValueError(f"update_lr must be a number >= 0 (0: lr), got {self.update_lr!r}")
+        if self.update_lr != 0:  # 0: lr
+            check_positive("update_lr", self.update_lr)
         if self.shots > MAX_SHOTS:
             raise ValueError(f"shots must be at most {MAX_SHOTS}, got {self.shots!r}")
         if not isinstance(self.system, bool):

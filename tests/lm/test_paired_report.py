@@ -1,0 +1,118 @@
+"""The paired runs' numbers: each quantity against its definition, intervals around it, the table."""
+
+import json
+
+import numpy as np
+import pytest
+
+from variance_lab.lm.paired import clipped_fraction
+from variance_lab.lm.paired_report import markdown, read_paired, run_quantities, seed_rows
+
+
+def _run(seed: int, n_prompts: int = 12, group: int = 4):
+    """Records of one synthetic paired run: on-policy, bf16/fp16/top-p mismatch, stale lags 1-2."""
+    rng = np.random.default_rng(seed)
+    base, roles = (
+        [],
+        {"mismatch_bf16": [], "mismatch_fp16": [], "mismatch_top-p": [], "stale_lag1": [], "stale_lag2": []},
+    )
+    for i in range(n_prompts * group):
+        T = int(rng.integers(1, 200))
+        old = -rng.exponential(0.5, T)
+        new = old + rng.normal(0, 3e-4, T)
+        later = new + rng.normal(0, 3e-4, T)
+        last = later + rng.normal(0, 3e-4, T)
+        rec = {"id": i, "prompt_id": i // group, "logp": new.tolist(), "old_logp": old.tolist()}
+        rec |= {"reward": float(rng.random() < 0.3), "finished": bool(rng.random() < 0.8)}
+        base.append(rec)
+        roles["mismatch_bf16"].append({"rollout_logp": (old - rng.normal(0, 0.05, T)).tolist()})
+        roles["mismatch_fp16"].append({"rollout_logp": (old - rng.normal(0, 0.006, T)).tolist()})
+        mask = rng.random(T) < 0.9
+        log_s = -rng.exponential(0.1, T)
+        roles["mismatch_top-p"].append(
+            {
+                "rollout_logp": np.where(mask, old - log_s, old).tolist(),
+                "mask": mask.astype(int).tolist(),
+                "log_kept_mass": log_s.tolist(),
+            }
+        )
+        roles["stale_lag1"].append(
+            {"logp": later.tolist(), "old_logp": new.tolist(), "rollout_logp": old.tolist()}
+        )
+        roles["stale_lag2"].append(
+            {"logp": last.tolist(), "old_logp": later.tolist(), "rollout_logp": old.tolist()}
+        )
+    return {"onpolicy": base} | roles
+
+
+def _flat(records, field):
+    return np.concatenate([np.asarray(r[field], dtype=float) for r in records])
+
+
+@pytest.fixture(scope="module")
+def measured():
+    run = _run(0)
+    return run, run_quantities(run, "gspo", n_boot=400, seed=1)
+
+
+def test_each_quantity_is_its_definition_on_every_token(measured):
+    """RMS, ratios, clipped fractions and means equal the formulas applied to the pooled tokens."""
+    run, out = measured
+    q = out["quantities"]
+    old, new = _flat(run["onpolicy"], "old_logp"), _flat(run["onpolicy"], "logp")
+    assert q["rms_update"]["value"] == pytest.approx(np.sqrt(np.mean((new - old) ** 2)), rel=1e-12)
+    m_b = old - _flat(run["mismatch_bf16"], "rollout_logp")
+    m_f = old - _flat(run["mismatch_fp16"], "rollout_logp")
+    assert q["rms_bf16"]["value"] == pytest.approx(np.sqrt(np.mean(m_b**2)), rel=1e-12)
+    assert q["ratio_bf16_fp16"]["value"] == pytest.approx(np.sqrt((m_b**2).sum() / (m_f**2).sum()), rel=1e-12)
+    logp = [np.asarray(r["logp"]) for r in run["onpolicy"]]
+    olds = [np.asarray(r["old_logp"]) for r in run["onpolicy"]]
+    assert q["clip_update"]["value"] == pytest.approx(clipped_fraction("gspo", logp, olds), rel=1e-12)
+    mask = _flat(run["mismatch_top-p"], "mask").astype(bool)
+    assert q["topp_outside"]["value"] == pytest.approx(1 - mask.mean(), rel=1e-12)
+    log_s = _flat(run["mismatch_top-p"], "log_kept_mass")[mask]
+    assert q["topp_log_kept"]["value"] == pytest.approx(log_s.mean(), rel=1e-12)
+    assert q["topp_mismatch"]["value"] == pytest.approx(
+        log_s.mean(), rel=1e-9
+    )  # m_t = log S_t by construction
+    stale2 = _flat(run["stale_lag2"], "old_logp") - old
+    assert q["rms_stale_lag2"]["value"] == pytest.approx(np.sqrt(np.mean(stale2**2)), rel=1e-12)
+    # lag 1's staleness is update K itself: theta_K - theta_{K-1} on the same tokens
+    assert q["rms_stale_lag1"]["value"] == pytest.approx(q["rms_update"]["value"], rel=1e-12)
+
+
+def test_intervals_hold_their_value_and_lengths_count_finished_only(measured):
+    run, out = measured
+    for name, q in out["quantities"].items():
+        assert q["lo"] <= q["value"] <= q["hi"], name
+    lengths = np.array([len(r["logp"]) for r in run["onpolicy"]])
+    finished = np.array([r["finished"] for r in run["onpolicy"]])
+    counts = out["lengths"]
+    assert counts["unfinished"] == (~finished).sum()
+    assert counts["128-255"] == (finished & (lengths >= 128)).sum()
+    assert sum(counts.values()) == lengths.size
+
+
+def test_seed_rows_read_sidecars_and_spread_over_seeds(tmp_path):
+    """Two seeds written as files: per-seed values as run_quantities gives them, the spread their sd."""
+    import gzip
+
+    for seed in (0, 1):
+        for role, records in _run(seed, n_prompts=6).items():
+            if role != "onpolicy":
+                records = [r | {"id": i, "prompt_id": i // 4} for i, r in enumerate(records)]
+            name = f"s{seed}_{role}.jsonl.gz"
+            with gzip.open(tmp_path / name, "wt") as fh:
+                fh.writelines(json.dumps(r) + "\n" for r in records)
+            side = {"run": "paired", "role": role, "aggregation": "gspo", "seed": seed, "data_file": name}
+            (tmp_path / f"s{seed}_{role}.json").write_text(json.dumps(side))
+    assert set(read_paired(tmp_path)) == {("gspo", 0), ("gspo", 1)}
+    rows = seed_rows(tmp_path, n_boot=200)
+    v = [rows["per_seed"][s]["quantities"]["rms_update"]["value"] for s in (0, 1)]
+    assert rows["spread"]["rms_update"]["sd"] == pytest.approx(np.std(v, ddof=1), rel=1e-12)
+    table = markdown(rows)
+    assert table.count("\n") == 2 + len(rows["spread"])
+    with pytest.raises(ValueError, match="token-mean"):
+        seed_rows(tmp_path, "token-mean")
+    with pytest.raises(ValueError, match="no paired runs"):
+        read_paired(tmp_path / "missing")

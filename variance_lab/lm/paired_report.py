@@ -1,0 +1,229 @@
+r"""The numbers of the paired runs, per seed with prompt-clustered intervals, and their spread over seeds.
+
+A folder of paired runs (:func:`~variance_lab.lm.paired.write_paired`, one seed and loss per
+run) is read by its sidecars. Every quantity below is a ratio of per-sequence sums over the
+sequences of one run, so its interval resamples prompts
+(:func:`~variance_lab.stats.bootstrap.cluster_ratio`; a prompt's responses share it):
+
+- a clipped fraction: tokens whose weight (GSPO: the sequence's) lies outside the loss's band
+  (:func:`~variance_lab.lm.paired.clipped_fraction`) over all tokens;
+- an RMS :math:`\sqrt{\sum_t d_t^2 / N}` of per-token log-ratios :math:`d_t` (the update
+  :math:`\log\pi_{\theta_K} - \log\pi_{\theta_{K-1}}`, a sampler's mismatch
+  :math:`\log\pi_{\theta_{K-1}} - \log\mu`, the staleness
+  :math:`\log\pi_{\theta_{K-1+l}} - \log\pi_{\theta_{K-1}}`); its interval is the square root
+  of the interval of the mean square;
+- a ratio of two RMS on the same tokens (bf16 over fp16), the square root of a ratio of sums;
+- a mean (the top-p sampler's log kept mass; the reward).
+
+:func:`seed_rows` gives each quantity per seed with its interval, and
+:func:`~variance_lab.lm.compare.seed_spread` over the seeds; :func:`markdown` writes them as a table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+
+from variance_lab._jsonl import read_jsonl
+from variance_lab.lm.compare import length_counts, seed_spread
+from variance_lab.lm.paired import clipped_fraction
+from variance_lab.stats.bootstrap import cluster_ratio
+
+__all__ = ["markdown", "read_paired", "run_quantities", "seed_rows"]
+
+#: Length buckets of finished responses (tokens): 1-7, 8-15, ..., 128-255.
+_EDGES = (1, 8, 16, 32, 64, 128, 256)
+
+#: What each quantity is (the table's first column).
+_MEANING = {
+    "reward": "mean reward (exact match)",
+    "clip_update": "fraction of tokens clipped by update K (its loss's band)",
+    "rms_update": "RMS of the update's token log-ratio",
+    "rms_bf16": "RMS of the bf16 sampler's mismatch (same tokens)",
+    "rms_fp16": "RMS of the fp16 sampler's mismatch (same tokens)",
+    "ratio_bf16_fp16": "bf16 RMS over fp16 RMS on the same tokens",
+    "topp_outside": "fraction of tokens outside the top-p sampler's kept set",
+    "topp_log_kept": "mean log kept mass log S_t of the top-p sampler (kept tokens)",
+    "topp_mismatch": "mean top-p mismatch log pi - log mu (kept tokens)",
+}
+
+
+def read_paired(folder) -> dict:
+    """Return ``{(aggregation, seed): {role: records}}`` for every paired file in ``folder``.
+
+    Parameters
+    ----------
+    folder : str or Path
+
+    Returns
+    -------
+    dict
+    """
+    out: dict = {}
+    for side in sorted(Path(folder).glob("*.json")):
+        meta = json.loads(side.read_text())
+        if meta.get("run") != "paired":
+            continue
+        key = (meta["aggregation"], int(meta["seed"]))
+        out.setdefault(key, {"sidecar": meta})[meta["role"]] = read_jsonl(side.parent / meta["data_file"])
+    if not out:
+        raise ValueError(f"no paired runs (sidecars with run 'paired') in {str(folder)!r}")
+    return out
+
+
+def _per_sequence(records, field):
+    return [np.asarray(r[field], dtype=float) for r in records]
+
+
+def _interval(num, den, groups, *, n_boot, seed, root=False, proportion=False) -> dict:
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    r = cluster_ratio(
+        num, den, groups, n_boot=n_boot, level=0.95, rng=np.random.default_rng(seed), proportion=proportion
+    )
+    value, lo, hi = num.sum() / den.sum(), r["lo"], r["hi"]
+    if root:
+        value, lo, hi = np.sqrt(value), np.sqrt(lo), np.sqrt(hi)
+    return {"value": float(value), "lo": float(lo), "hi": float(hi)}
+
+
+def _rms(d, groups, keep=None, **boot):
+    keep = [np.ones(x.size, bool) for x in d] if keep is None else keep
+    num = [float((x[k] ** 2).sum()) for x, k in zip(d, keep, strict=True)]
+    den = [float(k.sum()) for k in keep]
+    used = np.array(den) > 0
+    return _interval(np.array(num)[used], np.array(den)[used], np.asarray(groups)[used], root=True, **boot)
+
+
+def _clip_counts(aggregation, logp, old):
+    """Per sequence, the tokens :func:`clipped_fraction` counts as clipped."""
+    return np.array(
+        [clipped_fraction(aggregation, [a], [b]) * a.size for a, b in zip(logp, old, strict=True)]
+    )
+
+
+def run_quantities(run: dict, aggregation: str, *, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Return every quantity one run's files measure, each ``{"value", "lo", "hi"}``, and its length counts.
+
+    Parameters
+    ----------
+    run : dict
+        ``{role: records}`` of one seed and loss (:func:`read_paired`).
+    aggregation : str
+    n_boot, seed : int, optional
+        The bootstrap's resamples and seed.
+
+    Returns
+    -------
+    dict
+    """
+    base = run["onpolicy"]
+    groups = np.array([r["prompt_id"] for r in base])
+    lengths = np.array([len(r["logp"]) for r in base])
+    finished = np.array([bool(r["finished"]) for r in base])
+    logp, old = _per_sequence(base, "logp"), _per_sequence(base, "old_logp")
+    boot = {"n_boot": n_boot, "seed": seed}
+    out = {
+        "reward": _interval([r["reward"] for r in base], np.ones(len(base)), groups, proportion=True, **boot),
+        "clip_update": _interval(_clip_counts(aggregation, logp, old), lengths, groups, **boot),
+        "rms_update": _rms([a - b for a, b in zip(logp, old, strict=True)], groups, **boot),
+    }
+    d = [a - b for a, b in zip(logp, old, strict=True)]
+    for lo, hi in itertools.pairwise(_EDGES):
+        keep = [np.full(x.size, bool(f and lo <= x.size < hi)) for x, f in zip(d, finished, strict=True)]
+        if sum(k.any() for k in keep) >= 2:
+            out[f"rms_update_{lo}-{hi - 1}"] = _rms(d, groups, keep, **boot)
+    keep = [np.full(x.size, not f) for x, f in zip(d, finished, strict=True)]
+    if sum(k.any() for k in keep) >= 2:
+        out["rms_update_unfinished"] = _rms(d, groups, keep, **boot)
+    m = {}
+    for name in ("bf16", "fp16"):
+        if f"mismatch_{name}" in run:
+            rows = run[f"mismatch_{name}"]
+            m[name] = [a - b for a, b in zip(old, _per_sequence(rows, "rollout_logp"), strict=True)]
+            out[f"rms_{name}"] = _rms(m[name], groups, **boot)
+    if len(m) == 2:
+        num = [float((x**2).sum()) for x in m["bf16"]]
+        den = [float((x**2).sum()) for x in m["fp16"]]
+        out["ratio_bf16_fp16"] = _interval(num, den, groups, root=True, **boot)
+    if "mismatch_top-p" in run:
+        rows = run["mismatch_top-p"]
+        mask = [np.asarray(r["mask"], bool) for r in rows]
+        out["topp_outside"] = _interval([(~k).sum() for k in mask], lengths, groups, **boot)
+        kept_s = _per_sequence(rows, "log_kept_mass")
+        mt = [a - b for a, b in zip(old, _per_sequence(rows, "rollout_logp"), strict=True)]
+        n_kept = [k.sum() for k in mask]
+        out["topp_log_kept"] = _interval(
+            [s[k].sum() for s, k in zip(kept_s, mask, strict=True)], n_kept, groups, **boot
+        )
+        out["topp_mismatch"] = _interval(
+            [x[k].sum() for x, k in zip(mt, mask, strict=True)], n_kept, groups, **boot
+        )
+    lag = 1
+    while f"stale_lag{lag}" in run:
+        rows = run[f"stale_lag{lag}"]
+        o, b = _per_sequence(rows, "old_logp"), _per_sequence(rows, "rollout_logp")
+        out[f"rms_stale_lag{lag}"] = _rms([x - y for x, y in zip(o, b, strict=True)], groups, **boot)
+        counts = _clip_counts(aggregation, _per_sequence(rows, "logp"), o)
+        out[f"clip_update_lag{lag}"] = _interval(counts, lengths, groups, **boot)
+        lag += 1
+    return {"quantities": out, "lengths": length_counts(lengths, finished, _EDGES[1:])}
+
+
+def seed_rows(folder, aggregation: str = "gspo", *, n_boot: int = 2000) -> dict:
+    """Return each quantity of the runs of one loss: per seed with its interval, and the spread over seeds.
+
+    Parameters
+    ----------
+    folder : str or Path
+    aggregation : str, optional
+    n_boot : int, optional
+
+    Returns
+    -------
+    dict
+        ``{"seeds": [...], "per_seed": {seed: run_quantities(...)}, "spread": {name: seed_spread
+        or None when fewer than two seeds}, "lengths_pooled": {...}}``.
+    """
+    runs = {s: r for (agg, s), r in read_paired(folder).items() if agg == aggregation}
+    if not runs:
+        raise ValueError(f"no paired runs of aggregation {aggregation!r} in {str(folder)!r}")
+    per = {s: run_quantities(r, aggregation, n_boot=n_boot, seed=s) for s, r in sorted(runs.items())}
+    names = sorted(set().union(*(p["quantities"] for p in per.values())))
+    spread = {}
+    for name in names:
+        values = [p["quantities"][name]["value"] for p in per.values() if name in p["quantities"]]
+        spread[name] = seed_spread(values) if len(values) >= 2 else None
+    pooled = {k: sum(p["lengths"][k] for p in per.values()) for k in next(iter(per.values()))["lengths"]}
+    return {"seeds": sorted(per), "per_seed": per, "spread": spread, "lengths_pooled": pooled}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
+
+
+def markdown(rows: dict) -> str:
+    """Return a Markdown table: one line per quantity, a column per seed (value [interval]), the spread.
+
+    Parameters
+    ----------
+    rows : dict
+        :func:`seed_rows`' result.
+
+    Returns
+    -------
+    str
+    """
+    seeds = rows["seeds"]
+    head = "| quantity | " + " | ".join(f"seed {s} [95 % CI]" for s in seeds) + " | mean (sd) over seeds |"
+    lines = [head, "|---" * (len(seeds) + 2) + "|"]
+    for name, spread in rows["spread"].items():
+        cells = []
+        for s in seeds:
+            q = rows["per_seed"][s]["quantities"].get(name)
+            cells.append("" if q is None else f"{_fmt(q['value'])} [{_fmt(q['lo'])}, {_fmt(q['hi'])}]")
+        tail = "" if spread is None else f"{_fmt(spread['mean'])} ({_fmt(spread['sd'])})"
+        lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {tail} |")
+    return "\n".join(lines) + "\n"
