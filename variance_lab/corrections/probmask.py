@@ -85,6 +85,7 @@ __all__ = [
     "apply_prob",
     "binary_kl",
     "cppo_mask",
+    "fixed_sides",
     "logit_shift",
     "position_weights",
     "prob_difference",
@@ -152,6 +153,22 @@ def _framework_logs(c: Correction, log_pi, log_mu):
     return lp, _log1mexp(lp), lm, _log1mexp(lm)
 
 
+def fixed_sides(c: Correction) -> None:
+    """Raise ``ValueError`` unless ``c`` masks a token by its probabilities on fixed sides (DPPO, KPop).
+
+    Parameters
+    ----------
+    c : Correction
+    """
+    if not c.prob:
+        raise ValueError(f"{c.spec!r} does not read the token's probabilities")
+    if c.kind == "cppo":
+        raise ValueError(
+            f"{c.spec!r}: CPPO's threshold moves with the token's position and its prefix; it has no fixed "
+            "sides (its rule: variance_lab.corrections.cppo_mask; its theory: variance_lab.corrections.cppo)"
+        )
+
+
 def prob_sides(c: Correction, log_pi, log_mu, *, exact: bool = False, log1m=None) -> tuple:
     r"""Return where a probability-aware mask binds on each side: ``(up, down)`` boolean arrays.
 
@@ -171,13 +188,7 @@ def prob_sides(c: Correction, log_pi, log_mu, *, exact: bool = False, log1m=None
         :math:`\log(1 - \pi)` and :math:`\log(1 - \mu)` when known more precisely than from the
         log-probs (the Monte Carlo's, from the log-odds); ``exact`` only.
     """
-    if not c.prob:
-        raise ValueError(f"{c.spec!r} does not read the token's probabilities")
-    if c.kind == "cppo":
-        raise ValueError(
-            f"{c.spec!r}: CPPO's threshold moves with the token's position and its prefix; it has no fixed "
-            "sides (variance_lab.corrections.cppo_mask)"
-        )
+    fixed_sides(c)
     lp, lm = np.broadcast_arrays(np.asarray(log_pi, dtype=float), np.asarray(log_mu, dtype=float))
     delta = c.params[0]
     if c.kind == "dppo-tv":  # prob - rollout_prob, as the sources take it

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from variance_lab.corrections.probmask import binary_kl
+from variance_lab.corrections.probmask import binary_kl, fixed_sides
 from variance_lab.corrections.specs import Correction
 
 __all__ = [
@@ -267,13 +267,7 @@ def mask_bands(c: Correction, logit_q) -> tuple[np.ndarray, np.ndarray]:
         A side that never masks is :math:`\mp\infty`. DPPO masks :math:`Y > y_\uparrow` when
         :math:`A > 0`, :math:`Y < y_\downarrow` otherwise; KPop masks outside the interval.
     """
-    if not c.prob:
-        raise ValueError(f"{c.spec!r} does not read the token's probabilities")
-    if c.kind == "cppo":
-        raise ValueError(
-            f"{c.spec!r}: CPPO's band moves with the position and the prefix; its theory is "
-            "variance_lab.corrections.cppo (the fixed threshold delta / w_t is the band of dppo-tv:delta/w_t)"
-        )
+    fixed_sides(c)
     l = np.asarray(logit_q, dtype=float)
     delta = c.params[0]
     if c.kind == "dppo-tv":
