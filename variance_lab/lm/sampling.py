@@ -208,7 +208,11 @@ def _sample_batch(model, prompts, max_new_tokens, generator, eos, pad_id, option
     finished = [False] * n
     alive = torch.arange(n)  # original row of each batch row
     with torch.no_grad():
-        result = model(input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True)
+        # the output layer at the last position only: the whole prompt's logits would take
+        # rows x width x 49,152 floats (3.8 GB for 32 prompts of 600 tokens)
+        result = model(
+            input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True, logits_to_keep=1
+        )
         cache, last = cache_of(result), result.logits[:, -1, :]
         arg = cache_arg(model)
         position = position[:, -1:]
