@@ -37,18 +37,48 @@ __all__ = ["markdown", "read_paired", "run_quantities", "seed_rows"]
 #: Length buckets of finished responses (tokens): 1-7, 8-15, ..., 128-255.
 _EDGES = (1, 8, 16, 32, 64, 128, 256)
 
-#: What each quantity is (the table's first column).
+#: What each quantity is (the table's second column), in the tables' order.
 _MEANING = {
     "reward": "mean reward (exact match)",
-    "clip_update": "fraction of tokens clipped by update K (its loss's band)",
-    "rms_update": "RMS of the update's token log-ratio",
-    "rms_bf16": "RMS of the bf16 sampler's mismatch (same tokens)",
-    "rms_fp16": "RMS of the fp16 sampler's mismatch (same tokens)",
-    "ratio_bf16_fp16": "bf16 RMS over fp16 RMS on the same tokens",
-    "topp_outside": "fraction of tokens outside the top-p sampler's kept set",
-    "topp_log_kept": "mean log kept mass log S_t of the top-p sampler (kept tokens)",
-    "topp_mismatch": "mean top-p mismatch log pi - log mu (kept tokens)",
+    "clip_update": "tokens clipped by update K (its loss's band)",
+    "rms_update": "RMS of update K's token log-ratio",
+    "rms_bf16": "RMS of the bf16 copy's mismatch",
+    "rms_fp16": "RMS of the fp16 copy's mismatch",
+    "ratio_bf16_fp16": "bf16 RMS / fp16 RMS, same tokens",
+    "topp_outside": "tokens outside top-p's kept set",
+    "topp_log_kept": "mean log S_t, top-p's kept mass",
+    "topp_mismatch": "mean top-p mismatch (kept tokens)",
 }
+
+
+def _order(name: str) -> tuple:
+    """Sort key: the fixed names in :data:`_MEANING`'s order, length buckets by length, lags by lag."""
+    for i, fixed in enumerate(_MEANING):
+        if name == fixed:
+            return (i, 0)
+        if name.startswith(fixed + "_"):
+            tail = name.removeprefix(fixed + "_")
+            number = tail.removeprefix("lag").split("-")[0]
+            return (i, int(number) if number.isdigit() else 10**6)
+    lag = name.removeprefix("rms_stale_lag")
+    return (len(_MEANING), int(lag) if lag.isdigit() else 0)
+
+
+def _describe(name: str) -> str:
+    if name in _MEANING:
+        return _MEANING[name]
+    if name.startswith("clip_update_lag"):
+        return f"tokens clipped by update K + {name.removeprefix('clip_update_lag')}"
+    if name.startswith("rms_stale_lag"):
+        lag = name.removeprefix("rms_stale_lag")
+        return (
+            f"RMS of the staleness at {lag} updates"
+            if lag != "1"
+            else "RMS of the staleness at 1 update (= update K)"
+        )
+    if name == "rms_update_unfinished":
+        return "update K's RMS, unfinished responses"
+    return f"update K's RMS, finished, {name.removeprefix('rms_update_')} tokens"
 
 
 def read_paired(folder) -> dict:
@@ -191,7 +221,7 @@ def seed_rows(folder, aggregation: str = "gspo", *, n_boot: int = 2000) -> dict:
     if not runs:
         raise ValueError(f"no paired runs of aggregation {aggregation!r} in {str(folder)!r}")
     per = {s: run_quantities(r, aggregation, n_boot=n_boot, seed=s) for s, r in sorted(runs.items())}
-    names = sorted(set().union(*(p["quantities"] for p in per.values())))
+    names = sorted(set().union(*(p["quantities"] for p in per.values())), key=_order)
     spread = {}
     for name in names:
         values = [p["quantities"][name]["value"] for p in per.values() if name in p["quantities"]]
@@ -217,13 +247,13 @@ def markdown(rows: dict) -> str:
     str
     """
     seeds = rows["seeds"]
-    head = "| quantity | " + " | ".join(f"seed {s} [95 % CI]" for s in seeds) + " | mean (sd) over seeds |"
-    lines = [head, "|---" * (len(seeds) + 2) + "|"]
+    head = "| quantity | what | " + " | ".join(f"seed {s} [95 % CI]" for s in seeds) + " | mean (sd), seeds |"
+    lines = [head, "|---" * (len(seeds) + 3) + "|"]
     for name, spread in rows["spread"].items():
         cells = []
         for s in seeds:
             q = rows["per_seed"][s]["quantities"].get(name)
             cells.append("" if q is None else f"{_fmt(q['value'])} [{_fmt(q['lo'])}, {_fmt(q['hi'])}]")
         tail = "" if spread is None else f"{_fmt(spread['mean'])} ({_fmt(spread['sd'])})"
-        lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {tail} |")
+        lines.append(f"| `{name}` | {_describe(name)} | " + " | ".join(cells) + f" | {tail} |")
     return "\n".join(lines) + "\n"
