@@ -217,9 +217,7 @@ def measure_nemo_rl() -> Report:
             agree = (w64 == 0) == (w32 == 0)
             r.values("float64", "`actor_importance_weights`").add(w[inside][agree], w64[agree])
         for k, v in want.items():
-            if k == "num_valid_samples":
-                continue
-            fam = "fractions" if k == "is_oob_ratio" else "metrics"
+            fam = "fractions" if k in ("is_oob_ratio", "num_valid_samples") else "metrics"
             r.values("float32", fam).add(got[k], v, k)
             if same and not big:
                 r.values("float64", fam).add(got[k], want64[k], k)
@@ -301,12 +299,12 @@ def measure_slime() -> Report:
             label = "tis_metrics" if row["kind"] == "tis" else "compute_mis_weights"
             r.values("float32", "weights").add(w[inside], row["weights32"], label)
         want, want64 = row["metrics32"], row["metrics64"]
-        fractions = [k for k in want if "fraction" in k or k == "tis_clipfrac"]
-        same = all(abs(want64[k] - want[k]) <= conftest.F32_ROUNDING * abs(want[k]) for k in fractions)
+        fractions = conftest.fraction_names(want)
+        same = all(want64[k] == want[k] for k in fractions)  # slime's float64 run counted the same
         for k, v in want.items():
             fam = "fractions" if k in fractions else "metrics"
             r.values("float32", fam).add(got[k], v, k)
-            if same and k not in fractions:
+            if same:
                 r.values("float64", fam).add(got[k], want64[k], k)
     return r
 
@@ -398,10 +396,6 @@ def table(reports: dict[str, Report]) -> str:
     return "\n".join(lines)
 
 
-#: Two float32 roundings, relative: a fraction of counts divided in float32 (one token off is >= 1e-3).
-F32_ROUNDING = 2 * 2.0**-23
-
-
 def _slug(label: str) -> str:
     """Return ``label`` as a field name (word characters and underscores)."""
     return re.sub(r"\W+", "_", label).strip("_")
@@ -411,8 +405,8 @@ def entry(report: Report, dtype: str) -> dict | None:
     """Return the ``coverage_<framework>_<dtype>`` measurement: ``{"template": ..., "values": {...}}``.
 
     One piece per family: values give their worst relative difference (where) and worst absolute
-    one, fractions and counts whether each is the framework's (to two float32 roundings: the same
-    count), decisions how many of how many differ.
+    one, fractions and counts whether every one is the framework's exactly (``==``; otherwise the
+    worst relative difference and where), decisions how many of how many differ.
     """
     pieces, values = [], {}
     order = {Values: 0, Decisions: 2}
@@ -426,7 +420,7 @@ def entry(report: Report, dtype: str) -> dict | None:
             pieces.append(f"{fam}: {{{slug}_differ}} of {{{slug}_n}} differ")
             values.update({f"{slug}_differ": f"{t.differ:,}", f"{slug}_n": f"{t.n:,}"})
         elif fam == "fractions":
-            if t.rel <= F32_ROUNDING and t.abs <= F32_ROUNDING and not t.nonfinite:
+            if t.rel == 0 and t.abs == 0 and not t.nonfinite:  # every one equal (==) to the framework's
                 pieces.append("fractions and counts: exact")
             else:
                 pieces.append(

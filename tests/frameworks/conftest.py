@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "frameworks"
-#: Two float32 roundings, relative: a count divided in float32, a float32 weight.
+#: Two float32 roundings, relative: a float32 weight's or value's, beyond slime's own rounding.
 F32_ROUNDING = 2 * 2.0**-23
 
 
@@ -64,16 +64,22 @@ def slime_check():
     return check_against_slime
 
 
+def fraction_names(metrics) -> list[str]:
+    """Return the names of the fractions (counts over counts) among slime's logged ``metrics``."""
+    return [k for k in metrics if "fraction" in k or k == "tis_clipfrac"]
+
+
 def check_against_slime(got: dict, row: dict, weights=None, keep=None) -> dict[str, float]:
     """Assert the mirror's output is slime's: fractions exact, values within slime's own float32 rounding.
 
     A fraction (``*fraction*``, ``tis_clipfrac``) is a count over a count: it must equal slime's
-    float32 one to two float32 roundings (slime divides counts in float32 whatever the inputs:
-    ``rollout_mask_sums`` is float32). Any other value must lie within twice slime's own rounding
-    (its float64 run against its float32 run) plus two float32 roundings, and, where slime's
-    float64 run made the same bound decisions (the same counts), equal it to 1e-9; so must the
-    (B, T) ``weights`` at the loss-mask tokens, and ``keep`` (the rejection mask) must be slime's
-    exactly. Returns each metric's relative difference from slime's float32 value.
+    (``==``), which divides its counts in float32 whatever the inputs (``rollout_mask_sums`` is
+    float32, the flags ``.int()`` or ``.float()``), in its float32 run and, where that run made
+    the same bound decisions (the same counts), in its float64 run. Any other value must lie
+    within twice slime's own rounding (its float64 run against its float32 run) plus two float32
+    roundings, and, where slime's float64 run made the same decisions, equal it to 1e-9; so must
+    the (B, T) ``weights`` at the loss-mask tokens, and ``keep`` (the rejection mask) must be
+    slime's exactly. Returns each metric's relative difference from slime's float32 value.
     """
     inside = row["inside"]
     if keep is not None:
@@ -84,13 +90,17 @@ def check_against_slime(got: dict, row: dict, weights=None, keep=None) -> dict[s
         assert np.all(np.abs(weights[inside] - w32) <= tol), row["options"]
     want, want64 = row["metrics32"], row["metrics64"]
     assert set(got) == set(want), set(got) ^ set(want)
-    fractions = [k for k in want if "fraction" in k or k == "tis_clipfrac"]
-    same_counts = all(abs(want64[k] - want[k]) <= F32_ROUNDING * abs(want[k]) for k in fractions)
+    fractions = fraction_names(want)
+    same_counts = all(want64[k] == want[k] for k in fractions)
     diffs = {}
     for k, v in want.items():
-        scale = F32_ROUNDING * abs(v)
-        tol = scale if k in fractions else 2 * abs(want64[k] - v) + scale
-        assert abs(got[k] - v) <= tol, (k, got[k], v, want64[k], row["options"])
+        if k in fractions:
+            assert got[k] == v, (k, got[k], v, row["options"])
+            if same_counts:
+                assert got[k] == want64[k], (k, got[k], want64[k], row["options"])
+        else:
+            tol = 2 * abs(want64[k] - v) + F32_ROUNDING * abs(v)
+            assert abs(got[k] - v) <= tol, (k, got[k], v, want64[k], row["options"])
         if same_counts and k not in fractions:  # slime in float64 made the same bound decisions
             assert got[k] == pytest.approx(want64[k], rel=1e-9, abs=1e-12), (k, row["options"])
         diffs[k] = abs(got[k] - v) / abs(v) if v else abs(got[k])

@@ -164,6 +164,33 @@ def test_torch_rule_forms_the_count_plus_eps_as_torch(values_dtype, mask_dtype, 
     assert f64[1] == np.float64(v(0.7)) / (1.0 + 1e-8) != np.float64(v(0.7))
 
 
+@pytest.mark.parametrize("mask_dtype", [np.bool_, np.int64, np.int32])
+@pytest.mark.parametrize("flags_dtype", [np.bool_, np.int32])
+def test_torch_rule_divides_counts_of_flags_in_float32(flags_dtype, mask_dtype):
+    """Flags over a bool/int mask: int64 counts, the float32 quotient (torch's int64 / int64).
+
+    prime-rl's ``_safe_mean(is_masked, loss_mask)``: 1 of 3, 2 of 7, 0 of 0 (the count clamped to
+    1) per row, each ``fl32(k) / fl32(max(n, 1))``, which is not the float64 k/n; a float64 mask
+    keeps float64.
+    """
+    assert batch.torch_dtypes(flags_dtype, mask_dtype) == (np.dtype(np.int64), np.dtype(np.float32))
+    mask = np.zeros((3, 7), dtype=mask_dtype)
+    mask[0, :3] = mask[1, :] = 1
+    flags = np.zeros((3, 7), dtype=flags_dtype)
+    flags[0, 1] = flags[1, 2] = flags[1, 5] = flags[2, 0] = 1  # row 2's flag lies outside the mask
+    got = batch.SAMPLE_MEAN.mean(flags, mask, axis=-1)
+    assert got.dtype == np.float32
+    want = np.array([np.float32(1) / np.float32(3), np.float32(2) / np.float32(7), np.float32(0)])
+    np.testing.assert_array_equal(got, want)
+    assert float(got[0]) != 1 / 3
+    assert float(got[1]) != 2 / 7
+    counts = batch.SAMPLE_MEAN.divide(np.array([1, 2]), np.array([3.0, 7.0], dtype=np.float32))
+    np.testing.assert_array_equal(counts, want[:2])  # over a float32 count (slime's rollout_mask_sums)
+    f64 = batch.SAMPLE_MEAN.mean(flags, mask.astype(np.float64), axis=-1)
+    assert f64.dtype == np.float64
+    assert f64[0] == 1 / 3
+
+
 @pytest.mark.parametrize(
     ("kwargs", "bad"),
     [({"count": "sum"}, "'sum'"), ({"pooling": "rows"}, "'rows'"), ({"dtypes": "f16"}, "'f16'")],

@@ -107,16 +107,16 @@ def test_metrics_equal_clipped_pg_loss_fn(nemo_settings):
         _, got, table = _mirror(row)
         assert table == row["normalizations"]
         want, want64 = row["metrics32"], row["metrics64"]
-        assert set(got) == set(want) - {"num_valid_samples"}
+        assert set(got) == set(want)
         big = np.abs(row["prev"].astype(float) - row["gen"]).max() > 80
         same = "is_oob_ratio" not in want or want["is_oob_ratio"] == pytest.approx(want64["is_oob_ratio"])
         counts_differ += not same
         n = int((row["tm"] * row["sm"][:, None]).sum())
         for k, v in want.items():
-            if k == "num_valid_samples":
-                assert v == row["sm"].sum()
-                continue
             g = got[k]
+            if k == "num_valid_samples":  # a count: the batch's valid samples, in both runs
+                assert g == v == want64[k] == row["sm"].sum()
+                continue
             if not math.isfinite(v):
                 nonfinite += 1
                 assert g == v or (math.isnan(g) and math.isnan(v)), (k, g, v, row["options"])

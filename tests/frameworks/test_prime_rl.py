@@ -96,7 +96,12 @@ def _f64_tolerance(v64, scale) -> np.ndarray:
 def _check(
     got: dict, want32: dict, want64: dict, same_masks: bool, rows=None, scale=None
 ) -> dict[str, float]:
-    """Fractions exactly prime-rl's float32 ones; values within its float32 rounding and its float64 run's.
+    """Fractions exactly prime-rl's; values within its float32 rounding and its float64 run's.
+
+    A fraction is ``_safe_mean`` of a bool tensor, an int64 count over an int64 count, which torch
+    divides in float32 in prime-rl's float32 and float64 runs alike: the mirror's float64 value
+    must be that float32 quotient, equal (``==``) to both runs' (the float64 run's where its
+    masks are the float32 run's).
 
     ``rows`` (bool, one per metric row) leaves out the rows of samples whose mask differs; where
     the masks are prime-rl's float64 ones too, a mismatch KL is within :func:`_f64_tolerance`
@@ -113,7 +118,9 @@ def _check(
             g, v32, v64 = g[rows], v32[rows], v64[rows]
             sc = None if scale is None else (scale[0][rows], scale[1][rows])
         if k.removeprefix("ref_kl/") in FRACTIONS:
-            np.testing.assert_array_equal(g.astype(np.float32), v32.astype(np.float32), err_msg=k)
+            np.testing.assert_array_equal(g, v32, err_msg=k)
+            if same_masks:
+                np.testing.assert_array_equal(g, v64, err_msg=k)
         else:
             # prime-rl's float32 rounding: its float64 run's distance, plus two roundings of
             # e^y - y - 1 (or log pi_ref - log pi_trainer) at the scale of its terms (~1), which
@@ -283,8 +290,10 @@ def test_icepop_mask_equals_prime_rls_own():
         at_bound += int(np.isin(y32, logs).sum())
         for j, k in enumerate(names):
             got, v32, v64 = per_sample[k], s["m32"][:, j], s["m64"][:, j]
-            if k == "is_masked":
-                np.testing.assert_array_equal(got.astype(np.float32), v32.astype(np.float32))
+            if k == "is_masked":  # the float32 quotient, in both of IcePopLoss's runs
+                np.testing.assert_array_equal(got, v32)
+                same = (s["keep32"] == s["keep64"]).all(axis=1)
+                np.testing.assert_array_equal(got[same], v64[same])
             else:
                 tol = 2 * np.abs(v64 - v32) + F32_ROUNDING * np.abs(v32) + 1e-12
                 assert np.all(np.abs(got - v32) <= tol), k

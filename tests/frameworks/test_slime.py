@@ -90,6 +90,30 @@ def test_rollout_ids_pool_the_samples_of_one_rollout():
     )
 
 
+def test_a_fraction_of_flags_is_slimes_float32_sum_of_quotients():
+    """Flags (bool/int, as slime's ``.int()``): fl32 count / fl32 rollout count per sample, summed in float32.
+
+    Samples of 3, 7 and 11 loss-mask tokens with 1, 1 and 1 flags (a flag outside the mask not
+    counted): slime's logged fraction is ``float(fl32(fl32(q0 + q1) + q2)) / 3``, ``q_i`` the float32
+    quotients (``cp_utils.py:73-81`` over float32 ``rollout_mask_sums``), not the float64 mean of
+    1/3, 1/7, 1/11; with samples 0 and 1 one rollout (10 tokens) the quotients are over 10.
+    """
+    lengths = np.array([3, 7, 11])
+    mask = (np.arange(12)[None, :] < lengths[:, None]).astype(np.int32)
+    flags = np.zeros(mask.shape, dtype=bool)
+    flags[0, 0] = flags[1, 6] = flags[2, 10] = flags[0, 11] = True  # [0, 11] lies outside the mask
+    q = [F32(1) / F32(n) for n in (3, 7, 11)]
+    want = float(F32(F32(q[0] + q[1]) + q[2])) / 3
+    assert want != (1 / 3 + 1 / 7 + 1 / 11) / 3
+    assert slime.sample_mean(flags, mask) == want
+    assert slime.sample_mean(flags.astype(np.int32), mask) == want
+    assert slime.sample_mean(flags.astype(float), mask) == pytest.approx(want, rel=1e-7)  # values: float64
+    grouped = float(F32(F32(F32(1) / F32(10)) * 2 + q[2])) / 2
+    assert slime.sample_mean(flags, mask, rollout_ids=np.array([5, 5, 9])) == grouped
+    # by token: the two exact counts divided in Python floats
+    assert slime.sample_mean(flags, mask, calculate_per_token_loss=True) == 3 / 21
+
+
 def test_keep_mask_sums_kept_tokens_over_the_original_counts():
     """loss.py:1086-1092: the rebuilt reducer sums modified_response_masks' tokens, over rollout_mask_sums."""
     keep = DOC_MASK.copy()
@@ -112,12 +136,16 @@ def test_tis_metrics_per_sample_and_per_token():
     r = np.exp(y)
     assert m["tis"] == pytest.approx((r[0].mean() + r[1, 0]) / 2, rel=1e-14)
     assert m["tis_abs"] == pytest.approx((np.abs(r[0] - 1).mean() + abs(r[1, 0] - 1)) / 2, rel=1e-14)
-    assert m["tis_clipfrac"] == pytest.approx((1 / 3 + 0) / 2, rel=1e-15)
+    # each sample's count over its count in float32 (rollout_mask_sums is float32), summed in
+    # float32, then over the 2 rollouts in Python: not the float64 (1/3 + 0) / 2
+    third32 = float(np.float32(1) / np.float32(3))
+    assert third32 != 1 / 3
+    assert m["tis_clipfrac"] == third32 / 2
     assert m["train_rollout_logprob_abs_diff"] == pytest.approx((0.75 + 0.125) / 2, rel=1e-15)
     np.testing.assert_allclose(w, [[r[0, 0], r[0, 1], 2.0], [r[1, 0], 0.0, 0.0]], rtol=1e-15)
     _, m = slime.tis_metrics(old, np.full_like(y, -1.0), mask, calculate_per_token_loss=True)
     assert m["tis"] == pytest.approx((r[0].sum() + r[1, 0]) / 4, rel=1e-14)
-    assert m["tis_clipfrac"] == pytest.approx(1 / 4, rel=1e-15)
+    assert m["tis_clipfrac"] == 1 / 4  # by token: the float64 quotient of two counts
 
 
 @pytest.mark.parametrize("icepop", [False, True])
@@ -228,8 +256,8 @@ def test_veto_threshold_log_in_float32():
     keep, m = slime.veto_mask(y, np.zeros_like(y), mask)
     np.testing.assert_array_equal(keep, [[1, 1], [0, 0], [1, 1]])
     assert set(m) == {"mis_rs_catastrophic_token_fraction", "mis_rs_catastrophic_seq_fraction"}
-    assert m["mis_rs_catastrophic_token_fraction"] == pytest.approx((0 + 0.5 + 0) / 3, rel=1e-15)
-    assert m["mis_rs_catastrophic_seq_fraction"] == pytest.approx(1 / 3, rel=1e-15)
+    assert m["mis_rs_catastrophic_token_fraction"] == (0 + 0.5 + 0) / 3
+    assert m["mis_rs_catastrophic_seq_fraction"] == 1 / 3
     _, m = slime.veto_mask(y, np.zeros_like(y), mask, calculate_per_token_loss=True)
     assert m["mis_rs_catastrophic_token_fraction"] == pytest.approx(1 / 5, rel=1e-15)
     assert m["mis_rs_catastrophic_seq_fraction"] == pytest.approx(2 / 5, rel=1e-15)

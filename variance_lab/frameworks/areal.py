@@ -26,9 +26,14 @@ AReaL's conventions, all kept:
   n_{kept}`, no :math:`\varepsilon`, pooled over the step's micro-batches, dropped when empty
   (``stats_tracker._avg_of``: :data:`AREAL_MEAN`).
 
-Where the mirror can differ from AReaL: among tokens of exactly equal :math:`y^2` at the cut,
-which are masked (torch's sort orders equal values by appearance on a CPU for small inputs, as
-the mirror does, but not for large ones or on a GPU); the number masked is the same.
+Among tokens of exactly equal :math:`y^2` at the cut, which are masked is the order of AReaL's
+``torch.sort(m2_selected, descending=True)`` (``actor.py:798``), which keeps equal values in
+order of appearance on a CPU only up to 16 of them: the mirror sorts with torch's own sort where
+torch is installed (:func:`~variance_lab.frameworks.batch.sort_descending`), so its mask is
+AReaL's CPU run's, ties included (all 9,172 loss-mask tokens of the fixtures; 92 of them, at
+ties, differ under the order of appearance). On a GPU torch orders ties otherwise again, and
+without torch the mirror keeps the order of appearance; the number masked of each :math:`y^2`
+is the same in every case.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import math
 import numpy as np
 
 from variance_lab.corrections.m2po import M2PO_RULE, batch_mask
-from variance_lab.frameworks.batch import MeanRule, as_values, torch_mask
+from variance_lab.frameworks.batch import MeanRule, as_values, sort_descending, torch_mask
 from variance_lab.ratios import RIGHT_OPEN, BoundRule
 
 __all__ = ["AREAL_MEAN", "M2PO_F32_RULE", "M2PO_RULE", "m2po_loss_mask"]
@@ -91,7 +96,12 @@ def m2po_loss_mask(
     keep = m.copy()
     selected = y[m]  # row-major: AReaL's m2.view(-1)[mask_flat]
     if selected.size:
-        keep[m] = ~batch_mask(selected, float(m2_threshold), rule)
+        # AReaL's torch.sort(m2_selected, descending=True) (actor.py:798): batch_mask sorts the
+        # tokens so ordered into the same order (a stable sort of a sorted array), ties included
+        order = sort_descending(selected * selected)
+        masked = np.empty(selected.shape, dtype=bool)
+        masked[order] = batch_mask(selected[order], float(m2_threshold), rule)
+        keep[m] = ~masked
     n = int(keep.sum())
     with np.errstate(invalid="ignore"):
         stats = {

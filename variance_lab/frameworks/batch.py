@@ -38,6 +38,7 @@ __all__ = [
     "masked_mean",
     "masked_sum",
     "padded",
+    "sort_descending",
     "torch_dtypes",
     "torch_mask",
     "torch_rule",
@@ -68,19 +69,28 @@ def torch_dtypes(values_dtype, mask_dtype) -> tuple[np.dtype, np.dtype]:
     float64 mask keeps :math:`c + 10^{-8}`. (Checked on torch 2.13.0: ``(m.sum() + 1e-8).dtype``
     is float32 for int64, bool and float32 masks, float64 for a float64 mask.)
 
+    Values that are flags (bool or integer: ``is_masked``, ``(w > hi).int()``) are counted: torch
+    sums a bool or integer product into int64 (a float mask makes it the mask's float), and
+    divides an integer by an integer or a float32 count in its default dtype, float32, so that a
+    fraction of counts :math:`k/n` is the float32 quotient :math:`\mathrm{fl}_{32}(k/n)` (for
+    :math:`k, n < 2^{24}`, both exact in float32; :meth:`MeanRule.divide`).
+
     Parameters
     ----------
     values_dtype : numpy dtype
-        float32 or float64.
+        float32 or float64; bool or an integer for flags.
     mask_dtype : numpy dtype
         bool, an integer, float32 or float64.
 
     Returns
     -------
     (np.dtype, np.dtype)
-        The dtype of the masked sum (and of the quotient) and that of the count plus epsilon.
+        The dtype of the masked sum (and of the quotient, for float values) and that of the count
+        plus epsilon (and of the quotient, for flags).
     """
     v, m = np.dtype(values_dtype), np.dtype(mask_dtype)
+    if v.kind in "biu":
+        return (np.dtype(np.int64), np.dtype(np.float32)) if m.kind in "biu" else (m, m)
     if m.kind in "biu":
         return v, np.dtype(np.float32)
     return np.promote_types(v, m), m
@@ -174,7 +184,9 @@ class MeanRule:
     mirrors' float64 inputs). With ``dtypes="torch"`` it is torch's (:func:`torch_dtypes`): the
     products and the sum in the values' dtype (a float mask of wider dtype promotes), the count
     plus :math:`\varepsilon` in float32 for a bool, integer or float32 mask, where
-    :math:`c + 10^{-8}` rounds to :math:`c`, and in float64 for a float64 mask.
+    :math:`c + 10^{-8}` rounds to :math:`c`, and in float64 for a float64 mask; flags (bool or
+    integer values) are counted in int64 and their fraction is the float32 quotient of the two
+    counts, as torch's true division of integers gives it.
 
     Attributes
     ----------
@@ -200,15 +212,20 @@ class MeanRule:
             raise ValueError(f"dtypes must be one of {MEAN_DTYPES}, got {self.dtypes!r}")
 
     def divide(self, total, count):
-        """Return ``total`` over the rule's divisor of ``count`` (NaN for an empty exact mean).
+        r"""Return ``total`` over the rule's divisor of ``count`` (NaN for an empty exact mean).
 
         Under ``dtypes="torch"`` ``count`` is the mask's own sum (an integer count for a bool or
-        integer mask) and the divisor is formed in :func:`torch_dtypes`' count dtype.
+        integer mask) and the divisor is formed in :func:`torch_dtypes`' count dtype; an integer
+        ``total`` (a count of flags) is divided in that dtype too, as torch's true division of
+        integers gives its default dtype: :math:`\mathrm{fl}_{32}(k / n)`, float32, for an
+        integer or float32 count.
         """
         if self.dtypes == "torch":
-            count = np.asarray(count)
-            _, cdt = torch_dtypes(np.asarray(total).dtype, count.dtype)
+            total, count = np.asarray(total), np.asarray(count)
+            _, cdt = torch_dtypes(total.dtype, count.dtype)
             count = count.astype(cdt)
+            if total.dtype.kind in "biu":
+                total = total.astype(cdt)
             eps, one = cdt.type(self.eps), cdt.type(1.0)
         else:
             eps, one = self.eps, 1.0
@@ -264,7 +281,10 @@ class MeanRule:
 
 #: A mean per sample (its count clamped to at least 1), then the mean over the samples: a long and
 #: a short sequence weigh the same (prime-rl's ``_safe_mean`` per sample, slime's per-rollout mean).
-SAMPLE_MEAN = MeanRule("at_least_one", 0.0, "samples")
+#: In torch's dtypes: float values as given, and a fraction of bool or integer flags over a bool
+#: or integer mask the float32 quotient of the two counts (``torch.clamp_min(mask.sum(), 1)`` is
+#: int64, and int64 / int64 is float32), as both frameworks compute it.
+SAMPLE_MEAN = MeanRule("at_least_one", 0.0, "samples", "torch")
 
 #: :func:`torch_rule`'s rules, by dtype and space (one object each).
 _TORCH_RULES = {
@@ -321,6 +341,23 @@ def exp_float32(x) -> np.ndarray:
         return torch.exp(torch.from_numpy(np.array(x32, copy=True))).numpy().reshape(x32.shape)
     with np.errstate(over="ignore"):
         return np.exp(x32.astype(np.float64)).astype(np.float32)
+
+
+def sort_descending(x) -> np.ndarray:
+    """Return the order ``torch.sort(x, descending=True)`` gives a 1-D array: its ``indices``.
+
+    Among equal values torch's CPU sort keeps the order of appearance up to 16 values and not
+    beyond (torch 2.13.0), so the mirror calls torch's own sort where torch is installed (the
+    order the frameworks' CPU runs give; a GPU's may differ again) and NumPy's stable sort
+    otherwise (the same order but among ties).
+    """
+    x = np.asarray(x)
+    if x.ndim != 1:
+        raise ValueError(f"sort_descending takes a 1-D array, got shape {x.shape}")
+    torch = _torch()
+    if torch is not None:
+        return torch.sort(torch.from_numpy(np.array(x, copy=True)), descending=True).indices.numpy()
+    return np.argsort(-x, kind="stable")
 
 
 def _torch():

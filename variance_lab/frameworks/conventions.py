@@ -138,7 +138,8 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "probability differences in float32 as prime-rl takes them (the correctly rounded float32 "
             "exp: torch's is one ulp off on about 1 % of inputs, which at a bound flips a mask: 1 of "
             "6,752 fixture decisions); values in float64 (prime-rl's float32 e^y - y - 1 of a small y "
-            "is mostly rounding); per-sample metrics of default (DPPO), ipo and ref_kl, rl_weights "
+            "is mostly rounding), fractions the float32 quotient of two int64 counts, as prime-rl's "
+            "_safe_mean gives them; per-sample metrics of default (DPPO), ipo and ref_kl, rl_weights "
             "and ref_kl_weights mirrored; mismatch_kl in prime-rl's order (e^y - y - 1); IcePop (PR "
             "#3526, after 559b447, no commit recorded for it: the float32 log-ratio "
             "against the bounds' float32 logs) checked against IcePopLoss run verbatim "
@@ -155,7 +156,9 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             slime.SLIME_MEAN,
             "bound tests in float32 as slime makes them (the float32 ratio's correctly rounded exp, "
             "which torch's differs from by one ulp on 1.0 % of inputs; the veto threshold's log in "
-            "float32); values in float64; mis.py's sequence sum is rounded once (slime sums in float32); "
+            "float32); values in float64; fractions as slime divides them (each sample's count over "
+            "its rollout's float32 count, the quotients summed in float32); mis.py's sequence sum is "
+            "rounded once (slime sums in float32); "
             "not mirrored: NaN metrics from an inf ratio on a token outside the loss mask, the loss "
             "itself (pg_loss, pg_clipfrac, entropy, kl_loss), OPSM, CISPO, OPD, context parallelism",
             _means(calculate_per_token_loss=slime.SLIME_TOKEN_MEAN),
@@ -183,10 +186,11 @@ CONVENTIONS: Mapping[str, Conventions] = MappingProxyType(
             "none",
             _rules(m2po_running_mean=areal.M2PO_RULE, m2po_running_mean_float32=areal.M2PO_F32_RULE),
             areal.AREAL_MEAN,
-            "none but ties: the mirror computes in AReaL's dtype (float32 y^2, running sums "
-            "accumulated in float64 and rounded to float32 as torch's CPU cumsum, a GPU's in "
-            "float32), the strict < tau; among tokens of equal y^2 at the cut torch's sort "
-            "order beyond 16 tokens is unspecified (the count per value is the same); checked "
+            "none on a CPU (with torch installed): the mirror computes in AReaL's dtype (float32 "
+            "y^2, running sums accumulated in float64 and rounded to float32 as torch's CPU cumsum, "
+            "a GPU's in float32), the strict < tau; ties at the cut in the order of torch's own sort where "
+            "torch is installed (AReaL's CPU order; a GPU's differs, the count per value is the "
+            "same); checked "
             "against _apply_m2po_masking run verbatim (240 settings, tools/areal_fixtures.py); "
             "the mirror covers M2PO only (no PPO loss, no decoupled loss)",
         ),
@@ -208,7 +212,8 @@ def _mean_text(mean: MeanRule) -> str:
         "exact": "count",
     }
     dtypes = (
-        ", in torch's dtypes (count + eps float32 for an int/bool/float32 mask)"
+        ", in torch's dtypes (count + eps float32 for an int/bool/float32 mask; a fraction of "
+        "flags a float32 quotient)"
         if mean.dtypes == "torch"
         else ""
     )

@@ -96,9 +96,11 @@ def clipped_pg_importance_weights(
 ) -> tuple[np.ndarray, dict[str, float]]:
     r"""Compute NeMo-RL's actor importance weights and its mismatch metrics.
 
-    The metrics: ``token_mult_prob_error``, ``gen_kl_error``, ``policy_kl_error``,
-    ``js_divergence_error``, ``sampling_importance_ratio`` and, with a truncation,
-    ``is_oob_ratio``, each as grpo logs it: the sum over the micro-batches that hold a valid
+    The metrics: ``num_valid_samples``, ``token_mult_prob_error``, ``gen_kl_error``,
+    ``policy_kl_error``, ``js_divergence_error``, ``sampling_importance_ratio`` and, with a
+    truncation, ``is_oob_ratio``, each as grpo logs it. ``num_valid_samples`` is a raw count, the
+    micro-batches' ``sample_mask.sum().item()`` (``loss_functions.py:783``) summed: the batch's
+    valid samples. Every other metric is the sum over the micro-batches that hold a valid
     sample of the micro-batch's masked sum over the global count plus :math:`10^{-8}` in float32,
     which is the count (:data:`NEMO_MEAN`; :func:`metric_normalizations` says which count;
     ``is_oob_ratio`` a float32 quotient per micro-batch, as NeMo-RL's ``.float()`` mask gives). With
@@ -168,6 +170,7 @@ def clipped_pg_importance_weights(
     delta = prev - gen
     size = sm.size if micro_batch_size is None else micro_batch_size
     metrics = {
+        "num_valid_samples": float(sm.sum()),
         "token_mult_prob_error": _logged_token_mean(exp64(np.abs(delta) * mask), mask, sm, size),
         "gen_kl_error": _logged_token_mean(_kl(delta, reference_policy_kl_type), mask, sm, size),
         "policy_kl_error": _logged_token_mean(_kl(-delta, reference_policy_kl_type), mask, sm, size),

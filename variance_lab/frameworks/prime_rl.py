@@ -42,9 +42,14 @@ prime-rl's conventions, all kept:
   (``compute_loss``, ``loss.py:379-392``), so it adds no metric row;
 - each loss fn runs on **one sample at a time**, so each metric is one value per sample that ran:
   a mean over that sample's component mask with the count clamped to at least 1
-  (``_safe_mean``; 0 for a sample with nothing to average). The step logs ``<metric>/mean``,
-  ``/median``, ``/std``, ``/min`` and ``/max`` over the per-sample values of every micro-batch
-  and rank (``Tensors.compute_stats``, ``trainer/utils.py:245``): :func:`tensor_stats`. A long
+  (``_safe_mean``, ``loss.py:94-97``; 0 for a sample with nothing to average); a fraction
+  (``is_masked``, ``masked_advantage_positive``, ...) is ``_safe_mean`` of a bool tensor, an
+  int64 count over an int64 count, which torch divides in float32 (its default dtype), in
+  prime-rl's float64 runs too: the mirror returns that float32 quotient (as float64). The step
+  logs ``<metric>/mean``, ``/median``, ``/std``, ``/min`` and ``/max`` over the per-sample
+  values of every micro-batch and rank (``Tensors.compute_stats``, ``trainer/utils.py:245``):
+  :func:`tensor_stats` (in float64: prime-rl reduces the float32 values on the GPU, in an order
+  of its own, so a step's mean can differ from the mirror's by float32 rounding). A long
   and a short sample weigh the same; a token-pooled mean differed on 57 of 90 random batches
   (issue #35: ``masked_advantage_positive`` 1.0 pooled, 0.25 as logged).
 
@@ -91,7 +96,8 @@ PRIME_RL_RULE = torch_rule(np.float32)
 #: ``IcePopLoss``'s band (PR #3526): the float32 log-ratio against the bounds' float32 logs, a
 #: log-ratio at a bound kept (``is_masked = (y < log low) | (y > log high)``).
 ICEPOP_LOSS_RULE = torch_rule(np.float32, "log")
-#: ``_safe_mean`` per sample (the count clamped to at least 1), then ``<metric>/mean`` over samples.
+#: ``_safe_mean`` per sample (the count clamped to at least 1), then ``<metric>/mean`` over samples;
+#: in torch's dtypes, so that a fraction of flags is the float32 quotient prime-rl logs.
 PRIME_RL_MEAN = SAMPLE_MEAN
 #: ``ref_kl_loss_fn``'s fixed one-sided trust region: masked when :math:`d < -0.2` (``loss.py:221``).
 REF_KL_MASK_LOW = 0.2
@@ -173,11 +179,15 @@ def _bound(name, value, *, positive: bool = False):
 
 
 def _rows(parts: dict, ran: np.ndarray, per_sample: bool):
-    """Each metric per sample that ran (``ran``, shape (B,)), or their mean over them (NaN if none ran)."""
-    rows = {
-        k: PRIME_RL_MEAN.mean(v.astype(np.float64), w.astype(np.float64), axis=-1)[ran]
-        for k, (v, w) in parts.items()
-    }
+    r"""Each metric per sample that ran (``ran``, shape (B,)), or their mean over them (NaN if none ran).
+
+    ``parts`` maps a name to (values, bool mask): float64 values give ``_safe_mean``'s float64
+    quotient; bool flags (``is_masked``, ...) its float32 one, :math:`\mathrm{fl}_{32}(k / \max(n,
+    1))`: ``values[mask].sum()`` of a bool tensor and ``torch.clamp_min(mask.sum(), 1)`` are int64,
+    and torch divides int64 by int64 in float32 (``loss.py:94-97`` at 559b447), in prime-rl's
+    float64 runs too. Returned as float64 (the float32 value exactly).
+    """
+    rows = {k: PRIME_RL_MEAN.mean(v, w, axis=-1).astype(np.float64)[ran] for k, (v, w) in parts.items()}
     if per_sample:
         return rows
     return {k: float(np.mean(v)) if v.size else float("nan") for k, v in rows.items()}

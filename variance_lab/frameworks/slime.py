@@ -35,7 +35,9 @@ slime's conventions, all kept:
   sequences weigh the same; a fully masked sample counts as a rollout with mean 0. With
   ``calculate_per_token_loss=True`` every token of the batch is pooled and the divisor is
   :math:`\sum_i \max(\sum_t m_{it}, 1)` (:data:`SLIME_TOKEN_MEAN`): a fully masked sample adds
-  1 to the count;
+  1 to the count; a fraction (``tis_clipfrac``, mis.py's ``*_fraction``) is slime's to the bit:
+  each sample's count over its rollout's float32 count, summed in float32
+  (:func:`_rollout_fraction`);
 - metrics that ``policy_loss_function`` reduces after the TIS function (``ppo_kl``,
   ``train_rollout_logprob_abs_diff``) sum over the TIS function's ``modified_response_masks``
   (``keep_masks``: mis.py's rejections) and divide by the counts of the original loss masks;
@@ -73,6 +75,7 @@ from variance_lab.frameworks.batch import (
     log_float32,
     torch_rule,
 )
+from variance_lab.stats import group_labels
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -141,15 +144,50 @@ def sample_mean(
     keep_mask : array_like, shape (B, T), optional
         The tokens summed (:math:`k`; default the loss mask): mis.py's ``modified_response_masks``
         for the metrics ``policy_loss_function`` reduces after the TIS function.
+
+    Notes
+    -----
+    Bool or integer ``values`` are flags, and the result is then the fraction slime logs, bit for
+    bit (:func:`_rollout_fraction`): slime's flags are ``.int()`` (mis.py) or ``.float()``
+    (``tis_clipfrac``) tensors whose sums are exact counts, divided in float32. With
+    ``calculate_per_token_loss`` the counts are summed (exact) and ``reduce_train_step_metrics``
+    divides them by ``num_tokens`` in Python floats: the float64 quotient of the two counts.
     """
     m = as_mask(loss_mask, "loss_mask")
     inside = m > 0
     if keep_mask is not None:
         inside &= as_mask(keep_mask, "keep_mask", m.shape) > 0
-    v = np.where(inside, np.broadcast_to(np.asarray(values, dtype=np.float64), m.shape), 0.0)
+    raw = np.asarray(values)
+    groups = _rollout_groups(rollout_ids, m.shape[0])
+    if raw.dtype.kind in "biu" and not calculate_per_token_loss:
+        return _rollout_fraction(np.broadcast_to(raw != 0, m.shape) & inside, m, groups)
+    v = np.where(inside, np.broadcast_to(raw.astype(np.float64), m.shape), 0.0)
     if calculate_per_token_loss:
         return float(SLIME_TOKEN_MEAN.mean(v, m))
-    return float(SLIME_MEAN.mean(v, m, groups=_rollout_groups(rollout_ids, m.shape[0])))
+    return float(SLIME_MEAN.mean(v, m, groups=groups))
+
+
+def _rollout_fraction(flags: np.ndarray, m: np.ndarray, groups) -> float:
+    r"""Return a fraction of flags as slime's per-rollout mean logs it, in its float32 arithmetic.
+
+    ``get_sum_of_sample_mean`` (``cp_utils.py:73-81``) sums, in sample order, each sample's count
+    :math:`k_i` over its rollout's count :math:`D_{g(i)}` clamped to at least 1: the count is
+    int64 (or an exact float32 sum), ``rollout_mask_sums`` is float32
+    (``slime/observability/rollout_data_utils.py:48-52``, ``actor.py:264-269``), so each quotient
+    is :math:`\mathrm{fl}_{32}(k_i / \max(D_{g(i)}, 1))` (:data:`SLIME_MEAN`) and Python's
+    ``sum`` of the 0-d tensors adds them one by one in float32;
+    ``reduce_train_step_metrics`` (``train_metric_utils.py:51-59``) then divides that float32
+    sum, as a Python float, by the number of rollouts :math:`G`.
+    """
+    rows = m.sum(axis=-1)
+    if groups is None:
+        denoms, n_rollouts = rows, rows.size
+    else:
+        index, n_rollouts = group_labels(groups, rows.size)
+        denoms = np.bincount(index, weights=rows)[index]
+    quotients = SLIME_MEAN.divide(flags.sum(axis=-1), denoms.astype(np.float32))
+    total = np.cumsum(quotients, dtype=np.float32)[-1]  # sequential, as sum() of the tensors
+    return float(total) / n_rollouts
 
 
 def _bound(name: str, v) -> None:
@@ -213,7 +251,7 @@ def tis_metrics(
     kw = {"calculate_per_token_loss": calculate_per_token_loss, "rollout_ids": rollout_ids}
     metrics = {
         "tis": sample_mean(r, m, **kw),
-        "tis_clipfrac": sample_mean(out.astype(float), m, **kw),
+        "tis_clipfrac": sample_mean(out, m, **kw),  # (tis_weights != tis).float(): counted
         "tis_abs": sample_mean(np.abs(r - 1.0), m, **kw),
     }
     metrics.update(policy_metrics(old, rollout, m, log_probs, advantage_estimator=advantage_estimator, **kw))
@@ -327,7 +365,7 @@ def veto_mask(
     seq_bad = np.broadcast_to(bad.any(axis=-1, keepdims=True), m.shape)
     kw = {"calculate_per_token_loss": calculate_per_token_loss, "rollout_ids": rollout_ids}
     metrics = {
-        "mis_rs_catastrophic_token_fraction": sample_mean(bad.astype(float), m, **kw),
-        "mis_rs_catastrophic_seq_fraction": sample_mean(seq_bad.astype(float), m, **kw),
+        "mis_rs_catastrophic_token_fraction": sample_mean(bad, m, **kw),  # .int() flags: counted
+        "mis_rs_catastrophic_seq_fraction": sample_mean(seq_bad, m, **kw),
     }
     return (~seq_bad).astype(np.float64), metrics

@@ -238,12 +238,12 @@ def compute_mis_weights(
     keep = m.copy()
     if tis_mode == "truncate":
         high = MIS_RULE.outside(w32, None, hi)
-        token["tis_truncate_fraction"] = high.astype(float)
+        token["tis_truncate_fraction"] = high  # .int() flags: counted
         w = np.where(high, hi, w) * m
     else:
         low, high = _band(w32, lo, hi, "tis_mode " + tis_mode)
-        token[f"tis_{tis_mode}_fraction_low"] = low.astype(float)
-        token[f"tis_{tis_mode}_fraction_high"] = high.astype(float)
+        token[f"tis_{tis_mode}_fraction_low"] = low
+        token[f"tis_{tis_mode}_fraction_high"] = high
         if tis_mode == "clip":
             w = np.where(low, lo, np.where(high, hi, w)) * m
         else:
@@ -258,8 +258,8 @@ def compute_mis_weights(
             (t64, t32) if rs_level == tis_level else _log_ratio(y64, y32, m, _level("rs_level", rs_level))
         )
         low, high = _band(exp_float32(r32), rs_lo, rs_hi, "rejection sampling")
-        token["rs_mask_fraction_low"] = low.astype(float)
-        token["rs_mask_fraction_high"] = high.astype(float)
+        token["rs_mask_fraction_low"] = low
+        token["rs_mask_fraction_high"] = high
         keep = keep * ~(low | high)
         if rs_veto_threshold is not None:
             vetoed, veto = veto_mask(train, rollout, m, rs_veto_threshold, **kw)
