@@ -85,6 +85,7 @@ def same(a: str, b: str) -> bool:
 
 
 def main(argv=None) -> int:
+    """Rewrite the tables, or with ``--check`` report the stale ones (exit 1)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a table is stale")
     args = parser.parse_args(argv)
