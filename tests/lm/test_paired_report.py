@@ -10,7 +10,7 @@ from variance_lab.lm.paired_report import markdown, read_paired, run_quantities,
 
 
 def _run(seed: int, n_prompts: int = 12, group: int = 4):
-    """Records of one synthetic paired run: on-policy, bf16/fp16/top-p mismatch, stale lags 1-2."""
+    """Return the records of one synthetic paired run: on-policy, bf16/fp16/top-p mismatch, stale lags 1-2."""
     rng = np.random.default_rng(seed)
     base, roles = (
         [],
@@ -51,6 +51,7 @@ def _flat(records, field):
 
 @pytest.fixture(scope="module")
 def measured():
+    """One synthetic run and its quantities."""
     run = _run(0)
     return run, run_quantities(run, "gspo", n_boot=400, seed=1)
 
@@ -82,6 +83,7 @@ def test_each_quantity_is_its_definition_on_every_token(measured):
 
 
 def test_intervals_hold_their_value_and_lengths_count_finished_only(measured):
+    """Each interval holds its value; the buckets count finished responses, the unfinished apart."""
     run, out = measured
     for name, q in out["quantities"].items():
         assert q["lo"] <= q["value"] <= q["hi"], name

@@ -3,6 +3,8 @@
 import pytest
 
 torch = pytest.importorskip("torch")
+
+
 def test_round_weights_makes_the_16_bit_copy_exact_and_breaks_no_ties():
     """After rounding, a bf16 copy holds the weights exactly, and a nudge smaller than half a step is lost.
 
