@@ -31,10 +31,13 @@ HEADLINE = (
     "rms_bf16",
     "rms_fp16",
     "ratio_bf16_fp16",
+    "ratio_bf16_update",
+    "ratio_fp16_update",
     "topp_log_kept",
     "topp_outside",
     "rms_stale_lag2",
     "rms_stale_lag3",
+    "ratio_stale_lag3",
 )
 
 
@@ -51,12 +54,15 @@ def _lengths(rows: dict) -> str:
 def tables(data: Path = DATA) -> dict[str, str]:
     """Return every table's Markdown by name."""
     gspo = seed_rows(data, "gspo")
-    token = seed_rows(data, "token-mean")
+    try:
+        token = markdown(seed_rows(data, "token-mean"))
+    except ValueError:  # no token-mean run shipped
+        token = "(no token-mean run in this folder)\n"
     head = dict(gspo, spread={k: v for k, v in gspo["spread"].items() if k in HEADLINE})
     return {
         "readme": markdown(head),
         "gspo": markdown(gspo),
-        "token-mean": markdown(token),
+        "token-mean": token,
         "lengths": _lengths(gspo),
     }
 

@@ -1,5 +1,6 @@
 """The shipped pretrained-model runs in data/smollm2: complete, grouped, described by their sidecars."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -145,3 +146,42 @@ def test_the_stale_file_has_four_lags_and_staleness_grows():
     assert batch.has_groups
     table = staleness_table(batch, frame["policy_lag"].to_numpy()).set_index("lag")
     assert table.loc[3, "var_token"] > table.loc[0, "var_token"]
+
+
+PAIRED = DATA.parent / "smollm2_paired"
+
+
+def test_paired_runs_pair_their_files_and_record_the_optimizer():
+    """Each seed's files hold the same ids and tokens, name the on-policy file, record one AdamW."""
+    from variance_lab.lm.paired_report import read_paired
+
+    runs = read_paired(PAIRED)
+    assert sorted(runs) == [("gspo", 0), ("gspo", 1), ("gspo", 2)]
+    for (_, seed), run in runs.items():
+        sides = [json.loads(p.read_text()) for p in PAIRED.glob(f"smollm2_s{seed}_*.json")]
+        assert len(sides) == 7
+        base = run["onpolicy"]
+        assert {s["tokens_sha256"] for s in sides} == {sides[0]["tokens_sha256"]}
+        for side in sides:
+            assert side["optimizer"]["persistent"]
+            assert side["settings"]["paired_base"] == "bf16"
+            assert side["optimizer"]["update"] == 2 + (
+                int(side["role"][-1]) if "stale" in side["role"] else 0
+            )
+            if side["role"] != "onpolicy":
+                assert side["paired_with"] == f"smollm2_s{seed}_onpolicy_gspo.jsonl.gz"
+                rows = run[side["role"]]
+                assert [r["id"] for r in rows] == [r["id"] for r in base]
+                assert [len(r["rollout_logp"]) for r in rows] == [len(r["logp"]) for r in base]
+
+
+def test_data_stays_under_10_mb_and_the_tables_are_current():
+    """data/ is under 10 MB; the README's and the guide's paired tables are what the files give."""
+    import subprocess
+    import sys
+
+    size = sum(p.stat().st_size for p in DATA.parent.rglob("*") if p.is_file())
+    assert size < 10e6
+    tool = DATA.parents[1] / "tools" / "lm_paired_report.py"
+    done = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -78,6 +78,9 @@ def test_each_quantity_is_its_definition_on_every_token(measured):
     )  # m_t = log S_t by construction
     stale2 = _flat(run["stale_lag2"], "old_logp") - old
     assert q["rms_stale_lag2"]["value"] == pytest.approx(np.sqrt(np.mean(stale2**2)), rel=1e-12)
+    d2 = ((new - old) ** 2).sum()
+    assert q["ratio_bf16_update"]["value"] == pytest.approx(np.sqrt((m_b**2).sum() / d2), rel=1e-12)
+    assert q["ratio_stale_lag2"]["value"] == pytest.approx(np.sqrt((stale2**2).sum() / d2), rel=1e-12)
     # lag 1's staleness is update K itself: theta_K - theta_{K-1} on the same tokens
     assert q["rms_stale_lag1"]["value"] == pytest.approx(q["rms_update"]["value"], rel=1e-12)
 

@@ -45,9 +45,12 @@ _MEANING = {
     "rms_bf16": "RMS of the bf16 copy's mismatch",
     "rms_fp16": "RMS of the fp16 copy's mismatch",
     "ratio_bf16_fp16": "bf16 RMS / fp16 RMS, same tokens",
+    "ratio_bf16_update": "bf16 RMS / update K's RMS, same tokens",
+    "ratio_fp16_update": "fp16 RMS / update K's RMS, same tokens",
     "topp_outside": "tokens outside top-p's kept set",
     "topp_log_kept": "mean log S_t, top-p's kept mass",
     "topp_mismatch": "mean top-p mismatch (kept tokens)",
+    "ratio_stale": "staleness RMS at L updates / at 1, same tokens",
 }
 
 
@@ -67,6 +70,8 @@ def _order(name: str) -> tuple:
 def _describe(name: str) -> str:
     if name in _MEANING:
         return _MEANING[name]
+    if name.startswith("ratio_stale_lag"):
+        return f"staleness RMS at {name.removeprefix('ratio_stale_lag')} updates / at 1, same tokens"
     if name.startswith("clip_update_lag"):
         return f"tokens clipped by update K + {name.removeprefix('clip_update_lag')}"
     if name.startswith("rms_stale_lag"):
@@ -174,10 +179,11 @@ def run_quantities(run: dict, aggregation: str, *, n_boot: int = 2000, seed: int
             rows = run[f"mismatch_{name}"]
             m[name] = [a - b for a, b in zip(old, _per_sequence(rows, "rollout_logp"), strict=True)]
             out[f"rms_{name}"] = _rms(m[name], groups, **boot)
-    if len(m) == 2:
-        num = [float((x**2).sum()) for x in m["bf16"]]
-        den = [float((x**2).sum()) for x in m["fp16"]]
-        out["ratio_bf16_fp16"] = _interval(num, den, groups, root=True, **boot)
+    squares = {name: [float((x**2).sum()) for x in v] for name, v in m.items()}
+    squares["update"] = [float((x**2).sum()) for x in d]
+    for a, b in (("bf16", "fp16"), ("bf16", "update"), ("fp16", "update")):
+        if a in squares and b in squares:
+            out[f"ratio_{a}_{b}"] = _interval(squares[a], squares[b], groups, root=True, **boot)
     if "mismatch_top-p" in run:
         rows = run["mismatch_top-p"]
         mask = [np.asarray(r["mask"], bool) for r in rows]
@@ -199,6 +205,15 @@ def run_quantities(run: dict, aggregation: str, *, n_boot: int = 2000, seed: int
         counts = _clip_counts(aggregation, _per_sequence(rows, "logp"), o)
         out[f"clip_update_lag{lag}"] = _interval(counts, lengths, groups, **boot)
         lag += 1
+    if lag > 2:  # the staleness at the largest lag L over that at lag 1 (update K), on the same tokens
+        rows = run[f"stale_lag{lag - 1}"]
+        far = [
+            x - y
+            for x, y in zip(_per_sequence(rows, "old_logp"), _per_sequence(rows, "rollout_logp"), strict=True)
+        ]
+        out[f"ratio_stale_lag{lag - 1}"] = _interval(
+            [float((x**2).sum()) for x in far], squares["update"], groups, root=True, **boot
+        )
     return {"quantities": out, "lengths": length_counts(lengths, finished, _EDGES[1:])}
 
 
