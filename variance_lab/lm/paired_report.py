@@ -160,12 +160,12 @@ def run_quantities(run: dict, aggregation: str, *, n_boot: int = 2000, seed: int
     finished = np.array([bool(r["finished"]) for r in base])
     logp, old = _per_sequence(base, "logp"), _per_sequence(base, "old_logp")
     boot = {"n_boot": n_boot, "seed": seed}
+    d = [a - b for a, b in zip(logp, old, strict=True)]
     out = {
         "reward": _interval([r["reward"] for r in base], np.ones(len(base)), groups, proportion=True, **boot),
         "clip_update": _interval(_clip_counts(aggregation, logp, old), lengths, groups, **boot),
-        "rms_update": _rms([a - b for a, b in zip(logp, old, strict=True)], groups, **boot),
+        "rms_update": _rms(d, groups, **boot),
     }
-    d = [a - b for a, b in zip(logp, old, strict=True)]
     for lo, hi in itertools.pairwise(_EDGES):
         keep = [np.full(x.size, bool(f and lo <= x.size < hi)) for x, f in zip(d, finished, strict=True)]
         if sum(k.any() for k in keep) >= 2:
@@ -201,18 +201,14 @@ def run_quantities(run: dict, aggregation: str, *, n_boot: int = 2000, seed: int
     while f"stale_lag{lag}" in run:
         rows = run[f"stale_lag{lag}"]
         o, b = _per_sequence(rows, "old_logp"), _per_sequence(rows, "rollout_logp")
-        out[f"rms_stale_lag{lag}"] = _rms([x - y for x, y in zip(o, b, strict=True)], groups, **boot)
+        stale = [x - y for x, y in zip(o, b, strict=True)]
+        out[f"rms_stale_lag{lag}"] = _rms(stale, groups, **boot)
         counts = _clip_counts(aggregation, _per_sequence(rows, "logp"), o)
         out[f"clip_update_lag{lag}"] = _interval(counts, lengths, groups, **boot)
         lag += 1
     if lag > 2:  # the staleness at the largest lag L over that at lag 1 (update K), on the same tokens
-        rows = run[f"stale_lag{lag - 1}"]
-        far = [
-            x - y
-            for x, y in zip(_per_sequence(rows, "old_logp"), _per_sequence(rows, "rollout_logp"), strict=True)
-        ]
         out[f"ratio_stale_lag{lag - 1}"] = _interval(
-            [float((x**2).sum()) for x in far], squares["update"], groups, root=True, **boot
+            [float((x**2).sum()) for x in stale], squares["update"], groups, root=True, **boot
         )
     return {"quantities": out, "lengths": length_counts(lengths, finished, _EDGES[1:])}
 
