@@ -168,3 +168,11 @@ def test_calibrated_update_takes_the_uncalibrated_runs_minibatch(tmp_path, monke
     for a, b in zip(run.scores, plain.scores, strict=True):
         for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
+
+
+def test_a_calibration_and_a_given_update_rate_are_refused_together(tmp_path):
+    """``update_lr`` and ``lrs`` both name update K's rate: the run refuses before it starts."""
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match=r"update_lr=0\.001 and calibration rates"):
+        run_paired(None, None, replace(TINY, update_lr=1e-3), lrs=[1e-3, 1e-2])

@@ -223,8 +223,8 @@ class _Chain:
     """The chain of one seed and its random streams (:func:`~variance_lab.lm.runs.random_streams`).
 
     Streams 3 and 4 draw every update's minibatch (prompts, then tokens), in order; 0 and 1 the
-    data batch. :func:`run_paired` and :func:`calibrate` take the same warm-up and data batch
-    from it.
+    data batch. :func:`calibrate` draws update :math:`K`'s minibatch from it, and
+    :func:`run_paired` then takes update :math:`K` on that minibatch.
     """
 
     def __init__(self, model, tokenizer, settings):
@@ -314,6 +314,10 @@ def run_paired(model, tokenizer, settings, *, lrs=None, target=None, progress=No
     from variance_lab.lm.precision import low_precision_copy
     from variance_lab.progress import ticker
 
+    if lrs is not None and settings.update_lr:
+        raise ValueError(
+            f"update_lr={settings.update_lr!r} and calibration rates {list(lrs)!r}: give one rate"
+        )
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
     c = _Chain(model, tokenizer, settings)
