@@ -56,6 +56,16 @@ def _random_tokens(seed, n=4000):
     return log_pi, log_mu, adv
 
 
+def _row_selection(row, lengths, adv):
+    """Return the sequences and the tokens a table row covers: its length bucket and its advantage sign."""
+    sel = (lengths >= row.T_min) & (lengths <= row.T_max)
+    if row.correction.endswith("[A>0]"):
+        sel &= adv > 0
+    elif row.correction.endswith("[A<=0]"):
+        sel &= adv <= 0
+    return sel, np.repeat(sel, lengths)
+
+
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize(
     ("spec", "mode", "delta"),
@@ -212,12 +222,7 @@ def test_evaluate_dppo_rows_by_sign_match_a_plain_loop(token_file):
     d = np.exp(log_mu + log_r) - np.exp(log_mu)
     masked = np.where(seq_adv > 0, d > 0.1, d < -0.1)
     for row in df[df.correction.str.startswith("dppo")].itertuples(index=False):
-        sel = (lengths >= row.T_min) & (lengths <= row.T_max)
-        if row.correction.endswith("[A>0]"):
-            sel &= adv > 0
-        elif row.correction.endswith("[A<=0]"):
-            sel &= adv <= 0
-        tok = np.repeat(sel, lengths)
+        sel, tok = _row_selection(row, lengths, adv)
         assert row.n_seq == sel.sum()
         assert row.frac_modified == pytest.approx(masked[tok].mean(), rel=1e-12)
         assert row.mean_w == pytest.approx(np.where(masked, 0, np.exp(log_r))[tok].mean(), rel=1e-12)
@@ -447,12 +452,7 @@ def test_evaluate_cppo_rows_match_the_rule(token_file):
     masked = co.apply_prob(c, log_r, log_mu, np.repeat(adv, lengths), offsets=off)[1]
     assert masked.any()
     for row in df.itertuples(index=False):
-        sel = (lengths >= row.T_min) & (lengths <= row.T_max)
-        if row.correction.endswith("[A>0]"):
-            sel &= adv > 0
-        elif row.correction.endswith("[A<=0]"):
-            sel &= adv <= 0
-        tok = np.repeat(sel, lengths)
+        _, tok = _row_selection(row, lengths, adv)
         assert row.frac_modified == pytest.approx(masked[tok].mean(), rel=1e-12, abs=0)
         assert row.mean_w == pytest.approx(np.where(masked, 0, np.exp(log_r))[tok].mean(), rel=1e-12)
         assert math.isnan(row.pred_frac_modified)
