@@ -10,11 +10,14 @@ pins, with that checkout first on the path::
         $REPO/tests/data/rollouts/shipped_analysis.json.gz 6e3726919c724397681e496c7dfcc1d74d808e5d
 
 (The second argument, the commit recorded beside the outputs, defaults to ``git rev-parse HEAD``
-of the folder it runs in.)
+of the folder it runs in.) The analyses run with BLAS on one thread (``threadpoolctl``), as
+``analyze`` itself runs since it pins it (:func:`variance_lab.provenance.one_blas_thread`):
+commit 6e37269 predates the pinning, and with its machine's threads (2 on the VM) its ``comb``
+fits differ from one thread's by up to 18 %.
 
-(The committed reference was written that way from commit 6e37269, the start of the branch that
-made ``analyze`` scale, with Python 3.11.7, NumPy 2.4.6 and SciPy of the project's venv on the
-2-core AMD EPYC VM.) For each file of :data:`FILES` it runs ``variance-lab analyze FILE
+(The committed reference was written that way, at one BLAS thread, from commit 6e37269, the start
+of the branch that made ``analyze`` scale, with Python 3.11.7, NumPy 2.4.6 and SciPy of the
+project's venv on the 2-core AMD EPYC VM.) For each file of :data:`FILES` it runs ``variance-lab analyze FILE
 --table-format json`` at its defaults, in process, and stores the parsed JSON under the file's
 name, with the commit and versions beside, gzipped (about 70 kB).
 """
@@ -59,6 +62,7 @@ def main(argv: list[str]) -> int:
     """Write the reference to ``argv[0]`` (``argv[1]``: the commit to record, default the checkout's)."""
     import numpy as np
     import scipy
+    from threadpoolctl import threadpool_limits
 
     root = Path.cwd()
     git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=root)
@@ -71,8 +75,10 @@ def main(argv: list[str]) -> int:
             "numpy": np.__version__,
             "scipy": scipy.__version__,
         },
-        "files": {name: analyze_json(root / name) for name in FILES},
+        "blas_threads": 1,
     }
+    with threadpool_limits(limits=1, user_api="blas"):
+        record["files"] = {name: analyze_json(root / name) for name in FILES}
     with gzip.open(argv[0], "wt", encoding="utf-8") as fh:
         json.dump(record, fh, sort_keys=True)
     return 0

@@ -14,7 +14,9 @@ the same:
 - **determinism** of the PyTorch experiments: a :class:`torch.Generator` from a
   :class:`numpy.random.SeedSequence` (:func:`torch_generator`) and a fixed thread count with
   deterministic algorithms (:func:`deterministic_torch`). PyTorch is imported inside these
-  two functions only, so this module needs NumPy alone.
+  two functions only, so this module needs NumPy alone;
+- **one BLAS thread** for the rollout analysis (:func:`one_blas_thread`), whose numbers would
+  otherwise depend on the machine's core count.
 """
 
 from __future__ import annotations
@@ -288,3 +290,27 @@ def deterministic_torch(threads: int):
     finally:
         torch.set_num_threads(saved[0])
         torch.use_deterministic_algorithms(saved[1])
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    r"""Run the BLAS library (OpenBLAS, MKL: all that ``threadpoolctl`` finds) on one thread; restore after.
+
+    Some sums of :func:`~variance_lab.rollouts.analysis.analyze` go through BLAS (the
+    autocorrelation's :math:`\gamma_0` is a dot product of the token log-ratios, the mixtures'
+    EM and information matrices matrix products). OpenBLAS splits a long dot product between its
+    threads, so the last bits of the sum depend on their number, that is on the machine's cores
+    (on the 2-core VM, 1 thread against 2 moved the ``comb`` fit of the shipped files by up to
+    18 %: its EM amplifies the last bits); and its idle threads spin between calls (6.2 of the 24
+    CPU seconds of ``analyze`` on 1.6e7 tokens, for no gain in wall time). With one thread the
+    numbers are the same on any number of cores, and a Dask worker's (its nanny starts it with
+    ``OPENBLAS_NUM_THREADS=1``) are this process's.
+
+    Yields
+    ------
+    None
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield

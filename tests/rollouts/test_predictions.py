@@ -138,3 +138,45 @@ def test_choose_model_prefers_the_simplest_of_equals():
     assert choose_model(pd.DataFrame({"fits": ["comb", "hier,comb", "comb"]}))[0] == "comb"
     assert choose_model(pd.DataFrame({"fits": ["iid,hier", "hier,iid"]}))[0] == "iid"
     assert choose_model(pd.DataFrame({"fits": ["", ""]}))[0] == "none"
+
+
+@pytest.mark.slow
+def test_the_held_out_folds_compute_only_what_the_model_choice_reads():
+    """The folds' tables with ``fits_only``: the same held-out judgment, bit for bit, as full tables.
+
+    About 35 s; by default the shipped file's held-out judgment, unchanged bit for bit, shows the
+    same in ``tests/rollouts/test_shipped_analysis.py``. ``fits_only`` leaves out the PPO and GMPO
+    intervals (their own streams) and the Var(P_T), PPO and GMPO predictions; what is left
+    (Var(G_T), the GSPO clip, the fits) is computed as before.
+    """
+    from unittest import mock
+
+    from variance_lab.rollouts import judgment
+
+    batch = _random_scale_batch(7, n=400)
+    fast = analyze(batch, seed=0, n_boot=100, folds=2, progress=False).fitted["heldout"]
+    full_judge = judgment.judge
+
+    def full(*args, **kwargs):
+        return full_judge(*args, **(kwargs | {"fits_only": False}))
+
+    with mock.patch.object(judgment, "judge", full):
+        slow = analyze(batch, seed=0, n_boot=100, folds=2, progress=False).fitted["heldout"]
+    assert fast == slow
+    assert sum(fast["fits"].values()) > 0  # something was judged to fit
+
+
+def test_a_prediction_without_the_ppo_range_is_the_rest_of_the_full_one():
+    """predict(T, g_range) gives mean_G, var_G and gspo_clip bit for bit as with the PPO range."""
+    from variance_lab.rollouts.predictions import fitted_models
+
+    fits = dict(zip(("mix", "hier", "comb"), fitted_models(_random_scale_batch(3, n=300)), strict=True))
+    assert fits["comb"] is not None  # this batch's BIC picks more than one component: comb exists
+    T, g, p = np.array([8, 40, 300]), (math.log(0.9997), math.log(1.0004)), (math.log(0.8), math.log(1.2))
+    for model, fit in fits.items():
+        extra = {"n_rep": 50, "seed": 1} if model == "comb" else {}
+        full, part = fit.predict(T, g, p, **extra), fit.predict(T, g, **extra)
+        se = {"gspo_clip_se"} if model == "comb" else set()
+        assert set(part) == {"mean_G", "var_G", "gspo_clip"} | se
+        for key in part:
+            np.testing.assert_array_equal(part[key], full[key], err_msg=f"{model} {key}")

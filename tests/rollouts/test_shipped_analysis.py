@@ -2,7 +2,8 @@
 
 The reference (``tests/data/rollouts/shipped_analysis.json.gz``) is the JSON output of
 ``variance-lab analyze FILE --table-format json`` at its defaults, written by
-``tools/shipped_analysis.py`` from commit 6e37269 (the start of that work). Every value it holds
+``tools/shipped_analysis.py`` from commit 6e37269 (the start of that work) with BLAS on one
+thread, as ``analyze`` now runs it (:func:`variance_lab.provenance.one_blas_thread`). Every value it holds
 must come out the same, bit for bit: numbers as floats equal (NaN where NaN), strings and
 integers equal, lists of the same length. The output may hold keys the reference does not
 (:data:`NEW_KEYS`, named here); none of the reference's may go. The files are small (at most
@@ -17,7 +18,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "tests" / "data" / "rollouts" / "shipped_analysis.json.gz"
 
 #: The processor the reference was written and checked on, bit for bit (``provenance.cpu_model``):
-#: there the numbers must be identical; on another processor (other SIMD paths, another BLAS
-#: thread count) floats may differ in their last bits, so there they are held to
+#: there the numbers must be identical; on another processor (other SIMD paths) floats may differ
+#: in their last bits, so there they are held to
 #: :data:`CROSS_MACHINE_REL` (the house rule: no byte-for-byte float comparison across machines).
 REFERENCE_CPU = "AMD EPYC"
 CROSS_MACHINE_REL = 1e-9
@@ -45,10 +45,9 @@ def _cpu_flags() -> set:
     return set(line.partition(":")[2].split())
 
 
-#: The reference's machine: a 2-core AMD EPYC with AVX-512 (Zen 4), OpenBLAS on 2 threads.
-SAME_MACHINE = (
-    versions(("cpu",))["cpu"] == REFERENCE_CPU and "avx512f" in _cpu_flags() and os.cpu_count() == 2
-)
+#: The reference's machine: an AMD EPYC with AVX-512 (Zen 4); BLAS on one thread, as ``analyze``
+#: pins it, so the number of cores does not matter.
+SAME_MACHINE = versions(("cpu",))["cpu"] == REFERENCE_CPU and "avx512f" in _cpu_flags()
 
 #: Keys of the summary added since the reference was written.
 NEW_KEYS = {"fit_sample"}
@@ -99,6 +98,7 @@ def test_the_reference_names_its_commit_and_every_file():
     """The reference says where it came from, and holds the nine shipped files."""
     ref = _reference()
     assert ref["commit"].startswith("6e37269")
+    assert ref["blas_threads"] == 1
     assert len(ref["files"]) == 9
     assert all((ROOT / name).is_file() for name in ref["files"])
 

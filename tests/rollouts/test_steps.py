@@ -6,8 +6,10 @@ each), started for the module (a few seconds).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -19,7 +21,7 @@ from variance_lab.rollouts.batch import TokenBatch
 from variance_lab.rollouts.io import load_batch, save_batch
 from variance_lab.rollouts.run_layout import find_steps
 from variance_lab.rollouts.split import split_ratios
-from variance_lab.rollouts.steps import STEP_COLUMNS, StepTask, analyze_run, analyze_step, blas_threads
+from variance_lab.rollouts.steps import STEP_COLUMNS, StepTask, analyze_run, analyze_step
 from variance_lab.simulate import dask_executor as dx
 
 FAST = {"n_boot": 50, "fit_models": False, "seed": 3}  # the statistics of the run, not the model fits
@@ -233,22 +235,31 @@ def _long_steps(folder, keep=(11, 14)):
     return folder
 
 
-def test_the_steps_run_on_the_cluster_with_our_blas_threads(client, tmp_path):
-    """Workers start with one BLAS thread; each step there runs with ours: the local run's bits.
+def test_the_steps_run_on_the_cluster_as_here_though_the_threads_differ(client, tmp_path):
+    """Workers start with one BLAS thread, this process with its cores' number: the rows are equal.
 
-    Where this process has more than one, one thread changes the last bits of these steps: the
-    pinning is what makes the rows equal.
+    The nanny sets OPENBLAS_NUM_THREADS=1; the analysis runs BLAS on one thread in both. Where
+    this process has more than one thread, a step analysed without that pinning differs in its
+    last bits: the pinning is what makes the rows equal.
     """
+    from threadpoolctl import threadpool_info, threadpool_limits
+
     folder = _long_steps(tmp_path / "run")
     opts = {"n_boot": 0, "fit_models": False}
     local = analyze_run(folder, progress=False, **opts)
     on_dask = analyze_run(folder, client=client, progress=False, **opts)
     _assert_same_run(local, on_dask)
-    assert set(client.run(blas_threads).values()) == {1}  # the nanny's OPENBLAS_NUM_THREADS=1
-    ours = blas_threads()
-    if ours is not None and ours > 1:
-        one = [analyze_step(StepTask(d, options=opts, blas_threads=1)).row for d in find_steps(folder).steps]
-        assert [r["gspo_clip_pred"] for r in one] != local.steps["gspo_clip_pred"].tolist()
+
+    def threads():
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    assert set().union(*client.run(threads).values()) == {1}
+    if max(threads(), default=1) > 1:
+        with mock.patch("variance_lab.rollouts.analysis.one_blas_thread", contextlib.nullcontext):
+            free = [analyze_step(StepTask(d, options=opts)).row for d in find_steps(folder).steps]
+        assert [r["gspo_clip_pred"] for r in free] != local.steps["gspo_clip_pred"].tolist()
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert analyze_run(folder, progress=False, **opts).steps.equals(local.steps)
 
 
 def test_a_bad_step_on_the_cluster_raises_here(client, tmp_path):

@@ -133,6 +133,7 @@ import numpy as np
 import pandas as pd
 
 from variance_lab.progress import progress_steps
+from variance_lab.provenance import one_blas_thread
 from variance_lab.rollouts.batch import DroppedSequence, TokenBatch
 from variance_lab.rollouts.cgf import EmpiricalCGF
 from variance_lab.rollouts.judgment import (
@@ -397,7 +398,7 @@ def analyze(
         (:func:`~variance_lab.rollouts.subsample.fit_sample`, seeded from ``seed``; each held-out
         fold draws its own from the other folds), named in the summary's ``fit_sample``. Defaults
         :data:`~variance_lab.rollouts.subsample.FIT_TOKENS` (2^18) and
-        :data:`~variance_lab.rollouts.subsample.FIT_SEQUENCES` (2^12); None: all.
+        :data:`~variance_lab.rollouts.subsample.FIT_SEQUENCES` (2^11); None: all.
     ratio : {"update", "mismatch", "total"}
         The ratio the table, the fits and the clip fractions describe
         (:func:`~variance_lab.rollouts.split.ratio_batch`): pi_theta/pi_old, pi_old/mu_rollout or
@@ -440,7 +441,8 @@ def analyze(
     ranges = {"gspo_range": gspo_range, "ppo_range": ppo_range, "g_range": g_range, "p_range": p_range}
     n_steps = 1 + (folds if fit_models and folds > 1 else 0)
     lengths = source.lengths
-    with progress_steps(progress, n_steps, "analyze: fitting models", unit="fit") as step:
+    bar = progress_steps(progress, n_steps, "analyze: fitting models", unit="fit")
+    with bar as step, one_blas_thread():  # the same bits on any number of cores
         summaries = Summaries(
             source,
             ratio=ratio,

@@ -139,7 +139,7 @@ class CombinedFit:
             res.append(float(np.exp(_GH_LOGW) @ ((1 - pi) * out0 + pi * out1).mean(axis=0)))
         return np.array(res)
 
-    def predict(self, T, gspo_log_range, ppo_log_range, *, n_rep=400, seed=0) -> dict[str, np.ndarray]:
+    def predict(self, T, gspo_log_range, ppo_log_range=None, *, n_rep=400, seed=0) -> dict[str, np.ndarray]:
         r"""Ln E / ln Var of :math:`P_T` and :math:`G_T`, token and GSPO clip fractions, at lengths ``T``.
 
         The moments are exact: given :math:`z`, tokens are independent, so
@@ -149,16 +149,20 @@ class CombinedFit:
         quadrature. GSPO's clip probability is a seeded Monte Carlo over :math:`z` and each
         token's component, ``n_rep`` draws per length, given which :math:`\bar y` is Gaussian
         (its probability outside the range is exact); ``gspo_clip_se`` is its standard error.
+        Without ``ppo_log_range``, only what judges a fit (``mean_G``, ``var_G``, ``gspo_clip``
+        and its standard error).
         """
         T = np.atleast_1d(np.asarray(T, dtype=np.int64))
-        out: dict[str, np.ndarray] = {k: np.empty(T.size) for k in ("mean_P", "var_P", "mean_G", "var_G")}
+        names = ("G",) if ppo_log_range is None else ("P", "G")
+        out: dict[str, np.ndarray] = {f"{k}_{n}": np.empty(T.size) for n in names for k in ("mean", "var")}
         for i, t in enumerate(T):
-            for name, s in (("P", 1.0), ("G", 1.0 / t)):
+            for name, s in (("P", 1.0), ("G", 1.0 / t))[2 - len(names) :]:
                 l1, l2 = self._log_moment(int(t), s), self._log_moment(int(t), 2 * s)
                 out[f"mean_{name}"][i] = l1
                 d = 2 * l1 - l2
                 out[f"var_{name}"][i] = l2 + math.log(-math.expm1(d)) if d < 0 else -math.inf
-        out["ppo_clip"] = self.token_clip(T, ppo_log_range)
+        if ppo_log_range is not None:
+            out["ppo_clip"] = self.token_clip(T, ppo_log_range)
         out["gspo_clip"], out["gspo_clip_se"] = self.gspo_clip(T, gspo_log_range, n_rep=n_rep, seed=seed)
         return out
 

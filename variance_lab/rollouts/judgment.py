@@ -299,7 +299,7 @@ def heldout(summaries: Summaries, edges, boot: dict, ranges: dict, *, k: int, se
             raise AssertionError("the held-out folds differ from the summaries' plan")
         fold_boot = boot | {"seed": child_seed(ss, 50_000 + f)}
         sets = summaries.eval_set(("fold", f)), summaries.fit_set(("rest", f))
-        judged = judge(*sets, edges, fold_boot, ranges, fit_models=True)
+        judged = judge(*sets, edges, fold_boot, ranges, fit_models=True, fits_only=True)
         return judged.table if judged.fitted else None
 
     return heldout_judgment(_Folds(summaries), judge_fold, k=k, seed=ss, step=step)
@@ -346,7 +346,9 @@ class Judged:
     acf_note: str
 
 
-def judge(eval_set, fit_set, edges, boot: dict, ranges: dict, *, fit_models: bool) -> Judged:
+def judge(
+    eval_set, fit_set, edges, boot: dict, ranges: dict, *, fit_models: bool, fits_only: bool = False
+) -> Judged:
     """Judge the sequences ``eval_set`` (observed values, intervals) by models fitted to ``fit_set``.
 
     The two are a :class:`~variance_lab.rollouts.summaries.Summaries`' sets: ``eval_set`` an
@@ -358,7 +360,9 @@ def judge(eval_set, fit_set, edges, boot: dict, ranges: dict, *, fit_models: boo
     70,000 of the bootstrap's seed; None: all; named in ``fitted["samples"]``). ``boot``:
     ``n_boot``, ``level``, ``seed``; ``ranges``: ``gspo_range``, ``ppo_range`` (ratios) and
     ``g_range``, ``p_range`` (their logs). ``analyze`` judges the whole batch by itself (in
-    sample); the held-out judgment (:mod:`variance_lab.rollouts.heldout`) a fold by the other folds.
+    sample); the held-out judgment (:mod:`variance_lab.rollouts.heldout`) a fold by the other folds,
+    with ``fits_only`` (:func:`~variance_lab.rollouts.predictions.prediction_columns`: only what the
+    model choice reads is computed).
     """
     g_range, p_range = ranges["g_range"], ranges["p_range"]
     obs = _observed_rows(eval_set, edges, boot)
@@ -397,6 +401,7 @@ def judge(eval_set, fit_set, edges, boot: dict, ranges: dict, *, fit_models: boo
             g_range=g_range,
             p_range=p_range,
             normal=(fit.mu_y, fit.sigma2_y),
+            fits_only=fits_only,
             **boot,
         )
         table[list(PREDICTION_COLUMNS)] = extra

@@ -90,15 +90,19 @@ class MixtureFit:
             None, None, components=tuple(zip(self.weights, self.means, self.variances, strict=True))
         )
 
-    def predict(self, T, gspo_log_range, ppo_log_range) -> dict[str, np.ndarray]:
-        """Ln E / ln Var of P_T and G_T (exact theory of the family) and clip probabilities at ``T``."""
+    def predict(self, T, gspo_log_range, ppo_log_range=None) -> dict[str, np.ndarray]:
+        """Ln E / ln Var of P_T and G_T (exact theory of the family) and clip probabilities at ``T``.
+
+        Without ``ppo_log_range``, only what judges a fit (``mean_G``, ``var_G``, ``gspo_clip``).
+        """
         T = np.atleast_1d(np.asarray(T, dtype=np.int64))
         fam = self.family()
         out = {}
-        for stat in ("mean_P", "var_P", "mean_G", "var_G"):
+        for stat in ("mean_P", "var_P", "mean_G", "var_G")[2 if ppo_log_range is None else 0 :]:
             out[stat] = theory.value(stat, fam, T, log10=True) * math.log(10.0)
         out["gspo_clip"] = self.gspo_clips(T, gspo_log_range)
-        out["ppo_clip"] = self.token_clip(T, ppo_log_range)
+        if ppo_log_range is not None:
+            out["ppo_clip"] = self.token_clip(T, ppo_log_range)
         return out
 
     def token_clip(self, T, log_range) -> np.ndarray:

@@ -206,8 +206,14 @@ def prediction_columns(
     n_boot: int,
     level: float,
     seed,
+    fits_only: bool = False,
 ) -> pd.DataFrame:
     r"""Compute the :data:`PREDICTION_COLUMNS` of each row of the analysis ``table`` (module docstring).
+
+    ``fits_only``: only what :func:`choose_model` reads (``fits``, ``best_model``, and the Var(G_T)
+    and GSPO clip predictions they come from; the held-out judgment's folds): the PPO and GMPO
+    clip intervals and predictions and the Var(P_T) predictions stay NaN, and what is computed is
+    the same, bit for bit (the intervals left out draw from their own streams).
 
     ``normal`` is the pooled fit :math:`(\hat\mu_y, \hat\sigma_y^2)` of ``iid`` and ``corr``.
     ``sequences`` are the judged ones (:class:`~variance_lab.rollouts.summaries.EvalSummary`):
@@ -231,36 +237,39 @@ def prediction_columns(
         row: dict = {}
         g = None if groups is None else groups[sel]
         boot = {"n_boot": n_boot, "level": level, "groups": g}
-        row["ppo_clip_frac_lo"], row["ppo_clip_frac_hi"] = bootstrap_ratio(
-            p_seq[sel], T, rng=_child_rng(seed, j), **boot
-        )
         row["gmpo_clip_frac"] = float(m_seq[sel].sum() / T.sum())
-        row["gmpo_clip_frac_lo"], row["gmpo_clip_frac_hi"] = bootstrap_ratio(
-            m_seq[sel], T, rng=_child_rng(seed, 20_000 + j), **boot
-        )
+        if not fits_only:
+            row["ppo_clip_frac_lo"], row["ppo_clip_frac_hi"] = bootstrap_ratio(
+                p_seq[sel], T, rng=_child_rng(seed, j), **boot
+            )
+            row["gmpo_clip_frac_lo"], row["gmpo_clip_frac_hi"] = bootstrap_ratio(
+                m_seq[sel], T, rng=_child_rng(seed, 20_000 + j), **boot
+            )
         obs_G = [base[k] * LN10 for k in ("log10_var_G", "log10_var_G_lo", "log10_var_G_hi")]
         row["gspo_clip_se_comb"] = math.nan
+        ppo = None if fits_only else p_range
         for name, fit in zip(FITTED_MODELS, fits, strict=True):
             if fit is None:
                 continue
             if name == "comb":
                 pred = fit.predict(
-                    uniq, g_range, p_range, n_rep=counts * COMB_REPLICATES, seed=child_seed(seed, 30_000 + j)
+                    uniq, g_range, ppo, n_rep=counts * COMB_REPLICATES, seed=child_seed(seed, 30_000 + j)
                 )
                 row["gspo_clip_se_comb"] = float(np.sqrt(np.sum((counts * pred["gspo_clip_se"]) ** 2)) / n)
             else:
-                pred = fit.predict(uniq, g_range, p_range)
+                pred = fit.predict(uniq, g_range, ppo)
             ln_g = expected_sample_var(pred["mean_G"], pred["var_G"], counts)
             with np.errstate(over="ignore"):
                 row[f"var_G_{name}"] = float(np.exp(ln_g))
             row[f"log10_var_G_{name}"] = ln_g / LN10
-            row[f"log10_var_P_{name}"] = expected_sample_var(pred["mean_P"], pred["var_P"], counts) / LN10
             row[f"gspo_clip_pred_{name}"] = float(np.sum(counts * pred["gspo_clip"]) / n)
-            tokens = counts * uniq
-            row[f"ppo_clip_pred_{name}"] = float(np.sum(tokens * pred["ppo_clip"]) / np.sum(tokens))
-            gmpo = fit.token_clip(uniq, GMPO_LOG_RANGE)
-            row[f"gmpo_clip_pred_{name}"] = float(np.sum(tokens * gmpo) / np.sum(tokens))
             row[f"score_{name}"] = interval_score(ln_g, *obs_G)
+            if not fits_only:
+                row[f"log10_var_P_{name}"] = expected_sample_var(pred["mean_P"], pred["var_P"], counts) / LN10
+                tokens = counts * uniq
+                row[f"ppo_clip_pred_{name}"] = float(np.sum(tokens * pred["ppo_clip"]) / np.sum(tokens))
+                gmpo = fit.token_clip(uniq, GMPO_LOG_RANGE)
+                row[f"gmpo_clip_pred_{name}"] = float(np.sum(tokens * gmpo) / np.sum(tokens))
         row["gspo_clip_pred_emp"] = math.nan
         row["gspo_clip_pred_corr"] = base["gspo_clip_pred"]
         for kind in ("ppo", "gmpo"):

@@ -117,12 +117,13 @@ class RandomScaleFit:
         mu = math.exp(self.c)
         return RandomScale(mu, mu * mu * math.expm1(-self.alpha * math.log1p(-th)), alpha=self.alpha)
 
-    def predict(self, T, gspo_log_range, ppo_log_range, n_grid: int = 2000) -> dict[str, np.ndarray]:
+    def predict(self, T, gspo_log_range, ppo_log_range=None, n_grid: int = 2000) -> dict[str, np.ndarray]:
         r"""Ln E / ln Var of :math:`P_T` and :math:`G_T`, and clip probabilities, at lengths ``T``.
 
         :math:`\log E[P_T^s] = sTc - \alpha\log(1 - \theta(T) T s(s-1)/2)` (``inf`` where the
         bracket is not positive); the clip probabilities integrate the Gaussian ones given
-        :math:`v` over the gamma law of :math:`v` on ``n_grid`` quantile midpoints.
+        :math:`v` over the gamma law of :math:`v` on ``n_grid`` quantile midpoints. Without
+        ``ppo_log_range``, only what judges a fit (``mean_G``, ``var_G``, ``gspo_clip``).
         """
         T = np.atleast_1d(np.asarray(T, dtype=np.float64))
         th = self.theta(T)
@@ -134,7 +135,7 @@ class RandomScaleFit:
             return np.where(z < 1, val, np.inf)
 
         out = {}
-        for name, s in (("P", np.ones_like(T)), ("G", 1.0 / T)):
+        for name, s in (("P", np.ones_like(T)), ("G", 1.0 / T))[ppo_log_range is None :]:
             c1, c2 = cgf(s), cgf(2 * s)
             with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # f2 = 0: variance 0
                 f2 = c2 - 2 * c1
@@ -145,7 +146,8 @@ class RandomScaleFit:
             v = _gamma_grid(self.alpha, th[rows], n_grid)  # (lengths, n_grid)
             mean = self.c - v / 2
             out["gspo_clip"][rows] = normal_outside(mean, v / T[rows, None], gspo_log_range).mean(axis=1)
-        out["ppo_clip"] = self.token_clip(T, ppo_log_range, n_grid)
+        if ppo_log_range is not None:
+            out["ppo_clip"] = self.token_clip(T, ppo_log_range, n_grid)
         return out
 
     def token_clip(self, T, log_range, n_grid: int = 2000) -> np.ndarray:

@@ -47,7 +47,6 @@ __all__ = [
     "StepTask",
     "analyze_run",
     "analyze_step",
-    "blas_threads",
 ]
 
 #: Columns of :attr:`RunAnalysis.steps`, one row per step, in order.
@@ -102,12 +101,12 @@ class StepTask:
     options : dict
         Keyword arguments of :func:`~variance_lab.rollouts.analysis.analyze` (``edges``, ``n_boot``,
         ``seed``...).
-    blas_threads : int or None
-        Set on the tasks of a run on a Dask cluster: the BLAS library runs the step with this many
-        threads (:func:`blas_threads`), and the worker keeps freed memory for the next array
+    on_worker : bool
+        Set on the tasks of a run on a Dask cluster: the worker keeps freed memory for the next array
         (:func:`variance_lab._memory.reuse_freed_memory`: Dask's nanny starts workers with
         ``MALLOC_TRIM_THRESHOLD_=65536``, with which a step of 52,000 tokens spent 2.7 of its 5.4 CPU
-        seconds in the kernel). None (a local run) changes neither.
+        seconds in the kernel). The analysis runs BLAS on one thread wherever it runs
+        (:func:`~variance_lab.provenance.one_blas_thread`), so a worker's numbers are a local run's.
     """
 
     dump: StepDump
@@ -116,7 +115,7 @@ class StepTask:
     on_bad: str = "raise"
     ratio: str | None = None
     options: dict = field(default_factory=dict)
-    blas_threads: int | None = None
+    on_worker: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,34 +153,6 @@ def _mismatch(summary: dict) -> dict:
     }
 
 
-def blas_threads() -> int | None:
-    r"""Return the threads of this process's BLAS library (``threadpoolctl``), None where it cannot tell.
-
-    Some of the analysis's sums go through BLAS (the autocorrelation's :math:`\gamma_0` is a dot
-    product of the token log-ratios, the mixture's information matrix a matrix product), and
-    OpenBLAS splits a long dot product between its threads: the last bits of the sum depend on
-    their number (on the 2-core VM, 1 thread and 2 gave a GSPO clip prediction 1 unit in the last
-    place apart, in 2 of 20 steps of 52,000 tokens). A Dask worker starts with one
-    (``distributed.nanny.pre-spawn-environ`` sets ``OPENBLAS_NUM_THREADS=1``); so each step of a run
-    on a cluster runs with this process's number (:attr:`StepTask.blas_threads`).
-    """
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return None
-    counts = [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
-    return counts[0] if counts else None
-
-
-def _blas_limited(threads: int | None):
-    """Return a context holding the BLAS libraries at ``threads`` threads (nothing for None)."""
-    if threads is None:
-        return contextlib.nullcontext()
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=threads, user_api="blas")
-
-
 def analyze_step(task: StepTask) -> StepResult:
     """Load one step and analyse it with :func:`~variance_lab.rollouts.analysis.analyze`: a pure function.
 
@@ -196,13 +167,8 @@ def analyze_step(task: StepTask) -> StepResult:
     -------
     StepResult
     """
-    if task.blas_threads is not None:  # a task of a Dask worker
+    if task.on_worker:
         reuse_freed_memory()
-    with _blas_limited(task.blas_threads):
-        return _analyze_step(task)
-
-
-def _analyze_step(task: StepTask) -> StepResult:
     dump = task.dump
     batch = load_step(dump, preset=task.preset, format=task.format, on_bad=task.on_bad)
     try:
@@ -330,15 +296,9 @@ def _run_local(tasks: list[StepTask], update) -> list[StepResult]:
 
 def _run_dask(tasks: list[StepTask], client, update) -> list[StepResult]:
     """One Dask task per step through the engine's executor; results back in step order."""
-    from variance_lab.simulate.dask_executor import INSTALL_HINT, DaskMissingError, run_groups_dask
+    from variance_lab.simulate.dask_executor import run_groups_dask
 
-    threads = blas_threads()
-    if threads is None:
-        raise DaskMissingError(
-            "a run on a Dask cluster runs each step with this process's BLAS threads, which needs "
-            f"threadpoolctl: {INSTALL_HINT}"
-        )
-    tasks = [replace(t, blas_threads=threads) for t in tasks]
+    tasks = [replace(t, on_worker=True) for t in tasks]
     results: dict[int, StepResult] = {}
     runs = run_groups_dask(((i, [t]) for i, t in enumerate(tasks)), client, fn=analyze_step)
     with contextlib.closing(runs):  # an error closes it: the other steps are cancelled on the cluster

@@ -38,8 +38,8 @@ __all__ = ["FIT_SEQUENCES", "FIT_TOKENS", "SAMPLE_BY", "FitSample", "fit_sample"
 #: Tokens the token-mixture fits of ``analyze`` see at most (about; whole prompts): 2^18.
 FIT_TOKENS = 1 << 18
 
-#: Sequences the ``hier`` fit of ``analyze`` sees at most (about; whole prompts): 2^12.
-FIT_SEQUENCES = 1 << 12
+#: Sequences the ``hier`` fit of ``analyze`` sees at most (about; whole prompts): 2^11.
+FIT_SEQUENCES = 1 << 11
 
 #: What a budget counts, and the fits each sample is for.
 SAMPLE_BY = {"tokens": "the token-mixture fits (mix, comb)", "sequences": "the hier fit"}
