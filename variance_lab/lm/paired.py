@@ -48,6 +48,7 @@ from variance_lab.ratios.defaults import eps_range
 __all__ = [
     "PAIRED_SAMPLERS",
     "PUBLISHED_CLIP_FRACTIONS",
+    "PairedChain",
     "PairedRun",
     "calibrate",
     "calibrate_lr",
@@ -219,12 +220,20 @@ class PairedRun:
         self.calibration = calibration
 
 
-class _Chain:
-    """The chain of one seed and its random streams (:func:`~variance_lab.lm.runs.random_streams`).
+class PairedChain:
+    r"""The chain of one seed and its random streams (:func:`~variance_lab.lm.runs.random_streams`).
 
     Streams 3 and 4 draw every update's minibatch (prompts, then tokens), in order; 0 and 1 the
     data batch. :func:`calibrate` draws update :math:`K`'s minibatch from it, and
     :func:`run_paired` then takes update :math:`K` on that minibatch.
+
+    Parameters
+    ----------
+    model : transformers causal language model, float32
+        :math:`\theta_0`; the chain trains a copy, rounded to ``settings.paired_base``.
+    tokenizer : its tokenizer
+    settings : variance_lab.lm.runs.LMSettings
+        ``run="paired"``: the loss, the learning rate, the sizes and the seed.
     """
 
     def __init__(self, model, tokenizer, settings):
@@ -320,7 +329,7 @@ def run_paired(model, tokenizer, settings, *, lrs=None, target=None, progress=No
         )
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
-    c = _Chain(model, tokenizer, settings)
+    c = PairedChain(model, tokenizer, settings)
     c.warm_up(say, "warm-up update")
     timing = {"warm_up": _elapsed(t0)}
     t1 = time.perf_counter()
@@ -525,7 +534,7 @@ def _reproduce(settings, calibration: dict | None = None) -> str:
     )
 
 
-def calibrate(c: _Chain, batch, old, *, lrs, target: float | None = None, say=None):
+def calibrate(c: PairedChain, batch, old, *, lrs, target: float | None = None, say=None):
     r"""Calibrate the learning rate of update :math:`K` to a clipped-token fraction.
 
     On the chain at :math:`\theta_{K-1}` (after the warm-up), draws update :math:`K`'s
@@ -535,7 +544,7 @@ def calibrate(c: _Chain, batch, old, *, lrs, target: float | None = None, say=No
 
     Parameters
     ----------
-    c : _Chain
+    c : PairedChain
         At :math:`\theta_{K-1}`.
     batch : variance_lab.lm.runs._Batch
         The data batch :math:`D`.
