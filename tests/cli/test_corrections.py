@@ -153,12 +153,13 @@ def test_data_without_rollout_logp_and_ratio_mismatch(tmp_path, capsys):
 
 
 def test_out_file_is_written(tmp_path, capsys):
-    """--out writes the table to the file and nothing to stdout."""
+    """--out writes the table to the file, nothing to stdout, and says where on stderr (as table does)."""
     target = tmp_path / "c.md"
-    rc, out, _ = run_cli(capsys, "corrections", "--T", "10", "--out", str(target))
+    rc, out, err = run_cli(capsys, "corrections", "--T", "10", "--out", str(target))
     assert rc == 0
     assert out == ""
     assert "seq-mask:3" in target.read_text()
+    assert err.strip().endswith(f"wrote the table to {target}")
 
 
 def test_random_scale_and_mixture_rows_say_quadrature_or_sum(capsys):

@@ -32,7 +32,7 @@ from variance_lab.cli._common import (
     grid_arg,
     int_grid,
     load_rollouts,
-    write_output,
+    output_table,
 )
 from variance_lab.report import corrections_table as report
 
@@ -489,8 +489,7 @@ def run(args: argparse.Namespace) -> int:
         from variance_lab.report.table import json_text
 
         text = json_text([*json.loads(text), vcpo_row])
-    write_output(text, args.out)
-    return 0
+    return output_table(text, args.out)
 
 
 def add_command(sub) -> None:
