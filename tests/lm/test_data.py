@@ -156,10 +156,11 @@ def test_paired_runs_pair_their_files_and_record_the_optimizer():
     from variance_lab.lm.paired_report import read_paired
 
     runs = read_paired(PAIRED)
-    assert sorted(runs) == [("gspo", 0), ("gspo", 1), ("gspo", 2)]
-    for (_, seed), run in runs.items():
+    assert sorted(runs) == [("gspo", 0), ("gspo", 1), ("gspo", 2), ("token-mean", 0)]
+    for (loss, seed), run in runs.items():
         sides = [json.loads(p.read_text()) for p in PAIRED.glob(f"smollm2_s{seed}_*.json")]
-        assert len(sides) == 7
+        sides = [s for s in sides if s["aggregation"] in (loss, None)]
+        assert len(sides) == (7 if loss == "gspo" else 1)
         base = run["onpolicy"]
         assert {s["tokens_sha256"] for s in sides} == {sides[0]["tokens_sha256"]}
         for side in sides:
@@ -173,6 +174,27 @@ def test_paired_runs_pair_their_files_and_record_the_optimizer():
                 rows = run[side["role"]]
                 assert [r["id"] for r in rows] == [r["id"] for r in base]
                 assert [len(r["rollout_logp"]) for r in rows] == [len(r["logp"]) for r in base]
+
+
+def test_each_paired_run_clips_within_a_factor_of_two_of_the_published_fraction():
+    """Update K's clipped fraction, recomputed from the on-policy file, against its loss's published one.
+
+    The rate was calibrated on the same data batch (``calibration`` in the sidecar, its rate the
+    optimizer's): the fraction sits within a factor of 2 of the GSPO paper's for each loss.
+    """
+    from variance_lab.lm.paired import PUBLISHED_CLIP_FRACTIONS, clipped_fraction
+    from variance_lab.lm.paired_report import read_paired
+
+    for (loss, seed), run in read_paired(PAIRED).items():
+        records = run["onpolicy"]
+        found = clipped_fraction(
+            loss, [np.asarray(r["logp"]) for r in records], [np.asarray(r["old_logp"]) for r in records]
+        )
+        target = PUBLISHED_CLIP_FRACTIONS[loss]
+        assert target / 2 <= found <= 2 * target, (loss, seed, found)
+        side = run["sidecar"]
+        assert side["calibration"]["target"] == target
+        assert side["optimizer"]["lr"] == float(f"{side['calibration']['lr']:.3g}")
 
 
 def test_data_stays_under_10_mb_and_the_tables_are_current():
