@@ -301,10 +301,10 @@ def one_blas_thread():
     EM and information matrices matrix products). OpenBLAS splits a long dot product between its
     threads, so the last bits of the sum depend on their number, that is on the machine's cores
     (on the 2-core VM, 1 thread against 2 moved the ``comb`` fit of the shipped files by up to
-    18 %: its EM amplifies the last bits); and its idle threads spin between calls (6.2 of the 24
-    CPU seconds of ``analyze`` on 1.6e7 tokens, for no gain in wall time). With one thread the
-    numbers are the same on any number of cores, and a Dask worker's (its nanny starts it with
-    ``OPENBLAS_NUM_THREADS=1``) are this process's.
+    18 %: its EM amplifies the last bits); and its idle threads spin between calls (``analyze`` of
+    1.6e7 tokens took 23.9 CPU seconds with 2 threads, 18.6 with one, in the same wall time).
+    With one thread the numbers are the same on any number of cores, and a Dask worker's (its
+    nanny starts it with ``OPENBLAS_NUM_THREADS=1``) are this process's.
 
     Yields
     ------
