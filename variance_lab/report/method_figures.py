@@ -17,7 +17,6 @@ Each takes ``fig=`` (or makes a 7 in wide figure) and returns the figure.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -38,14 +37,6 @@ def _figure(frame: pd.DataFrame, who: str, fig, size: tuple[float, float]) -> Fi
     if missing:
         raise ValueError(f"{who} needs the columns {list(THRESHOLD_COLUMNS)}; missing {missing}")
     return Figure(figsize=size, layout="constrained") if fig is None else fig
-
-
-def _points(ax, rows: pd.DataFrame, color: str, marker: str) -> None:
-    """Points with their intervals (a missing interval: the point alone), hollow where flagged."""
-    x, y = rows["x"].to_numpy(float), rows["value"].to_numpy(float)
-    lo, hi = rows["lo"].to_numpy(float), rows["hi"].to_numpy(float)
-    lo, hi = np.where(np.isfinite(lo), np.minimum(lo, y), y), np.where(np.isfinite(hi), np.maximum(hi, y), y)
-    sty.errorbar_points(ax, x, y, lo, hi, rows["reliable"].to_numpy(bool), color, marker=marker)
 
 
 def _lines(ax, rows: pd.DataFrame, color: str, ls: str, positive: bool = False) -> None:
@@ -81,7 +72,7 @@ def _categorical(ax, rows: pd.DataFrame, colors: dict, markers: dict) -> None:
     rows = rows.sort_values("x")
     for r in rows.itertuples(index=False):
         spec, sign = _split(r.series)
-        _points(ax, pd.DataFrame([r._asdict()]), colors.get(spec, "0.2"), markers.get(sign, "o"))
+        sty.frame_points(ax, pd.DataFrame([r._asdict()]), colors.get(spec, "0.2"), markers.get(sign, "o"))
     ax.set_xticks(rows["x"], list(rows["series"]), fontsize=sty.small_font(), rotation=35, ha="right")
     ax.set_xlim(rows["x"].min() - 0.6, rows["x"].max() + 0.6)
 
@@ -150,7 +141,7 @@ def sign_figure(
                 if panel == "var":
                     mc = mc[mc["value"] > 0]
                 if len(mc):
-                    _points(ax, mc, colors[spec], markers.get(sign, "o"))
+                    sty.frame_points(ax, mc, colors[spec], markers.get(sign, "o"))
             ax.set_xscale("log")
             if panel == "var":
                 ax.set_yscale("log")
@@ -204,7 +195,7 @@ def vcpo_figure(frame: pd.DataFrame, *, fig=None, title: str = "", style=None) -
                 _lines(ax, sub[sub["method"] == "exact"], st["color"], st["ls"])
                 mc = sub[sub["method"] == "monte_carlo"]
                 if len(mc):
-                    _points(ax, mc, st["color"], st["marker"])
+                    sty.frame_points(ax, mc, st["color"], st["marker"])
                 handles += _handles([(series, {"color": st["color"], "ls": st["ls"]})])
             if panel == "lag" and (rows["method"] == "monte_carlo").any():
                 handles += _handles(

@@ -107,16 +107,7 @@ def _draw(ax, rows: pd.DataFrame, styles: dict, logit: bool) -> list[Line2D]:
         if len(exact):
             ax.plot(exact["x"], exact["value"], color=st["color"], ls=st["ls"])
         if len(points):
-            sty.errorbar_points(
-                ax,
-                points["x"].to_numpy(float),
-                points["value"].to_numpy(float),
-                points["lo"].to_numpy(float),
-                points["hi"].to_numpy(float),
-                points["reliable"].to_numpy(bool),
-                st["color"],
-                marker=st["marker"],
-            )
+            sty.frame_points(ax, points, st["color"], st["marker"])
             if not len(exact):  # observed points: joined by a thin line to read the trend
                 ax.plot(points["x"], points["value"], color=st["color"], ls=":", lw=0.8)
         handles.append(series_handle(st, series, line=bool(len(exact)) or ":", points=bool(len(points))))
@@ -139,16 +130,7 @@ def _draw_cppo(ax, rows: pd.DataFrame, first: int) -> list[Line2D]:
         st = colours[s2]
         sub = rows[(rows["series"] == series) & (rows["value"] > 0)].sort_values("x")
         if (sub["method"] == "monte_carlo").any():
-            sty.errorbar_points(
-                ax,
-                sub["x"].to_numpy(float),
-                sub["value"].to_numpy(float),
-                sub["lo"].to_numpy(float),
-                sub["hi"].to_numpy(float),
-                sub["reliable"].to_numpy(bool),
-                st["color"],
-                marker=st["marker"],
-            )
+            sty.frame_points(ax, sub, st["color"], st["marker"])
             ax.plot(sub["x"], sub["value"], color=st["color"], ls="-", lw=0.8)
             kinds.setdefault(kind, ("-", f"{kind}: Monte Carlo, 95 % interval", True))
         else:

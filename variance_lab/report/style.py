@@ -31,6 +31,7 @@ __all__ = [
     "STYLE_FILE",
     "color",
     "errorbar_points",
+    "frame_points",
     "line_style",
     "log10_axis",
     "paper",
@@ -161,6 +162,18 @@ def errorbar_points(ax, x, y, lo, hi, reliable, color: str, marker: str | None =
                 mec=color,
                 **kw,
             )
+
+
+def frame_points(ax, rows, color: str, marker: str | None = None) -> None:
+    """Draw :func:`errorbar_points` of a panel frame's ``x``, ``value``, ``lo``, ``hi`` and ``reliable``.
+
+    A missing interval end (NaN) draws the point alone on that side; ends are widened to hold
+    the point.
+    """
+    x, y = rows["x"].to_numpy(float), rows["value"].to_numpy(float)
+    lo, hi = rows["lo"].to_numpy(float), rows["hi"].to_numpy(float)
+    lo, hi = np.where(np.isfinite(lo), np.minimum(lo, y), y), np.where(np.isfinite(hi), np.maximum(hi, y), y)
+    errorbar_points(ax, x, y, lo, hi, rows["reliable"].to_numpy(bool), color, marker=marker)
 
 
 def _power_of_ten(value: float, _pos=None) -> str:

@@ -44,11 +44,7 @@ def _panel(ax, rows: pd.DataFrame, start: int) -> list[Line2D]:
         if len(exact):
             ax.plot(exact["x"], exact["value"], color=st["color"], ls=st["ls"])
         if len(mc):
-            x, y = mc["x"].to_numpy(float), mc["value"].to_numpy(float)
-            lo, hi = mc["lo"].to_numpy(float), mc["hi"].to_numpy(float)
-            sty.errorbar_points(
-                ax, x, y, lo, hi, mc["reliable"].to_numpy(bool), st["color"], marker=st["marker"]
-            )
+            sty.frame_points(ax, mc, st["color"], st["marker"])
         bind = sub[sub["method"] == "binding"]
         if len(bind):
             ax.plot(bind["x"], bind["value"], ls="", marker="x", ms=6, mew=1.2, color=st["color"], zorder=4)
