@@ -156,7 +156,8 @@ class CombinedFit:
         names = ("G",) if ppo_log_range is None else ("P", "G")
         out: dict[str, np.ndarray] = {f"{k}_{n}": np.empty(T.size) for n in names for k in ("mean", "var")}
         for i, t in enumerate(T):
-            for name, s in (("P", 1.0), ("G", 1.0 / t))[2 - len(names) :]:
+            for name in names:
+                s = 1.0 if name == "P" else 1.0 / t
                 l1, l2 = self._log_moment(int(t), s), self._log_moment(int(t), 2 * s)
                 out[f"mean_{name}"][i] = l1
                 d = 2 * l1 - l2

@@ -98,7 +98,9 @@ class MixtureFit:
         T = np.atleast_1d(np.asarray(T, dtype=np.int64))
         fam = self.family()
         out = {}
-        for stat in ("mean_P", "var_P", "mean_G", "var_G")[2 if ppo_log_range is None else 0 :]:
+        for stat in ("mean_P", "var_P", "mean_G", "var_G"):
+            if stat.endswith("_P") and ppo_log_range is None:
+                continue
             out[stat] = theory.value(stat, fam, T, log10=True) * math.log(10.0)
         out["gspo_clip"] = self.gspo_clips(T, gspo_log_range)
         if ppo_log_range is not None:

@@ -135,7 +135,9 @@ class RandomScaleFit:
             return np.where(z < 1, val, np.inf)
 
         out = {}
-        for name, s in (("P", np.ones_like(T)), ("G", 1.0 / T))[ppo_log_range is None :]:
+        for name, s in (("P", np.ones_like(T)), ("G", 1.0 / T)):
+            if name == "P" and ppo_log_range is None:
+                continue
             c1, c2 = cgf(s), cgf(2 * s)
             with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # f2 = 0: variance 0
                 f2 = c2 - 2 * c1
