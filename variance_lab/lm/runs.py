@@ -57,6 +57,7 @@ from variance_lab.lm.task import (
     chat_prompts,
     make_prompts,
     messages,
+    parse_strata,
     rewards,
     stop_ids,
 )
@@ -127,6 +128,10 @@ class LMSettings(RunSettings):
     updates, samplers : int, str
         ``paired`` (:mod:`variance_lab.lm.paired`): the measured update :math:`K` of a persistent
         AdamW, and the samplers scored on the data batch's tokens (comma-separated, may be empty).
+    length_strata : str
+        ``paired``: when set (``LO-HI:K,...``, :func:`~variance_lab.lm.task.parse_strata`), the run
+        samples a length batch of ``count`` requests by stratum from the same chain instead of its
+        data batch (:func:`~variance_lab.lm.paired.run_length`); empty: the data batch.
     max_term, max_words, max_times, max_count : int
         The task's sizes (:func:`~variance_lab.lm.task.make_prompts`).
     kinds : str
@@ -164,6 +169,7 @@ class LMSettings(RunSettings):
     train_prompts: int = 32
     updates: int = 1
     samplers: str = "bf16,fp16,top-p"
+    length_strata: str = ""
     kinds: str = "add,copy,repeat"
     max_count: int = 60
     max_term: int = 9
@@ -219,6 +225,10 @@ class LMSettings(RunSettings):
             )
         for name in ("temperature", "lr"):
             check_positive(name, getattr(self, name))
+        if self.length_strata:
+            if self.run != "paired":
+                raise ValueError(f"length_strata: only with run 'paired', got run {self.run!r}")
+            parse_strata(self.length_strata)
         if self.update_lr != 0:  # 0: lr
             check_positive("update_lr", self.update_lr)
         if self.shots > MAX_SHOTS:
@@ -295,7 +305,18 @@ class _Batch:
 
 
 def draw_batch(
-    model, tokenizer, settings, rng, generator, n_prompts, first_id, *, top=False, lag=None, progress=None
+    model,
+    tokenizer,
+    settings,
+    rng,
+    generator,
+    n_prompts,
+    first_id,
+    *,
+    top=False,
+    lag=None,
+    progress=None,
+    prompts=None,
 ):
     """Draw ``n_prompts`` prompts, ``group_size`` responses each from ``model``; reward them.
 
@@ -316,13 +337,17 @@ def draw_batch(
     lag : int, optional
         Recorded as ``policy_lag``.
     progress : callable, optional
+    prompts : list of Prompt, optional
+        Take these ``n_prompts`` prompts instead of drawing them (``rng`` is then unused).
 
     Returns
     -------
     _Batch
         Prompts, token ids, samples, texts, rewards and group advantages.
     """
-    plist = make_prompts(rng, n_prompts, **settings.task_options())
+    plist = make_prompts(rng, n_prompts, **settings.task_options()) if prompts is None else list(prompts)
+    if len(plist) != n_prompts:
+        raise ValueError(f"n_prompts={n_prompts!r} but {len(plist)} prompts were given")
     rows = [p for p in plist for _ in range(settings.group_size)]
     pid = np.repeat(np.arange(first_id, first_id + n_prompts), settings.group_size)
     ids = chat_prompts(tokenizer, [messages(p, settings.shots, system=settings.system) for p in rows])
@@ -446,7 +471,8 @@ def random_streams(seed: int) -> list[np.random.SeedSequence]:
     """Return a run's independent random streams, spawned from its seed.
 
     Stream 0 draws the data batch's prompts, 1 its samples, 2 the stale chain's samples, 3 and 4
-    the first minibatch's prompts and samples.
+    the first minibatch's prompts and samples, 5 and 6 a paired run's length batch's prompts and
+    samples (:func:`~variance_lab.lm.paired.run_length`).
 
     Parameters
     ----------

@@ -66,9 +66,11 @@ __all__ = [
     "WORDS",
     "Prompt",
     "chat_prompts",
+    "count_strata",
     "make_prompts",
     "messages",
     "normalize",
+    "parse_strata",
     "reward",
     "rewards",
     "stop_ids",
@@ -235,9 +237,62 @@ def _count_pair(rng: np.random.Generator, n: int) -> tuple[str, str]:
 
 def _count(rng: np.random.Generator, max_count: int) -> Prompt:
     n = min(max(int(np.exp(rng.uniform(np.log(2), np.log(max_count + 1)))), 2), max_count)
+    return _count_of(rng, n)
+
+
+def _count_of(rng: np.random.Generator, n: int) -> Prompt:
     text, answer = _count_pair(rng, n)
     sizes = [max(2, round(n * float(rng.uniform(0.7, 1.3)))) for _ in range(MAX_SHOTS)]
     return Prompt("count", text, answer, tuple(_count_pair(rng, k) for k in sizes))
+
+
+def parse_strata(text: str) -> list[tuple[int, int, int]]:
+    """Parse ``count`` strata written ``LO-HI:K,...`` (``K`` requests of ``LO`` to ``HI`` numbers each).
+
+    Parameters
+    ----------
+    text : str
+        For example ``"2-3:11,20-31:36"``.
+
+    Returns
+    -------
+    list of (int, int, int)
+        ``(lo, hi, k)`` per stratum, with ``2 <= lo <= hi`` and ``k >= 1``.
+    """
+    out = []
+    for part in str(text).split(","):
+        m = re.fullmatch(r"\s*(\d+)-(\d+):(\d+)\s*", part)
+        if m is None or not 2 <= int(m[1]) <= int(m[2]) or int(m[3]) < 1:
+            raise ValueError(
+                f"strata must read LO-HI:K,... with 2 <= LO <= HI and K >= 1 (such as 2-3:11,20-31:36), "
+                f"got {part!r} in {text!r}"
+            )
+        out.append((int(m[1]), int(m[2]), int(m[3])))
+    return out
+
+
+def count_strata(rng: np.random.Generator, strata) -> list[Prompt]:
+    r"""Draw ``count`` requests by stratum: per ``(lo, hi, k)``, ``k`` requests of :math:`n` numbers.
+
+    :math:`n` is uniform on :math:`\{lo, \dots, hi\}`; the worked examples are drawn as
+    :func:`make_prompts` draws them. A response of :math:`n` three-digit numbers is about
+    :math:`5n` tokens (digits are single tokens), so strata aim finished responses at length buckets.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    strata : list of (int, int, int)
+        :func:`parse_strata`'s result.
+
+    Returns
+    -------
+    list of Prompt
+        The strata's requests in order.
+    """
+    out = []
+    for lo, hi, k in strata:
+        out += [_count_of(rng, int(n)) for n in rng.integers(lo, hi + 1, size=k)]
+    return out
 
 
 def make_prompts(
