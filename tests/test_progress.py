@@ -83,3 +83,12 @@ def test_ticker_speaks_at_the_end_and_every_interval(monkeypatch):
     now[0] += 1.0
     tick(4, 4)  # the end: speaks however soon
     assert said == ["scoring: 3/4 sequences", "scoring: 4/4 sequences"]
+
+
+def test_seconds_since_rounds_to_a_tenth():
+    """A reading 2.04 s back gives 2.0 (timings record tenths)."""
+    import time
+
+    from variance_lab.progress import seconds_since
+
+    assert seconds_since(time.perf_counter() - 2.04) == 2.0

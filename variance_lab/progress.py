@@ -27,7 +27,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-__all__ = ["DELAY_S", "check_progress", "progress_bar", "progress_steps", "ticker", "watched"]
+__all__ = [
+    "DELAY_S",
+    "check_progress",
+    "progress_bar",
+    "progress_steps",
+    "seconds_since",
+    "ticker",
+    "watched",
+]
 
 #: Seconds before an automatic (``progress=None``) bar appears.
 DELAY_S = 1.0
@@ -123,6 +131,11 @@ def progress_steps(progress, total: int, desc: str, **options) -> Iterator[Calla
         yield bar.update
     finally:
         bar.close()
+
+
+def seconds_since(t0: float) -> float:
+    """Return the seconds since ``t0`` (a :func:`time.perf_counter` reading), to 0.1 s."""
+    return round(time.perf_counter() - t0, 1)
 
 
 def ticker(say, what: str, every: float = 30.0):

@@ -127,6 +127,21 @@ def test_aggregation_all_writes_three_files_from_one_sampling(tmp_path, capsys):
         (["--model", "tiny", "--run", "paired", "--calibrate", "1e-2,1e-3"], "at least two increasing"),
         (["--model", "tiny", "--run", "paired", "--set", "samplers=fp8"], "samplers must name"),
         (["--model", "tiny", "--run", "paired", "--out-dir", "nowhere"], "is not a folder"),
+        (
+            [
+                "--model",
+                "tiny",
+                "--run",
+                "paired",
+                "--set",
+                "length_strata=2-3:1",
+                "--calibrate",
+                "1e-3,1e-2",
+            ],
+            "--calibrate: not with --set length_strata",
+        ),
+        (["--model", "tiny", "--run", "paired", "--set", "length_strata=3-2:1"], "strata must read LO-HI:K"),
+        (["--model", "tiny", "--set", "length_strata=2-3:1"], "length_strata: only with run 'paired'"),
     ],
 )
 def test_errors_are_one_line(args, message, tmp_path, monkeypatch, capsys):

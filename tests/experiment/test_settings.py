@@ -56,8 +56,8 @@ def test_both_experiments_share_the_checks():
     pytest.importorskip("torch")
     from variance_lab.experiment.train import ARITH_QUICK as ARITH
     from variance_lab.experiment.train import Settings
-    from variance_lab.lm.runs import LM_QUICK as LM
-    from variance_lab.lm.runs import LMSettings
+    from variance_lab.lm.settings import LM_QUICK as LM
+    from variance_lab.lm.settings import LMSettings
 
     with pytest.raises(ValueError, match=r"settings threads out of range: threads must be >= 1, got 0"):
         Settings(**{**ARITH.to_dict(), "threads": 0})

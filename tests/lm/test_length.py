@@ -33,10 +33,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from variance_lab.lm import runs as runs_mod  # noqa: E402
-from variance_lab.lm.length import LENGTH_FIRST_ID, length_name  # noqa: E402
+from variance_lab.lm.length import LENGTH_FIRST_ID, length_experiment, length_name  # noqa: E402
 from variance_lab.lm.model import load_model  # noqa: E402
 from variance_lab.lm.paired import paired_experiment, paired_names  # noqa: E402
-from variance_lab.lm.runs import LMSettings  # noqa: E402
+from variance_lab.lm.settings import LMSettings  # noqa: E402
 from variance_lab.lm.tiny import write_tiny_llama  # noqa: E402
 
 TINY = LMSettings(
@@ -73,7 +73,7 @@ def test_the_length_batch_comes_from_the_paired_runs_own_policies(tmp_path, monk
     folder.mkdir()
     paired_experiment(TINY, folder, loaded=(model, tok, {"name": "tiny"}))
     length = replace(TINY, length_strata="2-3:2,6-8:1")
-    (side,) = paired_experiment(length, folder, loaded=(model, tok, {"name": "tiny"}))
+    (side,) = length_experiment(length, folder, loaded=(model, tok, {"name": "tiny"}))
     assert side["role"] == "length"
     assert side["paths"][0].endswith(length_name(0, "gspo"))
     onpolicy = paired_names(0, "gspo", (), 0)["onpolicy"]
@@ -90,9 +90,11 @@ def test_the_length_batch_comes_from_the_paired_runs_own_policies(tmp_path, monk
     assert all(isinstance(r["finished"], bool) and len(r["logp"]) == len(r["old_logp"]) for r in records)
 
 
-def test_a_length_run_refuses_a_calibration_and_other_runs(tmp_path):
-    """A length batch takes a given rate, not a calibration, and belongs to paired runs only."""
-    with pytest.raises(ValueError, match="length_strata='2-3:1' and calibration rates"):
-        paired_experiment(replace(TINY, length_strata="2-3:1"), tmp_path, lrs=[1e-3, 1e-2])
+def test_a_length_batch_belongs_to_paired_runs_and_its_own_entry_point(tmp_path):
+    """``length_strata`` needs run 'paired'; the paired entry point and a length run without strata refuse."""
     with pytest.raises(ValueError, match="length_strata: only with run 'paired'"):
         LMSettings(run="onpolicy", length_strata="2-3:1")
+    with pytest.raises(ValueError, match=r"a length batch is variance_lab\.lm\.length\.length_experiment's"):
+        paired_experiment(replace(TINY, length_strata="2-3:1"), tmp_path)
+    with pytest.raises(ValueError, match="a length batch needs run 'paired' and length_strata"):
+        length_experiment(TINY, tmp_path)

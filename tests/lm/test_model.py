@@ -75,3 +75,11 @@ def test_smollm2_loads_and_scores():
     low, _ = low_precision_copy(model, "bf16")
     diff = np.abs(score(low, [prompt], [response], softmax_dtype=torch.float32)[0] - lp)
     assert 0 < diff.max() < 0.5
+
+
+def test_a_loaded_model_is_taken_as_given():
+    """``smollm2_loaded`` passes a given (model, tokenizer, info) through without loading SmolLM2."""
+    from variance_lab.lm.model import smollm2_loaded
+
+    given = (object(), object(), {"name": "tiny"})
+    assert smollm2_loaded(given) is given

@@ -60,7 +60,7 @@ pytest.importorskip("transformers", reason="pip install 'variance_lab[lm]'")
 from variance_lab.lm import runs as runs_mod  # noqa: E402
 from variance_lab.lm.model import load_model  # noqa: E402
 from variance_lab.lm.paired import run_paired, write_paired  # noqa: E402
-from variance_lab.lm.runs import LMSettings  # noqa: E402
+from variance_lab.lm.settings import LMSettings  # noqa: E402
 from variance_lab.lm.tiny import write_tiny_llama  # noqa: E402
 from variance_lab.rollouts import load_batch  # noqa: E402
 

@@ -121,3 +121,63 @@ def test_seed_rows_read_sidecars_and_spread_over_seeds(tmp_path):
         seed_rows(tmp_path, "token-mean")
     with pytest.raises(ValueError, match="no paired runs"):
         read_paired(tmp_path / "missing")
+
+
+def test_a_length_batch_joins_the_data_batch_in_the_length_buckets_only(measured):
+    """With a ``length`` role, each bucket's RMS and count pool both batches; the rest is the data batch's."""
+    run, out = measured
+    extra = [dict(r, prompt_id=r["prompt_id"] + 1000) for r in _run(5)["onpolicy"]]
+    both = run_quantities(run | {"length": extra}, "gspo", n_boot=400, seed=1)
+    pooled = run["onpolicy"] + extra
+    for name in ("rms_update", "clip_update", "rms_bf16", "ratio_stale_lag2", "reward"):
+        assert both["quantities"][name] == out["quantities"][name]
+    keep = [r for r in pooled if r["finished"] and 32 <= len(r["logp"]) < 64]
+    d = _flat(keep, "logp") - _flat(keep, "old_logp")
+    assert both["quantities"]["rms_update_32-63"]["value"] == pytest.approx(np.sqrt(np.mean(d**2)), rel=1e-12)
+    assert both["lengths"]["32-63"] == len(keep) > out["lengths"]["32-63"]
+
+
+def _short_long_coverage(reps: int, n_boot: int) -> tuple[int, int]:
+    """Cover count of ``ratio_update_length``'s interval over ``reps`` synthetic runs of known ratio.
+
+    Each run: 20 short prompts (10-15 tokens) and 20 long ones (130-250), 4 responses each; a
+    prompt scales its tokens' sd by exp(0.3 z) (clustering), the same law in both buckets, so
+    the true ratio of the RMS is the ratio of the bucket sds, 3.
+    """
+    from variance_lab.lm.paired_report import _by_length
+
+    covered = 0
+    for rep in range(reps):
+        rng = np.random.default_rng(1000 + rep)
+        records = []
+        for g in range(40):
+            sd = (3e-3 if g < 20 else 1e-3) * np.exp(0.3 * rng.standard_normal())
+            for _ in range(4):
+                T = int(rng.integers(10, 16) if g < 20 else rng.integers(130, 251))
+                old = -rng.exponential(0.5, T)
+                records.append(
+                    {
+                        "prompt_id": g,
+                        "finished": True,
+                        "old_logp": old,
+                        "logp": old + sd * rng.standard_normal(T),
+                    }
+                )
+        q = _by_length(records, n_boot=n_boot, seed=rep)["ratio_update_length"]
+        covered += q["lo"] <= 3.0 <= q["hi"]
+    return covered, reps
+
+
+@pytest.mark.parametrize(
+    "reps", [pytest.param(200, id="default"), pytest.param(2000, marks=pytest.mark.slow, id="slow")]
+)
+def test_the_short_over_long_interval_covers_at_its_stated_rate(reps):
+    """The prompt-clustered 95 % interval of RMS(8-15) / RMS(128-255) covers the true 3 at 95 %.
+
+    Binomial test of the cover count against 0.95 (two-sided, p > 0.01). The percentile
+    interval of the same resamples failed it (92.5 % over 2,000 runs of 30 prompts a bucket).
+    """
+    from scipy.stats import binomtest
+
+    covered, n = _short_long_coverage(reps, n_boot=400)
+    assert binomtest(covered, n, 0.95).pvalue > 0.01, covered / n

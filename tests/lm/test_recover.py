@@ -93,7 +93,8 @@ lm = pytest.importorskip("transformers", reason="pip install 'variance_lab[lm]'"
 from variance_lab.experiment.files import sidecar_path  # noqa: E402
 from variance_lab.lm.model import load_model  # noqa: E402
 from variance_lab.lm.recover import add_entropy  # noqa: E402
-from variance_lab.lm.runs import LMSettings, default_name, run_lm_experiment  # noqa: E402
+from variance_lab.lm.runs import default_name, run_lm_experiment  # noqa: E402
+from variance_lab.lm.settings import LMSettings  # noqa: E402
 from variance_lab.lm.tiny import write_tiny_llama  # noqa: E402
 
 TINY = LMSettings(n_prompts=4, group_size=2, max_new_tokens=12, train_prompts=2, max_words=4, threads=1)

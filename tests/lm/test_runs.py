@@ -11,7 +11,8 @@ pytest.importorskip("transformers", reason="pip install 'variance_lab[lm]'")
 from variance_lab.experiment.files import sidecar_path
 from variance_lab.lm import runs as runs_mod
 from variance_lab.lm.model import load_model
-from variance_lab.lm.runs import LM_QUICK, LM_SIDECAR_KIND, LMSettings, default_name, run_lm_experiment
+from variance_lab.lm.runs import LM_SIDECAR_KIND, default_name, run_lm_experiment
+from variance_lab.lm.settings import LM_QUICK, LMSettings
 from variance_lab.lm.tiny import write_tiny_llama
 from variance_lab.rollouts import load_batch
 

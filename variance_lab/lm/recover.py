@@ -31,9 +31,10 @@ import torch
 
 from variance_lab.experiment.files import sidecar_path, write_dataset
 from variance_lab.lm.analysis import read_records
-from variance_lab.lm.runs import ENTROPY_FIELD, LM_SIDECAR_KIND, LMSettings, random_streams, round_digits
+from variance_lab.lm.runs import ENTROPY_FIELD, LM_SIDECAR_KIND, random_streams, round_digits
 from variance_lab.lm.sampling import cache_arg, cache_of
 from variance_lab.lm.scoring import score
+from variance_lab.lm.settings import LMSettings
 from variance_lab.lm.task import chat_prompts, make_prompts, messages, stop_ids
 from variance_lab.progress import ticker
 from variance_lab.provenance import deterministic_torch, numbers_sha256, read_json_object
