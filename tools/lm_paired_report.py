@@ -28,6 +28,7 @@ NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 HEADLINE = (
     "clip_update",
     "rms_update",
+    "ratio_update_length",
     "rms_bf16",
     "rms_fp16",
     "ratio_bf16_fp16",

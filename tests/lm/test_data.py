@@ -159,7 +159,7 @@ def test_paired_runs_pair_their_files_and_record_the_optimizer():
     assert sorted(runs) == [("gspo", 0), ("gspo", 1), ("gspo", 2), ("token-mean", 0)]
     for (loss, seed), run in runs.items():
         sides = [json.loads(p.read_text()) for p in PAIRED.glob(f"smollm2_s{seed}_*.json")]
-        sides = [s for s in sides if s["aggregation"] in (loss, None)]
+        sides = [s for s in sides if s["aggregation"] in (loss, None) and s["role"] != "length"]
         assert len(sides) == (7 if loss == "gspo" else 1)
         base = run["onpolicy"]
         assert {s["tokens_sha256"] for s in sides} == {sides[0]["tokens_sha256"]}
@@ -195,6 +195,52 @@ def test_each_paired_run_clips_within_a_factor_of_two_of_the_published_fraction(
         side = run["sidecar"]
         assert side["calibration"]["target"] == target
         assert side["optimizer"]["lr"] == float(f"{side['calibration']['lr']:.3g}")
+
+
+def test_each_length_batch_shares_its_seeds_policies_and_the_buckets_hold_100_finished():
+    """A GSPO seed's length batch: its on-policy file's optimizer, rate and policies; >= 100 per bucket.
+
+    ``policy_check`` scored the on-policy file's first records under the length run's
+    theta_{K-1} and theta_K: they agree within float32 scoring noise (other batch compositions
+    move log-probs by up to about 2e-5), far below update K's own size (RMS about 4e-3).
+    Pooled over the seeds, data and length batches, every bucket from 8-15 to 128-255 tokens
+    holds at least 100 finished on-policy responses; the unfinished ones ran to the budget.
+    """
+    from variance_lab.experiment.files import sidecar_path
+    from variance_lab.lm.compare import length_counts
+    from variance_lab.lm.length import LENGTH_FIRST_ID, length_name
+    from variance_lab.lm.paired_report import read_paired
+
+    runs = read_paired(PAIRED)
+    pooled = []
+    for seed in (0, 1, 2):
+        run = runs[("gspo", seed)]
+        side = json.loads(sidecar_path(PAIRED / length_name(seed, "gspo")).read_text())
+        base = json.loads((PAIRED / f"smollm2_s{seed}_onpolicy_gspo.json").read_text())
+        assert side["same_policies_as"] == base["data_file"]
+        assert side["optimizer"] == base["optimizer"]
+        assert side["settings"]["update_lr"] == base["optimizer"]["lr"]
+        drop = ("update_lr", "length_strata")
+        assert {k: v for k, v in side["settings"].items() if k not in drop} == {
+            k: v for k, v in base["settings"].items() if k not in drop
+        }
+        for field in ("old_logp", "logp"):
+            check = side["policy_check"][field]
+            assert check["tokens"] >= 100
+            assert check["max_abs_diff"] <= 1e-4
+        records = run["length"]
+        assert min(r["prompt_id"] for r in records) >= LENGTH_FIRST_ID
+        assert {r["task"] for r in records} == {"count"}
+        pooled += run["onpolicy"] + records
+    max_new = base["settings"]["max_new_tokens"]
+    assert all(len(r["logp"]) == max_new for r in pooled if not r["finished"])
+    counts = length_counts(
+        np.array([len(r["logp"]) for r in pooled]),
+        np.array([r["finished"] for r in pooled]),
+        (8, 16, 32, 64, 128, 256),
+    )
+    for bucket in ("8-15", "16-31", "32-63", "64-127", "128-255"):
+        assert counts[bucket] >= 100, (bucket, counts)
 
 
 def test_data_stays_under_10_mb_and_the_tables_are_current():
