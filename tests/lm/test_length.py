@@ -91,9 +91,7 @@ def test_the_length_batch_comes_from_the_paired_runs_own_policies(tmp_path, monk
 
 
 def test_a_length_batch_belongs_to_paired_runs_and_its_own_entry_point(tmp_path):
-    """``length_strata`` needs run 'paired'; the paired entry point and a length run without strata refuse."""
-    with pytest.raises(ValueError, match="length_strata: only with run 'paired'"):
-        LMSettings(run="onpolicy", length_strata="2-3:1")
+    """The paired entry point refuses strata; the length entry point refuses settings without them."""
     with pytest.raises(ValueError, match=r"a length batch is variance_lab\.lm\.length\.length_experiment's"):
         paired_experiment(replace(TINY, length_strata="2-3:1"), tmp_path)
     with pytest.raises(ValueError, match="a length batch needs run 'paired' and length_strata"):

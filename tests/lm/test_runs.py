@@ -152,25 +152,6 @@ def test_digits_round_the_written_log_probs(loaded, tmp_path):
     assert all(float(f"{v:.3g}") == v for v in values)
 
 
-@pytest.mark.parametrize(
-    ("changes", "match"),
-    [
-        ({"run": "online"}, "run must"),
-        ({"sampler": "bf16"}, "samples in fp32"),
-        ({"run": "stale", "n_prompts": 6}, "multiple of lags"),
-        ({"group_size": 1}, "group_size"),
-        ({"top_p": 1.5}, "top_p"),
-        ({"lr": 0.0}, "lr must"),
-    ],
-)
-def test_bad_settings_are_named(changes, match):
-    """Bad settings are named."""
-    with pytest.raises(ValueError, match=match):
-        LMSettings(**{**TINY.to_dict(), **changes})
-    with pytest.raises(ValueError, match="unknown settings"):
-        LMSettings.from_dict({"steps": 3})
-
-
 def test_quick_preset_and_names():
     """Quick preset and names."""
     assert LM_QUICK.n_prompts * LM_QUICK.group_size == 32
