@@ -93,20 +93,18 @@ def _check_rows(chain, settings, records):
     return [(i, prompt_ids[i], t) for i, t in enumerate(found.tokens) if t is not None]
 
 
-def policy_check(chain, settings, rows, records, field: str, scored=None) -> dict:
+def policy_check(chain, rows, records, field: str) -> dict:
     """Count the tokens whose log-probs under ``chain``'s policy, rounded as written, equal ``field``'s.
 
     Parameters
     ----------
     chain : variance_lab.lm.paired.PairedChain
-    settings : variance_lab.lm.settings.LMSettings
+        Its settings give the scoring's batch size, temperature and the digits written.
     rows : list of (int, list of int, list of int)
         Record index, prompt ids and response ids (recovered by :func:`~variance_lab.lm.recover.recover`).
     records : list of dict
         The on-policy file's records.
     field : {"old_logp", "logp"}
-    scored : list of numpy.ndarray, optional
-        ``rows``' log-probs when already computed.
 
     Returns
     -------
@@ -116,24 +114,22 @@ def policy_check(chain, settings, rows, records, field: str, scored=None) -> dic
     from variance_lab.lm.runs import round_digits
     from variance_lab.lm.scoring import score
 
+    s = chain.settings
     if not rows:
         return {"records": 0, "tokens": 0, "equal": 0, "max_abs_diff": None}
-    if scored is None:
-        s = chain.settings
-        scored = score(
-            chain.chain.model,
-            [r[1] for r in rows],
-            [r[2] for r in rows],
-            batch_size=s.score_batch,
-            temperature=s.temperature,
-            pad_id=chain.tokenizer.pad_token_id,
-        )
+    scored = score(
+        chain.chain.model,
+        [r[1] for r in rows],
+        [r[2] for r in rows],
+        batch_size=s.score_batch,
+        temperature=s.temperature,
+        pad_id=chain.tokenizer.pad_token_id,
+    )
     equal = tokens = 0
     diff = 0.0
     for (i, _, _), lp in zip(rows, scored, strict=True):
         written = np.asarray(records[i][field])
-        mine = np.asarray(round_digits(lp, settings.digits))
-        equal += int(np.sum(mine == written))
+        equal += int(np.sum(np.asarray(round_digits(lp, s.digits)) == written))
         tokens += written.size
         diff = max(diff, float(np.max(np.abs(lp - written))))
     return {"records": len(rows), "tokens": tokens, "equal": equal, "max_abs_diff": diff}
@@ -172,7 +168,7 @@ def run_length(model, tokenizer, settings, *, reference=None, progress=None) -> 
     c.warm_up(say, "warm-up update")
     timing = {"warm_up": seconds_since(t0)}
     rows = _check_rows(c, settings, reference) if reference else []
-    check = {"old_logp": policy_check(c, settings, rows, reference, "old_logp")} if rows else None
+    check = {"old_logp": policy_check(c, rows, reference, "old_logp")} if rows else None
     if check:
         say(f"policy check at theta_K-1: {check['old_logp']}")
     t1 = time.perf_counter()
@@ -199,7 +195,7 @@ def run_length(model, tokenizer, settings, *, reference=None, progress=None) -> 
     c.update()
     new = c.score(batch, progress=ticker(say, f"scoring after update {c.chain.updates}"))
     if rows:
-        check["logp"] = policy_check(c, settings, rows, reference, "logp")
+        check["logp"] = policy_check(c, rows, reference, "logp")
         say(f"policy check: {check}")
     f = clipped_fraction(settings.aggregation, new, old)
     say(f"update {c.chain.updates}: clipped fraction on the length batch {f:.4f}")
