@@ -147,7 +147,7 @@ def run_length(model, tokenizer, settings, *, reference=None, progress=None) -> 
         ``run="paired"`` with ``length_strata``; ``update_lr`` the rate of update :math:`K`
         (the paired run's calibrated one; 0: ``lr``).
     reference : list of dict, optional
-        The seed's on-policy records, for :func:`policy_check`.
+        That seed's on-policy records, for :func:`policy_check`.
     progress : callable, optional
 
     Returns
@@ -254,7 +254,7 @@ def write_length(run: LengthRun, settings, folder, *, model_info: dict) -> dict:
 def length_experiment(settings, folder, *, loaded=None, progress=None) -> list[dict]:
     """Run a seed's length batch end to end and write its file (:func:`run_length`, :func:`write_length`).
 
-    With the seed's on-policy file in ``folder`` (:func:`~variance_lab.lm.paired.paired_names`),
+    With that seed's on-policy file in ``folder`` (:func:`~variance_lab.lm.paired.paired_names`),
     the run checks its policies against it (:func:`policy_check`).
 
     Parameters

@@ -15,7 +15,7 @@ sequences of one run, so its interval resamples prompts
 - a ratio of two RMS on the same tokens (bf16 over fp16), the square root of a ratio of sums;
 - a mean (the top-p sampler's log kept mass; the reward).
 
-The update's RMS by length bucket, and the length counts, pool the data batch with the seed's
+The update's RMS by length bucket, and the length counts, pool the data batch with each seed's
 length batch when its folder holds one (:mod:`variance_lab.lm.length`: the same policies
 :math:`\theta_{K-1}` and :math:`\theta_K`, prompt ids of their own); every other quantity is the
 data batch's.
