@@ -35,6 +35,7 @@ import numpy as np
 from variance_lab._jsonl import read_jsonl
 from variance_lab.lm.compare import length_counts, seed_spread
 from variance_lab.lm.paired import clipped_fraction
+from variance_lab.rollouts.statistics import length_buckets
 from variance_lab.stats.bootstrap import cluster_counts, cluster_ratio
 
 __all__ = ["markdown", "read_paired", "run_quantities", "seed_rows"]
@@ -43,7 +44,7 @@ __all__ = ["markdown", "read_paired", "run_quantities", "seed_rows"]
 _EDGES = (1, 8, 16, 32, 64, 128, 256)
 
 #: The buckets ``ratio_update_length`` compares: finished 8-15 tokens against 128-255.
-_SHORT_LONG = ((8, 16), (128, 256))
+_SHORT_LONG = ("8-15", "128-255")
 
 #: What each quantity is (the table's second column), in the tables' order.
 _MEANING = {
@@ -179,7 +180,8 @@ def run_quantities(run: dict, aggregation: str, *, n_boot: int = 2000, seed: int
         "clip_update": _interval(_clip_counts(aggregation, logp, old), lengths, groups, **boot),
         "rms_update": _rms(d, groups, **boot),
     }
-    out |= _by_length(base + run.get("length", []), **boot)
+    pooled = base + run.get("length", [])  # the length buckets pool the length batch
+    out |= _by_length(pooled, **boot)
     m = {}
     for name in ("bf16", "fp16"):
         if f"mismatch_{name}" in run:
@@ -217,7 +219,6 @@ def run_quantities(run: dict, aggregation: str, *, n_boot: int = 2000, seed: int
         out[f"ratio_stale_lag{lag - 1}"] = _interval(
             [float((x**2).sum()) for x in stale], squares["update"], groups, root=True, **boot
         )
-    pooled = base + run.get("length", [])
     counts = length_counts(
         np.array([len(r["logp"]) for r in pooled]),
         np.array([bool(r["finished"]) for r in pooled]),
@@ -229,22 +230,19 @@ def run_quantities(run: dict, aggregation: str, *, n_boot: int = 2000, seed: int
 def _by_length(records, **boot) -> dict:
     """Update K's RMS per length bucket of finished responses, and over the unfinished ones."""
     groups = np.array([r["prompt_id"] for r in records])
-    finished = [bool(r["finished"]) for r in records]
-    d = [
-        a - b for a, b in zip(_per_sequence(records, "logp"), _per_sequence(records, "old_logp"), strict=True)
-    ]
+    finished = np.array([bool(r["finished"]) for r in records])
+    logp, old = _per_sequence(records, "logp"), _per_sequence(records, "old_logp")
+    d = [a - b for a, b in zip(logp, old, strict=True)]
+    bucket, edges = length_buckets([x.size for x in d], np.asarray(_EDGES))
+    masks = {
+        f"{lo}-{hi - 1}": finished & (bucket == j) for j, (lo, hi) in enumerate(itertools.pairwise(edges))
+    }
     out = {}
-    for lo, hi in itertools.pairwise(_EDGES):
-        keep = [np.full(x.size, bool(f and lo <= x.size < hi)) for x, f in zip(d, finished, strict=True)]
-        if sum(k.any() for k in keep) >= 2:
-            out[f"rms_update_{lo}-{hi - 1}"] = _rms(d, groups, keep, **boot)
-    keep = [np.full(x.size, not f) for x, f in zip(d, finished, strict=True)]
-    if sum(k.any() for k in keep) >= 2:
-        out["rms_update_unfinished"] = _rms(d, groups, keep, **boot)
-    short, long = (
-        np.array([f and lo <= x.size < hi for x, f in zip(d, finished, strict=True)])
-        for lo, hi in _SHORT_LONG
-    )
+    for name, mask in (*masks.items(), ("unfinished", ~finished)):
+        if mask.sum() >= 2:
+            keep = [np.full(x.size, m) for x, m in zip(d, mask, strict=True)]
+            out[f"rms_update_{name}"] = _rms(d, groups, keep, **boot)
+    short, long = (masks[name] for name in _SHORT_LONG)
     if short.sum() >= 2 and long.sum() >= 2:
         squares = np.array([float((x**2).sum()) for x in d])
         sizes = np.array([float(x.size) for x in d])
